@@ -1,0 +1,228 @@
+//! What the host supplies with a call, and the `#[inject]` extractors that read it.
+
+use std::any::{Any, TypeId, type_name};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+type TypeMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
+
+/// The host's side of a call: the thread and checkpoint it runs in, the values tools may inject, and
+/// (on resume) the value the host resumes with. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct CallContext {
+    inner: Arc<ContextInner>,
+}
+
+#[derive(Clone, Default)]
+struct ContextInner {
+    thread_id: Option<String>,
+    checkpoint_ns: String,
+    checkpoint_map: BTreeMap<String, String>,
+    state: TypeMap,
+    store: TypeMap,
+    resume: Option<Value>,
+}
+
+impl CallContext {
+    /// An empty context.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn inner_mut(&mut self) -> &mut ContextInner {
+        Arc::make_mut(&mut self.inner)
+    }
+
+    /// The conversation or graph thread this call belongs to.
+    pub fn with_thread(mut self, thread_id: impl Into<String>) -> Self {
+        self.inner_mut().thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// The checkpoint namespace and the map of checkpoint ids (namespace → id) the call runs under.
+    pub fn with_checkpoint(mut self, namespace: impl Into<String>, map: BTreeMap<String, String>) -> Self {
+        let inner = self.inner_mut();
+        inner.checkpoint_ns = namespace.into();
+        inner.checkpoint_map = map;
+        self
+    }
+
+    /// Agent state of type `T`, injected into parameters of type [`State<T>`].
+    pub fn with_state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.inner_mut().state.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// A store of type `T`, injected into parameters of type [`Store<T>`].
+    pub fn with_store<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.inner_mut().store.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// The value the host resumes an interrupted call with.
+    pub fn with_resume(mut self, value: Value) -> Self {
+        self.inner_mut().resume = Some(value);
+        self
+    }
+
+    /// The thread id, if the host gave one.
+    pub fn thread_id(&self) -> Option<&str> {
+        self.inner.thread_id.as_deref()
+    }
+
+    /// The checkpoint namespace.
+    pub fn checkpoint_ns(&self) -> &str {
+        &self.inner.checkpoint_ns
+    }
+
+    /// The checkpoint map.
+    pub fn checkpoint_map(&self) -> &BTreeMap<String, String> {
+        &self.inner.checkpoint_map
+    }
+
+    /// The resume value, if this pass resumes an interrupt.
+    pub fn resume(&self) -> Option<&Value> {
+        self.inner.resume.as_ref()
+    }
+
+    fn lookup<T: Send + Sync + 'static>(map: &TypeMap) -> Option<Arc<T>> {
+        map.get(&TypeId::of::<T>()).and_then(|v| Arc::clone(v).downcast::<T>().ok())
+    }
+
+    /// The agent state of type `T`, if the host supplied one.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        Self::lookup(&self.inner.state)
+    }
+
+    /// The store of type `T`, if the host supplied one.
+    pub fn store<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        Self::lookup(&self.inner.store)
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Values are the host's and may be secret: only their presence is shown.
+        f.debug_struct("CallContext")
+            .field("thread_id", &self.inner.thread_id)
+            .field("checkpoint_ns", &self.inner.checkpoint_ns)
+            .field("checkpoint_map", &self.inner.checkpoint_map)
+            .field("state_values", &self.inner.state.len())
+            .field("store_values", &self.inner.store.len())
+            .field("resuming", &self.inner.resume.is_some())
+            .finish()
+    }
+}
+
+/// One call as an injected parameter sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Invocation<'a> {
+    /// The host's context.
+    pub context: &'a CallContext,
+    /// The model's id for this call.
+    pub tool_call_id: &'a str,
+    /// The registered tool name.
+    pub tool: &'a str,
+}
+
+/// Why an injected value could not be supplied. The message is for the host's developer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectError {
+    message: String,
+}
+
+impl InjectError {
+    /// An error with a message for the host's developer.
+    pub fn new(message: impl Into<String>) -> Self {
+        InjectError { message: message.into() }
+    }
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+/// A value the host supplies to an `#[inject]` parameter, taken from the call's context.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an `#[inject]` parameter",
+    label = "not injectable",
+    note = "injectable types are `State<T>`, `Store<T>`, `ToolCallId` and `CallContext`; implement `agent_airlock::Inject` for your own"
+)]
+pub trait Inject: Sized + Send + 'static {
+    /// Extracts the value for one call.
+    fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError>;
+}
+
+/// Agent state of type `T`, supplied with [`CallContext::with_state`].
+pub struct State<T>(pub Arc<T>);
+
+/// A store of type `T`, supplied with [`CallContext::with_store`].
+pub struct Store<T>(pub Arc<T>);
+
+macro_rules! shared_value {
+    ($wrapper:ident, $getter:ident, $with:literal) => {
+        impl<T> Deref for $wrapper<T> {
+            type Target = T;
+            fn deref(&self) -> &T {
+                &self.0
+            }
+        }
+
+        impl<T> Clone for $wrapper<T> {
+            fn clone(&self) -> Self {
+                $wrapper(Arc::clone(&self.0))
+            }
+        }
+
+        impl<T> fmt::Debug for $wrapper<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}<{}>", stringify!($wrapper), type_name::<T>())
+            }
+        }
+
+        impl<T: Send + Sync + 'static> Inject for $wrapper<T> {
+            fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError> {
+                invocation.context.$getter::<T>().map($wrapper).ok_or_else(|| {
+                    InjectError::new(format!(
+                        concat!("no `{}` in the call context; supply it with `CallContext::", $with, "`"),
+                        type_name::<T>()
+                    ))
+                })
+            }
+        }
+    };
+}
+
+shared_value!(State, state, "with_state");
+shared_value!(Store, store, "with_store");
+
+/// The model's id for the current tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallId(pub String);
+
+impl Deref for ToolCallId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Inject for ToolCallId {
+    fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError> {
+        Ok(ToolCallId(invocation.tool_call_id.to_owned()))
+    }
+}
+
+impl Inject for CallContext {
+    fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError> {
+        Ok(invocation.context.clone())
+    }
+}

@@ -1,0 +1,170 @@
+//! What goes in (a model's tool call) and what comes out (a tool message, a host command, an interrupt).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A tool call as the model made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for the call; the answer carries it back.
+    pub id: String,
+    /// The tool the model asked for.
+    pub name: String,
+    /// The arguments: must be a JSON object.
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// A call with arguments already parsed.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall { id: id.into(), name: name.into(), arguments }
+    }
+
+    /// A call whose arguments arrive as JSON text (OpenAI's `function.arguments`). Text that is not JSON
+    /// becomes a string value, which the dispatcher refuses with a message the model can act on.
+    pub fn from_json_text(id: impl Into<String>, name: impl Into<String>, arguments: &str) -> Self {
+        let arguments = serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()));
+        Self::new(id, name, arguments)
+    }
+}
+
+/// The answer to a tool call, for the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolMessage {
+    /// The id of the call this answers.
+    pub tool_call_id: String,
+    /// The tool the model asked for.
+    pub name: String,
+    /// The text the model reads.
+    pub content: String,
+    /// `success`, or `error` for refusals and failures.
+    pub status: Status,
+    /// What the model can do next, for refusals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
+    /// Argument keys the tool does not declare, removed before the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripped_arguments: Vec<String>,
+    /// Why the call was refused, for the host (the model reads `content`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+impl ToolMessage {
+    /// Whether the call was refused before the tool ran.
+    pub fn is_refusal(&self) -> bool {
+        self.refusal.is_some()
+    }
+}
+
+/// Whether a tool message reports success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The tool ran and returned a result.
+    Success,
+    /// The call was refused or the tool failed.
+    Error,
+}
+
+/// Why a call was refused, and by what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// Which gate refused.
+    pub kind: RefusalKind,
+    /// The policy rule or attribute that decided, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// When a retry can succeed, for rate limits.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "duration_millis")]
+    pub retry_after: Option<Duration>,
+}
+
+/// The gate that refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RefusalKind {
+    /// No tool of that name is registered.
+    UnknownTool,
+    /// The policy denies the tool, or does not allow it.
+    Denied,
+    /// The arguments were not a JSON object, were too deep, or carried undeclared keys under `ghost = "block"`.
+    MalformedArguments,
+    /// The arguments did not deserialize into the declared types.
+    InvalidArguments,
+    /// The host did not supply a value an `#[inject]` parameter needs.
+    HostMisconfigured,
+    /// The call needs a human's approval and none can be asked.
+    ApprovalUnavailable,
+    /// A human refused the call.
+    HumanDenied,
+    /// A rate limit is exhausted.
+    RateLimited,
+}
+
+/// A state update a tool returns for the host's graph (LangGraph's `Command`). It passes through the
+/// dispatcher untouched: not masked, not rewritten.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCommand {
+    /// The state update.
+    pub update: Value,
+    /// Nodes to go to next, if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goto: Vec<String>,
+}
+
+/// What the dispatcher returns for one call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// A message for the model: the tool's result, its error, or a refusal.
+    Message(ToolMessage),
+    /// A host command the tool returned, untouched.
+    Command {
+        /// The command.
+        command: HostCommand,
+        /// The call's id.
+        tool_call_id: String,
+        /// Argument keys removed before the call.
+        stripped_arguments: Vec<String>,
+    },
+}
+
+impl Outcome {
+    /// The tool message, if the outcome is one.
+    pub fn message(&self) -> Option<&ToolMessage> {
+        match self {
+            Outcome::Message(message) => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The tool message; panics with the outcome if it is something else (for tests and examples).
+    #[track_caller]
+    pub fn expect_message(self) -> ToolMessage {
+        match self {
+            Outcome::Message(message) => message,
+            other => panic!("expected a tool message, got {other:?}"),
+        }
+    }
+}
+
+mod duration_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}

@@ -1,0 +1,108 @@
+//! The canonical, model-visible schema of a tool: one closed JSON object, every subschema inline, with
+//! each parameter's doc comment as its description. Provider dialects are transforms of this one.
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::tool::{Tool, ToolSpec};
+
+/// A tool as offered to a model: name, description, and the JSON schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The registered name.
+    pub name: String,
+    /// The description the model reads.
+    pub description: String,
+    /// The canonical JSON schema of the arguments object.
+    pub input_schema: Value,
+}
+
+impl ToolDefinition {
+    /// The definition of `tool`.
+    pub fn of(tool: &dyn Tool) -> Self {
+        let spec = tool.spec();
+        ToolDefinition {
+            name: spec.name.to_owned(),
+            description: spec.description.to_owned(),
+            input_schema: input_schema(spec),
+        }
+    }
+}
+
+fn generator() -> SchemaGenerator {
+    SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator()
+}
+
+/// The canonical schema of a tool's arguments.
+pub fn input_schema(spec: &ToolSpec) -> Value {
+    let mut generator = generator();
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for param in spec.params {
+        let mut schema = (param.schema)(&mut generator).to_value();
+        if let (Some(doc), Value::Object(map)) = (param.description, &mut schema) {
+            map.insert("description".to_owned(), Value::String(doc.to_owned()));
+        }
+        properties.insert(param.name.to_owned(), schema);
+        if !(param.accepts_null)() {
+            required.push(Value::String(param.name.to_owned()));
+        }
+    }
+    let mut root = Map::new();
+    root.insert("type".into(), "object".into());
+    root.insert("properties".into(), Value::Object(properties));
+    root.insert("required".into(), Value::Array(required));
+    root.insert("additionalProperties".into(), Value::Bool(false));
+    let defs = generator.take_definitions(true);
+    if !defs.is_empty() {
+        // Only recursive types keep references; everything else is inline.
+        root.insert("$defs".into(), Value::Object(defs));
+    }
+    let mut root = Value::Object(root);
+    normalize(&mut root);
+    root
+}
+
+/// Drops generator noise (`$schema`, `title`) and closes every object that lists its properties.
+fn normalize(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("$schema");
+            map.remove("title");
+            let is_object = map.get("type").is_some_and(|t| t == "object");
+            if is_object && map.contains_key("properties") && !map.contains_key("additionalProperties") {
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (key, child) in map.iter_mut() {
+                // Property *names* may be `title`; only schema keywords are dropped.
+                if key == "properties" || key == "$defs" {
+                    if let Value::Object(named) = child {
+                        named.values_mut().for_each(normalize);
+                    }
+                } else {
+                    normalize(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+/// The schema of one parameter type (generated code passes this as a function pointer).
+pub(crate) fn param_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// Whether `null` deserializes into `T`: absent and `null` arguments are then valid.
+pub(crate) fn accepts_null<T: DeserializeOwned>() -> bool {
+    T::deserialize(&Value::Null).is_ok()
+}
