@@ -57,9 +57,21 @@ impl CallContext {
         self
     }
 
+    /// Agent state the host keeps a handle to, injected into parameters of type [`State<T>`].
+    pub fn with_state_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.inner_mut().state.insert(TypeId::of::<T>(), value);
+        self
+    }
+
     /// A store of type `T`, injected into parameters of type [`Store<T>`].
     pub fn with_store<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.inner_mut().store.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// A store the host keeps a handle to, injected into parameters of type [`Store<T>`].
+    pub fn with_store_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.inner_mut().store.insert(TypeId::of::<T>(), value);
         self
     }
 
