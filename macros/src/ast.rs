@@ -28,7 +28,10 @@ pub(crate) fn params(cx: &Ctxt, func: &ItemFn) -> Vec<Param> {
         cx.error_spanned_by(variadic, "a tool function cannot be variadic");
     }
     if let syn::Safety::Unsafe(unsafety) = &sig.safety {
-        cx.error_spanned_by(unsafety, "a tool function cannot be `unsafe`: the dispatcher calls it with model input");
+        cx.error_spanned_by(
+            unsafety,
+            "a tool function cannot be `unsafe`: the dispatcher calls it with model input",
+        );
     }
     if let Some(abi) = &sig.abi {
         cx.error_spanned_by(abi, "a tool function cannot declare an ABI");
@@ -77,7 +80,12 @@ pub(crate) fn params(cx: &Ctxt, func: &ItemFn) -> Vec<Param> {
             cx.error_spanned_by(&pat_type.ty, message);
             continue;
         }
-        params.push(Param { ident, ty: (*pat_type.ty).clone(), doc, injected });
+        params.push(Param {
+            ident,
+            ty: (*pat_type.ty).clone(),
+            doc,
+            injected,
+        });
     }
     params
 }
@@ -113,7 +121,10 @@ pub(crate) fn doc_string(attrs: &[Attribute]) -> Option<String> {
         .filter(|a| a.path().is_ident("doc"))
         .filter_map(|a| match &a.meta {
             syn::Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
                 _ => None,
             },
             _ => None,
@@ -128,7 +139,13 @@ pub(crate) fn doc_string(attrs: &[Attribute]) -> Option<String> {
         .unwrap_or(0);
     let text = lines
         .iter()
-        .map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() })
+        .map(|l| {
+            if l.len() >= indent {
+                &l[indent..]
+            } else {
+                l.trim_start()
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n");
     let text = text.trim();
@@ -146,10 +163,12 @@ fn find_impl_trait(ty: &Type) -> Option<&Type> {
         Type::Ptr(p) => find_impl_trait(&p.elem),
         Type::Tuple(t) => t.elems.iter().find_map(find_impl_trait),
         Type::Path(p) => p.path.segments.iter().find_map(|seg| match &seg.arguments {
-            syn::PathArguments::AngleBracketed(args) => args.args.iter().find_map(|arg| match arg {
-                syn::GenericArgument::Type(t) => find_impl_trait(t),
-                _ => None,
-            }),
+            syn::PathArguments::AngleBracketed(args) => {
+                args.args.iter().find_map(|arg| match arg {
+                    syn::GenericArgument::Type(t) => find_impl_trait(t),
+                    _ => None,
+                })
+            }
             _ => None,
         }),
         _ => None,

@@ -32,9 +32,18 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
     let mut attrs = Attrs::default();
     let mut seen: Vec<String> = Vec::new();
     let parser = syn::meta::parser(|meta| {
-        let key = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| {
-            meta.path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>().join("::")
-        });
+        let key = meta
+            .path
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| {
+                meta.path
+                    .segments
+                    .iter()
+                    .map(|s| s.ident.to_string())
+                    .collect::<Vec<_>>()
+                    .join("::")
+            });
         // Every key takes `= value`; read the value as any expression so a wrong kind of value is
         // reported as such, never as a confusing parse error.
         let value: Option<Expr> = if meta.input.peek(syn::Token![=]) {
@@ -52,21 +61,31 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
         }
         seen.push(key.clone());
         let Some(value) = value else {
-            cx.error_spanned_by(&meta.path, format!("`{key}` needs a value: `{key} = \"...\"`"));
+            cx.error_spanned_by(
+                &meta.path,
+                format!("`{key}` needs a value: `{key} = \"...\"`"),
+            );
             return Ok(());
         };
         if key == "crate" {
             match string_literal(&value) {
                 Some(lit) => match lit.parse::<syn::Path>() {
                     Ok(path) => attrs.krate = Some(path),
-                    Err(_) => cx.error_spanned_by(&lit, "`crate` must be a path such as `::agent_airlock`"),
+                    Err(_) => cx
+                        .error_spanned_by(&lit, "`crate` must be a path such as `::agent_airlock`"),
                 },
-                None => cx.error_spanned_by(&value, "`crate` expects a string literal: `crate = \"::my_runtime\"`"),
+                None => cx.error_spanned_by(
+                    &value,
+                    "`crate` expects a string literal: `crate = \"::my_runtime\"`",
+                ),
             }
             return Ok(());
         }
         let Some(lit) = string_literal(&value) else {
-            cx.error_spanned_by(&value, format!("`{key}` expects a string literal: `{key} = \"...\"`"));
+            cx.error_spanned_by(
+                &value,
+                format!("`{key}` expects a string literal: `{key} = \"...\"`"),
+            );
             return Ok(());
         };
         let (text, span) = (lit.value(), lit.span());
@@ -117,21 +136,29 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
 
 fn string_literal(expr: &Expr) -> Option<LitStr> {
     match expr {
-        Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => Some(lit.clone()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Some(lit.clone()),
         Expr::Group(group) => string_literal(&group.expr),
         _ => None,
     }
 }
 
 fn unknown_key_message(key: &str) -> String {
-    let expected = KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+    let expected = KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let closest = KEYS
         .iter()
         .map(|k| (strsim::damerau_levenshtein(key, k), *k))
         .filter(|(distance, k)| *distance <= 2.max(k.len() / 3))
         .min();
     match closest {
-        Some((_, k)) => format!("unknown key `{key}`, did you mean `{k}`? expected one of {expected}"),
+        Some((_, k)) => {
+            format!("unknown key `{key}`, did you mean `{k}`? expected one of {expected}")
+        }
         None => format!("unknown key `{key}`, expected one of {expected}"),
     }
 }
@@ -144,7 +171,10 @@ pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
             name.chars().count()
         ));
     }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
         return Err(format!(
             "tool name `{name}` contains `{bad}`, only ASCII letters, digits, `_` and `-` are accepted by every provider"
         ));

@@ -13,7 +13,9 @@ pub(crate) struct Ctxt {
 
 impl Ctxt {
     pub(crate) fn new() -> Self {
-        Ctxt { errors: RefCell::new(Some(Vec::new())) }
+        Ctxt {
+            errors: RefCell::new(Some(Vec::new())),
+        }
     }
 
     /// Records an error spanned at `tokens`.
@@ -31,7 +33,9 @@ impl Ctxt {
     pub(crate) fn check(self) -> Result<(), TokenStream> {
         let errors = self.errors.borrow_mut().take().unwrap_or_default();
         let mut iter = errors.into_iter();
-        let Some(mut combined) = iter.next() else { return Ok(()) };
+        let Some(mut combined) = iter.next() else {
+            return Ok(());
+        };
         for rest in iter {
             combined.combine(rest);
         }

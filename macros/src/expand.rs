@@ -2,8 +2,8 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
-use syn::spanned::Spanned;
 use syn::ItemFn;
+use syn::spanned::Spanned;
 
 use crate::ast::{self, Param};
 use crate::attr::{self, Attrs, Ghost};
@@ -71,7 +71,9 @@ fn fallback(func: &ItemFn, errors: TokenStream) -> TokenStream {
 fn strip_parameter_attributes(func: &mut ItemFn) {
     for input in &mut func.sig.inputs {
         if let syn::FnArg::Typed(pat_type) = input {
-            pat_type.attrs.retain(|a| !ast::is_param_attribute_we_consume(a));
+            pat_type
+                .attrs
+                .retain(|a| !ast::is_param_attribute_we_consume(a));
         }
     }
 }
@@ -83,7 +85,13 @@ pub(crate) fn tool_type_ident(fn_ident: &syn::Ident) -> syn::Ident {
     format_ident!("__airlock_tool_{}", name, span = fn_ident.span())
 }
 
-fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, description: &str) -> TokenStream {
+fn generate(
+    func: &ItemFn,
+    attrs: &Attrs,
+    params: &[Param],
+    name: &str,
+    description: &str,
+) -> TokenStream {
     let krate = attrs
         .krate
         .as_ref()
@@ -131,8 +139,9 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         }
     });
 
-    let locals: Vec<syn::Ident> =
-        (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
+    let locals: Vec<syn::Ident> = (0..params.len())
+        .map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site()))
+        .collect();
     let extract = params.iter().zip(&locals).map(|(p, local)| {
         let key = param_key(&p.ident);
         let ty = &p.ty;
@@ -222,14 +231,20 @@ pub(crate) fn tool_path(input: TokenStream) -> TokenStream {
     let mut path: syn::Path = match syn::parse2(input) {
         Ok(path) => path,
         Err(err) => {
-            return syn::Error::new(err.span(), "expected the path of an `#[airlock_tool]` function, e.g. `tool!(billing::refund)`")
-                .to_compile_error();
+            return syn::Error::new(
+                err.span(),
+                "expected the path of an `#[airlock_tool]` function, e.g. `tool!(billing::refund)`",
+            )
+            .to_compile_error();
         }
     };
     if let Some(last) = path.segments.last_mut() {
         if !last.arguments.is_empty() {
-            return syn::Error::new_spanned(&last.arguments, "a tool function has no generic arguments")
-                .to_compile_error();
+            return syn::Error::new_spanned(
+                &last.arguments,
+                "a tool function has no generic arguments",
+            )
+            .to_compile_error();
         }
         last.ident = tool_type_ident(&last.ident);
     }

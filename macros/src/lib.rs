@@ -5,6 +5,9 @@
 //! parameters) collect every error in one [`ctxt::Ctxt`]; [`expand`] writes the tool type; on error
 //! [`expand::fallback`] re-emits the function untouched next to the errors, so nothing else breaks.
 
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 mod ast;
 mod attr;
 mod ctxt;

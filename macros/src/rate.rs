@@ -29,21 +29,31 @@ pub(crate) fn parse(text: &str) -> Result<Rate, String> {
             "rate count `{count}` is not a whole number, expected `N/unit` such as `10/minute`"
         ));
     }
-    let count: u32 = count
-        .parse()
-        .map_err(|_| format!("rate count `{count}` is too large, the largest is {}", u32::MAX))?;
+    let count: u32 = count.parse().map_err(|_| {
+        format!(
+            "rate count `{count}` is too large, the largest is {}",
+            u32::MAX
+        )
+    })?;
     if count == 0 {
-        return Err("rate count must be at least 1; to forbid a tool, deny it in the policy".into());
+        return Err(
+            "rate count must be at least 1; to forbid a tool, deny it in the policy".into(),
+        );
     }
     if unit.is_empty() {
-        return Err(format!("rate `{text}` has no unit, expected one of {EXPECTED_UNITS}"));
+        return Err(format!(
+            "rate `{text}` has no unit, expected one of {EXPECTED_UNITS}"
+        ));
     }
     let unit_seconds = UNITS
         .iter()
         .find(|(names, _)| names.contains(&unit))
         .map(|(_, seconds)| *seconds)
         .ok_or_else(|| format!("unknown rate unit `{unit}`, expected one of {EXPECTED_UNITS}"))?;
-    Ok(Rate { count, unit_seconds })
+    Ok(Rate {
+        count,
+        unit_seconds,
+    })
 }
 
 #[cfg(test)]
@@ -52,17 +62,51 @@ mod tests {
 
     #[test]
     fn accepts_every_unit_and_short_form() {
-        assert_eq!(parse("10/minute"), Ok(Rate { count: 10, unit_seconds: 60 }));
-        assert_eq!(parse("1/s"), Ok(Rate { count: 1, unit_seconds: 1 }));
-        assert_eq!(parse("3/hour"), Ok(Rate { count: 3, unit_seconds: 3_600 }));
-        assert_eq!(parse("2 / day"), Ok(Rate { count: 2, unit_seconds: 86_400 }));
-        assert_eq!(parse("4294967295/sec"), Ok(Rate { count: u32::MAX, unit_seconds: 1 }));
+        assert_eq!(
+            parse("10/minute"),
+            Ok(Rate {
+                count: 10,
+                unit_seconds: 60
+            })
+        );
+        assert_eq!(
+            parse("1/s"),
+            Ok(Rate {
+                count: 1,
+                unit_seconds: 1
+            })
+        );
+        assert_eq!(
+            parse("3/hour"),
+            Ok(Rate {
+                count: 3,
+                unit_seconds: 3_600
+            })
+        );
+        assert_eq!(
+            parse("2 / day"),
+            Ok(Rate {
+                count: 2,
+                unit_seconds: 86_400
+            })
+        );
+        assert_eq!(
+            parse("4294967295/sec"),
+            Ok(Rate {
+                count: u32::MAX,
+                unit_seconds: 1
+            })
+        );
     }
 
     #[test]
     fn rejects_each_malformed_rate_with_its_own_message() {
         let err = |t| parse(t).unwrap_err();
-        assert!(err("ten/minute").contains("not a whole number"), "{}", err("ten/minute"));
+        assert!(
+            err("ten/minute").contains("not a whole number"),
+            "{}",
+            err("ten/minute")
+        );
         assert!(err("-1/minute").contains("not a whole number"));
         assert!(err("0/minute").contains("at least 1"));
         assert_eq!(

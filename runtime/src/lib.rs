@@ -39,6 +39,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
 #![warn(missing_docs)]
 
 mod approval;
@@ -62,10 +63,15 @@ pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, 
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError};
 pub use schema::{ToolDefinition, input_schema};
-pub use tool::{Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec};
+pub use tool::{
+    Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec,
+};
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
-pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {
+pub fn filter_tools<'a>(
+    tools: impl IntoIterator<Item = &'a dyn Tool>,
+    policy: &Policy,
+) -> Vec<ToolDefinition> {
     tools
         .into_iter()
         .filter(|tool| policy.for_tool(tool.spec().name).denied_by.is_none())
@@ -86,8 +92,8 @@ pub mod __private {
     pub use crate::args::ArgumentErrors;
     use crate::context::{Inject, Invocation};
     use crate::message::HostCommand;
-    use crate::tool::{ToolError, ToolOutput};
     pub use crate::tool::{Arguments, PreparedCall};
+    use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
     /// A type a model-visible parameter can have.
@@ -107,11 +113,19 @@ pub mod __private {
         crate::schema::accepts_null::<T>()
     }
 
-    pub fn argument<T: ToolArgument>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
+    pub fn argument<T: ToolArgument>(
+        args: &Arguments,
+        key: &str,
+        errors: &mut ArgumentErrors,
+    ) -> Option<T> {
         crate::args::argument(args, key, errors)
     }
 
-    pub fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
+    pub fn inject<T: Inject>(
+        invocation: &Invocation<'_>,
+        param: &str,
+        errors: &mut ArgumentErrors,
+    ) -> Option<T> {
         crate::args::inject(invocation, param, errors)
     }
 
@@ -141,7 +155,10 @@ pub mod __private {
     impl<T: Serialize> PlainReturn for &T {}
 
     impl FallibleTag {
-        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(self, returned: Result<T, E>) -> ToolOutput {
+        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(
+            self,
+            returned: Result<T, E>,
+        ) -> ToolOutput {
             match returned {
                 Ok(value) => output_of(value),
                 Err(error) => match (&error as &dyn Any).downcast_ref::<ToolError>() {
@@ -160,14 +177,18 @@ pub mod __private {
 
     fn output_of<T: Serialize + 'static>(value: T) -> ToolOutput {
         let mut slot = Some(value);
-        if let Some(command) = (&mut slot as &mut dyn Any).downcast_mut::<Option<HostCommand>>() {
-            if let Some(command) = command.take() {
-                return ToolOutput::Command(command);
-            }
+        // A `HostCommand` is passed through; everything else is serialized (`Some(v)` serializes as `v`).
+        if let Some(command) = (&mut slot as &mut dyn Any)
+            .downcast_mut::<Option<HostCommand>>()
+            .and_then(Option::take)
+        {
+            return ToolOutput::Command(command);
         }
         match serde_json::to_value(&slot) {
             Ok(value) => ToolOutput::Content(value),
-            Err(err) => ToolOutput::Failed(ToolError::new(format!("the tool's result could not be serialized: {err}"))),
+            Err(err) => ToolOutput::Failed(ToolError::new(format!(
+                "the tool's result could not be serialized: {err}"
+            ))),
         }
     }
 }

@@ -18,7 +18,10 @@ impl Rate {
     /// `count` calls per `period_secs` seconds. Used by generated code, which checks both at compile time;
     /// a zero is raised to one so a `Rate` is always valid.
     pub const fn new_const(count: u32, period_secs: u64) -> Self {
-        Rate { count: if count == 0 { 1 } else { count }, period_secs: if period_secs == 0 { 1 } else { period_secs } }
+        Rate {
+            count: if count == 0 { 1 } else { count },
+            period_secs: if period_secs == 0 { 1 } else { period_secs },
+        }
     }
 
     /// Calls allowed per period.
@@ -38,7 +41,8 @@ impl Rate {
 
     /// Whether `self` admits no more than `other` does over any window (the stricter of two).
     pub fn is_at_least_as_strict_as(&self, other: &Rate) -> bool {
-        u128::from(self.count) * u128::from(other.period_secs) <= u128::from(other.count) * u128::from(self.period_secs)
+        u128::from(self.count) * u128::from(other.period_secs)
+            <= u128::from(other.count) * u128::from(self.period_secs)
     }
 }
 
@@ -66,16 +70,22 @@ impl FromStr for Rate {
     /// `"10/minute"`; units `second`, `minute`, `hour`, `day` (or `s`, `sec`, `m`, `min`, `h`, `d`).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let err = |m: String| RateParseError(m);
-        let (count, unit) = text
-            .split_once('/')
-            .ok_or_else(|| err(format!("malformed rate `{text}`, expected `N/unit` such as `10/minute`")))?;
+        let (count, unit) = text.split_once('/').ok_or_else(|| {
+            err(format!(
+                "malformed rate `{text}`, expected `N/unit` such as `10/minute`"
+            ))
+        })?;
         let (count, unit) = (count.trim(), unit.trim());
         if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
             return Err(err(format!("rate count `{count}` is not a whole number")));
         }
-        let count: u32 = count.parse().map_err(|_| err(format!("rate count `{count}` is too large")))?;
+        let count: u32 = count
+            .parse()
+            .map_err(|_| err(format!("rate count `{count}` is too large")))?;
         if count == 0 {
-            return Err(err("rate count must be at least 1; to forbid a tool, deny it".to_owned()));
+            return Err(err(
+                "rate count must be at least 1; to forbid a tool, deny it".to_owned(),
+            ));
         }
         let period_secs = match unit {
             "second" | "sec" | "s" => 1,
@@ -111,7 +121,10 @@ struct Bucket {
 
 impl RateLimiter {
     pub(crate) fn add_bucket(&mut self, rate: Rate) -> BucketId {
-        self.buckets.push(Bucket { rate, full_at: Mutex::new(0) });
+        self.buckets.push(Bucket {
+            rate,
+            full_at: Mutex::new(0),
+        });
         BucketId(self.buckets.len() - 1)
     }
 
@@ -126,12 +139,17 @@ impl RateLimiter {
         let mut guards = Vec::with_capacity(ids.len());
         for id in ids {
             let bucket = &self.buckets[id.0];
-            guards.push((bucket.rate, bucket.full_at.lock().unwrap_or_else(|p| p.into_inner())));
+            guards.push((
+                bucket.rate,
+                bucket.full_at.lock().unwrap_or_else(|p| p.into_inner()),
+            ));
         }
         let mut wait = (0u64, 0usize);
         for (position, (rate, full_at)) in guards.iter().enumerate() {
             let period = duration_nanos(rate.period());
-            let next = (**full_at).max(now).saturating_add(rate.emission_interval_nanos());
+            let next = (**full_at)
+                .max(now)
+                .saturating_add(rate.emission_interval_nanos());
             // Admit while the bucket would hold no more than `period` worth of debt after this call.
             if next.saturating_sub(now) > period && next - now - period > wait.0 {
                 wait = (next - now - period, position);
@@ -141,7 +159,9 @@ impl RateLimiter {
             return Err((Duration::from_nanos(wait.0), wait.1));
         }
         for (rate, full_at) in &mut guards {
-            **full_at = (**full_at).max(now).saturating_add(rate.emission_interval_nanos());
+            **full_at = (**full_at)
+                .max(now)
+                .saturating_add(rate.emission_interval_nanos());
         }
         Ok(())
     }
@@ -153,9 +173,19 @@ mod tests {
 
     #[test]
     fn parses_and_displays() {
-        assert_eq!("10/minute".parse::<Rate>().unwrap().to_string(), "10/minute");
+        assert_eq!(
+            "10/minute".parse::<Rate>().unwrap().to_string(),
+            "10/minute"
+        );
         assert_eq!("1/s".parse::<Rate>().unwrap(), Rate::new_const(1, 1));
-        for bad in ["ten/minute", "0/minute", "5/fortnight", "5/", "5", "99999999999/day"] {
+        for bad in [
+            "ten/minute",
+            "0/minute",
+            "5/fortnight",
+            "5/",
+            "5",
+            "99999999999/day",
+        ] {
             assert!(bad.parse::<Rate>().is_err(), "{bad}");
         }
     }
@@ -178,8 +208,14 @@ mod tests {
         }
         let (wait, position) = limiter.acquire(&[id], t0).unwrap_err();
         assert_eq!((wait, position), (Duration::from_secs(20), 0));
-        assert!(limiter.acquire(&[id], t0 + Duration::from_secs(19)).is_err());
-        limiter.acquire(&[id], t0 + Duration::from_secs(20)).unwrap();
+        assert!(
+            limiter
+                .acquire(&[id], t0 + Duration::from_secs(19))
+                .is_err()
+        );
+        limiter
+            .acquire(&[id], t0 + Duration::from_secs(20))
+            .unwrap();
     }
 
     #[test]

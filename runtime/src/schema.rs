@@ -78,7 +78,10 @@ fn normalize(value: &mut Value) {
             map.remove("$schema");
             map.remove("title");
             let is_object = map.get("type").is_some_and(|t| t == "object");
-            if is_object && map.contains_key("properties") && !map.contains_key("additionalProperties") {
+            if is_object
+                && map.contains_key("properties")
+                && !map.contains_key("additionalProperties")
+            {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
             for (key, child) in map.iter_mut() {
