@@ -189,6 +189,7 @@ pub(crate) fn describe_errors(
     tool: &str,
     errors: &ArgumentErrors,
     schema: &Value,
+    stripped: &[String],
 ) -> (String, Vec<String>) {
     if errors.is_host_error() {
         // The model cannot fix this; say so plainly and keep the host's details out of the model's view.
@@ -206,7 +207,16 @@ pub(crate) fn describe_errors(
             ArgumentError::Missing { field } => {
                 let expected = expected_for(schema, field);
                 let _ = write!(text, "\n- `{field}` is required ({expected})");
-                hints.push(format!("include `{field}` as {expected}"));
+                // A misspelt key was stripped as a ghost: say which one was meant.
+                match stripped
+                    .iter()
+                    .find(|ghost| strsim::damerau_levenshtein(ghost, field) <= 2)
+                {
+                    Some(ghost) => hints.push(format!(
+                        "rename `{ghost}` to `{field}`; send it as {expected}"
+                    )),
+                    None => hints.push(format!("include `{field}` as {expected}")),
+                }
             }
             ArgumentError::Invalid { field, message } => {
                 let top = field.split(['.', '[']).next().unwrap_or(field);

@@ -295,7 +295,7 @@ impl Dispatcher {
             Ok(prepared) => prepared,
             Err(errors) => {
                 let (text, hints) =
-                    args::describe_errors(name, &errors, &entry.definition.input_schema);
+                    args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
                     for error in errors.errors() {
                         tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
