@@ -44,8 +44,7 @@ fn events_of(dispatcher: &Dispatcher, call: ToolCall) -> Vec<String> {
     tracing::subscriber::with_default(subscriber, || {
         block_on(dispatcher.dispatch(call, &CallContext::new()));
     });
-    let events = captured.0.lock().unwrap().clone();
-    events
+    captured.0.lock().unwrap().clone()
 }
 
 #[test]
