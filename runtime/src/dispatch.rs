@@ -15,7 +15,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
-use crate::rate::{BucketId, Rate, RateLimiter};
+use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
 use crate::tool::{Tool, ToolOutput};
 
@@ -125,15 +125,19 @@ impl DispatcherBuilder {
                     .map(|(rule, reason)| EscalationReason { rule, reason }),
             );
             // Every applicable limit gets its own bucket, so the stricter one always binds.
-            let mut bucket_rules: Vec<(String, Rate)> = spec
+            let mut limits: Vec<(String, Rate, RateScope)> = spec
                 .rate
-                .map(|r| ("attribute".to_owned(), r))
+                .map(|r| ("attribute".to_owned(), r, RateScope::PerTool))
                 .into_iter()
                 .collect();
-            bucket_rules.extend(decision.rate_limits);
-            let buckets = bucket_rules
+            limits.extend(decision.rate_limits);
+            let buckets = limits
                 .iter()
-                .map(|(_, rate)| limiter.add_bucket(*rate))
+                .map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope))
+                .collect();
+            let bucket_rules = limits
+                .into_iter()
+                .map(|(rule, rate, _)| (rule, rate))
                 .collect();
             let definition = ToolDefinition::of(&*tool);
             order.push(spec.name);
@@ -356,7 +360,10 @@ impl Dispatcher {
         }
 
         // 6. Rate limits: one token from every applicable bucket, or none.
-        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, self.clock.now()) {
+        if let Err((wait, position)) =
+            self.limiter
+                .acquire(&entry.buckets, context.thread_id(), self.clock.now())
+        {
             let (rule, rate) = entry.bucket_rules[position].clone();
             let secs = wait.as_secs_f64().ceil().max(1.0);
             let mut refused = Refused::new(

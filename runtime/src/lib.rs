@@ -61,7 +61,7 @@ pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, To
 pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
-pub use rate::{Rate, RateParseError};
+pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
     Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec,

@@ -3,7 +3,7 @@
 
 use globset::{Glob, GlobMatcher};
 
-use crate::rate::Rate;
+use crate::rate::{Rate, RateScope};
 
 /// A deployment policy over registered tool names.
 #[derive(Debug, Clone, Default)]
@@ -11,7 +11,7 @@ pub struct Policy {
     deny: Vec<Rule<()>>,
     allow: Vec<Rule<()>>,
     escalate: Vec<Rule<String>>,
-    rate_limits: Vec<Rule<Rate>>,
+    rate_limits: Vec<Rule<(Rate, RateScope)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,8 +28,8 @@ pub struct ToolPolicy {
     pub denied_by: Option<String>,
     /// `(glob, reason)` for each escalation rule that matched.
     pub escalations: Vec<(String, String)>,
-    /// `(glob, rate)` for each rate-limit rule that matched.
-    pub rate_limits: Vec<(String, Rate)>,
+    /// `(glob, rate, scope)` for each rate-limit rule that matched.
+    pub rate_limits: Vec<(String, Rate, RateScope)>,
 }
 
 /// A policy that could not be built.
@@ -96,7 +96,7 @@ impl Policy {
                 .rate_limits
                 .iter()
                 .filter(|r| r.matcher.is_match(name))
-                .map(|r| (r.pattern.clone(), r.value))
+                .map(|r| (r.pattern.clone(), r.value.0, r.value.1))
                 .collect(),
         }
     }
@@ -158,10 +158,19 @@ impl PolicyBuilder {
     }
 
     /// Limits each tool matching `glob` to `rate` (`"10/minute"`), on top of its author's limit.
-    pub fn rate_limit(mut self, glob: &str, rate: &str) -> Self {
+    pub fn rate_limit(self, glob: &str, rate: &str) -> Self {
+        self.scoped_rate_limit(glob, rate, RateScope::PerTool)
+    }
+
+    /// Limits each thread's calls of each tool matching `glob` to `rate`; threads do not share a bucket.
+    pub fn rate_limit_per_thread(self, glob: &str, rate: &str) -> Self {
+        self.scoped_rate_limit(glob, rate, RateScope::PerThread)
+    }
+
+    fn scoped_rate_limit(mut self, glob: &str, rate: &str, scope: RateScope) -> Self {
         match rate.parse::<Rate>() {
             Ok(parsed) => {
-                if let Some(rule) = self.rule(glob, parsed) {
+                if let Some(rule) = self.rule(glob, (parsed, scope)) {
                     self.policy.rate_limits.push(rule);
                 }
             }

@@ -1,5 +1,6 @@
 //! Rate limits: the `N/unit` value and a limiter that takes one token from every applicable bucket or none.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -106,7 +107,17 @@ impl FromStr for Rate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct BucketId(usize);
 
-/// Token buckets kept as GCRA "theoretical arrival times": one `u64` per bucket.
+/// Whom a bucket counts: every call, or each thread's calls apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateScope {
+    /// One bucket for all calls of the tool.
+    PerTool,
+    /// One bucket per thread (conversation) id; calls without a thread id share one.
+    PerThread,
+}
+
+/// Token buckets kept as GCRA "theoretical arrival times": one `u64` per bucket (per thread for
+/// [`RateScope::PerThread`]).
 #[derive(Debug, Default)]
 pub(crate) struct RateLimiter {
     buckets: Vec<Bucket>,
@@ -115,39 +126,90 @@ pub(crate) struct RateLimiter {
 #[derive(Debug)]
 struct Bucket {
     rate: Rate,
-    /// When the bucket is full again, in nanoseconds since the epoch.
-    full_at: Mutex<u64>,
+    state: Mutex<BucketState>,
+}
+
+/// When a bucket is full again, in nanoseconds since the epoch (0: full).
+#[derive(Debug)]
+enum BucketState {
+    PerTool(u64),
+    PerThread {
+        full_at: HashMap<Box<str>, u64>,
+        /// Full buckets are dropped when the map reaches this size, so memory follows active threads.
+        sweep_at: usize,
+    },
+}
+
+const MIN_SWEEP: usize = 1_024;
+
+impl BucketState {
+    fn get(&self, thread: &str) -> u64 {
+        match self {
+            BucketState::PerTool(full_at) => *full_at,
+            BucketState::PerThread { full_at, .. } => full_at.get(thread).copied().unwrap_or(0),
+        }
+    }
+
+    fn set(&mut self, thread: &str, value: u64, now: u64) {
+        match self {
+            BucketState::PerTool(full_at) => *full_at = value,
+            BucketState::PerThread { full_at, sweep_at } => match full_at.get_mut(thread) {
+                Some(slot) => *slot = value,
+                None => {
+                    if full_at.len() >= *sweep_at {
+                        full_at.retain(|_, t| *t > now);
+                        *sweep_at = (full_at.len() * 2).max(MIN_SWEEP);
+                    }
+                    full_at.insert(thread.into(), value);
+                }
+            },
+        }
+    }
 }
 
 impl RateLimiter {
-    pub(crate) fn add_bucket(&mut self, rate: Rate) -> BucketId {
+    pub(crate) fn add_bucket(&mut self, rate: Rate, scope: RateScope) -> BucketId {
+        let state = match scope {
+            RateScope::PerTool => BucketState::PerTool(0),
+            RateScope::PerThread => BucketState::PerThread {
+                full_at: HashMap::new(),
+                sweep_at: MIN_SWEEP,
+            },
+        };
         self.buckets.push(Bucket {
             rate,
-            full_at: Mutex::new(0),
+            state: Mutex::new(state),
         });
         BucketId(self.buckets.len() - 1)
     }
 
-    /// Takes one token from every bucket in `ids` (sorted, distinct), or none: `Err` holds the wait until
-    /// all could admit and the position in `ids` of the bucket that needs the longest wait.
-    pub(crate) fn acquire(&self, ids: &[BucketId], now: Duration) -> Result<(), (Duration, usize)> {
+    /// Takes one token from every bucket in `ids` (ascending, distinct), or none: `Err` holds the wait
+    /// until all could admit and the position in `ids` of the bucket that needs the longest wait.
+    pub(crate) fn acquire(
+        &self,
+        ids: &[BucketId],
+        thread: Option<&str>,
+        now: Duration,
+    ) -> Result<(), (Duration, usize)> {
         if ids.is_empty() {
             return Ok(());
         }
         let now = duration_nanos(now);
+        let thread = thread.unwrap_or("");
         // Locks are taken in id order, so concurrent callers cannot deadlock.
         let mut guards = Vec::with_capacity(ids.len());
         for id in ids {
             let bucket = &self.buckets[id.0];
             guards.push((
                 bucket.rate,
-                bucket.full_at.lock().unwrap_or_else(|p| p.into_inner()),
+                bucket.state.lock().unwrap_or_else(|p| p.into_inner()),
             ));
         }
         let mut wait = (0u64, 0usize);
-        for (position, (rate, full_at)) in guards.iter().enumerate() {
+        for (position, (rate, state)) in guards.iter().enumerate() {
             let period = duration_nanos(rate.period());
-            let next = (**full_at)
+            let next = state
+                .get(thread)
                 .max(now)
                 .saturating_add(rate.emission_interval_nanos());
             // Admit while the bucket would hold no more than `period` worth of debt after this call.
@@ -158,18 +220,66 @@ impl RateLimiter {
         if wait.0 > 0 {
             return Err((Duration::from_nanos(wait.0), wait.1));
         }
-        for (rate, full_at) in &mut guards {
-            **full_at = (**full_at)
+        for (rate, state) in &mut guards {
+            let next = state
+                .get(thread)
                 .max(now)
                 .saturating_add(rate.emission_interval_nanos());
+            state.set(thread, next, now);
         }
         Ok(())
+    }
+
+    /// Threads with a partly spent bucket, summed over buckets.
+    #[cfg(test)]
+    fn tracked_threads(&self) -> usize {
+        self.buckets
+            .iter()
+            .map(
+                |b| match &*b.state.lock().unwrap_or_else(|p| p.into_inner()) {
+                    BucketState::PerTool(_) => 0,
+                    BucketState::PerThread { full_at, .. } => full_at.len(),
+                },
+            )
+            .sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_thread_buckets_are_apart_and_full_ones_are_swept() {
+        let mut limiter = RateLimiter::default();
+        let shared = limiter.add_bucket(Rate::new_const(1_000_000, 60), RateScope::PerTool);
+        let each = limiter.add_bucket(Rate::new_const(1, 60), RateScope::PerThread);
+        let t0 = Duration::from_secs(1_000);
+        limiter.acquire(&[shared, each], Some("a"), t0).unwrap();
+        limiter.acquire(&[shared, each], Some("b"), t0).unwrap();
+        assert_eq!(
+            limiter
+                .acquire(&[shared, each], Some("a"), t0)
+                .unwrap_err()
+                .1,
+            1
+        );
+        for i in 0..5_000 {
+            limiter
+                .acquire(&[each], Some(&format!("t{i}")), t0)
+                .unwrap();
+        }
+        assert_eq!(limiter.tracked_threads(), 5_002);
+        // A minute later every old bucket is full again: the amortised sweep (when the map doubles) drops
+        // them all, so only the 4,000 threads active since are tracked.
+        let later = t0 + Duration::from_secs(61);
+        for i in 0..4_000 {
+            limiter
+                .acquire(&[each], Some(&format!("new{i}")), later)
+                .unwrap();
+        }
+        assert_eq!(limiter.tracked_threads(), 4_000);
+    }
 
     #[test]
     fn parses_and_displays() {
@@ -201,37 +311,37 @@ mod tests {
     #[test]
     fn bursts_then_refills_one_token_per_interval() {
         let mut limiter = RateLimiter::default();
-        let id = limiter.add_bucket(Rate::new_const(3, 60));
+        let id = limiter.add_bucket(Rate::new_const(3, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
         for _ in 0..3 {
-            limiter.acquire(&[id], t0).unwrap();
+            limiter.acquire(&[id], None, t0).unwrap();
         }
-        let (wait, position) = limiter.acquire(&[id], t0).unwrap_err();
+        let (wait, position) = limiter.acquire(&[id], None, t0).unwrap_err();
         assert_eq!((wait, position), (Duration::from_secs(20), 0));
         assert!(
             limiter
-                .acquire(&[id], t0 + Duration::from_secs(19))
+                .acquire(&[id], None, t0 + Duration::from_secs(19))
                 .is_err()
         );
         limiter
-            .acquire(&[id], t0 + Duration::from_secs(20))
+            .acquire(&[id], None, t0 + Duration::from_secs(20))
             .unwrap();
     }
 
     #[test]
     fn all_buckets_or_none() {
         let mut limiter = RateLimiter::default();
-        let roomy = limiter.add_bucket(Rate::new_const(100, 60));
-        let tight = limiter.add_bucket(Rate::new_const(1, 60));
+        let roomy = limiter.add_bucket(Rate::new_const(100, 60), RateScope::PerTool);
+        let tight = limiter.add_bucket(Rate::new_const(1, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
-        limiter.acquire(&[roomy, tight], t0).unwrap();
+        limiter.acquire(&[roomy, tight], None, t0).unwrap();
         for _ in 0..10 {
-            assert_eq!(limiter.acquire(&[roomy, tight], t0).unwrap_err().1, 1);
+            assert_eq!(limiter.acquire(&[roomy, tight], None, t0).unwrap_err().1, 1);
         }
         // The refused calls took nothing from the roomy bucket: 99 remain.
         for _ in 0..99 {
-            limiter.acquire(&[roomy], t0).unwrap();
+            limiter.acquire(&[roomy], None, t0).unwrap();
         }
-        assert!(limiter.acquire(&[roomy], t0).is_err());
+        assert!(limiter.acquire(&[roomy], None, t0).is_err());
     }
 }

@@ -489,6 +489,33 @@ fn a_policy_can_tighten_a_rate_but_never_loosen_it() {
 }
 
 #[test]
+fn per_thread_rate_limits_count_each_thread_apart() {
+    let policy = Policy::builder()
+        .rate_limit_per_thread("greet", "1/hour")
+        .build()
+        .unwrap();
+    let f = fixture(policy, None);
+    let in_thread = |thread: &str| {
+        let context = f.context.clone().with_thread(thread);
+        block_on(
+            f.dispatcher
+                .dispatch(ToolCall::new("c", "greet", json!({"name": "x"})), &context),
+        )
+        .expect_message()
+    };
+    assert_eq!(in_thread("alice").status, Status::Success);
+    assert_eq!(in_thread("bob").status, Status::Success);
+    let again = in_thread("alice");
+    assert_eq!(refusal_kind(&again), Some(RefusalKind::RateLimited));
+    assert_eq!(
+        again.refusal.unwrap().retry_after,
+        Some(Duration::from_secs(3_600))
+    );
+    f.clock.advance(Duration::from_secs(3_600));
+    assert_eq!(in_thread("alice").status, Status::Success);
+}
+
+#[test]
 fn tool_errors_become_error_messages() {
     let f = fixture(Policy::new(), Some(true));
     let message = f.message("transfer", json!({"from": "a", "to": "b", "amount": 0}));
