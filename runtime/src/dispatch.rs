@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
@@ -215,17 +216,20 @@ impl Dispatcher {
             arguments,
         } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
-        let _enter = span.enter();
-        match self.run_gates(&id, &name, arguments, context).await {
+        let gates = self.run_gates(&id, &name, arguments, context);
+        // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
+        match gates.instrument(span.clone()).await {
             Ok(outcome) => outcome,
             Err((refused, stripped)) => {
-                tracing::info!(
-                    target: "agent_airlock",
-                    outcome = "refused",
-                    kind = ?refused.kind,
-                    rule = refused.rule.as_deref().unwrap_or(""),
-                    "tool call refused"
-                );
+                span.in_scope(|| {
+                    tracing::info!(
+                        target: "agent_airlock",
+                        outcome = "refused",
+                        kind = ?refused.kind,
+                        rule = refused.rule.as_deref().unwrap_or(""),
+                        "tool call refused"
+                    )
+                });
                 Outcome::Message(ToolMessage {
                     tool_call_id: id,
                     name,
