@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use super::Inexpressible;
 use super::shared::{self, Failure, child};
 
-const DIALECT: &str = "Gemini function declarations";
+const DIALECT: &str = "Gemini's OpenAPI schema subset";
 
 /// Formats Gemini accepts, per type. Others are dropped: they only narrow values, and the dispatcher still
 /// validates every argument against the Rust type.
@@ -118,15 +118,17 @@ impl Inline<'_> {
             alternatives = self.any_of(any_of, pointer, &mut nullable)?;
         }
 
+        let mut dropped_format = None;
         for (key, value) in &map {
             match key.as_str() {
                 "type" | "enum" | "anyOf" | "required" => {}
-                "format" => {
-                    let allowed = value.as_str().zip(schema_type.as_deref()).is_some_and(|(f, t)| format_allowed(t, f));
-                    if allowed {
+                "format" => match (value.as_str(), schema_type.as_deref()) {
+                    (Some(format), Some(t)) if format_allowed(t, format) => {
                         out.insert(key.clone(), value.clone());
                     }
-                }
+                    (Some(format), Some("string")) => dropped_format = Some(format),
+                    _ => {}
+                },
                 "properties" => {
                     let Value::Object(properties) = value else {
                         return Err(shared::malformed(&child(pointer, "properties"), value));
@@ -160,7 +162,8 @@ impl Inline<'_> {
                         &child(pointer, "additionalProperties"),
                         Inexpressible::Map,
                         format!(
-                            "an object with arbitrary keys (`additionalProperties: {value}`, e.g. a `HashMap` or a flattened map) cannot be expressed in Gemini's OpenAPI subset, which has no `additionalProperties` and lists every property; use a `Vec` of key/value structs"
+                            "an object with arbitrary keys ({}, e.g. a `HashMap` or a flattened map) cannot be expressed in {DIALECT}, which has no `additionalProperties` and lists every property; use a `Vec` of key/value structs",
+                            shared::describe_open(value)
                         ),
                     ));
                 }
@@ -174,6 +177,9 @@ impl Inline<'_> {
             }
         }
 
+        if let Some(format) = dropped_format {
+            shared::describe_format(&mut out, format);
+        }
         if schema_type.as_deref() == Some("object") && !is_root {
             let listed = out.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
             if !listed {
@@ -247,7 +253,9 @@ impl Inline<'_> {
             [] => Err(Failure::new(
                 pointer,
                 Inexpressible::OnlyNull,
-                "a value that can only be `null` (such as `()`) cannot be expressed in Gemini's OpenAPI subset, which has no `null` type; remove the parameter",
+                format!(
+                    "a value that can only be `null` (such as `()`) cannot be expressed in {DIALECT}, which has no `null` type; remove the parameter"
+                ),
             )),
             [t] if TYPES.contains(t) => Ok(Some((*t).to_owned())),
             [t] => Err(shared::malformed(&child(pointer, "type"), &Value::String((*t).to_owned()))),
@@ -278,7 +286,9 @@ impl Inline<'_> {
                 return Err(Failure::new(
                     pointer,
                     Inexpressible::OnlyNull,
-                    "a value that can only be `null` cannot be expressed in Gemini's OpenAPI subset, which has no `null` type",
+                    format!(
+                        "a value that can only be `null` cannot be expressed in {DIALECT}, which has no `null` type"
+                    ),
                 ));
             }
             1 => kept.pop().map(Alternatives::One),
@@ -339,7 +349,7 @@ fn string_enum(
         return Err(Failure::new(
             pointer,
             Inexpressible::OnlyNull,
-            "an enum whose only value is `null` cannot be expressed in Gemini's OpenAPI subset",
+            format!("an enum whose only value is `null` cannot be expressed in {DIALECT}"),
         ));
     }
     Ok(Value::Array(kept))

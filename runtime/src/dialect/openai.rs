@@ -138,6 +138,7 @@ impl Strict<'_> {
         let is_object = shared::has_type(&map, "object") || map.contains_key("properties");
         let is_string = shared::has_type(&map, "string");
         let mut out = Map::new();
+        let mut dropped_format = None;
         for (key, value) in &map {
             match key.as_str() {
                 "type" => {
@@ -148,9 +149,13 @@ impl Strict<'_> {
                     self.count_enum(value, pointer)?;
                     out.insert(key.clone(), value.clone());
                 }
-                "format" if is_string && value.as_str().is_some_and(|f| STRING_FORMATS.contains(&f)) => {
-                    out.insert(key.clone(), value.clone());
-                }
+                "format" if is_string => match value.as_str() {
+                    Some(format) if STRING_FORMATS.contains(&format) => {
+                        out.insert(key.clone(), value.clone());
+                    }
+                    Some(format) => dropped_format = Some(format),
+                    None => {}
+                },
                 "anyOf" => {
                     let branches = value
                         .as_array()
@@ -177,6 +182,9 @@ impl Strict<'_> {
                 // schema, and the dispatcher's strict validation still enforces the Rust type.
                 _ => {}
             }
+        }
+        if let Some(format) = dropped_format {
+            shared::describe_format(&mut out, format);
         }
         if is_object {
             self.close_object(&map, &mut out, pointer, place, depth)?;
@@ -300,7 +308,8 @@ fn map_failure(pointer: &str, value: &Value) -> Failure {
         &child(pointer, "additionalProperties"),
         Inexpressible::Map,
         format!(
-            "an object with arbitrary keys (`additionalProperties: {value}`, e.g. a `HashMap` or a flattened map) cannot be expressed in OpenAI strict mode, which requires `additionalProperties: false` on every object; use a `Vec` of key/value structs, or offer this tool with `Dialect::OpenAiNonStrict`"
+            "an object with arbitrary keys ({}, e.g. a `HashMap` or a flattened map) cannot be expressed in OpenAI strict mode, which requires `additionalProperties: false` on every object; use a `Vec` of key/value structs, or offer this tool with `Dialect::OpenAiNonStrict`",
+            shared::describe_open(value)
         ),
     )
 }

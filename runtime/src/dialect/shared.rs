@@ -285,6 +285,25 @@ pub(super) fn is_unconstrained(map: &Map<String, Value>) -> bool {
         .any(|k| map.contains_key(*k))
 }
 
+/// A string `format` the dialect lacks still tells the model what to send: it moves into the description.
+/// (Numeric formats such as `uint32` are not kept: `minimum`/`maximum` already say the range.)
+pub(super) fn describe_format(schema: &mut Map<String, Value>, format: &str) {
+    let note = format!("Format: {format}.");
+    let description = match schema.get("description").and_then(Value::as_str) {
+        Some(text) if !text.is_empty() => format!("{text} {note}"),
+        _ => note,
+    };
+    schema.insert("description".into(), Value::String(description));
+}
+
+/// How an open object's `additionalProperties` reads in an error.
+pub(super) fn describe_open(additional: &Value) -> &'static str {
+    match additional {
+        Value::Bool(true) => "`additionalProperties: true`",
+        _ => "`additionalProperties` with a schema",
+    }
+}
+
 pub(super) fn any_value(pointer: &str, dialect: &str) -> Failure {
     Failure::new(
         pointer,
