@@ -190,6 +190,7 @@ pub struct Marker {}
 
 /// Scalars of every width.
 #[airlock_tool]
+#[allow(clippy::too_many_arguments)]
 pub fn scalars(
     /// Some text.
     text: String,
@@ -249,7 +250,12 @@ pub fn unit_enums(colour: Colour, plain: Plain) -> Result<String, ToolError> {
 
 /// Enums with data, in every serde representation.
 #[airlock_tool]
-pub fn tagged_enums(external: Shape, internal: Event, adjacent: Message, untagged: Scalar) -> Result<String, ToolError> {
+pub fn tagged_enums(
+    external: Shape,
+    internal: Event,
+    adjacent: Message,
+    untagged: Scalar,
+) -> Result<String, ToolError> {
     Ok(format!("{:?}", (external, internal, adjacent, untagged)))
 }
 
