@@ -14,6 +14,7 @@ use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
 use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
+use crate::dialect::{Dialect, DialectError};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
@@ -205,6 +206,12 @@ impl Dispatcher {
             .filter(|entry| entry.denied_by.is_none())
             .map(|entry| entry.definition.clone())
             .collect()
+    }
+
+    /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
+    /// [`ToolDefinition::to_dialect`]).
+    pub fn offered_tools_in(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
+        crate::dialect::definitions_for(dialect, &self.offered_tools())
     }
 
     /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an

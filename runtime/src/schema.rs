@@ -48,6 +48,10 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
     let mut required = Vec::new();
     for param in spec.params {
         let mut schema = (param.schema)(&mut generator).to_value();
+        if schema == Value::Bool(true) {
+            // `true` and `{}` accept the same values; only the object form can carry a description.
+            schema = Value::Object(Map::new());
+        }
         if let (Some(doc), Value::Object(map)) = (param.description, &mut schema) {
             map.insert("description".to_owned(), Value::String(doc.to_owned()));
         }
@@ -71,16 +75,23 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
     root
 }
 
-/// Drops generator noise (`$schema`, `title`) and closes every object that lists its properties.
+/// Drops generator noise (`$schema`, `title`) and closes every object whose extra keys the schema does not
+/// mention: structs (with or without fields) and `Option`s of them (`type: ["object", "null"]`, which
+/// schemars left open while the same struct outside an `Option` was closed). Maps say `additionalProperties`
+/// themselves and stay open.
 fn normalize(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.remove("$schema");
             map.remove("title");
-            let is_object = map.get("type").is_some_and(|t| t == "object");
+            let is_object = match map.get("type") {
+                Some(Value::String(t)) => t == "object",
+                Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
+                _ => false,
+            };
             if is_object
-                && map.contains_key("properties")
                 && !map.contains_key("additionalProperties")
+                && !map.contains_key("patternProperties")
             {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }

@@ -1,0 +1,369 @@
+//! Provider dialects: the canonical schema of a tool (see [`input_schema`](crate::input_schema)) turned into
+//! what each provider accepts, and the whole tool definition in each provider's request shape.
+//!
+//! | dialect | tool definition | schema rules |
+//! |---|---|---|
+//! | [`Dialect::OpenAi`] | `{"type": "function", "function": {name, description, parameters, "strict": true}}` | Structured Outputs subset: every property required, optional ones nullable, `additionalProperties: false` everywhere, `anyOf` not `oneOf`, few `format`s |
+//! | [`Dialect::OpenAiNonStrict`] | the same with `"strict": false` | the canonical schema |
+//! | [`Dialect::Anthropic`] | `{name, description, input_schema}` | object root, no `anyOf`/`oneOf`/`allOf` at the root |
+//! | [`Dialect::Gemini`] | function declaration `{name, description, parameters}` | OpenAPI 3.0 subset: no `$ref`, `nullable`, string enums, no `additionalProperties` |
+//! | [`Dialect::Mcp`] | `{name, description, inputSchema}` | JSON Schema with an object root |
+//!
+//! A schema either converts to one the provider accepts or fails with a [`DialectError`] saying where and
+//! why. Conversions never narrow what the tool accepts in a way the model cannot see: keywords a dialect
+//! lacks are dropped only when dropping them widens the schema (a `format`, `default`, `uniqueItems`), since
+//! the dispatcher still validates every argument strictly against the Rust type; a shape the dialect cannot
+//! say at all (a map under OpenAI strict mode, a recursive type under Gemini) is an error.
+//!
+//! ```
+//! use agent_airlock::{airlock_tool, tool, Dialect, Tool, ToolDefinition, ToolError};
+//!
+//! /// Look up an order.
+//! #[airlock_tool]
+//! fn order_status(
+//!     /// The order number.
+//!     order: u64,
+//!     /// Include the line items.
+//!     detailed: Option<bool>,
+//! ) -> Result<String, ToolError> {
+//!     Ok(format!("order {order} shipped"))
+//! }
+//!
+//! let definition = ToolDefinition::of(&tool!(order_status));
+//! let openai = definition.to_dialect(Dialect::OpenAi).unwrap();
+//! assert_eq!(openai["function"]["strict"], true);
+//! assert_eq!(openai["function"]["parameters"]["required"], serde_json::json!(["order", "detailed"]));
+//! assert_eq!(openai["function"]["parameters"]["properties"]["detailed"]["type"], serde_json::json!(["boolean", "null"]));
+//! let gemini = definition.to_dialect(Dialect::Gemini).unwrap();
+//! assert_eq!(gemini["parameters"]["properties"]["detailed"]["nullable"], true);
+//! ```
+
+mod gemini;
+mod openai;
+mod shared;
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::schema::ToolDefinition;
+use shared::Failure;
+
+/// A provider's way of declaring tools to a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// OpenAI function calling with `strict: true` (Structured Outputs): the model's arguments always match
+    /// the schema, which must stay inside OpenAI's JSON Schema subset.
+    OpenAi,
+    /// OpenAI function calling with `strict: false`: the canonical schema as it is. For tools whose
+    /// arguments strict mode cannot express (maps, values of any type).
+    OpenAiNonStrict,
+    /// Anthropic Messages API tools (`input_schema`).
+    Anthropic,
+    /// Gemini function declarations (`parameters`, an OpenAPI 3.0 schema subset).
+    Gemini,
+    /// Model Context Protocol `tools/list` entries (`inputSchema`).
+    Mcp,
+}
+
+impl Dialect {
+    /// Every dialect.
+    pub const ALL: [Dialect; 5] = [
+        Dialect::OpenAi,
+        Dialect::OpenAiNonStrict,
+        Dialect::Anthropic,
+        Dialect::Gemini,
+        Dialect::Mcp,
+    ];
+
+    /// A short human-readable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "OpenAI strict",
+            Dialect::OpenAiNonStrict => "OpenAI non-strict",
+            Dialect::Anthropic => "Anthropic",
+            Dialect::Gemini => "Gemini",
+            Dialect::Mcp => "MCP",
+        }
+    }
+
+    /// The canonical arguments schema `canonical` in this dialect: what goes in the definition's
+    /// `parameters` / `input_schema` / `inputSchema`. For Gemini, a tool without parameters yields an object
+    /// without properties, which [`ToolDefinition::to_dialect`] leaves out of the declaration.
+    pub fn schema(self, canonical: &Value) -> Result<Value, DialectError> {
+        self.convert(canonical)
+            .map_err(|failure| DialectError::new(self, None, failure))
+    }
+
+    fn convert(self, canonical: &Value) -> Result<Value, Failure> {
+        match self {
+            Dialect::OpenAi => openai::strict(canonical),
+            Dialect::OpenAiNonStrict => openai::non_strict(canonical),
+            Dialect::Anthropic => {
+                const ANTHROPIC: &str = "Anthropic's `input_schema`";
+                shared::root_object(canonical, ANTHROPIC, &["anyOf", "oneOf", "allOf"])?;
+                shared::check_refs(canonical, canonical, "", ANTHROPIC)?;
+                Ok(canonical.clone())
+            }
+            Dialect::Gemini => gemini::parameters(canonical),
+            Dialect::Mcp => {
+                const MCP: &str = "MCP's `inputSchema`";
+                shared::root_object(canonical, MCP, &[])?;
+                shared::check_refs(canonical, canonical, "", MCP)?;
+                Ok(canonical.clone())
+            }
+        }
+    }
+
+    /// Checks the tool name against the provider's rule.
+    fn check_name(self, name: &str) -> Result<(), Failure> {
+        let (max, rule) = match self {
+            Dialect::OpenAi | Dialect::OpenAiNonStrict | Dialect::Anthropic => {
+                (64, "1 to 64 ASCII letters, digits, `_` or `-`")
+            }
+            Dialect::Gemini => (
+                64,
+                "a letter or `_` first, then ASCII letters, digits, `_`, `.` or `-`, at most 64",
+            ),
+            Dialect::Mcp => (128, "1 to 128 ASCII letters, digits, `_`, `.` or `-`"),
+        };
+        let allowed = |c: char| match self {
+            Dialect::OpenAi | Dialect::OpenAiNonStrict | Dialect::Anthropic => {
+                c.is_ascii_alphanumeric() || matches!(c, '_' | '-')
+            }
+            Dialect::Gemini | Dialect::Mcp => {
+                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+            }
+        };
+        let first_allowed = |c: char| match self {
+            Dialect::Gemini => c.is_ascii_alphabetic() || c == '_',
+            _ => allowed(c),
+        };
+        let mut chars = name.chars();
+        let ok = chars.next().is_some_and(first_allowed) && chars.all(allowed) && name.len() <= max;
+        if ok {
+            return Ok(());
+        }
+        Err(Failure::new(
+            "",
+            Inexpressible::Name {
+                name: name.to_owned(),
+            },
+            format!("{} tool names must be {rule}, `{name}` is not", self.name()),
+        ))
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl ToolDefinition {
+    /// The whole tool definition in `dialect`'s request shape, ready to paste into a request body:
+    ///
+    /// - OpenAI: `{"type": "function", "function": {"name", "description", "parameters", "strict"}}` (the
+    ///   Chat Completions `tools` entry);
+    /// - Anthropic: `{"name", "description", "input_schema"}`;
+    /// - Gemini: `{"name", "description", "parameters"}`, an entry of `functionDeclarations` (`parameters`
+    ///   left out when the tool takes none, as Gemini rejects an object without properties);
+    /// - MCP: `{"name", "description", "inputSchema"}`, an entry of a `tools/list` result.
+    pub fn to_dialect(&self, dialect: Dialect) -> Result<Value, DialectError> {
+        self.convert(dialect)
+            .map_err(|failure| DialectError::new(dialect, Some(&self.name), failure))
+    }
+
+    fn convert(&self, dialect: Dialect) -> Result<Value, Failure> {
+        dialect.check_name(&self.name)?;
+        let schema = dialect.convert(&self.input_schema)?;
+        let name = Value::String(self.name.clone());
+        let description = Value::String(self.description.clone());
+        let object = |entries: Vec<(&str, Value)>| {
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect::<Map<_, _>>(),
+            )
+        };
+        Ok(match dialect {
+            Dialect::OpenAi | Dialect::OpenAiNonStrict => object(vec![
+                ("type", Value::String("function".into())),
+                (
+                    "function",
+                    object(vec![
+                        ("name", name),
+                        ("description", description),
+                        ("parameters", schema),
+                        ("strict", Value::Bool(dialect == Dialect::OpenAi)),
+                    ]),
+                ),
+            ]),
+            Dialect::Anthropic => object(vec![
+                ("name", name),
+                ("description", description),
+                ("input_schema", schema),
+            ]),
+            Dialect::Gemini => {
+                let has_parameters = schema
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .is_some_and(|p| !p.is_empty());
+                let mut entries = vec![("name", name), ("description", description)];
+                if has_parameters {
+                    entries.push(("parameters", schema));
+                }
+                object(entries)
+            }
+            Dialect::Mcp => object(vec![
+                ("name", name),
+                ("description", description),
+                ("inputSchema", schema),
+            ]),
+        })
+    }
+}
+
+/// Every definition in `dialect`'s request shape, in order (see [`ToolDefinition::to_dialect`]); the first
+/// that cannot be expressed is the error. To fall back per tool instead (say to
+/// [`Dialect::OpenAiNonStrict`]), call [`ToolDefinition::to_dialect`] on each.
+pub fn definitions_for<'a>(
+    dialect: Dialect,
+    definitions: impl IntoIterator<Item = &'a ToolDefinition>,
+) -> Result<Vec<Value>, DialectError> {
+    definitions
+        .into_iter()
+        .map(|definition| definition.to_dialect(dialect))
+        .collect()
+}
+
+/// A tool (or schema) that cannot be expressed in a dialect: which, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialectError {
+    dialect: Dialect,
+    tool: Option<String>,
+    pointer: String,
+    kind: Inexpressible,
+    detail: String,
+}
+
+impl DialectError {
+    fn new(dialect: Dialect, tool: Option<&str>, failure: Failure) -> Self {
+        DialectError {
+            dialect,
+            tool: tool.map(str::to_owned),
+            pointer: failure.pointer,
+            kind: failure.kind,
+            detail: failure.detail,
+        }
+    }
+
+    /// The dialect asked for.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The tool, when the error came from a [`ToolDefinition`].
+    pub fn tool(&self) -> Option<&str> {
+        self.tool.as_deref()
+    }
+
+    /// Where in the canonical schema (a JSON pointer, empty for the root).
+    pub fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
+    /// What cannot be expressed.
+    pub fn kind(&self) -> &Inexpressible {
+        &self.kind
+    }
+}
+
+impl fmt::Display for DialectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tool {
+            Some(tool) => write!(
+                f,
+                "tool `{tool}` cannot be offered in the {} dialect: ",
+                self.dialect
+            )?,
+            None => write!(
+                f,
+                "the schema cannot be expressed in the {} dialect: ",
+                self.dialect
+            )?,
+        }
+        f.write_str(&self.detail)?;
+        if self.pointer.is_empty() {
+            f.write_str(" (at the schema's root)")
+        } else {
+            write!(f, " (at `{}`)", self.pointer)
+        }
+    }
+}
+
+impl std::error::Error for DialectError {}
+
+/// What a dialect cannot express.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Inexpressible {
+    /// The root is not an object schema (`type: "object"`).
+    RootNotObject,
+    /// A combinator at the root (Anthropic and OpenAI refuse `anyOf`/`oneOf`/`allOf` there).
+    RootCombinator {
+        /// The keyword.
+        keyword: String,
+    },
+    /// An object with arbitrary keys: `additionalProperties` with a schema or `true` (a `HashMap`,
+    /// `BTreeMap`, `serde_json::Map`, a `#[serde(flatten)]` map).
+    Map,
+    /// An object without properties (Gemini requires at least one on nested objects).
+    EmptyObject,
+    /// A schema that accepts any JSON value (`true`, `{}`), e.g. `serde_json::Value`.
+    AnyValue,
+    /// The schema `false`, which accepts nothing.
+    NoValue,
+    /// A value that can only be `null`, e.g. `()` (Gemini has no `null` type).
+    OnlyNull,
+    /// A tuple whose positions have different types (`prefixItems`).
+    Tuple,
+    /// A recursive type (a `$ref` within its own definition) where references are not accepted.
+    Recursion {
+        /// The reference that closes the cycle.
+        reference: String,
+    },
+    /// A `$ref` that does not resolve within the schema's `$defs`.
+    UnresolvedReference {
+        /// The reference.
+        reference: String,
+    },
+    /// An enum with values other than strings (Gemini).
+    NonStringEnum,
+    /// A `type` list of several non-null types (Gemini names one type).
+    TypeUnion,
+    /// A keyword outside the dialect's subset that cannot be dropped without accepting values the tool
+    /// rejects (`allOf`, `not`, `if`, ...).
+    Keyword {
+        /// The keyword.
+        keyword: String,
+    },
+    /// A provider limit on the schema's size.
+    Limit {
+        /// What is limited.
+        limit: &'static str,
+        /// The provider's maximum.
+        max: usize,
+        /// This schema's count.
+        actual: usize,
+    },
+    /// A tool or parameter name the provider rejects.
+    Name {
+        /// The name.
+        name: String,
+    },
+    /// Not a JSON schema where one was expected.
+    Malformed,
+}
