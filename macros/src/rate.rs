@@ -7,31 +7,22 @@ pub(crate) struct Rate {
     pub(crate) unit_seconds: u64,
 }
 
-const UNITS: &[(&[&str], u64)] = &[
-    (&["second", "sec", "s"], 1),
-    (&["minute", "min", "m"], 60),
-    (&["hour", "h"], 3_600),
-    (&["day", "d"], 86_400),
-];
+const UNITS: &[(&[&str], u64)] =
+    &[(&["second", "sec", "s"], 1), (&["minute", "min", "m"], 60), (&["hour", "h"], 3_600), (&["day", "d"], 86_400)];
 
 const EXPECTED_UNITS: &str = "`second`, `minute`, `hour`, `day`";
 
 /// Parses `"10/minute"`; the error is a complete, user-facing message.
 pub(crate) fn parse(text: &str) -> Result<Rate, String> {
     let Some((count, unit)) = text.split_once('/') else {
-        return Err(format!(
-            "malformed rate `{text}`, expected `N/unit` such as `10/minute`"
-        ));
+        return Err(format!("malformed rate `{text}`, expected `N/unit` such as `10/minute`"));
     };
     let (count, unit) = (count.trim(), unit.trim());
     if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "rate count `{count}` is not a whole number, expected `N/unit` such as `10/minute`"
-        ));
+        return Err(format!("rate count `{count}` is not a whole number, expected `N/unit` such as `10/minute`"));
     }
-    let count: u32 = count
-        .parse()
-        .map_err(|_| format!("rate count `{count}` is too large, the largest is {}", u32::MAX))?;
+    let count: u32 =
+        count.parse().map_err(|_| format!("rate count `{count}` is too large, the largest is `{}`", u32::MAX))?;
     if count == 0 {
         return Err("rate count must be at least 1; to forbid a tool, deny it in the policy".into());
     }
@@ -61,7 +52,7 @@ mod tests {
 
     #[test]
     fn rejects_each_malformed_rate_with_its_own_message() {
-        let err = |t| parse(t).unwrap_err();
+        let err = |t| parse(t).expect_err("malformed");
         assert!(err("ten/minute").contains("not a whole number"), "{}", err("ten/minute"));
         assert!(err("-1/minute").contains("not a whole number"));
         assert!(err("0/minute").contains("at least 1"));

@@ -94,10 +94,24 @@ pub mod __private {
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be a tool parameter",
         label = "the model's arguments cannot be turned into this type",
-        note = "derive `serde::Deserialize` and `schemars::JsonSchema` for `{Self}`, or mark the parameter `#[inject]` if the host supplies it"
+        note = "derive `serde::Deserialize` and `schemars::JsonSchema` for `{Self}` (or for the types it contains), or mark the parameter `#[inject]` if the host supplies it"
     )]
     pub trait ToolArgument: DeserializeOwned + JsonSchema {}
+    // Without `do_not_recommend` rustc reports each missing supertrait on its own instead of the message above.
+    #[diagnostic::do_not_recommend]
     impl<T: DeserializeOwned + JsonSchema> ToolArgument for T {}
+
+    /// Everything the generated code needs for one model-visible parameter, behind a single `ToolArgument`
+    /// bound, so a type that cannot be a parameter is reported once.
+    pub struct VisibleParam<T> {
+        pub schema: fn(&mut SchemaGenerator) -> Schema,
+        pub accepts_null: fn() -> bool,
+        pub argument: fn(&Arguments, &str, &mut ArgumentErrors) -> Option<T>,
+    }
+
+    pub const fn visible_param<T: ToolArgument>() -> VisibleParam<T> {
+        VisibleParam { schema: param_schema::<T>, accepts_null: accepts_null::<T>, argument: argument::<T> }
+    }
 
     pub fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
         crate::schema::param_schema::<T>(generator)
@@ -160,10 +174,10 @@ pub mod __private {
 
     fn output_of<T: Serialize + 'static>(value: T) -> ToolOutput {
         let mut slot = Some(value);
-        if let Some(command) = (&mut slot as &mut dyn Any).downcast_mut::<Option<HostCommand>>() {
-            if let Some(command) = command.take() {
-                return ToolOutput::Command(command);
-            }
+        if let Some(command) = (&mut slot as &mut dyn Any).downcast_mut::<Option<HostCommand>>()
+            && let Some(command) = command.take()
+        {
+            return ToolOutput::Command(command);
         }
         match serde_json::to_value(&slot) {
             Ok(value) => ToolOutput::Content(value),
