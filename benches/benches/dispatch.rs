@@ -6,8 +6,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, ManualClock, Policy, Status, ToolCall,
-    airlock_tool, tool,
+    ApprovalRequest, CallContext, Decision, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool,
 };
 use agent_airlock_benches::run_ready;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -23,11 +22,7 @@ fn lookup_order(
     /// Max rows.
     limit: u32,
 ) -> String {
-    if with_items.unwrap_or(false) {
-        format!("{order_id}:{limit}:items")
-    } else {
-        format!("{order_id}:{limit}")
-    }
+    if with_items.unwrap_or(false) { format!("{order_id}:{limit}:items") } else { format!("{order_id}:{limit}") }
 }
 
 /// Same tool, escalated.
@@ -75,12 +70,7 @@ fn bench(c: &mut Criterion) {
         .tool(tool!(lookup_escalated))
         .tool(tool!(lookup_limited))
         .tool(tool!(admin_lookup))
-        .policy(
-            Policy::builder()
-                .deny("admin_*")
-                .build()
-                .expect("valid policy"),
-        )
+        .policy(Policy::builder().deny("admin_*").build().expect("valid policy"))
         .approver(|_: ApprovalRequest| async { Decision::Approve })
         .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
         .build()
@@ -96,8 +86,7 @@ fn bench(c: &mut Criterion) {
             // What a host does without a guard: parse the arguments it was given and call the function.
             let a = black_box(&arguments);
             let order_id: String = serde_json::from_value(a["order_id"].clone()).expect("string");
-            let with_items: Option<bool> =
-                serde_json::from_value(a["with_items"].clone()).expect("bool");
+            let with_items: Option<bool> = serde_json::from_value(a["with_items"].clone()).expect("bool");
             let limit: u32 = serde_json::from_value(a["limit"].clone()).expect("u32");
             black_box(lookup_order(order_id, with_items, limit))
         })
@@ -110,26 +99,14 @@ fn bench(c: &mut Criterion) {
             json!({"order_id": "ord_1234567890", "with_items": true, "limit": 25, "admin": true, "debug": 1}),
             Status::Success,
         ),
-        (
-            "refused_validation",
-            "lookup_order",
-            json!({"order_id": 5, "limit": "25"}),
-            Status::Error,
-        ),
-        (
-            "denied_by_policy",
-            "admin_lookup",
-            json!({"order_id": "x"}),
-            Status::Error,
-        ),
+        ("refused_validation", "lookup_order", json!({"order_id": 5, "limit": "25"}), Status::Error),
+        ("denied_by_policy", "admin_lookup", json!({"order_id": "x"}), Status::Error),
         ("rate_limited", "lookup_limited", args(), Status::Error),
         ("approver_yes", "lookup_escalated", args(), Status::Success),
     ];
     for (label, name, arguments, expected) in cases {
         let call = ToolCall::new("call_abc123", name, arguments);
-        let status = run_ready(dispatcher.dispatch(call.clone(), &context))
-            .expect_message()
-            .status;
+        let status = run_ready(dispatcher.dispatch(call.clone(), &context)).expect_message().status;
         assert_eq!(status, expected, "{label}");
         group.bench_function(label, |b| {
             b.iter_batched(

@@ -1,6 +1,7 @@
 //! The attribute's keys, parsed into typed values that keep their literal's span.
 
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::Parser;
 use syn::{Expr, ExprLit, Lit, LitStr};
 
@@ -16,6 +17,16 @@ pub(crate) struct Attrs {
     pub(crate) rate: Option<(Rate, Span)>,
     pub(crate) ghost: Option<(Ghost, Span)>,
     pub(crate) krate: Option<syn::Path>,
+    /// `crate = ...` was given but is unusable: the fallback must not guess a runtime path.
+    pub(crate) krate_invalid: bool,
+    /// The keys written, valid or not: a key already reported is not reported again as missing.
+    pub(crate) written: Vec<&'static str>,
+}
+
+impl Attrs {
+    pub(crate) fn wrote(&self, key: &str) -> bool {
+        self.written.contains(&key)
+    }
 }
 
 /// What happens to arguments the model sent that the tool does not declare.
@@ -25,78 +36,60 @@ pub(crate) enum Ghost {
     Block,
 }
 
-const KEYS: &[&str] = &["name", "description", "escalate", "rate", "ghost", "crate"];
+/// Every key, with an example value for the messages that show how to write it.
+const KEYS: &[(&str, &str)] = &[
+    ("name", "\"search_docs\""),
+    ("description", "\"Search the documentation\""),
+    ("escalate", "\"moves money\""),
+    ("rate", "\"10/minute\""),
+    ("ghost", "\"block\""),
+    ("crate", "\"::agent_airlock\""),
+];
 
 /// Parses the attribute's arguments, recording every error in `cx`.
 pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
     let mut attrs = Attrs::default();
-    let mut seen: Vec<String> = Vec::new();
     let parser = syn::meta::parser(|meta| {
-        let key = meta
-            .path
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| {
-                meta.path
-                    .segments
-                    .iter()
-                    .map(|s| s.ident.to_string())
-                    .collect::<Vec<_>>()
-                    .join("::")
-            });
-        // Every key takes `= value`; read the value as any expression so a wrong kind of value is
-        // reported as such, never as a confusing parse error.
-        let value: Option<Expr> = if meta.input.peek(syn::Token![=]) {
-            Some(meta.value()?.parse()?)
-        } else {
-            None
-        };
-        if !KEYS.contains(&key.as_str()) {
-            cx.error_spanned_by(&meta.path, unknown_key_message(&key));
+        let value = parse_value(&meta)?;
+        let Some(&(key, example)) = KEYS.iter().find(|(key, _)| meta.path.is_ident(key)) else {
+            cx.error_spanned_by(&meta.path, unknown_key_message(&path_text(&meta.path)));
             return Ok(());
-        }
-        if seen.contains(&key) {
+        };
+        if attrs.wrote(key) {
             cx.error_spanned_by(&meta.path, format!("duplicate `{key}` key"));
             return Ok(());
         }
-        seen.push(key.clone());
-        let Some(value) = value else {
-            cx.error_spanned_by(
-                &meta.path,
-                format!("`{key}` needs a value: `{key} = \"...\"`"),
-            );
-            return Ok(());
-        };
-        if key == "crate" {
-            match string_literal(&value) {
-                Some(lit) => match lit.parse::<syn::Path>() {
-                    Ok(path) => attrs.krate = Some(path),
-                    Err(_) => cx
-                        .error_spanned_by(&lit, "`crate` must be a path such as `::agent_airlock`"),
-                },
-                None => cx.error_spanned_by(
-                    &value,
-                    "`crate` expects a string literal: `crate = \"::my_runtime\"`",
-                ),
+        attrs.written.push(key);
+        let lit = match value {
+            Value::Missing => {
+                cx.error_spanned_by(&meta.path, format!("`{key}` needs a value, e.g. `{key} = {example}`"));
+                None
             }
-            return Ok(());
-        }
-        let Some(lit) = string_literal(&value) else {
-            cx.error_spanned_by(
-                &value,
-                format!("`{key}` expects a string literal: `{key} = \"...\"`"),
-            );
+            Value::List(group) => {
+                cx.error_spanned_by(group, format!("`{key}` takes `= value`, e.g. `{key} = {example}`"));
+                None
+            }
+            Value::Expr(expr) => {
+                let lit = string_literal(&expr);
+                if lit.is_none() {
+                    cx.error_spanned_by(&expr, format!("`{key}` expects a string literal, e.g. `{key} = {example}`"));
+                }
+                lit
+            }
+        };
+        let Some(lit) = lit else {
+            attrs.krate_invalid |= key == "crate";
             return Ok(());
         };
         let (text, span) = (lit.value(), lit.span());
-        match key.as_str() {
+        match key {
             "name" => match check_tool_name(&text) {
                 Ok(()) => attrs.name = Some((text, span)),
                 Err(message) => cx.error_spanned_by(&lit, message),
             },
             "description" => {
                 if text.trim().is_empty() {
-                    cx.error_spanned_by(&lit, "`description` must not be empty");
+                    cx.error_spanned_by(&lit, "`description` must not be empty: the model reads it to pick the tool");
                 } else {
                     attrs.description = Some((text, span));
                 }
@@ -118,12 +111,21 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
             "ghost" => match text.as_str() {
                 "strip" => attrs.ghost = Some((Ghost::Strip, span)),
                 "block" => attrs.ghost = Some((Ghost::Block, span)),
-                other => cx.error_spanned_by(
-                    &lit,
-                    format!("unknown ghost mode `{other}`, expected one of `strip`, `block`"),
-                ),
+                other => {
+                    cx.error_spanned_by(&lit, format!("unknown ghost mode `{other}`, expected one of `strip`, `block`"))
+                }
             },
-            // `crate` was handled above and `KEYS` holds nothing else.
+            "crate" => match lit.parse::<syn::Path>() {
+                Ok(path) if path.segments.iter().all(|s| s.arguments.is_none()) => attrs.krate = Some(path),
+                _ => {
+                    attrs.krate_invalid = true;
+                    cx.error_spanned_by(
+                        &lit,
+                        format!("`crate` must be the path of the runtime crate, e.g. `crate = {example}`"),
+                    );
+                }
+            },
+            // `KEYS` holds nothing else.
             _ => {}
         }
         Ok(())
@@ -134,50 +136,67 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
     attrs
 }
 
+/// What follows a key.
+enum Value {
+    /// `key` alone.
+    Missing,
+    /// `key(...)`: consumed whole so parsing goes on after it.
+    List(TokenStream),
+    /// `key = <expr>`, read as any expression so a wrong kind of value is reported as such, never as a
+    /// confusing parse error.
+    Expr(Expr),
+}
+
+fn parse_value(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Value> {
+    if meta.input.peek(syn::Token![=]) {
+        return Ok(Value::Expr(meta.value()?.parse()?));
+    }
+    if meta.input.peek(syn::token::Paren) {
+        let group: proc_macro2::Group = meta.input.parse()?;
+        return Ok(Value::List(group.into_token_stream()));
+    }
+    Ok(Value::Missing)
+}
+
+fn path_text(path: &syn::Path) -> String {
+    let segments = path.segments.iter().map(|s| s.ident.to_string()).collect::<Vec<_>>().join("::");
+    if path.leading_colon.is_some() { format!("::{segments}") } else { segments }
+}
+
 fn string_literal(expr: &Expr) -> Option<LitStr> {
     match expr {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(lit), ..
-        }) => Some(lit.clone()),
+        Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => Some(lit.clone()),
         Expr::Group(group) => string_literal(&group.expr),
         _ => None,
     }
 }
 
 fn unknown_key_message(key: &str) -> String {
-    let expected = KEYS
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let expected = KEYS.iter().map(|(k, _)| format!("`{k}`")).collect::<Vec<_>>().join(", ");
     let closest = KEYS
         .iter()
-        .map(|k| (strsim::damerau_levenshtein(key, k), *k))
+        .map(|(k, _)| (strsim::damerau_levenshtein(key, k), *k))
         .filter(|(distance, k)| *distance <= 2.max(k.len() / 3))
         .min();
     match closest {
-        Some((_, k)) => {
-            format!("unknown key `{key}`, did you mean `{k}`? expected one of {expected}")
-        }
+        Some((_, k)) => format!("unknown key `{key}`, did you mean `{k}`? expected one of {expected}"),
         None => format!("unknown key `{key}`, expected one of {expected}"),
     }
 }
 
 /// The strictest provider rule for tool names: `^[a-zA-Z0-9_-]{1,64}$`.
 pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 {
-        return Err(format!(
-            "tool name `{name}` must be 1 to 64 characters long (it has {})",
-            name.chars().count()
-        ));
+    if name.is_empty() {
+        return Err("tool name must not be empty".to_owned());
     }
-    if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-    {
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
         return Err(format!(
             "tool name `{name}` contains `{bad}`, only ASCII letters, digits, `_` and `-` are accepted by every provider"
         ));
+    }
+    // Only ASCII is left, so bytes are characters.
+    if name.len() > 64 {
+        return Err(format!("tool name `{name}` is {} characters long, the limit is 64", name.len()));
     }
     Ok(())
 }
@@ -199,8 +218,10 @@ mod tests {
         assert!(check_tool_name(&"a".repeat(64)).is_ok());
         assert!(check_tool_name(&"a".repeat(65)).is_err());
         assert!(check_tool_name("").is_err());
-        assert!(check_tool_name("has space").unwrap_err().contains("` `"));
+        assert!(check_tool_name("has space").expect_err("invalid").contains("` `"));
         assert!(check_tool_name("dot.name").is_err());
-        assert!(check_tool_name("ünï").is_err());
+        assert!(check_tool_name("ünï").expect_err("invalid").contains("`ü`"));
+        assert!(check_tool_name(&"é".repeat(40)).expect_err("invalid").contains("`é`"));
+        assert!(check_tool_name(&"a".repeat(65)).expect_err("invalid").contains("65 characters"));
     }
 }

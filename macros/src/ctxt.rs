@@ -13,9 +13,7 @@ pub(crate) struct Ctxt {
 
 impl Ctxt {
     pub(crate) fn new() -> Self {
-        Ctxt {
-            errors: RefCell::new(Some(Vec::new())),
-        }
+        Ctxt { errors: RefCell::new(Some(Vec::new())) }
     }
 
     /// Records an error spanned at `tokens`.

@@ -9,35 +9,35 @@ use crate::ast::{self, Param};
 use crate::attr::{self, Attrs, Ghost};
 use crate::ctxt::Ctxt;
 
+const MISSING_DESCRIPTION: &str =
+    "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`";
+
 pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream {
     let mut func: ItemFn = match syn::parse2(input.clone()) {
         Ok(func) => func,
         Err(err) => {
-            // Not a free function: say so and give the tokens back unchanged.
-            let message = syn::Error::new(
-                err.span(),
-                "`#[airlock_tool]` applies to a free `fn` or `async fn` item",
-            );
-            let error = message.to_compile_error();
+            // Not a function: say so at the item's keyword and give the tokens back unchanged.
+            let span =
+                syn::parse2::<syn::Item>(input.clone()).ok().and_then(|item| item_keyword(&item)).unwrap_or(err.span());
+            let error =
+                syn::Error::new(span, "`#[airlock_tool]` applies to a free `fn` or `async fn` item").to_compile_error();
             return quote!(#error #input);
         }
     };
     let cx = Ctxt::new();
     let attrs = attr::parse(&cx, args);
     let params = ast::params(&cx, &func);
-    let description = attrs
-        .description
-        .as_ref()
-        .map(|(text, _)| text.clone())
-        .or_else(|| ast::doc_string(&func.attrs));
-    if description.is_none() {
-        cx.error_spanned_by(
-            &func.sig.ident,
-            "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`",
-        );
+    let description = match &attrs.description {
+        Some((text, _)) => Some(ast::Doc::Text(text.clone())),
+        None => ast::doc(&func.attrs),
+    };
+    if description.is_none() && !attrs.wrote("description") {
+        cx.error_spanned_by(&func.sig.ident, MISSING_DESCRIPTION);
     }
     let name = match &attrs.name {
         Some((name, _)) => name.clone(),
+        // Already reported at the attribute's value.
+        None if attrs.wrote("name") => String::new(),
         None => {
             let name = func.sig.ident.to_string();
             let name = name.strip_prefix("r#").unwrap_or(&name).to_owned();
@@ -49,9 +49,14 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
     };
     strip_parameter_attributes(&mut func);
     if let Err(errors) = cx.check() {
-        return fallback(&func, errors);
+        return fallback(&func, &attrs, errors);
     }
-    let description = description.unwrap_or_default();
+    let Some(description) = description else {
+        // Not reached: a missing description was recorded above, so `check` failed. Still an error, never a
+        // tool without a description.
+        let error = syn::Error::new_spanned(&func.sig.ident, MISSING_DESCRIPTION).to_compile_error();
+        return fallback(&func, &attrs, error);
+    };
     let tool = generate(&func, &attrs, &params, &name, &description);
     quote! {
         #func
@@ -59,11 +64,72 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
     }
 }
 
-/// On error: the function as written (minus our markers) plus the errors, so nothing cascades.
-fn fallback(func: &ItemFn, errors: TokenStream) -> TokenStream {
+/// The keyword that says what kind of item this is, e.g. `struct`.
+fn item_keyword(item: &syn::Item) -> Option<Span> {
+    use syn::Item;
+    Some(match item {
+        Item::Const(item) => item.const_token.span,
+        Item::Enum(item) => item.enum_token.span,
+        Item::ExternCrate(item) => item.extern_token.span,
+        Item::ForeignMod(item) => item.abi.extern_token.span,
+        Item::Impl(item) => item.impl_token.span,
+        Item::Macro(item) => item.mac.path.span(),
+        Item::Mod(item) => item.mod_token.span,
+        Item::Static(item) => item.static_token.span,
+        Item::Struct(item) => item.struct_token.span,
+        Item::Trait(item) => item.trait_token.span,
+        Item::TraitAlias(item) => item.trait_token.span,
+        Item::Type(item) => item.type_token.span,
+        Item::Union(item) => item.union_token.span,
+        Item::Use(item) => item.use_token.span,
+        _ => return None,
+    })
+}
+
+/// On error: the function as written (minus our markers) plus the errors, so nothing cascades. Where the
+/// tool type can exist (not on a method, and the runtime path is known), a stub of it is emitted too, so a
+/// `tool!(f)` elsewhere type-checks and the user sees only the real errors.
+fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
+    let is_method = func.sig.inputs.iter().any(|input| matches!(input, syn::FnArg::Receiver(_)));
+    if is_method || attrs.krate_invalid {
+        return quote! {
+            #errors
+            #func
+        };
+    }
+    let krate = runtime_path(attrs);
+    let private = quote!(#krate::__private);
+    let vis = &func.vis;
+    let tool_ident = tool_type_ident(&func.sig.ident);
     quote! {
         #errors
         #func
+
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
+        #vis struct #tool_ident;
+
+        impl #krate::Tool for #tool_ident {
+            fn spec(&self) -> &'static #krate::ToolSpec {
+                ::core::unreachable!()
+            }
+
+            fn prepare(
+                &self,
+                _: &#private::Arguments,
+                _: &#krate::Invocation<'_>,
+            ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
+                ::core::unreachable!()
+            }
+        }
+    }
+}
+
+fn runtime_path(attrs: &Attrs) -> TokenStream {
+    match &attrs.krate {
+        Some(path) => quote!(#path),
+        None => quote!(::agent_airlock),
     }
 }
 
@@ -71,9 +137,7 @@ fn fallback(func: &ItemFn, errors: TokenStream) -> TokenStream {
 fn strip_parameter_attributes(func: &mut ItemFn) {
     for input in &mut func.sig.inputs {
         if let syn::FnArg::Typed(pat_type) = input {
-            pat_type
-                .attrs
-                .retain(|a| !ast::is_param_attribute_we_consume(a));
+            pat_type.attrs.retain(|a| !ast::is_param_attribute_we_consume(a));
         }
     }
 }
@@ -85,18 +149,8 @@ pub(crate) fn tool_type_ident(fn_ident: &syn::Ident) -> syn::Ident {
     format_ident!("__airlock_tool_{}", name, span = fn_ident.span())
 }
 
-fn generate(
-    func: &ItemFn,
-    attrs: &Attrs,
-    params: &[Param],
-    name: &str,
-    description: &str,
-) -> TokenStream {
-    let krate = attrs
-        .krate
-        .as_ref()
-        .map(|path| quote!(#path))
-        .unwrap_or_else(|| quote!(::agent_airlock));
+fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, description: &ast::Doc) -> TokenStream {
+    let krate = runtime_path(attrs);
     let private = quote!(#krate::__private);
     let vis = &func.vis;
     let fn_ident = &func.sig.ident;
@@ -118,41 +172,46 @@ fn generate(
         Ghost::Block => quote!(#krate::GhostPolicy::Block),
     };
 
-    let visible: Vec<&Param> = params.iter().filter(|p| !p.injected).collect();
-    let param_specs = visible.iter().map(|p| {
+    // Generated locals are mixed-site: neither the user's code nor a `macro_rules!` that wraps the tool can
+    // see or shadow them, and they resolve even where the user's types come from another hygiene context.
+    let arguments = syn::Ident::new("__airlock_arguments", Span::mixed_site());
+    let invocation = syn::Ident::new("__airlock_invocation", Span::mixed_site());
+    let errors = syn::Ident::new("__airlock_errors", Span::mixed_site());
+    let returned = syn::Ident::new("__airlock_returned", Span::mixed_site());
+
+    // Everything about a model-visible parameter comes from one call, `visible_param::<T>()`, spanned at the
+    // user's type. A type that cannot be an argument is reported there; the two uses (the spec and the
+    // extraction) give identical diagnostics, which rustc reports once.
+    let visible_param = |ty: &syn::Type| quote_spanned!(ty.span()=> #private::visible_param::<#ty>());
+    let param_specs = params.iter().filter(|p| !p.injected).map(|p| {
         let key = param_key(&p.ident);
-        let ty = &p.ty;
         let description = match &p.doc {
             Some(doc) => quote!(::core::option::Option::Some(#doc)),
             None => quote!(::core::option::Option::None),
         };
-        // Spanned at the type: a type that cannot be an argument is reported there.
-        let schema = quote_spanned!(ty.span()=> #private::param_schema::<#ty>);
-        let accepts_null = quote_spanned!(ty.span()=> #private::accepts_null::<#ty>);
+        let visible = visible_param(&p.ty);
         quote! {
             #krate::ParamSpec {
                 name: #key,
                 description: #description,
-                schema: #schema,
-                accepts_null: #accepts_null,
+                schema: #visible.schema,
+                accepts_null: #visible.accepts_null,
             }
         }
     });
 
-    let locals: Vec<syn::Ident> = (0..params.len())
-        .map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site()))
-        .collect();
+    let locals: Vec<syn::Ident> =
+        (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
     let extract = params.iter().zip(&locals).map(|(p, local)| {
         let key = param_key(&p.ident);
         let ty = &p.ty;
         if p.injected {
-            quote_spanned! {ty.span()=>
-                let #local = #private::inject::<#ty>(__airlock_invocation, #key, &mut __airlock_errors);
-            }
+            // Spanned at the type: a type that is not `Inject` is reported there.
+            let inject = quote_spanned!(ty.span()=> #private::inject::<#ty>);
+            quote!(let #local = #inject(#invocation, #key, &mut #errors);)
         } else {
-            quote_spanned! {ty.span()=>
-                let #local = #private::argument::<#ty>(__airlock_arguments, #key, &mut __airlock_errors);
-            }
+            let visible = visible_param(ty);
+            quote!(let #local = (#visible.argument)(#arguments, #key, &mut #errors);)
         }
     });
     let call = if func.sig.asyncness.is_some() {
@@ -162,11 +221,11 @@ fn generate(
     };
     let run = quote! {
         #private::prepared(async move {
-            let __airlock_returned = #call;
+            let #returned = #call;
             {
                 #[allow(unused_imports)]
                 use #private::{FallibleReturn as _, PlainReturn as _};
-                (&__airlock_returned).__airlock_return_kind().into_output(__airlock_returned)
+                (&#returned).__airlock_return_kind().into_output(#returned)
             }
         })
     };
@@ -175,21 +234,21 @@ fn generate(
         quote!(::core::result::Result::Ok(#run))
     } else {
         quote! {
-            let mut __airlock_errors = #private::ArgumentErrors::new();
+            let mut #errors = #private::ArgumentErrors::new();
             #(#extract)*
             match (#(#locals,)*) {
                 (#(::core::option::Option::Some(#locals),)*) => ::core::result::Result::Ok(#run),
-                _ => ::core::result::Result::Err(__airlock_errors),
+                _ => ::core::result::Result::Err(#errors),
             }
         }
     };
-    let tool_doc = format!("The `{name}` tool generated by `#[airlock_tool]` for [`{fn_ident}`].");
+    let tool_doc = format!("The `{name}` tool generated by `#[airlock_tool]` for `{}`.", param_key(fn_ident));
 
     quote! {
         #[doc = #tool_doc]
         #[doc(hidden)]
         #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
+        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
         #vis struct #tool_ident;
 
         const _: () = {
@@ -210,8 +269,8 @@ fn generate(
                 #[allow(unused_variables)]
                 fn prepare(
                     &self,
-                    __airlock_arguments: &#private::Arguments,
-                    __airlock_invocation: &#krate::Invocation<'_>,
+                    #arguments: &#private::Arguments,
+                    #invocation: &#krate::Invocation<'_>,
                 ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
                     #body
                 }
@@ -240,11 +299,8 @@ pub(crate) fn tool_path(input: TokenStream) -> TokenStream {
     };
     if let Some(last) = path.segments.last_mut() {
         if !last.arguments.is_empty() {
-            return syn::Error::new_spanned(
-                &last.arguments,
-                "a tool function has no generic arguments",
-            )
-            .to_compile_error();
+            return syn::Error::new_spanned(&last.arguments, "a tool function has no generic arguments")
+                .to_compile_error();
         }
         last.ident = tool_type_ident(&last.ident);
     }

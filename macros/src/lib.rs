@@ -3,7 +3,9 @@
 //! Use it through the `agent-airlock` crate, which re-exports it and holds the runtime the generated code
 //! calls. The pipeline: [`attr`] (the attribute's keys to typed values) and [`ast`] (the function's
 //! parameters) collect every error in one [`ctxt::Ctxt`]; [`expand`] writes the tool type; on error
-//! [`expand::fallback`] re-emits the function untouched next to the errors, so nothing else breaks.
+//! [`expand::fallback`] re-emits the function (minus our parameter markers) and a stub of the tool type next
+//! to the errors, so the user sees only the real mistakes. Every diagnostic has a trybuild case in
+//! `ui-tests/`.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]

@@ -34,9 +34,7 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, Admis
         // Some providers send no arguments at all for a tool without parameters.
         Value::Null => Arguments::new(),
         Value::String(_) => {
-            return Err(AdmissionError::NotAnObject(
-                "a string (malformed JSON text?)",
-            ));
+            return Err(AdmissionError::NotAnObject("a string (malformed JSON text?)"));
         }
         Value::Array(_) => return Err(AdmissionError::NotAnObject("an array")),
         Value::Bool(_) => return Err(AdmissionError::NotAnObject("a boolean")),
@@ -59,10 +57,7 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, Admis
         }
     }
     map.retain(|_, value| !value.is_null());
-    Ok(Admitted {
-        arguments: map,
-        stripped: ghosts,
-    })
+    Ok(Admitted { arguments: map, stripped: ghosts })
 }
 
 /// Iterative, so a hostile nesting cannot exhaust the stack here.
@@ -129,26 +124,18 @@ impl ArgumentErrors {
 
     /// Whether any error is the host's, not the model's.
     pub fn is_host_error(&self) -> bool {
-        self.errors
-            .iter()
-            .any(|e| matches!(e, ArgumentError::Injection { .. }))
+        self.errors.iter().any(|e| matches!(e, ArgumentError::Injection { .. }))
     }
 }
 
 /// Deserializes one argument strictly (`"5"` is not a number, `5.0` is not an integer). Absent means
 /// `null`, which only a type like `Option<T>` accepts.
-pub(crate) fn argument<T: DeserializeOwned>(
-    args: &Arguments,
-    key: &str,
-    errors: &mut ArgumentErrors,
-) -> Option<T> {
+pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     let value = args.get(key).unwrap_or(&Value::Null);
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(parsed) => Some(parsed),
         Err(_) if value.is_null() => {
-            errors.push(ArgumentError::Missing {
-                field: key.to_owned(),
-            });
+            errors.push(ArgumentError::Missing { field: key.to_owned() });
             None
         }
         Err(err) => {
@@ -158,27 +145,17 @@ pub(crate) fn argument<T: DeserializeOwned>(
                 nested if nested.starts_with('[') => format!("{key}{nested}"),
                 nested => format!("{key}.{nested}"),
             };
-            errors.push(ArgumentError::Invalid {
-                field,
-                message: err.into_inner().to_string(),
-            });
+            errors.push(ArgumentError::Invalid { field, message: err.into_inner().to_string() });
             None
         }
     }
 }
 
-pub(crate) fn inject<T: Inject>(
-    invocation: &Invocation<'_>,
-    param: &str,
-    errors: &mut ArgumentErrors,
-) -> Option<T> {
+pub(crate) fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
     match T::inject(invocation) {
         Ok(value) => Some(value),
         Err(err) => {
-            errors.push(ArgumentError::Injection {
-                param: param.to_owned(),
-                message: err.to_string(),
-            });
+            errors.push(ArgumentError::Injection { param: param.to_owned(), message: err.to_string() });
             None
         }
     }
@@ -194,9 +171,7 @@ pub(crate) fn describe_errors(
     if errors.is_host_error() {
         // The model cannot fix this; say so plainly and keep the host's details out of the model's view.
         return (
-            format!(
-                "tool `{tool}` cannot run right now because the host is misconfigured; do not retry it"
-            ),
+            format!("tool `{tool}` cannot run right now because the host is misconfigured; do not retry it"),
             vec!["tell the user this tool is unavailable".to_owned()],
         );
     }
@@ -208,13 +183,8 @@ pub(crate) fn describe_errors(
                 let expected = expected_for(schema, field);
                 let _ = write!(text, "\n- `{field}` is required ({expected})");
                 // A misspelt key was stripped as a ghost: say which one was meant.
-                match stripped
-                    .iter()
-                    .find(|ghost| strsim::damerau_levenshtein(ghost, field) <= 2)
-                {
-                    Some(ghost) => hints.push(format!(
-                        "rename `{ghost}` to `{field}`; send it as {expected}"
-                    )),
+                match stripped.iter().find(|ghost| strsim::damerau_levenshtein(ghost, field) <= 2) {
+                    Some(ghost) => hints.push(format!("rename `{ghost}` to `{field}`; send it as {expected}")),
                     None => hints.push(format!("include `{field}` as {expected}")),
                 }
             }
@@ -258,11 +228,7 @@ fn describe_schema(schema: &Value) -> String {
     }
     let types: Vec<&str> = match schema.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|t| *t != "null")
-            .collect(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
         _ => Vec::new(),
     };
     let Some(kind) = types.first() else {
@@ -316,23 +282,17 @@ mod tests {
     #[test]
     fn strict_deserialization_names_the_path() {
         let mut errors = ArgumentErrors::new();
-        let args: Arguments =
-            serde_json::from_value(json!({"n": "5", "f": 5.0, "v": [1, "x"]})).unwrap();
+        let args: Arguments = serde_json::from_value(json!({"n": "5", "f": 5.0, "v": [1, "x"]})).unwrap();
         assert_eq!(argument::<u32>(&args, "n", &mut errors), None);
         assert_eq!(argument::<u32>(&args, "f", &mut errors), None);
         assert_eq!(argument::<Vec<u32>>(&args, "v", &mut errors), None);
-        assert_eq!(
-            argument::<Option<u32>>(&args, "absent", &mut errors),
-            Some(None)
-        );
+        assert_eq!(argument::<Option<u32>>(&args, "absent", &mut errors), Some(None));
         assert_eq!(argument::<u32>(&args, "absent", &mut errors), None);
         let fields: Vec<String> = errors
             .errors()
             .iter()
             .map(|e| match e {
-                ArgumentError::Invalid { field, .. } | ArgumentError::Missing { field } => {
-                    field.clone()
-                }
+                ArgumentError::Invalid { field, .. } | ArgumentError::Missing { field } => field.clone(),
                 ArgumentError::Injection { param, .. } => param.clone(),
             })
             .collect();
@@ -344,17 +304,9 @@ mod tests {
 
     #[test]
     fn describes_expected_shapes() {
-        assert!(
-            describe_schema(&json!({"type": "integer", "minimum": 0})).contains("non-negative")
-        );
+        assert!(describe_schema(&json!({"type": "integer", "minimum": 0})).contains("non-negative"));
         assert!(describe_schema(&json!({"type": ["string", "null"]})).contains("string"));
-        assert_eq!(
-            describe_schema(&json!({"enum": ["a", "b"]})),
-            "one of \"a\", \"b\""
-        );
-        assert!(
-            describe_schema(&json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]}))
-                .contains("true")
-        );
+        assert_eq!(describe_schema(&json!({"enum": ["a", "b"]})), "one of \"a\", \"b\"");
+        assert!(describe_schema(&json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]})).contains("true"));
     }
 }

@@ -15,9 +15,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
     }
 }
 
@@ -30,9 +28,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock showing `since_epoch`.
     pub fn new(since_epoch: Duration) -> Self {
-        ManualClock {
-            nanos: AtomicU64::new(duration_nanos(since_epoch)),
-        }
+        ManualClock { nanos: AtomicU64::new(duration_nanos(since_epoch)) }
     }
 
     /// Moves the clock forward.
@@ -42,8 +38,7 @@ impl ManualClock {
 
     /// Sets the clock.
     pub fn set(&self, since_epoch: Duration) {
-        self.nanos
-            .store(duration_nanos(since_epoch), Ordering::SeqCst);
+        self.nanos.store(duration_nanos(since_epoch), Ordering::SeqCst);
     }
 }
 

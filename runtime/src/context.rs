@@ -44,11 +44,7 @@ impl CallContext {
     }
 
     /// The checkpoint namespace and the map of checkpoint ids (namespace → id) the call runs under.
-    pub fn with_checkpoint(
-        mut self,
-        namespace: impl Into<String>,
-        map: BTreeMap<String, String>,
-    ) -> Self {
+    pub fn with_checkpoint(mut self, namespace: impl Into<String>, map: BTreeMap<String, String>) -> Self {
         let inner = self.inner_mut();
         inner.checkpoint_ns = namespace.into();
         inner.checkpoint_map = map;
@@ -57,9 +53,7 @@ impl CallContext {
 
     /// Agent state of type `T`, injected into parameters of type [`State<T>`].
     pub fn with_state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.inner_mut()
-            .state
-            .insert(TypeId::of::<T>(), Arc::new(value));
+        self.inner_mut().state.insert(TypeId::of::<T>(), Arc::new(value));
         self
     }
 
@@ -71,9 +65,7 @@ impl CallContext {
 
     /// A store of type `T`, injected into parameters of type [`Store<T>`].
     pub fn with_store<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.inner_mut()
-            .store
-            .insert(TypeId::of::<T>(), Arc::new(value));
+        self.inner_mut().store.insert(TypeId::of::<T>(), Arc::new(value));
         self
     }
 
@@ -110,8 +102,7 @@ impl CallContext {
     }
 
     fn lookup<T: Send + Sync + 'static>(map: &TypeMap) -> Option<Arc<T>> {
-        map.get(&TypeId::of::<T>())
-            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+        map.get(&TypeId::of::<T>()).and_then(|v| Arc::clone(v).downcast::<T>().ok())
     }
 
     /// The agent state of type `T`, if the host supplied one.
@@ -159,9 +150,7 @@ pub struct InjectError {
 impl InjectError {
     /// An error with a message for the host's developer.
     pub fn new(message: impl Into<String>) -> Self {
-        InjectError {
-            message: message.into(),
-        }
+        InjectError { message: message.into() }
     }
 }
 
@@ -213,20 +202,12 @@ macro_rules! shared_value {
 
         impl<T: Send + Sync + 'static> Inject for $wrapper<T> {
             fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError> {
-                invocation
-                    .context
-                    .$getter::<T>()
-                    .map($wrapper)
-                    .ok_or_else(|| {
-                        InjectError::new(format!(
-                            concat!(
-                                "no `{}` in the call context; supply it with `CallContext::",
-                                $with,
-                                "`"
-                            ),
-                            type_name::<T>()
-                        ))
-                    })
+                invocation.context.$getter::<T>().map($wrapper).ok_or_else(|| {
+                    InjectError::new(format!(
+                        concat!("no `{}` in the call context; supply it with `CallContext::", $with, "`"),
+                        type_name::<T>()
+                    ))
+                })
             }
         }
     };

@@ -69,13 +69,8 @@ pub enum Dialect {
 
 impl Dialect {
     /// Every dialect.
-    pub const ALL: [Dialect; 5] = [
-        Dialect::OpenAi,
-        Dialect::OpenAiNonStrict,
-        Dialect::Anthropic,
-        Dialect::Gemini,
-        Dialect::Mcp,
-    ];
+    pub const ALL: [Dialect; 5] =
+        [Dialect::OpenAi, Dialect::OpenAiNonStrict, Dialect::Anthropic, Dialect::Gemini, Dialect::Mcp];
 
     /// A short human-readable name.
     pub fn name(self) -> &'static str {
@@ -92,8 +87,7 @@ impl Dialect {
     /// `parameters` / `input_schema` / `inputSchema`. For Gemini, a tool without parameters yields an object
     /// without properties, which [`ToolDefinition::to_dialect`] leaves out of the declaration.
     pub fn schema(self, canonical: &Value) -> Result<Value, DialectError> {
-        self.convert(canonical)
-            .map_err(|failure| DialectError::new(self, None, failure))
+        self.convert(canonical).map_err(|failure| DialectError::new(self, None, failure))
     }
 
     fn convert(self, canonical: &Value) -> Result<Value, Failure> {
@@ -122,19 +116,14 @@ impl Dialect {
             Dialect::OpenAi | Dialect::OpenAiNonStrict | Dialect::Anthropic => {
                 (64, "1 to 64 ASCII letters, digits, `_` or `-`")
             }
-            Dialect::Gemini => (
-                64,
-                "a letter or `_` first, then ASCII letters, digits, `_`, `.` or `-`, at most 64",
-            ),
+            Dialect::Gemini => (64, "a letter or `_` first, then ASCII letters, digits, `_`, `.` or `-`, at most 64"),
             Dialect::Mcp => (128, "1 to 128 ASCII letters, digits, `_`, `.` or `-`"),
         };
         let allowed = |c: char| match self {
             Dialect::OpenAi | Dialect::OpenAiNonStrict | Dialect::Anthropic => {
                 c.is_ascii_alphanumeric() || matches!(c, '_' | '-')
             }
-            Dialect::Gemini | Dialect::Mcp => {
-                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
-            }
+            Dialect::Gemini | Dialect::Mcp => c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'),
         };
         let first_allowed = |c: char| match self {
             Dialect::Gemini => c.is_ascii_alphabetic() || c == '_',
@@ -147,9 +136,7 @@ impl Dialect {
         }
         Err(Failure::new(
             "",
-            Inexpressible::Name {
-                name: name.to_owned(),
-            },
+            Inexpressible::Name { name: name.to_owned() },
             format!("{} tool names must be {rule}, `{name}` is not", self.name()),
         ))
     }
@@ -171,8 +158,7 @@ impl ToolDefinition {
     ///   left out when the tool takes none, as Gemini rejects an object without properties);
     /// - MCP: `{"name", "description", "inputSchema"}`, an entry of a `tools/list` result.
     pub fn to_dialect(&self, dialect: Dialect) -> Result<Value, DialectError> {
-        self.convert(dialect)
-            .map_err(|failure| DialectError::new(dialect, Some(&self.name), failure))
+        self.convert(dialect).map_err(|failure| DialectError::new(dialect, Some(&self.name), failure))
     }
 
     fn convert(&self, dialect: Dialect) -> Result<Value, Failure> {
@@ -181,12 +167,7 @@ impl ToolDefinition {
         let name = Value::String(self.name.clone());
         let description = Value::String(self.description.clone());
         let object = |entries: Vec<(&str, Value)>| {
-            Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect::<Map<_, _>>(),
-            )
+            Value::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())
         };
         Ok(match dialect {
             Dialect::OpenAi | Dialect::OpenAiNonStrict => object(vec![
@@ -201,27 +182,16 @@ impl ToolDefinition {
                     ]),
                 ),
             ]),
-            Dialect::Anthropic => object(vec![
-                ("name", name),
-                ("description", description),
-                ("input_schema", schema),
-            ]),
+            Dialect::Anthropic => object(vec![("name", name), ("description", description), ("input_schema", schema)]),
             Dialect::Gemini => {
-                let has_parameters = schema
-                    .get("properties")
-                    .and_then(Value::as_object)
-                    .is_some_and(|p| !p.is_empty());
+                let has_parameters = schema.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
                 let mut entries = vec![("name", name), ("description", description)];
                 if has_parameters {
                     entries.push(("parameters", schema));
                 }
                 object(entries)
             }
-            Dialect::Mcp => object(vec![
-                ("name", name),
-                ("description", description),
-                ("inputSchema", schema),
-            ]),
+            Dialect::Mcp => object(vec![("name", name), ("description", description), ("inputSchema", schema)]),
         })
     }
 }
@@ -233,10 +203,7 @@ pub fn definitions_for<'a>(
     dialect: Dialect,
     definitions: impl IntoIterator<Item = &'a ToolDefinition>,
 ) -> Result<Vec<Value>, DialectError> {
-    definitions
-        .into_iter()
-        .map(|definition| definition.to_dialect(dialect))
-        .collect()
+    definitions.into_iter().map(|definition| definition.to_dialect(dialect)).collect()
 }
 
 /// A tool (or schema) that cannot be expressed in a dialect: which, where, and why.
@@ -284,16 +251,8 @@ impl DialectError {
 impl fmt::Display for DialectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.tool {
-            Some(tool) => write!(
-                f,
-                "tool `{tool}` cannot be offered in the {} dialect: ",
-                self.dialect
-            )?,
-            None => write!(
-                f,
-                "the schema cannot be expressed in the {} dialect: ",
-                self.dialect
-            )?,
+            Some(tool) => write!(f, "tool `{tool}` cannot be offered in the {} dialect: ", self.dialect)?,
+            None => write!(f, "the schema cannot be expressed in the {} dialect: ", self.dialect)?,
         }
         f.write_str(&self.detail)?;
         if self.pointer.is_empty() {

@@ -62,12 +62,7 @@ pub struct DispatcherBuilder {
 impl Dispatcher {
     /// Starts a dispatcher with no tools, an allow-all policy, no approver and the system clock.
     pub fn builder() -> DispatcherBuilder {
-        DispatcherBuilder {
-            tools: Vec::new(),
-            policy: Policy::new(),
-            approver: None,
-            clock: Arc::new(SystemClock),
-        }
+        DispatcherBuilder { tools: Vec::new(), policy: Policy::new(), approver: None, clock: Arc::new(SystemClock) }
     }
 }
 
@@ -115,53 +110,24 @@ impl DispatcherBuilder {
             let decision = self.policy.for_tool(spec.name);
             let mut escalations = Vec::new();
             if let Some(reason) = spec.escalate {
-                escalations.push(EscalationReason {
-                    rule: "attribute".into(),
-                    reason: reason.into(),
-                });
+                escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
             }
-            escalations.extend(
-                decision
-                    .escalations
-                    .into_iter()
-                    .map(|(rule, reason)| EscalationReason { rule, reason }),
-            );
+            escalations
+                .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
             // Every applicable limit gets its own bucket, so the stricter one always binds.
-            let mut limits: Vec<(String, Rate, RateScope)> = spec
-                .rate
-                .map(|r| ("attribute".to_owned(), r, RateScope::PerTool))
-                .into_iter()
-                .collect();
+            let mut limits: Vec<(String, Rate, RateScope)> =
+                spec.rate.map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
             limits.extend(decision.rate_limits);
-            let buckets = limits
-                .iter()
-                .map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope))
-                .collect();
-            let bucket_rules = limits
-                .into_iter()
-                .map(|(rule, rate, _)| (rule, rate))
-                .collect();
+            let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
+            let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
             let definition = ToolDefinition::of(&*tool);
             order.push(spec.name);
             tools.insert(
                 spec.name,
-                Entry {
-                    tool,
-                    definition,
-                    denied_by: decision.denied_by,
-                    escalations,
-                    buckets,
-                    bucket_rules,
-                },
+                Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules },
             );
         }
-        Ok(Dispatcher {
-            tools,
-            order,
-            limiter,
-            approver: self.approver,
-            clock: self.clock,
-        })
+        Ok(Dispatcher { tools, order, limiter, approver: self.approver, clock: self.clock })
     }
 }
 
@@ -176,13 +142,7 @@ struct Refused {
 
 impl Refused {
     fn new(kind: RefusalKind, text: String) -> Self {
-        Refused {
-            kind,
-            rule: None,
-            retry_after: None,
-            text,
-            hints: Vec::new(),
-        }
+        Refused { kind, rule: None, retry_after: None, text, hints: Vec::new() }
     }
 
     fn rule(mut self, rule: impl Into<String>) -> Self {
@@ -217,11 +177,7 @@ impl Dispatcher {
     /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an
     /// error message.
     pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
-        let ToolCall {
-            id,
-            name,
-            arguments,
-        } = call;
+        let ToolCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
         let gates = self.run_gates(&id, &name, arguments, context);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
@@ -244,11 +200,7 @@ impl Dispatcher {
                     status: Status::Error,
                     hints: refused.hints,
                     stripped_arguments: stripped,
-                    refusal: Some(Refusal {
-                        kind: refused.kind,
-                        rule: refused.rule,
-                        retry_after: refused.retry_after,
-                    }),
+                    refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
                 })
             }
         }
@@ -266,11 +218,8 @@ impl Dispatcher {
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
             return Err(refuse(
-                Refused::new(
-                    RefusalKind::UnknownTool,
-                    format!("there is no tool named `{name}`"),
-                )
-                .hint("call only the tools you were offered, with their exact names"),
+                Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{name}`"))
+                    .hint("call only the tools you were offered, with their exact names"),
             ));
         };
         let spec = entry.tool.spec();
@@ -278,14 +227,9 @@ impl Dispatcher {
         // 2. Policy on the registered name. Deny beats everything, approvals included.
         if let Some(rule) = &entry.denied_by {
             return Err(refuse(
-                Refused::new(
-                    RefusalKind::Denied,
-                    format!("tool `{name}` is not permitted in this deployment"),
-                )
-                .rule(rule.clone())
-                .hint(
-                    "do not retry this tool; find another way or tell the user it is not permitted",
-                ),
+                Refused::new(RefusalKind::Denied, format!("tool `{name}` is not permitted in this deployment"))
+                    .rule(rule.clone())
+                    .hint("do not retry this tool; find another way or tell the user it is not permitted"),
             ));
         }
 
@@ -301,16 +245,11 @@ impl Dispatcher {
         let with_stripped = |refused: Refused| (refused, stripped.clone());
 
         // 4. Validation and injection: the future is built but not polled.
-        let invocation = Invocation {
-            context,
-            tool_call_id: id,
-            tool: spec.name,
-        };
+        let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
         let prepared = match entry.tool.prepare(&admitted.arguments, &invocation) {
             Ok(prepared) => prepared,
             Err(errors) => {
-                let (text, hints) =
-                    args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
+                let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
                     for error in errors.errors() {
                         tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
@@ -327,19 +266,12 @@ impl Dispatcher {
 
         // 5. Escalation.
         if !entry.escalations.is_empty() {
-            let rules = entry
-                .escalations
-                .iter()
-                .map(|e| e.rule.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
+            let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
             let Some(approver) = &self.approver else {
                 return Err(with_stripped(
                     Refused::new(
                         RefusalKind::ApprovalUnavailable,
-                        format!(
-                            "tool `{name}` needs a human's approval and none can be asked here"
-                        ),
+                        format!("tool `{name}` needs a human's approval and none can be asked here"),
                     )
                     .rule(rules)
                     .hint("do not retry; tell the user this action needs their approval"),
@@ -371,10 +303,7 @@ impl Dispatcher {
         }
 
         // 6. Rate limits: one token from every applicable bucket, or none.
-        if let Err((wait, position)) =
-            self.limiter
-                .acquire(&entry.buckets, context.thread_id(), self.clock.now())
-        {
+        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, context.thread_id(), self.clock.now()) {
             let (rule, rate) = entry.bucket_rules[position].clone();
             let secs = wait.as_secs_f64().ceil().max(1.0);
             let mut refused = Refused::new(
@@ -382,9 +311,7 @@ impl Dispatcher {
                 format!("tool `{name}` is rate limited ({rate}); retry in {secs:.0} s"),
             )
             .rule(rule)
-            .hint(format!(
-                "wait at least {secs:.0} seconds before calling `{name}` again"
-            ));
+            .hint(format!("wait at least {secs:.0} seconds before calling `{name}` again"));
             refused.retry_after = Some(wait);
             return Err(with_stripped(refused));
         }
@@ -406,43 +333,21 @@ impl Dispatcher {
         Ok(match output {
             ToolOutput::Content(value) => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
-                Outcome::Message(message(
-                    id,
-                    name,
-                    Status::Success,
-                    content_text(value),
-                    stripped,
-                ))
+                Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
             }
             ToolOutput::Command(command) => {
                 tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
-                Outcome::Command {
-                    command,
-                    tool_call_id: id.to_owned(),
-                    stripped_arguments: stripped,
-                }
+                Outcome::Command { command, tool_call_id: id.to_owned(), stripped_arguments: stripped }
             }
             ToolOutput::Failed(error) => {
                 tracing::info!(target: "agent_airlock", outcome = "failed", not_executed = error.is_not_executed(), "tool returned an error");
-                Outcome::Message(message(
-                    id,
-                    name,
-                    Status::Error,
-                    error.message().to_owned(),
-                    stripped,
-                ))
+                Outcome::Message(message(id, name, Status::Error, error.message().to_owned(), stripped))
             }
         })
     }
 }
 
-fn message(
-    id: &str,
-    name: &str,
-    status: Status,
-    content: String,
-    stripped: Vec<String>,
-) -> ToolMessage {
+fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {
     ToolMessage {
         tool_call_id: id.to_owned(),
         name: name.to_owned(),
@@ -463,13 +368,7 @@ fn content_text(value: Value) -> String {
 }
 
 fn admission_refusal(name: &str, spec: &crate::ToolSpec, err: AdmissionError) -> Refused {
-    let declared = || {
-        spec.params
-            .iter()
-            .map(|p| format!("`{}`", p.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let declared = || spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
     match err {
         AdmissionError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,
@@ -482,17 +381,10 @@ fn admission_refusal(name: &str, spec: &crate::ToolSpec, err: AdmissionError) ->
         )
         .hint("send flatter arguments"),
         AdmissionError::Ghosts(ghosts) => {
-            let ghosts = ghosts
-                .iter()
-                .map(|g| format!("`{g}`"))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let ghosts = ghosts.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
             Refused::new(
                 RefusalKind::MalformedArguments,
-                format!(
-                    "`{name}` does not take {ghosts}; its parameters are: {}",
-                    declared()
-                ),
+                format!("`{name}` does not take {ghosts}; its parameters are: {}", declared()),
             )
             .rule("ghost = block")
             .hint(format!("remove {ghosts} and call again"))

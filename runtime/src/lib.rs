@@ -65,15 +65,10 @@ pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, 
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
-pub use tool::{
-    Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec,
-};
+pub use tool::{Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec};
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
-pub fn filter_tools<'a>(
-    tools: impl IntoIterator<Item = &'a dyn Tool>,
-    policy: &Policy,
-) -> Vec<ToolDefinition> {
+pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {
     tools
         .into_iter()
         .filter(|tool| policy.for_tool(tool.spec().name).denied_by.is_none())
@@ -102,10 +97,24 @@ pub mod __private {
     #[diagnostic::on_unimplemented(
         message = "`{Self}` cannot be a tool parameter",
         label = "the model's arguments cannot be turned into this type",
-        note = "derive `serde::Deserialize` and `schemars::JsonSchema` for `{Self}`, or mark the parameter `#[inject]` if the host supplies it"
+        note = "derive `serde::Deserialize` and `schemars::JsonSchema` for `{Self}` (or for the types it contains), or mark the parameter `#[inject]` if the host supplies it"
     )]
     pub trait ToolArgument: DeserializeOwned + JsonSchema {}
+    // Without `do_not_recommend` rustc reports each missing supertrait on its own instead of the message above.
+    #[diagnostic::do_not_recommend]
     impl<T: DeserializeOwned + JsonSchema> ToolArgument for T {}
+
+    /// Everything the generated code needs for one model-visible parameter, behind a single `ToolArgument`
+    /// bound, so a type that cannot be a parameter is reported once.
+    pub struct VisibleParam<T> {
+        pub schema: fn(&mut SchemaGenerator) -> Schema,
+        pub accepts_null: fn() -> bool,
+        pub argument: fn(&Arguments, &str, &mut ArgumentErrors) -> Option<T>,
+    }
+
+    pub const fn visible_param<T: ToolArgument>() -> VisibleParam<T> {
+        VisibleParam { schema: param_schema::<T>, accepts_null: accepts_null::<T>, argument: argument::<T> }
+    }
 
     pub fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
         crate::schema::param_schema::<T>(generator)
@@ -115,19 +124,11 @@ pub mod __private {
         crate::schema::accepts_null::<T>()
     }
 
-    pub fn argument<T: ToolArgument>(
-        args: &Arguments,
-        key: &str,
-        errors: &mut ArgumentErrors,
-    ) -> Option<T> {
+    pub fn argument<T: ToolArgument>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
         crate::args::argument(args, key, errors)
     }
 
-    pub fn inject<T: Inject>(
-        invocation: &Invocation<'_>,
-        param: &str,
-        errors: &mut ArgumentErrors,
-    ) -> Option<T> {
+    pub fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
         crate::args::inject(invocation, param, errors)
     }
 
@@ -157,10 +158,7 @@ pub mod __private {
     impl<T: Serialize> PlainReturn for &T {}
 
     impl FallibleTag {
-        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(
-            self,
-            returned: Result<T, E>,
-        ) -> ToolOutput {
+        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(self, returned: Result<T, E>) -> ToolOutput {
             match returned {
                 Ok(value) => output_of(value),
                 Err(error) => match (&error as &dyn Any).downcast_ref::<ToolError>() {
@@ -180,17 +178,13 @@ pub mod __private {
     fn output_of<T: Serialize + 'static>(value: T) -> ToolOutput {
         let mut slot = Some(value);
         // A `HostCommand` is passed through; everything else is serialized (`Some(v)` serializes as `v`).
-        if let Some(command) = (&mut slot as &mut dyn Any)
-            .downcast_mut::<Option<HostCommand>>()
-            .and_then(Option::take)
+        if let Some(command) = (&mut slot as &mut dyn Any).downcast_mut::<Option<HostCommand>>().and_then(Option::take)
         {
             return ToolOutput::Command(command);
         }
         match serde_json::to_value(&slot) {
             Ok(value) => ToolOutput::Content(value),
-            Err(err) => ToolOutput::Failed(ToolError::new(format!(
-                "the tool's result could not be serialized: {err}"
-            ))),
+            Err(err) => ToolOutput::Failed(ToolError::new(format!("the tool's result could not be serialized: {err}"))),
         }
     }
 }

@@ -19,18 +19,13 @@ pub struct ToolCall {
 impl ToolCall {
     /// A call with arguments already parsed.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments,
-        }
+        ToolCall { id: id.into(), name: name.into(), arguments }
     }
 
     /// A call whose arguments arrive as JSON text (OpenAI's `function.arguments`). Text that is not JSON
     /// becomes a string value, which the dispatcher refuses with a message the model can act on.
     pub fn from_json_text(id: impl Into<String>, name: impl Into<String>, arguments: &str) -> Self {
-        let arguments =
-            serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()));
+        let arguments = serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()));
         Self::new(id, name, arguments)
     }
 }
@@ -83,11 +78,7 @@ pub struct Refusal {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
     /// When a retry can succeed, for rate limits.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "duration_millis"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "duration_millis")]
     pub retry_after: Option<Duration>,
 }
 
@@ -166,19 +157,14 @@ mod duration_millis {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(
-        value: &Option<Duration>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match value {
             Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             None => s.serialize_none(),
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Duration>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }

@@ -75,15 +75,10 @@ impl Policy {
 
     /// What the policy says about the tool registered as `name`.
     pub fn for_tool(&self, name: &str) -> ToolPolicy {
-        let denied_by = self
-            .deny
-            .iter()
-            .find(|r| r.matcher.is_match(name))
-            .map(|r| r.pattern.clone())
-            .or_else(|| {
-                (!self.allow.is_empty() && !self.allow.iter().any(|r| r.matcher.is_match(name)))
-                    .then(|| "not in allow list".to_owned())
-            });
+        let denied_by = self.deny.iter().find(|r| r.matcher.is_match(name)).map(|r| r.pattern.clone()).or_else(|| {
+            (!self.allow.is_empty() && !self.allow.iter().any(|r| r.matcher.is_match(name)))
+                .then(|| "not in allow list".to_owned())
+        });
         ToolPolicy {
             denied_by,
             escalations: self
@@ -112,16 +107,9 @@ pub struct PolicyBuilder {
 impl PolicyBuilder {
     fn rule<T>(&mut self, pattern: &str, value: T) -> Option<Rule<T>> {
         match Glob::new(pattern) {
-            Ok(glob) => Some(Rule {
-                pattern: pattern.to_owned(),
-                matcher: glob.compile_matcher(),
-                value,
-            }),
+            Ok(glob) => Some(Rule { pattern: pattern.to_owned(), matcher: glob.compile_matcher(), value }),
             Err(err) => {
-                self.errors.push(PolicyError::Glob {
-                    pattern: pattern.to_owned(),
-                    message: err.kind().to_string(),
-                });
+                self.errors.push(PolicyError::Glob { pattern: pattern.to_owned(), message: err.kind().to_string() });
                 None
             }
         }
@@ -146,9 +134,7 @@ impl PolicyBuilder {
     /// Requires a human's approval for tools matching `glob`, in addition to what their authors declared.
     pub fn escalate(mut self, glob: &str, reason: &str) -> Self {
         if reason.trim().is_empty() {
-            self.errors.push(PolicyError::EmptyReason {
-                pattern: glob.to_owned(),
-            });
+            self.errors.push(PolicyError::EmptyReason { pattern: glob.to_owned() });
             return self;
         }
         if let Some(rule) = self.rule(glob, reason.to_owned()) {
@@ -185,11 +171,7 @@ impl PolicyBuilder {
 
     /// The policy, or every error found.
     pub fn build(self) -> Result<Policy, Vec<PolicyError>> {
-        if self.errors.is_empty() {
-            Ok(self.policy)
-        } else {
-            Err(self.errors)
-        }
+        if self.errors.is_empty() { Ok(self.policy) } else { Err(self.errors) }
     }
 }
 
@@ -199,31 +181,15 @@ mod tests {
 
     #[test]
     fn deny_beats_allow_and_allow_lists_close_the_rest() {
-        let policy = Policy::builder()
-            .allow("read_*")
-            .allow("delete_*")
-            .deny("delete_all")
-            .build()
-            .unwrap();
+        let policy = Policy::builder().allow("read_*").allow("delete_*").deny("delete_all").build().unwrap();
         assert_eq!(policy.for_tool("read_file").denied_by, None);
-        assert_eq!(
-            policy.for_tool("delete_all").denied_by.as_deref(),
-            Some("delete_all")
-        );
-        assert_eq!(
-            policy.for_tool("write_file").denied_by.as_deref(),
-            Some("not in allow list")
-        );
+        assert_eq!(policy.for_tool("delete_all").denied_by.as_deref(), Some("delete_all"));
+        assert_eq!(policy.for_tool("write_file").denied_by.as_deref(), Some("not in allow list"));
     }
 
     #[test]
     fn collects_every_error() {
-        let errors = Policy::builder()
-            .deny("[")
-            .rate_limit("*", "5/fortnight")
-            .escalate("*", " ")
-            .build()
-            .unwrap_err();
+        let errors = Policy::builder().deny("[").rate_limit("*", "5/fortnight").escalate("*", " ").build().unwrap_err();
         assert_eq!(errors.len(), 3);
         assert!(errors[0].to_string().starts_with("invalid glob `[`"));
         assert!(errors[1].to_string().contains("fortnight"));

@@ -19,10 +19,7 @@ impl Rate {
     /// `count` calls per `period_secs` seconds. Used by generated code, which checks both at compile time;
     /// a zero is raised to one so a `Rate` is always valid.
     pub const fn new_const(count: u32, period_secs: u64) -> Self {
-        Rate {
-            count: if count == 0 { 1 } else { count },
-            period_secs: if period_secs == 0 { 1 } else { period_secs },
-        }
+        Rate { count: if count == 0 { 1 } else { count }, period_secs: if period_secs == 0 { 1 } else { period_secs } }
     }
 
     /// Calls allowed per period.
@@ -42,8 +39,7 @@ impl Rate {
 
     /// Whether `self` admits no more than `other` does over any window (the stricter of two).
     pub fn is_at_least_as_strict_as(&self, other: &Rate) -> bool {
-        u128::from(self.count) * u128::from(other.period_secs)
-            <= u128::from(other.count) * u128::from(self.period_secs)
+        u128::from(self.count) * u128::from(other.period_secs) <= u128::from(other.count) * u128::from(self.period_secs)
     }
 }
 
@@ -71,22 +67,16 @@ impl FromStr for Rate {
     /// `"10/minute"`; units `second`, `minute`, `hour`, `day` (or `s`, `sec`, `m`, `min`, `h`, `d`).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let err = |m: String| RateParseError(m);
-        let (count, unit) = text.split_once('/').ok_or_else(|| {
-            err(format!(
-                "malformed rate `{text}`, expected `N/unit` such as `10/minute`"
-            ))
-        })?;
+        let (count, unit) = text
+            .split_once('/')
+            .ok_or_else(|| err(format!("malformed rate `{text}`, expected `N/unit` such as `10/minute`")))?;
         let (count, unit) = (count.trim(), unit.trim());
         if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
             return Err(err(format!("rate count `{count}` is not a whole number")));
         }
-        let count: u32 = count
-            .parse()
-            .map_err(|_| err(format!("rate count `{count}` is too large")))?;
+        let count: u32 = count.parse().map_err(|_| err(format!("rate count `{count}` is too large")))?;
         if count == 0 {
-            return Err(err(
-                "rate count must be at least 1; to forbid a tool, deny it".to_owned(),
-            ));
+            return Err(err("rate count must be at least 1; to forbid a tool, deny it".to_owned()));
         }
         let period_secs = match unit {
             "second" | "sec" | "s" => 1,
@@ -171,15 +161,9 @@ impl RateLimiter {
     pub(crate) fn add_bucket(&mut self, rate: Rate, scope: RateScope) -> BucketId {
         let state = match scope {
             RateScope::PerTool => BucketState::PerTool(0),
-            RateScope::PerThread => BucketState::PerThread {
-                full_at: HashMap::new(),
-                sweep_at: MIN_SWEEP,
-            },
+            RateScope::PerThread => BucketState::PerThread { full_at: HashMap::new(), sweep_at: MIN_SWEEP },
         };
-        self.buckets.push(Bucket {
-            rate,
-            state: Mutex::new(state),
-        });
+        self.buckets.push(Bucket { rate, state: Mutex::new(state) });
         BucketId(self.buckets.len() - 1)
     }
 
@@ -200,18 +184,12 @@ impl RateLimiter {
         let mut guards = Vec::with_capacity(ids.len());
         for id in ids {
             let bucket = &self.buckets[id.0];
-            guards.push((
-                bucket.rate,
-                bucket.state.lock().unwrap_or_else(|p| p.into_inner()),
-            ));
+            guards.push((bucket.rate, bucket.state.lock().unwrap_or_else(|p| p.into_inner())));
         }
         let mut wait = (0u64, 0usize);
         for (position, (rate, state)) in guards.iter().enumerate() {
             let period = duration_nanos(rate.period());
-            let next = state
-                .get(thread)
-                .max(now)
-                .saturating_add(rate.emission_interval_nanos());
+            let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
             // Admit while the bucket would hold no more than `period` worth of debt after this call.
             if next.saturating_sub(now) > period && next - now - period > wait.0 {
                 wait = (next - now - period, position);
@@ -221,10 +199,7 @@ impl RateLimiter {
             return Err((Duration::from_nanos(wait.0), wait.1));
         }
         for (rate, state) in &mut guards {
-            let next = state
-                .get(thread)
-                .max(now)
-                .saturating_add(rate.emission_interval_nanos());
+            let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
             state.set(thread, next, now);
         }
         Ok(())
@@ -235,12 +210,10 @@ impl RateLimiter {
     fn tracked_threads(&self) -> usize {
         self.buckets
             .iter()
-            .map(
-                |b| match &*b.state.lock().unwrap_or_else(|p| p.into_inner()) {
-                    BucketState::PerTool(_) => 0,
-                    BucketState::PerThread { full_at, .. } => full_at.len(),
-                },
-            )
+            .map(|b| match &*b.state.lock().unwrap_or_else(|p| p.into_inner()) {
+                BucketState::PerTool(_) => 0,
+                BucketState::PerThread { full_at, .. } => full_at.len(),
+            })
             .sum()
     }
 }
@@ -257,45 +230,25 @@ mod tests {
         let t0 = Duration::from_secs(1_000);
         limiter.acquire(&[shared, each], Some("a"), t0).unwrap();
         limiter.acquire(&[shared, each], Some("b"), t0).unwrap();
-        assert_eq!(
-            limiter
-                .acquire(&[shared, each], Some("a"), t0)
-                .unwrap_err()
-                .1,
-            1
-        );
+        assert_eq!(limiter.acquire(&[shared, each], Some("a"), t0).unwrap_err().1, 1);
         for i in 0..5_000 {
-            limiter
-                .acquire(&[each], Some(&format!("t{i}")), t0)
-                .unwrap();
+            limiter.acquire(&[each], Some(&format!("t{i}")), t0).unwrap();
         }
         assert_eq!(limiter.tracked_threads(), 5_002);
         // A minute later every old bucket is full again: the amortised sweep (when the map doubles) drops
         // them all, so only the 4,000 threads active since are tracked.
         let later = t0 + Duration::from_secs(61);
         for i in 0..4_000 {
-            limiter
-                .acquire(&[each], Some(&format!("new{i}")), later)
-                .unwrap();
+            limiter.acquire(&[each], Some(&format!("new{i}")), later).unwrap();
         }
         assert_eq!(limiter.tracked_threads(), 4_000);
     }
 
     #[test]
     fn parses_and_displays() {
-        assert_eq!(
-            "10/minute".parse::<Rate>().unwrap().to_string(),
-            "10/minute"
-        );
+        assert_eq!("10/minute".parse::<Rate>().unwrap().to_string(), "10/minute");
         assert_eq!("1/s".parse::<Rate>().unwrap(), Rate::new_const(1, 1));
-        for bad in [
-            "ten/minute",
-            "0/minute",
-            "5/fortnight",
-            "5/",
-            "5",
-            "99999999999/day",
-        ] {
+        for bad in ["ten/minute", "0/minute", "5/fortnight", "5/", "5", "99999999999/day"] {
             assert!(bad.parse::<Rate>().is_err(), "{bad}");
         }
     }
@@ -318,14 +271,8 @@ mod tests {
         }
         let (wait, position) = limiter.acquire(&[id], None, t0).unwrap_err();
         assert_eq!((wait, position), (Duration::from_secs(20), 0));
-        assert!(
-            limiter
-                .acquire(&[id], None, t0 + Duration::from_secs(19))
-                .is_err()
-        );
-        limiter
-            .acquire(&[id], None, t0 + Duration::from_secs(20))
-            .unwrap();
+        assert!(limiter.acquire(&[id], None, t0 + Duration::from_secs(19)).is_err());
+        limiter.acquire(&[id], None, t0 + Duration::from_secs(20)).unwrap();
     }
 
     #[test]

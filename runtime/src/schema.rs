@@ -89,10 +89,7 @@ fn normalize(value: &mut Value) {
                 Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
                 _ => false,
             };
-            if is_object
-                && !map.contains_key("additionalProperties")
-                && !map.contains_key("patternProperties")
-            {
+            if is_object && !map.contains_key("additionalProperties") && !map.contains_key("patternProperties") {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
             for (key, child) in map.iter_mut() {

@@ -24,11 +24,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Deserializes every model-visible argument strictly and extracts every injected value, collecting all
     /// errors. Nothing runs until the returned future is polled, so the dispatcher can still refuse.
-    fn prepare(
-        &self,
-        arguments: &Arguments,
-        invocation: &Invocation<'_>,
-    ) -> Result<PreparedCall, ArgumentErrors>;
+    fn prepare(&self, arguments: &Arguments, invocation: &Invocation<'_>) -> Result<PreparedCall, ArgumentErrors>;
 }
 
 /// The static description of a tool, generated from the function and its attribute.
@@ -69,10 +65,7 @@ pub struct ParamSpec {
 
 impl std::fmt::Debug for ParamSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParamSpec")
-            .field("name", &self.name)
-            .field("description", &self.description)
-            .finish()
+        f.debug_struct("ParamSpec").field("name", &self.name).field("description", &self.description).finish()
     }
 }
 
@@ -108,18 +101,12 @@ pub struct ToolError {
 impl ToolError {
     /// A failure whose side effects are unknown.
     pub fn new(message: impl Into<String>) -> Self {
-        ToolError {
-            message: message.into(),
-            not_executed: false,
-        }
+        ToolError { message: message.into(), not_executed: false }
     }
 
     /// A failure before the side effect happened: a retry is safe.
     pub fn not_executed(message: impl Into<String>) -> Self {
-        ToolError {
-            message: message.into(),
-            not_executed: true,
-        }
+        ToolError { message: message.into(), not_executed: true }
     }
 
     /// The text the model sees.

@@ -3,9 +3,5 @@
 
 /// Runs a future to completion on a fresh current-thread runtime.
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime starts")
-        .block_on(future)
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(future)
 }

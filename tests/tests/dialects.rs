@@ -10,8 +10,8 @@ mod corpus;
 mod validators;
 
 use agent_airlock::{
-    CallContext, Dialect, DialectError, Dispatcher, Inexpressible, Policy, Status, ToolCall,
-    ToolDefinition, definitions_for, tool,
+    CallContext, Dialect, DialectError, Dispatcher, Inexpressible, Policy, Status, ToolCall, ToolDefinition,
+    definitions_for, tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
@@ -20,18 +20,11 @@ use serde_json::{Value, json};
 fn expected(tool: &str, dialect: Dialect) -> Option<(&'static str, &'static str)> {
     let strict_or_gemini = matches!(dialect, Dialect::OpenAi | Dialect::Gemini);
     match (tool, dialect) {
-        ("maps", _) if strict_or_gemini => {
-            Some(("Map", "/properties/addresses/additionalProperties"))
-        }
-        ("flattened", _) if strict_or_gemini => {
-            Some(("Map", "/properties/record/additionalProperties"))
-        }
+        ("maps", _) if strict_or_gemini => Some(("Map", "/properties/addresses/additionalProperties")),
+        ("flattened", _) if strict_or_gemini => Some(("Map", "/properties/record/additionalProperties")),
         ("any_value", _) if strict_or_gemini => Some(("AnyValue", "/properties/payload")),
         ("tuples", _) if strict_or_gemini => Some(("Tuple", "/properties/pair/prefixItems")),
-        ("recursive", Dialect::Gemini) => Some((
-            "Recursion",
-            "/$defs/LinkedNode/properties/next/anyOf/0/$ref",
-        )),
+        ("recursive", Dialect::Gemini) => Some(("Recursion", "/$defs/LinkedNode/properties/next/anyOf/0/$ref")),
         ("integer_enum", Dialect::Gemini) => Some(("NonStringEnum", "/properties/level/enum")),
         ("empty_struct", Dialect::Gemini) => Some(("EmptyObject", "/properties/marker")),
         _ => None,
@@ -68,22 +61,11 @@ fn pointer_exists(schema: &Value, pointer: &str) -> bool {
 /// An error a person can act on: names the tool and dialect, says where, reads as one lower-case sentence.
 fn assert_clear(error: &DialectError, tool: &str, dialect: Dialect) {
     let text = error.to_string();
-    assert!(
-        text.starts_with(&format!(
-            "tool `{tool}` cannot be offered in the {dialect} dialect: "
-        )),
-        "{text}"
-    );
+    assert!(text.starts_with(&format!("tool `{tool}` cannot be offered in the {dialect} dialect: ")), "{text}");
     assert!(!text.ends_with('.'), "no trailing period: {text}");
-    assert!(
-        text.contains(&format!("(at `{}`)", error.pointer())) || error.pointer().is_empty(),
-        "{text}"
-    );
+    assert!(text.contains(&format!("(at `{}`)", error.pointer())) || error.pointer().is_empty(), "{text}");
     let detail = &text[text.find(": ").unwrap() + 2..];
-    assert!(
-        detail.len() > 40,
-        "the reason says why, not just what: {text}"
-    );
+    assert!(detail.len() > 40, "the reason says why, not just what: {text}");
     assert_eq!(error.tool(), Some(tool));
     assert_eq!(error.dialect(), dialect);
 }
@@ -111,9 +93,7 @@ fn every_corpus_tool_converts_to_an_accepted_definition_or_says_why_not() {
                     assert_clear(&error, name, dialect);
                 }
                 (Ok(converted), Some((kind, _))) => {
-                    panic!(
-                        "`{name}` in {dialect} was expected to fail with {kind}, got {converted}"
-                    )
+                    panic!("`{name}` in {dialect} was expected to fail with {kind}, got {converted}")
                 }
                 (Err(error), None) => {
                     panic!("`{name}` in {dialect} was expected to convert: {error}")
@@ -144,10 +124,7 @@ fn anthropic_and_mcp_carry_the_canonical_schema_unchanged() {
 }
 
 fn definition(name: &str) -> ToolDefinition {
-    corpus::definitions()
-        .into_iter()
-        .find(|d| d.name == name)
-        .unwrap()
+    corpus::definitions().into_iter().find(|d| d.name == name).unwrap()
 }
 
 fn openai_parameters(name: &str) -> Value {
@@ -158,47 +135,21 @@ fn openai_parameters(name: &str) -> Value {
 fn openai_strict_requires_everything_and_makes_only_null_safe_fields_nullable() {
     let params = openai_parameters("optionals");
     // Arguments: all required; the dispatcher treats `null` as absent, so optional ones become nullable.
-    assert_eq!(
-        params["required"],
-        json!([
-            "address", "colour", "limit", "nickname", "plain", "shape", "tags"
-        ])
-    );
-    assert_eq!(
-        params["properties"]["nickname"]["type"],
-        json!(["string", "null"])
-    );
-    assert_eq!(
-        params["properties"]["plain"]["enum"],
-        json!(["Yes", "No", null])
-    );
-    assert_eq!(
-        params["properties"]["colour"]["anyOf"][1],
-        json!({"type": "null"})
-    );
+    assert_eq!(params["required"], json!(["address", "colour", "limit", "nickname", "plain", "shape", "tags"]));
+    assert_eq!(params["properties"]["nickname"]["type"], json!(["string", "null"]));
+    assert_eq!(params["properties"]["plain"]["enum"], json!(["Yes", "No", null]));
+    assert_eq!(params["properties"]["colour"]["anyOf"][1], json!({"type": "null"}));
 
     let order = &openai_parameters("nested")["properties"]["order"];
-    assert_eq!(
-        order["required"],
-        json!(["id", "lines", "shipping", "gift", "note"])
-    );
+    assert_eq!(order["required"], json!(["id", "lines", "shipping", "gift", "note"]));
     // `note: Option<String>` takes `null`; `gift` is optional only through `#[serde(default)]`, and serde
     // refuses `null` for a `bool`, so the model must send a value.
-    assert_eq!(
-        order["properties"]["note"]["type"],
-        json!(["string", "null"])
-    );
-    assert_eq!(
-        order["properties"]["gift"],
-        json!({"type": "boolean", "description": "Wrap it as a present."})
-    );
+    assert_eq!(order["properties"]["note"]["type"], json!(["string", "null"]));
+    assert_eq!(order["properties"]["gift"], json!({"type": "boolean", "description": "Wrap it as a present."}));
     let shipping = &order["properties"]["shipping"];
     assert_eq!(shipping["properties"]["country"]["type"], "string");
     assert!(shipping["properties"]["country"].get("default").is_none());
-    assert_eq!(
-        shipping["properties"]["floors"],
-        json!({"type": "integer", "minimum": 0})
-    );
+    assert_eq!(shipping["properties"]["floors"], json!({"type": "integer", "minimum": 0}));
     assert_eq!(shipping["additionalProperties"], false);
 }
 
@@ -216,26 +167,14 @@ fn openai_strict_rewrites_what_is_outside_its_subset() {
     assert_eq!(window["request"]["format"], "uuid");
     assert_eq!(window["day"]["format"], "date");
     let scalars = openai_parameters("scalars");
-    assert_eq!(
-        scalars["properties"]["count"],
-        json!({"type": "integer", "minimum": 0})
-    );
+    assert_eq!(scalars["properties"]["count"], json!({"type": "integer", "minimum": 0}));
     // A homogeneous tuple is an array of fixed length.
     let point = &openai_parameters("collections")["properties"]["point"];
-    assert_eq!(
-        point,
-        &json!({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2})
-    );
+    assert_eq!(point, &json!({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}));
     // Recursion stays as `$defs`/`$ref`, each definition converted too.
     let recursive = openai_parameters("recursive");
-    assert_eq!(
-        recursive["$defs"]["LinkedNode"]["required"],
-        json!(["value", "next"])
-    );
-    assert_eq!(
-        recursive["properties"]["tree"]["properties"]["children"]["items"],
-        json!({"$ref": "#/$defs/Tree"})
-    );
+    assert_eq!(recursive["$defs"]["LinkedNode"]["required"], json!(["value", "next"]));
+    assert_eq!(recursive["properties"]["tree"]["properties"]["children"]["items"], json!({"$ref": "#/$defs/Tree"}));
 }
 
 #[test]
@@ -246,35 +185,20 @@ fn gemini_inlines_and_uses_nullable() {
         properties["nickname"],
         json!({"type": "string", "nullable": true, "description": "What to call the customer."})
     );
-    assert_eq!(
-        properties["plain"],
-        json!({"type": "string", "enum": ["Yes", "No"], "nullable": true})
-    );
+    assert_eq!(properties["plain"], json!({"type": "string", "enum": ["Yes", "No"], "nullable": true}));
     assert!(properties["address"].get("additionalProperties").is_none());
     assert_eq!(properties["address"]["nullable"], true);
     // Alternatives without a type of their own pass `nullable` to each alternative.
     for branch in properties["shape"]["anyOf"].as_array().unwrap() {
         assert_eq!(branch["nullable"], true, "{branch}");
     }
-    assert_eq!(
-        gemini["parameters"].get("required"),
-        None,
-        "every argument of `optionals` is optional"
-    );
+    assert_eq!(gemini["parameters"].get("required"), None, "every argument of `optionals` is optional");
 
-    let window = &definition("timestamps")
-        .to_dialect(Dialect::Gemini)
-        .unwrap()["parameters"]["properties"]["window"];
-    assert_eq!(
-        window["properties"]["day"],
-        json!({"type": "string", "description": "Format: date."})
-    );
+    let window = &definition("timestamps").to_dialect(Dialect::Gemini).unwrap()["parameters"]["properties"]["window"];
+    assert_eq!(window["properties"]["day"], json!({"type": "string", "description": "Format: date."}));
 
     let no_params = definition("no_params").to_dialect(Dialect::Gemini).unwrap();
-    assert_eq!(
-        no_params,
-        json!({"name": "no_params", "description": "Takes nothing."})
-    );
+    assert_eq!(no_params, json!({"name": "no_params", "description": "Takes nothing."}));
 }
 
 #[test]
@@ -284,38 +208,19 @@ fn each_request_shape_is_what_the_provider_documents() {
     assert_eq!(openai["type"], "function");
     assert_eq!(openai["function"]["name"], "raw_idents");
     assert_eq!(openai["function"]["strict"], true);
-    assert_eq!(
-        openai["function"]["parameters"]["properties"]["type"]["description"],
-        "The kind of thing."
-    );
+    assert_eq!(openai["function"]["parameters"]["properties"]["type"]["description"], "The kind of thing.");
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-    assert_eq!(
-        keys(&openai["function"]),
-        ["description", "name", "parameters", "strict"]
-    );
-    assert_eq!(
-        keys(&definition.to_dialect(Dialect::Anthropic).unwrap()),
-        ["description", "input_schema", "name"]
-    );
-    assert_eq!(
-        keys(&definition.to_dialect(Dialect::Gemini).unwrap()),
-        ["description", "name", "parameters"]
-    );
-    assert_eq!(
-        keys(&definition.to_dialect(Dialect::Mcp).unwrap()),
-        ["description", "inputSchema", "name"]
-    );
+    assert_eq!(keys(&openai["function"]), ["description", "name", "parameters", "strict"]);
+    assert_eq!(keys(&definition.to_dialect(Dialect::Anthropic).unwrap()), ["description", "input_schema", "name"]);
+    assert_eq!(keys(&definition.to_dialect(Dialect::Gemini).unwrap()), ["description", "name", "parameters"]);
+    assert_eq!(keys(&definition.to_dialect(Dialect::Mcp).unwrap()), ["description", "inputSchema", "name"]);
 }
 
 // -----------------------------------------------------------------------------------------------------------
 // Names, hand-built schemas, limits
 
 fn with_schema(name: &str, schema: Value) -> ToolDefinition {
-    ToolDefinition {
-        name: name.to_owned(),
-        description: "A tool.".to_owned(),
-        input_schema: schema,
-    }
+    ToolDefinition { name: name.to_owned(), description: "A tool.".to_owned(), input_schema: schema }
 }
 
 fn object(properties: Value) -> Value {
@@ -324,9 +229,7 @@ fn object(properties: Value) -> Value {
 }
 
 fn fails(definition: &ToolDefinition, dialect: Dialect) -> DialectError {
-    let error = definition
-        .to_dialect(dialect)
-        .expect_err("expected the conversion to fail");
+    let error = definition.to_dialect(dialect).expect_err("expected the conversion to fail");
     assert_clear(&error, &definition.name, dialect);
     error
 }
@@ -336,18 +239,10 @@ fn tool_names_follow_each_providers_rule() {
     let schema = object(json!({"a": {"type": "string"}}));
     let digit_first = with_schema("9lives", schema.clone());
     assert!(digit_first.to_dialect(Dialect::OpenAi).is_ok());
-    assert!(
-        matches!(fails(&digit_first, Dialect::Gemini).kind(), Inexpressible::Name { name } if name == "9lives")
-    );
+    assert!(matches!(fails(&digit_first, Dialect::Gemini).kind(), Inexpressible::Name { name } if name == "9lives"));
     let dotted = with_schema("files.read", schema.clone());
-    assert!(matches!(
-        fails(&dotted, Dialect::OpenAi).kind(),
-        Inexpressible::Name { .. }
-    ));
-    assert!(matches!(
-        fails(&dotted, Dialect::Anthropic).kind(),
-        Inexpressible::Name { .. }
-    ));
+    assert!(matches!(fails(&dotted, Dialect::OpenAi).kind(), Inexpressible::Name { .. }));
+    assert!(matches!(fails(&dotted, Dialect::Anthropic).kind(), Inexpressible::Name { .. }));
     assert!(dotted.to_dialect(Dialect::Gemini).is_ok());
     assert!(dotted.to_dialect(Dialect::Mcp).is_ok());
     let long = with_schema(&"x".repeat(65), schema.clone());
@@ -365,101 +260,32 @@ fn roots_that_are_not_objects_or_are_combinators_are_refused_where_documented() 
         "t",
         json!({"type": "object", "anyOf": [object(json!({"a": {"type": "string"}})), object(json!({"b": {"type": "string"}}))]}),
     );
-    for dialect in [
-        Dialect::OpenAi,
-        Dialect::OpenAiNonStrict,
-        Dialect::Anthropic,
-        Dialect::Gemini,
-    ] {
+    for dialect in [Dialect::OpenAi, Dialect::OpenAiNonStrict, Dialect::Anthropic, Dialect::Gemini] {
         let error = fails(&alternatives, dialect);
-        assert!(
-            matches!(error.kind(), Inexpressible::RootCombinator { keyword } if keyword == "anyOf"),
-            "{error}"
-        );
+        assert!(matches!(error.kind(), Inexpressible::RootCombinator { keyword } if keyword == "anyOf"), "{error}");
         assert_eq!(error.pointer(), "/anyOf");
     }
-    assert!(
-        alternatives.to_dialect(Dialect::Mcp).is_ok(),
-        "MCP takes any JSON Schema with an object root"
-    );
+    assert!(alternatives.to_dialect(Dialect::Mcp).is_ok(), "MCP takes any JSON Schema with an object root");
     let array_root = with_schema("t", json!({"type": "array", "items": {"type": "string"}}));
     for dialect in Dialect::ALL {
-        assert_eq!(
-            fails(&array_root, dialect).kind(),
-            &Inexpressible::RootNotObject
-        );
+        assert_eq!(fails(&array_root, dialect).kind(), &Inexpressible::RootNotObject);
     }
 }
 
 #[test]
 fn schema_constructs_outside_a_subset_fail_with_the_keyword_and_place() {
     let cases: Vec<(Value, Dialect, &str, &str)> = vec![
-        (
-            json!({"not": {"type": "string"}}),
-            Dialect::OpenAi,
-            "Keyword",
-            "/properties/x/not",
-        ),
-        (
-            json!({"type": "string", "if": {"minLength": 1}, "then": {}}),
-            Dialect::Gemini,
-            "Keyword",
-            "/properties/x/if",
-        ),
-        (
-            json!({"allOf": [{"type": "string"}, {"minLength": 2}]}),
-            Dialect::OpenAi,
-            "Keyword",
-            "/properties/x/allOf",
-        ),
-        (
-            json!({"$ref": "#/$defs/Missing"}),
-            Dialect::OpenAi,
-            "UnresolvedReference",
-            "/properties/x/$ref",
-        ),
-        (
-            json!({"$ref": "#/$defs/Missing"}),
-            Dialect::Gemini,
-            "UnresolvedReference",
-            "/properties/x/$ref",
-        ),
-        (
-            json!({"$ref": "other.json#/a"}),
-            Dialect::Anthropic,
-            "UnresolvedReference",
-            "/properties/x/$ref",
-        ),
-        (
-            json!({"$ref": "#/$defs/Missing"}),
-            Dialect::Mcp,
-            "UnresolvedReference",
-            "/properties/x/$ref",
-        ),
-        (
-            json!({"type": ["string", "integer"]}),
-            Dialect::Gemini,
-            "TypeUnion",
-            "/properties/x/type",
-        ),
-        (
-            json!({"type": "null"}),
-            Dialect::Gemini,
-            "OnlyNull",
-            "/properties/x",
-        ),
-        (
-            json!({"const": 3}),
-            Dialect::Gemini,
-            "NonStringEnum",
-            "/properties/x/enum",
-        ),
-        (
-            json!({"type": "string", "enum": ["a", 1]}),
-            Dialect::Gemini,
-            "NonStringEnum",
-            "/properties/x/enum",
-        ),
+        (json!({"not": {"type": "string"}}), Dialect::OpenAi, "Keyword", "/properties/x/not"),
+        (json!({"type": "string", "if": {"minLength": 1}, "then": {}}), Dialect::Gemini, "Keyword", "/properties/x/if"),
+        (json!({"allOf": [{"type": "string"}, {"minLength": 2}]}), Dialect::OpenAi, "Keyword", "/properties/x/allOf"),
+        (json!({"$ref": "#/$defs/Missing"}), Dialect::OpenAi, "UnresolvedReference", "/properties/x/$ref"),
+        (json!({"$ref": "#/$defs/Missing"}), Dialect::Gemini, "UnresolvedReference", "/properties/x/$ref"),
+        (json!({"$ref": "other.json#/a"}), Dialect::Anthropic, "UnresolvedReference", "/properties/x/$ref"),
+        (json!({"$ref": "#/$defs/Missing"}), Dialect::Mcp, "UnresolvedReference", "/properties/x/$ref"),
+        (json!({"type": ["string", "integer"]}), Dialect::Gemini, "TypeUnion", "/properties/x/type"),
+        (json!({"type": "null"}), Dialect::Gemini, "OnlyNull", "/properties/x"),
+        (json!({"const": 3}), Dialect::Gemini, "NonStringEnum", "/properties/x/enum"),
+        (json!({"type": "string", "enum": ["a", 1]}), Dialect::Gemini, "NonStringEnum", "/properties/x/enum"),
         (json!(false), Dialect::OpenAi, "NoValue", "/properties/x"),
         (
             json!({"type": "object", "additionalProperties": true}),
@@ -467,22 +293,13 @@ fn schema_constructs_outside_a_subset_fail_with_the_keyword_and_place() {
             "Map",
             "/properties/x/additionalProperties",
         ),
-        (
-            json!({"description": "anything"}),
-            Dialect::OpenAi,
-            "AnyValue",
-            "/properties/x",
-        ),
+        (json!({"description": "anything"}), Dialect::OpenAi, "AnyValue", "/properties/x"),
         (json!(17), Dialect::Gemini, "Malformed", "/properties/x"),
     ];
     for (property, dialect, kind, pointer) in cases {
         let definition = with_schema("t", object(json!({ "x": property })));
         let error = fails(&definition, dialect);
-        assert_eq!(
-            (kind_name(error.kind()), error.pointer()),
-            (kind, pointer),
-            "{property} in {dialect}: {error}"
-        );
+        assert_eq!((kind_name(error.kind()), error.pointer()), (kind, pointer), "{property} in {dialect}: {error}");
     }
 }
 
@@ -503,25 +320,13 @@ fn what_can_be_rewritten_exactly_is_rewritten_not_refused() {
     });
     let definition = with_schema("t", schema);
     let openai = definition.to_dialect(Dialect::OpenAi).unwrap();
-    assert!(
-        validators::violations(Dialect::OpenAi, &openai).is_empty(),
-        "{openai}"
-    );
+    assert!(validators::violations(Dialect::OpenAi, &openai).is_empty(), "{openai}");
     let props = &openai["function"]["parameters"]["properties"];
-    assert_eq!(
-        props["a"],
-        json!({"type": "string", "minLength": 1, "description": "A."})
-    );
+    assert_eq!(props["a"], json!({"type": "string", "minLength": 1, "description": "A."}));
     assert_eq!(props["b"], json!({"enum": ["fixed"]}));
-    assert_eq!(
-        props["c"],
-        json!({"anyOf": [{"$ref": "#/$defs/Leaf"}], "description": "C."})
-    );
+    assert_eq!(props["c"], json!({"anyOf": [{"$ref": "#/$defs/Leaf"}], "description": "C."}));
     let gemini = definition.to_dialect(Dialect::Gemini).unwrap();
-    assert!(
-        validators::violations(Dialect::Gemini, &gemini).is_empty(),
-        "{gemini}"
-    );
+    assert!(validators::violations(Dialect::Gemini, &gemini).is_empty(), "{gemini}");
     let props = &gemini["parameters"]["properties"];
     assert_eq!(props["b"], json!({"type": "string", "enum": ["fixed"]}));
     assert_eq!(
@@ -539,58 +344,21 @@ fn openai_size_limits_are_enforced() {
     }
     // The root and ten objects nested in it: eleven levels.
     let error = fails(&with_schema("t", deep.clone()), Dialect::OpenAi);
-    assert!(
-        matches!(
-            error.kind(),
-            Inexpressible::Limit {
-                max: 10,
-                actual: 11,
-                ..
-            }
-        ),
-        "{error}"
-    );
-    assert!(
-        with_schema("t", deep["properties"]["inner"].clone())
-            .to_dialect(Dialect::OpenAi)
-            .is_ok()
-    );
+    assert!(matches!(error.kind(), Inexpressible::Limit { max: 10, actual: 11, .. }), "{error}");
+    assert!(with_schema("t", deep["properties"]["inner"].clone()).to_dialect(Dialect::OpenAi).is_ok());
 
     let values: Vec<String> = (0..1001).map(|i| format!("v{i}")).collect();
-    let error = fails(
-        &with_schema(
-            "t",
-            object(json!({"e": {"type": "string", "enum": values}})),
-        ),
-        Dialect::OpenAi,
-    );
-    assert!(
-        matches!(
-            error.kind(),
-            Inexpressible::Limit {
-                max: 1000,
-                actual: 1001,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    let error = fails(&with_schema("t", object(json!({"e": {"type": "string", "enum": values}}))), Dialect::OpenAi);
+    assert!(matches!(error.kind(), Inexpressible::Limit { max: 1000, actual: 1001, .. }), "{error}");
 }
 
 #[test]
 fn schema_alone_converts_without_a_tool() {
     let error = Dialect::OpenAi.schema(&json!({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "string"}}}})).unwrap_err();
     assert_eq!(error.tool(), None);
-    assert!(
-        error
-            .to_string()
-            .starts_with("the schema cannot be expressed in the OpenAI strict dialect: "),
-        "{error}"
-    );
+    assert!(error.to_string().starts_with("the schema cannot be expressed in the OpenAI strict dialect: "), "{error}");
     assert_eq!(
-        Dialect::Gemini
-            .schema(&definition("no_params").input_schema)
-            .unwrap(),
+        Dialect::Gemini.schema(&definition("no_params").input_schema).unwrap(),
         json!({"type": "object", "properties": {}})
     );
 }
@@ -611,10 +379,7 @@ fn the_openai_validator_rejects_what_strict_mode_rejects() {
         "additionalProperties": false,
         "required": ["location", "unit"]
     });
-    assert_eq!(
-        validators::violations(Dialect::OpenAi, &good(weather.clone())),
-        Vec::<String>::new()
-    );
+    assert_eq!(validators::violations(Dialect::OpenAi, &good(weather.clone())), Vec::<String>::new());
     let linked = json!({
         "type": "object",
         "properties": {"linked_list": {"$ref": "#/$defs/node"}},
@@ -622,10 +387,7 @@ fn the_openai_validator_rejects_what_strict_mode_rejects() {
         "additionalProperties": false,
         "required": ["linked_list"]
     });
-    assert_eq!(
-        validators::violations(Dialect::OpenAi, &good(linked)),
-        Vec::<String>::new()
-    );
+    assert_eq!(validators::violations(Dialect::OpenAi, &good(linked)), Vec::<String>::new());
 
     let bad: Vec<(&str, Value)> = vec![
         (
@@ -636,67 +398,31 @@ fn the_openai_validator_rejects_what_strict_mode_rejects() {
             "must be required",
             json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": [], "additionalProperties": false}),
         ),
-        (
-            "format \"uint64\" is not supported",
-            object(json!({"a": {"type": "integer", "format": "uint64"}})),
-        ),
-        (
-            "`format` applies to strings only",
-            object(json!({"a": {"type": "integer", "format": "uuid"}})),
-        ),
-        (
-            "`default` is not supported",
-            object(json!({"a": {"type": "string", "default": "x"}})),
-        ),
-        (
-            "`oneOf` is not supported",
-            object(json!({"a": {"oneOf": [{"type": "string"}, {"type": "integer"}]}})),
-        ),
-        (
-            "`const` is not supported",
-            object(json!({"a": {"type": "string", "const": "x"}})),
-        ),
+        ("format \"uint64\" is not supported", object(json!({"a": {"type": "integer", "format": "uint64"}}))),
+        ("`format` applies to strings only", object(json!({"a": {"type": "integer", "format": "uuid"}}))),
+        ("`default` is not supported", object(json!({"a": {"type": "string", "default": "x"}}))),
+        ("`oneOf` is not supported", object(json!({"a": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}))),
+        ("`const` is not supported", object(json!({"a": {"type": "string", "const": "x"}}))),
         (
             "`prefixItems` is not supported",
             object(json!({"a": {"type": "array", "prefixItems": [{"type": "string"}]}})),
         ),
-        (
-            "`allOf` is not supported",
-            object(json!({"a": {"allOf": [{"type": "string"}]}})),
-        ),
-        (
-            "the root must not be a combinator",
-            json!({"type": "object", "anyOf": [weather.clone()]}),
-        ),
-        (
-            "the root must be `type: \"object\"`",
-            json!({"type": "array", "items": {"type": "string"}}),
-        ),
+        ("`allOf` is not supported", object(json!({"a": {"allOf": [{"type": "string"}]}}))),
+        ("the root must not be a combinator", json!({"type": "object", "anyOf": [weather.clone()]})),
+        ("the root must be `type: \"object\"`", json!({"type": "array", "items": {"type": "string"}})),
         (
             "a `$ref` must stand alone",
             json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/x", "description": "d"}}, "required": ["a"], "additionalProperties": false, "$defs": {"x": {"type": "string"}}}),
         ),
-        (
-            "does not resolve",
-            object(json!({"a": {"$ref": "#/$defs/missing"}})),
-        ),
-        (
-            "every schema needs a `type`",
-            object(json!({"a": {"description": "anything"}})),
-        ),
+        ("does not resolve", object(json!({"a": {"$ref": "#/$defs/missing"}}))),
+        ("every schema needs a `type`", object(json!({"a": {"description": "anything"}}))),
         ("no `true`/`false` schemas", object(json!({"a": true}))),
         (
             "must set `additionalProperties: false`",
             object(json!({"a": {"type": "object", "additionalProperties": {"type": "string"}}})),
         ),
-        (
-            "is not of type",
-            object(json!({"a": {"type": "string", "enum": ["x", null]}})),
-        ),
-        (
-            "is not a supported type",
-            object(json!({"a": {"type": "date"}})),
-        ),
+        ("is not of type", object(json!({"a": {"type": "string", "enum": ["x", null]}}))),
+        ("is not a supported type", object(json!({"a": {"type": "date"}}))),
     ];
     for (expected, parameters) in bad {
         let violations = validators::violations(Dialect::OpenAi, &good(parameters.clone()));
@@ -709,101 +435,46 @@ fn the_openai_validator_rejects_what_strict_mode_rejects() {
     for _ in 0..11 {
         deep = object(json!({ "inner": deep }));
     }
-    assert!(
-        validators::violations(Dialect::OpenAi, &good(deep["properties"]["inner"].clone()))
-            .is_empty()
-    );
+    assert!(validators::violations(Dialect::OpenAi, &good(deep["properties"]["inner"].clone())).is_empty());
     let violations = validators::violations(Dialect::OpenAi, &good(deep));
-    assert!(
-        violations.iter().any(|v| v.contains("at most 10")),
-        "{violations:?}"
-    );
+    assert!(violations.iter().any(|v| v.contains("at most 10")), "{violations:?}");
     let loose = json!({"type": "function", "function": {"name": "f", "parameters": weather, "strict": false}});
-    assert!(
-        validators::violations(Dialect::OpenAi, &loose)
-            .iter()
-            .any(|v| v.contains("must be true"))
-    );
-    let renamed = json!({"type": "function", "function": {"name": "read file", "parameters": object(json!({})), "strict": true}});
-    assert!(
-        validators::violations(Dialect::OpenAi, &renamed)
-            .iter()
-            .any(|v| v.contains("does not match"))
-    );
+    assert!(validators::violations(Dialect::OpenAi, &loose).iter().any(|v| v.contains("must be true")));
+    let renamed =
+        json!({"type": "function", "function": {"name": "read file", "parameters": object(json!({})), "strict": true}});
+    assert!(validators::violations(Dialect::OpenAi, &renamed).iter().any(|v| v.contains("does not match")));
 }
 
 #[test]
 fn the_gemini_validator_rejects_what_gemini_rejects() {
-    let declaration =
-        |parameters: Value| json!({"name": "f", "description": "d", "parameters": parameters});
+    let declaration = |parameters: Value| json!({"name": "f", "description": "d", "parameters": parameters});
     // Known-good, from the provider's documentation.
     let weather = json!({
         "type": "object",
         "properties": {"location": {"type": "string", "description": "The city"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "nullable": true}},
         "required": ["location"]
     });
-    assert_eq!(
-        validators::violations(Dialect::Gemini, &declaration(weather)),
-        Vec::<String>::new()
-    );
+    assert_eq!(validators::violations(Dialect::Gemini, &declaration(weather)), Vec::<String>::new());
 
     let plain = |property: Value| json!({"type": "object", "properties": {"a": property}});
     let bad: Vec<(&str, Value)> = vec![
         ("`$ref` is not allowed", plain(json!({"$ref": "#/$defs/x"}))),
-        (
-            "is not one Gemini Type",
-            plain(json!({"type": ["string", "null"]})),
-        ),
-        (
-            "enums are non-empty lists of strings",
-            plain(json!({"type": "integer", "enum": [1, 2]})),
-        ),
+        ("is not one Gemini Type", plain(json!({"type": ["string", "null"]}))),
+        ("enums are non-empty lists of strings", plain(json!({"type": "integer", "enum": [1, 2]}))),
         (
             "`additionalProperties` is not allowed",
-            plain(
-                json!({"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": false}),
-            ),
+            plain(json!({"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": false})),
         ),
-        (
-            "`const` is not allowed",
-            plain(json!({"type": "string", "const": "x"})),
-        ),
-        (
-            "`oneOf` is not allowed",
-            plain(json!({"oneOf": [{"type": "string"}]})),
-        ),
-        (
-            "should be non-empty for OBJECT type",
-            plain(json!({"type": "object", "properties": {}})),
-        ),
-        (
-            "format \"uint64\" is not supported",
-            plain(json!({"type": "integer", "format": "uint64"})),
-        ),
-        (
-            "format \"uuid\" is not supported",
-            plain(json!({"type": "string", "format": "uuid"})),
-        ),
-        (
-            "an ARRAY schema needs `items`",
-            plain(json!({"type": "array"})),
-        ),
-        (
-            "a Schema needs a `type`",
-            plain(json!({"description": "anything"})),
-        ),
-        (
-            "is not a property",
-            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}),
-        ),
-        (
-            "parameter names",
-            json!({"type": "object", "properties": {"first-name": {"type": "string"}}}),
-        ),
-        (
-            "parameters must be an OBJECT schema",
-            json!({"type": "string"}),
-        ),
+        ("`const` is not allowed", plain(json!({"type": "string", "const": "x"}))),
+        ("`oneOf` is not allowed", plain(json!({"oneOf": [{"type": "string"}]}))),
+        ("should be non-empty for OBJECT type", plain(json!({"type": "object", "properties": {}}))),
+        ("format \"uint64\" is not supported", plain(json!({"type": "integer", "format": "uint64"}))),
+        ("format \"uuid\" is not supported", plain(json!({"type": "string", "format": "uuid"}))),
+        ("an ARRAY schema needs `items`", plain(json!({"type": "array"}))),
+        ("a Schema needs a `type`", plain(json!({"description": "anything"}))),
+        ("is not a property", json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]})),
+        ("parameter names", json!({"type": "object", "properties": {"first-name": {"type": "string"}}})),
+        ("parameters must be an OBJECT schema", json!({"type": "string"})),
     ];
     for (expected, parameters) in bad {
         let violations = validators::violations(Dialect::Gemini, &declaration(parameters.clone()));
@@ -813,63 +484,37 @@ fn the_gemini_validator_rejects_what_gemini_rejects() {
         );
     }
     let digit = json!({"name": "9f", "description": "d"});
-    assert!(
-        validators::violations(Dialect::Gemini, &digit)
-            .iter()
-            .any(|v| v.contains("a letter or `_` first"))
-    );
+    assert!(validators::violations(Dialect::Gemini, &digit).iter().any(|v| v.contains("a letter or `_` first")));
 }
 
 #[test]
 fn the_anthropic_and_mcp_validators_reject_what_those_apis_reject() {
     let tool = |schema: Value| json!({"name": "f", "description": "d", "input_schema": schema});
     assert_eq!(
-        validators::violations(
-            Dialect::Anthropic,
-            &tool(object(json!({"a": {"type": "string"}})))
-        ),
+        validators::violations(Dialect::Anthropic, &tool(object(json!({"a": {"type": "string"}})))),
         Vec::<String>::new()
     );
-    let top_level =
-        tool(json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}));
-    assert!(
-        validators::violations(Dialect::Anthropic, &top_level)
-            .iter()
-            .any(|v| v.contains("at the top level"))
-    );
+    let top_level = tool(json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}));
+    assert!(validators::violations(Dialect::Anthropic, &top_level).iter().any(|v| v.contains("at the top level")));
     let not_object = tool(json!({"type": "string"}));
     assert!(!validators::violations(Dialect::Anthropic, &not_object).is_empty());
     let spaced = json!({"name": "read file", "input_schema": object(json!({}))});
-    assert!(
-        validators::violations(Dialect::Anthropic, &spaced)
-            .iter()
-            .any(|v| v.contains("does not match"))
-    );
+    assert!(validators::violations(Dialect::Anthropic, &spaced).iter().any(|v| v.contains("does not match")));
 
     let mcp = |schema: Value| json!({"name": "f", "inputSchema": schema});
-    assert_eq!(
-        validators::violations(Dialect::Mcp, &mcp(json!({"type": "object"}))),
-        Vec::<String>::new()
-    );
+    assert_eq!(validators::violations(Dialect::Mcp, &mcp(json!({"type": "object"}))), Vec::<String>::new());
     assert!(
         validators::violations(Dialect::Mcp, &mcp(json!({"properties": {}})))
             .iter()
             .any(|v| v.contains("must be \"object\""))
     );
     assert!(
-        validators::violations(
-            Dialect::Mcp,
-            &mcp(json!({"type": "object", "required": [1]}))
-        )
-        .iter()
-        .any(|v| v.contains("list of strings"))
+        validators::violations(Dialect::Mcp, &mcp(json!({"type": "object", "required": [1]})))
+            .iter()
+            .any(|v| v.contains("list of strings"))
     );
     assert!(
-        !validators::violations(
-            Dialect::Mcp,
-            &json!({"name": "f", "input_schema": {"type": "object"}})
-        )
-        .is_empty()
+        !validators::violations(Dialect::Mcp, &json!({"name": "f", "input_schema": {"type": "object"}})).is_empty()
     );
 }
 
@@ -883,11 +528,7 @@ fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: 
         return json!("anything");
     };
     if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
-        let target = if reference == "#" {
-            root
-        } else {
-            &root["$defs"][reference.trim_start_matches("#/$defs/")]
-        };
+        let target = if reference == "#" { root } else { &root["$defs"][reference.trim_start_matches("#/$defs/")] };
         return instance(target, root, prefer_null, last, depth + 1);
     }
     let types: Vec<&str> = match map.get("type") {
@@ -895,17 +536,11 @@ fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: 
         Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
-    let branches: Vec<&Value> = ["anyOf", "oneOf"]
-        .iter()
-        .filter_map(|k| map.get(*k))
-        .filter_map(Value::as_array)
-        .flatten()
-        .collect();
+    let branches: Vec<&Value> =
+        ["anyOf", "oneOf"].iter().filter_map(|k| map.get(*k)).filter_map(Value::as_array).flatten().collect();
     let null_allowed = types.contains(&"null")
         || map.get("nullable") == Some(&Value::Bool(true))
-        || branches
-            .iter()
-            .any(|b| b.get("type") == Some(&json!("null")));
+        || branches.iter().any(|b| b.get("type") == Some(&json!("null")));
     // Deep in a recursive type, stop where the schema lets the model stop.
     if null_allowed && (prefer_null || depth > 4) {
         return Value::Null;
@@ -915,35 +550,18 @@ fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: 
     }
     if let Some(values) = map.get("enum").and_then(Value::as_array) {
         let mut values = values.iter().filter(|v| !v.is_null());
-        let picked = if last {
-            values.next_back()
-        } else {
-            values.next()
-        };
+        let picked = if last { values.next_back() } else { values.next() };
         return picked.cloned().unwrap_or(Value::Null);
     }
-    let non_null: Vec<&&Value> = branches
-        .iter()
-        .filter(|b| b.get("type") != Some(&json!("null")))
-        .collect();
+    let non_null: Vec<&&Value> = branches.iter().filter(|b| b.get("type") != Some(&json!("null"))).collect();
     if !non_null.is_empty() {
-        let branch = if last {
-            non_null[non_null.len() - 1]
-        } else {
-            non_null[0]
-        };
+        let branch = if last { non_null[non_null.len() - 1] } else { non_null[0] };
         return instance(branch, root, prefer_null, last, depth);
     }
     match types.iter().find(|t| **t != "null").copied() {
         Some("string") => {
-            let format = map
-                .get("format")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let described = map
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let format = map.get("format").and_then(Value::as_str).unwrap_or_default();
+            let described = map.get("description").and_then(Value::as_str).unwrap_or_default();
             if format == "date-time" || described.contains("Format: date-time") {
                 json!("2024-05-01T12:00:00Z")
             } else if map.get("maxLength") == Some(&json!(1)) {
@@ -959,31 +577,20 @@ fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: 
             let min = map.get("minItems").and_then(Value::as_u64).unwrap_or(0);
             let count = if last && depth <= 4 { min.max(1) } else { min };
             if let Some(prefix) = map.get("prefixItems").and_then(Value::as_array) {
-                return prefix
-                    .iter()
-                    .map(|p| instance(p, root, prefer_null, last, depth + 1))
-                    .collect();
+                return prefix.iter().map(|p| instance(p, root, prefer_null, last, depth + 1)).collect();
             }
             let items = map.get("items").cloned().unwrap_or(json!({}));
-            (0..count)
-                .map(|_| instance(&items, root, prefer_null, last, depth + 1))
-                .collect()
+            (0..count).map(|_| instance(&items, root, prefer_null, last, depth + 1)).collect()
         }
         Some("object") | None => {
             let mut out = serde_json::Map::new();
             if let Some(properties) = map.get("properties").and_then(Value::as_object) {
                 for (name, property) in properties {
-                    out.insert(
-                        name.clone(),
-                        instance(property, root, prefer_null, last, depth + 1),
-                    );
+                    out.insert(name.clone(), instance(property, root, prefer_null, last, depth + 1));
                 }
             }
             if let Some(extra) = map.get("additionalProperties").filter(|a| a.is_object()) {
-                out.insert(
-                    "key".into(),
-                    instance(extra, root, prefer_null, last, depth + 1),
-                );
+                out.insert("key".into(), instance(extra, root, prefer_null, last, depth + 1));
             }
             Value::Object(out)
         }
@@ -1002,17 +609,13 @@ fn what_a_model_sends_under_each_dialects_schema_the_tool_accepts() {
             };
             let schema = match dialect {
                 Dialect::OpenAi => converted["function"]["parameters"].clone(),
-                Dialect::Gemini => converted
-                    .get("parameters")
-                    .cloned()
-                    .unwrap_or(json!({"type": "object"})),
+                Dialect::Gemini => converted.get("parameters").cloned().unwrap_or(json!({"type": "object"})),
                 _ => converted["inputSchema"].clone(),
             };
             for (prefer_null, last) in [(true, false), (false, false), (false, true)] {
                 let arguments = instance(&schema, &schema, prefer_null, last, 0);
                 let call = ToolCall::new("call", definition.name.clone(), arguments.clone());
-                let message =
-                    block_on(dispatcher.dispatch(call, &CallContext::new())).expect_message();
+                let message = block_on(dispatcher.dispatch(call, &CallContext::new())).expect_message();
                 assert_eq!(
                     message.status,
                     Status::Success,
@@ -1020,11 +623,7 @@ fn what_a_model_sends_under_each_dialects_schema_the_tool_accepts() {
                     definition.name,
                     message.content
                 );
-                assert!(
-                    message.stripped_arguments.is_empty(),
-                    "{:?}",
-                    message.stripped_arguments
-                );
+                assert!(message.stripped_arguments.is_empty(), "{:?}", message.stripped_arguments);
                 dispatched += 1;
             }
         }
@@ -1038,20 +637,14 @@ fn what_a_model_sends_under_each_dialects_schema_the_tool_accepts() {
 #[test]
 fn definitions_for_and_the_dispatcher_offer_tools_in_a_dialect() {
     let definitions = corpus::definitions();
-    let convertible: Vec<&ToolDefinition> = definitions
-        .iter()
-        .filter(|d| expected(&d.name, Dialect::Gemini).is_none())
-        .collect();
+    let convertible: Vec<&ToolDefinition> =
+        definitions.iter().filter(|d| expected(&d.name, Dialect::Gemini).is_none()).collect();
     let declarations = definitions_for(Dialect::Gemini, convertible.iter().copied()).unwrap();
     assert_eq!(declarations.len(), convertible.len());
     assert_eq!(declarations[0]["name"], "scalars");
 
     let error = definitions_for(Dialect::Gemini, &definitions).unwrap_err();
-    assert_eq!(
-        error.tool(),
-        Some("maps"),
-        "the first tool that cannot be expressed, in order: {error}"
-    );
+    assert_eq!(error.tool(), Some("maps"), "the first tool that cannot be expressed, in order: {error}");
 
     let policy = Policy::builder().deny("maps").build().unwrap();
     let dispatcher = Dispatcher::builder()
@@ -1062,34 +655,19 @@ fn definitions_for_and_the_dispatcher_offer_tools_in_a_dialect() {
         .build()
         .unwrap();
     let offered = dispatcher.offered_tools_in(Dialect::OpenAi).unwrap();
-    let names: Vec<&str> = offered
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["scalars", "nested"],
-        "denied tools are not offered, so `maps` cannot fail the list"
-    );
+    let names: Vec<&str> = offered.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["scalars", "nested"], "denied tools are not offered, so `maps` cannot fail the list");
     for tool in &offered {
         assert!(validators::violations(Dialect::OpenAi, tool).is_empty());
     }
-    let open = Dispatcher::builder()
-        .tool(tool!(corpus::scalars))
-        .tool(tool!(corpus::maps))
-        .build()
-        .unwrap();
+    let open = Dispatcher::builder().tool(tool!(corpus::scalars)).tool(tool!(corpus::maps)).build().unwrap();
     let error = open.offered_tools_in(Dialect::OpenAi).unwrap_err();
     assert_eq!(error.kind(), &Inexpressible::Map);
     // The documented fallback, per tool.
     let mixed: Vec<Value> = open
         .offered_tools()
         .iter()
-        .map(|d| {
-            d.to_dialect(Dialect::OpenAi)
-                .or_else(|_| d.to_dialect(Dialect::OpenAiNonStrict))
-                .unwrap()
-        })
+        .map(|d| d.to_dialect(Dialect::OpenAi).or_else(|_| d.to_dialect(Dialect::OpenAiNonStrict)).unwrap())
         .collect();
     assert_eq!(mixed[0]["function"]["strict"], true);
     assert_eq!(mixed[1]["function"]["strict"], false);

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, HostCommand, ManualClock, Outcome, Policy,
-    RefusalKind, State, Status, ToolCall, ToolCallId, ToolError, ToolMessage, airlock_tool, tool,
+    ApprovalRequest, CallContext, Decision, Dispatcher, HostCommand, ManualClock, Outcome, Policy, RefusalKind, State,
+    Status, ToolCall, ToolCallId, ToolError, ToolMessage, airlock_tool, tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
@@ -35,10 +35,7 @@ fn greet(
     #[inject] runs: State<Counter>,
 ) -> String {
     runs.bump();
-    format!(
-        "hello {name}{}",
-        "!".repeat(usize::from(excitement.unwrap_or(0)))
-    )
+    format!("hello {name}{}", "!".repeat(usize::from(excitement.unwrap_or(0))))
 }
 
 /// Transfers money between accounts.
@@ -82,10 +79,7 @@ fn handoff(
     agent: String,
     #[inject] call_id: ToolCallId,
 ) -> HostCommand {
-    HostCommand {
-        update: json!({"handoff_from_call": call_id.0, "agent": agent}),
-        goto: vec![agent],
-    }
+    HostCommand { update: json!({"handoff_from_call": call_id.0, "agent": agent}), goto: vec![agent] }
 }
 
 /// Always panics.
@@ -135,37 +129,19 @@ fn fixture(policy: Policy, approve: Option<bool>) -> Fixture {
             let yes = answer.load(Ordering::SeqCst);
             async move {
                 assert_eq!(request.reasons[0].reason, "moves money");
-                if yes {
-                    Decision::Approve
-                } else {
-                    Decision::Deny {
-                        reason: Some("not today".into()),
-                    }
-                }
+                if yes { Decision::Approve } else { Decision::Deny { reason: Some("not today".into()) } }
             }
         });
     }
     let runs = Arc::new(Counter::default());
     // The counter is shared through `State<Counter>`; the fixture keeps a handle to read it.
-    let context = CallContext::new()
-        .with_thread("thread-1")
-        .with_state_arc(Arc::clone(&runs));
-    Fixture {
-        dispatcher: builder.build().unwrap(),
-        context,
-        runs,
-        clock,
-        approvals,
-        answer,
-    }
+    let context = CallContext::new().with_thread("thread-1").with_state_arc(Arc::clone(&runs));
+    Fixture { dispatcher: builder.build().unwrap(), context, runs, clock, approvals, answer }
 }
 
 impl Fixture {
     fn call(&self, name: &str, arguments: Value) -> Outcome {
-        block_on(
-            self.dispatcher
-                .dispatch(ToolCall::new("call-1", name, arguments), &self.context),
-        )
+        block_on(self.dispatcher.dispatch(ToolCall::new("call-1", name, arguments), &self.context))
     }
 
     fn message(&self, name: &str, arguments: Value) -> ToolMessage {
@@ -202,32 +178,19 @@ fn unknown_tool_is_refused_without_listing_tools() {
 
 #[test]
 fn policy_matches_the_registered_name_not_the_fn_name() {
-    let f = fixture(
-        Policy::builder()
-            .deny("admin_*")
-            .deny("drop_database")
-            .build()
-            .unwrap(),
-        None,
-    );
+    let f = fixture(Policy::builder().deny("admin_*").deny("drop_database").build().unwrap(), None);
     let message = f.message("admin_drop", json!({}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::Denied));
     assert_eq!(message.refusal.unwrap().rule.as_deref(), Some("admin_*"));
     // The fn name is not a tool name at all.
-    assert_eq!(
-        refusal_kind(&f.message("drop_database", json!({}))),
-        Some(RefusalKind::UnknownTool)
-    );
+    assert_eq!(refusal_kind(&f.message("drop_database", json!({}))), Some(RefusalKind::UnknownTool));
     assert_eq!(f.runs.get(), 0);
 }
 
 #[test]
 fn allow_list_closes_everything_else() {
     let f = fixture(Policy::builder().allow("greet").build().unwrap(), None);
-    assert_eq!(
-        f.message("greet", json!({"name": "x"})).status,
-        Status::Success
-    );
+    assert_eq!(f.message("greet", json!({"name": "x"})).status, Status::Success);
     let message = f.message("lookup", json!({"id": 1}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::Denied));
 }
@@ -237,19 +200,13 @@ fn denied_tool_with_ghost_args_reports_the_denial() {
     let f = fixture(Policy::builder().deny("greet").build().unwrap(), None);
     let message = f.message("greet", json!({"name": "x", "sudo": true}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::Denied));
-    assert!(
-        message.stripped_arguments.is_empty(),
-        "denial comes before ghost handling"
-    );
+    assert!(message.stripped_arguments.is_empty(), "denial comes before ghost handling");
 }
 
 #[test]
 fn ghost_arguments_are_stripped_and_reported() {
     let f = fixture(Policy::new(), None);
-    let message = f.message(
-        "greet",
-        json!({"name": "Ada", "role": "admin", "debug": true}),
-    );
+    let message = f.message("greet", json!({"name": "Ada", "role": "admin", "debug": true}));
     assert_eq!(message.status, Status::Success);
     assert_eq!(message.content, "hello Ada");
     let mut stripped = message.stripped_arguments.clone();
@@ -261,15 +218,8 @@ fn ghost_arguments_are_stripped_and_reported() {
 fn ghost_block_refuses_and_names_the_parameters() {
     let f = fixture(Policy::new(), None);
     let message = f.message("lookup", json!({"id": 1, "all": true}));
-    assert_eq!(
-        refusal_kind(&message),
-        Some(RefusalKind::MalformedArguments)
-    );
-    assert!(
-        message.content.contains("`all`") && message.content.contains("`id`"),
-        "{}",
-        message.content
-    );
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::MalformedArguments));
+    assert!(message.content.contains("`all`") && message.content.contains("`id`"), "{}", message.content);
     assert_eq!(f.message("lookup", json!({"id": 1})).content, "1");
 }
 
@@ -281,11 +231,7 @@ fn null_counts_as_absent_for_optional_parameters() {
     // `null` for a required parameter is a missing argument.
     let message = f.message("greet", json!({"name": null}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::InvalidArguments));
-    assert!(
-        message.content.contains("`name` is required"),
-        "{}",
-        message.content
-    );
+    assert!(message.content.contains("`name` is required"), "{}", message.content);
 }
 
 #[test]
@@ -294,77 +240,38 @@ fn validation_is_strict_and_names_every_bad_field() {
     let message = f.message("transfer", json!({"from": 7, "amount": "500"}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::InvalidArguments));
     let text = &message.content;
-    assert!(
-        text.contains("`from`: invalid type: integer `7`, expected a string"),
-        "{text}"
-    );
+    assert!(text.contains("`from`: invalid type: integer `7`, expected a string"), "{text}");
     assert!(text.contains("`to` is required"), "{text}");
-    assert!(
-        text.contains("`amount`: invalid type: string \"500\""),
-        "{text}"
-    );
-    assert!(
-        message
-            .hints
-            .iter()
-            .any(|h| h.contains("`amount`") && h.contains("no quotes")),
-        "{:?}",
-        message.hints
-    );
-    assert!(
-        message.hints.iter().any(|h| h.contains("include `to`")),
-        "{:?}",
-        message.hints
-    );
+    assert!(text.contains("`amount`: invalid type: string \"500\""), "{text}");
+    assert!(message.hints.iter().any(|h| h.contains("`amount`") && h.contains("no quotes")), "{:?}", message.hints);
+    assert!(message.hints.iter().any(|h| h.contains("include `to`")), "{:?}", message.hints);
     // Floats are not integers, negative numbers are not u64.
     for bad in [json!(5.0), json!(-5), json!(true), json!([5])] {
         let message = f.message("transfer", json!({"from": "a", "to": "b", "amount": bad}));
-        assert_eq!(
-            refusal_kind(&message),
-            Some(RefusalKind::InvalidArguments),
-            "{bad}"
-        );
+        assert_eq!(refusal_kind(&message), Some(RefusalKind::InvalidArguments), "{bad}");
     }
-    assert_eq!(
-        f.approvals.load(Ordering::SeqCst),
-        0,
-        "invalid calls never reach a human"
-    );
+    assert_eq!(f.approvals.load(Ordering::SeqCst), 0, "invalid calls never reach a human");
     assert_eq!(f.runs.get(), 0);
 }
 
 #[test]
 fn malformed_arguments_are_refused_not_panicked_on() {
     let f = fixture(Policy::new(), None);
-    let outcome = block_on(f.dispatcher.dispatch(
-        ToolCall::from_json_text("c", "greet", "{\"name\": \"Ada\""),
-        &f.context,
-    ));
+    let outcome =
+        block_on(f.dispatcher.dispatch(ToolCall::from_json_text("c", "greet", "{\"name\": \"Ada\""), &f.context));
     let message = outcome.expect_message();
-    assert_eq!(
-        refusal_kind(&message),
-        Some(RefusalKind::MalformedArguments)
-    );
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::MalformedArguments));
     for arguments in [json!([1, 2]), json!("text"), json!(3), json!(true)] {
-        assert_eq!(
-            refusal_kind(&f.message("greet", arguments)),
-            Some(RefusalKind::MalformedArguments)
-        );
+        assert_eq!(refusal_kind(&f.message("greet", arguments)), Some(RefusalKind::MalformedArguments));
     }
     let mut deep = json!("leaf");
     for _ in 0..200 {
         deep = json!({ "a": deep });
     }
     let message = f.message("greet", json!({"name": deep}));
-    assert_eq!(
-        refusal_kind(&message),
-        Some(RefusalKind::MalformedArguments)
-    );
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::MalformedArguments));
     let huge = "x".repeat(4 << 20);
-    assert_eq!(
-        f.message("greet", json!({ "name": huge })).content.len(),
-        6 + (4 << 20)
-    );
+    assert_eq!(f.message("greet", json!({ "name": huge })).content.len(), 6 + (4 << 20));
     // No arguments at all for a tool without parameters.
     assert_eq!(f.message("explode", Value::Null).status, Status::Error);
 }
@@ -373,10 +280,7 @@ fn malformed_arguments_are_refused_not_panicked_on() {
 fn escalation_without_an_approver_is_refused() {
     let f = fixture(Policy::new(), None);
     let message = f.message("transfer", json!({"from": "a", "to": "b", "amount": 5}));
-    assert_eq!(
-        refusal_kind(&message),
-        Some(RefusalKind::ApprovalUnavailable)
-    );
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::ApprovalUnavailable));
     assert_eq!(message.refusal.unwrap().rule.as_deref(), Some("attribute"));
     assert_eq!(f.runs.get(), 0);
 }
@@ -384,10 +288,7 @@ fn escalation_without_an_approver_is_refused() {
 #[test]
 fn an_approvers_yes_runs_and_no_refuses() {
     let yes = fixture(Policy::new(), Some(true));
-    let message = yes.message(
-        "transfer",
-        json!({"from": "a", "to": "b", "amount": 5, "memo": "x"}),
-    );
+    let message = yes.message("transfer", json!({"from": "a", "to": "b", "amount": 5, "memo": "x"}));
     assert_eq!(message.status, Status::Success, "{}", message.content);
     assert_eq!(message.content, "moved 5 from a to b");
     assert_eq!(yes.approvals.load(Ordering::SeqCst), 1);
@@ -401,18 +302,9 @@ fn an_approvers_yes_runs_and_no_refuses() {
 
 #[test]
 fn policy_escalation_adds_to_the_attribute() {
-    let f = fixture(
-        Policy::builder()
-            .escalate("greet", "policy says so")
-            .build()
-            .unwrap(),
-        None,
-    );
+    let f = fixture(Policy::builder().escalate("greet", "policy says so").build().unwrap(), None);
     let message = f.message("greet", json!({"name": "x"}));
-    assert_eq!(
-        refusal_kind(&message),
-        Some(RefusalKind::ApprovalUnavailable)
-    );
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::ApprovalUnavailable));
     assert_eq!(message.refusal.unwrap().rule.as_deref(), Some("greet"));
 }
 
@@ -426,11 +318,7 @@ fn rate_limit_refuses_with_retry_after_and_refills() {
     assert_eq!(refusal_kind(&message), Some(RefusalKind::RateLimited));
     let refusal = message.refusal.clone().unwrap();
     assert_eq!(refusal.retry_after, Some(Duration::from_secs(30)));
-    assert!(
-        message.content.contains("retry in 30 s"),
-        "{}",
-        message.content
-    );
+    assert!(message.content.contains("retry in 30 s"), "{}", message.content);
     assert_eq!(f.runs.get(), 2);
     f.clock.advance(Duration::from_secs(30));
     assert_eq!(f.message("transfer", args).status, Status::Success);
@@ -450,37 +338,19 @@ fn refused_calls_spend_no_rate_token() {
     f.answer.store(true, Ordering::SeqCst);
     assert_eq!(f.message("transfer", good.clone()).status, Status::Success);
     assert_eq!(f.message("transfer", good.clone()).status, Status::Success);
-    assert_eq!(
-        refusal_kind(&f.message("transfer", good)),
-        Some(RefusalKind::RateLimited)
-    );
+    assert_eq!(refusal_kind(&f.message("transfer", good)), Some(RefusalKind::RateLimited));
     assert_eq!(f.runs.get(), 2);
 }
 
 #[test]
 fn a_policy_can_tighten_a_rate_but_never_loosen_it() {
-    let tighter = fixture(
-        Policy::builder()
-            .rate_limit("transfer", "1/minute")
-            .build()
-            .unwrap(),
-        Some(true),
-    );
+    let tighter = fixture(Policy::builder().rate_limit("transfer", "1/minute").build().unwrap(), Some(true));
     let args = json!({"from": "a", "to": "b", "amount": 5});
-    assert_eq!(
-        tighter.message("transfer", args.clone()).status,
-        Status::Success
-    );
+    assert_eq!(tighter.message("transfer", args.clone()).status, Status::Success);
     let message = tighter.message("transfer", args.clone());
     assert_eq!(message.refusal.unwrap().rule.as_deref(), Some("transfer"));
 
-    let looser = fixture(
-        Policy::builder()
-            .rate_limit("*", "1000/minute")
-            .build()
-            .unwrap(),
-        Some(true),
-    );
+    let looser = fixture(Policy::builder().rate_limit("*", "1000/minute").build().unwrap(), Some(true));
     looser.message("transfer", args.clone());
     looser.message("transfer", args.clone());
     let message = looser.message("transfer", args);
@@ -490,27 +360,17 @@ fn a_policy_can_tighten_a_rate_but_never_loosen_it() {
 
 #[test]
 fn per_thread_rate_limits_count_each_thread_apart() {
-    let policy = Policy::builder()
-        .rate_limit_per_thread("greet", "1/hour")
-        .build()
-        .unwrap();
+    let policy = Policy::builder().rate_limit_per_thread("greet", "1/hour").build().unwrap();
     let f = fixture(policy, None);
     let in_thread = |thread: &str| {
         let context = f.context.clone().with_thread(thread);
-        block_on(
-            f.dispatcher
-                .dispatch(ToolCall::new("c", "greet", json!({"name": "x"})), &context),
-        )
-        .expect_message()
+        block_on(f.dispatcher.dispatch(ToolCall::new("c", "greet", json!({"name": "x"})), &context)).expect_message()
     };
     assert_eq!(in_thread("alice").status, Status::Success);
     assert_eq!(in_thread("bob").status, Status::Success);
     let again = in_thread("alice");
     assert_eq!(refusal_kind(&again), Some(RefusalKind::RateLimited));
-    assert_eq!(
-        again.refusal.unwrap().retry_after,
-        Some(Duration::from_secs(3_600))
-    );
+    assert_eq!(again.refusal.unwrap().retry_after, Some(Duration::from_secs(3_600)));
     f.clock.advance(Duration::from_secs(3_600));
     assert_eq!(in_thread("alice").status, Status::Success);
 }
@@ -524,11 +384,7 @@ fn tool_errors_become_error_messages() {
     assert_eq!(message.content, "amount must be positive");
     let message = f.message("read_config", json!({"path": "/definitely/not/here"}));
     assert_eq!(message.status, Status::Error);
-    assert!(
-        message.content.contains("No such file"),
-        "{}",
-        message.content
-    );
+    assert!(message.content.contains("No such file"), "{}", message.content);
 }
 
 #[test]
@@ -536,25 +392,15 @@ fn a_panicking_tool_is_an_error_message() {
     let f = fixture(Policy::new(), None);
     let message = f.message("explode", json!({}));
     assert_eq!(message.status, Status::Error);
-    assert!(
-        !message.content.contains("boom"),
-        "panic payloads are not shown to the model"
-    );
+    assert!(!message.content.contains("boom"), "panic payloads are not shown to the model");
 }
 
 #[test]
 fn host_commands_pass_through_untouched() {
     let f = fixture(Policy::new(), None);
     match f.call("handoff", json!({"agent": "billing", "x": 1})) {
-        Outcome::Command {
-            command,
-            tool_call_id,
-            stripped_arguments,
-        } => {
-            assert_eq!(
-                command.update,
-                json!({"handoff_from_call": "call-1", "agent": "billing"})
-            );
+        Outcome::Command { command, tool_call_id, stripped_arguments } => {
+            assert_eq!(command.update, json!({"handoff_from_call": "call-1", "agent": "billing"}));
             assert_eq!(command.goto, ["billing"]);
             assert_eq!(tool_call_id, "call-1");
             assert_eq!(stripped_arguments, ["x"]);
@@ -567,10 +413,7 @@ fn host_commands_pass_through_untouched() {
 fn a_missing_injected_value_is_a_clear_error_not_a_panic() {
     let f = fixture(Policy::new(), None);
     let bare = CallContext::new();
-    let outcome = block_on(
-        f.dispatcher
-            .dispatch(ToolCall::new("c", "greet", json!({"name": "x"})), &bare),
-    );
+    let outcome = block_on(f.dispatcher.dispatch(ToolCall::new("c", "greet", json!({"name": "x"})), &bare));
     let message = outcome.expect_message();
     assert_eq!(refusal_kind(&message), Some(RefusalKind::HostMisconfigured));
     assert!(message.content.contains("host is misconfigured"));
@@ -579,23 +422,8 @@ fn a_missing_injected_value_is_a_clear_error_not_a_panic() {
 #[test]
 fn offered_tools_drop_denied_and_keep_escalated() {
     let f = fixture(Policy::builder().deny("admin_*").build().unwrap(), None);
-    let names: Vec<String> = f
-        .dispatcher
-        .offered_tools()
-        .into_iter()
-        .map(|d| d.name)
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "greet",
-            "transfer",
-            "lookup",
-            "handoff",
-            "explode",
-            "read_config"
-        ]
-    );
+    let names: Vec<String> = f.dispatcher.offered_tools().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, ["greet", "transfer", "lookup", "handoff", "explode", "read_config"]);
     let tools: [&dyn agent_airlock::Tool; 2] = [&tool!(drop_database), &tool!(transfer)];
     let policy = Policy::builder().deny("admin_*").build().unwrap();
     let filtered = agent_airlock::filter_tools(tools, &policy);
@@ -603,23 +431,12 @@ fn offered_tools_drop_denied_and_keep_escalated() {
     assert_eq!(filtered[0].name, "transfer");
     let schema = &filtered[0].input_schema;
     assert_eq!(schema["required"], json!(["from", "to", "amount"]));
-    assert!(
-        schema["properties"].get("runs").is_none(),
-        "injected parameters are not in the schema"
-    );
-    assert_eq!(
-        schema["properties"]["amount"]["description"],
-        "Amount in cents."
-    );
+    assert!(schema["properties"].get("runs").is_none(), "injected parameters are not in the schema");
+    assert_eq!(schema["properties"]["amount"]["description"], "Amount in cents.");
 }
 
 #[test]
 fn duplicate_tool_names_are_a_build_error() {
-    let err = Dispatcher::builder()
-        .tool(tool!(greet))
-        .tool(tool!(greet))
-        .build()
-        .err()
-        .unwrap();
+    let err = Dispatcher::builder().tool(tool!(greet)).tool(tool!(greet)).build().err().unwrap();
     assert_eq!(err.to_string(), "two tools are registered as `greet`");
 }

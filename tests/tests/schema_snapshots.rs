@@ -37,30 +37,20 @@ fn snapshot_of(definition: &ToolDefinition) -> Value {
 
 /// Compares `actual` with the stored snapshot `name`: `Err` with a readable diff when they differ.
 fn check_snapshot(name: &str, actual: &Value, stored: Option<&str>) -> Result<(), String> {
-    let actual_text = format!(
-        "{}\n",
-        serde_json::to_string_pretty(actual).expect("JSON values serialize")
-    );
+    let actual_text = format!("{}\n", serde_json::to_string_pretty(actual).expect("JSON values serialize"));
     let Some(stored) = stored else {
-        return Err(format!(
-            "snapshot `{name}` is missing; run with `AIRLOCK_BLESS=1` to record it:\n{actual_text}"
-        ));
+        return Err(format!("snapshot `{name}` is missing; run with `AIRLOCK_BLESS=1` to record it:\n{actual_text}"));
     };
     let expected: Value = match serde_json::from_str(stored) {
         Ok(value) => value,
         Err(err) => {
-            return Err(format!(
-                "snapshot `{name}` is not JSON ({err}); run with `AIRLOCK_BLESS=1`"
-            ));
+            return Err(format!("snapshot `{name}` is not JSON ({err}); run with `AIRLOCK_BLESS=1`"));
         }
     };
     if &expected == actual {
         return Ok(());
     }
-    let expected_text = format!(
-        "{}\n",
-        serde_json::to_string_pretty(&expected).expect("JSON values serialize")
-    );
+    let expected_text = format!("{}\n", serde_json::to_string_pretty(&expected).expect("JSON values serialize"));
     Err(format!(
         "snapshot `{name}` differs (- stored, + now); run with `AIRLOCK_BLESS=1` if the change is intended:\n{}",
         diff::line_diff(&expected_text, &actual_text, 3)
@@ -75,10 +65,7 @@ fn corpus_schemas_match_their_snapshots() {
         let path = dir.join(format!("{}.json", definition.name));
         let actual = snapshot_of(&definition);
         if blessing() {
-            let text = format!(
-                "{}\n",
-                serde_json::to_string_pretty(&actual).expect("JSON values serialize")
-            );
+            let text = format!("{}\n", serde_json::to_string_pretty(&actual).expect("JSON values serialize"));
             std::fs::write(&path, text).expect("the snapshot directory is writable");
             continue;
         }
@@ -92,32 +79,19 @@ fn corpus_schemas_match_their_snapshots() {
 
 #[test]
 fn no_snapshot_outlives_its_tool() {
-    let names: Vec<String> = corpus::definitions()
-        .into_iter()
-        .map(|d| format!("{}.json", d.name))
-        .collect();
+    let names: Vec<String> = corpus::definitions().into_iter().map(|d| format!("{}.json", d.name)).collect();
     let stale: Vec<String> = std::fs::read_dir(snapshot_dir())
         .expect("tests/snapshots exists")
-        .map(|entry| {
-            entry
-                .expect("a readable directory entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
+        .map(|entry| entry.expect("a readable directory entry").file_name().to_string_lossy().into_owned())
         .filter(|file| !names.contains(file))
         .collect();
-    assert!(
-        stale.is_empty(),
-        "snapshots without a corpus tool: {stale:?}"
-    );
+    assert!(stale.is_empty(), "snapshots without a corpus tool: {stale:?}");
 }
 
 #[test]
 fn a_changed_snapshot_fails_with_a_readable_diff() {
-    let properties: serde_json::Map<String, Value> = (0..20)
-        .map(|i| (format!("p{i:02}"), json!({"type": "string"})))
-        .collect();
+    let properties: serde_json::Map<String, Value> =
+        (0..20).map(|i| (format!("p{i:02}"), json!({"type": "string"}))).collect();
     let stored = json!({"canonical": {"type": "object", "properties": properties}});
     let stored_text = serde_json::to_string_pretty(&stored).unwrap();
     let mut actual = stored.clone();
@@ -126,20 +100,11 @@ fn a_changed_snapshot_fails_with_a_readable_diff() {
     assert_eq!(check_snapshot("t", &stored, Some(&stored_text)), Ok(()));
     let failure = check_snapshot("t", &actual, Some(&stored_text)).unwrap_err();
     assert!(failure.contains("snapshot `t` differs"), "{failure}");
-    assert!(
-        failure.contains("-         \"type\": \"string\""),
-        "{failure}"
-    );
-    assert!(
-        failure.contains("+         \"type\": \"integer\""),
-        "{failure}"
-    );
+    assert!(failure.contains("-         \"type\": \"string\""), "{failure}");
+    assert!(failure.contains("+         \"type\": \"integer\""), "{failure}");
     assert!(failure.contains("\"p10\""), "{failure}");
     // Context, not the whole document: properties far from the change are not shown.
-    assert!(
-        !failure.contains("p00") && !failure.contains("p19"),
-        "{failure}"
-    );
+    assert!(!failure.contains("p00") && !failure.contains("p19"), "{failure}");
 
     let missing = check_snapshot("t", &actual, None).unwrap_err();
     assert!(missing.contains("AIRLOCK_BLESS=1"), "{missing}");
@@ -148,9 +113,6 @@ fn a_changed_snapshot_fails_with_a_readable_diff() {
 #[test]
 fn the_diff_marks_insertions_deletions_and_context() {
     let diff = diff::line_diff("a\nb\nc\nd\ne\nf\ng\nh\n", "a\nb\nc\nD\ne\nf\ng\nh\ni\n", 1);
-    assert_eq!(
-        diff,
-        "@@ expected line 3\n  c\n- d\n+ D\n  e\n@@ expected line 8\n  h\n+ i\n"
-    );
+    assert_eq!(diff, "@@ expected line 3\n  c\n- d\n+ D\n  e\n@@ expected line 8\n  h\n+ i\n");
     assert_eq!(diff::line_diff("same\n", "same\n", 3), "");
 }

@@ -50,48 +50,20 @@ fn events_of(dispatcher: &Dispatcher, call: ToolCall) -> Vec<String> {
 #[test]
 fn stripped_ghost_arguments_are_an_event() {
     let dispatcher = Dispatcher::builder().tool(tool!(echo)).build().unwrap();
-    let events = events_of(
-        &dispatcher,
-        ToolCall::new("c1", "echo", json!({"word": "hi", "sudo": true})),
-    );
-    let ghost = events
-        .iter()
-        .find(|e| e.contains("undeclared arguments stripped"))
-        .expect("a ghost event");
+    let events = events_of(&dispatcher, ToolCall::new("c1", "echo", json!({"word": "hi", "sudo": true})));
+    let ghost = events.iter().find(|e| e.contains("undeclared arguments stripped")).expect("a ghost event");
     assert!(ghost.starts_with("agent_airlock "), "{ghost}");
     assert!(ghost.contains("stripped=[\"sudo\"]"), "{ghost}");
-    assert!(
-        !ghost.contains("hi"),
-        "argument values are not logged: {ghost}"
-    );
-    assert!(
-        events.iter().any(|e| e.contains("outcome=\"executed\"")),
-        "{events:?}"
-    );
+    assert!(!ghost.contains("hi"), "argument values are not logged: {ghost}");
+    assert!(events.iter().any(|e| e.contains("outcome=\"executed\"")), "{events:?}");
 }
 
 #[test]
 fn refusals_are_events_with_kind_and_rule() {
     let policy = Policy::builder().deny("ec*").build().unwrap();
-    let dispatcher = Dispatcher::builder()
-        .tool(tool!(echo))
-        .policy(policy)
-        .build()
-        .unwrap();
-    let events = events_of(
-        &dispatcher,
-        ToolCall::new("c1", "echo", json!({"word": "secret-value"})),
-    );
-    let refused = events
-        .iter()
-        .find(|e| e.contains("outcome=\"refused\""))
-        .expect("a refusal event");
-    assert!(
-        refused.contains("kind=Denied") && refused.contains("rule=\"ec*\""),
-        "{refused}"
-    );
-    assert!(
-        events.iter().all(|e| !e.contains("secret-value")),
-        "{events:?}"
-    );
+    let dispatcher = Dispatcher::builder().tool(tool!(echo)).policy(policy).build().unwrap();
+    let events = events_of(&dispatcher, ToolCall::new("c1", "echo", json!({"word": "secret-value"})));
+    let refused = events.iter().find(|e| e.contains("outcome=\"refused\"")).expect("a refusal event");
+    assert!(refused.contains("kind=Denied") && refused.contains("rule=\"ec*\""), "{refused}");
+    assert!(events.iter().all(|e| !e.contains("secret-value")), "{events:?}");
 }

@@ -7,9 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use agent_airlock::{
-    CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool,
-};
+use agent_airlock::{CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool};
 use agent_airlock_benches::run_ready;
 use serde_json::json;
 
@@ -49,23 +47,15 @@ fn main() {
     const THREADS: usize = 100_000;
     let dispatcher = Dispatcher::builder()
         .tool(tool!(ping))
-        .policy(
-            Policy::builder()
-                .rate_limit_per_thread("ping", "10/minute")
-                .build()
-                .expect("valid"),
-        )
+        .policy(Policy::builder().rate_limit_per_thread("ping", "10/minute").build().expect("valid"))
         .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
         .build()
         .expect("one tool");
-    let contexts: Vec<CallContext> = (0..THREADS)
-        .map(|i| CallContext::new().with_thread(format!("thread-{i:06}")))
-        .collect();
+    let contexts: Vec<CallContext> =
+        (0..THREADS).map(|i| CallContext::new().with_thread(format!("thread-{i:06}"))).collect();
     let before = live();
     for context in &contexts {
-        let message =
-            run_ready(dispatcher.dispatch(ToolCall::new("c", "ping", json!({})), context))
-                .expect_message();
+        let message = run_ready(dispatcher.dispatch(ToolCall::new("c", "ping", json!({})), context)).expect_message();
         assert_eq!(message.status, Status::Success);
     }
     let after = live();

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, Outcome, Policy, State, ToolCall,
-    ToolError, airlock_tool, tool,
+    ApprovalRequest, CallContext, Decision, Dispatcher, Outcome, Policy, State, ToolCall, ToolError, airlock_tool, tool,
 };
 use serde_json::json;
 
@@ -26,14 +25,8 @@ fn read_file(
     path: String,
     #[inject] ws: State<Workspace>,
 ) -> Result<String, ToolError> {
-    let files = ws
-        .files
-        .lock()
-        .map_err(|_| ToolError::new("workspace unavailable"))?;
-    files
-        .get(&path)
-        .cloned()
-        .ok_or_else(|| ToolError::not_executed(format!("no file `{path}`")))
+    let files = ws.files.lock().map_err(|_| ToolError::new("workspace unavailable"))?;
+    files.get(&path).cloned().ok_or_else(|| ToolError::not_executed(format!("no file `{path}`")))
 }
 
 /// Delete a file in the workspace.
@@ -43,10 +36,7 @@ async fn delete_file(
     path: String,
     #[inject] ws: State<Workspace>,
 ) -> Result<String, ToolError> {
-    let mut files = ws
-        .files
-        .lock()
-        .map_err(|_| ToolError::new("workspace unavailable"))?;
+    let mut files = ws.files.lock().map_err(|_| ToolError::new("workspace unavailable"))?;
     match files.remove(&path) {
         Some(_) => Ok(format!("deleted {path}")),
         None => Err(ToolError::not_executed(format!("no file `{path}`"))),
@@ -79,11 +69,7 @@ fn show(outcome: &Outcome) {
             println!("   status:  {:?}", m.status);
             println!("   content: {}", m.content.replace('\n', "\n            "));
             if let Some(refusal) = &m.refusal {
-                println!(
-                    "   refusal: {:?} (rule: {})",
-                    refusal.kind,
-                    refusal.rule.as_deref().unwrap_or("-")
-                );
+                println!("   refusal: {:?} (rule: {})", refusal.kind, refusal.rule.as_deref().unwrap_or("-"));
             }
             for hint in &m.hints {
                 println!("   hint:    {hint}");
@@ -98,22 +84,14 @@ fn show(outcome: &Outcome) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let policy = Policy::builder()
-        .deny("admin_*")
-        .build()
-        .expect("the policy is valid");
+    let policy = Policy::builder().deny("admin_*").build().expect("the policy is valid");
     // A human at a console would decide; this script approves deleting notes and refuses the rest.
     let approver = |request: ApprovalRequest| async move {
-        println!(
-            "   human asked: {} {} ({})",
-            request.tool, request.arguments, request.reasons[0].reason
-        );
+        println!("   human asked: {} {} ({})", request.tool, request.arguments, request.reasons[0].reason);
         if request.arguments["path"] == "notes.txt" {
             Decision::Approve
         } else {
-            Decision::Deny {
-                reason: Some("keep the report".into()),
-            }
+            Decision::Deny { reason: Some("keep the report".into()) }
         }
     };
     let dispatcher = Dispatcher::builder()
@@ -132,55 +110,22 @@ async fn main() {
         files.insert("notes.txt".into(), "buy milk".into());
         files.insert("report.md".into(), "# Q3".into());
     }
-    let context = CallContext::new()
-        .with_thread("demo-thread")
-        .with_state(workspace);
+    let context = CallContext::new().with_thread("demo-thread").with_state(workspace);
 
     println!("Tools offered to the model (admin_* is denied, so not offered):");
     for definition in dispatcher.offered_tools() {
-        println!(
-            "  {} — {}\n    {}",
-            definition.name, definition.description, definition.input_schema
-        );
+        println!("  {} — {}\n    {}", definition.name, definition.description, definition.input_schema);
     }
 
     let script = [
-        (
-            "an allowed call",
-            ToolCall::new("c1", "read_file", json!({"path": "notes.txt"})),
-        ),
-        (
-            "ghost arguments stripped",
-            ToolCall::new(
-                "c2",
-                "read_file",
-                json!({"path": "report.md", "as_root": true}),
-            ),
-        ),
-        (
-            "a validation refusal",
-            ToolCall::new("c3", "transfer", json!({"amount": "500", "too": "acct-9"})),
-        ),
-        (
-            "a denied tool",
-            ToolCall::new("c4", "admin_shell", json!({"command": "rm -rf /"})),
-        ),
-        (
-            "an escalated call the human approves",
-            ToolCall::new("c5", "delete_file", json!({"path": "notes.txt"})),
-        ),
-        (
-            "an escalated call the human refuses",
-            ToolCall::new("c6", "delete_file", json!({"path": "report.md"})),
-        ),
-        (
-            "within the rate limit (3/minute)",
-            ToolCall::new("c7", "read_file", json!({"path": "report.md"})),
-        ),
-        (
-            "over the rate limit",
-            ToolCall::new("c8", "read_file", json!({"path": "report.md"})),
-        ),
+        ("an allowed call", ToolCall::new("c1", "read_file", json!({"path": "notes.txt"}))),
+        ("ghost arguments stripped", ToolCall::new("c2", "read_file", json!({"path": "report.md", "as_root": true}))),
+        ("a validation refusal", ToolCall::new("c3", "transfer", json!({"amount": "500", "too": "acct-9"}))),
+        ("a denied tool", ToolCall::new("c4", "admin_shell", json!({"command": "rm -rf /"}))),
+        ("an escalated call the human approves", ToolCall::new("c5", "delete_file", json!({"path": "notes.txt"}))),
+        ("an escalated call the human refuses", ToolCall::new("c6", "delete_file", json!({"path": "report.md"}))),
+        ("within the rate limit (3/minute)", ToolCall::new("c7", "read_file", json!({"path": "report.md"}))),
+        ("over the rate limit", ToolCall::new("c8", "read_file", json!({"path": "report.md"}))),
     ];
     for (step, call) in script {
         println!("\n── {step}");

@@ -23,9 +23,7 @@ const DIALECT: &str = "Gemini's OpenAPI schema subset";
 pub(super) fn format_allowed(schema_type: &str, format: &str) -> bool {
     matches!(
         (schema_type, format),
-        ("number", "float" | "double")
-            | ("integer", "int32" | "int64")
-            | ("string", "date-time" | "enum")
+        ("number", "float" | "double") | ("integer", "int32" | "int64") | ("string", "date-time" | "enum")
     )
 }
 
@@ -55,28 +53,21 @@ pub(super) fn parameters(root: &Value) -> Result<Value, Failure> {
             check_parameter_name(name)?;
         }
     }
-    let mut cx = Inline {
-        root,
-        stack: Vec::new(),
-    };
+    let mut cx = Inline { root, stack: Vec::new() };
     cx.schema(root, "", true)
 }
 
 /// Gemini's rule for parameter names: a letter or `_` first, then letters, digits and `_`, at most 64.
 fn check_parameter_name(name: &str) -> Result<(), Failure> {
     let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if first_ok && rest_ok && name.len() <= 64 {
         return Ok(());
     }
     Err(Failure::new(
         &child("/properties", name),
-        Inexpressible::Name {
-            name: name.to_owned(),
-        },
+        Inexpressible::Name { name: name.to_owned() },
         format!(
             "Gemini parameter names must start with a letter or `_` and contain only ASCII letters, digits and `_` (at most 64), `{name}` does not"
         ),
@@ -145,10 +136,8 @@ impl Inline<'_> {
                     let properties_pointer = child(pointer, "properties");
                     let mut converted = Map::new();
                     for (name, property) in properties {
-                        converted.insert(
-                            name.clone(),
-                            self.schema(property, &child(&properties_pointer, name), false)?,
-                        );
+                        converted
+                            .insert(name.clone(), self.schema(property, &child(&properties_pointer, name), false)?);
                     }
                     let required: Vec<Value> = map
                         .get("required")
@@ -164,10 +153,7 @@ impl Inline<'_> {
                     }
                 }
                 "items" if value != &Value::Bool(false) => {
-                    out.insert(
-                        key.clone(),
-                        self.schema(value, &child(pointer, "items"), false)?,
-                    );
+                    out.insert(key.clone(), self.schema(value, &child(pointer, "items"), false)?);
                 }
                 // A closed object is what Gemini generates anyway (`false` is dropped); arbitrary keys it
                 // cannot say.
@@ -195,10 +181,7 @@ impl Inline<'_> {
             shared::describe_format(&mut out, format);
         }
         if schema_type.as_deref() == Some("object") && !is_root {
-            let listed = out
-                .get("properties")
-                .and_then(Value::as_object)
-                .is_some_and(|p| !p.is_empty());
+            let listed = out.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
             if !listed {
                 return Err(Failure::new(
                     pointer,
@@ -226,25 +209,15 @@ impl Inline<'_> {
     }
 
     /// Inlines the definition `reference` points to; `siblings` (a description) override its own.
-    fn inline(
-        &mut self,
-        reference: &Value,
-        siblings: Map<String, Value>,
-        pointer: &str,
-    ) -> Result<Value, Failure> {
-        let Some((name, definition)) = reference
-            .as_str()
-            .and_then(|r| shared::resolve(r, self.root))
-        else {
+    fn inline(&mut self, reference: &Value, siblings: Map<String, Value>, pointer: &str) -> Result<Value, Failure> {
+        let Some((name, definition)) = reference.as_str().and_then(|r| shared::resolve(r, self.root)) else {
             return Err(shared::unresolved(reference, pointer, DIALECT));
         };
         if name == "#" || self.stack.iter().any(|open| open == name) {
             let shown = reference.as_str().unwrap_or_default().to_owned();
             return Err(Failure::new(
                 &child(pointer, "$ref"),
-                Inexpressible::Recursion {
-                    reference: shown.clone(),
-                },
+                Inexpressible::Recursion { reference: shown.clone() },
                 format!(
                     "a recursive type (`$ref: {shown}` inside its own definition) cannot be expressed in Gemini's `parameters`, which has no `$ref` and must be finite; bound the depth with distinct types, or declare the tool with Gemini's `parametersJsonSchema` (full JSON Schema) instead"
                 ),
@@ -254,8 +227,7 @@ impl Inline<'_> {
         let inlined = self.schema(definition, &shared::target_pointer(name), false);
         self.stack.pop();
         let mut inlined = inlined?;
-        if let (Value::Object(out), Some(description)) = (&mut inlined, siblings.get("description"))
-        {
+        if let (Value::Object(out), Some(description)) = (&mut inlined, siblings.get("description")) {
             out.insert("description".into(), description.clone());
         }
         Ok(inlined)
@@ -286,10 +258,7 @@ impl Inline<'_> {
                 ),
             )),
             [t] if TYPES.contains(t) => Ok(Some((*t).to_owned())),
-            [t] => Err(shared::malformed(
-                &child(pointer, "type"),
-                &Value::String((*t).to_owned()),
-            )),
+            [t] => Err(shared::malformed(&child(pointer, "type"), &Value::String((*t).to_owned()))),
             several => Err(Failure::new(
                 &child(pointer, "type"),
                 Inexpressible::TypeUnion,
@@ -301,15 +270,8 @@ impl Inline<'_> {
         }
     }
 
-    fn any_of(
-        &mut self,
-        any_of: &Value,
-        pointer: &str,
-        nullable: &mut bool,
-    ) -> Result<Option<Alternatives>, Failure> {
-        let branches = any_of
-            .as_array()
-            .ok_or_else(|| shared::malformed(&child(pointer, "anyOf"), any_of))?;
+    fn any_of(&mut self, any_of: &Value, pointer: &str, nullable: &mut bool) -> Result<Option<Alternatives>, Failure> {
+        let branches = any_of.as_array().ok_or_else(|| shared::malformed(&child(pointer, "anyOf"), any_of))?;
         let any_pointer = child(pointer, "anyOf");
         let mut kept = Vec::new();
         for (i, branch) in branches.iter().enumerate() {
@@ -357,8 +319,7 @@ enum Alternatives {
 /// `{"type": "null"}` (with at most a description): the `null` half of an `Option`.
 fn is_null_schema(schema: &Value) -> bool {
     schema.as_object().is_some_and(|m| {
-        m.get("type").is_some_and(|t| t == "null")
-            && m.keys().all(|k| k == "type" || k == "description")
+        m.get("type").is_some_and(|t| t == "null") && m.keys().all(|k| k == "type" || k == "description")
     })
 }
 
@@ -369,13 +330,10 @@ fn string_enum(
     pointer: &str,
     nullable: &mut bool,
 ) -> Result<Value, Failure> {
-    let values = values
-        .as_array()
-        .ok_or_else(|| shared::malformed(&child(pointer, "enum"), values))?;
+    let values = values.as_array().ok_or_else(|| shared::malformed(&child(pointer, "enum"), values))?;
     *nullable |= values.iter().any(Value::is_null);
     let kept: Vec<Value> = values.iter().filter(|v| !v.is_null()).cloned().collect();
-    let all_strings =
-        kept.iter().all(Value::is_string) && matches!(schema_type, None | Some("string"));
+    let all_strings = kept.iter().all(Value::is_string) && matches!(schema_type, None | Some("string"));
     if !all_strings {
         let shown: Vec<String> = kept.iter().take(4).map(Value::to_string).collect();
         return Err(Failure::new(

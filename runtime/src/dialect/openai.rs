@@ -17,17 +17,8 @@ const DIALECT: &str = "OpenAI strict mode";
 
 /// The string formats OpenAI's strict mode accepts. Other formats are dropped: they only narrow strings, and
 /// the dispatcher still validates every argument against the Rust type.
-pub(super) const STRING_FORMATS: &[&str] = &[
-    "date-time",
-    "time",
-    "date",
-    "duration",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "uuid",
-];
+pub(super) const STRING_FORMATS: &[&str] =
+    &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
 
 /// Keywords carried over unchanged (besides the structural ones handled one by one).
 const KEPT: &[&str] = &[
@@ -63,12 +54,7 @@ pub(super) fn non_strict(root: &Value) -> Result<Value, Failure> {
 /// The canonical schema in OpenAI's strict subset.
 pub(super) fn strict(root: &Value) -> Result<Value, Failure> {
     let root_map = shared::root_object(root, DIALECT, &["anyOf", "oneOf", "allOf"])?;
-    let mut cx = Strict {
-        root,
-        properties: 0,
-        enum_values: 0,
-        string_length: 0,
-    };
+    let mut cx = Strict { root, properties: 0, enum_values: 0, string_length: 0 };
     let mut out = cx.schema(root, "", Place::Root, 1)?;
     if let Some(defs) = root_map.get("$defs") {
         let Value::Object(defs) = defs else {
@@ -107,13 +93,7 @@ struct Strict<'a> {
 }
 
 impl Strict<'_> {
-    fn schema(
-        &mut self,
-        schema: &Value,
-        pointer: &str,
-        place: Place,
-        depth: usize,
-    ) -> Result<Value, Failure> {
+    fn schema(&mut self, schema: &Value, pointer: &str, place: Place, depth: usize) -> Result<Value, Failure> {
         let map = match schema {
             Value::Object(map) => map,
             Value::Bool(true) => return Err(shared::any_value(pointer, DIALECT)),
@@ -124,9 +104,7 @@ impl Strict<'_> {
         if place == Place::Nested && map.contains_key("$defs") {
             return Err(Failure::new(
                 &child(pointer, "$defs"),
-                Inexpressible::Keyword {
-                    keyword: "$defs".into(),
-                },
+                Inexpressible::Keyword { keyword: "$defs".into() },
                 "OpenAI strict mode accepts `$defs` only at the root of the schema",
             ));
         }
@@ -186,18 +164,12 @@ impl Strict<'_> {
                     let mut converted = Vec::with_capacity(branches.len());
                     for (i, branch) in branches.iter().enumerate() {
                         let branch_pointer = child(&child(pointer, "anyOf"), &i.to_string());
-                        converted.push(self.schema(
-                            branch,
-                            &branch_pointer,
-                            Place::Nested,
-                            depth,
-                        )?);
+                        converted.push(self.schema(branch, &branch_pointer, Place::Nested, depth)?);
                     }
                     out.insert(key.clone(), Value::Array(converted));
                 }
                 "items" if value != &Value::Bool(false) => {
-                    let items =
-                        self.schema(value, &child(pointer, "items"), Place::Nested, depth)?;
+                    let items = self.schema(value, &child(pointer, "items"), Place::Nested, depth)?;
                     out.insert(key.clone(), items);
                 }
                 "additionalProperties" if value != &Value::Bool(false) => {
@@ -234,11 +206,7 @@ impl Strict<'_> {
         if depth > MAX_NESTING {
             return Err(Failure::new(
                 pointer,
-                Inexpressible::Limit {
-                    limit: "object nesting depth",
-                    max: MAX_NESTING,
-                    actual: depth,
-                },
+                Inexpressible::Limit { limit: "object nesting depth", max: MAX_NESTING, actual: depth },
                 format!(
                     "OpenAI strict mode accepts at most {MAX_NESTING} levels of nested objects, this object is at level {depth}; flatten the arguments"
                 ),
@@ -260,15 +228,8 @@ impl Strict<'_> {
         for (name, schema) in properties {
             self.properties += 1;
             self.string_length += name.len();
-            let mut property = self.schema(
-                schema,
-                &child(&properties_pointer, name),
-                Place::Nested,
-                depth + 1,
-            )?;
-            if place == Place::Root
-                && !required.contains(&name.as_str())
-                && !shared::accepts_null(&property, self.root)
+            let mut property = self.schema(schema, &child(&properties_pointer, name), Place::Nested, depth + 1)?;
+            if place == Place::Root && !required.contains(&name.as_str()) && !shared::accepts_null(&property, self.root)
             {
                 property = nullable(property);
             }
@@ -318,20 +279,14 @@ impl Strict<'_> {
         let limits = [
             ("properties", MAX_PROPERTIES, self.properties),
             ("enum values", MAX_ENUM_VALUES, self.enum_values),
-            (
-                "characters of property names, definition names and enum values",
-                MAX_STRING_LENGTH,
-                self.string_length,
-            ),
+            ("characters of property names, definition names and enum values", MAX_STRING_LENGTH, self.string_length),
         ];
         for (limit, max, actual) in limits {
             if actual > max {
                 return Err(Failure::new(
                     "",
                     Inexpressible::Limit { limit, max, actual },
-                    format!(
-                        "OpenAI strict mode accepts at most {max} {limit} in one schema, this one has {actual}"
-                    ),
+                    format!("OpenAI strict mode accepts at most {max} {limit} in one schema, this one has {actual}"),
                 ));
             }
         }
@@ -339,26 +294,15 @@ impl Strict<'_> {
     }
 }
 
-const TYPES: &[&str] = &[
-    "string", "number", "integer", "boolean", "object", "array", "null",
-];
+const TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array", "null"];
 
 fn check_type(value: &Value, pointer: &str) -> Result<(), Failure> {
     let ok = match value {
         Value::String(t) => TYPES.contains(&t.as_str()),
-        Value::Array(ts) => {
-            !ts.is_empty()
-                && ts
-                    .iter()
-                    .all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t)))
-        }
+        Value::Array(ts) => !ts.is_empty() && ts.iter().all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))),
         _ => false,
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(shared::malformed(&child(pointer, "type"), value))
-    }
+    if ok { Ok(()) } else { Err(shared::malformed(&child(pointer, "type"), value)) }
 }
 
 fn map_failure(pointer: &str, value: &Value) -> Failure {
@@ -378,9 +322,7 @@ fn nullable(schema: Value) -> Value {
     let Value::Object(mut map) = schema else {
         return schema;
     };
-    let structural = ["anyOf", "$ref", "allOf", "oneOf"]
-        .iter()
-        .any(|k| map.contains_key(*k));
+    let structural = ["anyOf", "$ref", "allOf", "oneOf"].iter().any(|k| map.contains_key(*k));
     if !structural {
         let types = match map.remove("type") {
             Some(Value::String(t)) => Some(vec![Value::String(t)]),
@@ -400,17 +342,13 @@ fn nullable(schema: Value) -> Value {
             return Value::Object(map);
         }
     }
-    if let (false, Some(Value::Array(branches))) = (map.contains_key("$ref"), map.get_mut("anyOf"))
-    {
+    if let (false, Some(Value::Array(branches))) = (map.contains_key("$ref"), map.get_mut("anyOf")) {
         branches.push(null_schema());
         return Value::Object(map);
     }
     let description = map.remove("description");
     let mut wrapper = Map::new();
-    wrapper.insert(
-        "anyOf".into(),
-        Value::Array(vec![Value::Object(map), null_schema()]),
-    );
+    wrapper.insert("anyOf".into(), Value::Array(vec![Value::Object(map), null_schema()]));
     if let Some(description) = description {
         wrapper.insert("description".into(), description);
     }
@@ -418,8 +356,5 @@ fn nullable(schema: Value) -> Value {
 }
 
 fn null_schema() -> Value {
-    Value::Object(Map::from_iter([(
-        "type".to_owned(),
-        Value::String("null".into()),
-    )]))
+    Value::Object(Map::from_iter([("type".to_owned(), Value::String("null".into()))]))
 }

@@ -15,11 +15,7 @@ pub(super) struct Failure {
 
 impl Failure {
     pub(super) fn new(pointer: &str, kind: Inexpressible, detail: impl Into<String>) -> Self {
-        Failure {
-            pointer: pointer.to_owned(),
-            kind,
-            detail: detail.into(),
-        }
+        Failure { pointer: pointer.to_owned(), kind, detail: detail.into() }
     }
 }
 
@@ -61,17 +57,11 @@ pub(super) const CONDITIONAL_KEYWORDS: &[&str] = &[
 ];
 
 /// The first conditional keyword in `map`, as a failure.
-pub(super) fn refuse_conditionals(
-    map: &Map<String, Value>,
-    pointer: &str,
-    dialect: &str,
-) -> Result<(), Failure> {
+pub(super) fn refuse_conditionals(map: &Map<String, Value>, pointer: &str, dialect: &str) -> Result<(), Failure> {
     match CONDITIONAL_KEYWORDS.iter().find(|k| map.contains_key(**k)) {
         Some(keyword) => Err(Failure::new(
             &child(pointer, keyword),
-            Inexpressible::Keyword {
-                keyword: (*keyword).to_owned(),
-            },
+            Inexpressible::Keyword { keyword: (*keyword).to_owned() },
             format!(
                 "`{keyword}` is not part of the JSON Schema subset {dialect} accepts, and dropping it would accept values the tool rejects"
             ),
@@ -91,29 +81,21 @@ pub(super) fn root_object<'a>(
         return Err(Failure::new(
             "",
             Inexpressible::RootNotObject,
-            format!(
-                "{dialect} needs the arguments schema to be a JSON object with `type: \"object\"`, found `{root}`"
-            ),
+            format!("{dialect} needs the arguments schema to be a JSON object with `type: \"object\"`, found `{root}`"),
         ));
     };
     if map.get("type").and_then(Value::as_str) != Some("object") {
-        let found = map
-            .get("type")
-            .map_or_else(|| "no `type`".to_owned(), |t| format!("`type: {t}`"));
+        let found = map.get("type").map_or_else(|| "no `type`".to_owned(), |t| format!("`type: {t}`"));
         return Err(Failure::new(
             "",
             Inexpressible::RootNotObject,
-            format!(
-                "{dialect} needs the arguments schema to have `type: \"object\"` at the root, found {found}"
-            ),
+            format!("{dialect} needs the arguments schema to have `type: \"object\"` at the root, found {found}"),
         ));
     }
     if let Some(keyword) = combinators.iter().find(|k| map.contains_key(**k)) {
         return Err(Failure::new(
             &child("", keyword),
-            Inexpressible::RootCombinator {
-                keyword: (*keyword).to_owned(),
-            },
+            Inexpressible::RootCombinator { keyword: (*keyword).to_owned() },
             format!(
                 "{dialect} does not accept `{keyword}` at the root of the arguments schema; make the alternatives a property of the arguments object"
             ),
@@ -138,20 +120,11 @@ pub(super) fn resolve<'a>(reference: &'a str, root: &'a Value) -> Option<(&'a st
 
 /// The pointer of a resolved reference's target, for errors inside it.
 pub(super) fn target_pointer(name: &str) -> String {
-    if name == "#" {
-        String::new()
-    } else {
-        format!("/$defs/{name}")
-    }
+    if name == "#" { String::new() } else { format!("/$defs/{name}") }
 }
 
 /// Fails unless every `$ref` under `schema` resolves within `root`.
-pub(super) fn check_refs(
-    schema: &Value,
-    root: &Value,
-    pointer: &str,
-    dialect: &str,
-) -> Result<(), Failure> {
+pub(super) fn check_refs(schema: &Value, root: &Value, pointer: &str, dialect: &str) -> Result<(), Failure> {
     match schema {
         Value::Object(map) => {
             if let Some(reference) = map.get("$ref") {
@@ -161,19 +134,13 @@ pub(super) fn check_refs(
                 }
             }
             for (key, value) in map {
-                if matches!(
-                    key.as_str(),
-                    "properties" | "$defs" | "patternProperties" | "dependentSchemas"
-                ) {
+                if matches!(key.as_str(), "properties" | "$defs" | "patternProperties" | "dependentSchemas") {
                     if let Value::Object(named) = value {
                         for (name, sub) in named {
                             check_refs(sub, root, &child(&child(pointer, key), name), dialect)?;
                         }
                     }
-                } else if !matches!(
-                    key.as_str(),
-                    "enum" | "const" | "default" | "examples" | "example" | "required"
-                ) {
+                } else if !matches!(key.as_str(), "enum" | "const" | "default" | "examples" | "example" | "required") {
                     check_refs(value, root, &child(pointer, key), dialect)?;
                 }
             }
@@ -190,14 +157,10 @@ pub(super) fn check_refs(
 }
 
 pub(super) fn unresolved(reference: &Value, pointer: &str, dialect: &str) -> Failure {
-    let shown = reference
-        .as_str()
-        .map_or_else(|| reference.to_string(), str::to_owned);
+    let shown = reference.as_str().map_or_else(|| reference.to_string(), str::to_owned);
     Failure::new(
         &child(pointer, "$ref"),
-        Inexpressible::UnresolvedReference {
-            reference: shown.clone(),
-        },
+        Inexpressible::UnresolvedReference { reference: shown.clone() },
         format!(
             "`$ref: {shown}` does not point into the schema's own `$defs`, and {dialect} cannot fetch other documents"
         ),
@@ -231,9 +194,7 @@ fn accepts_null_inner(schema: &Value, root: &Value, depth: usize) -> bool {
         _ => true,
     };
     let any_of = ["anyOf", "oneOf"].iter().all(|k| match map.get(*k) {
-        Some(Value::Array(branches)) => branches
-            .iter()
-            .any(|b| accepts_null_inner(b, root, depth + 1)),
+        Some(Value::Array(branches)) => branches.iter().any(|b| accepts_null_inner(b, root, depth + 1)),
         _ => true,
     });
     let all_of = match map.get("allOf") {
@@ -241,8 +202,7 @@ fn accepts_null_inner(schema: &Value, root: &Value, depth: usize) -> bool {
         _ => true,
     };
     let referenced = match map.get("$ref").and_then(Value::as_str) {
-        Some(reference) => resolve(reference, root)
-            .is_some_and(|(_, def)| accepts_null_inner(def, root, depth + 1)),
+        Some(reference) => resolve(reference, root).is_some_and(|(_, def)| accepts_null_inner(def, root, depth + 1)),
         None => true,
     };
     typed && enumerated && any_of && all_of && referenced
@@ -259,11 +219,7 @@ pub(super) fn has_type(map: &Map<String, Value>, name: &str) -> bool {
 
 /// Tuples (`prefixItems`): a tuple whose positions all have the same schema is an array of that schema
 /// with a fixed length, which is exact; a tuple of different types has no equivalent without `prefixItems`.
-pub(super) fn collapse_tuple(
-    map: &mut Map<String, Value>,
-    pointer: &str,
-    dialect: &str,
-) -> Result<(), Failure> {
+pub(super) fn collapse_tuple(map: &mut Map<String, Value>, pointer: &str, dialect: &str) -> Result<(), Failure> {
     let Some(prefix) = map.remove("prefixItems") else {
         return Ok(());
     };
@@ -285,18 +241,12 @@ pub(super) fn collapse_tuple(
 }
 
 /// Folds a one-element `allOf` into the schema around it; longer ones cannot be expressed.
-pub(super) fn fold_all_of(
-    map: &mut Map<String, Value>,
-    pointer: &str,
-    dialect: &str,
-) -> Result<(), Failure> {
+pub(super) fn fold_all_of(map: &mut Map<String, Value>, pointer: &str, dialect: &str) -> Result<(), Failure> {
     let Some(all_of) = map.remove("allOf") else {
         return Ok(());
     };
     if let Some([Value::Object(only)]) = all_of.as_array().map(Vec::as_slice)
-        && only
-            .keys()
-            .all(|k| !map.contains_key(k) || k == "description")
+        && only.keys().all(|k| !map.contains_key(k) || k == "description")
     {
         for (key, value) in only {
             map.entry(key.clone()).or_insert_with(|| value.clone());
@@ -305,9 +255,7 @@ pub(super) fn fold_all_of(
     }
     Err(Failure::new(
         &child(pointer, "allOf"),
-        Inexpressible::Keyword {
-            keyword: "allOf".into(),
-        },
+        Inexpressible::Keyword { keyword: "allOf".into() },
         format!("{dialect} does not accept `allOf`, and these schemas cannot be merged into one"),
     ))
 }
@@ -315,23 +263,15 @@ pub(super) fn fold_all_of(
 /// `oneOf` → `anyOf`. The `oneOf`s schemars emits are serde enums whose alternatives are told apart by
 /// their tag (a distinct string or a distinct required key), so at most one alternative matches any value
 /// and `anyOf` accepts exactly the same values.
-pub(super) fn one_of_to_any_of(
-    map: &mut Map<String, Value>,
-    pointer: &str,
-    dialect: &str,
-) -> Result<(), Failure> {
+pub(super) fn one_of_to_any_of(map: &mut Map<String, Value>, pointer: &str, dialect: &str) -> Result<(), Failure> {
     let Some(one_of) = map.remove("oneOf") else {
         return Ok(());
     };
     if map.contains_key("anyOf") {
         return Err(Failure::new(
             &child(pointer, "oneOf"),
-            Inexpressible::Keyword {
-                keyword: "oneOf".into(),
-            },
-            format!(
-                "{dialect} has no `oneOf`, and this schema already has an `anyOf` to merge it with"
-            ),
+            Inexpressible::Keyword { keyword: "oneOf".into() },
+            format!("{dialect} has no `oneOf`, and this schema already has an `anyOf` to merge it with"),
         ));
     }
     map.insert("anyOf".into(), one_of);
@@ -340,20 +280,9 @@ pub(super) fn one_of_to_any_of(
 
 /// A schema that says nothing about its values (no type, enum, const, reference or alternatives).
 pub(super) fn is_unconstrained(map: &Map<String, Value>) -> bool {
-    ![
-        "type",
-        "enum",
-        "const",
-        "$ref",
-        "anyOf",
-        "oneOf",
-        "allOf",
-        "properties",
-        "items",
-        "prefixItems",
-    ]
-    .iter()
-    .any(|k| map.contains_key(*k))
+    !["type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "properties", "items", "prefixItems"]
+        .iter()
+        .any(|k| map.contains_key(*k))
 }
 
 /// A string `format` the dialect lacks still tells the model what to send: it moves into the description.
@@ -386,17 +315,9 @@ pub(super) fn any_value(pointer: &str, dialect: &str) -> Failure {
 }
 
 pub(super) fn no_value(pointer: &str) -> Failure {
-    Failure::new(
-        pointer,
-        Inexpressible::NoValue,
-        "the schema `false` accepts no value, so no call could ever be valid",
-    )
+    Failure::new(pointer, Inexpressible::NoValue, "the schema `false` accepts no value, so no call could ever be valid")
 }
 
 pub(super) fn malformed(pointer: &str, value: &Value) -> Failure {
-    Failure::new(
-        pointer,
-        Inexpressible::Malformed,
-        format!("`{value}` is not a JSON schema (an object or a boolean)"),
-    )
+    Failure::new(pointer, Inexpressible::Malformed, format!("`{value}` is not a JSON schema (an object or a boolean)"))
 }

@@ -108,11 +108,7 @@ impl TryFrom<String> for Timestamp {
     fn try_from(text: String) -> Result<Self, String> {
         let bytes = text.as_bytes();
         let shaped = bytes.len() >= 20 && bytes[4] == b'-' && bytes[7] == b'-' && bytes[10] == b'T';
-        if shaped {
-            Ok(Timestamp(text))
-        } else {
-            Err(format!("`{text}` is not an RFC 3339 timestamp"))
-        }
+        if shaped { Ok(Timestamp(text)) } else { Err(format!("`{text}` is not an RFC 3339 timestamp")) }
     }
 }
 
@@ -166,11 +162,7 @@ pub struct Level(pub u8);
 impl TryFrom<u8> for Level {
     type Error = String;
     fn try_from(level: u8) -> Result<Self, String> {
-        if (1..=3).contains(&level) {
-            Ok(Level(level))
-        } else {
-            Err(format!("level {level} is not 1, 2 or 3"))
-        }
+        if (1..=3).contains(&level) { Ok(Level(level)) } else { Err(format!("level {level} is not 1, 2 or 3")) }
     }
 }
 
@@ -211,10 +203,7 @@ pub fn scalars(
     index: usize,
     letter: char,
 ) -> Result<String, ToolError> {
-    Ok(format!(
-        "{:?}",
-        (text, flag, ratio, small, tiny, count, huge, index, letter)
-    ))
+    Ok(format!("{:?}", (text, flag, ratio, small, tiny, count, huge, index, letter)))
 }
 
 /// Optional values of every kind.
@@ -229,10 +218,7 @@ pub fn optionals(
     tags: Option<Vec<String>>,
     shape: Option<Shape>,
 ) -> Result<String, ToolError> {
-    Ok(format!(
-        "{:?}",
-        (nickname, limit, address, colour, plain, tags, shape)
-    ))
+    Ok(format!("{:?}", (nickname, limit, address, colour, plain, tags, shape)))
 }
 
 /// Sequences.
@@ -275,10 +261,7 @@ pub fn tagged_enums(
 
 /// Maps with arbitrary keys.
 #[airlock_tool]
-pub fn maps(
-    counts: HashMap<String, u32>,
-    addresses: BTreeMap<String, Address>,
-) -> Result<String, ToolError> {
+pub fn maps(counts: HashMap<String, u32>, addresses: BTreeMap<String, Address>) -> Result<String, ToolError> {
     Ok(format!("{:?}", (counts, addresses.len())))
 }
 
@@ -384,8 +367,5 @@ corpus![
 
 /// The definition of every corpus tool.
 pub fn definitions() -> Vec<ToolDefinition> {
-    tools()
-        .iter()
-        .map(|tool| ToolDefinition::of(tool.as_ref()))
-        .collect()
+    tools().iter().map(|tool| ToolDefinition::of(tool.as_ref())).collect()
 }

@@ -47,44 +47,23 @@ struct Violations(Vec<String>);
 
 impl Violations {
     fn add(&mut self, pointer: &str, rule: impl Into<String>) {
-        self.0.push(format!(
-            "{}: {}",
-            if pointer.is_empty() { "/" } else { pointer },
-            rule.into()
-        ));
+        self.0.push(format!("{}: {}", if pointer.is_empty() { "/" } else { pointer }, rule.into()));
     }
 }
 
 fn at(pointer: &str, segment: &str) -> String {
-    format!(
-        "{pointer}/{}",
-        segment.replace('~', "~0").replace('/', "~1")
-    )
+    format!("{pointer}/{}", segment.replace('~', "~0").replace('/', "~1"))
 }
 
-fn name_matches(
-    name: &str,
-    max: usize,
-    first: impl Fn(char) -> bool,
-    rest: impl Fn(char) -> bool,
-) -> bool {
+fn name_matches(name: &str, max: usize, first: impl Fn(char) -> bool, rest: impl Fn(char) -> bool) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(first) && chars.all(rest) && name.len() <= max
 }
 
-fn only_keys(
-    map: &Map<String, Value>,
-    allowed: &[&str],
-    pointer: &str,
-    what: &str,
-    v: &mut Violations,
-) {
+fn only_keys(map: &Map<String, Value>, allowed: &[&str], pointer: &str, what: &str, v: &mut Violations) {
     for key in map.keys() {
         if !allowed.contains(&key.as_str()) {
-            v.add(
-                &at(pointer, key),
-                format!("`{key}` is not allowed in {what}"),
-            );
+            v.add(&at(pointer, key), format!("`{key}` is not allowed in {what}"));
         }
     }
 }
@@ -113,20 +92,8 @@ fn matches_json_type(value: &Value, schema_type: &str) -> bool {
 // ---------------------------------------------------------------------------------------------------------
 // OpenAI
 
-const OPENAI_FORMATS: &[&str] = &[
-    "date-time",
-    "time",
-    "date",
-    "duration",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "uuid",
-];
-const OPENAI_TYPES: &[&str] = &[
-    "string", "number", "integer", "boolean", "object", "array", "null",
-];
+const OPENAI_FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+const OPENAI_TYPES: &[&str] = &["string", "number", "integer", "boolean", "object", "array", "null"];
 const OPENAI_KEYWORDS: &[&str] = &[
     "type",
     "description",
@@ -162,23 +129,11 @@ fn openai(definition: &Value, strict: bool, v: &mut Violations) {
     let Some(function) = tool.get("function").and_then(Value::as_object) else {
         return v.add("/function", "missing");
     };
-    only_keys(
-        function,
-        &["name", "description", "parameters", "strict"],
-        "/function",
-        "a function",
-        v,
-    );
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    only_keys(function, &["name", "description", "parameters", "strict"], "/function", "a function", v);
+    let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if !name_matches(name, 64, plain, plain) {
-        v.add(
-            "/function/name",
-            format!("`{name}` does not match ^[a-zA-Z0-9_-]{{1,64}}$"),
-        );
+        v.add("/function/name", format!("`{name}` does not match ^[a-zA-Z0-9_-]{{1,64}}$"));
     }
     if !function.get("description").is_none_or(Value::is_string) {
         v.add("/function/description", "must be a string");
@@ -205,11 +160,7 @@ fn openai(definition: &Value, strict: bool, v: &mut Violations) {
     if !strict {
         return;
     }
-    let mut cx = StrictWalk {
-        properties: 0,
-        enum_values: 0,
-        v,
-    };
+    let mut cx = StrictWalk { properties: 0, enum_values: 0, v };
     cx.walk(parameters, pointer, 1, true);
     if let Some(defs) = root.get("$defs") {
         match defs.as_object() {
@@ -239,18 +190,12 @@ struct StrictWalk<'v> {
 impl StrictWalk<'_> {
     fn walk(&mut self, schema: &Value, pointer: &str, depth: usize, is_root: bool) {
         let Some(map) = schema.as_object() else {
-            return self.v.add(
-                pointer,
-                "a schema must be an object (no `true`/`false` schemas)",
-            );
+            return self.v.add(pointer, "a schema must be an object (no `true`/`false` schemas)");
         };
         for key in map.keys() {
             let allowed = OPENAI_KEYWORDS.contains(&key.as_str()) || (is_root && key == "$defs");
             if !allowed {
-                self.v.add(
-                    &at(pointer, key),
-                    format!("`{key}` is not supported in strict mode"),
-                );
+                self.v.add(&at(pointer, key), format!("`{key}` is not supported in strict mode"));
             }
         }
         if map.contains_key("$ref") {
@@ -264,20 +209,11 @@ impl StrictWalk<'_> {
             None => {}
             Some(Value::String(t)) if OPENAI_TYPES.contains(&t.as_str()) => {}
             Some(Value::Array(ts))
-                if !ts.is_empty()
-                    && ts
-                        .iter()
-                        .all(|t| t.as_str().is_some_and(|t| OPENAI_TYPES.contains(&t))) => {}
-            Some(other) => self.v.add(
-                &at(pointer, "type"),
-                format!("`{other}` is not a supported type"),
-            ),
+                if !ts.is_empty() && ts.iter().all(|t| t.as_str().is_some_and(|t| OPENAI_TYPES.contains(&t))) => {}
+            Some(other) => self.v.add(&at(pointer, "type"), format!("`{other}` is not a supported type")),
         }
         if types.is_empty() && !map.contains_key("anyOf") && !map.contains_key("enum") {
-            self.v.add(
-                pointer,
-                "every schema needs a `type`, an `enum`, an `anyOf` or a `$ref`",
-            );
+            self.v.add(pointer, "every schema needs a `type`, an `enum`, an `anyOf` or a `$ref`");
         }
         if let Some(values) = map.get("enum") {
             match values.as_array() {
@@ -285,10 +221,7 @@ impl StrictWalk<'_> {
                     self.enum_values += values.len();
                     for value in values {
                         if !types.is_empty() && !types.iter().any(|t| matches_json_type(value, t)) {
-                            self.v.add(
-                                &at(pointer, "enum"),
-                                format!("`{value}` is not of type {types:?}"),
-                            );
+                            self.v.add(&at(pointer, "enum"), format!("`{value}` is not of type {types:?}"));
                         }
                     }
                 }
@@ -306,49 +239,27 @@ impl StrictWalk<'_> {
             ("maxItems", "array"),
         ] {
             if map.contains_key(keyword) && !is(for_type) {
-                self.v.add(
-                    &at(pointer, keyword),
-                    format!("`{keyword}` applies to {for_type}s only"),
-                );
+                self.v.add(&at(pointer, keyword), format!("`{keyword}` applies to {for_type}s only"));
             }
         }
-        for keyword in [
-            "multipleOf",
-            "maximum",
-            "exclusiveMaximum",
-            "minimum",
-            "exclusiveMinimum",
-        ] {
+        for keyword in ["multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"] {
             if map.contains_key(keyword) && !is("number") && !is("integer") {
-                self.v.add(
-                    &at(pointer, keyword),
-                    format!("`{keyword}` applies to numbers only"),
-                );
+                self.v.add(&at(pointer, keyword), format!("`{keyword}` applies to numbers only"));
             }
         }
         if let Some(format) = map.get("format")
             && !format.as_str().is_some_and(|f| OPENAI_FORMATS.contains(&f))
         {
-            self.v.add(
-                &at(pointer, "format"),
-                format!("format {format} is not supported"),
-            );
+            self.v.add(&at(pointer, "format"), format!("format {format} is not supported"));
         }
         if let Some(any_of) = map.get("anyOf") {
             match any_of.as_array() {
                 Some(branches) if !branches.is_empty() => {
                     for (i, branch) in branches.iter().enumerate() {
-                        self.walk(
-                            branch,
-                            &at(&at(pointer, "anyOf"), &i.to_string()),
-                            depth,
-                            false,
-                        );
+                        self.walk(branch, &at(&at(pointer, "anyOf"), &i.to_string()), depth, false);
                     }
                 }
-                _ => self
-                    .v
-                    .add(&at(pointer, "anyOf"), "must be a non-empty list"),
+                _ => self.v.add(&at(pointer, "anyOf"), "must be a non-empty list"),
             }
         }
         if let Some(items) = map.get("items") {
@@ -357,62 +268,35 @@ impl StrictWalk<'_> {
         if is("object") || map.contains_key("properties") {
             self.object(map, pointer, depth);
         } else if map.contains_key("additionalProperties") || map.contains_key("required") {
-            self.v.add(
-                pointer,
-                "`additionalProperties`/`required` on a schema that is not an object",
-            );
+            self.v.add(pointer, "`additionalProperties`/`required` on a schema that is not an object");
         }
     }
 
     fn object(&mut self, map: &Map<String, Value>, pointer: &str, depth: usize) {
         if depth > 10 {
-            self.v.add(
-                pointer,
-                format!("object nested {depth} levels deep, at most 10"),
-            );
+            self.v.add(pointer, format!("object nested {depth} levels deep, at most 10"));
         }
         if map.get("additionalProperties") != Some(&Value::Bool(false)) {
-            self.v.add(
-                &at(pointer, "additionalProperties"),
-                "every object must set `additionalProperties: false`",
-            );
+            self.v.add(&at(pointer, "additionalProperties"), "every object must set `additionalProperties: false`");
         }
         let Some(properties) = map.get("properties").and_then(Value::as_object) else {
-            return self
-                .v
-                .add(&at(pointer, "properties"), "an object lists its properties");
+            return self.v.add(&at(pointer, "properties"), "an object lists its properties");
         };
-        let required: Vec<&str> = map
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let required: Vec<&str> =
+            map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         for name in properties.keys() {
             if !required.contains(&name.as_str()) {
-                self.v.add(
-                    &at(pointer, "required"),
-                    format!("property `{name}` must be required"),
-                );
+                self.v.add(&at(pointer, "required"), format!("property `{name}` must be required"));
             }
         }
         for name in &required {
             if !properties.contains_key(*name) {
-                self.v.add(
-                    &at(pointer, "required"),
-                    format!("`{name}` is required but not a property"),
-                );
+                self.v.add(&at(pointer, "required"), format!("`{name}` is required but not a property"));
             }
         }
         for (name, property) in properties {
             self.properties += 1;
-            self.walk(
-                property,
-                &at(&at(pointer, "properties"), name),
-                depth + 1,
-                false,
-            );
+            self.walk(property, &at(&at(pointer, "properties"), name), depth + 1, false);
         }
     }
 }
@@ -430,17 +314,11 @@ fn check_refs(schema: &Value, root: &Value, pointer: &str, v: &mut Violations) {
                     None => false,
                 };
                 if !resolves {
-                    v.add(
-                        &at(pointer, "$ref"),
-                        format!("{reference} does not resolve in `$defs`"),
-                    );
+                    v.add(&at(pointer, "$ref"), format!("{reference} does not resolve in `$defs`"));
                 }
             }
             for (key, value) in map {
-                if !matches!(
-                    key.as_str(),
-                    "enum" | "const" | "default" | "example" | "examples"
-                ) {
+                if !matches!(key.as_str(), "enum" | "const" | "default" | "example" | "examples") {
                     check_refs(value, root, &at(pointer, key), v);
                 }
             }
@@ -461,20 +339,11 @@ fn anthropic(definition: &Value, v: &mut Violations) {
     let Some(tool) = definition.as_object() else {
         return v.add("", "a tool is a JSON object");
     };
-    only_keys(
-        tool,
-        &["name", "description", "input_schema"],
-        "",
-        "an Anthropic tool",
-        v,
-    );
+    only_keys(tool, &["name", "description", "input_schema"], "", "an Anthropic tool", v);
     let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if !name_matches(name, 64, plain, plain) {
-        v.add(
-            "/name",
-            format!("`{name}` does not match ^[a-zA-Z0-9_-]{{1,64}}$"),
-        );
+        v.add("/name", format!("`{name}` does not match ^[a-zA-Z0-9_-]{{1,64}}$"));
     }
     let Some(schema) = tool.get("input_schema") else {
         return v.add("/input_schema", "missing");
@@ -529,24 +398,12 @@ fn gemini(definition: &Value, v: &mut Violations) {
     let Some(declaration) = definition.as_object() else {
         return v.add("", "a function declaration is a JSON object");
     };
-    only_keys(
-        declaration,
-        &["name", "description", "parameters"],
-        "",
-        "a function declaration",
-        v,
-    );
-    let name = declaration
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    only_keys(declaration, &["name", "description", "parameters"], "", "a function declaration", v);
+    let name = declaration.get("name").and_then(Value::as_str).unwrap_or_default();
     let first = |c: char| c.is_ascii_alphabetic() || c == '_';
     let rest = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
     if !name_matches(name, 64, first, rest) {
-        v.add(
-            "/name",
-            format!("`{name}`: a letter or `_` first, then a-z A-Z 0-9 _ . -, at most 64"),
-        );
+        v.add("/name", format!("`{name}`: a letter or `_` first, then a-z A-Z 0-9 _ . -, at most 64"));
     }
     let Some(parameters) = declaration.get("parameters") else {
         return;
@@ -555,13 +412,7 @@ fn gemini(definition: &Value, v: &mut Violations) {
     let Some(root) = parameters.as_object() else {
         return v.add(pointer, "must be a Schema object");
     };
-    if root
-        .get("type")
-        .and_then(Value::as_str)
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-        != Some("object")
-    {
+    if root.get("type").and_then(Value::as_str).map(str::to_ascii_lowercase).as_deref() != Some("object") {
         v.add(&at(pointer, "type"), "parameters must be an OBJECT schema");
     }
     if let Some(properties) = root.get("properties").and_then(Value::as_object) {
@@ -589,10 +440,7 @@ fn gemini_schema(schema: &Value, pointer: &str, v: &mut Violations) {
             Some(t.to_ascii_lowercase())
         }
         Some(other) => {
-            v.add(
-                &at(pointer, "type"),
-                format!("`{other}` is not one Gemini Type"),
-            );
+            v.add(&at(pointer, "type"), format!("`{other}` is not one Gemini Type"));
             None
         }
         None => None,
@@ -600,62 +448,39 @@ fn gemini_schema(schema: &Value, pointer: &str, v: &mut Violations) {
     if schema_type.is_none() && !map.contains_key("anyOf") {
         v.add(pointer, "a Schema needs a `type` (or `anyOf`)");
     }
-    if map
-        .get("nullable")
-        .is_some_and(|nullable| !nullable.is_boolean())
-    {
+    if map.get("nullable").is_some_and(|nullable| !nullable.is_boolean()) {
         v.add(&at(pointer, "nullable"), "must be a boolean");
     }
     if let Some(values) = map.get("enum") {
-        let strings = values
-            .as_array()
-            .is_some_and(|vs| !vs.is_empty() && vs.iter().all(Value::is_string));
+        let strings = values.as_array().is_some_and(|vs| !vs.is_empty() && vs.iter().all(Value::is_string));
         if !strings || schema_type.as_deref() != Some("string") {
-            v.add(
-                &at(pointer, "enum"),
-                "enums are non-empty lists of strings on a STRING schema",
-            );
+            v.add(&at(pointer, "enum"), "enums are non-empty lists of strings on a STRING schema");
         }
     }
     if let (Some(format), Some(t)) = (map.get("format"), schema_type.as_deref()) {
         let ok = matches!(
             (t, format.as_str().unwrap_or_default()),
-            ("number", "float" | "double")
-                | ("integer", "int32" | "int64")
-                | ("string", "enum" | "date-time")
+            ("number", "float" | "double") | ("integer", "int32" | "int64") | ("string", "enum" | "date-time")
         );
         if !ok {
-            v.add(
-                &at(pointer, "format"),
-                format!("format {format} is not supported for {t}"),
-            );
+            v.add(&at(pointer, "format"), format!("format {format} is not supported for {t}"));
         }
     }
     if schema_type.as_deref() == Some("object") {
         match map.get("properties").and_then(Value::as_object) {
             Some(properties) if !properties.is_empty() => {
-                let required: Vec<&Value> = map
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .collect();
+                let required: Vec<&Value> =
+                    map.get("required").and_then(Value::as_array).into_iter().flatten().collect();
                 for name in required {
                     if !name.as_str().is_some_and(|n| properties.contains_key(n)) {
-                        v.add(
-                            &at(pointer, "required"),
-                            format!("{name} is not a property"),
-                        );
+                        v.add(&at(pointer, "required"), format!("{name} is not a property"));
                     }
                 }
                 for (name, property) in properties {
                     gemini_schema(property, &at(&at(pointer, "properties"), name), v);
                 }
             }
-            _ => v.add(
-                &at(pointer, "properties"),
-                "should be non-empty for OBJECT type",
-            ),
+            _ => v.add(&at(pointer, "properties"), "should be non-empty for OBJECT type"),
         }
     }
     if schema_type.as_deref() == Some("array") {
@@ -685,14 +510,7 @@ fn mcp(definition: &Value, v: &mut Violations) {
     };
     only_keys(
         tool,
-        &[
-            "name",
-            "title",
-            "description",
-            "inputSchema",
-            "outputSchema",
-            "annotations",
-        ],
+        &["name", "title", "description", "inputSchema", "outputSchema", "annotations"],
         "",
         "an MCP tool",
         v,
