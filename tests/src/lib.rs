@@ -9,3 +9,5 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .expect("a tokio runtime starts")
         .block_on(future)
 }
+
+pub mod ledger_fixtures;
