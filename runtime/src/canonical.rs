@@ -391,6 +391,7 @@ impl fmt::Display for DisplayCanonical<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -238,7 +238,7 @@ fn decode_secret_hex(id: &str, origin: &str, text: &str) -> Result<Vec<u8>, KeyE
             "a non-hex character at position {position}"
         )));
     }
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(not_hex(format!(
             "an odd number of hex digits ({})",
             text.len()
@@ -365,6 +365,7 @@ impl KeyRing {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -161,6 +161,7 @@ pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -219,9 +219,11 @@ pub fn open_database(
             Err(OpenError::AlreadyOpen { .. } | OpenError::Empty { .. })
                 if options
                     .wait_if_open
-                    .is_some_and(|wait| started.elapsed() + pause <= wait) =>
+                    .is_some_and(|wait| started.elapsed() < wait) =>
             {
-                std::thread::sleep(pause);
+                let wait = options.wait_if_open.unwrap_or_default();
+                // The last attempt is made at the deadline.
+                std::thread::sleep(pause.min(wait.saturating_sub(started.elapsed())));
                 pause = (pause * 2).min(Duration::from_millis(25));
             }
             Err(err) => return Err(err),

@@ -174,6 +174,7 @@ impl<T> Drop for ReplySender<T> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! ledger_worker admit <ledger> <exclusive|multi> <wait-ms> <barrier-file|-> <call-json> <resume-json>
-//!     opens the ledger (waiting up to wait-ms while another process holds it), waits for the barrier
-//!     file to exist (if given), admits the call, prints `<outcome> <detail>` and exits
+//!     opens the ledger (waiting up to wait-ms while another process holds it); with a barrier file,
+//!     prints `ready` and waits for the file to exist; admits the call, prints `<outcome> <detail>`
 //! ledger_worker approve-and-hang <ledger> <call-json>
 //!     requests and approves the call, prints the resume value as one JSON line, then hangs
 //! ledger_worker admit-and-hang <ledger> <call-json> <resume-json>
@@ -86,6 +86,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let ledger = RedbLedger::open_with(arg(1)?, &options).map_err(|err| err.to_string())?;
             let barrier = arg(4)?;
             if barrier != "-" {
+                say("ready");
                 while !Path::new(barrier).exists() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
