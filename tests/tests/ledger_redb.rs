@@ -232,6 +232,7 @@ fn a_truncated_file_is_refused_at_open() {
         // A refused file is left as it was: not repaired into an empty ledger.
         assert_eq!(std::fs::metadata(&copy).unwrap().len(), cut as u64);
     }
+    eprintln!("{refused} of 8 truncations refused as corrupt, the empty one as empty ({len} bytes)");
     assert!(refused >= 5, "only {refused} truncations were refused");
 }
 
@@ -259,6 +260,7 @@ fn an_overwritten_file_is_refused_at_open() {
             refused += 1;
         }
     }
+    eprintln!("{refused} of {} overwrites refused ({} bytes)", offsets.len(), bytes.len());
     // The header and every page holding data are checked; unused pages may be damaged harmlessly.
     assert!(
         refused >= 3,
