@@ -381,6 +381,9 @@ impl InterruptApprovals {
 
     /// Admits the call now being made if `resume` approves exactly this call and its grant is unspent
     /// and unexpired; the grant is spent (durably) before this returns `Ok`. Run the call only then.
+    ///
+    /// Dropping the future after the spend was handed to the ledger does not undo it: the grant may be
+    /// spent without the call running (at most once, never twice).
     pub async fn admit(
         &self,
         call: &BindingInput<'_>,
