@@ -44,10 +44,13 @@
 
 mod approval;
 mod args;
+pub mod canonical;
 mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+mod interrupt;
+pub mod ledger;
 mod message;
 mod policy;
 mod rate;
@@ -61,6 +64,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
 pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
+pub use interrupt::{
+    Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
+    InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};

@@ -5,3 +5,5 @@
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(future)
 }
+
+pub mod ledger_fixtures;

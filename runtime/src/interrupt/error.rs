@@ -1,0 +1,233 @@
+//! Why an approval step refused. Messages name what went wrong and never contain key material.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::canonical::CanonicalError;
+use crate::ledger::LedgerError;
+
+/// Why [`InterruptApprovals::request`](super::InterruptApprovals::request) could not issue a request.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The arguments have no canonical form (e.g. an integer beyond ±(2^53 − 1)): the call is refused.
+    #[error("the call's arguments cannot be bound: {0}")]
+    Arguments(#[source] CanonicalError),
+    /// The system random source failed.
+    #[error("the system random source failed: {0}")]
+    Randomness(String),
+    /// The ledger did not record the request.
+    #[error("the approval request was not recorded: {0}")]
+    Ledger(#[source] LedgerError),
+}
+
+/// Why a human's decision (approve or deny) on a request was not recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The value is not `{"airlock_approval": {...}}`.
+    #[error("not an approval request: expected an object with one member, `airlock_approval`")]
+    NotARequest,
+    /// A member is missing or has the wrong type.
+    #[error("malformed approval request: {detail}")]
+    Malformed {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The request names a key the ring does not have.
+    #[error("approval request made under unknown key `{key_id}`")]
+    UnknownKey {
+        /// The key id named.
+        key_id: String,
+    },
+    /// The request was made under a retired key and the ring refuses those.
+    #[error("approval request made under retired key `{key_id}`, which this key ring refuses")]
+    RetiredKey {
+        /// The key id named.
+        key_id: String,
+    },
+    /// The seal does not match: the request was altered after it was issued, or not issued by this key.
+    #[error(
+        "approval request seal does not match: the request was altered after it was issued, or was not issued with this key"
+    )]
+    SealMismatch,
+    /// A request version this build does not know.
+    #[error("approval request version {version} is not supported (this build issues version 1)")]
+    UnsupportedVersion {
+        /// The version found.
+        version: u64,
+    },
+    /// The sealed binding does not follow from the sealed call and arguments.
+    #[error("approval request binding does not match its own call and arguments")]
+    InconsistentBinding,
+    /// The request is older than the request time-to-live.
+    #[error("approval request expired at {} ms since the epoch; the call must be made again", .expired_at.as_millis())]
+    RequestExpired {
+        /// When it expired.
+        expired_at: Duration,
+    },
+    /// No approver (or denier) was named.
+    #[error("a decision needs the name of who made it")]
+    MissingDecider,
+    /// The ledger has no such request.
+    #[error("approval request `{request_id}` is not in the ledger")]
+    UnknownRequest {
+        /// The request id.
+        request_id: String,
+    },
+    /// The request was denied already.
+    #[error("approval request `{request_id}` was already denied by `{denied_by}`")]
+    AlreadyDenied {
+        /// The request id.
+        request_id: String,
+        /// Who denied it.
+        denied_by: String,
+    },
+    /// The request's grant was spent: its call already ran.
+    #[error("approval request already used: grant `{grant_id}` was spent at {} ms since the epoch", .spent_at.as_millis())]
+    AlreadySpent {
+        /// The grant.
+        grant_id: String,
+        /// When.
+        spent_at: Duration,
+    },
+    /// The system random source failed.
+    #[error("the system random source failed: {0}")]
+    Randomness(String),
+    /// The ledger failed.
+    #[error("the decision was not recorded: {0}")]
+    Ledger(#[source] LedgerError),
+}
+
+/// What part of a call differs from the call an approval was given for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BindingField {
+    /// The tool name.
+    Tool,
+    /// The arguments.
+    Arguments,
+    /// The thread id.
+    ThreadId,
+    /// The checkpoint namespace.
+    CheckpointNs,
+    /// The checkpoint map (e.g. resumed from another checkpoint).
+    Checkpoint,
+    /// The tool call id.
+    ToolCallId,
+}
+
+impl fmt::Display for BindingField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BindingField::Tool => "tool",
+            BindingField::Arguments => "arguments",
+            BindingField::ThreadId => "thread id",
+            BindingField::CheckpointNs => "checkpoint namespace",
+            BindingField::Checkpoint => "checkpoint",
+            BindingField::ToolCallId => "tool call id",
+        })
+    }
+}
+
+/// Why a resumed call was not admitted. Every variant is a refusal: the call does not run.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// The resume value is not an approval (e.g. `false`, `"no"`): any other value is a no.
+    #[error("the resume value is not an approval (expected `{{\"airlock_grant\": {{...}}}}`), so the call is refused")]
+    NotAnApproval,
+    /// A human denied the request.
+    #[error("a human denied this call{}", reason_suffix(.reason))]
+    Denied {
+        /// The request, as the resume value names it.
+        request_id: Option<String>,
+        /// Why, in the human's words (unauthenticated: it comes with the resume value).
+        reason: Option<String>,
+    },
+    /// `airlock_grant` is present but a member is missing or malformed.
+    #[error("malformed approval in the resume value: {detail}")]
+    MalformedGrant {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The approval names a key the ring does not have.
+    #[error("approval made under unknown key `{key_id}`")]
+    UnknownKey {
+        /// The key id named.
+        key_id: String,
+    },
+    /// The approval was made under a retired key and the ring refuses those.
+    #[error("approval made under retired key `{key_id}`, which this key ring refuses")]
+    RetiredKey {
+        /// The key id named.
+        key_id: String,
+    },
+    /// The call's arguments have no canonical form.
+    #[error("the call's arguments cannot be bound: {0}")]
+    Arguments(#[source] CanonicalError),
+    /// The token is not valid for this call under the named key, and matches no grant in the ledger:
+    /// forged, or altered.
+    #[error("the approval token is invalid: it was not issued by this key for any recorded grant")]
+    InvalidToken,
+    /// A genuine approval, given for another call.
+    #[error("the approval was given for another call: {} differ{}", list(.differs), if .differs.len() == 1 { "s" } else { "" })]
+    DifferentCall {
+        /// The grant presented.
+        grant_id: String,
+        /// What differs between the approved call and this one (empty when the ledger no longer shows).
+        differs: Vec<BindingField>,
+    },
+    /// The grant was spent already: a replay, or a resume from before the call ran.
+    #[error("the approval was already used: grant `{grant_id}` was spent at {} ms since the epoch", .spent_at.as_millis())]
+    AlreadySpent {
+        /// The grant.
+        grant_id: String,
+        /// When.
+        spent_at: Duration,
+    },
+    /// The ledger has no such grant.
+    #[error("approval grant `{grant_id}` is not in the ledger")]
+    UnknownGrant {
+        /// The grant.
+        grant_id: String,
+    },
+    /// A later denial revoked the grant.
+    #[error("approval grant `{grant_id}` was revoked by a denial")]
+    Revoked {
+        /// The grant.
+        grant_id: String,
+    },
+    /// The grant expired and the request was approved again: the newer approval is the one to use.
+    #[error("approval grant `{grant_id}` expired and was replaced by grant `{by_grant}`")]
+    Replaced {
+        /// The grant.
+        grant_id: String,
+        /// The newer grant.
+        by_grant: String,
+    },
+    /// The grant expired unspent.
+    #[error("the approval expired at {} ms since the epoch", .expired_at.as_millis())]
+    Expired {
+        /// The grant.
+        grant_id: String,
+        /// When.
+        expired_at: Duration,
+    },
+    /// The ledger failed; nothing was spent.
+    #[error("the approval could not be checked against the ledger: {0}")]
+    Ledger(#[source] LedgerError),
+}
+
+fn reason_suffix(reason: &Option<String>) -> String {
+    match reason {
+        Some(reason) => format!(": {reason}"),
+        None => String::new(),
+    }
+}
+
+fn list(fields: &[BindingField]) -> String {
+    if fields.is_empty() {
+        return "its binding".to_owned();
+    }
+    fields.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,224 @@
+//! The three MACs of an approval, each under its own domain, over length-prefixed fields:
+//!
+//! - **binding** = HMAC(key, `BINDING_DOMAIN` ‖ thread id ‖ checkpoint namespace ‖ checkpoint map ‖
+//!   tool call id ‖ tool name ‖ SHA-256(JCS(arguments))): which call, where, with which arguments;
+//! - **seal** = HMAC(key, `SEAL_DOMAIN` ‖ JCS(the request object without `seal`)): the request as issued;
+//! - **token** = HMAC(key, `TOKEN_DOMAIN` ‖ binding ‖ grant id): one grant for one binding.
+//!
+//! Every variable-length field is preceded by its length as a big-endian u64, and the map by its entry
+//! count, so no two different inputs encode to the same bytes. MACs travel as lowercase hex (64
+//! characters) and are compared with `Mac::verify_slice` (constant time).
+
+use std::collections::BTreeMap;
+
+use hmac::Mac;
+use serde_json::{Map, Value};
+
+use super::key::{ApprovalKey, HmacSha256};
+use crate::canonical::{self, CanonicalError};
+
+pub(crate) const BINDING_DOMAIN: &[u8] = b"agent-airlock/approval/binding/v1\0";
+pub(crate) const SEAL_DOMAIN: &[u8] = b"agent-airlock/approval/seal/v1\0";
+pub(crate) const TOKEN_DOMAIN: &[u8] = b"agent-airlock/approval/token/v1\0";
+
+/// Length of a MAC in bytes.
+pub(crate) const MAC_LEN: usize = 32;
+
+/// Everything a binding covers: where the call is made and what it is. The dispatcher builds one from
+/// the call it is about to run, on the first pass and again on resume.
+#[derive(Debug, Clone, Copy)]
+pub struct BindingInput<'a> {
+    /// The conversation or graph thread (`""` for hosts without threads).
+    pub thread_id: &'a str,
+    /// The checkpoint namespace (`""` for the root graph).
+    pub checkpoint_ns: &'a str,
+    /// The checkpoint ids by namespace, as the host's checkpointer reports them.
+    pub checkpoint: &'a BTreeMap<String, String>,
+    /// The model's id for this tool call.
+    pub tool_call_id: &'a str,
+    /// The registered tool name.
+    pub tool: &'a str,
+    /// The admitted arguments: ghosts stripped, nulls for optional parameters dropped.
+    pub arguments: &'a Map<String, Value>,
+}
+
+/// A binding: the MAC naming one call at one place with one set of arguments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Binding(pub(crate) [u8; MAC_LEN]);
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Binding({})", hex_encode(&self.0))
+    }
+}
+
+impl Binding {
+    /// The binding as lowercase hex.
+    pub fn to_hex(&self) -> String {
+        hex_encode(&self.0)
+    }
+
+    /// The binding's bytes.
+    pub fn as_bytes(&self) -> &[u8; MAC_LEN] {
+        &self.0
+    }
+}
+
+fn put_field(mac: &mut HmacSha256, bytes: &[u8]) {
+    mac.update(&(bytes.len() as u64).to_be_bytes());
+    mac.update(bytes);
+}
+
+/// The binding of `input` under `key`. Fails only when the arguments have no canonical form.
+pub(crate) fn binding(key: &ApprovalKey, input: &BindingInput<'_>) -> Result<Binding, CanonicalError> {
+    let arguments_digest = canonical::canonical_object_sha256(input.arguments)?;
+    let mut mac = key.binding_mac();
+    put_field(&mut mac, input.thread_id.as_bytes());
+    put_field(&mut mac, input.checkpoint_ns.as_bytes());
+    mac.update(&(input.checkpoint.len() as u64).to_be_bytes());
+    for (namespace, id) in input.checkpoint {
+        put_field(&mut mac, namespace.as_bytes());
+        put_field(&mut mac, id.as_bytes());
+    }
+    put_field(&mut mac, input.tool_call_id.as_bytes());
+    put_field(&mut mac, input.tool.as_bytes());
+    put_field(&mut mac, &arguments_digest);
+    Ok(Binding(mac.finalize().into_bytes().into()))
+}
+
+/// The seal of a request object's canonical bytes (the object without its `seal` member).
+pub(crate) fn seal(key: &ApprovalKey, canonical_request: &[u8]) -> [u8; MAC_LEN] {
+    let mut mac = key.seal_mac();
+    put_field(&mut mac, canonical_request);
+    mac.finalize().into_bytes().into()
+}
+
+/// Checks a seal in constant time.
+pub(crate) fn verify_seal(key: &ApprovalKey, canonical_request: &[u8], seal: &[u8]) -> bool {
+    let mut mac = key.seal_mac();
+    put_field(&mut mac, canonical_request);
+    mac.verify_slice(seal).is_ok()
+}
+
+fn token_mac(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> HmacSha256 {
+    let mut mac = key.token_mac();
+    put_field(&mut mac, &binding.0);
+    put_field(&mut mac, grant_id.as_bytes());
+    mac
+}
+
+/// The token of one grant for one binding.
+pub(crate) fn token(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> [u8; MAC_LEN] {
+    token_mac(key, binding, grant_id).finalize().into_bytes().into()
+}
+
+/// Checks a token in constant time.
+pub(crate) fn verify_token(key: &ApprovalKey, binding: &Binding, grant_id: &str, token: &[u8]) -> bool {
+    token_mac(key, binding, grant_id).verify_slice(token).is_ok()
+}
+
+/// Lowercase hex.
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Decodes exactly `N` bytes of lowercase hex; anything else (upper case included) is `None`, so one MAC
+/// has one spelling.
+pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != N * 2 {
+        return None;
+    }
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; N];
+    for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        *slot = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key() -> ApprovalKey {
+        ApprovalKey::new("k1", &[42; 32]).unwrap()
+    }
+
+    fn args(value: Value) -> Map<String, Value> {
+        value.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn hex_round_trips_and_is_strict() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex_encode(&bytes), "0001abff");
+        assert_eq!(hex_decode::<4>("0001abff"), Some(bytes));
+        assert_eq!(hex_decode::<4>("0001ABFF"), None);
+        assert_eq!(hex_decode::<4>("0001abf"), None);
+        assert_eq!(hex_decode::<4>("0001abfg"), None);
+    }
+
+    #[test]
+    fn fields_cannot_shift_into_each_other() {
+        let key = key();
+        let checkpoint = BTreeMap::new();
+        let arguments = args(json!({}));
+        let base = BindingInput {
+            thread_id: "ab",
+            checkpoint_ns: "c",
+            checkpoint: &checkpoint,
+            tool_call_id: "id",
+            tool: "t",
+            arguments: &arguments,
+        };
+        let shifted = BindingInput { thread_id: "a", checkpoint_ns: "bc", ..base };
+        assert_ne!(binding(&key, &base).unwrap(), binding(&key, &shifted).unwrap());
+
+        let one: BTreeMap<String, String> = [("a".into(), "bc".into())].into();
+        let other: BTreeMap<String, String> = [("ab".into(), "c".into())].into();
+        let a = BindingInput { checkpoint: &one, ..base };
+        let b = BindingInput { checkpoint: &other, ..base };
+        assert_ne!(binding(&key, &a).unwrap(), binding(&key, &b).unwrap());
+    }
+
+    #[test]
+    fn domains_separate_the_three_macs() {
+        let key = key();
+        let b = Binding([7; 32]);
+        let as_seal = seal(&key, &b.0);
+        let as_token = token(&key, &b, "");
+        assert_ne!(as_seal, as_token);
+        assert!(verify_token(&key, &b, "g", &token(&key, &b, "g")));
+        assert!(!verify_token(&key, &b, "g", &token(&key, &b, "h")));
+        assert!(!verify_token(&key, &b, "g", &[0; 31]));
+    }
+
+    #[test]
+    fn different_keys_bind_differently() {
+        let checkpoint = BTreeMap::new();
+        let arguments = args(json!({"a": 1}));
+        let input = BindingInput {
+            thread_id: "t",
+            checkpoint_ns: "",
+            checkpoint: &checkpoint,
+            tool_call_id: "c",
+            tool: "x",
+            arguments: &arguments,
+        };
+        let other = ApprovalKey::new("k2", &[43; 32]).unwrap();
+        assert_ne!(binding(&key(), &input).unwrap(), binding(&other, &input).unwrap());
+    }
+}

@@ -1,0 +1,207 @@
+//! The JSON that crosses the host: the sealed request an interrupt carries, and the resume values.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::mac::BindingInput;
+
+pub(crate) const REQUEST_MEMBER: &str = InterruptRequest::MEMBER;
+pub(crate) const GRANT_MEMBER: &str = ResumeValue::GRANT_MEMBER;
+pub(crate) const DENIED_MEMBER: &str = ResumeValue::DENIED_MEMBER;
+
+/// The version of the request layout this build issues.
+pub(crate) const REQUEST_VERSION: u64 = 1;
+
+/// Where a call was made, as bound: thread, checkpoint and the model's call id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallSite {
+    /// The thread id.
+    pub thread_id: String,
+    /// The checkpoint namespace.
+    pub checkpoint_ns: String,
+    /// The checkpoint ids by namespace.
+    pub checkpoint: BTreeMap<String, String>,
+    /// The model's id for the call.
+    pub tool_call_id: String,
+}
+
+/// The members of `airlock_approval`. All of them are covered by the seal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RequestBody {
+    pub(crate) version: u64,
+    pub(crate) request_id: String,
+    pub(crate) key_id: String,
+    pub(crate) tool: String,
+    pub(crate) rule: String,
+    pub(crate) reason: String,
+    pub(crate) arguments: Map<String, Value>,
+    pub(crate) call: CallSite,
+    pub(crate) requested_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_at_ms: Option<u64>,
+    pub(crate) binding: String,
+    pub(crate) seal: String,
+}
+
+impl RequestBody {
+    pub(crate) fn binding_input(&self) -> BindingInput<'_> {
+        BindingInput {
+            thread_id: &self.call.thread_id,
+            checkpoint_ns: &self.call.checkpoint_ns,
+            checkpoint: &self.call.checkpoint,
+            tool_call_id: &self.call.tool_call_id,
+            tool: &self.tool,
+            arguments: &self.arguments,
+        }
+    }
+}
+
+/// A sealed request for approval: what the interrupt carries to the host and the human. Obtained from
+/// [`InterruptApprovals::request`](super::InterruptApprovals::request), or from stored JSON through
+/// [`InterruptApprovals::verify_request`](super::InterruptApprovals::verify_request), which checks the seal.
+///
+/// Its JSON, [`InterruptRequest::to_value`]:
+///
+/// ```json
+/// {"airlock_approval": {
+///   "version": 1, "request_id": "<32 hex>", "key_id": "k1",
+///   "tool": "refund", "rule": "attribute", "reason": "moves money",
+///   "arguments": {"payment_id": "pi_1", "amount": 500},
+///   "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c7"}, "tool_call_id": "call_1"},
+///   "requested_at_ms": 1767225600000,
+///   "binding": "<64 hex>", "seal": "<64 hex>"}}
+/// ```
+///
+/// `expires_at_ms` is present when the approvals have a request time-to-live. Every member is sealed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterruptRequest {
+    pub(crate) body: RequestBody,
+    pub(crate) value: Value,
+}
+
+impl InterruptRequest {
+    /// The outer member of an interrupt value, `{"airlock_approval": {...}}`: how a host recognises one.
+    pub const MEMBER: &'static str = "airlock_approval";
+
+    /// The interrupt value, `{"airlock_approval": {...}}`.
+    pub fn to_value(&self) -> Value {
+        self.value.clone()
+    }
+
+    /// The interrupt value, borrowed.
+    pub fn as_value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The interrupt value.
+    pub fn into_value(self) -> Value {
+        self.value
+    }
+
+    /// The request id.
+    pub fn request_id(&self) -> &str {
+        &self.body.request_id
+    }
+
+    /// The key that bound and sealed it.
+    pub fn key_id(&self) -> &str {
+        &self.body.key_id
+    }
+
+    /// The registered tool name.
+    pub fn tool(&self) -> &str {
+        &self.body.tool
+    }
+
+    /// The rule that asked for approval.
+    pub fn rule(&self) -> &str {
+        &self.body.rule
+    }
+
+    /// The reason given.
+    pub fn reason(&self) -> &str {
+        &self.body.reason
+    }
+
+    /// The admitted arguments: exactly what will run.
+    pub fn arguments(&self) -> &Map<String, Value> {
+        &self.body.arguments
+    }
+
+    /// Where the call was made.
+    pub fn call(&self) -> &CallSite {
+        &self.body.call
+    }
+
+    /// When the request was issued.
+    pub fn requested_at(&self) -> Duration {
+        Duration::from_millis(self.body.requested_at_ms)
+    }
+
+    /// When it stops being approvable, if the approvals have a request time-to-live.
+    pub fn expires_at(&self) -> Option<Duration> {
+        self.body.expires_at_ms.map(Duration::from_millis)
+    }
+
+    /// The binding, lowercase hex.
+    pub fn binding(&self) -> &str {
+        &self.body.binding
+    }
+}
+
+/// What the host resumes the interrupted call with: `{"airlock_grant": {"key_id", "grant_id", "token"}}`
+/// after an approval, `{"airlock_denied": {"request_id", "reason"}}` after a denial.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ResumeValue(pub(crate) Value);
+
+impl ResumeValue {
+    /// The outer member of an approving resume value, `{"airlock_grant": {...}}`.
+    pub const GRANT_MEMBER: &'static str = "airlock_grant";
+
+    /// The outer member of a denying resume value, `{"airlock_denied": {...}}`.
+    pub const DENIED_MEMBER: &'static str = "airlock_denied";
+
+    /// The JSON, borrowed.
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+
+    /// The JSON.
+    pub fn into_value(self) -> Value {
+        self.0
+    }
+
+    /// Whether this resume value approves (as opposed to denies).
+    pub fn is_approval(&self) -> bool {
+        self.0.get(GRANT_MEMBER).is_some()
+    }
+}
+
+impl From<ResumeValue> for Value {
+    fn from(resume: ResumeValue) -> Value {
+        resume.0
+    }
+}
+
+/// A resumed call that was admitted: its grant is spent (durably), and it may run once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// The request approved.
+    pub request_id: String,
+    /// The grant spent.
+    pub grant_id: String,
+    /// The key of the approval.
+    pub key_id: String,
+    /// Who approved.
+    pub approver: String,
+    /// When they approved.
+    pub granted_at: Duration,
+    /// When the grant was spent.
+    pub spent_at: Duration,
+}

@@ -1,0 +1,538 @@
+//! Approvals across an interrupt: a host (graph runtime, MCP server, agent loop) pauses an escalated
+//! call, a human decides, the host resumes, and the call runs only if the approval matches the call now
+//! being made and has not been used before.
+//!
+//! 1. First pass: [`InterruptApprovals::request`] binds the call (thread, checkpoint, tool call id, tool,
+//!    arguments) under the current key, seals the request, records it as pending in the ledger and
+//!    returns the [`InterruptRequest`] whose JSON the interrupt carries.
+//! 2. A human: [`InterruptApprovals::approve`] checks the seal *first* (a request altered in storage is
+//!    refused), records a grant with an expiry and returns the [`ResumeValue`] holding a token bound to the
+//!    binding; [`InterruptApprovals::deny`] records a no.
+//! 3. Resume: [`InterruptApprovals::admit`] derives the binding again *from the call now being made*,
+//!    checks the token against it in constant time, and spends the grant in the ledger exactly once,
+//!    durably, before answering. Any resume value other than a valid approval is a refusal.
+//!
+//! **At most once.** Admission spends the grant *before* the call runs. If the process dies after the
+//! spend and before the call completes, the grant stays spent: the same resume value admits nothing on
+//! restart, and a human must approve the call again. A call that was approved therefore runs at most
+//! once, never twice; whether a call that was cut short had its effect is for effect records (and the
+//! operator) to tell.
+//!
+//! **Keys.** The key ring lives outside the checkpoint store (the checkpoint is untrusted input). All MACs
+//! of one approval use the key named in the request (`key_id`); new requests use the current key, and a
+//! retired key's requests and grants are honoured or refused as the ring says.
+
+mod error;
+mod key;
+mod mac;
+mod message;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+pub use self::error::{AdmitError, BindingField, DecisionError, RequestError};
+pub use self::key::{ApprovalKey, KeyError, KeyLookupError, KeyRing, RetiredKeys};
+use self::mac::MAC_LEN;
+pub use self::mac::{Binding, BindingInput};
+pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
+use self::message::{DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, RequestBody};
+use crate::canonical;
+use crate::clock::Clock;
+use crate::ledger::{ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpentRecord};
+
+/// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
+///
+/// Cheap to clone (shared ledger and clock). Every step has an async form, for the dispatcher, and a
+/// `_blocking` form, for threads and command-line tools.
+#[derive(Clone)]
+pub struct InterruptApprovals {
+    keys: KeyRing,
+    ledger: Arc<dyn ApprovalLedger>,
+    clock: Arc<dyn Clock>,
+    grant_ttl: Duration,
+    request_ttl: Option<Duration>,
+}
+
+impl std::fmt::Debug for InterruptApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterruptApprovals")
+            .field("keys", &self.keys)
+            .field("grant_ttl", &self.grant_ttl)
+            .field("request_ttl", &self.request_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+struct PreparedAdmission {
+    attempt: SpendAttempt,
+    key_id: String,
+}
+
+impl InterruptApprovals {
+    /// Approvals that MAC with `keys`, record in `ledger`, read time from `clock`, and issue grants valid
+    /// for `grant_ttl` after the approval.
+    pub fn new(keys: KeyRing, ledger: Arc<dyn ApprovalLedger>, clock: Arc<dyn Clock>, grant_ttl: Duration) -> Self {
+        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None }
+    }
+
+    /// Requests older than `ttl` can no longer be approved (they can still be denied).
+    pub fn with_request_ttl(mut self, ttl: Duration) -> Self {
+        self.request_ttl = Some(ttl);
+        self
+    }
+
+    /// The key ring.
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+
+    /// The ledger, e.g. to list requests for an operator.
+    pub fn ledger(&self) -> &Arc<dyn ApprovalLedger> {
+        &self.ledger
+    }
+
+    /// How long a grant stays valid after the approval.
+    pub fn grant_ttl(&self) -> Duration {
+        self.grant_ttl
+    }
+
+    // ---- 1. request ----
+
+    /// Issues a sealed request for `call`, recorded as pending. `rule` and `reason` say why approval is
+    /// needed (e.g. `attribute` and the tool author's `escalate` text).
+    pub async fn request(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason)?;
+        self.ledger.record_request(record).await.map_err(RequestError::Ledger)?;
+        Ok(request)
+    }
+
+    /// [`InterruptApprovals::request`], blocking the current thread.
+    pub fn request_blocking(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason)?;
+        self.ledger.record_request(record).wait().map_err(RequestError::Ledger)?;
+        Ok(request)
+    }
+
+    fn prepare_request(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+    ) -> Result<(InterruptRequest, RequestRecord), RequestError> {
+        let key = self.keys.current();
+        let binding = mac::binding(key, call).map_err(RequestError::Arguments)?;
+        let request_id = random_id().map_err(RequestError::Randomness)?;
+        let now = self.clock.now();
+        let body = RequestBody {
+            version: REQUEST_VERSION,
+            request_id,
+            key_id: key.id().to_owned(),
+            tool: call.tool.to_owned(),
+            rule: rule.to_owned(),
+            reason: reason.to_owned(),
+            arguments: call.arguments.clone(),
+            call: CallSite {
+                thread_id: call.thread_id.to_owned(),
+                checkpoint_ns: call.checkpoint_ns.to_owned(),
+                checkpoint: call.checkpoint.clone(),
+                tool_call_id: call.tool_call_id.to_owned(),
+            },
+            requested_at_ms: millis(now),
+            expires_at_ms: self.request_ttl.map(|ttl| millis(now.saturating_add(ttl))),
+            binding: binding.to_hex(),
+            seal: String::new(),
+        };
+        let mut object = unsealed_object(&body);
+        let canonical = canonical::to_canonical_vec(&Value::Object(object.clone())).map_err(RequestError::Arguments)?;
+        let seal = mac::hex_encode(&mac::seal(key, &canonical));
+        object.insert("seal".to_owned(), Value::String(seal.clone()));
+        let body = RequestBody { seal, ..body };
+        let value = json!({ REQUEST_MEMBER: Value::Object(object) });
+        let record = RequestRecord {
+            request_id: body.request_id.clone(),
+            key_id: body.key_id.clone(),
+            tool: body.tool.clone(),
+            rule: body.rule.clone(),
+            reason: body.reason.clone(),
+            binding: body.binding.clone(),
+            requested_at: now,
+            interrupt: value.clone(),
+        };
+        Ok((InterruptRequest { body, value }, record))
+    }
+
+    // ---- 2. decide ----
+
+    /// Checks a stored interrupt value: its shape, its key, its seal (in constant time) and its binding.
+    /// Touches no ledger; [`InterruptApprovals::approve`] and [`InterruptApprovals::deny`] start with it.
+    pub fn verify_request(&self, interrupt: &Value) -> Result<InterruptRequest, DecisionError> {
+        let Some(outer) = interrupt.as_object().filter(|outer| outer.len() == 1) else {
+            return Err(DecisionError::NotARequest);
+        };
+        let Some(inner) = outer.get(REQUEST_MEMBER).and_then(Value::as_object) else {
+            return Err(DecisionError::NotARequest);
+        };
+        let key_id = string_member(inner, "key_id")?;
+        let key = self.keys.find(key_id).map_err(|err| match err {
+            KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
+            KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
+        })?;
+        let seal = mac::hex_decode::<MAC_LEN>(string_member(inner, "seal")?).ok_or_else(|| {
+            DecisionError::Malformed { detail: "`seal` is not 64 lowercase hex characters".to_owned() }
+        })?;
+        let mut unsealed = inner.clone();
+        unsealed.remove("seal");
+        let canonical = canonical::to_canonical_vec(&Value::Object(unsealed))
+            .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
+        if !mac::verify_seal(key, &canonical, &seal) {
+            return Err(DecisionError::SealMismatch);
+        }
+        // Sealed by this key: from here on the content is our own.
+        if let Some(version) = inner.get("version").and_then(Value::as_u64).filter(|v| *v != REQUEST_VERSION) {
+            return Err(DecisionError::UnsupportedVersion { version });
+        }
+        let body: RequestBody = serde_json::from_value(Value::Object(inner.clone()))
+            .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
+        let binding = mac::binding(key, &body.binding_input())
+            .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
+        if binding.to_hex() != body.binding {
+            return Err(DecisionError::InconsistentBinding);
+        }
+        Ok(InterruptRequest { body, value: interrupt.clone() })
+    }
+
+    /// Approves a request (given as the stored interrupt value): checks the seal first, records a grant
+    /// valid for the grant time-to-live, and returns the resume value. Approving a request that holds a
+    /// live grant returns that grant's resume value again (one approval, one grant), so a host that lost
+    /// the resume value can recover it.
+    pub async fn approve(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
+        let (request, grant) = self.prepare_grant(interrupt, approver)?;
+        let granted = self.ledger.grant(grant, self.clock.now()).await;
+        self.finish_grant(&request, granted)
+    }
+
+    /// [`InterruptApprovals::approve`], blocking the current thread.
+    pub fn approve_blocking(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
+        let (request, grant) = self.prepare_grant(interrupt, approver)?;
+        let granted = self.ledger.grant(grant, self.clock.now()).wait();
+        self.finish_grant(&request, granted)
+    }
+
+    fn prepare_grant(
+        &self,
+        interrupt: &Value,
+        approver: &str,
+    ) -> Result<(InterruptRequest, GrantRecord), DecisionError> {
+        let request = self.verify_request(interrupt)?;
+        if approver.trim().is_empty() {
+            return Err(DecisionError::MissingDecider);
+        }
+        let now = self.clock.now();
+        if let Some(expires_at) = request.expires_at()
+            && now >= expires_at
+        {
+            return Err(DecisionError::RequestExpired { expired_at: expires_at });
+        }
+        let grant = GrantRecord {
+            grant_id: random_id().map_err(DecisionError::Randomness)?,
+            request_id: request.body.request_id.clone(),
+            key_id: request.body.key_id.clone(),
+            binding: request.body.binding.clone(),
+            approver: approver.to_owned(),
+            granted_at: now,
+            expires_at: now.saturating_add(self.grant_ttl),
+        };
+        Ok((request, grant))
+    }
+
+    fn finish_grant(
+        &self,
+        request: &InterruptRequest,
+        granted: Result<GrantRecord, LedgerError>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let grant = granted.map_err(decision_ledger_error)?;
+        let key = self.keys.find(&grant.key_id).map_err(|err| match err {
+            KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
+            KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
+        })?;
+        let binding =
+            mac::hex_decode::<MAC_LEN>(&request.body.binding).map(Binding).ok_or(DecisionError::InconsistentBinding)?;
+        let token = mac::hex_encode(&mac::token(key, &binding, &grant.grant_id));
+        Ok(ResumeValue(json!({
+            GRANT_MEMBER: { "key_id": grant.key_id, "grant_id": grant.grant_id, "token": token }
+        })))
+    }
+
+    /// Records a human's no (the seal is checked first). An unspent grant of the request is revoked.
+    /// Returns the resume value that tells the call it was denied.
+    pub async fn deny(
+        &self,
+        interrupt: &Value,
+        denied_by: &str,
+        reason: Option<&str>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let denial = self.prepare_denial(interrupt, denied_by, reason)?;
+        let denied = self.ledger.deny(denial).await.map_err(decision_ledger_error)?;
+        Ok(denied_resume(&denied))
+    }
+
+    /// [`InterruptApprovals::deny`], blocking the current thread.
+    pub fn deny_blocking(
+        &self,
+        interrupt: &Value,
+        denied_by: &str,
+        reason: Option<&str>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let denial = self.prepare_denial(interrupt, denied_by, reason)?;
+        let denied = self.ledger.deny(denial).wait().map_err(decision_ledger_error)?;
+        Ok(denied_resume(&denied))
+    }
+
+    fn prepare_denial(
+        &self,
+        interrupt: &Value,
+        denied_by: &str,
+        reason: Option<&str>,
+    ) -> Result<DenialRecord, DecisionError> {
+        let request = self.verify_request(interrupt)?;
+        if denied_by.trim().is_empty() {
+            return Err(DecisionError::MissingDecider);
+        }
+        Ok(DenialRecord {
+            request_id: request.body.request_id,
+            denied_by: denied_by.to_owned(),
+            reason: reason.map(str::to_owned),
+            denied_at: self.clock.now(),
+            revoked_grant: None,
+        })
+    }
+
+    // ---- 3. admit ----
+
+    /// Admits the call now being made if `resume` approves exactly this call and its grant is unspent
+    /// and unexpired; the grant is spent (durably) before this returns `Ok`. Run the call only then.
+    ///
+    /// Dropping the future after the spend was handed to the ledger does not undo it: the grant may be
+    /// spent without the call running (at most once, never twice).
+    pub async fn admit(&self, call: &BindingInput<'_>, resume: &Value) -> Result<Admission, AdmitError> {
+        let prepared = self.prepare_admission(call, resume)?;
+        let spent = self.ledger.spend(prepared.attempt.clone()).await;
+        finish_admission(prepared, spent)
+    }
+
+    /// [`InterruptApprovals::admit`], blocking the current thread.
+    pub fn admit_blocking(&self, call: &BindingInput<'_>, resume: &Value) -> Result<Admission, AdmitError> {
+        let prepared = self.prepare_admission(call, resume)?;
+        let spent = self.ledger.spend(prepared.attempt.clone()).wait();
+        finish_admission(prepared, spent)
+    }
+
+    fn prepare_admission(&self, call: &BindingInput<'_>, resume: &Value) -> Result<PreparedAdmission, AdmitError> {
+        let grant = match resume.as_object().filter(|outer| outer.len() == 1) {
+            Some(outer) => {
+                if let Some(grant) = outer.get(GRANT_MEMBER) {
+                    grant.as_object().ok_or_else(|| malformed("`airlock_grant` is not an object"))?
+                } else if let Some(denied) = outer.get(DENIED_MEMBER) {
+                    return Err(AdmitError::Denied {
+                        request_id: denied.get("request_id").and_then(Value::as_str).map(str::to_owned),
+                        reason: denied.get("reason").and_then(Value::as_str).map(str::to_owned),
+                    });
+                } else {
+                    return Err(AdmitError::NotAnApproval);
+                }
+            }
+            None => return Err(AdmitError::NotAnApproval),
+        };
+        if let Some(unknown) = grant.keys().find(|k| !matches!(k.as_str(), "key_id" | "grant_id" | "token")) {
+            return Err(malformed(&format!("unknown member `{unknown}`")));
+        }
+        let member = |name: &str| {
+            grant
+                .get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed(&format!("`{name}` is missing or not a string")))
+        };
+        let key_id = member("key_id")?;
+        let grant_id = member("grant_id")?;
+        if mac::hex_decode::<16>(grant_id).is_none() {
+            return Err(malformed("`grant_id` is not 32 lowercase hex characters"));
+        }
+        let token = mac::hex_decode::<MAC_LEN>(member("token")?)
+            .ok_or_else(|| malformed("`token` is not 64 lowercase hex characters"))?;
+        let key = self.keys.find(key_id).map_err(|err| match err {
+            KeyLookupError::Retired { key_id } => AdmitError::RetiredKey { key_id },
+            KeyLookupError::Unknown { key_id } => AdmitError::UnknownKey { key_id },
+        })?;
+        let binding = mac::binding(key, call).map_err(AdmitError::Arguments)?;
+        if !mac::verify_token(key, &binding, grant_id, &token) {
+            return Err(self.diagnose_token(key, call, grant_id, &token));
+        }
+        Ok(PreparedAdmission {
+            attempt: SpendAttempt { grant_id: grant_id.to_owned(), binding: binding.to_hex(), now: self.clock.now() },
+            key_id: key_id.to_owned(),
+        })
+    }
+
+    /// The token does not fit this call. Tell a genuine approval for another call (which fields differ)
+    /// from a forged or altered token, using only what the ledger recorded.
+    fn diagnose_token(&self, key: &ApprovalKey, call: &BindingInput<'_>, grant_id: &str, token: &[u8]) -> AdmitError {
+        let grant = match self.ledger.find_grant(grant_id) {
+            Ok(Some(entry)) => entry.grant,
+            Ok(None) => return AdmitError::InvalidToken,
+            Err(err) => return AdmitError::Ledger(err),
+        };
+        let Some(granted_binding) = mac::hex_decode::<MAC_LEN>(&grant.binding).map(Binding) else {
+            return AdmitError::InvalidToken;
+        };
+        if grant.key_id != key.id() || !mac::verify_token(key, &granted_binding, grant_id, token) {
+            return AdmitError::InvalidToken;
+        }
+        let differs = match self.ledger.find_request(&grant.request_id) {
+            Ok(Some(entry)) => entry
+                .request
+                .interrupt
+                .get(REQUEST_MEMBER)
+                .and_then(|body| serde_json::from_value::<RequestBody>(body.clone()).ok())
+                .map(|body| differing_fields(&body, call))
+                .unwrap_or_default(),
+            Ok(None) => Vec::new(),
+            Err(err) => return AdmitError::Ledger(err),
+        };
+        AdmitError::DifferentCall { grant_id: grant_id.to_owned(), differs }
+    }
+}
+
+fn differing_fields(approved: &RequestBody, call: &BindingInput<'_>) -> Vec<BindingField> {
+    let mut differs = Vec::new();
+    if approved.tool != call.tool {
+        differs.push(BindingField::Tool);
+    }
+    let same_arguments = match (
+        canonical::canonical_object_sha256(&approved.arguments),
+        canonical::canonical_object_sha256(call.arguments),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same_arguments {
+        differs.push(BindingField::Arguments);
+    }
+    if approved.call.thread_id != call.thread_id {
+        differs.push(BindingField::ThreadId);
+    }
+    if approved.call.checkpoint_ns != call.checkpoint_ns {
+        differs.push(BindingField::CheckpointNs);
+    }
+    if &approved.call.checkpoint != call.checkpoint {
+        differs.push(BindingField::Checkpoint);
+    }
+    if approved.call.tool_call_id != call.tool_call_id {
+        differs.push(BindingField::ToolCallId);
+    }
+    differs
+}
+
+fn finish_admission(
+    prepared: PreparedAdmission,
+    spent: Result<SpentRecord, LedgerError>,
+) -> Result<Admission, AdmitError> {
+    let grant_id = prepared.attempt.grant_id;
+    match spent {
+        Ok(spent) => Ok(Admission {
+            request_id: spent.grant.request_id,
+            grant_id: spent.grant.grant_id,
+            key_id: prepared.key_id,
+            approver: spent.grant.approver,
+            granted_at: spent.grant.granted_at,
+            spent_at: spent.spent_at,
+        }),
+        Err(LedgerError::AlreadySpent { grant_id, spent_at }) => Err(AdmitError::AlreadySpent { grant_id, spent_at }),
+        Err(LedgerError::UnknownGrant { grant_id }) => Err(AdmitError::UnknownGrant { grant_id }),
+        Err(LedgerError::GrantRevoked { grant_id }) => Err(AdmitError::Revoked { grant_id }),
+        Err(LedgerError::GrantReplaced { grant_id, by_grant }) => Err(AdmitError::Replaced { grant_id, by_grant }),
+        Err(LedgerError::GrantExpired { grant_id, expired_at }) => Err(AdmitError::Expired { grant_id, expired_at }),
+        // The token matched the binding, so the ledger's binding differs only if the ledger is not the one
+        // that recorded this grant's request.
+        Err(LedgerError::BindingMismatch { .. }) => Err(AdmitError::DifferentCall { grant_id, differs: Vec::new() }),
+        Err(other) => Err(AdmitError::Ledger(other)),
+    }
+}
+
+fn decision_ledger_error(error: LedgerError) -> DecisionError {
+    match error {
+        LedgerError::UnknownRequest { request_id } => DecisionError::UnknownRequest { request_id },
+        LedgerError::AlreadyDenied(denial) => {
+            DecisionError::AlreadyDenied { request_id: denial.request_id, denied_by: denial.denied_by }
+        }
+        LedgerError::AlreadySpent { grant_id, spent_at } => DecisionError::AlreadySpent { grant_id, spent_at },
+        other => DecisionError::Ledger(other),
+    }
+}
+
+fn denied_resume(denial: &DenialRecord) -> ResumeValue {
+    ResumeValue(json!({ DENIED_MEMBER: { "request_id": denial.request_id, "reason": denial.reason } }))
+}
+
+fn string_member<'a>(object: &'a Map<String, Value>, name: &str) -> Result<&'a str, DecisionError> {
+    object
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| DecisionError::Malformed { detail: format!("`{name}` is missing or not a string") })
+}
+
+fn malformed(detail: &str) -> AdmitError {
+    AdmitError::MalformedGrant { detail: detail.to_owned() }
+}
+
+/// The request's members, without `seal`: what the seal covers.
+fn unsealed_object(body: &RequestBody) -> Map<String, Value> {
+    let call = &body.call;
+    let mut object = Map::new();
+    object.insert("version".to_owned(), Value::from(body.version));
+    object.insert("request_id".to_owned(), Value::from(body.request_id.as_str()));
+    object.insert("key_id".to_owned(), Value::from(body.key_id.as_str()));
+    object.insert("tool".to_owned(), Value::from(body.tool.as_str()));
+    object.insert("rule".to_owned(), Value::from(body.rule.as_str()));
+    object.insert("reason".to_owned(), Value::from(body.reason.as_str()));
+    object.insert("arguments".to_owned(), Value::Object(body.arguments.clone()));
+    let checkpoint: Map<String, Value> =
+        call.checkpoint.iter().map(|(ns, id)| (ns.clone(), Value::from(id.as_str()))).collect();
+    object.insert(
+        "call".to_owned(),
+        json!({
+            "thread_id": call.thread_id,
+            "checkpoint_ns": call.checkpoint_ns,
+            "checkpoint": checkpoint,
+            "tool_call_id": call.tool_call_id,
+        }),
+    );
+    object.insert("requested_at_ms".to_owned(), Value::from(body.requested_at_ms));
+    if let Some(expires_at_ms) = body.expires_at_ms {
+        object.insert("expires_at_ms".to_owned(), Value::from(expires_at_ms));
+    }
+    object.insert("binding".to_owned(), Value::from(body.binding.as_str()));
+    object
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// 128 random bits as 32 lowercase hex characters.
+fn random_id() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|err| err.to_string())?;
+    Ok(mac::hex_encode(&bytes))
+}

@@ -1,0 +1,371 @@
+//! The approval ledger: where requests, grants, denials and spends are recorded, so that one approval
+//! runs one call, once.
+//!
+//! A request is `pending` until a human decides. Approving it issues one *grant* (with an expiry);
+//! denying it records the denial (and revokes an unspent grant). Spending a grant is the step that lets
+//! a call run: it succeeds exactly once, atomically, and is durable before the caller hears "spent".
+//!
+//! ```text
+//!             grant            spend
+//!  pending ───────────▶ granted ───────▶ spent
+//!     │                  │   ▲ (expired, approved again: the old grant is replaced)
+//!     │ deny             │ deny (revokes the grant)
+//!     ▼                  ▼
+//!   denied ◀─────────────┘
+//! ```
+//!
+//! Two implementations enforce the same rules (they run one state machine, `transitions`):
+//! [`RedbLedger`], the default, durable, one file; and [`MemoryLedger`], for tests and hosts that accept
+//! losing approvals on restart. A shared store (e.g. PostgreSQL) can implement [`ApprovalLedger`] too.
+//!
+//! The ledger is not the host's checkpoint store, and nothing in it comes from a checkpoint: the
+//! checkpoint is untrusted input.
+
+mod memory;
+mod redb;
+mod reply;
+mod transitions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use self::memory::MemoryLedger;
+pub use self::redb::{
+    APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
+};
+pub use self::reply::{LedgerReply, ReplySender};
+
+/// Stores approvals. Every write is atomic; [`ApprovalLedger::spend`] succeeds at most once per grant.
+///
+/// Writes answer through a [`LedgerReply`] (await it, or `wait()` for it), so a ledger may group
+/// concurrent writes into shared commits. Reads answer directly.
+pub trait ApprovalLedger: Send + Sync + 'static {
+    /// Records a new pending request. Recording the same request again is a no-op; another request under
+    /// an existing id is [`LedgerError::DuplicateRequest`].
+    fn record_request(&self, request: RequestRecord) -> LedgerReply<()>;
+
+    /// Issues `grant` for its request, which must be pending (or granted under a grant that expired
+    /// unspent, which `grant` replaces). If the request already holds a live grant, that grant is the
+    /// answer: approving twice issues one grant.
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord>;
+
+    /// Records a human's no. An unspent grant of the request is revoked. Denying a denied request answers
+    /// the first denial.
+    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord>;
+
+    /// Spends a live, unexpired grant whose binding is `attempt.binding`, exactly once.
+    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord>;
+
+    /// One request and its status.
+    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError>;
+
+    /// Every request and its status, oldest first.
+    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError>;
+
+    /// One grant and what became of it.
+    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
+}
+
+impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
+    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
+        (**self).record_request(request)
+    }
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+        (**self).grant(grant, now)
+    }
+    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
+        (**self).deny(denial)
+    }
+    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
+        (**self).spend(attempt)
+    }
+    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
+        (**self).find_request(request_id)
+    }
+    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        (**self).list_requests()
+    }
+    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        (**self).find_grant(grant_id)
+    }
+}
+
+/// A request for approval, as issued (immutable once recorded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Random id, 32 lowercase hex characters.
+    pub request_id: String,
+    /// The key that bound and sealed it.
+    pub key_id: String,
+    /// The registered tool name.
+    pub tool: String,
+    /// The rule that asked for approval.
+    pub rule: String,
+    /// The reason given.
+    pub reason: String,
+    /// The binding, lowercase hex.
+    pub binding: String,
+    /// When it was issued.
+    #[serde(with = "millis")]
+    pub requested_at: Duration,
+    /// The sealed interrupt value the host was given, `{"airlock_approval": {...}}`, arguments included.
+    pub interrupt: Value,
+}
+
+/// One approval: permission to run the bound call once, before `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRecord {
+    /// Random id, 32 lowercase hex characters.
+    pub grant_id: String,
+    /// The request approved.
+    pub request_id: String,
+    /// The key of the request (and of the grant's token).
+    pub key_id: String,
+    /// The request's binding, lowercase hex.
+    pub binding: String,
+    /// Who approved.
+    pub approver: String,
+    /// When.
+    #[serde(with = "millis")]
+    pub granted_at: Duration,
+    /// The first instant at which the grant no longer admits.
+    #[serde(with = "millis")]
+    pub expires_at: Duration,
+}
+
+/// A human's no.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenialRecord {
+    /// The request denied.
+    pub request_id: String,
+    /// Who denied it.
+    pub denied_by: String,
+    /// Why, in their words.
+    pub reason: Option<String>,
+    /// When.
+    #[serde(with = "millis")]
+    pub denied_at: Duration,
+    /// The unspent grant this denial revoked, if there was one (filled in by the ledger).
+    pub revoked_grant: Option<String>,
+}
+
+/// A grant that was spent: its call was admitted to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpentRecord {
+    /// The grant.
+    pub grant: GrantRecord,
+    /// When it was spent.
+    #[serde(with = "millis")]
+    pub spent_at: Duration,
+}
+
+/// An attempt to spend a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendAttempt {
+    /// The grant.
+    pub grant_id: String,
+    /// The binding of the call being admitted, lowercase hex; must equal the grant's.
+    pub binding: String,
+    /// Now, for the expiry check.
+    pub now: Duration,
+}
+
+/// Where a request stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum RequestStatus {
+    /// Waiting for a human.
+    Pending,
+    /// Approved; the grant may have expired (compare `expires_at` with now).
+    Granted(GrantRecord),
+    /// Refused by a human.
+    Denied(DenialRecord),
+    /// Approved and spent: the call was admitted.
+    Spent(SpentRecord),
+}
+
+impl RequestStatus {
+    /// A one-word label for operators: `pending`, `granted`, `expired`, `denied` or `spent`.
+    pub fn label(&self, now: Duration) -> &'static str {
+        match self {
+            RequestStatus::Pending => "pending",
+            RequestStatus::Granted(grant) if now >= grant.expires_at => "expired",
+            RequestStatus::Granted(_) => "granted",
+            RequestStatus::Denied(_) => "denied",
+            RequestStatus::Spent(_) => "spent",
+        }
+    }
+}
+
+/// A request and where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestEntry {
+    /// The request as issued.
+    pub request: RequestRecord,
+    /// Its status.
+    pub status: RequestStatus,
+}
+
+/// What became of a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum GrantState {
+    /// Not spent, not revoked (it may have expired).
+    Live,
+    /// Spent.
+    Spent {
+        /// When.
+        #[serde(with = "millis")]
+        spent_at: Duration,
+    },
+    /// Revoked by a denial before it was spent.
+    Revoked {
+        /// When.
+        #[serde(with = "millis")]
+        revoked_at: Duration,
+    },
+    /// Expired unspent and replaced when the request was approved again.
+    Replaced {
+        /// When.
+        #[serde(with = "millis")]
+        replaced_at: Duration,
+        /// The grant that replaced it.
+        by_grant: String,
+    },
+}
+
+/// A grant and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantEntry {
+    /// The grant as issued.
+    pub grant: GrantRecord,
+    /// Its state.
+    pub state: GrantState,
+}
+
+/// Why a ledger operation did not happen. The first group are the ledger's rules; the rest are faults.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// No request with this id was recorded.
+    #[error("no approval request `{request_id}` in the ledger")]
+    UnknownRequest {
+        /// The id.
+        request_id: String,
+    },
+    /// A different request was already recorded under this id.
+    #[error("another approval request is already recorded under id `{request_id}`")]
+    DuplicateRequest {
+        /// The id.
+        request_id: String,
+    },
+    /// A grant or denial names a request whose recorded key or binding differ from the one presented.
+    #[error("approval request `{request_id}` does not match the request recorded under that id")]
+    RequestMismatch {
+        /// The id.
+        request_id: String,
+    },
+    /// A grant with this id was already issued.
+    #[error("an approval grant with id `{grant_id}` was already issued")]
+    DuplicateGrant {
+        /// The id.
+        grant_id: String,
+    },
+    /// The request was denied.
+    #[error("approval request `{}` was denied by `{}`{}", .0.request_id, .0.denied_by, reason_suffix(&.0.reason))]
+    AlreadyDenied(Box<DenialRecord>),
+    /// The grant (or the request's grant) was spent.
+    #[error("approval grant `{grant_id}` was already spent (at {} ms since the epoch)", spent_at.as_millis())]
+    AlreadySpent {
+        /// The grant.
+        grant_id: String,
+        /// When it was spent.
+        spent_at: Duration,
+    },
+    /// No grant with this id was issued.
+    #[error("no approval grant `{grant_id}` in the ledger")]
+    UnknownGrant {
+        /// The id.
+        grant_id: String,
+    },
+    /// The grant was revoked by a denial.
+    #[error("approval grant `{grant_id}` was revoked by a denial")]
+    GrantRevoked {
+        /// The id.
+        grant_id: String,
+    },
+    /// The grant expired and was replaced by a newer approval.
+    #[error("approval grant `{grant_id}` expired and was replaced by grant `{by_grant}`")]
+    GrantReplaced {
+        /// The id.
+        grant_id: String,
+        /// The newer grant.
+        by_grant: String,
+    },
+    /// The grant expired unspent.
+    #[error("approval grant `{grant_id}` expired (at {} ms since the epoch)", expired_at.as_millis())]
+    GrantExpired {
+        /// The id.
+        grant_id: String,
+        /// When it expired.
+        expired_at: Duration,
+    },
+    /// The grant was issued for another call.
+    #[error("approval grant `{grant_id}` was issued for another call")]
+    BindingMismatch {
+        /// The id.
+        grant_id: String,
+    },
+    /// A stored record could not be decoded.
+    #[error("ledger record `{key}` in `{table}` is unreadable: {detail}")]
+    CorruptRecord {
+        /// The table.
+        table: &'static str,
+        /// The record's key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The storage failed; nothing was recorded.
+    #[error("ledger storage failed: {0}")]
+    Storage(Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// The ledger's writer stopped before answering (the ledger was closed, or its thread died).
+    #[error("the ledger's writer stopped before answering; the write may not have happened")]
+    WriterStopped,
+}
+
+fn reason_suffix(reason: &Option<String>) -> String {
+    match reason {
+        Some(reason) => format!(": {reason}"),
+        None => String::new(),
+    }
+}
+
+impl LedgerError {
+    /// Whether this is a fault of the storage (as opposed to a refusal by the ledger's rules).
+    pub fn is_fault(&self) -> bool {
+        matches!(self, LedgerError::CorruptRecord { .. } | LedgerError::Storage(_) | LedgerError::WriterStopped)
+    }
+
+    pub(crate) fn storage(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        LedgerError::Storage(Arc::new(error))
+    }
+}
+
+/// Durations as whole milliseconds since the epoch, so records read well as JSON.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,641 @@
+//! The durable ledger: tables in a redb file, every write committed with `Durability::Immediate`, and
+//! concurrent writes grouped into shared commits by one writer thread.
+//!
+//! **Group commit.** Callers hand their write to the ledger's writer thread through a channel and wait
+//! for the answer. The writer takes every write queued, applies them in order in *one* write transaction,
+//! commits once, and only then answers each caller. While a commit is on its way to disk, new writes
+//! queue up and form the next batch, so throughput grows with the number of concurrent callers while a
+//! lone write costs one commit (plus a thread hand-off). Exactly-once is unchanged: the batch is applied
+//! in order inside one transaction, so the second spend of a grant in a batch sees the first. Nobody hears
+//! "spent" before the commit recording it returned. If the batch's transaction fails, each write is
+//! retried alone, so a fault in one write does not fail its neighbours.
+//!
+//! **Processes.** redb 4.6 offers three concurrency modes (`redb::ConcurrencyMode`, since 4.5):
+//! `ExclusiveWriter` (the default: the whole file is locked by one process; any other open fails with
+//! `DatabaseAlreadyOpen`), `SingleWriter` (one writing process, any number of read-only ones following
+//! its commits) and `MultiWriter` (any number of processes open the file read-write; write transactions
+//! are serialised across processes by a byte-range lock, each one starting from the latest commit).
+//! [`ProcessSharing::Exclusive`] uses the first, and [`RedbOpenOptions::wait_if_open`] lets a short-lived
+//! process wait its turn; [`ProcessSharing::MultiProcess`] uses `MultiWriter`, where every process
+//! sharing the file must use it too. Either way a grant is spent once: a spend is a read and a write in
+//! one write transaction, and write transactions never overlap.
+//!
+//! **Damage.** The file is opened with redb's integrity check (every page checksum of the committed trees
+//! verified), so a truncated or altered file is refused with [`OpenError::Corrupt`] instead of being
+//! trusted, and an existing empty file is refused rather than silently initialised as an empty ledger.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ::redb::{
+    Builder, CommitError, ConcurrencyMode, Database, DatabaseError, Durability, ReadableDatabase, ReadableTable,
+    SetDurabilityError, StorageError, Table, TableDefinition, TableError, TransactionError, WriteTransaction,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::transitions::{self, LedgerTables};
+use super::{
+    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, ReplySender, RequestEntry,
+    RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+};
+
+const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
+const STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_status");
+const GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_grants");
+const META: TableDefinition<&str, u64> = TableDefinition::new("airlock_approval_meta");
+const SCHEMA_KEY: &str = "schema_version";
+
+/// The version of the approval tables' layout this build reads and writes.
+pub const APPROVALS_SCHEMA_VERSION: u64 = 1;
+
+/// Most writes applied in one transaction.
+const MAX_BATCH: usize = 1024;
+
+/// How processes share the ledger file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcessSharing {
+    /// One process at a time (redb's `ExclusiveWriter`); others get [`OpenError::AlreadyOpen`], or wait
+    /// with [`RedbOpenOptions::wait_if_open`].
+    #[default]
+    Exclusive,
+    /// Any number of processes at once (redb's `MultiWriter`, Linux, macOS and Windows). Every process
+    /// opening the file must choose this mode.
+    MultiProcess,
+}
+
+/// How to open a ledger file.
+#[derive(Debug, Clone)]
+pub struct RedbOpenOptions {
+    /// How processes share the file.
+    pub sharing: ProcessSharing,
+    /// How long to keep retrying while another process holds the file (or is still creating it).
+    /// `None` fails at once.
+    pub wait_if_open: Option<Duration>,
+    /// Verify every page checksum at open (redb's `set_check_integrity_on_open`). On by default: without
+    /// it, redb trusts a file that was closed cleanly, and a file altered afterwards may make it panic.
+    /// Turning it off saves reading the whole file at open.
+    pub verify_on_open: bool,
+}
+
+impl Default for RedbOpenOptions {
+    fn default() -> Self {
+        RedbOpenOptions { sharing: ProcessSharing::Exclusive, wait_if_open: None, verify_on_open: true }
+    }
+}
+
+impl RedbOpenOptions {
+    /// Waits up to `wait` for another process to release the file.
+    pub fn wait_if_open(mut self, wait: Duration) -> Self {
+        self.wait_if_open = Some(wait);
+        self
+    }
+
+    /// Chooses how processes share the file.
+    pub fn sharing(mut self, sharing: ProcessSharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+}
+
+/// Why a ledger file could not be opened. Nothing was changed in the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Another process has the file open.
+    #[error(
+        "ledger file `{}` is open in another process (waited {} ms): redb lets one process open a file at a time unless every process opens it with `ProcessSharing::MultiProcess`",
+        path.display(), waited.as_millis()
+    )]
+    AlreadyOpen {
+        /// The file.
+        path: PathBuf,
+        /// How long this open waited.
+        waited: Duration,
+    },
+    /// Another process has the file open under an incompatible redb locking protocol.
+    #[error(
+        "ledger file `{}` is open in another process using another redb locking protocol (another redb version, or another concurrency mode)",
+        path.display()
+    )]
+    LockProtocolMismatch {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file exists and is empty.
+    #[error(
+        "ledger file `{}` is empty (0 bytes), so it is not a ledger: if a process crashed while creating it, delete it; otherwise restore it from a backup",
+        path.display()
+    )]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is damaged.
+    #[error("ledger file `{}` is corrupt ({detail}): restore it from a backup", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What redb found.
+        detail: String,
+    },
+    /// The file uses a redb file format this build cannot read.
+    #[error("ledger file `{}` needs a redb file-format upgrade (format version {version})", path.display())]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The file's format version.
+        version: u8,
+    },
+    /// The approval tables have a layout this build does not know.
+    #[error(
+        "the ledger holds approval tables of schema version {found}; this build reads version {APPROVALS_SCHEMA_VERSION}"
+    )]
+    UnsupportedSchema {
+        /// The version found.
+        found: u64,
+    },
+    /// The file could not be read or created.
+    #[error("cannot open ledger file `{}`: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// redb failed in another way.
+    #[error("ledger storage failed while opening: {0}")]
+    Storage(#[source] ::redb::Error),
+    /// The writer thread could not be started.
+    #[error("cannot start the ledger's writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
+}
+
+/// Opens (or creates) a redb file as the ledger opens it: with `options.sharing`, the integrity check,
+/// clear errors and the optional wait. Other stores sharing the file (audit log, effects) can open it
+/// with this and hand the same `Arc<Database>` to [`RedbLedger::from_database`].
+///
+/// A missing file is created; an existing file must be a valid redb database (an empty file is refused).
+pub fn open_database(path: impl AsRef<Path>, options: &RedbOpenOptions) -> Result<Database, OpenError> {
+    let path = path.as_ref();
+    let mut builder = Builder::new();
+    builder.set_concurrency_mode(match options.sharing {
+        ProcessSharing::Exclusive => ConcurrencyMode::ExclusiveWriter,
+        ProcessSharing::MultiProcess => ConcurrencyMode::MultiWriter,
+    });
+    builder.set_check_integrity_on_open(options.verify_on_open);
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let attempt = match std::fs::metadata(path) {
+            Ok(meta) if meta.len() == 0 => Err(OpenError::Empty { path: path.to_owned() }),
+            Ok(_) => builder.open(path).map_err(|err| open_error(path, err, started.elapsed())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                builder.create(path).map_err(|err| open_error(path, err, started.elapsed()))
+            }
+            Err(source) => Err(OpenError::Io { path: path.to_owned(), source }),
+        };
+        match attempt {
+            Ok(database) => return Ok(database),
+            // A creator holds the lock while it writes the header, so an empty file may be one being made.
+            Err(OpenError::AlreadyOpen { .. } | OpenError::Empty { .. })
+                if options.wait_if_open.is_some_and(|wait| started.elapsed() < wait) =>
+            {
+                let wait = options.wait_if_open.unwrap_or_default();
+                // The last attempt is made at the deadline.
+                std::thread::sleep(pause.min(wait.saturating_sub(started.elapsed())));
+                pause = (pause * 2).min(Duration::from_millis(25));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+fn open_error(path: &Path, error: DatabaseError, waited: Duration) -> OpenError {
+    let path = path.to_owned();
+    match error {
+        DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen { path, waited },
+        DatabaseError::LockProtocolMismatch => OpenError::LockProtocolMismatch { path },
+        DatabaseError::RepairAborted => {
+            OpenError::Corrupt { path, detail: "it needs a repair, which was aborted".into() }
+        }
+        DatabaseError::UpgradeRequired(version) => OpenError::UnsupportedFormat { path, version },
+        DatabaseError::Storage(StorageError::Corrupted(detail)) => OpenError::Corrupt { path, detail },
+        DatabaseError::Storage(StorageError::Io(source)) => match source.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData => {
+                OpenError::Corrupt { path, detail: source.to_string() }
+            }
+            _ => OpenError::Io { path, source },
+        },
+        other => OpenError::Storage(other.into()),
+    }
+}
+
+/// How much grouping the writer achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Write transactions committed.
+    pub commits: u64,
+    /// Writes answered (spends, grants, denials, requests).
+    pub writes: u64,
+    /// The most writes one commit carried.
+    pub largest_batch: u64,
+}
+
+#[derive(Debug, Default)]
+struct SharedStats {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// The durable ledger, in a redb file. Writes are grouped into shared commits by a writer thread; reads
+/// run on the caller's thread. Dropping the ledger lets queued writes finish, then stops the writer.
+pub struct RedbLedger {
+    database: Arc<Database>,
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+    stats: Arc<SharedStats>,
+}
+
+impl std::fmt::Debug for RedbLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbLedger").field("stats", &self.writer_stats()).finish_non_exhaustive()
+    }
+}
+
+impl RedbLedger {
+    /// Opens (or creates) the ledger file for this process alone, verifying it, without waiting.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
+        Self::open_with(path, &RedbOpenOptions::default())
+    }
+
+    /// Opens (or creates) the ledger file, waiting up to `wait` while another process has it open: for
+    /// short-lived processes that take turns with the file.
+    pub fn open_with_retry(path: impl AsRef<Path>, wait: Duration) -> Result<Self, OpenError> {
+        Self::open_with(path, &RedbOpenOptions::default().wait_if_open(wait))
+    }
+
+    /// Opens (or creates) the ledger file with `options`.
+    pub fn open_with(path: impl AsRef<Path>, options: &RedbOpenOptions) -> Result<Self, OpenError> {
+        Self::from_database(Arc::new(open_database(path, options)?))
+    }
+
+    /// A ledger in a database that other stores (audit log, effect records) share. Creates the approval
+    /// tables if they are missing.
+    pub fn from_database(database: Arc<Database>) -> Result<Self, OpenError> {
+        prepare_schema(&database)?;
+        let (jobs, queue) = mpsc::channel();
+        let stats = Arc::new(SharedStats::default());
+        let writer = {
+            let database = database.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("airlock-ledger-writer".into())
+                .spawn(move || run_writer(&database, &queue, &stats))
+                .map_err(OpenError::WriterThread)?
+        };
+        Ok(RedbLedger { database, jobs: Some(jobs), writer: Some(writer), stats })
+    }
+
+    /// The database, to share with other stores.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.database
+    }
+
+    /// How many commits carried how many writes so far.
+    pub fn writer_stats(&self) -> WriterStats {
+        WriterStats {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            writes: self.stats.writes.load(Ordering::Relaxed),
+            largest_batch: self.stats.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    fn submit<T>(&self, make: impl FnOnce(ReplySender<T>) -> Job) -> LedgerReply<T> {
+        let (sender, reply) = LedgerReply::channel();
+        if let Some(jobs) = &self.jobs {
+            // A failed send drops the job and its sender, which answers `WriterStopped`.
+            let _ = jobs.send(make(sender));
+        }
+        reply
+    }
+
+    fn read<T>(&self, read: impl FnOnce(&ReadTables) -> Result<T, LedgerError>) -> Result<T, LedgerError> {
+        let txn = self.database.begin_read().map_err(LedgerError::storage)?;
+        let tables = ReadTables {
+            requests: txn.open_table(REQUESTS).map_err(LedgerError::storage)?,
+            status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
+            grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
+        };
+        read(&tables)
+    }
+}
+
+impl Drop for RedbLedger {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued and return.
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl ApprovalLedger for RedbLedger {
+    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
+        self.submit(|reply| Job::Record { request, reply })
+    }
+
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+        self.submit(|reply| Job::Grant { grant, now, reply })
+    }
+
+    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
+        self.submit(|reply| Job::Deny { denial, reply })
+    }
+
+    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
+        self.submit(|reply| Job::Spend { attempt, reply })
+    }
+
+    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
+        self.read(|tables| {
+            let Some(request) = get::<RequestRecord>(&tables.requests, "requests", request_id)? else {
+                return Ok(None);
+            };
+            let status = get::<RequestStatus>(&tables.status, "status", request_id)?.unwrap_or(RequestStatus::Pending);
+            Ok(Some(RequestEntry { request, status }))
+        })
+    }
+
+    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        self.read(|tables| {
+            let mut entries = Vec::new();
+            for item in tables.requests.iter().map_err(LedgerError::storage)? {
+                let (key, value) = item.map_err(LedgerError::storage)?;
+                let request: RequestRecord = decode("requests", key.value(), value.value())?;
+                let status =
+                    get::<RequestStatus>(&tables.status, "status", key.value())?.unwrap_or(RequestStatus::Pending);
+                entries.push(RequestEntry { request, status });
+            }
+            entries.sort_by(|a, b| {
+                (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
+            });
+            Ok(entries)
+        })
+    }
+
+    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        self.read(|tables| get::<GrantEntry>(&tables.grants, "grants", grant_id))
+    }
+}
+
+fn prepare_schema(database: &Database) -> Result<(), OpenError> {
+    let storage = |err: ::redb::Error| OpenError::Storage(err);
+    // Usually the tables exist: a read answers without a commit.
+    {
+        let txn = database.begin_read().map_err(|e| storage(e.into()))?;
+        match txn.open_table(META) {
+            Ok(meta) => match meta.get(SCHEMA_KEY).map_err(|e| storage(e.into()))? {
+                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION => return Ok(()),
+                Some(found) => {
+                    return Err(OpenError::UnsupportedSchema { found: found.value() });
+                }
+                None => {}
+            },
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(err) => return Err(storage(err.into())),
+        }
+    }
+    let mut txn = database.begin_write().map_err(|e| storage(e.into()))?;
+    txn.set_durability(Durability::Immediate).map_err(|e| storage(durability_error(e)))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        let found = meta.get(SCHEMA_KEY).map_err(|e| storage(e.into()))?.map(|v| v.value());
+        match found {
+            Some(APPROVALS_SCHEMA_VERSION) => {}
+            Some(found) => return Err(OpenError::UnsupportedSchema { found }),
+            None => {
+                meta.insert(SCHEMA_KEY, APPROVALS_SCHEMA_VERSION).map_err(|e| storage(e.into()))?;
+            }
+        }
+        for table in [REQUESTS, STATUS, GRANTS] {
+            txn.open_table(table).map_err(|e| storage(e.into()))?;
+        }
+    }
+    txn.commit().map_err(|e| storage(e.into()))
+}
+
+fn durability_error(error: SetDurabilityError) -> ::redb::Error {
+    error.into()
+}
+
+// ---- records as JSON bytes ----
+
+fn encode(table: &'static str, key: &str, record: &impl Serialize) -> Result<Vec<u8>, LedgerError> {
+    serde_json::to_vec(record).map_err(|err| LedgerError::CorruptRecord {
+        table,
+        key: key.to_owned(),
+        detail: format!("cannot encode: {err}"),
+    })
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, key: &str, bytes: &[u8]) -> Result<T, LedgerError> {
+    serde_json::from_slice(bytes).map_err(|err| LedgerError::CorruptRecord {
+        table,
+        key: key.to_owned(),
+        detail: err.to_string(),
+    })
+}
+
+fn get<T: DeserializeOwned>(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &'static str,
+    key: &str,
+) -> Result<Option<T>, LedgerError> {
+    match table.get(key).map_err(LedgerError::storage)? {
+        Some(bytes) => decode(name, key, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+struct ReadTables {
+    requests: ::redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    status: ::redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    grants: ::redb::ReadOnlyTable<&'static str, &'static [u8]>,
+}
+
+struct WriteTables<'txn> {
+    requests: Table<'txn, &'static str, &'static [u8]>,
+    status: Table<'txn, &'static str, &'static [u8]>,
+    grants: Table<'txn, &'static str, &'static [u8]>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Self, LedgerError> {
+        Ok(WriteTables {
+            requests: txn.open_table(REQUESTS).map_err(LedgerError::storage)?,
+            status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
+            grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
+        })
+    }
+}
+
+impl LedgerTables for WriteTables<'_> {
+    fn request(&self, request_id: &str) -> Result<Option<RequestRecord>, LedgerError> {
+        get(&self.requests, "requests", request_id)
+    }
+    fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError> {
+        let bytes = encode("requests", &request.request_id, request)?;
+        self.requests.insert(request.request_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn status(&self, request_id: &str) -> Result<Option<RequestStatus>, LedgerError> {
+        get(&self.status, "status", request_id)
+    }
+    fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError> {
+        let bytes = encode("status", request_id, status)?;
+        self.status.insert(request_id, bytes.as_slice()).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        get(&self.grants, "grants", grant_id)
+    }
+    fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
+        let bytes = encode("grants", &entry.grant.grant_id, entry)?;
+        self.grants.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+}
+
+// ---- the writer ----
+
+enum Job {
+    Record { request: RequestRecord, reply: ReplySender<()> },
+    Grant { grant: GrantRecord, now: Duration, reply: ReplySender<GrantRecord> },
+    Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
+    Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
+}
+
+enum Outcome {
+    Record(Result<(), LedgerError>),
+    Grant(Result<GrantRecord, LedgerError>),
+    Deny(Result<DenialRecord, LedgerError>),
+    Spend(Result<SpentRecord, LedgerError>),
+}
+
+/// A refusal by the rules is an outcome to report; a fault aborts the transaction.
+fn outcome<T>(
+    result: Result<T, LedgerError>,
+    wrap: fn(Result<T, LedgerError>) -> Outcome,
+) -> Result<Outcome, LedgerError> {
+    match result {
+        Err(err) if err.is_fault() => Err(err),
+        result => Ok(wrap(result)),
+    }
+}
+
+impl Job {
+    fn run(&self, tables: &mut WriteTables<'_>) -> Result<Outcome, LedgerError> {
+        match self {
+            Job::Record { request, .. } => {
+                outcome(transitions::record_request(tables, request.clone()), Outcome::Record)
+            }
+            Job::Grant { grant, now, .. } => outcome(transitions::grant(tables, grant.clone(), *now), Outcome::Grant),
+            Job::Deny { denial, .. } => outcome(transitions::deny(tables, denial.clone()), Outcome::Deny),
+            Job::Spend { attempt, .. } => outcome(transitions::spend(tables, attempt.clone()), Outcome::Spend),
+        }
+    }
+
+    fn answer(self, outcome: Outcome) {
+        match (self, outcome) {
+            (Job::Record { reply, .. }, Outcome::Record(result)) => reply.send(result),
+            (Job::Grant { reply, .. }, Outcome::Grant(result)) => reply.send(result),
+            (Job::Deny { reply, .. }, Outcome::Deny(result)) => reply.send(result),
+            (Job::Spend { reply, .. }, Outcome::Spend(result)) => reply.send(result),
+            // `run` answers each job with its own kind of outcome; were it not so, dropping the job
+            // answers `WriterStopped` rather than a wrong result.
+            (job, _) => drop(job),
+        }
+    }
+
+    fn fail(self, error: LedgerError) {
+        match self {
+            Job::Record { reply, .. } => reply.send(Err(error)),
+            Job::Grant { reply, .. } => reply.send(Err(error)),
+            Job::Deny { reply, .. } => reply.send(Err(error)),
+            Job::Spend { reply, .. } => reply.send(Err(error)),
+        }
+    }
+}
+
+fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedStats) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        match commit_batch(database, &batch) {
+            Ok(outcomes) => {
+                record_commit(stats, batch.len());
+                for (job, outcome) in batch.into_iter().zip(outcomes) {
+                    job.answer(outcome);
+                }
+            }
+            Err(error) if batch.len() == 1 => {
+                for job in batch {
+                    job.fail(error.clone());
+                }
+            }
+            // One write's fault must not fail its neighbours: retry each alone.
+            Err(_) => {
+                for job in batch {
+                    match commit_batch(database, std::slice::from_ref(&job)) {
+                        Ok(mut outcomes) => {
+                            record_commit(stats, 1);
+                            match outcomes.pop() {
+                                Some(outcome) => job.answer(outcome),
+                                None => job.fail(LedgerError::WriterStopped),
+                            }
+                        }
+                        Err(error) => job.fail(error),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn record_commit(stats: &SharedStats, writes: usize) {
+    let writes = writes as u64;
+    stats.commits.fetch_add(1, Ordering::Relaxed);
+    stats.writes.fetch_add(writes, Ordering::Relaxed);
+    stats.largest_batch.fetch_max(writes, Ordering::Relaxed);
+}
+
+fn commit_batch(database: &Database, batch: &[Job]) -> Result<Vec<Outcome>, LedgerError> {
+    let mut txn = database.begin_write().map_err(transaction_error)?;
+    // Never `Durability::None`: a crash could resurrect a spent grant.
+    txn.set_durability(Durability::Immediate).map_err(LedgerError::storage)?;
+    let outcomes = {
+        let mut tables = WriteTables::open(&txn)?;
+        batch.iter().map(|job| job.run(&mut tables)).collect::<Result<Vec<_>, _>>()?
+    };
+    txn.commit().map_err(commit_error)?;
+    Ok(outcomes)
+}
+
+fn transaction_error(error: TransactionError) -> LedgerError {
+    LedgerError::storage(::redb::Error::from(error))
+}
+
+fn commit_error(error: CommitError) -> LedgerError {
+    LedgerError::storage(error)
+}

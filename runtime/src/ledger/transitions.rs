@@ -1,0 +1,142 @@
+//! The ledger's state machine, written once and run by every ledger over its own tables, so the memory
+//! and redb ledgers cannot drift apart.
+//!
+//! Each transition reads what it needs, decides, and only then writes: a refusal leaves no partial
+//! change behind, so a ledger may run many transitions in one storage transaction and commit the lot.
+
+use std::time::Duration;
+
+use super::{
+    DenialRecord, GrantEntry, GrantRecord, GrantState, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
+    SpentRecord,
+};
+
+/// The tables a ledger keeps. Reads and writes inside one atomic unit (a lock, a write transaction).
+pub(crate) trait LedgerTables {
+    fn request(&self, request_id: &str) -> Result<Option<RequestRecord>, LedgerError>;
+    fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError>;
+    fn status(&self, request_id: &str) -> Result<Option<RequestStatus>, LedgerError>;
+    fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError>;
+    fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
+    fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError>;
+}
+
+pub(crate) fn record_request(tables: &mut impl LedgerTables, request: RequestRecord) -> Result<(), LedgerError> {
+    if let Some(existing) = tables.request(&request.request_id)? {
+        return if existing == request {
+            Ok(())
+        } else {
+            Err(LedgerError::DuplicateRequest { request_id: request.request_id })
+        };
+    }
+    tables.insert_request(&request)?;
+    tables.set_status(&request.request_id, &RequestStatus::Pending)
+}
+
+fn recorded_status(tables: &impl LedgerTables, request_id: &str) -> Result<RequestStatus, LedgerError> {
+    tables.status(request_id)?.ok_or_else(|| LedgerError::CorruptRecord {
+        table: "status",
+        key: request_id.to_owned(),
+        detail: "the request has no status".to_owned(),
+    })
+}
+
+pub(crate) fn grant(
+    tables: &mut impl LedgerTables,
+    grant: GrantRecord,
+    now: Duration,
+) -> Result<GrantRecord, LedgerError> {
+    let Some(request) = tables.request(&grant.request_id)? else {
+        return Err(LedgerError::UnknownRequest { request_id: grant.request_id });
+    };
+    if request.binding != grant.binding || request.key_id != grant.key_id {
+        return Err(LedgerError::RequestMismatch { request_id: grant.request_id });
+    }
+    if tables.grant(&grant.grant_id)?.is_some() {
+        // Grant ids are 128 random bits: a collision means a caller reused an id, never honour it.
+        return Err(LedgerError::DuplicateGrant { grant_id: grant.grant_id });
+    }
+    match recorded_status(tables, &grant.request_id)? {
+        RequestStatus::Pending => {}
+        RequestStatus::Granted(existing) => {
+            let entry = live_grant_of_status(tables, &existing)?;
+            if now < entry.grant.expires_at {
+                return Ok(entry.grant);
+            }
+            tables.set_grant(&GrantEntry {
+                grant: entry.grant,
+                state: GrantState::Replaced { replaced_at: now, by_grant: grant.grant_id.clone() },
+            })?;
+        }
+        RequestStatus::Denied(denial) => return Err(LedgerError::AlreadyDenied(Box::new(denial))),
+        RequestStatus::Spent(spent) => {
+            return Err(LedgerError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at: spent.spent_at });
+        }
+    }
+    tables.set_grant(&GrantEntry { grant: grant.clone(), state: GrantState::Live })?;
+    tables.set_status(&grant.request_id, &RequestStatus::Granted(grant.clone()))?;
+    Ok(grant)
+}
+
+fn live_grant_of_status(tables: &impl LedgerTables, grant: &GrantRecord) -> Result<GrantEntry, LedgerError> {
+    match tables.grant(&grant.grant_id)? {
+        Some(entry) if entry.state == GrantState::Live => Ok(entry),
+        _ => Err(LedgerError::CorruptRecord {
+            table: "grants",
+            key: grant.grant_id.clone(),
+            detail: format!("request `{}` is granted but its grant is not live", grant.request_id),
+        }),
+    }
+}
+
+pub(crate) fn deny(tables: &mut impl LedgerTables, mut denial: DenialRecord) -> Result<DenialRecord, LedgerError> {
+    if tables.request(&denial.request_id)?.is_none() {
+        return Err(LedgerError::UnknownRequest { request_id: denial.request_id });
+    }
+    denial.revoked_grant = None;
+    match recorded_status(tables, &denial.request_id)? {
+        RequestStatus::Pending => {}
+        RequestStatus::Granted(grant) => {
+            let entry = live_grant_of_status(tables, &grant)?;
+            tables.set_grant(&GrantEntry {
+                grant: entry.grant,
+                state: GrantState::Revoked { revoked_at: denial.denied_at },
+            })?;
+            denial.revoked_grant = Some(grant.grant_id);
+        }
+        RequestStatus::Denied(first) => return Ok(first),
+        RequestStatus::Spent(spent) => {
+            return Err(LedgerError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at: spent.spent_at });
+        }
+    }
+    tables.set_status(&denial.request_id, &RequestStatus::Denied(denial.clone()))?;
+    Ok(denial)
+}
+
+pub(crate) fn spend(tables: &mut impl LedgerTables, attempt: SpendAttempt) -> Result<SpentRecord, LedgerError> {
+    let Some(entry) = tables.grant(&attempt.grant_id)? else {
+        return Err(LedgerError::UnknownGrant { grant_id: attempt.grant_id });
+    };
+    match entry.state {
+        GrantState::Live => {}
+        GrantState::Spent { spent_at } => {
+            return Err(LedgerError::AlreadySpent { grant_id: attempt.grant_id, spent_at });
+        }
+        GrantState::Revoked { .. } => {
+            return Err(LedgerError::GrantRevoked { grant_id: attempt.grant_id });
+        }
+        GrantState::Replaced { by_grant, .. } => {
+            return Err(LedgerError::GrantReplaced { grant_id: attempt.grant_id, by_grant });
+        }
+    }
+    if entry.grant.binding != attempt.binding {
+        return Err(LedgerError::BindingMismatch { grant_id: attempt.grant_id });
+    }
+    if attempt.now >= entry.grant.expires_at {
+        return Err(LedgerError::GrantExpired { grant_id: attempt.grant_id, expired_at: entry.grant.expires_at });
+    }
+    let spent = SpentRecord { grant: entry.grant, spent_at: attempt.now };
+    tables.set_grant(&GrantEntry { grant: spent.grant.clone(), state: GrantState::Spent { spent_at: attempt.now } })?;
+    tables.set_status(&spent.grant.request_id, &RequestStatus::Spent(spent.clone()))?;
+    Ok(spent)
+}

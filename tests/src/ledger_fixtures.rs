@@ -1,0 +1,113 @@
+//! Fixtures shared by the approval-ledger tests and the `ledger_worker` helper process.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::ledger::ApprovalLedger;
+use agent_airlock::{Admission, AdmitError, ApprovalKey, BindingInput, InterruptApprovals, KeyRing, ManualClock};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// The test key's secret, as hex. Tests check that no error message ever contains it.
+pub const SECRET_HEX: &str = "5f1c0e9a7b3d2c4e6f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6";
+
+/// The environment variable through which helper processes receive the key.
+pub const KEY_ENV: &str = "AIRLOCK_TEST_APPROVAL_KEY";
+
+/// The grant time-to-live the fixtures use.
+pub const GRANT_TTL: Duration = Duration::from_secs(600);
+
+/// A fixed start time, so runs are reproducible.
+pub const START: Duration = Duration::from_secs(1_767_225_600);
+
+/// The test key, id `k1`.
+pub fn key() -> ApprovalKey {
+    ApprovalKey::from_hex("k1", SECRET_HEX).expect("the test key is valid")
+}
+
+/// A key ring holding only the test key.
+pub fn key_ring() -> KeyRing {
+    KeyRing::new(key())
+}
+
+/// Approvals over `ledger` with the test key ring and `clock`.
+pub fn approvals(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>) -> InterruptApprovals {
+    InterruptApprovals::new(key_ring(), ledger, clock, GRANT_TTL)
+}
+
+/// A call as the dispatcher would see it, owned so it can be stored and sent to another process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnedCall {
+    /// The thread.
+    pub thread_id: String,
+    /// The checkpoint namespace.
+    pub checkpoint_ns: String,
+    /// The checkpoint map.
+    pub checkpoint: BTreeMap<String, String>,
+    /// The tool call id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The admitted arguments.
+    pub arguments: Map<String, Value>,
+}
+
+impl OwnedCall {
+    /// A refund of `amount` cents at checkpoint `c1` of thread `t1`.
+    pub fn refund(amount: u64) -> Self {
+        let arguments = json!({"payment_id": "pi_1", "amount": amount});
+        OwnedCall {
+            thread_id: "t1".into(),
+            checkpoint_ns: String::new(),
+            checkpoint: [(String::new(), "c1".to_owned())].into(),
+            tool_call_id: "call_1".into(),
+            tool: "refund".into(),
+            arguments: arguments.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The same call under another tool name.
+    pub fn with_tool(mut self, tool: &str) -> Self {
+        self.tool = tool.into();
+        self
+    }
+
+    /// The same call at another checkpoint id.
+    pub fn with_checkpoint(mut self, id: &str) -> Self {
+        self.checkpoint.insert(String::new(), id.into());
+        self
+    }
+
+    /// The same call with another tool call id.
+    pub fn with_tool_call_id(mut self, id: &str) -> Self {
+        self.tool_call_id = id.into();
+        self
+    }
+
+    /// What the binding covers.
+    pub fn input(&self) -> BindingInput<'_> {
+        BindingInput {
+            thread_id: &self.thread_id,
+            checkpoint_ns: &self.checkpoint_ns,
+            checkpoint: &self.checkpoint,
+            tool_call_id: &self.tool_call_id,
+            tool: &self.tool,
+            arguments: &self.arguments,
+        }
+    }
+}
+
+/// One word per admission outcome, as helper processes print it.
+pub fn outcome_word(result: &Result<Admission, AdmitError>) -> &'static str {
+    match result {
+        Ok(_) => "admitted",
+        Err(AdmitError::AlreadySpent { .. }) => "already_spent",
+        Err(AdmitError::InvalidToken) => "invalid_token",
+        Err(AdmitError::DifferentCall { .. }) => "different_call",
+        Err(AdmitError::Expired { .. }) => "expired",
+        Err(AdmitError::UnknownGrant { .. }) => "unknown_grant",
+        Err(AdmitError::Ledger(_)) => "ledger_error",
+        Err(_) => "refused",
+    }
+}

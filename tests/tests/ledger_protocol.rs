@@ -1,0 +1,587 @@
+//! The approval protocol across an interrupt (DESIGN §5), run against both ledgers: every attack in the
+//! design has a case here, and each case runs on the in-memory ledger and on a real redb file.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use agent_airlock::ledger::{
+    ApprovalLedger, DenialRecord, GrantRecord, GrantState, LedgerError, MemoryLedger, RedbLedger, RequestRecord,
+    RequestStatus, SpendAttempt,
+};
+use agent_airlock::{
+    AdmitError, ApprovalKey, BindingField, DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ManualClock,
+    RequestError, ResumeValue, RetiredKeys,
+};
+use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+struct Harness {
+    ledger: Arc<dyn ApprovalLedger>,
+    clock: Arc<ManualClock>,
+    approvals: InterruptApprovals,
+    _dir: Option<TempDir>,
+}
+
+impl Harness {
+    fn memory() -> Self {
+        Self::with(Arc::new(MemoryLedger::new()), None)
+    }
+
+    fn redb() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = RedbLedger::open(dir.path().join("ledger.redb")).unwrap();
+        Self::with(Arc::new(ledger), Some(dir))
+    }
+
+    fn with(ledger: Arc<dyn ApprovalLedger>, dir: Option<TempDir>) -> Self {
+        let clock = Arc::new(ManualClock::new(START));
+        let approvals = approvals(ledger.clone(), clock.clone());
+        Harness { ledger, clock, approvals, _dir: dir }
+    }
+
+    /// The same ledger and clock, another key ring.
+    fn with_keys(&self, keys: KeyRing) -> InterruptApprovals {
+        InterruptApprovals::new(keys, self.ledger.clone(), self.clock.clone(), GRANT_TTL)
+    }
+
+    fn request(&self, call: &OwnedCall) -> InterruptRequest {
+        self.approvals.request_blocking(&call.input(), "attribute", "moves money").unwrap()
+    }
+
+    fn approved(&self, call: &OwnedCall) -> (InterruptRequest, Value) {
+        let request = self.request(call);
+        let resume = self.approvals.approve_blocking(request.as_value(), "alice").unwrap();
+        (request, resume.into_value())
+    }
+
+    fn status(&self, request: &InterruptRequest) -> RequestStatus {
+        self.ledger.find_request(request.request_id()).unwrap().unwrap().status
+    }
+}
+
+/// Error text never carries the key.
+fn assert_no_secret(text: impl std::fmt::Display) {
+    let text = text.to_string();
+    assert!(!text.contains(SECRET_HEX), "{text}");
+    assert!(!text.contains(&SECRET_HEX[..16]), "{text}");
+}
+
+fn approve_then_admit(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (request, resume) = h.approved(&call);
+    assert_eq!(h.status(&request).label(h.clock.now_for_test()), "granted");
+    let admission = h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    assert_eq!(admission.request_id, request.request_id());
+    assert_eq!(admission.approver, "alice");
+    assert_eq!(admission.key_id, "k1");
+    assert!(matches!(h.status(&request), RequestStatus::Spent(_)));
+    let grant = h.ledger.find_grant(&admission.grant_id).unwrap().unwrap();
+    assert!(matches!(grant.state, GrantState::Spent { .. }));
+}
+
+fn the_interrupt_value_has_the_documented_shape(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let request = h.request(&call);
+    let body = &request.as_value()["airlock_approval"];
+    for member in ["tool", "rule", "reason", "arguments", "binding", "seal", "key_id", "request_id"] {
+        assert!(body.get(member).is_some(), "missing `{member}` in {body}");
+    }
+    assert_eq!(body["tool"], "refund");
+    assert_eq!(body["arguments"], json!({"payment_id": "pi_1", "amount": 500}));
+    assert_eq!(body["binding"].as_str().unwrap().len(), 64);
+    // It survives a trip through a host's JSON store (re-serialised, members reordered).
+    let stored: Value = serde_json::from_str(&serde_json::to_string_pretty(request.as_value()).unwrap()).unwrap();
+    assert_eq!(h.approvals.verify_request(&stored).unwrap(), request);
+}
+
+fn forged_resume_admits_nothing(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (request, genuine) = h.approved(&call);
+    let grant_id = genuine["airlock_grant"]["grant_id"].as_str().unwrap().to_owned();
+    // A token made up, and one made with a key of the same id but another secret.
+    let made_up = json!({"airlock_grant": {"key_id": "k1", "grant_id": grant_id, "token": "ab".repeat(32)}});
+    let result = h.approvals.admit_blocking(&call.input(), &made_up);
+    assert!(matches!(result, Err(AdmitError::InvalidToken)), "{result:?}");
+    assert_no_secret(result.unwrap_err());
+
+    let impostor = h.with_keys(KeyRing::new(ApprovalKey::new("k1", &[9; 32]).unwrap()));
+    let forged_request = impostor.request_blocking(&call.input(), "attribute", "x").unwrap();
+    let forged = json!({"airlock_grant": {"key_id": "k1", "grant_id": grant_id, "token":
+        forge_token(&impostor, &forged_request, &h)}});
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &forged), Err(AdmitError::InvalidToken)));
+    // A grant id nobody issued.
+    let unknown = json!({"airlock_grant": {"key_id": "k1", "grant_id": "00".repeat(16), "token": "cd".repeat(32)}});
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &unknown), Err(AdmitError::InvalidToken)));
+    // The genuine one is untouched by the attempts.
+    assert!(matches!(h.status(&request), RequestStatus::Granted(_)));
+    h.approvals.admit_blocking(&call.input(), &genuine).unwrap();
+}
+
+/// A token made by approving through an impostor key ring sharing the ledger.
+fn forge_token(impostor: &InterruptApprovals, request: &InterruptRequest, _h: &Harness) -> String {
+    let resume = impostor.approve_blocking(request.as_value(), "mallory").unwrap();
+    resume.as_value()["airlock_grant"]["token"].as_str().unwrap().to_owned()
+}
+
+fn altered_request_is_refused_by_approve(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let request = h.request(&call);
+    let alter = |edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut value = request.to_value();
+        edit(value["airlock_approval"].as_object_mut().unwrap());
+        value
+    };
+    let cases: Vec<(&str, Value)> = vec![
+        ("arguments", alter(&|b| b["arguments"]["amount"] = json!(50_000))),
+        (
+            "arguments member added",
+            alter(&|b| {
+                b["arguments"].as_object_mut().unwrap().insert("note".into(), json!("x"));
+            }),
+        ),
+        ("tool", alter(&|b| b["tool"] = json!("delete_account"))),
+        ("reason", alter(&|b| b["reason"] = json!("harmless"))),
+        ("rule", alter(&|b| b["rule"] = json!("none"))),
+        ("binding", alter(&|b| b["binding"] = json!("0".repeat(64)))),
+        ("request id", alter(&|b| b["request_id"] = json!("1".repeat(32)))),
+        ("call", alter(&|b| b["call"]["thread_id"] = json!("t2"))),
+        ("time", alter(&|b| b["requested_at_ms"] = json!(1))),
+        (
+            "member added",
+            alter(&|b| {
+                b.insert("expires_at_ms".into(), json!(u32::MAX));
+            }),
+        ),
+        (
+            "member removed",
+            alter(&|b| {
+                b.remove("reason");
+            }),
+        ),
+        ("true for 1", alter(&|b| b["arguments"]["amount"] = json!(true))),
+    ];
+    for (what, altered) in cases {
+        let result = h.approvals.approve_blocking(&altered, "alice");
+        assert!(matches!(result, Err(DecisionError::SealMismatch)), "{what}: {result:?}");
+        let result = h.approvals.deny_blocking(&altered, "alice", None);
+        assert!(matches!(result, Err(DecisionError::SealMismatch)), "{what}: {result:?}");
+    }
+    let seal = alter(&|b| b["seal"] = json!("f".repeat(64)));
+    assert!(matches!(h.approvals.approve_blocking(&seal, "alice"), Err(DecisionError::SealMismatch)));
+    let seal = alter(&|b| b["seal"] = json!("F".repeat(64)));
+    assert!(matches!(h.approvals.approve_blocking(&seal, "alice"), Err(DecisionError::Malformed { .. })));
+    let unsealed = alter(&|b| {
+        b.remove("seal");
+    });
+    assert!(matches!(h.approvals.approve_blocking(&unsealed, "alice"), Err(DecisionError::Malformed { .. })));
+    for not_a_request in [json!(null), json!({"x": 1}), json!({"airlock_approval": 5}), json!("approve")] {
+        assert!(matches!(h.approvals.approve_blocking(&not_a_request, "alice"), Err(DecisionError::NotARequest)));
+    }
+    // Nothing was granted by the attempts; the genuine request still approves.
+    assert_eq!(h.status(&request), RequestStatus::Pending);
+    h.approvals.approve_blocking(request.as_value(), "alice").unwrap();
+}
+
+fn replay_admits_nothing(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (_, resume) = h.approved(&call);
+    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    for _ in 0..3 {
+        let result = h.approvals.admit_blocking(&call.input(), &resume);
+        assert!(matches!(result, Err(AdmitError::AlreadySpent { .. })), "{result:?}");
+        assert!(result.unwrap_err().to_string().starts_with("the approval was already used"));
+    }
+}
+
+fn time_travel_after_success_admits_nothing(h: Harness) {
+    // The host replays the interrupted checkpoint: same thread, checkpoint, call id, arguments, resume.
+    let call = OwnedCall::refund(500);
+    let (request, resume) = h.approved(&call);
+    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    let replayed = call.clone();
+    assert!(matches!(h.approvals.admit_blocking(&replayed.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+    // Approving the old request again does not make a second grant either.
+    assert!(matches!(
+        h.approvals.approve_blocking(request.as_value(), "alice"),
+        Err(DecisionError::AlreadySpent { .. })
+    ));
+}
+
+fn another_checkpoint_admits_nothing(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (_, resume) = h.approved(&call);
+    let older = call.clone().with_checkpoint("c0");
+    match h.approvals.admit_blocking(&older.input(), &resume) {
+        Err(AdmitError::DifferentCall { differs, .. }) => {
+            assert_eq!(differs, [BindingField::Checkpoint])
+        }
+        other => panic!("{other:?}"),
+    }
+    let other_call_id = call.clone().with_tool_call_id("call_2");
+    match h.approvals.admit_blocking(&other_call_id.input(), &resume) {
+        Err(AdmitError::DifferentCall { differs, .. }) => {
+            assert_eq!(differs, [BindingField::ToolCallId])
+        }
+        other => panic!("{other:?}"),
+    }
+    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+}
+
+fn approval_for_a_with_b_admits_nothing_and_a_stays_usable(h: Harness) {
+    let a = OwnedCall::refund(500);
+    let b = OwnedCall::refund(50_000);
+    let (request, resume) = h.approved(&a);
+    let result = h.approvals.admit_blocking(&b.input(), &resume);
+    match &result {
+        Err(AdmitError::DifferentCall { differs, .. }) => {
+            assert_eq!(differs, &[BindingField::Arguments])
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(result.unwrap_err().to_string(), "the approval was given for another call: arguments differs");
+    // `true` is not `1`.
+    let mut truthy = a.clone();
+    truthy.arguments.insert("amount".into(), json!(true));
+    let mut one = a.clone();
+    one.arguments.insert("amount".into(), json!(1));
+    let (_, resume_one) = h.approved(&one);
+    assert!(matches!(h.approvals.admit_blocking(&truthy.input(), &resume_one), Err(AdmitError::DifferentCall { .. })));
+    assert!(matches!(h.status(&request), RequestStatus::Granted(_)));
+    h.approvals.admit_blocking(&a.input(), &resume).unwrap();
+}
+
+fn tool_x_approval_for_tool_y_admits_nothing(h: Harness) {
+    let x = OwnedCall::refund(500);
+    let y = x.clone().with_tool("delete_account");
+    let (_, resume) = h.approved(&x);
+    match h.approvals.admit_blocking(&y.input(), &resume) {
+        Err(AdmitError::DifferentCall { differs, .. }) => assert_eq!(differs, [BindingField::Tool]),
+        other => panic!("{other:?}"),
+    }
+    h.approvals.admit_blocking(&x.input(), &resume).unwrap();
+}
+
+fn expired_grant_admits_nothing(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (request, resume) = h.approved(&call);
+    h.clock.advance(GRANT_TTL - Duration::from_millis(1));
+    let (other_request, other_resume) = h.approved(&call.clone().with_tool_call_id("call_2"));
+    h.clock.advance(Duration::from_millis(1));
+    let result = h.approvals.admit_blocking(&call.input(), &resume);
+    assert!(matches!(result, Err(AdmitError::Expired { .. })), "{result:?}");
+    assert_eq!(h.status(&request).label(h.clock.now_for_test()), "expired");
+    // A grant issued later is still valid.
+    h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_2").input(), &other_resume).unwrap();
+    assert!(matches!(h.status(&other_request), RequestStatus::Spent(_)));
+
+    // Approving the expired request again issues a new grant; the old one is replaced, not revived.
+    let renewed = h.approvals.approve_blocking(request.as_value(), "bob").unwrap().into_value();
+    assert_ne!(renewed["airlock_grant"]["grant_id"], resume["airlock_grant"]["grant_id"]);
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Replaced { .. })));
+    assert_eq!(h.approvals.admit_blocking(&call.input(), &renewed).unwrap().approver, "bob");
+}
+
+fn approving_twice_issues_one_grant(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (request, first) = h.approved(&call);
+    h.clock.advance(Duration::from_secs(1));
+    let second = h.approvals.approve_blocking(request.as_value(), "bob").unwrap().into_value();
+    assert_eq!(first, second, "a lost resume value is recovered by approving again");
+    h.approvals.admit_blocking(&call.input(), &first).unwrap();
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &second), Err(AdmitError::AlreadySpent { .. })));
+}
+
+fn a_no_is_a_no(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let request = h.request(&call);
+    let resume = h.approvals.deny_blocking(request.as_value(), "bob", Some("too large")).unwrap();
+    assert!(!resume.is_approval());
+    match h.approvals.admit_blocking(&call.input(), resume.as_value()) {
+        Err(AdmitError::Denied { reason, request_id }) => {
+            assert_eq!(reason.as_deref(), Some("too large"));
+            assert_eq!(request_id.as_deref(), Some(request.request_id()));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        h.approvals.approve_blocking(request.as_value(), "alice"),
+        Err(DecisionError::AlreadyDenied { .. })
+    ));
+    // Any value other than an approval is a no.
+    for no in [
+        json!(false),
+        json!("no"),
+        json!(null),
+        json!(0),
+        json!({}),
+        json!([]),
+        json!({"approved": true}),
+        json!({"airlock_grant": {}, "extra": 1}),
+        json!("yes"),
+        json!(true),
+    ] {
+        let result = h.approvals.admit_blocking(&call.input(), &no);
+        assert!(matches!(result, Err(AdmitError::NotAnApproval)), "{no}: {result:?}");
+    }
+    for malformed in [
+        json!({"airlock_grant": "x"}),
+        json!({"airlock_grant": {}}),
+        json!({"airlock_grant": {"key_id": "k1", "grant_id": "zz", "token": "ab".repeat(32)}}),
+        json!({"airlock_grant": {"key_id": "k1", "grant_id": "ab".repeat(16), "token": "AB".repeat(32)}}),
+        json!({"airlock_grant": {"key_id": "k1", "grant_id": "ab".repeat(16), "token": "ab".repeat(32), "x": 1}}),
+        json!({"airlock_grant": {"key_id": 1, "grant_id": "ab".repeat(16), "token": "ab".repeat(32)}}),
+    ] {
+        let result = h.approvals.admit_blocking(&call.input(), &malformed);
+        assert!(matches!(result, Err(AdmitError::MalformedGrant { .. })), "{malformed}: {result:?}");
+    }
+}
+
+fn denial_revokes_an_unspent_grant(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (request, resume) = h.approved(&call);
+    h.approvals.deny_blocking(request.as_value(), "bob", None).unwrap();
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Revoked { .. })));
+    match h.status(&request) {
+        RequestStatus::Denied(denial) => assert!(denial.revoked_grant.is_some()),
+        other => panic!("{other:?}"),
+    }
+    // Denying a spent request is refused: the call ran.
+    let (spent_request, spent_resume) = h.approved(&call.clone().with_tool_call_id("call_2"));
+    h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_2").input(), &spent_resume).unwrap();
+    assert!(matches!(
+        h.approvals.deny_blocking(spent_request.as_value(), "bob", None),
+        Err(DecisionError::AlreadySpent { .. })
+    ));
+}
+
+fn wrong_and_rotated_keys(h: Harness) {
+    let call = OwnedCall::refund(500);
+    // Another secret under the same id: the seal does not match.
+    let impostor = h.with_keys(KeyRing::new(ApprovalKey::new("k1", &[9; 32]).unwrap()));
+    let request = h.request(&call);
+    let result = impostor.approve_blocking(request.as_value(), "mallory");
+    assert!(matches!(result, Err(DecisionError::SealMismatch)), "{result:?}");
+    assert_no_secret(result.unwrap_err());
+    // A ring without the key: unknown.
+    let stranger = h.with_keys(KeyRing::new(ApprovalKey::new("k9", &[9; 32]).unwrap()));
+    match stranger.approve_blocking(request.as_value(), "mallory") {
+        Err(err @ DecisionError::UnknownKey { .. }) => {
+            assert_eq!(err.to_string(), "approval request made under unknown key `k1`");
+        }
+        other => panic!("{other:?}"),
+    }
+    let resume = h.approvals.approve_blocking(request.as_value(), "alice").unwrap().into_value();
+    assert!(matches!(stranger.admit_blocking(&call.input(), &resume), Err(AdmitError::UnknownKey { .. })));
+
+    // Rotation: k2 current, k1 retired. Honoured: the k1 grant admits; new requests use k2.
+    let rotated = key_ring().rotate(ApprovalKey::new("k2", &[2; 32]).unwrap()).unwrap();
+    let honouring = h.with_keys(rotated.clone());
+    let refusing = h.with_keys(rotated.retired_keys(RetiredKeys::Refuse));
+    match refusing.admit_blocking(&call.input(), &resume) {
+        Err(err @ AdmitError::RetiredKey { .. }) => {
+            assert_eq!(err.to_string(), "approval made under retired key `k1`, which this key ring refuses")
+        }
+        other => panic!("{other:?}"),
+    }
+    let pending = h.request(&call.clone().with_tool_call_id("call_2"));
+    assert!(matches!(refusing.approve_blocking(pending.as_value(), "alice"), Err(DecisionError::RetiredKey { .. })));
+    honouring.admit_blocking(&call.input(), &resume).unwrap();
+    let fresh = honouring.request_blocking(&call.clone().with_tool_call_id("call_3").input(), "a", "b").unwrap();
+    assert_eq!(fresh.key_id(), "k2");
+    let fresh_resume = honouring.approve_blocking(fresh.as_value(), "alice").unwrap().into_value();
+    assert!(matches!(
+        h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume),
+        Err(AdmitError::UnknownKey { .. })
+    ));
+    refusing.admit_blocking(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume).unwrap();
+}
+
+fn integers_beyond_2_pow_53_are_refused(h: Harness) {
+    let mut call = OwnedCall::refund(500);
+    call.arguments.insert("amount".into(), json!(9_007_199_254_740_993u64));
+    match h.approvals.request_blocking(&call.input(), "attribute", "moves money") {
+        Err(RequestError::Arguments(err)) => assert_eq!(err.path(), "/amount"),
+        other => panic!("{other:?}"),
+    }
+    // An approval for the neighbouring integer does not admit it either.
+    let mut near = OwnedCall::refund(500);
+    near.arguments.insert("amount".into(), json!(9_007_199_254_740_991u64));
+    let (_, resume) = h.approved(&near);
+    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Arguments(_))));
+}
+
+fn decisions_need_a_decider_and_a_fresh_request(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let request = h.request(&call);
+    assert!(matches!(h.approvals.approve_blocking(request.as_value(), " "), Err(DecisionError::MissingDecider)));
+    let timed = h.approvals.clone().with_request_ttl(Duration::from_secs(60));
+    let request = timed.request_blocking(&call.input(), "attribute", "moves money").unwrap();
+    assert!(request.expires_at().is_some());
+    h.clock.advance(Duration::from_secs(60));
+    assert!(matches!(timed.approve_blocking(request.as_value(), "alice"), Err(DecisionError::RequestExpired { .. })));
+    // A request the ledger never recorded (sealed by the key, but recorded elsewhere) is refused.
+    let elsewhere = InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), h.clock.clone(), GRANT_TTL);
+    let foreign = elsewhere.request_blocking(&call.input(), "attribute", "moves money").unwrap();
+    assert!(matches!(
+        h.approvals.approve_blocking(foreign.as_value(), "alice"),
+        Err(DecisionError::UnknownRequest { .. })
+    ));
+}
+
+fn threads_racing_one_grant_admit_exactly_once(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (_, resume) = h.approved(&call);
+    let barrier = Arc::new(Barrier::new(16));
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let approvals = h.approvals.clone();
+            let call = call.clone();
+            let resume = resume.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                approvals.admit_blocking(&call.input(), &resume)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(
+        results.iter().filter(|r| r.is_err()).all(|r| matches!(r, Err(AdmitError::AlreadySpent { .. }))),
+        "{results:?}"
+    );
+}
+
+fn async_tasks_racing_one_grant_admit_exactly_once(h: Harness) {
+    let call = OwnedCall::refund(500);
+    let (_, resume) = h.approved(&call);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let admitted = runtime.block_on(async {
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let approvals = h.approvals.clone();
+                let call = call.clone();
+                let resume = resume.clone();
+                tokio::spawn(async move { approvals.admit(&call.input(), &resume).await.is_ok() })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += usize::from(task.await.unwrap());
+        }
+        admitted
+    });
+    assert_eq!(admitted, 1);
+}
+
+fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
+    let now = START;
+    let record = |id: &str, binding: &str| RequestRecord {
+        request_id: id.into(),
+        key_id: "k1".into(),
+        tool: "refund".into(),
+        rule: "attribute".into(),
+        reason: "r".into(),
+        binding: binding.into(),
+        requested_at: now,
+        interrupt: json!({}),
+    };
+    let grant = |id: &str, request: &str, binding: &str| GrantRecord {
+        grant_id: id.into(),
+        request_id: request.into(),
+        key_id: "k1".into(),
+        binding: binding.into(),
+        approver: "alice".into(),
+        granted_at: now,
+        expires_at: now + Duration::from_secs(10),
+    };
+    let spend =
+        |id: &str, binding: &str, at: Duration| SpendAttempt { grant_id: id.into(), binding: binding.into(), now: at };
+    let l = &h.ledger;
+    l.record_request(record("r1", "b1")).wait().unwrap();
+    l.record_request(record("r1", "b1")).wait().unwrap();
+    assert!(matches!(l.record_request(record("r1", "b2")).wait(), Err(LedgerError::DuplicateRequest { .. })));
+    assert!(matches!(l.grant(grant("g0", "r9", "b1"), now).wait(), Err(LedgerError::UnknownRequest { .. })));
+    assert!(matches!(l.grant(grant("g0", "r1", "b2"), now).wait(), Err(LedgerError::RequestMismatch { .. })));
+    assert!(matches!(l.spend(spend("g1", "b1", now)).wait(), Err(LedgerError::UnknownGrant { .. })));
+    assert_eq!(l.grant(grant("g1", "r1", "b1"), now).wait().unwrap().grant_id, "g1");
+    // A second grant for a live-granted request answers the first.
+    assert_eq!(l.grant(grant("g2", "r1", "b1"), now).wait().unwrap().grant_id, "g1");
+    assert!(l.find_grant("g2").unwrap().is_none());
+    assert!(matches!(l.spend(spend("g1", "b2", now)).wait(), Err(LedgerError::BindingMismatch { .. })));
+    assert!(matches!(
+        l.spend(spend("g1", "b1", now + Duration::from_secs(10))).wait(),
+        Err(LedgerError::GrantExpired { .. })
+    ));
+    let spent = l.spend(spend("g1", "b1", now + Duration::from_secs(9))).wait().unwrap();
+    assert_eq!(spent.spent_at, now + Duration::from_secs(9));
+    assert!(matches!(l.spend(spend("g1", "b1", now)).wait(), Err(LedgerError::AlreadySpent { .. })));
+    assert!(matches!(l.grant(grant("g3", "r1", "b1"), now).wait(), Err(LedgerError::AlreadySpent { .. })));
+    // Denial: first one wins; denial of a pending request; grant after denial refused.
+    l.record_request(record("r2", "b2")).wait().unwrap();
+    let denial = |by: &str| DenialRecord {
+        request_id: "r2".into(),
+        denied_by: by.into(),
+        reason: None,
+        denied_at: now,
+        revoked_grant: None,
+    };
+    assert_eq!(l.deny(denial("bob")).wait().unwrap().denied_by, "bob");
+    assert_eq!(l.deny(denial("carol")).wait().unwrap().denied_by, "bob");
+    assert!(matches!(l.grant(grant("g4", "r2", "b2"), now).wait(), Err(LedgerError::AlreadyDenied(_))));
+    assert!(matches!(l.grant(grant("g1", "r2", "b2"), now).wait(), Err(LedgerError::DuplicateGrant { .. })));
+    let listed: Vec<_> = l.list_requests().unwrap().into_iter().map(|e| e.request.request_id).collect();
+    assert_eq!(listed, ["r1", "r2"]);
+}
+
+macro_rules! on_both_ledgers {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $( #[test] fn $case() { super::$case(super::Harness::memory()); } )*
+        }
+        mod redb {
+            $( #[test] fn $case() { super::$case(super::Harness::redb()); } )*
+        }
+    };
+}
+
+on_both_ledgers!(
+    approve_then_admit,
+    the_interrupt_value_has_the_documented_shape,
+    forged_resume_admits_nothing,
+    altered_request_is_refused_by_approve,
+    replay_admits_nothing,
+    time_travel_after_success_admits_nothing,
+    another_checkpoint_admits_nothing,
+    approval_for_a_with_b_admits_nothing_and_a_stays_usable,
+    tool_x_approval_for_tool_y_admits_nothing,
+    expired_grant_admits_nothing,
+    approving_twice_issues_one_grant,
+    a_no_is_a_no,
+    denial_revokes_an_unspent_grant,
+    wrong_and_rotated_keys,
+    integers_beyond_2_pow_53_are_refused,
+    decisions_need_a_decider_and_a_fresh_request,
+    threads_racing_one_grant_admit_exactly_once,
+    async_tasks_racing_one_grant_admit_exactly_once,
+    the_ledger_rules_hold_without_the_protocol,
+);
+
+#[test]
+fn resume_values_name_their_kind() {
+    assert_eq!(ResumeValue::GRANT_MEMBER, "airlock_grant");
+    assert_eq!(InterruptRequest::MEMBER, "airlock_approval");
+    let _ = key();
+}
+
+trait NowForTest {
+    fn now_for_test(&self) -> Duration;
+}
+
+impl NowForTest for ManualClock {
+    fn now_for_test(&self) -> Duration {
+        agent_airlock::Clock::now(self)
+    }
+}
