@@ -15,18 +15,19 @@ use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
 use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError};
+use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
-use crate::tool::{Tool, ToolOutput};
+use crate::tool::{Arguments, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
     tools: HashMap<&'static str, Entry>,
     order: Vec<&'static str>,
     limiter: RateLimiter,
-    approver: Option<Arc<dyn Approver>>,
+    escalation: Escalation,
     clock: Arc<dyn Clock>,
 }
 
@@ -55,14 +56,19 @@ pub enum BuildError {
 pub struct DispatcherBuilder {
     tools: Vec<Arc<dyn Tool>>,
     policy: Policy,
-    approver: Option<Arc<dyn Approver>>,
+    escalation: Escalation,
     clock: Arc<dyn Clock>,
 }
 
 impl Dispatcher {
     /// Starts a dispatcher with no tools, an allow-all policy, no approver and the system clock.
     pub fn builder() -> DispatcherBuilder {
-        DispatcherBuilder { tools: Vec::new(), policy: Policy::new(), approver: None, clock: Arc::new(SystemClock) }
+        DispatcherBuilder {
+            tools: Vec::new(),
+            policy: Policy::new(),
+            escalation: Escalation::Refuse,
+            clock: Arc::new(SystemClock),
+        }
     }
 }
 
@@ -85,9 +91,17 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Who decides escalated calls. Without one, escalated calls are refused.
+    /// Who decides escalated calls, during the call. Without an approver or interrupt approvals, escalated
+    /// calls are refused. Replaces interrupt approvals.
     pub fn approver(mut self, approver: impl Approver) -> Self {
-        self.approver = Some(Arc::new(approver));
+        self.escalation = Escalation::Approver(Arc::new(approver));
+        self
+    }
+
+    /// Escalated calls pause with an interrupt ([`Outcome::Interrupt`]) and run when the host resumes them
+    /// with a matching approval ([`CallContext::with_resume`]), exactly once. Replaces an approver.
+    pub fn interrupt_approvals(mut self, approvals: InterruptApprovals) -> Self {
+        self.escalation = Escalation::Interrupt(approvals);
         self
     }
 
@@ -127,7 +141,7 @@ impl DispatcherBuilder {
                 Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules },
             );
         }
-        Ok(Dispatcher { tools, order, limiter, approver: self.approver, clock: self.clock })
+        Ok(Dispatcher { tools, order, limiter, escalation: self.escalation, clock: self.clock })
     }
 }
 
@@ -264,41 +278,15 @@ impl Dispatcher {
             }
         };
 
-        // 5. Escalation.
+        // 5. Escalation: a human's yes, now (approver) or across an interrupt (resume value).
         if !entry.escalations.is_empty() {
-            let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
-            let Some(approver) = &self.approver else {
-                return Err(with_stripped(
-                    Refused::new(
-                        RefusalKind::ApprovalUnavailable,
-                        format!("tool `{name}` needs a human's approval and none can be asked here"),
-                    )
-                    .rule(rules)
-                    .hint("do not retry; tell the user this action needs their approval"),
-                ));
-            };
-            let request = ApprovalRequest {
-                tool: name.to_owned(),
-                tool_call_id: id.to_owned(),
-                thread_id: context.thread_id().map(str::to_owned),
-                reasons: entry.escalations.clone(),
-                arguments: Value::Object(admitted.arguments),
-            };
-            match approver.review(request).await {
-                Decision::Approve => {
-                    tracing::info!(target: "agent_airlock", rules = %rules, "human approved");
+            match self.escalate(entry, id, name, &admitted.arguments, context).await {
+                Ok(Escalated::Admitted) => {}
+                Ok(Escalated::Interrupt(value)) => {
+                    tracing::info!(target: "agent_airlock", outcome = "interrupted", "approval requested");
+                    return Ok(Outcome::Interrupt { tool_call_id: id.to_owned(), value });
                 }
-                Decision::Deny { reason } => {
-                    let text = match reason {
-                        Some(reason) => format!("a human declined this call to `{name}`: {reason}"),
-                        None => format!("a human declined this call to `{name}`"),
-                    };
-                    return Err(with_stripped(
-                        Refused::new(RefusalKind::HumanDenied, text)
-                            .rule(rules)
-                            .hint("do not retry the same call; ask the user how to proceed"),
-                    ));
-                }
+                Err(refused) => return Err(with_stripped(refused)),
             }
         }
 
@@ -345,6 +333,119 @@ impl Dispatcher {
             }
         })
     }
+}
+
+impl Dispatcher {
+    async fn escalate(
+        &self,
+        entry: &Entry,
+        id: &str,
+        name: &str,
+        arguments: &Arguments,
+        context: &CallContext,
+    ) -> Result<Escalated, Refused> {
+        let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
+        let denied = |reason: Option<&str>| {
+            let text = match reason {
+                Some(reason) => format!("a human declined this call to `{name}`: {reason}"),
+                None => format!("a human declined this call to `{name}`"),
+            };
+            Refused::new(RefusalKind::HumanDenied, text)
+                .rule(rules.clone())
+                .hint("do not retry the same call; ask the user how to proceed")
+        };
+        match &self.escalation {
+            Escalation::Refuse => Err(Refused::new(
+                RefusalKind::ApprovalUnavailable,
+                format!("tool `{name}` needs a human's approval and none can be asked here"),
+            )
+            .rule(rules.clone())
+            .hint("do not retry; tell the user this action needs their approval")),
+            Escalation::Approver(approver) => {
+                let request = ApprovalRequest {
+                    tool: name.to_owned(),
+                    tool_call_id: id.to_owned(),
+                    thread_id: context.thread_id().map(str::to_owned),
+                    reasons: entry.escalations.clone(),
+                    arguments: Value::Object(arguments.clone()),
+                };
+                match approver.review(request).await {
+                    Decision::Approve => {
+                        tracing::info!(target: "agent_airlock", rules = %rules, "human approved");
+                        Ok(Escalated::Admitted)
+                    }
+                    Decision::Deny { reason } => Err(denied(reason.as_deref())),
+                }
+            }
+            Escalation::Interrupt(approvals) => {
+                // The binding is derived from the call now being made, never from the resume value.
+                let call = BindingInput {
+                    thread_id: context.thread_id().unwrap_or(""),
+                    checkpoint_ns: context.checkpoint_ns(),
+                    checkpoint: context.checkpoint_map(),
+                    tool_call_id: id,
+                    tool: name,
+                    arguments,
+                };
+                let Some(resume) = context.resume() else {
+                    let reasons = entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
+                    return match approvals.request(&call, &rules, &reasons).await {
+                        Ok(request) => Ok(Escalated::Interrupt(request.into_value())),
+                        Err(err) => {
+                            tracing::error!(target: "agent_airlock", error = %err, "approval request failed");
+                            Err(Refused::new(
+                                RefusalKind::ApprovalUnavailable,
+                                format!("tool `{name}` needs a human's approval and the request could not be recorded"),
+                            )
+                            .rule(rules.clone())
+                            .hint("do not retry now; tell the user this action needs their approval"))
+                        }
+                    };
+                };
+                match approvals.admit(&call, resume).await {
+                    Ok(admission) => {
+                        tracing::info!(
+                            target: "agent_airlock",
+                            rules = %rules,
+                            grant_id = %admission.grant_id,
+                            approver = %admission.approver,
+                            "approval spent"
+                        );
+                        Ok(Escalated::Admitted)
+                    }
+                    Err(AdmitError::Denied { reason, .. }) => Err(denied(reason.as_deref())),
+                    Err(AdmitError::NotAnApproval) => Err(denied(None)),
+                    Err(err) => {
+                        tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
+                        Err(Refused::new(
+                            RefusalKind::ApprovalInvalid,
+                            format!("this call to `{name}` was not admitted: {err}"),
+                        )
+                        .rule(rules.clone())
+                        .hint("do not retry with the same approval; ask the user to approve this exact call again"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the escalation gate decided when it did not refuse.
+enum Escalated {
+    /// A human approved: go on to the rate limit.
+    Admitted,
+    /// Pause: the host stores this value and resumes later.
+    Interrupt(Value),
+}
+
+/// Who answers escalated calls.
+enum Escalation {
+    /// No one: escalated calls are refused.
+    Refuse,
+    /// An async callback, answered during the call.
+    Approver(Arc<dyn Approver>),
+    /// A human answers between an interrupt and a resume.
+    Interrupt(InterruptApprovals),
 }
 
 fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {

@@ -99,8 +99,11 @@ pub enum RefusalKind {
     HostMisconfigured,
     /// The call needs a human's approval and none can be asked.
     ApprovalUnavailable,
-    /// A human refused the call.
+    /// A human refused the call (or the resume value was not an approval).
     HumanDenied,
+    /// The resume value carried an approval that does not admit this call: forged, for another call,
+    /// already spent, expired, revoked, or under a refused key.
+    ApprovalInvalid,
     /// A rate limit is exhausted.
     RateLimited,
 }
@@ -130,6 +133,14 @@ pub enum Outcome {
         tool_call_id: String,
         /// Argument keys removed before the call.
         stripped_arguments: Vec<String>,
+    },
+    /// The call needs a human's approval: the host stores `value` (`{"airlock_approval": {...}}`), shows it
+    /// to a human, and dispatches the same call again with the approval as the resume value.
+    Interrupt {
+        /// The call's id.
+        tool_call_id: String,
+        /// The sealed approval request.
+        value: serde_json::Value,
     },
 }
 

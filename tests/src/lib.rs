@@ -7,3 +7,4 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 pub mod ledger_fixtures;
+pub mod payments;
