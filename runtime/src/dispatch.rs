@@ -101,7 +101,7 @@ impl DispatcherBuilder {
     /// Escalated calls pause with an interrupt ([`Outcome::Interrupt`]) and run when the host resumes them
     /// with a matching approval ([`CallContext::with_resume`]), exactly once. Replaces an approver.
     pub fn interrupt_approvals(mut self, approvals: InterruptApprovals) -> Self {
-        self.escalation = Escalation::Interrupt(approvals);
+        self.escalation = Escalation::Interrupt(Box::new(approvals));
         self
     }
 
@@ -445,7 +445,7 @@ enum Escalation {
     /// An async callback, answered during the call.
     Approver(Arc<dyn Approver>),
     /// A human answers between an interrupt and a resume.
-    Interrupt(InterruptApprovals),
+    Interrupt(Box<InterruptApprovals>),
 }
 
 fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {
