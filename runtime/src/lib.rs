@@ -43,9 +43,11 @@
 
 mod approval;
 mod args;
+pub mod audit;
 mod clock;
 mod context;
 mod dispatch;
+pub mod effect;
 mod message;
 mod policy;
 mod rate;
