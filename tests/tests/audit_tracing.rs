@@ -11,9 +11,12 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+/// An event's target and its fields, rendered as text.
+type CapturedEvent = (String, BTreeMap<String, String>);
+
 #[derive(Default, Clone)]
 struct Capture {
-    events: Arc<Mutex<Vec<(String, BTreeMap<String, String>)>>>,
+    events: Arc<Mutex<Vec<CapturedEvent>>>,
 }
 
 struct Fields(BTreeMap<String, String>);

@@ -213,9 +213,9 @@ mod tests {
 
     #[test]
     fn keys_sort_by_utf16_code_units_as_jcs_does() {
-        // U+FF61 sorts after U+1F600 by code point but before it by UTF-16 code unit (0xD83D).
-        let value = json!({"\u{1f600}": 1, "\u{ff61}": 2});
-        assert_eq!(canonical(&value), "{\"\u{ff61}\":2,\"\u{1f600}\":1}");
+        // U+1F600 sorts after U+FF61 by code point, but before it by UTF-16 code unit (0xD83D < 0xFF61).
+        let value = json!({"\u{ff61}": 2, "\u{1f600}": 1});
+        assert_eq!(canonical(&value), "{\"\u{1f600}\":1,\"\u{ff61}\":2}");
     }
 
     #[test]
