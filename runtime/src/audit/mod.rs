@@ -46,7 +46,7 @@
 //!
 //! # Appends
 //!
-//! [`AuditLog::append`] is durable when it returns (redb, [`Durability::Immediate`](redb::Durability)):
+//! [`AuditLog::append`] is durable when it returns (redb, [`Durability::Immediate`](::redb::Durability)):
 //! one write transaction writes the records and the head. Concurrent appends are grouped: while one
 //! thread commits, the others queue, and the next commit writes all of them at once.
 //!
@@ -71,8 +71,8 @@ use serde_json::Value;
 use crate::message::RefusalKind;
 
 pub use anchor::{Anchor, AnchorError};
-pub use log::AuditLog;
-pub use redb::{HEAD_TABLE, RECORDS_TABLE};
+pub use log::{AuditLog, ExportError};
+pub use redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};
 
 /// How the audit log records and protects what it records.

@@ -17,7 +17,7 @@ pub const HEAD_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
     TableDefinition::new("agent_airlock_audit_head");
 
 /// The key of the one row of [`HEAD_TABLE`].
-pub(super) const HEAD_KEY: &str = "head";
+pub const HEAD_KEY: &str = "head";
 
 pub(super) struct RedbAuditStore {
     db: Arc<Database>,
