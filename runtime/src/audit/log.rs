@@ -401,3 +401,91 @@ pub enum ExportError {
     #[error(transparent)]
     Anchor(#[from] AnchorError),
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A memory store that counts commits, can be slowed down, and can panic once.
+    #[derive(Default)]
+    struct Instrumented {
+        inner: MemoryAuditStore,
+        commits: AtomicUsize,
+        delay: Option<Duration>,
+        panic_next: AtomicBool,
+    }
+
+    impl AuditStore for Arc<Instrumented> {
+        fn append(&self, build: &mut dyn FnMut(Option<Anchor>) -> Result<Batch, AuditError>) -> Result<(), AuditError> {
+            if self.panic_next.swap(false, Ordering::SeqCst) {
+                panic!("the disk caught fire");
+            }
+            if let Some(delay) = self.delay {
+                std::thread::sleep(delay);
+            }
+            self.commits.fetch_add(1, Ordering::SeqCst);
+            self.inner.append(build)
+        }
+
+        fn head(&self) -> Result<Option<Anchor>, AuditError> {
+            self.inner.head()
+        }
+
+        fn scan(
+            &self,
+            from: u64,
+            visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
+        ) -> Result<Option<Vec<u8>>, AuditError> {
+            self.inner.scan(from, visit)
+        }
+    }
+
+    fn event(call_id: &str) -> AuditEvent<'_> {
+        AuditEvent::new("tool", call_id, AuditOutcome::Executed)
+    }
+
+    #[test]
+    fn concurrent_appends_share_commits() {
+        let store = Arc::new(Instrumented { delay: Some(Duration::from_millis(5)), ..Instrumented::default() });
+        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let barrier = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for i in 0..10 {
+                        log.append(event(&format!("{t}-{i}"))).expect("appended");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("ran");
+        }
+        let commits = store.commits.load(Ordering::SeqCst);
+        assert!(commits < 80, "80 appends took {commits} commits: none were grouped");
+        assert_eq!(super::super::verify(&log, None).expect("intact").records, 80);
+    }
+
+    #[test]
+    fn a_committer_that_panics_abandons_its_group_and_the_log_goes_on() {
+        let store = Arc::new(Instrumented::default());
+        store.panic_next.store(true, Ordering::SeqCst);
+        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let panicking = {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || log.append(event("doomed")))
+        };
+        assert!(panicking.join().is_err(), "the committing thread unwinds");
+        let receipt = log.append(event("next")).expect("the log is usable after a panicked commit");
+        assert_eq!(receipt.seq, 1, "nothing of the abandoned group was written");
+        assert_eq!(super::super::verify(&log, None).expect("intact").records, 1);
+    }
+}
