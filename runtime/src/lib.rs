@@ -44,11 +44,13 @@
 
 mod approval;
 mod args;
+pub mod audit;
 pub mod canonical;
 mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+pub mod effect;
 mod interrupt;
 pub mod ledger;
 mod message;

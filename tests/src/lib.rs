@@ -8,3 +8,24 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 pub mod ledger_fixtures;
 pub mod payments;
+/// The audit key the audit tests and helper binaries share.
+pub fn audit_test_key() -> agent_airlock::audit::AuditKey {
+    agent_airlock::audit::AuditKey::new("test-key-1", *b"0123456789abcdef0123456789abcdef").expect("a valid key")
+}
+
+/// Opens the effect store at `path`, retrying while another process has the file open (redb allows one
+/// process at a time) until `deadline`.
+pub fn open_effects_with_retry(
+    path: &std::path::Path,
+    deadline: std::time::Instant,
+) -> agent_airlock::effect::RedbEffectStore {
+    loop {
+        match agent_airlock::effect::RedbEffectStore::open(path) {
+            Ok(store) => return store,
+            Err(agent_airlock::effect::EffectError::AlreadyOpen) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(err) => panic!("the effect store does not open: {err}"),
+        }
+    }
+}

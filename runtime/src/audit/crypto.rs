@@ -1,0 +1,258 @@
+//! Digests, MACs and the canonical JSON the commitments are computed over. Every input is prefixed with a
+//! domain tag ending in NUL, so a digest of one kind can never be passed off as a digest of another.
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+use super::{AuditKey, CommittedPart, Digest};
+
+type HmacSha256 = Hmac<Sha256>;
+
+pub(super) const RECORD_HASH_TAG: &[u8] = b"agent-airlock/audit/v1/record\0";
+const RECORD_MAC_TAG: &[u8] = b"agent-airlock/audit/v1/record-mac\0";
+const HEAD_MAC_TAG: &[u8] = b"agent-airlock/audit/v1/head-mac\0";
+const ARGUMENTS_TAG: &[u8] = b"agent-airlock/audit/v1/arguments\0";
+const RESULT_TAG: &[u8] = b"agent-airlock/audit/v1/result\0";
+const SUBKEY_TAG: &[u8] = b"agent-airlock/audit/v1/subkey\0";
+
+/// The `prev` of the first record.
+pub(super) const GENESIS: Digest = Digest([0; 32]);
+
+/// `SHA-256(tag ‖ prev ‖ body)`: the hash that chains record `body` to its predecessor.
+pub(super) fn record_hash(prev: &Digest, body: &[u8]) -> Digest {
+    let mut hasher = Sha256::new();
+    hasher.update(RECORD_HASH_TAG);
+    hasher.update(prev.0);
+    hasher.update(body);
+    Digest(hasher.finalize().into())
+}
+
+fn part_tag(part: CommittedPart) -> &'static [u8] {
+    match part {
+        CommittedPart::Arguments => ARGUMENTS_TAG,
+        CommittedPart::Result => RESULT_TAG,
+    }
+}
+
+/// `SHA-256(tag ‖ canonical)`: the unkeyed commitment to an argument object or a result.
+pub(super) fn plain_commitment(part: CommittedPart, canonical: &[u8]) -> Digest {
+    let mut hasher = Sha256::new();
+    hasher.update(part_tag(part));
+    hasher.update(canonical);
+    Digest(hasher.finalize().into())
+}
+
+/// The three keys derived from one [`AuditKey`], each keyed once so every use only clones the state.
+#[derive(Clone)]
+pub(super) struct DerivedKeys {
+    pub(super) id: String,
+    commitment: HmacSha256,
+    record: HmacSha256,
+    head: HmacSha256,
+}
+
+impl DerivedKeys {
+    pub(super) fn derive(key: &AuditKey) -> DerivedKeys {
+        let subkey = |purpose: &[u8]| -> HmacSha256 {
+            let mut mac = keyed(key.secret());
+            mac.update(SUBKEY_TAG);
+            mac.update(purpose);
+            let derived: [u8; 32] = mac.finalize().into_bytes().into();
+            keyed(&derived)
+        };
+        DerivedKeys {
+            id: key.id().to_owned(),
+            commitment: subkey(b"commitment"),
+            record: subkey(b"record"),
+            head: subkey(b"head"),
+        }
+    }
+
+    /// `HMAC(commitment key, tag ‖ canonical)`: a commitment nobody without the key can test guesses against.
+    pub(super) fn commitment(&self, part: CommittedPart, canonical: &[u8]) -> Digest {
+        let mut mac = self.commitment.clone();
+        mac.update(part_tag(part));
+        mac.update(canonical);
+        Digest(mac.finalize().into_bytes().into())
+    }
+
+    pub(super) fn record_mac(&self, seq: u64, hash: &Digest) -> Digest {
+        position_mac(&self.record, RECORD_MAC_TAG, seq, hash)
+    }
+
+    pub(super) fn head_mac(&self, seq: u64, hash: &Digest) -> Digest {
+        position_mac(&self.head, HEAD_MAC_TAG, seq, hash)
+    }
+
+    /// Constant-time check of a record MAC.
+    pub(super) fn verify_record_mac(&self, seq: u64, hash: &Digest, mac: &Digest) -> bool {
+        verify_position_mac(&self.record, RECORD_MAC_TAG, seq, hash, mac)
+    }
+
+    /// Constant-time check of a head (or anchor) MAC.
+    pub(super) fn verify_head_mac(&self, seq: u64, hash: &Digest, mac: &Digest) -> bool {
+        verify_position_mac(&self.head, HEAD_MAC_TAG, seq, hash, mac)
+    }
+
+    /// Constant-time check of a keyed commitment.
+    pub(super) fn verify_commitment(&self, part: CommittedPart, canonical: &[u8], digest: &Digest) -> bool {
+        let mut mac = self.commitment.clone();
+        mac.update(part_tag(part));
+        mac.update(canonical);
+        mac.verify_slice(&digest.0).is_ok()
+    }
+}
+
+fn keyed(secret: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length: `new_from_slice` cannot fail for it.
+    match HmacSha256::new_from_slice(secret) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC-SHA256 accepts keys of any length"),
+    }
+}
+
+fn position_mac(key: &HmacSha256, tag: &[u8], seq: u64, hash: &Digest) -> Digest {
+    let mut mac = key.clone();
+    mac.update(tag);
+    mac.update(&seq.to_be_bytes());
+    mac.update(&hash.0);
+    Digest(mac.finalize().into_bytes().into())
+}
+
+fn verify_position_mac(key: &HmacSha256, tag: &[u8], seq: u64, hash: &Digest, expected: &Digest) -> bool {
+    let mut mac = key.clone();
+    mac.update(tag);
+    mac.update(&seq.to_be_bytes());
+    mac.update(&hash.0);
+    mac.verify_slice(&expected.0).is_ok()
+}
+
+/// Appends the canonical JSON of `value` to `out`: no whitespace, object members sorted by the UTF-16 code
+/// units of their keys and strings escaped as RFC 8785 (JCS) does. Numbers are written as `serde_json`
+/// writes them (integers exactly; floats in shortest round-trip form), so the encoding is deterministic for
+/// a given value though a float may be spelled differently from JCS.
+pub(super) fn canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => out.extend_from_slice(number.to_string().as_bytes()),
+        Value::String(text) => canonical_string(text, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(members) => {
+            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+            sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push(b'{');
+            for (i, (key, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_string(key, out);
+                out.push(b':');
+                canonical_json(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn canonical_string(text: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => {
+                let code = c as u32 as usize;
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[code >> 4]);
+                out.push(HEX[code & 0xf]);
+            }
+            c => {
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn canonical(value: &Value) -> String {
+        let mut out = Vec::new();
+        canonical_json(value, &mut out);
+        String::from_utf8(out).expect("canonical JSON is UTF-8")
+    }
+
+    #[test]
+    fn members_are_sorted_and_whitespace_dropped() {
+        let value = json!({"b": [1, true, null], "a": {"z": "x", "y": 1.5}, "\u{e9}": 0});
+        assert_eq!(canonical(&value), r#"{"a":{"y":1.5,"z":"x"},"b":[1,true,null],"é":0}"#);
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_code_units_as_jcs_does() {
+        // U+1F600 sorts after U+FF61 by code point, but before it by UTF-16 code unit (0xD83D < 0xFF61).
+        let value = json!({"\u{ff61}": 2, "\u{1f600}": 1});
+        assert_eq!(canonical(&value), "{\"\u{1f600}\":1,\"\u{ff61}\":2}");
+    }
+
+    #[test]
+    fn strings_are_escaped_as_jcs_does() {
+        let value = json!("a\"b\\c\n\u{1}\u{7f}/");
+        assert_eq!(canonical(&value), "\"a\\\"b\\\\c\\n\\u0001\u{7f}/\"");
+        let parsed: Value = serde_json::from_str(&canonical(&value)).expect("canonical JSON parses");
+        assert_eq!(parsed, value);
+    }
+
+    #[test]
+    fn true_and_one_commit_differently() {
+        let one = canonical(&json!({"x": 1}));
+        let yes = canonical(&json!({"x": true}));
+        assert_ne!(
+            plain_commitment(CommittedPart::Arguments, one.as_bytes()),
+            plain_commitment(CommittedPart::Arguments, yes.as_bytes())
+        );
+    }
+
+    #[test]
+    fn arguments_and_results_are_domain_separated() {
+        let bytes = b"{}";
+        assert_ne!(plain_commitment(CommittedPart::Arguments, bytes), plain_commitment(CommittedPart::Result, bytes));
+        let key = AuditKey::new("k1", [7u8; 32]).expect("a valid key");
+        let keys = DerivedKeys::derive(&key);
+        assert_ne!(keys.commitment(CommittedPart::Arguments, bytes), keys.commitment(CommittedPart::Result, bytes));
+        assert_ne!(keys.record_mac(1, &GENESIS), keys.head_mac(1, &GENESIS));
+    }
+
+    #[test]
+    fn keyed_commitment_depends_on_the_key() {
+        let a = DerivedKeys::derive(&AuditKey::new("k", [1u8; 16]).expect("a valid key"));
+        let b = DerivedKeys::derive(&AuditKey::new("k", [2u8; 16]).expect("a valid key"));
+        let digest = a.commitment(CommittedPart::Arguments, b"{}");
+        assert!(a.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
+        assert!(!b.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
+        assert_ne!(digest, plain_commitment(CommittedPart::Arguments, b"{}"));
+    }
+}

@@ -1,0 +1,491 @@
+//! The audit log: preparing records, group commit, reading.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use redb::Database;
+use serde_json::Value;
+
+use super::crypto::{self, DerivedKeys, GENESIS};
+use super::memory::MemoryAuditStore;
+use super::record::{self, Body};
+use super::redb::RedbAuditStore;
+use super::store::{AuditStore, Batch};
+use super::{
+    Anchor, AnchorError, AuditConfig, AuditError, AuditEvent, AuditOutcome, AuditReceipt, AuditRecord, Commitment,
+    CommitmentAlg, CommittedPart, VerifyError,
+};
+use crate::clock::{Clock, SystemClock, duration_nanos};
+
+/// The most records one write transaction takes; a larger queue is written in several.
+const MAX_GROUP: usize = 512;
+
+/// A tamper-evident, hash-chained log of dispatch outcomes. Cheap to share behind an `Arc`; every method
+/// takes `&self` and may be called from many threads at once.
+///
+/// Appends block for one durable commit. Call them from a blocking context (e.g.
+/// `tokio::task::spawn_blocking`) where that matters, and never while holding a write transaction of the
+/// same redb database (the append would wait for it forever).
+pub struct AuditLog {
+    store: Box<dyn AuditStore>,
+    store_raw: bool,
+    signing: Option<DerivedKeys>,
+    keys: HashMap<String, DerivedKeys>,
+    clock: Arc<dyn Clock>,
+    group: GroupCommit,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("store_raw", &self.store_raw)
+            .field("signing_key", &self.signing.as_ref().map(|k| &k.id))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A record as the appending thread prepares it: everything but its position, time and hashes.
+struct Prepared {
+    tool: String,
+    tool_call_id: String,
+    thread_id: Option<String>,
+    outcome: AuditOutcome,
+    rule: Option<String>,
+    detail: Option<String>,
+    arguments: Option<Commitment>,
+    result: Option<Commitment>,
+    raw_arguments: Option<String>,
+    raw_result: Option<String>,
+}
+
+#[derive(Default)]
+struct GroupCommit {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    next_ticket: u64,
+    pending: Vec<(u64, Prepared)>,
+    committing: bool,
+    done: HashMap<u64, Result<AuditReceipt, AuditError>>,
+}
+
+impl GroupCommit {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue is only pushed to, drained and flagged under the lock; none of that can panic halfway.
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Hands every ticket of a group an error if the committing thread unwinds, so nobody waits forever.
+struct CommitterGuard<'a> {
+    group: &'a GroupCommit,
+    tickets: Vec<u64>,
+    finished: bool,
+}
+
+impl Drop for CommitterGuard<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut queue = self.group.lock();
+        queue.committing = false;
+        for ticket in self.tickets.drain(..) {
+            queue.done.insert(ticket, Err(AuditError::Abandoned));
+        }
+        self.group.changed.notify_all();
+    }
+}
+
+impl AuditLog {
+    /// Opens (or creates) the redb file at `path` for the audit log alone. To share one file with the
+    /// approval ledger and the effect records, open the [`Database`] once and use
+    /// [`with_database`](Self::with_database). Fails with [`AuditError::AlreadyOpen`] if another process
+    /// has the file open.
+    pub fn open(path: impl AsRef<Path>, config: AuditConfig) -> Result<AuditLog, AuditError> {
+        let db = Database::create(path).map_err(AuditError::storage)?;
+        AuditLog::with_database(Arc::new(db), config)
+    }
+
+    /// The audit log in a shared redb database (its tables are created if missing).
+    pub fn with_database(db: Arc<Database>, config: AuditConfig) -> Result<AuditLog, AuditError> {
+        Ok(AuditLog::with_store(Box::new(RedbAuditStore::new(db)?), config))
+    }
+
+    /// An audit log in memory, lost when dropped.
+    pub fn in_memory(config: AuditConfig) -> AuditLog {
+        AuditLog::with_store(Box::<MemoryAuditStore>::default(), config)
+    }
+
+    fn with_store(store: Box<dyn AuditStore>, config: AuditConfig) -> AuditLog {
+        let signing = config.key.as_ref().map(DerivedKeys::derive);
+        let mut keys: HashMap<String, DerivedKeys> =
+            config.retired_keys.iter().map(|key| (key.id().to_owned(), DerivedKeys::derive(key))).collect();
+        if let Some(signing) = &signing {
+            keys.insert(signing.id.clone(), signing.clone());
+        }
+        AuditLog {
+            store,
+            store_raw: config.store_raw,
+            signing,
+            keys,
+            clock: Arc::new(SystemClock),
+            group: GroupCommit::default(),
+        }
+    }
+
+    /// The clock that stamps records (tests use a [`ManualClock`](crate::ManualClock)).
+    pub fn with_clock(mut self, clock: impl Clock) -> AuditLog {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Appends one record, durably, and emits it as a `tracing` event (target `agent_airlock::audit`).
+    /// Concurrent appends share commits.
+    pub fn append(&self, event: AuditEvent<'_>) -> Result<AuditReceipt, AuditError> {
+        let prepared = self.prepare(&event);
+        let commitments = (prepared.arguments, prepared.result);
+        let result = self.submit(prepared);
+        trace(&event, commitments, &result);
+        result
+    }
+
+    /// The stored head: the last record's position and hash, signed if the log has a key. An empty log's
+    /// head is `#0` with a zero hash.
+    pub fn head(&self) -> Result<Anchor, AuditError> {
+        match self.store.head()? {
+            Some(head) => Ok(head),
+            None => Ok(self.sign_head(0, GENESIS)),
+        }
+    }
+
+    /// The head, to keep outside the log (see [`Anchor`]). Same as [`head`](Self::head).
+    pub fn export_head(&self) -> Result<Anchor, AuditError> {
+        self.head()
+    }
+
+    /// Writes the head to `path` atomically, and returns it.
+    pub fn export_head_to(&self, path: impl AsRef<Path>) -> Result<Anchor, ExportError> {
+        let anchor = self.head()?;
+        anchor.write_to(path)?;
+        Ok(anchor)
+    }
+
+    /// Up to `limit` records from `from_seq` on, decoded but not verified (run [`verify`](super::verify)
+    /// to check them).
+    pub fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, AuditError> {
+        let mut out = Vec::new();
+        let mut failure = None;
+        if limit > 0 {
+            self.store.scan(from_seq, &mut |seq, bytes| {
+                match record::decode_record(seq, bytes) {
+                    Ok(record) => out.push(record),
+                    Err(err) => {
+                        failure = Some(err);
+                        return std::ops::ControlFlow::Break(());
+                    }
+                }
+                if out.len() >= limit { std::ops::ControlFlow::Break(()) } else { std::ops::ControlFlow::Continue(()) }
+            })?;
+        }
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(out),
+        }
+    }
+
+    /// Whether `value` is the value `record` committed to as its `part`: lets the holder of the key prove
+    /// what arguments a call had without the log storing them. `Ok(false)` if the record has no such
+    /// commitment.
+    pub fn check_commitment(
+        &self,
+        record: &AuditRecord,
+        part: CommittedPart,
+        value: &Value,
+    ) -> Result<bool, VerifyError> {
+        let commitment = match part {
+            CommittedPart::Arguments => record.arguments,
+            CommittedPart::Result => record.result,
+        };
+        let Some(commitment) = commitment else { return Ok(false) };
+        let mut canonical = Vec::new();
+        crypto::canonical_json(value, &mut canonical);
+        match commitment.alg {
+            CommitmentAlg::Sha256 => Ok(crypto::plain_commitment(part, &canonical) == commitment.digest),
+            CommitmentAlg::HmacSha256 => {
+                let key_id = record.key_id.clone().unwrap_or_default();
+                let keys = self.keys.get(&key_id).ok_or(VerifyError::UnknownKey { seq: record.seq, key_id })?;
+                Ok(keys.verify_commitment(part, &canonical, &commitment.digest))
+            }
+        }
+    }
+
+    pub(super) fn store(&self) -> &dyn AuditStore {
+        &*self.store
+    }
+
+    pub(super) fn key(&self, id: &str) -> Option<&DerivedKeys> {
+        self.keys.get(id)
+    }
+
+    pub(super) fn signing_key(&self) -> Option<&DerivedKeys> {
+        self.signing.as_ref()
+    }
+
+    fn sign_head(&self, seq: u64, hash: super::Digest) -> Anchor {
+        match &self.signing {
+            Some(keys) => Anchor::new(seq, hash, Some(keys.id.clone()), Some(keys.head_mac(seq, &hash))),
+            None => Anchor::new(seq, hash, None, None),
+        }
+    }
+
+    fn commit(&self, part: CommittedPart, value: Option<&Value>) -> (Option<Commitment>, Option<String>) {
+        let Some(value) = value else { return (None, None) };
+        let mut canonical = Vec::new();
+        crypto::canonical_json(value, &mut canonical);
+        let commitment = match &self.signing {
+            Some(keys) => Commitment { alg: CommitmentAlg::HmacSha256, digest: keys.commitment(part, &canonical) },
+            None => Commitment { alg: CommitmentAlg::Sha256, digest: crypto::plain_commitment(part, &canonical) },
+        };
+        // Canonical JSON is built from `&str`s and ASCII, so it is UTF-8.
+        let raw = self.store_raw.then(|| String::from_utf8(canonical).unwrap_or_default());
+        (Some(commitment), raw)
+    }
+
+    fn prepare(&self, event: &AuditEvent<'_>) -> Prepared {
+        let (arguments, raw_arguments) = self.commit(CommittedPart::Arguments, event.arguments);
+        let (result, raw_result) = self.commit(CommittedPart::Result, event.result);
+        Prepared {
+            tool: event.tool.to_owned(),
+            tool_call_id: event.tool_call_id.to_owned(),
+            thread_id: event.thread_id.map(str::to_owned),
+            outcome: event.outcome,
+            rule: event.rule.map(str::to_owned),
+            detail: event.detail.map(str::to_owned),
+            arguments,
+            result,
+            raw_arguments,
+            raw_result,
+        }
+    }
+
+    /// Queues `prepared` and waits for the commit that writes it. The first waiting thread commits for
+    /// everyone queued at that moment; the others wait for it and the next one takes the queue.
+    fn submit(&self, prepared: Prepared) -> Result<AuditReceipt, AuditError> {
+        let mut queue = self.group.lock();
+        let ticket = queue.next_ticket;
+        queue.next_ticket = queue.next_ticket.wrapping_add(1);
+        queue.pending.push((ticket, prepared));
+        loop {
+            if let Some(result) = queue.done.remove(&ticket) {
+                return result;
+            }
+            if queue.committing {
+                queue = self.group.changed.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+                continue;
+            }
+            queue.committing = true;
+            let take = queue.pending.len().min(MAX_GROUP);
+            let group: Vec<(u64, Prepared)> = queue.pending.drain(..take).collect();
+            drop(queue);
+
+            let mut guard = CommitterGuard {
+                group: &self.group,
+                tickets: group.iter().map(|(t, _)| *t).collect(),
+                finished: false,
+            };
+            let results = self.write_group(group);
+            guard.finished = true;
+            drop(guard);
+
+            queue = self.group.lock();
+            queue.committing = false;
+            queue.done.extend(results);
+            self.group.changed.notify_all();
+        }
+    }
+
+    /// Writes a group in one transaction; every ticket gets its receipt, or all get the same error.
+    fn write_group(&self, group: Vec<(u64, Prepared)>) -> Vec<(u64, Result<AuditReceipt, AuditError>)> {
+        let time_ns = duration_nanos(self.clock.now());
+        let mut receipts = Vec::with_capacity(group.len());
+        let written = self.store.append(&mut |head| {
+            receipts.clear();
+            let (mut seq, mut prev) = head.map_or((0, GENESIS), |head| (head.seq, head.hash));
+            let mut records = Vec::with_capacity(group.len());
+            for (ticket, entry) in &group {
+                seq = seq.checked_add(1).ok_or(AuditError::Exhausted)?;
+                let body = Body {
+                    seq,
+                    prev,
+                    time_ns,
+                    tool: entry.tool.clone(),
+                    tool_call_id: entry.tool_call_id.clone(),
+                    thread_id: entry.thread_id.clone(),
+                    outcome: entry.outcome,
+                    rule: entry.rule.clone(),
+                    detail: entry.detail.clone(),
+                    arguments: entry.arguments,
+                    result: entry.result,
+                    raw_arguments: entry.raw_arguments.clone(),
+                    raw_result: entry.raw_result.clone(),
+                    key_id: self.signing.as_ref().map(|keys| keys.id.clone()),
+                };
+                let bytes = body.encode();
+                let hash = crypto::record_hash(&prev, &bytes);
+                let mac = self.signing.as_ref().map(|keys| keys.record_mac(seq, &hash));
+                records.push((seq, record::encode_frame(&hash, mac.as_ref(), &bytes)));
+                receipts.push((*ticket, AuditReceipt { seq, hash }));
+                prev = hash;
+            }
+            Ok(Batch { records, head: self.sign_head(seq, prev) })
+        });
+        match written {
+            Ok(()) => receipts.into_iter().map(|(ticket, receipt)| (ticket, Ok(receipt))).collect(),
+            Err(err) => group.into_iter().map(|(ticket, _)| (ticket, Err(err.clone()))).collect(),
+        }
+    }
+}
+
+/// The record as a `tracing` event: the same facts, commitments only (raw values never go to traces).
+fn trace(
+    entry: &AuditEvent<'_>,
+    (arguments, result_digest): (Option<Commitment>, Option<Commitment>),
+    result: &Result<AuditReceipt, AuditError>,
+) {
+    let arguments = arguments.map(|c| c.digest.to_hex());
+    let result_digest = result_digest.map(|c| c.digest.to_hex());
+    match result {
+        Ok(receipt) => tracing::info!(
+            target: "agent_airlock::audit",
+            seq = receipt.seq,
+            tool = %entry.tool,
+            tool_call_id = %entry.tool_call_id,
+            thread_id = entry.thread_id,
+            outcome = %entry.outcome,
+            rule = entry.rule,
+            detail = entry.detail,
+            arguments = arguments.as_deref(),
+            result = result_digest.as_deref(),
+            hash = %receipt.hash,
+            "tool call audited"
+        ),
+        Err(err) => tracing::error!(
+            target: "agent_airlock::audit",
+            tool = %entry.tool,
+            tool_call_id = %entry.tool_call_id,
+            thread_id = entry.thread_id,
+            outcome = %entry.outcome,
+            rule = entry.rule,
+            detail = entry.detail,
+            arguments = arguments.as_deref(),
+            result = result_digest.as_deref(),
+            error = %err,
+            "tool call could not be audited"
+        ),
+    }
+}
+
+/// Why the head could not be exported to a file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// The head could not be read.
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    /// The anchor file could not be written.
+    #[error(transparent)]
+    Anchor(#[from] AnchorError),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A memory store that counts commits, can be slowed down, and can panic once.
+    #[derive(Default)]
+    struct Instrumented {
+        inner: MemoryAuditStore,
+        commits: AtomicUsize,
+        delay: Option<Duration>,
+        panic_next: AtomicBool,
+    }
+
+    impl AuditStore for Arc<Instrumented> {
+        fn append(&self, build: &mut dyn FnMut(Option<Anchor>) -> Result<Batch, AuditError>) -> Result<(), AuditError> {
+            if self.panic_next.swap(false, Ordering::SeqCst) {
+                panic!("the disk caught fire");
+            }
+            if let Some(delay) = self.delay {
+                std::thread::sleep(delay);
+            }
+            self.commits.fetch_add(1, Ordering::SeqCst);
+            self.inner.append(build)
+        }
+
+        fn head(&self) -> Result<Option<Anchor>, AuditError> {
+            self.inner.head()
+        }
+
+        fn scan(
+            &self,
+            from: u64,
+            visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
+        ) -> Result<Option<Vec<u8>>, AuditError> {
+            self.inner.scan(from, visit)
+        }
+    }
+
+    fn event(call_id: &str) -> AuditEvent<'_> {
+        AuditEvent::new("tool", call_id, AuditOutcome::Executed)
+    }
+
+    #[test]
+    fn concurrent_appends_share_commits() {
+        let store = Arc::new(Instrumented { delay: Some(Duration::from_millis(5)), ..Instrumented::default() });
+        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let barrier = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for i in 0..10 {
+                        log.append(event(&format!("{t}-{i}"))).expect("appended");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("ran");
+        }
+        let commits = store.commits.load(Ordering::SeqCst);
+        assert!(commits < 80, "80 appends took {commits} commits: none were grouped");
+        assert_eq!(super::super::verify(&log, None).expect("intact").records, 80);
+    }
+
+    #[test]
+    fn a_committer_that_panics_abandons_its_group_and_the_log_goes_on() {
+        let store = Arc::new(Instrumented::default());
+        store.panic_next.store(true, Ordering::SeqCst);
+        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let panicking = {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || log.append(event("doomed")))
+        };
+        assert!(panicking.join().is_err(), "the committing thread unwinds");
+        let receipt = log.append(event("next")).expect("the log is usable after a panicked commit");
+        assert_eq!(receipt.seq, 1, "nothing of the abandoned group was written");
+        assert_eq!(super::super::verify(&log, None).expect("intact").records, 1);
+    }
+}

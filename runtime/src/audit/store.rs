@@ -1,0 +1,31 @@
+//! What the log needs from a storage backend: an atomic read-head-then-append, and a consistent scan.
+
+use std::ops::ControlFlow;
+
+use super::{Anchor, AuditError};
+
+/// Records to write in one transaction, and the head after them.
+pub(super) struct Batch {
+    pub(super) records: Vec<(u64, Vec<u8>)>,
+    pub(super) head: Anchor,
+}
+
+/// A storage backend of the audit log. Implementations write a batch and its head atomically, and scan
+/// records and the head from one snapshot.
+pub(super) trait AuditStore: Send + Sync {
+    /// In one write transaction: reads the stored head, calls `build` with it, writes the records and the
+    /// head `build` returns. Nothing is written if `build` fails.
+    fn append(&self, build: &mut dyn FnMut(Option<Anchor>) -> Result<Batch, AuditError>) -> Result<(), AuditError>;
+
+    /// The stored head, if any record was ever appended.
+    fn head(&self) -> Result<Option<Anchor>, AuditError>;
+
+    /// From one snapshot: visits the stored records with `seq >= from` in ascending order until `visit`
+    /// breaks, and returns the head stored in that same snapshot (undecoded, so the verifier can report a
+    /// bad one).
+    fn scan(
+        &self,
+        from: u64,
+        visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<Option<Vec<u8>>, AuditError>;
+}

@@ -1,0 +1,144 @@
+//! Effect records in a redb file, sharing the database with the approval ledger and the audit log.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::transition::{self, Settle, Step};
+use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution};
+
+/// The records: effect key → JSON of its [`EffectRecord`].
+pub const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
+    TableDefinition::new("agent_airlock_effects");
+
+/// Effect records in a redb database. Every step is one write transaction with redb's default
+/// [`Durability::Immediate`](redb::Durability): a reservation is on disk before the tool runs, so a crash
+/// can never make an effect silently runnable again.
+pub struct RedbEffectStore {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for RedbEffectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbEffectStore").finish_non_exhaustive()
+    }
+}
+
+impl RedbEffectStore {
+    /// Opens (or creates) the redb file at `path` for the effect records alone. To share the file with the
+    /// approval ledger and the audit log, open the [`Database`] once and use [`new`](Self::new). Fails with
+    /// [`EffectError::AlreadyOpen`] if another process has the file open.
+    pub fn open(path: impl AsRef<Path>) -> Result<RedbEffectStore, EffectError> {
+        let db = Database::create(path).map_err(EffectError::storage)?;
+        RedbEffectStore::new(Arc::new(db))
+    }
+
+    /// The effect records in a shared database (the table is created if missing).
+    pub fn new(db: Arc<Database>) -> Result<RedbEffectStore, EffectError> {
+        let txn = db.begin_write().map_err(EffectError::storage)?;
+        txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
+        txn.commit().map_err(EffectError::storage)?;
+        Ok(RedbEffectStore { db })
+    }
+
+    /// The database, e.g. to close it before another process takes its turn.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Reads `key`'s record, runs `run` on it and writes what it returns, in one write transaction.
+    fn step<T>(&self, key: &str, run: impl FnOnce(Option<EffectRecord>) -> Step<T>) -> Result<T, EffectError> {
+        let txn = self.db.begin_write().map_err(EffectError::storage)?;
+        let step = {
+            let mut table = txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
+            let current = match table.get(key).map_err(EffectError::storage)? {
+                Some(bytes) => Some(decode(key, bytes.value())?),
+                None => None,
+            };
+            let step = run(current);
+            if let Some(record) = &step.write {
+                table.insert(record.key.as_str(), encode(record).as_slice()).map_err(EffectError::storage)?;
+            }
+            step
+        };
+        if step.write.is_some() {
+            txn.commit().map_err(EffectError::storage)?;
+        } else {
+            txn.abort().map_err(EffectError::storage)?;
+        }
+        step.answer
+    }
+}
+
+fn encode(record: &EffectRecord) -> Vec<u8> {
+    // Strings, integers and unit-like enums: serialization cannot fail.
+    serde_json::to_vec(record).unwrap_or_default()
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<EffectRecord, EffectError> {
+    let record: EffectRecord = serde_json::from_slice(bytes)
+        .map_err(|err| EffectError::Corrupt { key: key.to_owned(), reason: err.to_string() })?;
+    if record.key != key {
+        return Err(EffectError::Corrupt {
+            key: key.to_owned(),
+            reason: format!("the record is stored under another key (`{}`)", record.key),
+        });
+    }
+    Ok(record)
+}
+
+impl EffectStore for RedbEffectStore {
+    fn reserve(&self, key: &str, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        self.step(key, |current| transition::reserve(current, key, lease, now))
+    }
+
+    fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Commit, now))
+    }
+
+    fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Fail, now))
+    }
+
+    fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Ambiguous, now))
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
+        let txn = self.db.begin_read().map_err(EffectError::storage)?;
+        let table = txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
+        match table.get(key).map_err(EffectError::storage)? {
+            Some(bytes) => Ok(Some(decode(key, bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError> {
+        let txn = self.db.begin_read().map_err(EffectError::storage)?;
+        let table = txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        let start = filter.key_prefix.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        for entry in table.range(start..).map_err(EffectError::storage)? {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, bytes) = entry.map_err(EffectError::storage)?;
+            let key = key.value();
+            if filter.key_prefix.as_deref().is_some_and(|prefix| !key.starts_with(prefix)) {
+                break;
+            }
+            let record = decode(key, bytes.value())?;
+            if filter.matches(&record, now) {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
+        self.step(key, |current| transition::resolve(current, key, resolution, now))
+    }
+}
