@@ -6,6 +6,7 @@ use syn::parse::Parser;
 use syn::{Expr, ExprLit, Lit, LitStr};
 
 use crate::ctxt::Ctxt;
+use crate::effect;
 use crate::rate::{self, Rate};
 
 /// What the attribute says; every knob is absent or a value with the span of its literal.
@@ -16,6 +17,10 @@ pub(crate) struct Attrs {
     pub(crate) escalate: Option<(String, Span)>,
     pub(crate) rate: Option<(Rate, Span)>,
     pub(crate) ghost: Option<(Ghost, Span)>,
+    /// The effect template and its literal (checked against the parameters once they are known).
+    pub(crate) effect: Option<(Vec<effect::Segment>, LitStr)>,
+    /// The mask sets, as written (names checked here).
+    pub(crate) mask: Option<(String, Span)>,
     pub(crate) krate: Option<syn::Path>,
     /// `crate = ...` was given but is unusable: the fallback must not guess a runtime path.
     pub(crate) krate_invalid: bool,
@@ -43,6 +48,8 @@ const KEYS: &[(&str, &str)] = &[
     ("escalate", "\"moves money\""),
     ("rate", "\"10/minute\""),
     ("ghost", "\"block\""),
+    ("effect", "\"refund:{payment_id}\""),
+    ("mask", "\"secrets,pii\""),
     ("crate", "\"::agent_airlock\""),
 ];
 
@@ -115,6 +122,14 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
                     cx.error_spanned_by(&lit, format!("unknown ghost mode `{other}`, expected one of `strip`, `block`"))
                 }
             },
+            "effect" => match effect::parse(&text) {
+                Ok(segments) => attrs.effect = Some((segments, lit.clone())),
+                Err(message) => cx.error_spanned_by(&lit, message),
+            },
+            "mask" => match check_mask(&text) {
+                Ok(()) => attrs.mask = Some((text, span)),
+                Err(message) => cx.error_spanned_by(&lit, message),
+            },
             "crate" => match lit.parse::<syn::Path>() {
                 Ok(path) if path.segments.iter().all(|s| s.arguments.is_none()) => attrs.krate = Some(path),
                 _ => {
@@ -182,6 +197,52 @@ fn unknown_key_message(key: &str) -> String {
         Some((_, k)) => format!("unknown key `{key}`, did you mean `{k}`? expected one of {expected}"),
         None => format!("unknown key `{key}`, expected one of {expected}"),
     }
+}
+
+/// Every name `mask = "..."` accepts; kept equal to the runtime's `mask::MASK_SET_NAMES` by a test.
+pub(crate) const MASK_SET_NAMES: &[&str] = &[
+    "none",
+    "all",
+    "secrets",
+    "pii",
+    "private_key",
+    "jwt",
+    "bearer_token",
+    "anthropic_key",
+    "openai_key",
+    "google_api_key",
+    "github_token",
+    "slack_token",
+    "stripe_key",
+    "aws_access_key",
+    "connection_password",
+    "secret_value",
+    "email",
+    "phone",
+    "payment_card",
+    "iban",
+    "us_ssn",
+    "ip_address",
+];
+
+/// `mask = "secrets,pii"`: a comma-separated list of known names; `none` stands alone.
+fn check_mask(text: &str) -> Result<(), String> {
+    let names: Vec<&str> = text.split(',').map(str::trim).collect();
+    for name in &names {
+        if name.is_empty() {
+            return Err(format!("empty name in `mask = \"{text}\"`, expected names separated by commas"));
+        }
+        if !MASK_SET_NAMES.contains(name) {
+            let expected = ["none", "all", "secrets", "pii"].map(|n| format!("`{n}`")).join(", ");
+            return Err(format!(
+                "unknown mask `{name}`, expected one of {expected} or a kind such as `email`, `payment_card`"
+            ));
+        }
+    }
+    if names.len() > 1 && names.contains(&"none") {
+        return Err("`none` cannot be combined with other masks".into());
+    }
+    Ok(())
 }
 
 /// The strictest provider rule for tool names: `^[a-zA-Z0-9_-]{1,64}$`.

@@ -8,6 +8,7 @@ use syn::spanned::Spanned;
 use crate::ast::{self, Param};
 use crate::attr::{self, Attrs, Ghost};
 use crate::ctxt::Ctxt;
+use crate::effect::Segment;
 
 const MISSING_DESCRIPTION: &str =
     "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`";
@@ -27,6 +28,7 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
     let cx = Ctxt::new();
     let attrs = attr::parse(&cx, args);
     let params = ast::params(&cx, &func);
+    check_effect_params(&cx, &attrs, &params);
     let description = match &attrs.description {
         Some((text, _)) => Some(ast::Doc::Text(text.clone())),
         None => ast::doc(&func.attrs),
@@ -133,6 +135,31 @@ fn runtime_path(attrs: &Attrs) -> TokenStream {
     }
 }
 
+/// Every `{name}` of the effect template must be a model-visible parameter.
+fn check_effect_params(cx: &Ctxt, attrs: &Attrs, params: &[Param]) {
+    let Some((segments, lit)) = &attrs.effect else { return };
+    for segment in segments {
+        let Segment::Param(name) = segment else { continue };
+        match params.iter().find(|p| param_key(&p.ident) == *name) {
+            Some(param) if param.injected => cx.error_spanned_by(
+                lit,
+                format!("`{name}` is injected by the host; an effect key can only use the model's arguments"),
+            ),
+            Some(_) => {}
+            None => {
+                let visible: Vec<String> =
+                    params.iter().filter(|p| !p.injected).map(|p| format!("`{}`", param_key(&p.ident))).collect();
+                let expected = if visible.is_empty() {
+                    "the tool has no model-visible parameters".to_owned()
+                } else {
+                    format!("expected one of {}", visible.join(", "))
+                };
+                cx.error_spanned_by(lit, format!("unknown parameter `{name}` in effect template, {expected}"));
+            }
+        }
+    }
+}
+
 /// Doc comments on parameters and `#[inject]` are ours; rustc must not see them.
 fn strip_parameter_attributes(func: &mut ItemFn) {
     for input in &mut func.sig.inputs {
@@ -164,6 +191,19 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         Some((rate, _)) => {
             let (count, unit) = (rate.count, rate.unit_seconds);
             quote!(::core::option::Option::Some(#krate::Rate::new_const(#count, #unit)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let effect = match &attrs.effect {
+        Some((segments, lit)) => {
+            let segments = segments.iter().map(|segment| match segment {
+                Segment::Literal(text) => quote!(#krate::EffectSegment::Literal(#text)),
+                Segment::Param(name) => quote!(#krate::EffectSegment::Param(#name)),
+            });
+            quote!(::core::option::Option::Some(#krate::EffectTemplate {
+                template: #lit,
+                segments: &[#(#segments),*],
+            }))
         }
         None => quote!(::core::option::Option::None),
     };
@@ -259,6 +299,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                 escalate: #escalate,
                 rate: #rate,
                 ghost: #ghost,
+                effect: #effect,
             };
 
             impl #krate::Tool for #tool_ident {

@@ -13,6 +13,7 @@
 mod ast;
 mod attr;
 mod ctxt;
+mod effect;
 mod expand;
 mod rate;
 

@@ -12,9 +12,11 @@ use tracing::Instrument as _;
 
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
 use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError};
+use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
@@ -29,6 +31,9 @@ pub struct Dispatcher {
     limiter: RateLimiter,
     escalation: Escalation,
     clock: Arc<dyn Clock>,
+    effects: Option<Arc<dyn EffectStore>>,
+    effect_lease: Duration,
+    audit: Option<Arc<AuditLog>>,
 }
 
 /// One registered tool with everything the policy decided about it, computed once at build time.
@@ -50,6 +55,9 @@ pub enum BuildError {
     /// Two tools share a registered name.
     #[error("two tools are registered as `{0}`")]
     DuplicateTool(String),
+    /// A tool declares `effect = "..."` and the dispatcher has no effect store.
+    #[error("tool `{0}` declares an effect but the dispatcher has no effect store; call `.effects(...)`")]
+    NoEffectStore(String),
 }
 
 /// Builds a [`Dispatcher`].
@@ -58,7 +66,13 @@ pub struct DispatcherBuilder {
     policy: Policy,
     escalation: Escalation,
     clock: Arc<dyn Clock>,
+    effects: Option<Arc<dyn EffectStore>>,
+    effect_lease: Duration,
+    audit: Option<Arc<AuditLog>>,
 }
+
+/// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
+pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
 
 impl Dispatcher {
     /// Starts a dispatcher with no tools, an allow-all policy, no approver and the system clock.
@@ -68,6 +82,9 @@ impl Dispatcher {
             policy: Policy::new(),
             escalation: Escalation::Refuse,
             clock: Arc::new(SystemClock),
+            effects: None,
+            effect_lease: DEFAULT_EFFECT_LEASE,
+            audit: None,
         }
     }
 }
@@ -111,6 +128,26 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Where effect records live (required when a tool declares `effect = "..."`). Share the redb file of
+    /// the approval ledger and the audit log, e.g. `RedbEffectStore::new(database)`.
+    pub fn effects(mut self, store: impl EffectStore) -> Self {
+        self.effects = Some(Arc::new(store));
+        self
+    }
+
+    /// How long a reserved effect may run before a crash is presumed (default [`DEFAULT_EFFECT_LEASE`]).
+    pub fn effect_lease(mut self, lease: Duration) -> Self {
+        self.effect_lease = lease;
+        self
+    }
+
+    /// Appends every dispatch outcome to a tamper-evident audit log. An append is a durable commit on the
+    /// dispatching thread.
+    pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
+        self.audit = Some(log);
+        self
+    }
+
     /// The dispatcher, with each tool's policy decision and schema computed once.
     pub fn build(self) -> Result<Dispatcher, BuildError> {
         let mut limiter = RateLimiter::default();
@@ -120,6 +157,9 @@ impl DispatcherBuilder {
             let spec = tool.spec();
             if tools.contains_key(spec.name) {
                 return Err(BuildError::DuplicateTool(spec.name.to_owned()));
+            }
+            if spec.effect.is_some() && self.effects.is_none() {
+                return Err(BuildError::NoEffectStore(spec.name.to_owned()));
             }
             let decision = self.policy.for_tool(spec.name);
             let mut escalations = Vec::new();
@@ -141,7 +181,16 @@ impl DispatcherBuilder {
                 Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules },
             );
         }
-        Ok(Dispatcher { tools, order, limiter, escalation: self.escalation, clock: self.clock })
+        Ok(Dispatcher {
+            tools,
+            order,
+            limiter,
+            escalation: self.escalation,
+            clock: self.clock,
+            effects: self.effects,
+            effect_lease: self.effect_lease,
+            audit: self.audit,
+        })
     }
 }
 
@@ -193,9 +242,10 @@ impl Dispatcher {
     pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
         let ToolCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
-        let gates = self.run_gates(&id, &name, arguments, context);
+        let mut trail = Trail::default();
+        let gates = self.run_gates(&id, &name, arguments, context, &mut trail);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
-        match gates.instrument(span.clone()).await {
+        let outcome = match gates.instrument(span.clone()).await {
             Ok(outcome) => outcome,
             Err((refused, stripped)) => {
                 span.in_scope(|| {
@@ -207,9 +257,11 @@ impl Dispatcher {
                         "tool call refused"
                     )
                 });
+                trail.outcome = Some(audit_outcome_of(refused.kind));
+                trail.rule.clone_from(&refused.rule);
                 Outcome::Message(ToolMessage {
-                    tool_call_id: id,
-                    name,
+                    tool_call_id: id.clone(),
+                    name: name.clone(),
                     content: refused.text,
                     status: Status::Error,
                     hints: refused.hints,
@@ -217,6 +269,28 @@ impl Dispatcher {
                     refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
                 })
             }
+        };
+        if let Some(outcome) = trail.outcome {
+            self.record(&name, &id, context, outcome, &trail);
+        }
+        outcome
+    }
+
+    /// Appends one audit record, if an audit log is configured. A failed append is logged, never hidden.
+    fn record(&self, tool: &str, id: &str, context: &CallContext, outcome: AuditOutcome, trail: &Trail) {
+        let Some(log) = &self.audit else { return };
+        let mut event = AuditEvent::new(tool, id, outcome)
+            .thread_id(context.thread_id())
+            .rule(trail.rule.as_deref())
+            .detail(trail.detail.as_deref());
+        if let Some(arguments) = &trail.arguments {
+            event = event.arguments(arguments);
+        }
+        if let Some(result) = &trail.result {
+            event = event.result(result);
+        }
+        if let Err(err) = log.append(event) {
+            tracing::error!(target: "agent_airlock", error = %err, "audit append failed");
         }
     }
 
@@ -226,6 +300,7 @@ impl Dispatcher {
         name: &str,
         arguments: Value,
         context: &CallContext,
+        trail: &mut Trail,
     ) -> Result<Outcome, (Refused, Vec<String>)> {
         let refuse = |refused: Refused| (refused, Vec::new());
 
@@ -257,6 +332,9 @@ impl Dispatcher {
         }
         let stripped = admitted.stripped;
         let with_stripped = |refused: Refused| (refused, stripped.clone());
+        if self.audit.is_some() {
+            trail.arguments = Some(Value::Object(admitted.arguments.clone()));
+        }
 
         // 4. Validation and injection: the future is built but not polled.
         let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
@@ -281,9 +359,14 @@ impl Dispatcher {
         // 5. Escalation: a human's yes, now (approver) or across an interrupt (resume value).
         if !entry.escalations.is_empty() {
             match self.escalate(entry, id, name, &admitted.arguments, context).await {
-                Ok(Escalated::Admitted) => {}
+                Ok(Escalated::Admitted { detail }) => {
+                    trail.detail = Some(detail);
+                    self.record(name, id, context, AuditOutcome::Approved, trail);
+                }
                 Ok(Escalated::Interrupt(value)) => {
                     tracing::info!(target: "agent_airlock", outcome = "interrupted", "approval requested");
+                    trail.outcome = Some(AuditOutcome::Interrupted);
+                    trail.detail = value["airlock_approval"]["request_id"].as_str().map(|r| format!("request {r}"));
                     return Ok(Outcome::Interrupt { tool_call_id: id.to_owned(), value });
                 }
                 Err(refused) => return Err(with_stripped(refused)),
@@ -304,11 +387,32 @@ impl Dispatcher {
             return Err(with_stripped(refused));
         }
 
+        // 7. Effect reservation: the key is reserved atomically before the tool runs.
+        let mut effect = match spec.effect.as_ref().zip(self.effects.as_ref()) {
+            Some((template, store)) => {
+                let key = template.render(&admitted.arguments);
+                match store.reserve(&key, self.effect_lease, self.clock.now()) {
+                    Ok(reservation) => Some(EffectGuard {
+                        store: Arc::clone(store),
+                        reservation,
+                        clock: Arc::clone(&self.clock),
+                        settled: false,
+                    }),
+                    Err(err) => return Err(with_stripped(self.effect_refusal(name, err))),
+                }
+            }
+            None => None,
+        };
+
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let output = match AssertUnwindSafe(prepared).catch_unwind().await {
             Ok(output) => output,
             Err(_) => {
                 tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
+                if let Some(guard) = &mut effect {
+                    guard.settle(Settle::Ambiguous);
+                }
+                trail.outcome = Some(AuditOutcome::Panicked);
                 return Ok(Outcome::Message(message(
                     id,
                     name,
@@ -318,20 +422,150 @@ impl Dispatcher {
                 )));
             }
         };
+        let audited = self.audit.is_some();
         Ok(match output {
             ToolOutput::Content(value) => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                if let Some(guard) = &mut effect {
+                    guard.settle(Settle::Commit);
+                }
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = Some(value.clone());
+                }
                 Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
             }
             ToolOutput::Command(command) => {
                 tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
+                if let Some(guard) = &mut effect {
+                    guard.settle(Settle::Commit);
+                }
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = serde_json::to_value(&command).ok();
+                }
                 Outcome::Command { command, tool_call_id: id.to_owned(), stripped_arguments: stripped }
             }
             ToolOutput::Failed(error) => {
-                tracing::info!(target: "agent_airlock", outcome = "failed", not_executed = error.is_not_executed(), "tool returned an error");
+                let not_executed = error.is_not_executed();
+                tracing::info!(target: "agent_airlock", outcome = "failed", not_executed, "tool returned an error");
+                if let Some(guard) = &mut effect {
+                    guard.settle(if not_executed { Settle::Fail } else { Settle::Ambiguous });
+                }
+                trail.outcome = Some(AuditOutcome::Failed { not_executed });
+                if audited {
+                    trail.result = Some(Value::String(error.message().to_owned()));
+                }
                 Outcome::Message(message(id, name, Status::Error, error.message().to_owned(), stripped))
             }
         })
+    }
+
+    fn effect_refusal(&self, name: &str, err: EffectError) -> Refused {
+        let now = self.clock.now();
+        let ago = |then: Duration| now.saturating_sub(then).as_secs();
+        match err {
+            EffectError::Duplicate { committed_at, .. } => Refused::new(
+                RefusalKind::Duplicate,
+                format!(
+                    "this `{name}` call already ran {} s ago (at {} s since the Unix epoch); it is not repeated",
+                    ago(committed_at),
+                    committed_at.as_secs()
+                ),
+            )
+            .rule("effect")
+            .hint("do not repeat this action; tell the user it was already done"),
+            EffectError::Ambiguous { since, .. } => Refused::new(
+                RefusalKind::EffectUnresolved,
+                format!(
+                    "an earlier `{name}` call with these arguments may or may not have taken effect ({} s ago); an operator must resolve it before it can run again",
+                    ago(since)
+                ),
+            )
+            .rule("effect")
+            .hint("do not retry; tell the user an operator must check whether the action happened"),
+            EffectError::InFlight { lease_until, .. } => {
+                let wait = lease_until.saturating_sub(now);
+                let mut refused = Refused::new(
+                    RefusalKind::EffectInFlight,
+                    format!("the same `{name}` call is running right now; it is not started twice"),
+                )
+                .rule("effect")
+                .hint("wait for the running call's result instead of calling again");
+                refused.retry_after = Some(wait);
+                refused
+            }
+            other => {
+                tracing::error!(target: "agent_airlock", error = %other, "effect store failed");
+                Refused::new(
+                    RefusalKind::Unavailable,
+                    format!("tool `{name}` cannot run right now: its effect record could not be written"),
+                )
+                .rule("effect")
+                .hint("retry later")
+            }
+        }
+    }
+}
+
+/// The facts of one dispatch for its audit record.
+#[derive(Default)]
+struct Trail {
+    outcome: Option<AuditOutcome>,
+    rule: Option<String>,
+    detail: Option<String>,
+    arguments: Option<Value>,
+    result: Option<Value>,
+}
+
+fn audit_outcome_of(kind: RefusalKind) -> AuditOutcome {
+    match kind {
+        RefusalKind::Duplicate => AuditOutcome::Duplicate,
+        RefusalKind::EffectUnresolved => AuditOutcome::Ambiguous,
+        RefusalKind::EffectInFlight => AuditOutcome::InFlight,
+        refusal => AuditOutcome::Refused { refusal },
+    }
+}
+
+/// How a reserved effect ends.
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    Commit,
+    Fail,
+    Ambiguous,
+}
+
+/// A reserved effect: settled from the tool's outcome, or marked ambiguous if the call is cancelled (the
+/// dispatch future dropped while the tool ran).
+struct EffectGuard {
+    store: Arc<dyn EffectStore>,
+    reservation: Reservation,
+    clock: Arc<dyn Clock>,
+    settled: bool,
+}
+
+impl EffectGuard {
+    fn settle(&mut self, how: Settle) {
+        self.settled = true;
+        let now = self.clock.now();
+        let result = match how {
+            Settle::Commit => self.store.commit(&self.reservation, now),
+            Settle::Fail => self.store.fail(&self.reservation, now),
+            Settle::Ambiguous => self.store.mark_ambiguous(&self.reservation, now),
+        };
+        if let Err(err) = result {
+            // The lease will lapse and the key become ambiguous: never silently re-runnable.
+            tracing::error!(target: "agent_airlock", error = %err, settle = ?how, "effect record not settled");
+        }
+    }
+}
+
+impl Drop for EffectGuard {
+    fn drop(&mut self) {
+        if !self.settled {
+            tracing::warn!(target: "agent_airlock", key = %self.reservation.key(), "call cancelled while its effect ran");
+            self.settle(Settle::Ambiguous);
+        }
     }
 }
 
@@ -372,7 +606,7 @@ impl Dispatcher {
                 match approver.review(request).await {
                     Decision::Approve => {
                         tracing::info!(target: "agent_airlock", rules = %rules, "human approved");
-                        Ok(Escalated::Admitted)
+                        Ok(Escalated::Admitted { detail: "approver callback".to_owned() })
                     }
                     Decision::Deny { reason } => Err(denied(reason.as_deref())),
                 }
@@ -411,7 +645,9 @@ impl Dispatcher {
                             approver = %admission.approver,
                             "approval spent"
                         );
-                        Ok(Escalated::Admitted)
+                        Ok(Escalated::Admitted {
+                            detail: format!("grant {} by {}", admission.grant_id, admission.approver),
+                        })
                     }
                     Err(AdmitError::Denied { reason, .. }) => Err(denied(reason.as_deref())),
                     Err(AdmitError::NotAnApproval) => Err(denied(None)),
@@ -433,7 +669,10 @@ impl Dispatcher {
 /// What the escalation gate decided when it did not refuse.
 enum Escalated {
     /// A human approved: go on to the rate limit.
-    Admitted,
+    Admitted {
+        /// How (for the audit record), without argument values.
+        detail: String,
+    },
     /// Pause: the host stores this value and resumes later.
     Interrupt(Value),
 }

@@ -65,7 +65,7 @@ pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
-pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
+pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
     Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
     InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
@@ -74,7 +74,10 @@ pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, 
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
-pub use tool::{Arguments, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec};
+pub use tool::{
+    Arguments, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput,
+    ToolSpec,
+};
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
 pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {

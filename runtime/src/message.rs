@@ -106,6 +106,14 @@ pub enum RefusalKind {
     ApprovalInvalid,
     /// A rate limit is exhausted.
     RateLimited,
+    /// The call's effect already happened (same idempotency key).
+    Duplicate,
+    /// An earlier call with the same effect key may or may not have taken effect; an operator must resolve it.
+    EffectUnresolved,
+    /// The same effect is running in another call.
+    EffectInFlight,
+    /// Storage the call needs (effect records, the approval ledger) failed.
+    Unavailable,
 }
 
 /// A state update a tool returns for the host's graph (LangGraph's `Command`). It passes through the

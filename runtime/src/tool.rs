@@ -42,6 +42,59 @@ pub struct ToolSpec {
     pub rate: Option<Rate>,
     /// What happens to arguments the tool does not declare.
     pub ghost: GhostPolicy,
+    /// The idempotency key template of a tool with a side effect (`effect = "refund:{payment_id}"`).
+    pub effect: Option<EffectTemplate>,
+}
+
+/// An idempotency key template, checked at compile time: every placeholder names a model-visible parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectTemplate {
+    /// The template as written.
+    pub template: &'static str,
+    /// Its pieces.
+    pub segments: &'static [EffectSegment],
+}
+
+/// One piece of an [`EffectTemplate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectSegment {
+    /// Text copied into the key.
+    Literal(&'static str),
+    /// The value of the named argument.
+    Param(&'static str),
+}
+
+impl EffectTemplate {
+    /// The key for one call's admitted arguments. Argument values are percent-encoded (all but ASCII
+    /// letters, digits, `-`, `_`, `.`), so a value cannot forge the template's separators: two different
+    /// argument sets never render the same key. An absent argument renders as `~`. A string renders like a
+    /// number with the same text (`"5"` and `5`); after validation one parameter always has one JSON type.
+    pub fn render(&self, arguments: &Arguments) -> String {
+        let mut key = String::with_capacity(self.template.len() + 16);
+        for segment in self.segments {
+            match segment {
+                EffectSegment::Literal(text) => key.push_str(text),
+                EffectSegment::Param(name) => match arguments.get(*name) {
+                    None | Some(Value::Null) => key.push('~'),
+                    Some(Value::String(text)) => percent_encode(text, &mut key),
+                    Some(other) => percent_encode(&other.to_string(), &mut key),
+                },
+            }
+        }
+        key
+    }
+}
+
+fn percent_encode(text: &str, out: &mut String) {
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(byte >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(byte & 0xF)]));
+        }
+    }
 }
 
 impl ToolSpec {
@@ -127,3 +180,31 @@ impl std::fmt::Display for ToolError {
 }
 
 impl std::error::Error for ToolError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TEMPLATE: EffectTemplate = EffectTemplate {
+        template: "refund:{a}:{b}",
+        segments: &[
+            EffectSegment::Literal("refund:"),
+            EffectSegment::Param("a"),
+            EffectSegment::Literal(":"),
+            EffectSegment::Param("b"),
+        ],
+    };
+
+    fn key(arguments: Value) -> String {
+        TEMPLATE.render(arguments.as_object().unwrap())
+    }
+
+    #[test]
+    fn renders_values_so_different_arguments_never_collide() {
+        assert_eq!(key(json!({"a": "pi_1", "b": 500})), "refund:pi_1:500");
+        assert_ne!(key(json!({"a": "1:2", "b": "3"})), key(json!({"a": "1", "b": "2:3"})));
+        assert_ne!(key(json!({"a": "~", "b": 1})), key(json!({"b": 1})));
+        assert_eq!(key(json!({"a": "é/ü", "b": true})), "refund:%C3%A9%2F%C3%BC:true");
+    }
+}

@@ -58,6 +58,30 @@ pub trait EffectStore: Send + Sync + 'static {
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError>;
 }
 
+impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
+    fn reserve(&self, key: &str, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        (**self).reserve(key, lease, now)
+    }
+    fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        (**self).commit(reservation, now)
+    }
+    fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        (**self).fail(reservation, now)
+    }
+    fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        (**self).mark_ambiguous(reservation, now)
+    }
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
+        (**self).get(key)
+    }
+    fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError> {
+        (**self).list(filter, now)
+    }
+    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
+        (**self).resolve(key, resolution, now)
+    }
+}
+
 /// The right to run an effect once: returned by [`EffectStore::reserve`], handed back to settle it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {

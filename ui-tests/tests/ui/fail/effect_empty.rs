@@ -1,0 +1,11 @@
+use agent_airlock::airlock_tool;
+
+/// Refund a payment.
+#[airlock_tool(effect = "")]
+fn refund(payment_id: String) -> String {
+    payment_id
+}
+
+fn main() {
+    let _ = agent_airlock::tool!(refund);
+}
