@@ -46,6 +46,7 @@ mod args;
 mod clock;
 mod context;
 mod dispatch;
+mod mask;
 mod message;
 mod policy;
 mod rate;
@@ -58,6 +59,10 @@ pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
+pub use mask::{
+    Detection, FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet,
+    MaskSetParseError, MaskStrategy, Masker,
+};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError};
