@@ -176,7 +176,9 @@ static PATTERNS: &[PatternSpec] = &[
     },
     PatternSpec {
         kind: MaskKind::Email,
-        regex: r"\b[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}\b",
+        // No `\b` before the local part: it may start with a non-ASCII letter (`über@example.de`), and
+        // leftmost-first search starts the match where the run of local-part characters starts anyway.
+        regex: r"[\p{L}\p{N}][\p{L}\p{N}._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}\b",
         verify: verify_email,
     },
     PatternSpec { kind: MaskKind::IpAddress, regex: r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b", verify: verify_ipv4 },
@@ -261,9 +263,9 @@ impl Scanner {
         (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value })
     }
 
-    /// A labelled secret whose value is exactly a provider key is reported as that key.
+    /// A labelled secret or connection password that is exactly a provider key is reported as that key.
     fn reclassify(&self, text: &str, finding: Finding, only: MaskSet) -> Finding {
-        if finding.kind != MaskKind::SecretValue {
+        if !matches!(finding.kind, MaskKind::SecretValue | MaskKind::ConnectionPassword) {
             return finding;
         }
         for (index, spec) in self.specs.iter().enumerate() {
@@ -284,13 +286,12 @@ impl Scanner {
             }
             let Ok(pattern) = PatternID::new(index) else { break };
             let input = Input::new(text).range(finding.start..finding.end).anchored(Anchored::Pattern(pattern));
-            if let Some(m) = self.regex.search(&input) {
-                if m.end() == finding.end {
-                    let candidate = Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value: None };
-                    if let Verdict::Found(key) = (spec.verify)(&candidate) {
-                        return key;
-                    }
-                }
+            if let Some(m) = self.regex.search(&input)
+                && m.end() == finding.end
+                && let Verdict::Found(key) =
+                    (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value: None })
+            {
+                return key;
             }
         }
         finding
@@ -355,11 +356,15 @@ fn has_digit_and_letter(bytes: &[u8]) -> bool {
     bytes.iter().any(u8::is_ascii_digit) && bytes.iter().any(u8::is_ascii_alphabetic)
 }
 
-/// Text a masker writes (`****`, `[EMAIL]`, `[EMAIL:3f2a9c1b]`, `[REDACTED]`) or a placeholder (`${DB_PASS}`,
+/// Text a masker writes (`****`, `sk-...wxyz`, `[EMAIL]`, `[EMAIL:3f2a9c1b]`, `[REDACTED]`) or a placeholder (`${DB_PASS}`,
 /// `{{ token }}`, `<password>`, `%s`): never a secret itself.
 pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
     let v = value.trim();
     if v.is_empty() || v.bytes().all(|b| matches!(b, b'*' | b'.' | b'x' | b'X' | b'#' | b'-' | b'?')) {
+        return true;
+    }
+    // Elided by [`MaskStrategy::Partial`](crate::MaskStrategy::Partial) or by hand: `sk-proj-...wxyz`, `j***@x.io`.
+    if v.contains("...") || v.contains("***") || v.contains('…') {
         return true;
     }
     let bytes = v.as_bytes();
@@ -379,10 +384,11 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
     if bracketed(b"${", b"}") || bracketed(b"{{", b"}}") || bracketed(b"<", b">") || bracketed(b"%(", b")s") {
         return true;
     }
-    if let Some(name) = v.strip_prefix('$') {
-        if !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
-            return true;
-        }
+    if let Some(name) = v.strip_prefix('$')
+        && !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return true;
     }
     matches!(v, "%s" | "%v" | "%d")
         || ["true", "false", "null", "nil", "none", "undefined", "required", "optional", "redacted", "hidden", "masked"]
@@ -499,9 +505,17 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
     let key: String =
         label.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect();
-    let rejected = PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
+    // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
+    let own_tag = c.before(1) == Some(b'[')
+        && bytes.get(end) == Some(&b']')
+        && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
+        && value.bytes().all(|b| b.is_ascii_hexdigit());
+    let rejected = own_tag
+        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
+        // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`.
+        || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
     if rejected { Verdict::RejectThrough(c.end) } else { c.found_span(start, end) }
@@ -622,7 +636,7 @@ fn verify_card(c: &Candidate<'_>) -> Verdict {
     let digits = digits_of(number);
     if layout_ok
         && validate::card_network_known(&digits)
-        && !validate::all_same(&digits[1..])
+        && !validate::all_same(&digits)
         && validate::luhn_valid(&digits)
     {
         c.found(0)
@@ -641,7 +655,9 @@ fn verify_email(c: &Candidate<'_>) -> Verdict {
     let address = &c.text[c.start..c.end];
     let Some((local, domain)) = address.split_once('@') else { return Verdict::Reject };
     let tld = domain.rsplit('.').next().unwrap_or_default();
-    if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" {
+    // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
+    let in_url = c.text[..c.start].ends_with("://");
+    if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
         return Verdict::RejectThrough(c.end);
     }
     c.found(0)
@@ -661,12 +677,15 @@ fn verify_ipv4(c: &Candidate<'_>) -> Verdict {
         *slot = part.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0'));
         widest = widest.max(part.len());
     }
-    if octets.iter().any(|&o| o > 255) || octets[0] == 0 || widest == 1 {
+    // Single digits throughout (`1.2.3.4`) read as a version; 0/8, 127/8 and 255/8 (unspecified, loopback,
+    // netmasks) identify no one.
+    if octets.iter().any(|&o| o > 255) || matches!(octets[0], 0 | 127 | 255) || widest == 1 {
         return Verdict::Reject;
     }
-    // Attached to a package name, a range operator or a path: `pkg@1.2.3.4`, `>=10.0.0.1`, `Chrome/120.0.0.0`.
+    // Attached to a package name, an operator or a path: `pkg@1.2.3.4`, `>=10.0.0.1`, `Chrome/120.0.0.0`.
     if c.before(1).is_some_and(|b| matches!(b, b'/' | b'@' | b'-' | b'^' | b'~' | b'>' | b'<' | b'_' | b'+'))
-        || (c.before(1) == Some(b'=') && c.before(2) == Some(b'='))
+        || (c.before(1) == Some(b'=')
+            && c.before(2).is_some_and(|b| matches!(b, b'=' | b'<' | b'>' | b'!' | b'~' | b'^')))
     {
         return Verdict::Reject;
     }

@@ -30,12 +30,15 @@ impl KeyHint {
         }
         if ends(&[
             "password",
+            "passwords",
             "passwd",
             "passphrase",
             "passcode",
             "secret",
+            "secrets",
             "token",
             "apikey",
+            "apikeys",
             "privatekey",
             "secretkey",
             "accesskey",
@@ -45,15 +48,24 @@ impl KeyHint {
         {
             return KeyHint::Secret;
         }
-        if ends(&["phone", "phonenumber", "phoneno", "mobile", "mobilenumber", "fax", "faxnumber"])
-            || is(&["tel", "telephone", "cell", "msisdn"])
+        if ends(&[
+            "phone",
+            "phones",
+            "phonenumber",
+            "phonenumbers",
+            "phoneno",
+            "mobile",
+            "mobilenumber",
+            "fax",
+            "faxnumber",
+        ]) || is(&["tel", "telephone", "cell", "msisdn"])
         {
             return KeyHint::Phone;
         }
-        if ends(&["ssn", "socialsecuritynumber", "socialsecurityno"]) || is(&["socialsecurity"]) {
+        if ends(&["ssn", "ssns", "socialsecuritynumber", "socialsecurityno"]) || is(&["socialsecurity"]) {
             return KeyHint::Ssn;
         }
-        if ends(&["cardnumber", "cardno", "creditcard", "debitcard"])
+        if ends(&["cardnumber", "cardnumbers", "cardno", "creditcard", "debitcard"])
             || is(&["pan", "ccnumber", "primaryaccountnumber"])
         {
             return KeyHint::Card;
@@ -76,6 +88,7 @@ mod tests {
         }
         assert_eq!(KeyHint::of_key("phone"), KeyHint::Phone);
         assert_eq!(KeyHint::of_key("home_phone"), KeyHint::Phone);
+        assert_eq!(KeyHint::of_key("phones"), KeyHint::Phone);
         assert_eq!(KeyHint::of_key("customer_ssn"), KeyHint::Ssn);
         assert_eq!(KeyHint::of_key("card_number"), KeyHint::Card);
         assert_eq!(KeyHint::of_key("order_number"), KeyHint::None);

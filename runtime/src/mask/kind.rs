@@ -375,6 +375,7 @@ impl<'de> serde::Deserialize<'de> for MaskSet {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
     use super::*;
 

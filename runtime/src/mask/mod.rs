@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use self::detect::Finding;
+use self::detect::{Finding, Scanner};
 use self::json::KeyHint;
 pub use self::kind::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 pub use self::report::MaskReport;
@@ -44,6 +44,9 @@ pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MaskCon
 
 /// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
 const MIN_FINDING_LEN: usize = 6;
+
+/// Passes over a text at most; the second finds what the first uncovered, a third is rare.
+const MAX_PASSES: usize = 4;
 
 /// Masks text and JSON values. Build one per deployment and share it: cloning is cheap, and the compiled
 /// patterns are shared by every masker in the process.
@@ -87,7 +90,8 @@ impl Masker {
         (masked, report)
     }
 
-    /// The findings in `text` of a kind in `set`, in order, without masking anything.
+    /// The findings in `text` of a kind in `set`, in order, without masking anything. (Masking may find a
+    /// little more: a value refused because of its neighbour is found once the neighbour is masked.)
     pub fn detect(&self, text: &str, set: MaskSet) -> Vec<Detection> {
         let mut found = Vec::new();
         if set.is_empty() || text.len() < MIN_FINDING_LEN {
@@ -145,6 +149,22 @@ impl Masker {
             // Fail closed: without patterns nothing can be shown safely.
             return Some(FULL_MASK.to_owned());
         };
+        // A replacement changes the context of its neighbours: a phone number glued to an e-mail address is
+        // refused while glued, and valid once the address is gone. Masking again until nothing more is found
+        // makes the result a fixed point, so masking masked output changes nothing.
+        let mut masked: Option<String> = None;
+        for _ in 0..MAX_PASSES {
+            let input = masked.as_deref().unwrap_or(text);
+            match self.mask_pass(&scanner, only, input, report) {
+                Some(next) => masked = Some(next),
+                None => break,
+            }
+        }
+        masked
+    }
+
+    /// One pass over `text`: every finding replaced, `None` when there was none.
+    fn mask_pass(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
         let mut out: Option<String> = None;
         let mut copied = 0;
         scanner.scan(text, only, |finding| {
@@ -178,10 +198,11 @@ impl Masker {
         if kind == MaskKind::SecretValue && set.contains_kind(kind) && !detect::is_mask_or_placeholder(trimmed) {
             // The whole value is the secret. If it is exactly one recognised key, that kind names it.
             let detections = self.detect(text, set);
-            if let [one] = detections.as_slice() {
-                if one.range == (0..text.len()) && one.kind.is_secret() {
-                    return self.mask_str(text, set, report);
-                }
+            if let [one] = detections.as_slice()
+                && one.range == (0..text.len())
+                && one.kind.is_secret()
+            {
+                return self.mask_str(text, set, report);
             }
             let mut out = String::new();
             self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);

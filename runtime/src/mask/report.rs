@@ -74,6 +74,7 @@ impl serde::Serialize for MaskReport {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
     use super::*;
 

@@ -186,10 +186,10 @@ fn partial(kind: MaskKind, value: &str, keep_prefix: usize, out: &mut String) {
                 Some(end) => {
                     out.push_str(&value[..end]);
                     out.push_str("****");
-                    if let Some(footer) = value.rfind("-----END") {
-                        if footer >= end {
-                            out.push_str(&value[footer..]);
-                        }
+                    if let Some(footer) = value.rfind("-----END")
+                        && footer >= end
+                    {
+                        out.push_str(&value[footer..]);
                     }
                 }
                 None => out.push_str("****"),
@@ -238,6 +238,7 @@ fn star_all_but_last_four(value: &str, keep_first: usize, counts: impl Fn(char) 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
     use super::*;
 

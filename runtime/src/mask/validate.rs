@@ -17,14 +17,14 @@ pub(crate) fn luhn_valid(digits: &[u8]) -> bool {
         }
         sum += value;
     }
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// Whether `digits` (a candidate card number, ASCII digits) has a length and prefix some card network issues.
 pub(crate) fn card_network_known(digits: &[u8]) -> bool {
     let len = digits.len();
     let prefix = |n: usize| -> u32 { digits.iter().take(n).fold(0, |acc, d| acc * 10 + u32::from(d - b'0')) };
-    if len < 12 || len > 19 {
+    if !(12..=19).contains(&len) {
         return false;
     }
     match digits[0] {
