@@ -53,6 +53,7 @@ mod dispatch;
 pub mod effect;
 mod interrupt;
 pub mod ledger;
+mod mask;
 mod message;
 mod policy;
 mod rate;
@@ -69,6 +70,10 @@ pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuild
 pub use interrupt::{
     Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
     InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+};
+pub use mask::{
+    Detection, FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport,
+    MaskSet, MaskSetParseError, MaskStrategy, Masker,
 };
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};

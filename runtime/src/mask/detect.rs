@@ -1,0 +1,754 @@
+//! Finding secrets and personal data in text: one pass of a multi-pattern regex, each candidate then verified.
+//!
+//! All patterns are compiled into one `regex_automata::meta::Regex` (the engine behind `regex`), searched
+//! leftmost-first: a lazy DFA walks the text once, and literal prefixes (`sk-`, `AKIA`, `-----BEGIN`, …)
+//! feed its prefilter when no PII pattern is in the set. A candidate is then checked by code that knows the
+//! kind (Luhn, mod-97, SSN ranges, JWT header, context around numbers); a rejected candidate lets the
+//! patterns after it try the same position, so a failed card number can still be a phone number.
+//!
+//! Patterns are ordered: context patterns (`password=`, `SSN:`) before the bare shapes they contain, secrets
+//! before personal data. Findings never overlap: the search resumes after each one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
+
+use regex_automata::util::captures::Captures;
+use regex_automata::{Anchored, Input, Match, PatternID, meta};
+
+use super::kind::{MaskKind, MaskSet};
+use super::validate;
+
+/// One value to mask: `text[start..end]` is of `kind`; its first `keep_prefix` bytes are a public prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Finding {
+    pub(crate) kind: MaskKind,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) keep_prefix: usize,
+}
+
+enum Verdict {
+    Found(Finding),
+    /// Not this pattern; other patterns may still match at the same position.
+    Reject,
+    /// Nothing starting before this offset is worth another look.
+    RejectThrough(usize),
+}
+
+/// A pattern's match: `text[start..end]`, and the span of its `v` group if it has one.
+struct Candidate<'t> {
+    text: &'t str,
+    kind: MaskKind,
+    start: usize,
+    end: usize,
+    value: Option<(usize, usize)>,
+}
+
+impl Candidate<'_> {
+    fn bytes(&self) -> &[u8] {
+        &self.text.as_bytes()[self.start..self.end]
+    }
+
+    fn found(&self, keep_prefix: usize) -> Verdict {
+        Verdict::Found(Finding { kind: self.kind, start: self.start, end: self.end, keep_prefix })
+    }
+
+    fn found_span(&self, start: usize, end: usize) -> Verdict {
+        if start >= end {
+            return Verdict::Reject;
+        }
+        Verdict::Found(Finding { kind: self.kind, start, end, keep_prefix: 0 })
+    }
+
+    fn before(&self, back: usize) -> Option<u8> {
+        self.start.checked_sub(back).map(|i| self.text.as_bytes()[i])
+    }
+
+    fn after(&self, ahead: usize) -> Option<u8> {
+        self.text.as_bytes().get(self.end + ahead).copied()
+    }
+}
+
+struct PatternSpec {
+    kind: MaskKind,
+    /// `\b` here is an ASCII word boundary (compiled as `(?-u:\b)`, which the lazy DFA supports).
+    regex: &'static str,
+    verify: fn(&Candidate<'_>) -> Verdict,
+}
+
+/// Leftmost-first: at one position, the earlier pattern wins.
+static PATTERNS: &[PatternSpec] = &[
+    PatternSpec {
+        kind: MaskKind::PrivateKey,
+        regex: r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.)*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
+        verify: verify_private_key,
+    },
+    PatternSpec {
+        // A block cut short (no END line): the header and the base64 that follows.
+        kind: MaskKind::PrivateKey,
+        regex: r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=\r\n]|\\[rn])+",
+        verify: verify_private_key,
+    },
+    PatternSpec {
+        kind: MaskKind::BearerToken,
+        regex: r#"(?i:\bauthorization)["']?[ \t]*[:=][ \t]*["']?(?i:basic)[ \t]+(?P<v>[A-Za-z0-9+/]{8,}={0,2})"#,
+        verify: verify_basic,
+    },
+    PatternSpec {
+        kind: MaskKind::BearerToken,
+        regex: r"(?i:\bbearer)[ \t]+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)",
+        verify: verify_bearer,
+    },
+    PatternSpec {
+        kind: MaskKind::Jwt,
+        regex: r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*",
+        verify: verify_jwt,
+    },
+    PatternSpec { kind: MaskKind::AnthropicKey, regex: r"\bsk-ant-[A-Za-z0-9_-]{20,}", verify: verify_anthropic },
+    PatternSpec { kind: MaskKind::OpenAiKey, regex: r"\bsk-[A-Za-z0-9_-]{20,}", verify: verify_openai },
+    PatternSpec { kind: MaskKind::GoogleApiKey, regex: r"\bAIza[A-Za-z0-9_-]{35}", verify: verify_google },
+    PatternSpec {
+        kind: MaskKind::GitHubToken,
+        regex: r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b",
+        verify: verify_github,
+    },
+    PatternSpec { kind: MaskKind::SlackToken, regex: r"\bxox[abposre]-[A-Za-z0-9-]{10,}", verify: verify_slack },
+    PatternSpec {
+        kind: MaskKind::SlackToken,
+        regex: r"hooks\.slack\.com/services/(?P<v>T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]{16,})",
+        verify: verify_value,
+    },
+    PatternSpec {
+        kind: MaskKind::StripeKey,
+        regex: r"\b(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})\b",
+        verify: verify_stripe,
+    },
+    PatternSpec {
+        kind: MaskKind::AwsAccessKey,
+        regex: r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b",
+        verify: verify_aws,
+    },
+    PatternSpec {
+        kind: MaskKind::ConnectionPassword,
+        regex: r#"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/?#@"'<>\[\]{}]*:(?P<v>[^\s/?#"'<>]+)@[A-Za-z0-9\[_-]"#,
+        verify: verify_connection_password,
+    },
+    PatternSpec {
+        kind: MaskKind::SecretValue,
+        regex: r#"(?i:[A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))["']?[ \t]*[:=][ \t]*(?P<v>"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^\s"',;&<>(){}\[\]]+)"#,
+        verify: verify_secret_value,
+    },
+    PatternSpec {
+        kind: MaskKind::Iban,
+        regex: r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
+        verify: verify_iban,
+    },
+    PatternSpec {
+        kind: MaskKind::UsSsn,
+        regex: r#"(?i:\b(?:ssn|social[ _-]?security(?:[ _-]?(?:number|num|no))?))["']?[ \t]*[:=#]?[ \t]*["']?(?P<v>[0-9]{3}[ -]?[0-9]{2}[ -]?[0-9]{4})\b"#,
+        verify: verify_ssn_labelled,
+    },
+    PatternSpec {
+        kind: MaskKind::Phone,
+        regex: r#"(?i:\b(?:phone|tel|telephone|mobile|cell|fax)(?:[ _-]?(?:number|num|no))?)["']?[ \t]*[:=#]?[ \t]*["']?(?P<v>\+?[0-9(][0-9 ().-]{5,22}[0-9])"#,
+        verify: verify_phone_labelled,
+    },
+    PatternSpec { kind: MaskKind::UsSsn, regex: r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b", verify: verify_ssn },
+    PatternSpec {
+        kind: MaskKind::PaymentCard,
+        regex: r"\b(?:[0-9]{4}(?:[ -][0-9]{4}){3}[ -][0-9]{3}|[0-9]{4}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}|[0-9]{4}[ -]?[0-9]{6}[ -]?[0-9]{4,5})\b",
+        verify: verify_card,
+    },
+    PatternSpec {
+        kind: MaskKind::Phone,
+        regex: r"\+[1-9](?:[ .()-]{0,2}[0-9]){6,14}",
+        verify: verify_phone_international,
+    },
+    PatternSpec {
+        kind: MaskKind::Phone,
+        regex: r"(?:\b1[ .-]?)?(?:\([2-9][0-9]{2}\)[ .-]?|\b[2-9][0-9]{2}[ .-])[2-9][0-9]{2}[ .-][0-9]{4}\b",
+        verify: verify_phone_national,
+    },
+    PatternSpec {
+        kind: MaskKind::Phone,
+        regex: r"\b0[1-9][0-9]{1,3}[ -][0-9]{3,4}[ -]?[0-9]{3,4}\b",
+        verify: verify_phone_national,
+    },
+    PatternSpec {
+        kind: MaskKind::Email,
+        // No `\b` before the local part: it may start with a non-ASCII letter (`über@example.de`), and
+        // leftmost-first search starts the match where the run of local-part characters starts anyway.
+        regex: r"[\p{L}\p{N}][\p{L}\p{N}._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}\b",
+        verify: verify_email,
+    },
+    PatternSpec { kind: MaskKind::IpAddress, regex: r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b", verify: verify_ipv4 },
+];
+
+fn compile(pattern: &str) -> String {
+    pattern.replace(r"\b", r"(?-u:\b)")
+}
+
+/// The patterns of one [`MaskSet`], compiled together.
+pub(crate) struct Scanner {
+    regex: meta::Regex,
+    specs: Vec<&'static PatternSpec>,
+    has_value: Vec<bool>,
+}
+
+impl Scanner {
+    fn build(set: MaskSet) -> Result<Scanner, String> {
+        let specs: Vec<&'static PatternSpec> = PATTERNS.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
+        let patterns: Vec<String> = specs.iter().map(|spec| compile(spec.regex)).collect();
+        let has_value = specs.iter().map(|spec| spec.regex.contains("(?P<v>")).collect();
+        let regex = meta::Regex::new_many(&patterns).map_err(|err| err.to_string())?;
+        Ok(Scanner { regex, specs, has_value })
+    }
+
+    /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
+    pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) {
+        if self.specs.is_empty() {
+            return;
+        }
+        let bytes = text.as_bytes();
+        let mut caps = None;
+        let mut pos = 0;
+        while pos < text.len() {
+            let Some(m) = self.regex.search(&Input::new(text).range(pos..)) else { break };
+            let start = m.start();
+            let mut verdict = self.verify(text, m, only, &mut caps);
+            if matches!(verdict, Verdict::Reject) {
+                verdict = self.retry_at(text, m, only, &mut caps);
+            }
+            pos = match verdict {
+                Verdict::Found(finding) => {
+                    let finding = self.reclassify(text, finding, only);
+                    on_finding(finding);
+                    finding.end
+                }
+                Verdict::RejectThrough(through) => through.max(next_start(bytes, start)),
+                Verdict::Reject => next_start(bytes, start),
+            };
+        }
+    }
+
+    /// The patterns after `m`'s, anchored where `m` starts.
+    fn retry_at(&self, text: &str, m: Match, only: MaskSet, caps: &mut Option<Captures>) -> Verdict {
+        for index in m.pattern().as_usize() + 1..self.specs.len() {
+            let Ok(pattern) = PatternID::new(index) else { break };
+            let input = Input::new(text).range(m.start()..).anchored(Anchored::Pattern(pattern));
+            if let Some(retry) = self.regex.search(&input) {
+                match self.verify(text, retry, only, caps) {
+                    Verdict::Reject => {}
+                    verdict => return verdict,
+                }
+            }
+        }
+        Verdict::Reject
+    }
+
+    fn verify(&self, text: &str, m: Match, only: MaskSet, caps: &mut Option<Captures>) -> Verdict {
+        let index = m.pattern().as_usize();
+        let spec = self.specs[index];
+        if !only.contains_kind(spec.kind) {
+            return Verdict::Reject;
+        }
+        let value = if self.has_value[index] {
+            let caps = caps.get_or_insert_with(|| self.regex.create_captures());
+            let input = Input::new(text).range(m.range()).anchored(Anchored::Pattern(m.pattern()));
+            self.regex.search_captures(&input, caps);
+            caps.get_group_by_name("v").map(|span| (span.start, span.end))
+        } else {
+            None
+        };
+        (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value })
+    }
+
+    /// A labelled secret or connection password that is exactly a provider key is reported as that key.
+    fn reclassify(&self, text: &str, finding: Finding, only: MaskSet) -> Finding {
+        if !matches!(finding.kind, MaskKind::SecretValue | MaskKind::ConnectionPassword) {
+            return finding;
+        }
+        for (index, spec) in self.specs.iter().enumerate() {
+            if !only.contains_kind(spec.kind)
+                || !matches!(
+                    spec.kind,
+                    MaskKind::Jwt
+                        | MaskKind::AnthropicKey
+                        | MaskKind::OpenAiKey
+                        | MaskKind::GoogleApiKey
+                        | MaskKind::GitHubToken
+                        | MaskKind::SlackToken
+                        | MaskKind::StripeKey
+                        | MaskKind::AwsAccessKey
+                )
+            {
+                continue;
+            }
+            let Ok(pattern) = PatternID::new(index) else { break };
+            let input = Input::new(text).range(finding.start..finding.end).anchored(Anchored::Pattern(pattern));
+            if let Some(m) = self.regex.search(&input)
+                && m.end() == finding.end
+                && let Verdict::Found(key) =
+                    (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value: None })
+            {
+                return key;
+            }
+        }
+        finding
+    }
+}
+
+/// Where to search next after a rejected candidate at `start`: past the whole word it begins (every pattern
+/// that can start inside a word also matches from the word's start), else past one character.
+fn next_start(bytes: &[u8], start: usize) -> usize {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut end = start + 1;
+    if bytes.get(start).is_some_and(|&b| is_word(b)) {
+        while end < bytes.len() && is_word(bytes[end]) {
+            end += 1;
+        }
+    } else {
+        while end < bytes.len() && (bytes[end] & 0xC0) == 0x80 {
+            end += 1;
+        }
+    }
+    end
+}
+
+const SCANNER_CACHE_LIMIT: usize = 64;
+
+static SCANNERS: LazyLock<RwLock<HashMap<MaskSet, Arc<Scanner>>>> = LazyLock::new(Default::default);
+
+/// The scanner for `set`, compiled on first use and shared by every masker in the process. Returns the
+/// scanner and the set its findings must be filtered to (a wider scanner serves when the cache is full).
+pub(crate) fn scanner(set: MaskSet) -> Option<(Arc<Scanner>, MaskSet)> {
+    if let Some(found) = SCANNERS.read().unwrap_or_else(PoisonError::into_inner).get(&set) {
+        return Some((Arc::clone(found), set));
+    }
+    let mut cache = SCANNERS.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = cache.get(&set) {
+        return Some((Arc::clone(found), set));
+    }
+    let key = if cache.len() < SCANNER_CACHE_LIMIT { set } else { MaskSet::ALL };
+    if let Some(found) = cache.get(&key) {
+        return Some((Arc::clone(found), set));
+    }
+    match Scanner::build(key) {
+        Ok(built) => {
+            let built = Arc::new(built);
+            cache.insert(key, Arc::clone(&built));
+            Some((built, set))
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "agent-airlock mask patterns failed to compile");
+            None
+        }
+    }
+}
+
+// ---- verifiers ------------------------------------------------------------------------------------------
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+fn has_digit_and_letter(bytes: &[u8]) -> bool {
+    bytes.iter().any(u8::is_ascii_digit) && bytes.iter().any(u8::is_ascii_alphabetic)
+}
+
+/// Text a masker writes (`****`, `sk-...wxyz`, `[EMAIL]`, `[EMAIL:3f2a9c1b]`, `[REDACTED]`) or a placeholder (`${DB_PASS}`,
+/// `{{ token }}`, `<password>`, `%s`): never a secret itself.
+pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
+    let v = value.trim();
+    if v.is_empty() || v.bytes().all(|b| matches!(b, b'*' | b'.' | b'x' | b'X' | b'#' | b'-' | b'?')) {
+        return true;
+    }
+    // Elided by [`MaskStrategy::Partial`](crate::MaskStrategy::Partial) or by hand: `sk-proj-...wxyz`, `j***@x.io`.
+    if v.contains("...") || v.contains("***") || v.contains('…') {
+        return true;
+    }
+    let bytes = v.as_bytes();
+    let bracketed = |open: &[u8], close: &[u8]| bytes.starts_with(open) && bytes.ends_with(close);
+    if bracketed(b"[", b"]") {
+        let inner = &bytes[1..bytes.len() - 1];
+        let (tag, hash) = match inner.iter().position(|&b| b == b':') {
+            Some(colon) => (&inner[..colon], Some(&inner[colon + 1..])),
+            None => (inner, None),
+        };
+        let tag_ok = !tag.is_empty() && tag.iter().all(|b| b.is_ascii_uppercase() || *b == b'_');
+        let hash_ok = hash.is_none_or(|h| !h.is_empty() && h.iter().all(u8::is_ascii_hexdigit));
+        if tag_ok && hash_ok {
+            return true;
+        }
+    }
+    if bracketed(b"${", b"}") || bracketed(b"{{", b"}}") || bracketed(b"<", b">") || bracketed(b"%(", b")s") {
+        return true;
+    }
+    if let Some(name) = v.strip_prefix('$')
+        && !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return true;
+    }
+    matches!(v, "%s" | "%v" | "%d")
+        || ["true", "false", "null", "nil", "none", "undefined", "required", "optional", "redacted", "hidden", "masked"]
+            .iter()
+            .any(|word| v.eq_ignore_ascii_case(word))
+}
+
+fn verify_value(c: &Candidate<'_>) -> Verdict {
+    match c.value {
+        Some((start, end)) => c.found_span(start, end),
+        None => Verdict::Reject,
+    }
+}
+
+fn verify_private_key(c: &Candidate<'_>) -> Verdict {
+    let block = &c.text[c.start..c.end];
+    let header_end = block.get(5..).and_then(|after| after.find("-----")).map_or(block.len(), |i| i + 10);
+    let body_end = block.rfind("-----END").filter(|&i| i >= header_end).unwrap_or(block.len());
+    let body = &block.as_bytes()[header_end..body_end];
+    let base64 = body.iter().filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/')).count();
+    if base64 >= 20 && !body.contains(&b'*') { c.found(0) } else { Verdict::Reject }
+}
+
+fn verify_jwt(c: &Candidate<'_>) -> Verdict {
+    let header = c.bytes().split(|&b| b == b'.').next().unwrap_or_default();
+    if validate::jwt_header_plausible(header) { c.found(3) } else { Verdict::Reject }
+}
+
+fn verify_bearer(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    let token = &c.text.as_bytes()[start..end];
+    if has_digit_and_letter(token) && !is_mask_or_placeholder(&c.text[start..end]) {
+        c.found_span(start, end)
+    } else {
+        Verdict::Reject
+    }
+}
+
+fn verify_basic(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    match validate::decode_base64(&c.text.as_bytes()[start..end]) {
+        Some(decoded) if decoded.contains(&b':') => c.found_span(start, end),
+        _ => Verdict::Reject,
+    }
+}
+
+/// A random-looking key body: letters and digits, with a run of at least 16 alphanumerics (identifiers such
+/// as `sk-test-user-2024-01-15` have only short runs).
+fn key_body_plausible(body: &[u8]) -> bool {
+    let longest_run = body.split(|b| !b.is_ascii_alphanumeric()).map(<[u8]>::len).max().unwrap_or(0);
+    has_digit_and_letter(body) && longest_run >= 16
+}
+
+fn verify_anthropic(c: &Candidate<'_>) -> Verdict {
+    const PREFIX: usize = "sk-ant-".len();
+    if key_body_plausible(&c.bytes()[PREFIX..]) { c.found(PREFIX) } else { Verdict::Reject }
+}
+
+fn verify_openai(c: &Candidate<'_>) -> Verdict {
+    let key = c.bytes();
+    if key.starts_with(b"sk-ant-") {
+        return Verdict::Reject;
+    }
+    let prefix = [b"sk-proj-".as_slice(), b"sk-svcacct-", b"sk-admin-"]
+        .into_iter()
+        .find(|prefix| key.starts_with(prefix))
+        .map_or(3, <[u8]>::len);
+    if key_body_plausible(&key[prefix..]) { c.found(prefix) } else { Verdict::Reject }
+}
+
+fn verify_google(c: &Candidate<'_>) -> Verdict {
+    match c.after(0) {
+        Some(b) if is_word_byte(b) || b == b'-' => Verdict::Reject,
+        _ => c.found(4),
+    }
+}
+
+fn verify_github(c: &Candidate<'_>) -> Verdict {
+    let prefix = if c.bytes().starts_with(b"github_pat_") { 11 } else { 4 };
+    c.found(prefix)
+}
+
+fn verify_slack(c: &Candidate<'_>) -> Verdict {
+    if c.bytes()[5..].iter().any(u8::is_ascii_digit) { c.found(5) } else { Verdict::Reject }
+}
+
+fn verify_stripe(c: &Candidate<'_>) -> Verdict {
+    let prefix = if c.bytes().starts_with(b"whsec_") { 6 } else { 8 };
+    if has_digit_and_letter(&c.bytes()[prefix..]) { c.found(prefix) } else { Verdict::Reject }
+}
+
+fn verify_aws(c: &Candidate<'_>) -> Verdict {
+    c.found(4)
+}
+
+fn verify_connection_password(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    if is_mask_or_placeholder(&c.text[start..end]) { Verdict::RejectThrough(c.end) } else { c.found_span(start, end) }
+}
+
+/// Keys that end like a secret's but name something public.
+const PUBLIC_KEY_SUFFIXES: &[&str] = &["pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken"];
+
+fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
+    let Some((mut start, mut end)) = c.value else { return Verdict::Reject };
+    let bytes = c.text.as_bytes();
+    let quoted = matches!(bytes[start], b'"' | b'\'');
+    if quoted {
+        start += 1;
+        end -= 1;
+    }
+    let value = &c.text[start..end];
+    let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
+    let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
+    let key: String =
+        label.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect();
+    // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
+    let own_tag = c.before(1) == Some(b'[')
+        && bytes.get(end) == Some(&b']')
+        && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
+        && value.bytes().all(|b| b.is_ascii_hexdigit());
+    let rejected = own_tag
+        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
+        || is_mask_or_placeholder(value)
+        || value.starts_with(['=', ':'])
+        // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`.
+        || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
+        // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
+        || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
+    if rejected { Verdict::RejectThrough(c.end) } else { c.found_span(start, end) }
+}
+
+fn verify_iban(c: &Candidate<'_>) -> Verdict {
+    let bytes = c.bytes();
+    let Some(len) = validate::iban_length(&bytes[..2]) else { return Verdict::Reject };
+    // Take exactly the country's length; what the pattern matched beyond it belongs to the next word.
+    let mut compact = Vec::with_capacity(len);
+    let mut end = c.start;
+    for (offset, &b) in bytes.iter().enumerate() {
+        if compact.len() == len {
+            break;
+        }
+        if b != b' ' {
+            compact.push(b);
+            end = c.start + offset + 1;
+        }
+    }
+    let next = c.text.as_bytes().get(end).copied();
+    if compact.len() != len || next.is_some_and(|b| b.is_ascii_alphanumeric()) {
+        return Verdict::Reject;
+    }
+    if validate::iban_checksum_valid(&compact) { c.found_span(c.start, end) } else { Verdict::Reject }
+}
+
+fn digits_of(bytes: &[u8]) -> Vec<u8> {
+    bytes.iter().copied().filter(u8::is_ascii_digit).collect()
+}
+
+/// Whether the number at `start..end` is part of a longer one: a decimal fraction, a version, a range or
+/// an id such as `2024-123-45-6789`.
+fn inside_longer_number(text: &[u8], start: usize, end: usize) -> bool {
+    let joined = |b: u8| matches!(b, b'.' | b',' | b'-' | b'/' | b':');
+    let before = start >= 2 && joined(text[start - 1]) && text[start - 2].is_ascii_digit();
+    let before_word = start >= 1 && (text[start - 1].is_ascii_alphanumeric() || text[start - 1] == b'_');
+    let after = end + 1 < text.len() && joined(text[end]) && text[end + 1].is_ascii_digit();
+    let after_word = end < text.len() && (text[end].is_ascii_alphanumeric() || text[end] == b'_');
+    before || before_word || after || after_word
+}
+
+fn verify_ssn(c: &Candidate<'_>) -> Verdict {
+    if inside_longer_number(c.text.as_bytes(), c.start, c.end) {
+        return Verdict::Reject;
+    }
+    if validate::ssn_digits_valid(&digits_of(c.bytes())) { c.found(0) } else { Verdict::Reject }
+}
+
+fn verify_ssn_labelled(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    let value = &c.text.as_bytes()[start..end];
+    let separators: Vec<u8> = value.iter().copied().filter(|b| !b.is_ascii_digit()).collect();
+    let consistent = separators.is_empty() || (separators.len() == 2 && separators[0] == separators[1]);
+    if consistent && validate::ssn_digits_valid(&digits_of(value)) { c.found_span(start, end) } else { Verdict::Reject }
+}
+
+fn parens_balanced(bytes: &[u8]) -> bool {
+    let open = bytes.iter().filter(|&&b| b == b'(').count();
+    let close = bytes.iter().filter(|&&b| b == b')').count();
+    open == close && open <= 1
+}
+
+fn verify_phone_labelled(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    let text = c.text.as_bytes();
+    let value = &text[start..end];
+    let digits = value.iter().filter(|b| b.is_ascii_digit()).count();
+    let next_is_word = text.get(end).is_some_and(|&b| is_word_byte(b));
+    if (7..=15).contains(&digits) && parens_balanced(value) && !next_is_word {
+        c.found_span(start, end)
+    } else {
+        Verdict::Reject
+    }
+}
+
+fn verify_phone_international(c: &Candidate<'_>) -> Verdict {
+    let text = c.text.as_bytes();
+    if c.before(1).is_some_and(|b| is_word_byte(b) || matches!(b, b'+' | b'.' | b'/' | b'-')) {
+        return Verdict::Reject;
+    }
+    let number = c.bytes();
+    let digits = number.iter().filter(|b| b.is_ascii_digit()).count();
+    let separated = digits + 1 < number.len();
+    let doubled = number.windows(2).any(|w| !w[0].is_ascii_digit() && w[0] == w[1]);
+    let continues = c.after(0).is_some_and(|b| b.is_ascii_digit() || b.is_ascii_alphabetic())
+        || (matches!(c.after(0), Some(b'.' | b',')) && text.get(c.end + 1).is_some_and(u8::is_ascii_digit));
+    let long_enough = if separated { digits >= 8 } else { digits >= 10 };
+    if long_enough && digits <= 15 && !doubled && !continues && parens_balanced(number) {
+        c.found(0)
+    } else {
+        Verdict::Reject
+    }
+}
+
+fn verify_phone_national(c: &Candidate<'_>) -> Verdict {
+    let text = c.text.as_bytes();
+    let number = c.bytes();
+    let digits = number.iter().filter(|b| b.is_ascii_digit()).count();
+    let start_ok = number[0] != b'(' || !c.before(1).is_some_and(is_word_byte);
+    if start_ok && (10..=11).contains(&digits) && !inside_longer_number(text, c.start, c.end) {
+        c.found(0)
+    } else {
+        Verdict::Reject
+    }
+}
+
+fn verify_card(c: &Candidate<'_>) -> Verdict {
+    let number = c.bytes();
+    if inside_longer_number(c.text.as_bytes(), c.start, c.end) {
+        return Verdict::Reject;
+    }
+    let separators: Vec<u8> = number.iter().copied().filter(|b| !b.is_ascii_digit()).collect();
+    let groups: Vec<usize> = number.split(|b| !b.is_ascii_digit()).map(<[u8]>::len).collect();
+    let layout_ok = separators.is_empty()
+        || (separators.iter().all(|&s| s == separators[0])
+            && matches!(groups.as_slice(), [4, 4, 4, 4] | [4, 4, 4, 4, 3] | [4, 6, 5] | [4, 6, 4] | [4, 4, 4, 1..=4]));
+    let digits = digits_of(number);
+    if layout_ok
+        && validate::card_network_known(&digits)
+        && !validate::all_same(&digits)
+        && validate::luhn_valid(&digits)
+    {
+        c.found(0)
+    } else {
+        Verdict::Reject
+    }
+}
+
+/// Extensions that follow `name@2x` in asset names, never e-mail domains.
+const FILE_EXTENSIONS: &[&str] = &[
+    "png", "jpg", "jpeg", "gif", "svg", "webp", "bmp", "ico", "js", "mjs", "cjs", "ts", "tsx", "jsx", "css", "scss",
+    "map", "json", "xml", "txt", "html", "htm", "pdf", "yml", "yaml", "toml", "lock", "wasm",
+];
+
+fn verify_email(c: &Candidate<'_>) -> Verdict {
+    let address = &c.text[c.start..c.end];
+    let Some((local, domain)) = address.split_once('@') else { return Verdict::Reject };
+    let tld = domain.rsplit('.').next().unwrap_or_default();
+    // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
+    let in_url = c.text[..c.start].ends_with("://");
+    if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
+        return Verdict::RejectThrough(c.end);
+    }
+    c.found(0)
+}
+
+/// Words after which a dotted quad is a version, not an address.
+const VERSION_WORDS: &[&str] = &["version", "ver", "v", "release", "build", "rev", "revision", "firmware", "tag"];
+
+fn verify_ipv4(c: &Candidate<'_>) -> Verdict {
+    let text = c.text.as_bytes();
+    let mut octets = [0u16; 4];
+    let mut widest = 0;
+    for (slot, part) in octets.iter_mut().zip(c.bytes().split(|&b| b == b'.')) {
+        if part.len() > 1 && part[0] == b'0' {
+            return Verdict::Reject;
+        }
+        *slot = part.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0'));
+        widest = widest.max(part.len());
+    }
+    // Single digits throughout (`1.2.3.4`) read as a version; 0/8, 127/8 and 255/8 (unspecified, loopback,
+    // netmasks) identify no one.
+    if octets.iter().any(|&o| o > 255) || matches!(octets[0], 0 | 127 | 255) || widest == 1 {
+        return Verdict::Reject;
+    }
+    // Attached to a package name, an operator or a path: `pkg@1.2.3.4`, `>=10.0.0.1`, `Chrome/120.0.0.0`.
+    if c.before(1).is_some_and(|b| matches!(b, b'/' | b'@' | b'-' | b'^' | b'~' | b'>' | b'<' | b'_' | b'+'))
+        || (c.before(1) == Some(b'=')
+            && c.before(2).is_some_and(|b| matches!(b, b'=' | b'<' | b'>' | b'!' | b'~' | b'^')))
+    {
+        return Verdict::Reject;
+    }
+    // More parts or a pre-release suffix: `1.2.3.4.5`, `10.0.0.1-beta`, `10.0.0.1+build`.
+    let after = c.after(0);
+    let after2 = c.after(1);
+    if (after == Some(b'.') && after2.is_some_and(|b| b.is_ascii_digit()))
+        || (after == Some(b'-') && after2.is_some_and(|b| b.is_ascii_alphanumeric()))
+        || after == Some(b'+')
+    {
+        return Verdict::Reject;
+    }
+    // Preceded by a version word: `version 10.2.0.1`, `v: 10.2.0.1`, `"release": "10.2.0.1"`.
+    let mut i = c.start;
+    let mut skipped = 0;
+    while i > 0 && skipped < 4 && matches!(text[i - 1], b' ' | b'\t' | b':' | b'=' | b'"' | b'\'') {
+        i -= 1;
+        skipped += 1;
+    }
+    let word_end = i;
+    while i > 0 && text[i - 1].is_ascii_alphabetic() && word_end - i < 16 {
+        i -= 1;
+    }
+    let word = &c.text[i..word_end];
+    if VERSION_WORDS.iter().any(|v| word.eq_ignore_ascii_case(v)) {
+        return Verdict::Reject;
+    }
+    c.found(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_compiles_alone_and_together() {
+        for spec in PATTERNS {
+            meta::Regex::new(&compile(spec.regex)).unwrap_or_else(|err| panic!("{}: {err}", spec.regex));
+        }
+        for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::PII, MaskSet::NONE] {
+            assert!(Scanner::build(set).is_ok());
+        }
+        for kind in MaskKind::ALL {
+            assert!(PATTERNS.iter().any(|spec| spec.kind == kind), "no pattern finds {kind}");
+        }
+    }
+
+    #[test]
+    fn next_start_skips_words_and_whole_characters() {
+        assert_eq!(next_start(b"abc def", 0), 3);
+        assert_eq!(next_start(b"abc def", 3), 4);
+        assert_eq!(next_start("é1".as_bytes(), 0), 2);
+    }
+
+    #[test]
+    fn mask_output_is_recognised() {
+        for masked in
+            ["****", "[REDACTED]", "[EMAIL]", "[SECRET_VALUE:3f2a9c1b]", "${DB_PASSWORD}", "$DB_PASS", "<password>"]
+        {
+            assert!(is_mask_or_placeholder(masked), "{masked}");
+        }
+        for secret in ["hunter2", "[x]", "[EMAIL:xyz]", "$3cr3t"] {
+            assert!(!is_mask_or_placeholder(secret), "{secret}");
+        }
+    }
+}

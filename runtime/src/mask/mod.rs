@@ -1,0 +1,257 @@
+//! Result masking: secrets and personal data are replaced before a tool's result reaches the model.
+//!
+//! A [`Masker`] holds the [`MaskConfig`] (how each [`MaskKind`] is written back); the [`MaskSet`] (which kinds
+//! are looked for) comes with each call, from the tool's `mask = "…"` attribute joined with the policy's.
+//! Text is scanned once by a multi-pattern regex, and every candidate is verified (Luhn, IBAN mod-97, SSN
+//! ranges, JWT header, the context around numbers) so that version strings, order numbers and timestamps
+//! are left alone. JSON results are masked leaf by leaf and keep their shape.
+//!
+//! ```
+//! use agent_airlock::{MaskConfig, MaskKind, MaskSet, MaskStrategy, Masker};
+//! use serde_json::json;
+//!
+//! let masker = Masker::new(MaskConfig::new(MaskStrategy::TypeTag));
+//! let text = "mail jane@example.com, key AKIAIOSFODNN7EXAMPLE, build 1.2.3.4";
+//! assert_eq!(
+//!     masker.mask_text(text, MaskSet::SECRETS | MaskSet::PII),
+//!     "mail [EMAIL], key [AWS_ACCESS_KEY], build 1.2.3.4"
+//! );
+//!
+//! let mut result = json!({"customer": {"email": "jane@example.com", "password": "hunter2"}, "order": 123456789});
+//! let report = masker.mask_value(&mut result, MaskSet::SECRETS | MaskSet::PII);
+//! assert_eq!(result, json!({"customer": {"email": "[EMAIL]", "password": "[SECRET_VALUE]"}, "order": 123456789}));
+//! assert_eq!(report.count(MaskKind::Email), 1);
+//! ```
+
+mod detect;
+mod json;
+mod kind;
+mod report;
+mod strategy;
+mod validate;
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use self::detect::{Finding, Scanner};
+use self::json::KeyHint;
+pub use self::kind::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
+pub use self::report::MaskReport;
+pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MaskConfig, MaskStrategy};
+
+/// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
+const MIN_FINDING_LEN: usize = 6;
+
+/// Passes over a text at most; the second finds what the first uncovered, a third is rare.
+const MAX_PASSES: usize = 4;
+
+/// Masks text and JSON values. Build one per deployment and share it: cloning is cheap, and the compiled
+/// patterns are shared by every masker in the process.
+#[derive(Clone, Debug, Default)]
+pub struct Masker {
+    config: Arc<MaskConfig>,
+}
+
+/// One value the masker would replace: its kind and byte range in the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detection {
+    /// What the value is.
+    pub kind: MaskKind,
+    /// Where it is, in bytes.
+    pub range: Range<usize>,
+}
+
+impl Masker {
+    /// A masker writing findings back as `config` says.
+    pub fn new(config: MaskConfig) -> Masker {
+        Masker { config: Arc::new(config) }
+    }
+
+    /// How findings are written back.
+    pub fn config(&self) -> &MaskConfig {
+        &self.config
+    }
+
+    /// `text` with every finding of a kind in `set` replaced; borrowed when nothing was found.
+    pub fn mask_text<'a>(&self, text: &'a str, set: MaskSet) -> Cow<'a, str> {
+        self.mask_text_with_report(text, set).0
+    }
+
+    /// [`Masker::mask_text`], and what was masked.
+    pub fn mask_text_with_report<'a>(&self, text: &'a str, set: MaskSet) -> (Cow<'a, str>, MaskReport) {
+        let mut report = MaskReport::new();
+        let masked = match self.mask_str(text, set, &mut report) {
+            Some(masked) => Cow::Owned(masked),
+            None => Cow::Borrowed(text),
+        };
+        (masked, report)
+    }
+
+    /// The findings in `text` of a kind in `set`, in order, without masking anything. (Masking may find a
+    /// little more: a value refused because of its neighbour is found once the neighbour is masked.)
+    pub fn detect(&self, text: &str, set: MaskSet) -> Vec<Detection> {
+        let mut found = Vec::new();
+        if set.is_empty() || text.len() < MIN_FINDING_LEN {
+            return found;
+        }
+        if let Some((scanner, only)) = detect::scanner(set) {
+            scanner.scan(text, only, |f| found.push(Detection { kind: f.kind, range: f.start..f.end }));
+        }
+        found
+    }
+
+    /// Masks `value` in place, leaf by leaf: strings are masked as text; object keys are kept; an integer
+    /// that is a payment card (or, under a key such as `phone`, `ssn`, `password`, a phone, SSN or secret)
+    /// becomes the masking string, other numbers stay numbers. A string under a secret-naming key
+    /// (`password`, `api_key`, `client_secret`, `access_token`, …) is masked whole.
+    pub fn mask_value(&self, value: &mut Value, set: MaskSet) -> MaskReport {
+        let mut report = MaskReport::new();
+        if set.is_empty() {
+            return report;
+        }
+        // An explicit stack: a deeply nested result must not overflow the thread's stack.
+        let mut pending: Vec<(&mut Value, KeyHint)> = vec![(value, KeyHint::None)];
+        while let Some((node, hint)) = pending.pop() {
+            match node {
+                Value::String(text) => {
+                    if let Some(masked) = self.mask_leaf(text, hint, set, &mut report) {
+                        *text = masked;
+                    }
+                }
+                Value::Number(number) => {
+                    let worth_a_look = hint != KeyHint::None || number.as_u64().is_some_and(|n| n >= 10u64.pow(12));
+                    if worth_a_look && (hint == KeyHint::Secret || number.is_u64() || number.is_i64()) {
+                        let rendered = number.to_string();
+                        if let Some(masked) = self.mask_leaf(&rendered, hint, set, &mut report) {
+                            *node = Value::String(masked);
+                        }
+                    }
+                }
+                // The elements of `"phones": [...]` are phones too.
+                Value::Array(items) => pending.extend(items.iter_mut().map(|item| (item, hint))),
+                Value::Object(fields) => {
+                    pending.extend(fields.iter_mut().map(|(key, field)| (field, KeyHint::of_key(key))));
+                }
+                Value::Null | Value::Bool(_) => {}
+            }
+        }
+        report
+    }
+
+    fn mask_str(&self, text: &str, set: MaskSet, report: &mut MaskReport) -> Option<String> {
+        if set.is_empty() || text.len() < MIN_FINDING_LEN {
+            return None;
+        }
+        let Some((scanner, only)) = detect::scanner(set) else {
+            // Fail closed: without patterns nothing can be shown safely.
+            return Some(FULL_MASK.to_owned());
+        };
+        // A replacement changes the context of its neighbours: a phone number glued to an e-mail address is
+        // refused while glued, and valid once the address is gone. Masking again until nothing more is found
+        // makes the result a fixed point, so masking masked output changes nothing.
+        let mut masked: Option<String> = None;
+        for _ in 0..MAX_PASSES {
+            let input = masked.as_deref().unwrap_or(text);
+            match self.mask_pass(&scanner, only, input, report) {
+                Some(next) => masked = Some(next),
+                None => break,
+            }
+        }
+        masked
+    }
+
+    /// One pass over `text`: every finding replaced, `None` when there was none.
+    fn mask_pass(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
+        let mut out: Option<String> = None;
+        let mut copied = 0;
+        scanner.scan(text, only, |finding| {
+            let out = out.get_or_insert_with(|| String::with_capacity(text.len() + 16));
+            out.push_str(&text[copied..finding.start]);
+            self.render(text, finding, out);
+            copied = finding.end;
+            report.record(finding.kind);
+        });
+        if let Some(out) = &mut out {
+            out.push_str(&text[copied..]);
+        }
+        out
+    }
+
+    fn render(&self, text: &str, finding: Finding, out: &mut String) {
+        let strategy = self.config.strategy(finding.kind);
+        strategy::render(strategy, finding.kind, &text[finding.start..finding.end], finding.keep_prefix, out);
+    }
+
+    /// Masks one JSON leaf under the hint its key gives.
+    fn mask_leaf(&self, text: &str, hint: KeyHint, set: MaskSet, report: &mut MaskReport) -> Option<String> {
+        let kind = match hint {
+            KeyHint::None => return self.mask_str(text, set, report),
+            KeyHint::Secret => MaskKind::SecretValue,
+            KeyHint::Phone => MaskKind::Phone,
+            KeyHint::Ssn => MaskKind::UsSsn,
+            KeyHint::Card => MaskKind::PaymentCard,
+        };
+        let trimmed = text.trim();
+        if kind == MaskKind::SecretValue && set.contains_kind(kind) && !detect::is_mask_or_placeholder(trimmed) {
+            // The whole value is the secret. If it is exactly one recognised key, that kind names it.
+            let detections = self.detect(text, set);
+            if let [one] = detections.as_slice()
+                && one.range == (0..text.len())
+                && one.kind.is_secret()
+            {
+                return self.mask_str(text, set, report);
+            }
+            let mut out = String::new();
+            self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
+            report.record(kind);
+            return Some(out);
+        }
+        if let Some(masked) = self.mask_str(text, set, report) {
+            return Some(masked);
+        }
+        if set.contains_kind(kind) && labelled_value_is(kind, trimmed) {
+            let mut out = String::new();
+            self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
+            report.record(kind);
+            return Some(out);
+        }
+        None
+    }
+}
+
+/// Whether `value`, found under a key naming `kind`, has that kind's shape (bare digits are accepted here
+/// because the key says what they are).
+fn labelled_value_is(kind: MaskKind, value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let digits: Vec<u8> = bytes.iter().copied().filter(u8::is_ascii_digit).collect();
+    let only = |allowed: &[u8]| bytes.iter().all(|b| b.is_ascii_digit() || allowed.contains(b));
+    match kind {
+        MaskKind::Phone => only(b" +().-") && (7..=15).contains(&digits.len()),
+        MaskKind::UsSsn => only(b" -") && validate::ssn_digits_valid(&digits),
+        MaskKind::PaymentCard => only(b" -") && (12..=19).contains(&digits.len()) && validate::luhn_valid(&digits),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn masker_is_shareable() {
+        assert_send_sync::<Masker>();
+        assert_send_sync::<MaskReport>();
+    }
+
+    #[test]
+    fn nothing_found_borrows() {
+        let masker = Masker::default();
+        assert!(matches!(masker.mask_text("plain text, version 1.2.3.4", MaskSet::ALL), Cow::Borrowed(_)));
+        assert!(matches!(masker.mask_text("jane@example.com", MaskSet::NONE), Cow::Borrowed(_)));
+    }
+}

@@ -1,0 +1,467 @@
+//! Result masking against a corpus of positives (each must be found, as its kind, at its exact span) and
+//! negatives (classic false positives that must pass unchanged), plus JSON shape, strategies and properties.
+
+use std::borrow::Cow;
+
+use agent_airlock::{
+    Detection, FULL_MASK, HashKey, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskStrategy, Masker,
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const CORPUS: &str = include_str!("../corpus/masking.txt");
+const OPEN: char = '⟦';
+const CLOSE: char = '⟧';
+
+struct Positive {
+    line: usize,
+    kind: MaskKind,
+    text: String,
+    span: std::ops::Range<usize>,
+}
+
+struct Corpus {
+    positives: Vec<Positive>,
+    negatives: Vec<(usize, String)>,
+}
+
+fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn corpus() -> Corpus {
+    let mut corpus = Corpus { positives: Vec::new(), negatives: Vec::new() };
+    for (index, raw) in CORPUS.lines().enumerate() {
+        let line = index + 1;
+        if let Some(rest) = raw.strip_prefix("+ ") {
+            let (kind, text) =
+                rest.split_once(" | ").unwrap_or_else(|| panic!("line {line}: expected `+ kind | text`"));
+            let kind = MaskKind::from_name(kind.trim()).unwrap_or_else(|| panic!("line {line}: unknown kind `{kind}`"));
+            let marked = unescape(text);
+            let start = marked.find(OPEN).unwrap_or_else(|| panic!("line {line}: no {OPEN}"));
+            let text = marked.replacen(OPEN, "", 1);
+            let end = text.find(CLOSE).unwrap_or_else(|| panic!("line {line}: no {CLOSE}"));
+            let text = text.replacen(CLOSE, "", 1);
+            assert!(!text.contains([OPEN, CLOSE]), "line {line}: one marked span per positive");
+            corpus.positives.push(Positive { line, kind, text, span: start..end });
+        } else if let Some(text) = raw.strip_prefix("- ") {
+            corpus.negatives.push((line, unescape(text)));
+        } else {
+            assert!(raw.is_empty() || raw.starts_with('#'), "line {line}: expected `+ `, `- `, `#` or nothing");
+        }
+    }
+    corpus
+}
+
+fn hash_key() -> HashKey {
+    HashKey::new(b"corpus-test-key-0123456789abcdef").unwrap()
+}
+
+fn strategies() -> Vec<(&'static str, MaskStrategy)> {
+    vec![
+        ("full", MaskStrategy::Full),
+        ("partial", MaskStrategy::Partial),
+        ("type_tag", MaskStrategy::TypeTag),
+        ("keyed_hash", MaskStrategy::KeyedHash(hash_key())),
+    ]
+}
+
+#[test]
+fn corpus_is_large_enough_and_covers_every_kind() {
+    let corpus = corpus();
+    assert!(corpus.positives.len() >= 100, "{} positives", corpus.positives.len());
+    assert!(corpus.negatives.len() >= 100, "{} negatives", corpus.negatives.len());
+    for kind in MaskKind::ALL {
+        assert!(corpus.positives.iter().any(|p| p.kind == kind), "no positive for {kind}");
+    }
+}
+
+#[test]
+fn every_positive_is_found_exactly() {
+    let masker = Masker::default();
+    let mut failures = Vec::new();
+    for positive in corpus().positives {
+        let found = masker.detect(&positive.text, MaskSet::ALL);
+        let expected = vec![Detection { kind: positive.kind, range: positive.span.clone() }];
+        if found != expected {
+            let shown: Vec<String> = found
+                .iter()
+                .map(|d| format!("{} {:?} `{}`", d.kind, d.range, &positive.text[d.range.clone()]))
+                .collect();
+            failures.push(format!(
+                "line {}: expected {} `{}`, found {:?}",
+                positive.line,
+                positive.kind,
+                &positive.text[positive.span.clone()],
+                shown
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} positives failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_negative_passes_unchanged() {
+    let masker = Masker::default();
+    let mut failures = Vec::new();
+    for (line, text) in corpus().negatives {
+        let (masked, report) = masker.mask_text_with_report(&text, MaskSet::ALL);
+        if !matches!(masked, Cow::Borrowed(_)) || !report.is_empty() {
+            failures.push(format!("line {line}: `{text}` became `{masked}` ({report:?})"));
+        }
+    }
+    assert!(failures.is_empty(), "{} negatives failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn positives_are_masked_away_by_every_strategy_and_stay_masked() {
+    for (name, strategy) in strategies() {
+        let masker = Masker::new(MaskConfig::new(strategy));
+        for positive in corpus().positives {
+            let secret = &positive.text[positive.span.clone()];
+            let (masked, report) = masker.mask_text_with_report(&positive.text, MaskSet::ALL);
+            assert_eq!(report.count(positive.kind), 1, "{name}, line {}", positive.line);
+            assert_eq!(report.total(), 1, "{name}, line {}", positive.line);
+            assert!(!masked.contains(secret), "{name}, line {}: `{masked}` still holds `{secret}`", positive.line);
+            let again = masker.mask_text(&masked, MaskSet::ALL);
+            assert!(
+                matches!(again, Cow::Borrowed(_)),
+                "{name}, line {}: `{masked}` masked again to `{again}`",
+                positive.line
+            );
+        }
+    }
+}
+
+#[test]
+fn only_the_kinds_in_the_set_are_masked() {
+    let masker = Masker::default();
+    for positive in corpus().positives {
+        let without = MaskSet::ALL.intersection(complement(MaskSet::of(positive.kind)));
+        let found = masker.detect(&positive.text, without);
+        assert!(
+            found.iter().all(|d| d.kind != positive.kind),
+            "line {}: {} found though not in {without}",
+            positive.line,
+            positive.kind
+        );
+        assert!(masker.detect(&positive.text, MaskSet::NONE).is_empty());
+        let family = if positive.kind.is_secret() {
+            MaskSet::SECRETS
+        } else if positive.kind == MaskKind::IpAddress {
+            MaskSet::of(MaskKind::IpAddress)
+        } else {
+            MaskSet::PII
+        };
+        assert_eq!(masker.detect(&positive.text, family).len(), 1, "line {} under {family}", positive.line);
+    }
+}
+
+fn complement(set: MaskSet) -> MaskSet {
+    MaskKind::ALL.into_iter().filter(|k| !set.contains_kind(*k)).fold(MaskSet::NONE, |acc, k| acc | MaskSet::of(k))
+}
+
+#[test]
+fn strategies_render_as_documented() {
+    let text =
+        "mail jane.doe@example.com card 4111 1111 1111 1111 key sk-proj-flzdE1F8ResqEDusTpkr0cStY4qWB8dWKnHfDNxS";
+    let set = MaskSet::SECRETS | MaskSet::PII;
+    let render = |strategy| Masker::new(MaskConfig::new(strategy)).mask_text(text, set).into_owned();
+    assert_eq!(render(MaskStrategy::Full), format!("mail {FULL_MASK} card {FULL_MASK} key {FULL_MASK}"));
+    assert_eq!(render(MaskStrategy::TypeTag), "mail [EMAIL] card [PAYMENT_CARD] key [OPENAI_KEY]");
+    assert_eq!(render(MaskStrategy::Partial), "mail j***@example.com card **** **** **** 1111 key sk-proj-...DNxS");
+    let hashed = render(MaskStrategy::KeyedHash(hash_key()));
+    let words: Vec<&str> = hashed.split(' ').collect();
+    assert!(words[1].starts_with("[EMAIL:") && words[1].len() == "[EMAIL:]".len() + 8, "{hashed}");
+    assert!(words[3].starts_with("[PAYMENT_CARD:"), "{hashed}");
+    assert!(words[5].starts_with("[OPENAI_KEY:"), "{hashed}");
+
+    // Equal values map equally (also when written differently), different values differently, and the
+    // mapping depends on the key.
+    let masker = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(hash_key())));
+    let one = masker.mask_text("a: Jane.Doe@Example.com b: jane.doe@example.com c: john@example.com", set);
+    let tags: Vec<&str> = one.split(' ').filter(|w| w.starts_with('[')).collect();
+    assert_eq!(tags[0], tags[1]);
+    assert_ne!(tags[0], tags[2]);
+    let other_key = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(HashKey::new(&[9; 32]).unwrap())));
+    assert_ne!(other_key.mask_text("jane.doe@example.com", set), masker.mask_text("jane.doe@example.com", set));
+}
+
+#[test]
+fn per_kind_strategies() {
+    let config = MaskConfig::new(MaskStrategy::TypeTag)
+        .with(MaskSet::of(MaskKind::PaymentCard), MaskStrategy::Partial)
+        .with(MaskSet::SECRETS, MaskStrategy::Full);
+    let masker = Masker::new(config);
+    assert_eq!(
+        masker.mask_text("4111111111111111 jane@example.com password=hunter2", MaskSet::ALL),
+        format!("************1111 [EMAIL] password={FULL_MASK}")
+    );
+}
+
+#[test]
+fn json_is_masked_leaf_by_leaf_keeping_its_shape() {
+    let masker = Masker::default();
+    let mut value = json!({
+        "customer": {
+            "name": "Jane Doe",
+            "email": "jane@example.com",
+            "phones": ["+1 415 555 2671", "4155552672"],
+            "ssn": 123456789,
+            "card_number": 4111111111111111u64,
+            "password": "hunter2",
+            "api_key": "sk-proj-flzdE1F8ResqEDusTpkr0cStY4qWB8dWKnHfDNxS",
+            "jane@example.com": "object keys are kept",
+        },
+        "orders": [
+            {"id": 123456789, "ts": 1700000000, "total": 12.5, "paid": true, "coupon": null, "card": 4111111111111111u64},
+            {"id": 987654321, "note": "ship to the back door, call 415-555-2671", "version": "10.0.1.2"},
+        ],
+        "max_tokens": 4096,
+        "next_page_token": "CAESBggDEAEYAQ",
+        "empty": {},
+        "list": [],
+    });
+    let report = masker.mask_value(&mut value, MaskSet::SECRETS | MaskSet::PII);
+    assert_eq!(
+        value,
+        json!({
+            "customer": {
+                "name": "Jane Doe",
+                "email": "[EMAIL]",
+                "phones": ["[PHONE]", "[PHONE]"],
+                "ssn": "[US_SSN]",
+                "card_number": "[PAYMENT_CARD]",
+                "password": "[SECRET_VALUE]",
+                "api_key": "[OPENAI_KEY]",
+                "jane@example.com": "object keys are kept",
+            },
+            "orders": [
+                {"id": 123456789, "ts": 1700000000, "total": 12.5, "paid": true, "coupon": null, "card": "[PAYMENT_CARD]"},
+                {"id": 987654321, "note": "ship to the back door, call [PHONE]", "version": "10.0.1.2"},
+            ],
+            "max_tokens": 4096,
+            "next_page_token": "CAESBggDEAEYAQ",
+            "empty": {},
+            "list": [],
+        })
+    );
+    let expected = [
+        (MaskKind::Email, 1),
+        (MaskKind::Phone, 3),
+        (MaskKind::UsSsn, 1),
+        (MaskKind::PaymentCard, 2),
+        (MaskKind::SecretValue, 1),
+        (MaskKind::OpenAiKey, 1),
+    ];
+    for (kind, count) in expected {
+        assert_eq!(report.count(kind), count, "{kind}: {report:?}");
+    }
+    assert_eq!(report.total(), 9);
+    let reported = serde_json::to_value(report).unwrap();
+    assert_eq!(reported["email"], 1);
+    assert!(!reported.to_string().contains("jane"), "reports hold no values");
+}
+
+#[test]
+fn json_numbers_stay_numbers_unless_masked() {
+    let masker = Masker::default();
+    for number in
+        [json!(1700000000), json!(123456789), json!(-4111111111111111i64), json!(3.5), json!(4111111111111112u64)]
+    {
+        let mut value = json!({ "n": number.clone() });
+        assert!(masker.mask_value(&mut value, MaskSet::ALL).is_empty(), "{number}");
+        assert_eq!(value["n"], number);
+    }
+    let mut value = json!([4111111111111111u64]);
+    masker.mask_value(&mut value, MaskSet::ALL);
+    assert_eq!(value, json!(["[PAYMENT_CARD]"]));
+    let mut pin = json!({"pin": 1234, "otp": "991823"});
+    masker.mask_value(&mut pin, MaskSet::SECRETS);
+    assert_eq!(pin, json!({"pin": "[SECRET_VALUE]", "otp": "[SECRET_VALUE]"}));
+}
+
+#[test]
+fn json_masking_respects_the_set() {
+    let masker = Masker::default();
+    let original = json!({"email": "jane@example.com", "password": "hunter2", "phone": "4155552671"});
+    let mut value = original.clone();
+    assert!(masker.mask_value(&mut value, MaskSet::NONE).is_empty());
+    assert_eq!(value, original);
+    masker.mask_value(&mut value, MaskSet::SECRETS);
+    assert_eq!(value, json!({"email": "jane@example.com", "password": "[SECRET_VALUE]", "phone": "4155552671"}));
+    let mut value = original.clone();
+    masker.mask_value(&mut value, MaskSet::PII);
+    assert_eq!(value, json!({"email": "[EMAIL]", "password": "hunter2", "phone": "[PHONE]"}));
+}
+
+#[test]
+fn deeply_nested_json_does_not_overflow_the_stack() {
+    let mut value = json!("jane@example.com");
+    for _ in 0..5_000 {
+        value = Value::Array(vec![value]);
+    }
+    let report = Masker::default().mask_value(&mut value, MaskSet::PII);
+    assert_eq!(report.count(MaskKind::Email), 1);
+    // Unwrap iteratively so that dropping the value does not recurse either.
+    let mut node = value;
+    while let Value::Array(mut items) = node {
+        node = items.pop().unwrap();
+    }
+    assert_eq!(node, json!("[EMAIL]"));
+}
+
+#[test]
+fn masks_never_overlap_and_keep_the_text_between() {
+    let masker = Masker::default();
+    let text = "a jane@example.com b 4111111111111111 c +44 20 7946 0958 d AKIAIOSFODNN7EXAMPLE e";
+    let found = masker.detect(text, MaskSet::ALL);
+    assert_eq!(found.len(), 4);
+    assert!(found.windows(2).all(|w| w[0].range.end <= w[1].range.start));
+    assert_eq!(masker.mask_text(text, MaskSet::ALL), "a [EMAIL] b [PAYMENT_CARD] c [PHONE] d [AWS_ACCESS_KEY] e");
+}
+
+#[test]
+fn a_policy_can_add_masking_but_union_never_removes_it() {
+    let tool: MaskSet = "secrets".parse().unwrap();
+    let policy: MaskSet = "pii".parse().unwrap();
+    let effective = tool | policy;
+    assert!(effective.contains(tool) && effective.contains(policy));
+    assert_eq!(tool | MaskSet::NONE, tool);
+    let masker = Masker::default();
+    let text = "jane@example.com password=hunter2";
+    assert_eq!(masker.mask_text(text, effective), "[EMAIL] password=[SECRET_VALUE]");
+}
+
+#[test]
+fn the_grammar_names_are_exported_for_the_macro() {
+    for name in MASK_SET_NAMES {
+        assert!(name.parse::<MaskSet>().is_ok(), "{name}");
+        assert!(MaskSet::named(name).is_some(), "{name}");
+    }
+    assert!("secrets,pii".parse::<MaskSet>().is_ok());
+    assert!("secret".parse::<MaskSet>().is_err());
+}
+
+#[test]
+fn non_ascii_text_is_masked_on_character_boundaries() {
+    let masker = Masker::default();
+    let text = "Kundin: Jürgen Müller — jürgen@example.com oder jm@example.de, Tel.: ☎ +49 30 1234567 — ✓";
+    let masked = masker.mask_text(text, MaskSet::ALL);
+    assert_eq!(masked, "Kundin: Jürgen Müller — [EMAIL] oder [EMAIL], Tel.: ☎ [PHONE] — ✓");
+    assert_eq!(masker.mask_text("über@example.de", MaskSet::PII), "[EMAIL]");
+}
+
+fn fragment() -> impl Strategy<Value = String> {
+    let corpus = corpus();
+    let mut pieces: Vec<String> = corpus.positives.iter().map(|p| p.text.clone()).collect();
+    pieces.extend(corpus.negatives.iter().map(|(_, t)| t.clone()));
+    pieces.extend(
+        [
+            "@",
+            ".",
+            "-",
+            " ",
+            ":",
+            "=",
+            "+",
+            "(",
+            ")",
+            "\"",
+            "'",
+            "/",
+            "\n",
+            "[EMAIL]",
+            "****",
+            "sk-",
+            "AKIA",
+            "eyJ",
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "-----END RSA PRIVATE KEY-----",
+            "password=",
+            "phone ",
+            "SSN ",
+            "4111",
+            "1111",
+            "415",
+            "555",
+            "2671",
+            "é",
+            "☎",
+        ]
+        .map(String::from),
+    );
+    prop::sample::select(pieces)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_text_never_panics_and_masking_is_idempotent(text in any::<String>()) {
+        for (_, strategy) in strategies() {
+            let masker = Masker::new(MaskConfig::new(strategy));
+            let once = masker.mask_text(&text, MaskSet::ALL).into_owned();
+            let twice = masker.mask_text(&once, MaskSet::ALL);
+            prop_assert_eq!(twice.as_ref(), once.as_str());
+        }
+    }
+
+    #[test]
+    fn mixed_corpus_fragments_are_masked_idempotently(
+        pieces in prop::collection::vec(fragment(), 1..12),
+        set in prop::sample::select(vec![MaskSet::ALL, MaskSet::SECRETS, MaskSet::PII, MaskSet::SECRETS | MaskSet::PII]),
+    ) {
+        let text = pieces.concat();
+        for (name, strategy) in strategies() {
+            let masker = Masker::new(MaskConfig::new(strategy));
+            let (once, report) = masker.mask_text_with_report(&text, set);
+            let found = masker.detect(&text, set);
+            prop_assert!(report.total() as usize >= found.len());
+            prop_assert_eq!(report.is_empty(), found.is_empty());
+            prop_assert!(found.windows(2).all(|w| w[0].range.end <= w[1].range.start));
+            let twice = masker.mask_text(&once, set);
+            prop_assert_eq!(twice.as_ref(), once.as_ref(), "strategy {}", name);
+        }
+    }
+
+    #[test]
+    fn json_values_keep_their_shape(pieces in prop::collection::vec(fragment(), 1..8), n in any::<u64>()) {
+        let masker = Masker::default();
+        let original = json!({"a": pieces.clone(), "b": {"c": pieces.concat(), "n": n}, "phone": pieces[0].clone()});
+        let mut value = original.clone();
+        let before = shape(&value);
+        let report: MaskReport = masker.mask_value(&mut value, MaskSet::ALL);
+        prop_assert_eq!(shape(&value), before);
+        prop_assert_eq!(report.is_empty(), value == original);
+        let again = masker.mask_value(&mut value, MaskSet::ALL);
+        prop_assert!(again.is_empty(), "masked twice: {:?}", again);
+    }
+}
+
+/// The value's structure: objects with their keys, array lengths; every scalar a masked one may become.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+        _ => Value::Null,
+    }
+}
