@@ -207,6 +207,10 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         }
         None => quote!(::core::option::Option::None),
     };
+    let mask = match &attrs.mask {
+        Some((text, _)) => quote!(::core::option::Option::Some(#text)),
+        None => quote!(::core::option::Option::None),
+    };
     let ghost = match attrs.ghost.map(|(g, _)| g).unwrap_or(Ghost::Strip) {
         Ghost::Strip => quote!(#krate::GhostPolicy::Strip),
         Ghost::Block => quote!(#krate::GhostPolicy::Block),
@@ -300,6 +304,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                 rate: #rate,
                 ghost: #ghost,
                 effect: #effect,
+                mask: #mask,
             };
 
             impl #krate::Tool for #tool_ident {

@@ -18,11 +18,12 @@ use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError};
 use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
+use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
-use crate::tool::{Arguments, Tool, ToolOutput};
+use crate::tool::{Arguments, DEFAULT_TOOL_MASK, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
@@ -34,6 +35,7 @@ pub struct Dispatcher {
     effects: Option<Arc<dyn EffectStore>>,
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
+    masker: Arc<Masker>,
 }
 
 /// One registered tool with everything the policy decided about it, computed once at build time.
@@ -46,6 +48,8 @@ struct Entry {
     /// the policy glob) with its rate.
     buckets: Vec<BucketId>,
     bucket_rules: Vec<(String, Rate)>,
+    /// The author's masking plus the policy's.
+    mask: MaskSet,
 }
 
 /// A dispatcher that could not be built.
@@ -58,6 +62,14 @@ pub enum BuildError {
     /// A tool declares `effect = "..."` and the dispatcher has no effect store.
     #[error("tool `{0}` declares an effect but the dispatcher has no effect store; call `.effects(...)`")]
     NoEffectStore(String),
+    /// A hand-written tool's `mask` does not parse (generated tools are checked at compile time).
+    #[error("tool `{tool}` has an invalid mask: {message}")]
+    InvalidMask {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// Builds a [`Dispatcher`].
@@ -69,6 +81,7 @@ pub struct DispatcherBuilder {
     effects: Option<Arc<dyn EffectStore>>,
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
+    masker: Option<Arc<Masker>>,
 }
 
 /// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
@@ -85,6 +98,7 @@ impl Dispatcher {
             effects: None,
             effect_lease: DEFAULT_EFFECT_LEASE,
             audit: None,
+            masker: None,
         }
     }
 }
@@ -148,6 +162,12 @@ impl DispatcherBuilder {
         self
     }
 
+    /// How results are masked (strategies per kind). Default: [`Masker::default`], type tags such as `[EMAIL]`.
+    pub fn masker(mut self, masker: Masker) -> Self {
+        self.masker = Some(Arc::new(masker));
+        self
+    }
+
     /// The dispatcher, with each tool's policy decision and schema computed once.
     pub fn build(self) -> Result<Dispatcher, BuildError> {
         let mut limiter = RateLimiter::default();
@@ -162,6 +182,13 @@ impl DispatcherBuilder {
                 return Err(BuildError::NoEffectStore(spec.name.to_owned()));
             }
             let decision = self.policy.for_tool(spec.name);
+            let authored = match spec.mask {
+                Some(text) => text
+                    .parse::<MaskSet>()
+                    .map_err(|err| BuildError::InvalidMask { tool: spec.name.to_owned(), message: err.to_string() })?,
+                None => DEFAULT_TOOL_MASK,
+            };
+            let mask = authored | decision.mask;
             let mut escalations = Vec::new();
             if let Some(reason) = spec.escalate {
                 escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
@@ -178,7 +205,7 @@ impl DispatcherBuilder {
             order.push(spec.name);
             tools.insert(
                 spec.name,
-                Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules },
+                Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules, mask },
             );
         }
         Ok(Dispatcher {
@@ -190,6 +217,7 @@ impl DispatcherBuilder {
             effects: self.effects,
             effect_lease: self.effect_lease,
             audit: self.audit,
+            masker: self.masker.unwrap_or_default(),
         })
     }
 }
@@ -424,8 +452,10 @@ impl Dispatcher {
         };
         let audited = self.audit.is_some();
         Ok(match output {
-            ToolOutput::Content(value) => {
+            ToolOutput::Content(mut value) => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                // 9. Mask, leaf by leaf, before the model (or the audit log) sees it.
+                self.mask(&mut value, entry.mask);
                 if let Some(guard) = &mut effect {
                     guard.settle(Settle::Commit);
                 }
@@ -448,17 +478,29 @@ impl Dispatcher {
             }
             ToolOutput::Failed(error) => {
                 let not_executed = error.is_not_executed();
+                // Error text can carry secrets too (a connection string in a driver's message).
+                let text = self.masker.mask_text(error.message(), entry.mask).into_owned();
                 tracing::info!(target: "agent_airlock", outcome = "failed", not_executed, "tool returned an error");
                 if let Some(guard) = &mut effect {
                     guard.settle(if not_executed { Settle::Fail } else { Settle::Ambiguous });
                 }
                 trail.outcome = Some(AuditOutcome::Failed { not_executed });
                 if audited {
-                    trail.result = Some(Value::String(error.message().to_owned()));
+                    trail.result = Some(Value::String(text.clone()));
                 }
-                Outcome::Message(message(id, name, Status::Error, error.message().to_owned(), stripped))
+                Outcome::Message(message(id, name, Status::Error, text, stripped))
             }
         })
+    }
+
+    fn mask(&self, value: &mut Value, set: MaskSet) {
+        if set.is_empty() {
+            return;
+        }
+        let report = self.masker.mask_value(value, set);
+        if !report.is_empty() {
+            tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
+        }
     }
 
     fn effect_refusal(&self, name: &str, err: EffectError) -> Refused {

@@ -80,8 +80,8 @@ pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
-    Arguments, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError, ToolOutput,
-    ToolSpec,
+    Arguments, DEFAULT_TOOL_MASK, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError,
+    ToolOutput, ToolSpec,
 };
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.

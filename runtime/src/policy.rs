@@ -3,6 +3,7 @@
 
 use globset::{Glob, GlobMatcher};
 
+use crate::mask::MaskSet;
 use crate::rate::{Rate, RateScope};
 
 /// A deployment policy over registered tool names.
@@ -12,6 +13,7 @@ pub struct Policy {
     allow: Vec<Rule<()>>,
     escalate: Vec<Rule<String>>,
     rate_limits: Vec<Rule<(Rate, RateScope)>>,
+    masks: Vec<Rule<MaskSet>>,
 }
 
 #[derive(Debug, Clone)]
@@ -30,6 +32,8 @@ pub struct ToolPolicy {
     pub escalations: Vec<(String, String)>,
     /// `(glob, rate, scope)` for each rate-limit rule that matched.
     pub rate_limits: Vec<(String, Rate, RateScope)>,
+    /// The masking every matching rule adds (the union).
+    pub mask: MaskSet,
 }
 
 /// A policy that could not be built.
@@ -51,6 +55,16 @@ pub enum PolicyError {
         pattern: String,
         /// The rate as given.
         rate: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A mask list did not parse.
+    #[error("invalid mask `{mask}` for `{pattern}`: {message}")]
+    Mask {
+        /// The glob the mask was for.
+        pattern: String,
+        /// The mask as given.
+        mask: String,
         /// What is wrong with it.
         message: String,
     },
@@ -93,6 +107,7 @@ impl Policy {
                 .filter(|r| r.matcher.is_match(name))
                 .map(|r| (r.pattern.clone(), r.value.0, r.value.1))
                 .collect(),
+            mask: self.masks.iter().filter(|r| r.matcher.is_match(name)).fold(MaskSet::NONE, |set, r| set | r.value),
         }
     }
 }
@@ -163,6 +178,24 @@ impl PolicyBuilder {
             Err(err) => self.errors.push(PolicyError::Rate {
                 pattern: glob.to_owned(),
                 rate: rate.to_owned(),
+                message: err.to_string(),
+            }),
+        }
+        self
+    }
+
+    /// Masks the results of tools matching `glob` with `masks` (`"pii"`, `"secrets,email"`), in addition to
+    /// what each tool's author chose. A policy can add masking, never remove it.
+    pub fn mask(mut self, glob: &str, masks: &str) -> Self {
+        match masks.parse::<MaskSet>() {
+            Ok(set) => {
+                if let Some(rule) = self.rule(glob, set) {
+                    self.policy.masks.push(rule);
+                }
+            }
+            Err(err) => self.errors.push(PolicyError::Mask {
+                pattern: glob.to_owned(),
+                mask: masks.to_owned(),
                 message: err.to_string(),
             }),
         }

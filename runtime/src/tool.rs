@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::args::ArgumentErrors;
 use crate::context::Invocation;
+use crate::mask::MaskSet;
 use crate::message::HostCommand;
 use crate::rate::Rate;
 
@@ -44,7 +45,13 @@ pub struct ToolSpec {
     pub ghost: GhostPolicy,
     /// The idempotency key template of a tool with a side effect (`effect = "refund:{payment_id}"`).
     pub effect: Option<EffectTemplate>,
+    /// Which result masking the author chose (`mask = "secrets,pii"`, checked at compile time); `None` means
+    /// the default, [`DEFAULT_TOOL_MASK`].
+    pub mask: Option<&'static str>,
 }
+
+/// The masking a tool gets when its attribute says nothing: secrets (keys, tokens, passwords).
+pub const DEFAULT_TOOL_MASK: MaskSet = MaskSet::SECRETS;
 
 /// An idempotency key template, checked at compile time: every placeholder names a model-visible parameter.
 #[derive(Debug, Clone, Copy)]
