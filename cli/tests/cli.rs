@@ -1,0 +1,189 @@
+//! The `airlock` binary against a real database file: list, show, approve, deny, spent grants, effect
+//! records, audit verification. Keys come from a file or the environment, never the command line.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
+use agent_airlock::effect::{EffectStore, RedbEffectStore};
+use agent_airlock::ledger::RedbLedger;
+use agent_airlock::{AdmitError, ApprovalKey, BindingInput, Clock, InterruptApprovals, KeyRing, SystemClock};
+use serde_json::{Map, Value, json};
+
+const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+fn airlock(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(output: &Output) -> Value {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn approvals(db: &Path) -> InterruptApprovals {
+    let ledger = Arc::new(RedbLedger::open(db).unwrap());
+    let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
+    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), Duration::from_secs(600))
+}
+
+fn arguments(amount: u64) -> Map<String, Value> {
+    json!({"payment_id": "pi_1", "amount": amount}).as_object().unwrap().clone()
+}
+
+/// Records a pending request for a refund of `amount` (as the dispatcher's first pass would), then closes
+/// the file so the CLI can open it.
+fn pending_request(db: &Path, amount: u64) -> String {
+    let approvals = approvals(db);
+    let checkpoint = [(String::new(), "c1".to_owned())].into();
+    let args = arguments(amount);
+    let call = BindingInput {
+        thread_id: "t1",
+        checkpoint_ns: "",
+        checkpoint: &checkpoint,
+        tool_call_id: &format!("call_{amount}"),
+        tool: "refund",
+        arguments: &args,
+    };
+    approvals.request_blocking(&call, "attribute", "moves money").unwrap().request_id().to_owned()
+}
+
+fn admit(db: &Path, amount: u64, resume: &Value) -> Result<(), AdmitError> {
+    let checkpoint = [(String::new(), "c1".to_owned())].into();
+    let args = arguments(amount);
+    let call = BindingInput {
+        thread_id: "t1",
+        checkpoint_ns: "",
+        checkpoint: &checkpoint,
+        tool_call_id: &format!("call_{amount}"),
+        tool: "refund",
+        arguments: &args,
+    };
+    approvals(db).admit_blocking(&call, resume).map(|_| ())
+}
+
+#[test]
+fn list_show_approve_and_deny_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let first = pending_request(&db, 500);
+    let second = pending_request(&db, 900);
+
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed[0]["status"], "pending");
+    assert_eq!(listed[0]["tool"], "refund");
+    let text = String::from_utf8(airlock(&db, &["requests", "show", &first]).stdout).unwrap();
+    assert!(text.contains("moves money") && text.contains("\"amount\": 500"), "{text}");
+
+    // Approve with the key from the environment; the resume value admits the call once.
+    let resume = stdout_json(&airlock(&db, &["approve", &first, "--approver", "alice", "--json"]));
+    assert!(resume["airlock_grant"]["token"].is_string());
+    admit(&db, 500, &resume).unwrap();
+    assert!(matches!(admit(&db, 500, &resume), Err(AdmitError::AlreadySpent { .. })));
+
+    // Deny with the key from a file; the human's no reaches the call.
+    let key_file = dir.path().join("approval.key");
+    std::fs::write(&key_file, SECRET).unwrap();
+    let key_arg = key_file.to_str().unwrap();
+    let no = stdout_json(&airlock(
+        &db,
+        &["deny", &second, "--by", "bob", "--reason", "wrong customer", "--key-file", key_arg, "--json"],
+    ));
+    assert!(matches!(admit(&db, 900, &no), Err(AdmitError::Denied { .. })));
+
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    let statuses: Vec<&str> = listed.as_array().unwrap().iter().map(|e| e["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["spent", "denied"]);
+    let spent = stdout_json(&airlock(&db, &["spent", "--json"]));
+    assert_eq!(spent[0]["approver"], "alice");
+    assert_eq!(spent[0]["request_id"], first.as_str());
+}
+
+#[test]
+fn a_wrong_or_missing_key_approves_nothing_and_never_prints_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = pending_request(&db, 500);
+    let wrong = dir.path().join("wrong.key");
+    std::fs::write(&wrong, "ff".repeat(32)).unwrap();
+    let output = airlock(&db, &["approve", &id, "--approver", "mallory", "--key-file", wrong.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("seal"), "{stderr}");
+    assert!(!stderr.contains(SECRET) && !stderr.contains(&"ff".repeat(32)));
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["approve", &id, "--approver", "x"])
+        .env_remove("AIRLOCK_APPROVAL_KEY")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("AIRLOCK_APPROVAL_KEY"));
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    assert_eq!(listed[0]["status"], "pending");
+    let output = airlock(&db, &["requests", "show", "no-such-request"]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no approval request `no-such-request`"));
+}
+
+#[test]
+fn effects_are_listed_and_ambiguous_ones_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::open(&db).unwrap();
+        let now = SystemClock.now();
+        let done = store.reserve("refund:pi_1", Duration::from_secs(60), now).unwrap();
+        store.commit(&done, now).unwrap();
+        let unknown = store.reserve("refund:pi_2", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let ambiguous = stdout_json(&airlock(&db, &["effects", "list", "--ambiguous", "--json"]));
+    assert_eq!(ambiguous.as_array().unwrap().len(), 1);
+    assert_eq!(ambiguous[0]["key"], "refund:pi_2");
+    let resolved = stdout_json(&airlock(&db, &["effects", "resolve", "refund:pi_2", "--outcome", "failed", "--json"]));
+    assert_eq!(resolved["status"], "failed");
+    let all = stdout_json(&airlock(&db, &["effects", "list", "--json"]));
+    let statuses: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["committed", "failed"]);
+    let output = airlock(&db, &["effects", "resolve", "refund:pi_1", "--outcome", "failed"]);
+    assert!(!output.status.success(), "a committed effect is not ambiguous");
+}
+
+#[test]
+fn the_audit_log_verifies_against_an_exported_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let key_file = dir.path().join("audit.key");
+    std::fs::write(&key_file, "ab".repeat(32)).unwrap();
+    {
+        let key = AuditKey::new("audit-1", [0xab; 32]).unwrap();
+        let log = AuditLog::open(&db, AuditConfig { key: Some(key), ..AuditConfig::default() }).unwrap();
+        for i in 0..3 {
+            let id = format!("c{i}");
+            log.append(AuditEvent::new("refund", &id, AuditOutcome::Executed)).unwrap();
+        }
+    }
+    let key = key_file.to_str().unwrap();
+    let anchor = dir.path().join("head.json");
+    let exported = airlock(&db, &["audit", "export-head", "--to", anchor.to_str().unwrap(), "--audit-key-file", key]);
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let report = stdout_json(&airlock(
+        &db,
+        &["audit", "verify", "--anchor", anchor.to_str().unwrap(), "--audit-key-file", key, "--json"],
+    ));
+    assert_eq!(report["records"], 3);
+    assert_eq!(report["head_signed"], true);
+    // Without the key, a keyed log cannot be checked: a clear error, not a pass.
+    let output = airlock(&db, &["audit", "verify"]);
+    assert!(!output.status.success());
+}
