@@ -246,3 +246,27 @@ fn every_outcome_is_audited_and_the_log_verifies() {
     assert_eq!(report.records, 9);
     assert!(records.iter().any(|r| r.outcome == AuditOutcome::Approved));
 }
+
+#[test]
+fn a_resumed_task_that_re_runs_an_earlier_call_does_not_repeat_its_effect() {
+    // One task, two calls: the charge runs, the refund needs approval. On resume the host re-runs the whole
+    // task, so the charge is dispatched again: its effect key makes that a duplicate, not a second charge.
+    let host = Host::new();
+    let context = host.context();
+    let task = |context: &CallContext| {
+        let charge = ToolCall::new("c1", "charge", json!({"order_id": "o-1", "amount": 1200}));
+        let refund = ToolCall::new("c2", "refund", json!({"order_id": "o-0"}));
+        (block_on(host.dispatcher.dispatch(charge, context)), block_on(host.dispatcher.dispatch(refund, context)))
+    };
+    let (charged, interrupted) = task(&context);
+    assert_eq!(charged.expect_message().status, Status::Success);
+    let interrupt = match interrupted {
+        Outcome::Interrupt { value, .. } => value,
+        other => panic!("{other:?}"),
+    };
+    let resume = block_on(host.approvals.approve(&interrupt, "alice")).unwrap().into_value();
+    let (charged_again, refunded) = task(&context.clone().with_resume(resume));
+    assert_eq!(kind(&charged_again.expect_message()), Some(RefusalKind::Duplicate));
+    assert_eq!(refunded.expect_message().content, "refunded o-0");
+    assert_eq!(host.charges(), 1);
+}
