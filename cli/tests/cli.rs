@@ -39,35 +39,32 @@ fn arguments(amount: u64) -> Map<String, Value> {
     json!({"payment_id": "pi_1", "amount": amount}).as_object().unwrap().clone()
 }
 
+/// Runs `f` with the refund call of `amount` as the dispatcher would bind it.
+fn with_call<R>(amount: u64, f: impl FnOnce(&BindingInput<'_>) -> R) -> R {
+    let checkpoint = [(String::new(), "c1".to_owned())].into();
+    let args = arguments(amount);
+    let call = BindingInput {
+        thread_id: "t1",
+        checkpoint_ns: "",
+        checkpoint: &checkpoint,
+        tool_call_id: &format!("call_{amount}"),
+        tool: "refund",
+        arguments: &args,
+    };
+    f(&call)
+}
+
 /// Records a pending request for a refund of `amount` (as the dispatcher's first pass would), then closes
 /// the file so the CLI can open it.
 fn pending_request(db: &Path, amount: u64) -> String {
     let approvals = approvals(db);
-    let checkpoint = [(String::new(), "c1".to_owned())].into();
-    let args = arguments(amount);
-    let call = BindingInput {
-        thread_id: "t1",
-        checkpoint_ns: "",
-        checkpoint: &checkpoint,
-        tool_call_id: &format!("call_{amount}"),
-        tool: "refund",
-        arguments: &args,
-    };
-    approvals.request_blocking(&call, "attribute", "moves money").unwrap().request_id().to_owned()
+    with_call(amount, |call| {
+        approvals.request_blocking(call, "attribute", "moves money").unwrap().request_id().to_owned()
+    })
 }
 
 fn admit(db: &Path, amount: u64, resume: &Value) -> Result<(), AdmitError> {
-    let checkpoint = [(String::new(), "c1".to_owned())].into();
-    let args = arguments(amount);
-    let call = BindingInput {
-        thread_id: "t1",
-        checkpoint_ns: "",
-        checkpoint: &checkpoint,
-        tool_call_id: &format!("call_{amount}"),
-        tool: "refund",
-        arguments: &args,
-    };
-    approvals(db).admit_blocking(&call, resume).map(|_| ())
+    with_call(amount, |call| approvals(db).admit_blocking(call, resume).map(|_| ()))
 }
 
 #[test]
