@@ -386,6 +386,7 @@ impl Dispatcher {
 
         // 5. Escalation: a human's yes, now (approver) or across an interrupt (resume value).
         if !entry.escalations.is_empty() {
+            trail.rule = Some(entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", "));
             match self.escalate(entry, id, name, &admitted.arguments, context).await {
                 Ok(Escalated::Admitted { detail }) => {
                     trail.detail = Some(detail);
