@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
@@ -205,23 +206,46 @@ impl Dispatcher {
     /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an
     /// error message.
     pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
+        self.dispatch_with_approver(call, context, self.approver.as_deref())
+            .await
+    }
+
+    /// Like [`dispatch`](Self::dispatch), but an escalated call is reviewed by `approver` instead of the
+    /// dispatcher's own; `None` means no human can be asked for this call, so an escalated call is refused.
+    ///
+    /// For hosts whose human is reachable only through the request being served: an MCP server asks its
+    /// client through elicitation on the current request's connection, so its approver exists per request.
+    pub async fn dispatch_with_approver(
+        &self,
+        call: ToolCall,
+        context: &CallContext,
+        approver: Option<&dyn Approver>,
+    ) -> Outcome {
         let ToolCall {
             id,
             name,
             arguments,
         } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
-        let _enter = span.enter();
-        match self.run_gates(&id, &name, arguments, context).await {
+        // `instrument`, not `enter`: an entered span held across `.await` would make this future `!Send`
+        // (hosts such as MCP servers and rig agents run it on multi-threaded runtimes) and leak the span
+        // into whatever else the thread polls meanwhile.
+        match self
+            .run_gates(&id, &name, arguments, context, approver)
+            .instrument(span.clone())
+            .await
+        {
             Ok(outcome) => outcome,
             Err((refused, stripped)) => {
-                tracing::info!(
-                    target: "agent_airlock",
-                    outcome = "refused",
-                    kind = ?refused.kind,
-                    rule = refused.rule.as_deref().unwrap_or(""),
-                    "tool call refused"
-                );
+                span.in_scope(|| {
+                    tracing::info!(
+                        target: "agent_airlock",
+                        outcome = "refused",
+                        kind = ?refused.kind,
+                        rule = refused.rule.as_deref().unwrap_or(""),
+                        "tool call refused"
+                    )
+                });
                 Outcome::Message(ToolMessage {
                     tool_call_id: id,
                     name,
@@ -245,6 +269,7 @@ impl Dispatcher {
         name: &str,
         arguments: Value,
         context: &CallContext,
+        approver: Option<&dyn Approver>,
     ) -> Result<Outcome, (Refused, Vec<String>)> {
         let refuse = |refused: Refused| (refused, Vec::new());
 
@@ -318,7 +343,7 @@ impl Dispatcher {
                 .map(|e| e.rule.as_str())
                 .collect::<Vec<_>>()
                 .join(", ");
-            let Some(approver) = &self.approver else {
+            let Some(approver) = approver else {
                 return Err(with_stripped(
                     Refused::new(
                         RefusalKind::ApprovalUnavailable,

@@ -47,6 +47,8 @@ mod args;
 mod clock;
 mod context;
 mod dispatch;
+#[cfg(any(feature = "mcp", feature = "rig"))]
+pub mod integrations;
 mod message;
 mod policy;
 mod rate;
