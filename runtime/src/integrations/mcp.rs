@@ -8,7 +8,7 @@
 //!   hide from the model). Every result carries `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool
 //!   call id, the stripped ghost arguments, and for refusals the refusal (kind, rule, retry) and hints;
 //! - an escalated call asks the client's human through MCP form elicitation, on the connection of the
-//!   request being served. A client that did not declare elicitation gets a refusal ("needs a human's
+//!   request being served (or the dispatcher's own approver, with [`McpApprovals::Dispatcher`]). A client that did not declare elicitation gets a refusal ("needs a human's
 //!   approval and none can be asked here"), never a silent run. An answer approves only the call it was
 //!   asked for: nothing is remembered, so the same request id or the same arguments ask again.
 //!
@@ -68,6 +68,19 @@ pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Arguments longer than this are cut in the approval message (the full arguments are in its `_meta`).
 const MAX_ARGUMENTS_SHOWN: usize = 4000;
 
+/// Who decides an escalated call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum McpApprovals {
+    /// The human behind the MCP client, asked through form elicitation on the request's connection. A client
+    /// that did not declare elicitation gets a refusal.
+    #[default]
+    Elicitation,
+    /// The dispatcher's own [`Approver`] (an operator's channel outside MCP, when the client's user must not
+    /// approve their own calls). Without one, escalated calls are refused.
+    Dispatcher,
+}
+
 /// An MCP server whose tools are a [`Dispatcher`]'s, every call guarded by its gates.
 ///
 /// One value serves one connection: its [`connection_id`](Self::connection_id) is the thread of every call.
@@ -82,6 +95,7 @@ pub struct GuardedMcpServer {
     context: CallContext,
     connection_id: Arc<str>,
     config: ServerConfig,
+    approvals: McpApprovals,
     approval_timeout: Duration,
 }
 
@@ -107,6 +121,7 @@ impl GuardedMcpServer {
             context: CallContext::new().with_thread(&*connection_id),
             connection_id,
             config,
+            approvals: McpApprovals::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
         }
     }
@@ -132,6 +147,12 @@ impl GuardedMcpServer {
         self
     }
 
+    /// Who decides escalated calls ([`McpApprovals::Elicitation`] unless set).
+    pub fn with_approvals(mut self, approvals: McpApprovals) -> Self {
+        self.approvals = approvals;
+        self
+    }
+
     /// How long an approval elicitation waits before the call is refused ([`DEFAULT_APPROVAL_TIMEOUT`]).
     pub fn with_approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
@@ -153,6 +174,7 @@ impl GuardedMcpServer {
             context: self.host_context.clone().with_thread(&*connection_id),
             connection_id,
             config: self.config.clone(),
+            approvals: self.approvals,
             approval_timeout: self.approval_timeout,
         }
     }
@@ -188,6 +210,7 @@ impl std::fmt::Debug for GuardedMcpServer {
         f.debug_struct("GuardedMcpServer")
             .field("connection_id", &self.connection_id)
             .field("tools", &self.tools.len())
+            .field("approvals", &self.approvals)
             .field("approval_timeout", &self.approval_timeout)
             .finish_non_exhaustive()
     }
@@ -230,15 +253,19 @@ impl ServerHandler for GuardedMcpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(request_id_text(&context.id), request.name, arguments);
-        let approver = self.approver_for(&context);
-        let outcome = self
-            .dispatcher
-            .dispatch_with_approver(
-                call,
-                &self.context,
-                approver.as_ref().map(|a| a as &dyn Approver),
-            )
-            .await;
+        let outcome = match self.approvals {
+            McpApprovals::Elicitation => {
+                let approver = self.approver_for(&context);
+                self.dispatcher
+                    .dispatch_with_approver(
+                        call,
+                        &self.context,
+                        approver.as_ref().map(|a| a as &dyn Approver),
+                    )
+                    .await
+            }
+            McpApprovals::Dispatcher => self.dispatcher.dispatch(call, &self.context).await,
+        };
         Ok(tool_result(outcome).into())
     }
 }
