@@ -268,10 +268,32 @@ impl Dispatcher {
     /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an
     /// error message.
     pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
+        self.dispatch_escalating_to(call, context, Reviewer::Configured).await
+    }
+
+    /// Like [`dispatch`](Self::dispatch), but an escalated call is reviewed by `approver` instead of what the
+    /// dispatcher was built with; `None` means no human can be asked for this call, so it is refused.
+    ///
+    /// For hosts whose human is reachable only through the request being served: an MCP server asks its
+    /// client through elicitation on the current request's connection, so its approver exists per request.
+    pub async fn dispatch_with_approver(
+        &self,
+        call: ToolCall,
+        context: &CallContext,
+        approver: Option<&dyn Approver>,
+    ) -> Outcome {
+        let reviewer = match approver {
+            Some(approver) => Reviewer::Given(approver),
+            None => Reviewer::Nobody,
+        };
+        self.dispatch_escalating_to(call, context, reviewer).await
+    }
+
+    async fn dispatch_escalating_to(&self, call: ToolCall, context: &CallContext, reviewer: Reviewer<'_>) -> Outcome {
         let ToolCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
         let mut trail = Trail::default();
-        let gates = self.run_gates(&id, &name, arguments, context, &mut trail);
+        let gates = self.run_gates(&id, &name, arguments, context, reviewer, &mut trail);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
         let outcome = match gates.instrument(span.clone()).await {
             Ok(outcome) => outcome,
@@ -328,6 +350,7 @@ impl Dispatcher {
         name: &str,
         arguments: Value,
         context: &CallContext,
+        reviewer: Reviewer<'_>,
         trail: &mut Trail,
     ) -> Result<Outcome, (Refused, Vec<String>)> {
         let refuse = |refused: Refused| (refused, Vec::new());
@@ -387,7 +410,7 @@ impl Dispatcher {
         // 5. Escalation: a human's yes, now (approver) or across an interrupt (resume value).
         if !entry.escalations.is_empty() {
             trail.rule = Some(entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", "));
-            match self.escalate(entry, id, name, &admitted.arguments, context).await {
+            match self.escalate(entry, id, name, &admitted.arguments, context, reviewer).await {
                 Ok(Escalated::Admitted { detail }) => {
                     trail.detail = Some(detail);
                     self.record(name, id, context, AuditOutcome::Approved, trail);
@@ -620,40 +643,23 @@ impl Dispatcher {
         name: &str,
         arguments: &Arguments,
         context: &CallContext,
+        reviewer: Reviewer<'_>,
     ) -> Result<Escalated, Refused> {
         let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
-        let denied = |reason: Option<&str>| {
-            let text = match reason {
-                Some(reason) => format!("a human declined this call to `{name}`: {reason}"),
-                None => format!("a human declined this call to `{name}`"),
-            };
-            Refused::new(RefusalKind::HumanDenied, text)
-                .rule(rules.clone())
-                .hint("do not retry the same call; ask the user how to proceed")
+        let denied = |reason: Option<&str>| human_denied(name, &rules, reason);
+        let escalation = match reviewer {
+            Reviewer::Configured => &self.escalation,
+            Reviewer::Given(approver) => return self.ask(approver, entry, id, name, arguments, context, &rules).await,
+            Reviewer::Nobody => &Escalation::Refuse,
         };
-        match &self.escalation {
+        match escalation {
             Escalation::Refuse => Err(Refused::new(
                 RefusalKind::ApprovalUnavailable,
                 format!("tool `{name}` needs a human's approval and none can be asked here"),
             )
             .rule(rules.clone())
             .hint("do not retry; tell the user this action needs their approval")),
-            Escalation::Approver(approver) => {
-                let request = ApprovalRequest {
-                    tool: name.to_owned(),
-                    tool_call_id: id.to_owned(),
-                    thread_id: context.thread_id().map(str::to_owned),
-                    reasons: entry.escalations.clone(),
-                    arguments: Value::Object(arguments.clone()),
-                };
-                match approver.review(request).await {
-                    Decision::Approve => {
-                        tracing::info!(target: "agent_airlock", rules = %rules, "human approved");
-                        Ok(Escalated::Admitted { detail: "approver callback".to_owned() })
-                    }
-                    Decision::Deny { reason } => Err(denied(reason.as_deref())),
-                }
-            }
+            Escalation::Approver(approver) => self.ask(&**approver, entry, id, name, arguments, context, &rules).await,
             Escalation::Interrupt(approvals) => {
                 // The binding is derived from the call now being made, never from the resume value.
                 let call = BindingInput {
@@ -707,6 +713,57 @@ impl Dispatcher {
             }
         }
     }
+}
+
+impl Dispatcher {
+    /// Asks an approver callback about one call.
+    #[allow(clippy::too_many_arguments)]
+    async fn ask(
+        &self,
+        approver: &dyn Approver,
+        entry: &Entry,
+        id: &str,
+        name: &str,
+        arguments: &Arguments,
+        context: &CallContext,
+        rules: &str,
+    ) -> Result<Escalated, Refused> {
+        let request = ApprovalRequest {
+            tool: name.to_owned(),
+            tool_call_id: id.to_owned(),
+            thread_id: context.thread_id().map(str::to_owned),
+            reasons: entry.escalations.clone(),
+            arguments: Value::Object(arguments.clone()),
+        };
+        match approver.review(request).await {
+            Decision::Approve => {
+                tracing::info!(target: "agent_airlock", rules = %rules, "human approved");
+                Ok(Escalated::Admitted { detail: "approver callback".to_owned() })
+            }
+            Decision::Deny { reason } => Err(human_denied(name, rules, reason.as_deref())),
+        }
+    }
+}
+
+fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Refused {
+    let text = match reason {
+        Some(reason) => format!("a human declined this call to `{name}`: {reason}"),
+        None => format!("a human declined this call to `{name}`"),
+    };
+    Refused::new(RefusalKind::HumanDenied, text)
+        .rule(rules)
+        .hint("do not retry the same call; ask the user how to proceed")
+}
+
+/// Who reviews an escalated call in this dispatch.
+#[derive(Clone, Copy)]
+enum Reviewer<'a> {
+    /// What the dispatcher was built with.
+    Configured,
+    /// A per-call approver (e.g. the MCP client's human, through elicitation).
+    Given(&'a dyn Approver),
+    /// No one can be asked: escalated calls are refused.
+    Nobody,
 }
 
 /// What the escalation gate decided when it did not refuse.

@@ -51,6 +51,8 @@ mod context;
 mod dialect;
 mod dispatch;
 pub mod effect;
+#[cfg(any(feature = "mcp", feature = "rig"))]
+pub mod integrations;
 mod interrupt;
 pub mod ledger;
 mod mask;

@@ -1,0 +1,80 @@
+//! A guarded MCP server over stdio. Its tools: `list_files` (allowed), `echo` (allowed; it returns the
+//! arguments it received, so stripped ghost arguments can be seen missing), `delete_file` (escalated: the
+//! client's human is asked through MCP elicitation) and `admin_shell` (denied by the policy, so not listed).
+//!
+//! Run: `cargo run -p agent-airlock-examples --bin mcp_server` and connect an MCP client to its stdin and
+//! stdout (nothing else is written to stdout).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use agent_airlock::integrations::mcp::GuardedMcpServer;
+use agent_airlock::{CallContext, Dispatcher, Policy, State, ToolError, airlock_tool, tool};
+use serde_json::{Value, json};
+
+/// The files of a toy workspace.
+struct Workspace {
+    files: Mutex<BTreeMap<String, String>>,
+}
+
+/// List the files in the workspace.
+#[airlock_tool]
+fn list_files(#[inject] ws: State<Workspace>) -> Result<Vec<String>, ToolError> {
+    let files = ws.files.lock().map_err(|_| ToolError::new("workspace unavailable"))?;
+    Ok(files.keys().cloned().collect())
+}
+
+/// Echo the arguments back, as the tool received them.
+#[airlock_tool]
+fn echo(
+    /// The text to echo.
+    text: String,
+    /// How many times to repeat it.
+    times: Option<u8>,
+) -> Value {
+    json!({"text": text, "times": times})
+}
+
+/// Delete a file in the workspace.
+#[airlock_tool(escalate = "deletes a file")]
+fn delete_file(
+    /// Path relative to the workspace root.
+    path: String,
+    #[inject] ws: State<Workspace>,
+) -> Result<String, ToolError> {
+    let mut files = ws.files.lock().map_err(|_| ToolError::new("workspace unavailable"))?;
+    match files.remove(&path) {
+        Some(_) => Ok(format!("deleted {path}")),
+        None => Err(ToolError::not_executed(format!("no file `{path}`"))),
+    }
+}
+
+/// Run a shell command on the host.
+#[airlock_tool(name = "admin_shell")]
+fn shell(
+    /// The command line.
+    command: String,
+) -> String {
+    format!("would run {command}")
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(list_files))
+        .tool(tool!(echo))
+        .tool(tool!(delete_file))
+        .tool(tool!(shell))
+        .policy(Policy::builder().deny("admin_*").build().expect("the policy is valid"))
+        .build()?;
+    let files =
+        ["notes.txt", "report.md", "todo.txt"].into_iter().map(|name| (name.to_owned(), String::new())).collect();
+    let context = CallContext::new().with_state(Workspace { files: Mutex::new(files) });
+    GuardedMcpServer::new(Arc::new(dispatcher))
+        .with_context(context)
+        .with_server_info("agent-airlock-example", env!("CARGO_PKG_VERSION"))
+        .with_instructions("Files in a toy workspace. Deleting one asks the user; admin tools are not available.")
+        .serve_stdio()
+        .await?;
+    Ok(())
+}

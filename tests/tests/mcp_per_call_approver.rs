@@ -1,0 +1,73 @@
+//! `Dispatcher::dispatch_with_approver`, the seam the MCP server uses to ask the human behind the request
+//! being served: the per-call approver replaces the dispatcher's own, and `None` refuses escalated calls.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_airlock::{
+    ApprovalRequest, Approver, CallContext, Decision, Dispatcher, RefusalKind, Status, ToolCall, airlock_tool, tool,
+};
+use agent_airlock_tests::block_on;
+use serde_json::json;
+
+/// Wipes a disk.
+#[airlock_tool(escalate = "destroys data")]
+fn wipe(
+    /// The disk.
+    disk: String,
+) -> String {
+    format!("wiped {disk}")
+}
+
+fn counting(answer: Decision, asked: Arc<AtomicUsize>) -> impl Approver {
+    move |_request: ApprovalRequest| {
+        asked.fetch_add(1, Ordering::SeqCst);
+        let answer = answer.clone();
+        async move { answer }
+    }
+}
+
+#[test]
+fn the_per_call_approver_replaces_the_dispatchers_own() {
+    let own = Arc::new(AtomicUsize::new(0));
+    let per_call = Arc::new(AtomicUsize::new(0));
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(wipe))
+        .approver(counting(Decision::Approve, Arc::clone(&own)))
+        .build()
+        .unwrap();
+    let context = CallContext::new();
+    let call = || ToolCall::new("1", "wipe", json!({"disk": "sda"}));
+
+    let refuser = counting(Decision::Deny { reason: None }, Arc::clone(&per_call));
+    let message = block_on(dispatcher.dispatch_with_approver(call(), &context, Some(&refuser))).expect_message();
+    assert_eq!(message.status, Status::Error);
+    assert_eq!(message.refusal.unwrap().kind, RefusalKind::HumanDenied);
+    assert_eq!((own.load(Ordering::SeqCst), per_call.load(Ordering::SeqCst)), (0, 1));
+
+    // No approver for this call: refused, even though the dispatcher has one that would say yes.
+    let message = block_on(dispatcher.dispatch_with_approver(call(), &context, None)).expect_message();
+    assert_eq!(message.refusal.unwrap().kind, RefusalKind::ApprovalUnavailable);
+    assert!(message.content.contains("needs a human's approval and none can be asked here"), "{}", message.content);
+    assert_eq!(own.load(Ordering::SeqCst), 0);
+
+    // `dispatch` still uses the dispatcher's own.
+    let message = block_on(dispatcher.dispatch(call(), &context)).expect_message();
+    assert_eq!(message.content, "wiped sda");
+    assert_eq!(own.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_dispatch_future_can_move_between_threads() {
+    fn assert_send<T: Send>(value: T) -> T {
+        value
+    }
+    let dispatcher = Dispatcher::builder().tool(tool!(wipe)).build().unwrap();
+    let context = CallContext::new();
+    let future = assert_send(dispatcher.dispatch_with_approver(
+        ToolCall::new("1", "wipe", json!({"disk": "sda"})),
+        &context,
+        None,
+    ));
+    assert_eq!(block_on(future).expect_message().refusal.unwrap().kind, RefusalKind::ApprovalUnavailable);
+}
