@@ -235,17 +235,8 @@ impl Strict<'_> {
             }
             converted.insert(name.clone(), property);
         }
-        // Required in declaration order first, then any the canonical schema left optional.
-        let mut all: Vec<Value> = required
-            .iter()
-            .filter(|name| converted.contains_key(**name))
-            .map(|name| Value::String((*name).to_owned()))
-            .collect();
-        for name in converted.keys() {
-            if !required.contains(&name.as_str()) {
-                all.push(Value::String(name.clone()));
-            }
-        }
+        // Every property, in the order the properties are listed (the parameters' declaration order).
+        let all: Vec<Value> = converted.keys().map(|name| Value::String(name.clone())).collect();
         out.insert("properties".into(), Value::Object(converted));
         out.insert("required".into(), Value::Array(all));
         out.insert("additionalProperties".into(), Value::Bool(false));
