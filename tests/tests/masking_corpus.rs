@@ -413,7 +413,7 @@ fn fragment() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn arbitrary_text_never_panics_and_masking_is_idempotent(text in any::<String>()) {
