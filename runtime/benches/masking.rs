@@ -73,6 +73,13 @@ fn bench_masking(c: &mut Criterion) {
         }
     }
     group.finish();
+    for (name, text) in [("short_none", "order shipped on 2024-05-01"), ("short_email", "jane@example.com")] {
+        c.bench_function(&format!("mask_text/{name}"), |b| b.iter(|| masker.mask_text(black_box(text), all)));
+    }
+    let dirty = text_of(2048, true);
+    let masked = masker.mask_text(&dirty, all).into_owned();
+    c.bench_function("detect/2k_dirty", |b| b.iter(|| masker.detect(black_box(&dirty), all)));
+    c.bench_function("detect/2k_dirty_masked", |b| b.iter(|| masker.detect(black_box(&masked), all)));
 
     let hashed = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(
         HashKey::new(&[42; 32]).unwrap_or_else(|e| panic!("{e}")),

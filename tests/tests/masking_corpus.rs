@@ -370,6 +370,31 @@ fn non_ascii_text_is_masked_on_character_boundaries() {
     assert_eq!(masker.mask_text("über@example.de", MaskSet::PII), "[EMAIL]");
 }
 
+#[test]
+fn one_masker_serves_many_threads() {
+    let masker = std::sync::Arc::new(Masker::default());
+    let texts: Vec<String> = corpus().positives.into_iter().map(|p| p.text).collect();
+    let sets =
+        [MaskSet::ALL, MaskSet::SECRETS, MaskSet::PII, MaskSet::of(MaskKind::Email) | MaskSet::of(MaskKind::Jwt)];
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let masker = std::sync::Arc::clone(&masker);
+            let texts = texts.clone();
+            std::thread::spawn(move || {
+                let set = sets[i % sets.len()];
+                texts.iter().map(|t| masker.mask_text(t, set).into_owned()).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    // Threads first, so that they race to compile the scanners of sets no other test uses.
+    let results: Vec<Vec<String>> = threads.into_iter().map(|thread| thread.join().unwrap()).collect();
+    let expected: Vec<Vec<String>> =
+        sets.iter().map(|&set| texts.iter().map(|t| masker.mask_text(t, set).into_owned()).collect()).collect();
+    for (i, result) in results.into_iter().enumerate() {
+        assert_eq!(result, expected[i % sets.len()]);
+    }
+}
+
 fn fragment() -> impl Strategy<Value = String> {
     let corpus = corpus();
     let mut pieces: Vec<String> = corpus.positives.iter().map(|p| p.text.clone()).collect();
@@ -413,7 +438,7 @@ fn fragment() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn arbitrary_text_never_panics_and_masking_is_idempotent(text in any::<String>()) {

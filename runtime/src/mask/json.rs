@@ -15,11 +15,17 @@ impl KeyHint {
     /// The hint a key gives, from its letters and digits, lower-cased (`DB_Password`, `db-password` and
     /// `dbPassword` are all `dbpassword`).
     pub(crate) fn of_key(key: &str) -> KeyHint {
-        if key.len() > 64 {
-            return KeyHint::None;
+        // Normalised on the stack: this runs for every key of every result.
+        let mut buffer = [0u8; 64];
+        let mut len = 0;
+        for byte in key.bytes().filter(u8::is_ascii_alphanumeric) {
+            if len == buffer.len() {
+                return KeyHint::None;
+            }
+            buffer[len] = byte.to_ascii_lowercase();
+            len += 1;
         }
-        let normal: String = key.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
-        let key = normal.as_str();
+        let Ok(key) = std::str::from_utf8(&buffer[..len]) else { return KeyHint::None };
         let ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| key.ends_with(suffix));
         let is = |names: &[&str]| names.contains(&key);
 

@@ -45,7 +45,7 @@ pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MaskCon
 /// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
 const MIN_FINDING_LEN: usize = 6;
 
-/// Passes over a text at most; the second finds what the first uncovered, a third is rare.
+/// Passes over a text at most; a second is needed only when a replacement changed a neighbour's context.
 const MAX_PASSES: usize = 4;
 
 /// Masks text and JSON values. Build one per deployment and share it: cloning is cheap, and the compiled
@@ -103,6 +103,14 @@ impl Masker {
         found
     }
 
+    fn detect_with(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+        let mut found = Vec::new();
+        if text.len() >= MIN_FINDING_LEN && !detect::cannot_hold_a_finding(text) {
+            scanner.scan(text, only, |finding| found.push(finding));
+        }
+        found
+    }
+
     /// Masks `value` in place, leaf by leaf: strings are masked as text; object keys are kept; an integer
     /// that is a payment card (or, under a key such as `phone`, `ssn`, `password`, a phone, SSN or secret)
     /// becomes the masking string, other numbers stay numbers. A string under a secret-naming key
@@ -112,12 +120,16 @@ impl Masker {
         if set.is_empty() {
             return report;
         }
+        let Some((scanner, only)) = detect::scanner(set) else {
+            *value = Value::String(FULL_MASK.to_owned());
+            return report;
+        };
         // An explicit stack: a deeply nested result must not overflow the thread's stack.
         let mut pending: Vec<(&mut Value, KeyHint)> = vec![(value, KeyHint::None)];
         while let Some((node, hint)) = pending.pop() {
             match node {
                 Value::String(text) => {
-                    if let Some(masked) = self.mask_leaf(text, hint, set, &mut report) {
+                    if let Some(masked) = self.mask_leaf(&scanner, only, text, hint, &mut report) {
                         *text = masked;
                     }
                 }
@@ -125,7 +137,7 @@ impl Masker {
                     let worth_a_look = hint != KeyHint::None || number.as_u64().is_some_and(|n| n >= 10u64.pow(12));
                     if worth_a_look && (hint == KeyHint::Secret || number.is_u64() || number.is_i64()) {
                         let rendered = number.to_string();
-                        if let Some(masked) = self.mask_leaf(&rendered, hint, set, &mut report) {
+                        if let Some(masked) = self.mask_leaf(&scanner, only, &rendered, hint, &mut report) {
                             *node = Value::String(masked);
                         }
                     }
@@ -149,35 +161,53 @@ impl Masker {
             // Fail closed: without patterns nothing can be shown safely.
             return Some(FULL_MASK.to_owned());
         };
+        self.mask_str_with(&scanner, only, text, report)
+    }
+
+    fn mask_str_with(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
+        if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
+            return None;
+        }
         // A replacement changes the context of its neighbours: a phone number glued to an e-mail address is
-        // refused while glued, and valid once the address is gone. Masking again until nothing more is found
-        // makes the result a fixed point, so masking masked output changes nothing.
+        // refused while glued and valid once the address is gone; a partial mask keeps characters that may
+        // join the text next to them (`[TAG]` replacements start and end with brackets, which join nothing).
+        // When a pass saw such a neighbourhood, the masked text is scanned again, until a pass changes
+        // nothing, so that masking masked output changes nothing.
         let mut masked: Option<String> = None;
         for _ in 0..MAX_PASSES {
             let input = masked.as_deref().unwrap_or(text);
-            match self.mask_pass(&scanner, only, input, report) {
-                Some(next) => masked = Some(next),
-                None => break,
+            let Some((next, settled)) = self.mask_pass(scanner, only, input, report) else { break };
+            masked = Some(next);
+            if settled {
+                break;
             }
         }
         masked
     }
 
-    /// One pass over `text`: every finding replaced, `None` when there was none.
-    fn mask_pass(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
+    /// One pass over `text`: every finding replaced, `None` when there was none. The flag tells whether the
+    /// result is settled: no refused candidate near a finding, no partial replacement.
+    fn mask_pass(
+        &self,
+        scanner: &Scanner,
+        only: MaskSet,
+        text: &str,
+        report: &mut MaskReport,
+    ) -> Option<(String, bool)> {
         let mut out: Option<String> = None;
         let mut copied = 0;
-        scanner.scan(text, only, |finding| {
+        let mut partial = false;
+        let near_miss = scanner.scan(text, only, |finding| {
             let out = out.get_or_insert_with(|| String::with_capacity(text.len() + 16));
             out.push_str(&text[copied..finding.start]);
+            partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
             self.render(text, finding, out);
             copied = finding.end;
             report.record(finding.kind);
         });
-        if let Some(out) = &mut out {
-            out.push_str(&text[copied..]);
-        }
-        out
+        let mut out = out?;
+        out.push_str(&text[copied..]);
+        Some((out, !near_miss && !partial))
     }
 
     fn render(&self, text: &str, finding: Finding, out: &mut String) {
@@ -186,9 +216,16 @@ impl Masker {
     }
 
     /// Masks one JSON leaf under the hint its key gives.
-    fn mask_leaf(&self, text: &str, hint: KeyHint, set: MaskSet, report: &mut MaskReport) -> Option<String> {
+    fn mask_leaf(
+        &self,
+        scanner: &Scanner,
+        set: MaskSet,
+        text: &str,
+        hint: KeyHint,
+        report: &mut MaskReport,
+    ) -> Option<String> {
         let kind = match hint {
-            KeyHint::None => return self.mask_str(text, set, report),
+            KeyHint::None => return self.mask_str_with(scanner, set, text, report),
             KeyHint::Secret => MaskKind::SecretValue,
             KeyHint::Phone => MaskKind::Phone,
             KeyHint::Ssn => MaskKind::UsSsn,
@@ -197,19 +234,19 @@ impl Masker {
         let trimmed = text.trim();
         if kind == MaskKind::SecretValue && set.contains_kind(kind) && !detect::is_mask_or_placeholder(trimmed) {
             // The whole value is the secret. If it is exactly one recognised key, that kind names it.
-            let detections = self.detect(text, set);
+            let detections = Self::detect_with(scanner, set, text);
             if let [one] = detections.as_slice()
-                && one.range == (0..text.len())
+                && (one.start, one.end) == (0, text.len())
                 && one.kind.is_secret()
             {
-                return self.mask_str(text, set, report);
+                return self.mask_str_with(scanner, set, text, report);
             }
             let mut out = String::new();
             self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
             report.record(kind);
             return Some(out);
         }
-        if let Some(masked) = self.mask_str(text, set, report) {
+        if let Some(masked) = self.mask_str_with(scanner, set, text, report) {
             return Some(masked);
         }
         if set.contains_kind(kind) && labelled_value_is(kind, trimmed) {
