@@ -43,9 +43,12 @@ fn the_official_python_sdk_drives_the_guarded_server() {
         return;
     }
 
+    // Each server process keeps its approval ledger in the temporary directory: this test's own.
+    let scratch = tempfile::tempdir().expect("a temporary directory");
     let mut child = Command::new(&python)
         .arg(SCRIPT)
         .arg(SERVER)
+        .env("TMPDIR", scratch.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -4,8 +4,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_airlock::integrations::mcp::{CALL_META_KEY, GuardedMcpServer, McpApprovals};
+use agent_airlock::integrations::mcp::{BOUND_APPROVAL_META_KEY, CALL_META_KEY, GuardedMcpServer, McpApprovals};
+use agent_airlock::ledger::{ApprovalLedger, RedbLedger, RequestStatus};
 use agent_airlock::{ApprovalRequest, CallContext, Decision, Dispatcher, ToolCallId, airlock_tool, tool};
+use agent_airlock::{InterruptApprovals, ManualClock};
+use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ElicitationAction, Implementation,
@@ -29,19 +32,33 @@ fn delete(
     format!("deleted {path}")
 }
 
-/// A client whose human approves every elicitation, counting them.
+/// A client whose human approves (or, with `decline`, declines) every elicitation, counting them and
+/// keeping the sealed requests they were shown.
 #[derive(Clone, Default)]
 struct ApprovingClient {
     asked: Arc<AtomicUsize>,
+    decline: bool,
+    sealed: Arc<Mutex<Vec<Value>>>,
 }
 
 impl ClientHandler for ApprovingClient {
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         self.asked.fetch_add(1, Ordering::SeqCst);
+        // rmcp hands a request's `_meta` to the handler in its context (and may keep it in the params).
+        let in_params = match &request {
+            ElicitRequestParams::FormElicitationParams { meta: Some(meta), .. } => meta.0.get(BOUND_APPROVAL_META_KEY),
+            _ => None,
+        };
+        if let Some(sealed) = in_params.or_else(|| context.meta.0.get(BOUND_APPROVAL_META_KEY)) {
+            self.sealed.lock().unwrap().push(sealed.clone());
+        }
+        if self.decline {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        }
         Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": true})))
     }
 
@@ -157,5 +174,66 @@ async fn dispatcher_approvals_ask_the_operator_and_never_the_client() {
     let report = &result.meta.as_ref().unwrap()[CALL_META_KEY];
     assert_eq!(report["stripped_arguments"], json!(["ghost"]));
     assert_eq!(report["tool_call_id"], operator_asked[0].tool_call_id.as_str());
+    client.cancel().await.unwrap();
+}
+
+/// A server whose elicited approvals are bound with HMAC and recorded in a redb ledger.
+fn bound_server(ledger: Arc<RedbLedger>) -> GuardedMcpServer {
+    let approvals = InterruptApprovals::new(key_ring(), ledger, Arc::new(ManualClock::new(START)) as _, GRANT_TTL);
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(delete))
+        .interrupt_approvals(approvals.clone())
+        .clock(ManualClock::new(START))
+        .build()
+        .unwrap();
+    GuardedMcpServer::new(Arc::new(dispatcher)).with_bound_approvals(approvals)
+}
+
+#[tokio::test]
+async fn bound_elicitation_records_a_grant_bound_to_the_connection_and_request_and_spends_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+    let server = bound_server(Arc::clone(&ledger));
+    let connection_id = server.connection_id().to_owned();
+    let client = ApprovingClient::default();
+    let (asked, sealed) = (Arc::clone(&client.asked), Arc::clone(&client.sealed));
+    let client = connect(server, client).await;
+
+    let result = call(&client, "delete", json!({"path": "/tmp/x"})).await;
+    assert_eq!(text(&result), "deleted /tmp/x");
+    let call_id = result.meta.as_ref().unwrap()[CALL_META_KEY]["tool_call_id"].as_str().unwrap().to_owned();
+    // The human saw the sealed request: the binding of exactly this call.
+    let shown = sealed.lock().unwrap().clone();
+    assert_eq!(shown.len(), 1);
+    let request = &shown[0]["airlock_approval"];
+    assert_eq!(request["call"]["thread_id"], connection_id.as_str());
+    assert_eq!(request["call"]["tool_call_id"], call_id.as_str());
+    assert_eq!(request["arguments"], json!({"path": "/tmp/x"}));
+    assert!(request["binding"].is_string() && request["seal"].is_string());
+    let entries = ledger.list_requests().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert!(
+        matches!(&entries[0].status, RequestStatus::Spent(spent) if spent.grant.approver.starts_with("mcp-client:"))
+    );
+
+    // The same call again is a new request: the human is asked again, never the old yes reused.
+    let again = call(&client, "delete", json!({"path": "/tmp/x"})).await;
+    assert_eq!(text(&again), "deleted /tmp/x");
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    assert_eq!(ledger.list_requests().unwrap().len(), 2);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_declined_bound_elicitation_is_recorded_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+    let client = ApprovingClient { decline: true, ..ApprovingClient::default() };
+    let client = connect(bound_server(Arc::clone(&ledger)), client).await;
+    let result = call(&client, "delete", json!({"path": "/etc"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(text(&result).contains("a human declined this call"), "{}", text(&result));
+    let entries = ledger.list_requests().unwrap();
+    assert!(matches!(&entries[0].status, RequestStatus::Denied(_)), "{:?}", entries[0].status);
     client.cancel().await.unwrap();
 }

@@ -2,6 +2,10 @@
 //! arguments it received, so stripped ghost arguments can be seen missing), `delete_file` (escalated: the
 //! client's human is asked through MCP elicitation) and `admin_shell` (denied by the policy, so not listed).
 //!
+//! Every approval is bound with HMAC to the exact call (thread = this connection, tool call id = the
+//! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER`, or a fresh file in the
+//! temporary directory. The key is minted per process: approvals are given in-band, within one request.
+//!
 //! Run: `cargo run -p agent-airlock-examples --bin mcp_server` and connect an MCP client to its stdin and
 //! stdout (nothing else is written to stdout).
 
@@ -9,7 +13,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use agent_airlock::integrations::mcp::GuardedMcpServer;
-use agent_airlock::{CallContext, Dispatcher, Policy, State, ToolError, airlock_tool, tool};
+use agent_airlock::ledger::RedbLedger;
+use agent_airlock::{
+    ApprovalKey, CallContext, Dispatcher, InterruptApprovals, KeyRing, Policy, State, SystemClock, ToolError,
+    airlock_tool, tool,
+};
 use serde_json::{Value, json};
 
 /// The files of a toy workspace.
@@ -60,18 +68,28 @@ fn shell(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let ledger_path = match std::env::var_os("AIRLOCK_MCP_LEDGER") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::env::temp_dir().join(format!("airlock-mcp-{}.redb", std::process::id())),
+    };
+    let ledger = Arc::new(RedbLedger::open(&ledger_path)?);
+    let (key, _) = ApprovalKey::generate("mcp-session")?;
+    let approvals =
+        InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), std::time::Duration::from_secs(600));
     let dispatcher = Dispatcher::builder()
         .tool(tool!(list_files))
         .tool(tool!(echo))
         .tool(tool!(delete_file))
         .tool(tool!(shell))
         .policy(Policy::builder().deny("admin_*").build().expect("the policy is valid"))
+        .interrupt_approvals(approvals.clone())
         .build()?;
     let files =
         ["notes.txt", "report.md", "todo.txt"].into_iter().map(|name| (name.to_owned(), String::new())).collect();
     let context = CallContext::new().with_state(Workspace { files: Mutex::new(files) });
     GuardedMcpServer::new(Arc::new(dispatcher))
         .with_context(context)
+        .with_bound_approvals(approvals)
         .with_server_info("agent-airlock-example", env!("CARGO_PKG_VERSION"))
         .with_instructions("Files in a toy workspace. Deleting one asks the user; admin tools are not available.")
         .serve_stdio()

@@ -48,9 +48,10 @@ use serde_json::{Map, Value};
 
 pub use rmcp;
 
-use crate::approval::{ApprovalRequest, Approver, Decision};
+use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
+use crate::interrupt::InterruptApprovals;
 use crate::message::{Outcome, Refusal, Status, ToolCall};
 use crate::schema::ToolDefinition;
 
@@ -96,7 +97,13 @@ pub struct GuardedMcpServer {
     config: ServerConfig,
     approvals: McpApprovals,
     approval_timeout: Duration,
+    /// With these, an elicited yes or no is bound to the exact call and recorded in the ledger.
+    bound: Option<InterruptApprovals>,
 }
+
+/// The `_meta` key of a bound approval elicitation: the sealed `{"airlock_approval": {...}}` request, with
+/// the HMAC binding of the call (thread = connection id, tool call id = JSON-RPC request id).
+pub const BOUND_APPROVAL_META_KEY: &str = "agent-airlock/sealed-approval";
 
 impl GuardedMcpServer {
     /// A server for `dispatcher`'s offered tools, with an empty host context, a fresh connection id, and
@@ -115,6 +122,7 @@ impl GuardedMcpServer {
             config,
             approvals: McpApprovals::default(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            bound: None,
         }
     }
 
@@ -143,6 +151,17 @@ impl GuardedMcpServer {
         self
     }
 
+    /// Binds every elicited approval to the exact call with the HMAC binding of [`InterruptApprovals`] and
+    /// records it in their ledger: the call pauses as an interrupt (a sealed request recorded pending), the
+    /// client's human answers, the answer is recorded as a grant or a denial, and the call is dispatched
+    /// again with it as the resume value, so the grant is spent exactly once by exactly this call (thread =
+    /// connection id, tool call id = JSON-RPC request id). The dispatcher must have been built with
+    /// `.interrupt_approvals(approvals.clone())`, sharing the key ring and the ledger.
+    pub fn with_bound_approvals(mut self, approvals: InterruptApprovals) -> Self {
+        self.bound = Some(approvals);
+        self
+    }
+
     /// How long an approval elicitation waits before the call is refused ([`DEFAULT_APPROVAL_TIMEOUT`]).
     pub fn with_approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
@@ -166,6 +185,7 @@ impl GuardedMcpServer {
             config: self.config.clone(),
             approvals: self.approvals,
             approval_timeout: self.approval_timeout,
+            bound: self.bound.clone(),
         }
     }
 
@@ -175,6 +195,69 @@ impl GuardedMcpServer {
             self.serve(rmcp::transport::stdio()).await.map_err(|error| McpServeError::Initialize(Box::new(error)))?;
         running.waiting().await.map_err(|error| McpServeError::Session(error.to_string()))?;
         Ok(())
+    }
+
+    /// Interrupt, ask the client's human, record the answer bound to the call, resume with it.
+    async fn dispatch_bound(
+        &self,
+        call: ToolCall,
+        context: &RequestContext<RoleServer>,
+        bound: &InterruptApprovals,
+    ) -> Outcome {
+        let Some(approver) = self.approver_for(context) else {
+            // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
+            return self.dispatcher.dispatch_with_approver(call, &self.context, None).await;
+        };
+        let interrupt = match self.dispatcher.dispatch(call.clone(), &self.context).await {
+            Outcome::Interrupt { value, .. } => value,
+            done => return done,
+        };
+        let request = &interrupt["airlock_approval"];
+        let question = ApprovalRequest {
+            tool: call.name.clone(),
+            tool_call_id: call.id.clone(),
+            thread_id: Some(self.connection_id.to_string()),
+            reasons: vec![EscalationReason {
+                rule: request["rule"].as_str().unwrap_or_default().to_owned(),
+                reason: request["reason"].as_str().unwrap_or_default().to_owned(),
+            }],
+            arguments: request["arguments"].clone(),
+        };
+        let resume = match approver.ask(question, Some(&interrupt)).await {
+            Decision::Approve => match bound.approve(&interrupt, &format!("mcp-client:{}", self.connection_id)).await {
+                Ok(resume) => resume.into_value(),
+                Err(error) => {
+                    tracing::error!(target: "agent_airlock", %error, "recording an MCP approval failed");
+                    return self
+                        .resume_with_denial(call, bound, &interrupt, "the approval could not be recorded")
+                        .await;
+                }
+            },
+            Decision::Deny { reason } => {
+                let reason = reason.unwrap_or_else(|| "declined".to_owned());
+                return self.resume_with_denial(call, bound, &interrupt, &reason).await;
+            }
+        };
+        self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
+    }
+
+    async fn resume_with_denial(
+        &self,
+        call: ToolCall,
+        bound: &InterruptApprovals,
+        interrupt: &Value,
+        reason: &str,
+    ) -> Outcome {
+        let by = format!("mcp-client:{}", self.connection_id);
+        // A recorded denial refuses through the dispatcher (and its audit log); any other value is a no too.
+        let resume = match bound.deny(interrupt, &by, Some(reason)).await {
+            Ok(denied) => denied.into_value(),
+            Err(error) => {
+                tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
+                Value::Bool(false)
+            }
+        };
+        self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
     }
 
     /// The approver for one request: its client's human, if the client can be asked.
@@ -235,14 +318,15 @@ impl ServerHandler for GuardedMcpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(request_id_text(&context.id), request.name, arguments);
-        let outcome = match self.approvals {
-            McpApprovals::Elicitation => {
+        let outcome = match (self.approvals, &self.bound) {
+            (McpApprovals::Elicitation, Some(bound)) => self.dispatch_bound(call, &context, bound).await,
+            (McpApprovals::Elicitation, None) => {
                 let approver = self.approver_for(&context);
                 self.dispatcher
                     .dispatch_with_approver(call, &self.context, approver.as_ref().map(|a| a as &dyn Approver))
                     .await
             }
-            McpApprovals::Dispatcher => self.dispatcher.dispatch(call, &self.context).await,
+            (McpApprovals::Dispatcher, _) => self.dispatcher.dispatch(call, &self.context).await,
         };
         Ok(tool_result(outcome).into())
     }
@@ -367,11 +451,22 @@ struct ElicitationApprover {
 
 impl Approver for ElicitationApprover {
     fn review(&self, request: ApprovalRequest) -> BoxFuture<'static, Decision> {
+        self.ask(request, None)
+    }
+}
+
+impl ElicitationApprover {
+    /// Asks about `request`; a sealed interrupt request, if any, goes along in `_meta`.
+    fn ask(&self, request: ApprovalRequest, sealed: Option<&Value>) -> BoxFuture<'static, Decision> {
         let peer = self.peer.clone();
         let timeout = self.timeout;
+        let mut meta = approval_meta(&request);
+        if let Some(sealed) = sealed {
+            meta.0.insert(BOUND_APPROVAL_META_KEY.to_owned(), sealed.clone());
+        }
         Box::pin(async move {
             let params = ElicitRequestParams::FormElicitationParams {
-                meta: Some(approval_meta(&request)),
+                meta: Some(meta),
                 message: approval_message(&request),
                 requested_schema: approval_schema(),
             };
