@@ -26,12 +26,12 @@ struct Shop {
 }
 
 /// Look up an order's status.
-#[airlock_tool]
+#[airlock_tool(mask = "secrets,pii")]
 fn lookup_order(
     /// The order id.
     order_id: String,
 ) -> String {
-    format!("order {order_id}: shipped")
+    format!("order {order_id}: shipped to jane.doe@example.com")
 }
 
 /// Echo the arguments back, as the tool received them.
@@ -297,8 +297,8 @@ async fn a_rig_agent_loop_runs_every_call_through_the_gates() {
     assert_eq!(echo_schema["required"], json!(["text"]));
     assert_eq!(echo_schema["additionalProperties"], json!(false));
 
-    // An allowed call runs.
-    assert_eq!(tool_result(&requests[1], "call_1"), "order A1: shipped");
+    // An allowed call runs, and its result is masked before the model sees it.
+    assert_eq!(tool_result(&requests[1], "call_1"), "order A1: shipped to [EMAIL]");
     // Ghost arguments are stripped before the tool runs.
     let echoed: Value = serde_json::from_str(&tool_result(&requests[2], "call_2")).expect("echo returns JSON");
     assert_eq!(echoed, json!({"text": "hi"}));
