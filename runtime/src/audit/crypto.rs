@@ -128,69 +128,18 @@ fn verify_position_mac(key: &HmacSha256, tag: &[u8], seq: u64, hash: &Digest, ex
     mac.verify_slice(&expected.0).is_ok()
 }
 
-/// Appends the canonical JSON of `value` to `out`: no whitespace, object members sorted by the UTF-16 code
-/// units of their keys and strings escaped as RFC 8785 (JCS) does. Numbers are written as `serde_json`
-/// writes them (integers exactly; floats in shortest round-trip form), so the encoding is deterministic for
-/// a given value though a float may be spelled differently from JCS.
+/// Appends the canonical JSON of `value` to `out`: RFC 8785 (JCS), from [`crate::canonical`], the same
+/// encoding approvals bind. A value JCS cannot encode exactly (an integer beyond ±(2^53−1), nesting deeper
+/// than its limit) is committed to as `noncanonical:` followed by `serde_json`'s compact text: exact and
+/// deterministic for the value recorded, and never confused with a canonical encoding.
 pub(super) fn canonical_json(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(number) => out.extend_from_slice(number.to_string().as_bytes()),
-        Value::String(text) => canonical_string(text, out),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical_json(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(members) => {
-            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
-            sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push(b'{');
-            for (i, (key, item)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical_string(key, out);
-                out.push(b':');
-                canonical_json(item, out);
-            }
-            out.push(b'}');
-        }
+    let start = out.len();
+    if crate::canonical::write_canonical(value, out).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"noncanonical:");
+        // Writing into a `Vec` cannot fail, and a `Value` always serializes.
+        let _ = serde_json::to_writer(&mut *out, value);
     }
-}
-
-fn canonical_string(text: &str, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
-    for ch in text.chars() {
-        match ch {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if (c as u32) < 0x20 => {
-                let code = c as u32 as usize;
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[code >> 4]);
-                out.push(HEX[code & 0xf]);
-            }
-            c => {
-                let mut buf = [0; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            }
-        }
-    }
-    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -254,5 +203,12 @@ mod tests {
         assert!(a.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
         assert!(!b.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
         assert_ne!(digest, plain_commitment(CommittedPart::Arguments, b"{}"));
+    }
+
+    #[test]
+    fn values_jcs_cannot_encode_are_committed_exactly_in_their_own_domain() {
+        let big = canonical(&json!({"id": 9_007_199_254_740_993_u64}));
+        assert_eq!(big, r#"noncanonical:{"id":9007199254740993}"#);
+        assert_ne!(big, canonical(&json!({"id": 9_007_199_254_740_992_u64})));
     }
 }
