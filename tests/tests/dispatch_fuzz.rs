@@ -54,7 +54,7 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<u64>().prop_map(Value::from),
         any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         ".{0,12}".prop_map(Value::String),
-        prop_oneof![Just("fast"), Just("thorough"), Just("field"), Just("values")].prop_map(|s| Value::from(s)),
+        prop_oneof![Just("fast"), Just("thorough"), Just("field"), Just("values")].prop_map(Value::from),
     ];
     leaf.prop_recursive(6, 64, 8, |inner| {
         prop_oneof![
