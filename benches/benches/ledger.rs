@@ -22,7 +22,8 @@ use tempfile::TempDir;
 const RECORD: usize = 300;
 
 const RAW: TableDefinition<u64, &[u8]> = TableDefinition::new("bench_raw");
-const RAW_STATUS: TableDefinition<u64, &[u8]> = TableDefinition::new("bench_raw_status");
+const SPEND_GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_grants");
+const SPEND_STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_status");
 
 fn floor(c: &mut Criterion, dir: &TempDir) {
     let mut group = c.benchmark_group("ledger_floor");
@@ -82,15 +83,32 @@ fn floor(c: &mut Criterion, dir: &TempDir) {
             start.elapsed()
         })
     });
-    // A spend's shape: update two ~300 B records in two tables (the grant and the request's status) and
-    // commit, on the calling thread.
-    group.bench_function("redb_two_tables_update_commit_300B", |b| {
+    // A spend's shape without the ledger: in two tables keyed by random 32-hex ids (like grants and request
+    // statuses) holding 4,096 records each, update one existing ~300 B record in each and commit, on the
+    // calling thread.
+    let ids: Vec<String> =
+        (0..4096u64).map(|i| format!("{:032x}", u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 17)).collect();
+    {
+        let txn = db.begin_write().expect("a transaction");
+        {
+            let mut grants = txn.open_table(SPEND_GRANTS).expect("the table");
+            let mut status = txn.open_table(SPEND_STATUS).expect("the table");
+            for id in &ids {
+                grants.insert(id.as_str(), value.as_slice()).expect("inserted");
+                status.insert(id.as_str(), value.as_slice()).expect("inserted");
+            }
+        }
+        txn.commit().expect("committed");
+    }
+    let mut pick = 0usize;
+    group.bench_function("redb_spend_shaped_2_tables_300B", |b| {
         b.iter(|| {
-            next += 1;
+            pick = (pick + 1_237) % ids.len();
+            let id = ids[pick].as_str();
             let mut txn = db.begin_write().expect("a transaction");
             txn.set_durability(Durability::Immediate).expect("durable");
-            txn.open_table(RAW).expect("the table").insert(next, value.as_slice()).expect("inserted");
-            txn.open_table(RAW_STATUS).expect("the table").insert(next, value.as_slice()).expect("inserted");
+            txn.open_table(SPEND_GRANTS).expect("the table").insert(id, value.as_slice()).expect("updated");
+            txn.open_table(SPEND_STATUS).expect("the table").insert(id, value.as_slice()).expect("updated");
             txn.commit().expect("committed");
         })
     });
