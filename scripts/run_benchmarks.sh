@@ -31,7 +31,7 @@ else
 fi
 cargo bench -p agent-airlock --bench masking -- "${criterion_args[@]}" 2>&1 | tee "$out/masking.txt"
 cargo bench -p agent-airlock-benches --bench ledger -- "${criterion_args[@]}" 2>&1 | tee "$out/ledger.txt"
-cargo run --release -q -p agent-airlock-benches --bin ledger_throughput -- --spends 2048 --rounds 3 2>&1 \
+cargo run --release -q -p agent-airlock-benches --bin ledger_throughput -- --spends 1024 --rounds 5 2>&1 \
     | tee "$out/ledger_throughput.txt"
 cargo bench -p agent-airlock-benches --bench durable -- "${criterion_args[@]}" 2>&1 | tee "$out/durable.txt"
 cargo bench -p agent-airlock-tests --bench storage -- "${criterion_args[@]}" 2>&1 | tee "$out/storage.txt"

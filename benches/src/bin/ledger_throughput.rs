@@ -8,7 +8,7 @@
 //! The rows of one round run back to back (floor, redb alone, then the ledger), so a ratio compares
 //! figures taken under the same disk load; the machine is shared, so look at ratios within a round.
 //!
-//! `cargo run --release -p agent-airlock-benches --bin ledger_throughput -- [--spends 2048] [--rounds 3] [--resumers 1,8,32]`
+//! `cargo run --release -p agent-airlock-benches --bin ledger_throughput -- [--spends 1024] [--rounds 5] [--resumers 1,8,32]`
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt as _;
@@ -40,7 +40,7 @@ struct Options {
 }
 
 fn options() -> Options {
-    let mut options = Options { spends: 2048, rounds: 3, resumers: vec![1, 8, 32] };
+    let mut options = Options { spends: 1024, rounds: 5, resumers: vec![1, 8, 32] };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage(&format!("`{flag}` needs a value")));
@@ -60,7 +60,7 @@ fn options() -> Options {
 }
 
 fn usage(message: &str) -> ! {
-    eprintln!("error: {message}\nusage: ledger_throughput [--spends 2048] [--rounds 3] [--resumers 1,8,32]");
+    eprintln!("error: {message}\nusage: ledger_throughput [--spends 1024] [--rounds 5] [--resumers 1,8,32]");
     std::process::exit(2)
 }
 
