@@ -37,4 +37,6 @@ cargo bench -p agent-airlock-benches --bench durable -- "${criterion_args[@]}" 2
 cargo bench -p agent-airlock-tests --bench storage -- "${criterion_args[@]}" 2>&1 | tee "$out/storage.txt"
 cargo run --release -q -p agent-airlock-benches --bin memory -- --keys 100000 2>&1 | tee "$out/memory.txt"
 python3 scripts/compile_time.py --tools 100 --runs 5 2>&1 | tee "$out/compile_time.txt"
+# The medians and p10–p90 BENCHMARKS.md reports (criterion itself prints the mean).
+python3 scripts/criterion_table.py "${CARGO_TARGET_DIR:-target}/criterion" | tee "$out/criterion_medians.md"
 uptime | tee -a "$out/machine.txt"
