@@ -428,13 +428,14 @@ impl Dispatcher {
         // 6. Rate limits: one token from every applicable bucket, or none.
         if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, context.thread_id(), self.clock.now()) {
             let (rule, rate) = entry.bucket_rules[position].clone();
-            let secs = wait.as_secs_f64().ceil().max(1.0);
+            // Whole seconds, rounded up: integer formatting (float `{:.0}` took half of this refusal's time).
+            let secs = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0)).max(1);
             let mut refused = Refused::new(
                 RefusalKind::RateLimited,
-                format!("tool `{name}` is rate limited ({rate}); retry in {secs:.0} s"),
+                format!("tool `{name}` is rate limited ({rate}); retry in {secs} s"),
             )
             .rule(rule)
-            .hint(format!("wait at least {secs:.0} seconds before calling `{name}` again"));
+            .hint(format!("wait at least {secs} seconds before calling `{name}` again"));
             refused.retry_after = Some(wait);
             return Err(with_stripped(refused));
         }

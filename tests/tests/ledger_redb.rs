@@ -48,6 +48,30 @@ fn grants_and_spends_survive_reopening() {
     approvals.verify_request(&listed[0].request.interrupt).unwrap();
 }
 
+/// A replayed spend is refused without a commit (nothing changed), and the spend it replays stays durable.
+#[test]
+fn refused_replays_commit_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.redb");
+    let call = OwnedCall::refund(500);
+    {
+        let ledger = Arc::new(RedbLedger::open(&path).unwrap());
+        let approvals = approvals(ledger.clone(), Arc::new(ManualClock::new(START)));
+        let resume = approve(&approvals, &call);
+        approvals.admit_blocking(&call.input(), &resume).unwrap();
+        let before = ledger.writer_stats();
+        for _ in 0..5 {
+            assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+        }
+        let after = ledger.writer_stats();
+        assert_eq!(after.writes - before.writes, 5, "every replay reached the writer");
+        assert_eq!(after.commits, before.commits, "a batch of refusals is not committed");
+    }
+    let (approvals, _) = ledger_at(&path);
+    let listed = approvals.ledger().list_requests().unwrap();
+    assert!(matches!(listed[0].status, RequestStatus::Spent(_)), "the spend survived reopening");
+}
+
 const AUDIT: TableDefinition<u64, &str> = TableDefinition::new("someone_elses_audit_log");
 
 #[test]

@@ -8,7 +8,9 @@
 //! lone write costs one commit (plus a thread hand-off). Exactly-once is unchanged: the batch is applied
 //! in order inside one transaction, so the second spend of a grant in a batch sees the first. Nobody hears
 //! "spent" before the commit recording it returned. If the batch's transaction fails, each write is
-//! retried alone, so a fault in one write does not fail its neighbours.
+//! retried alone, so a fault in one write does not fail its neighbours. A batch in which every write was
+//! refused (a replayed spend, a second approval of a live grant) changed nothing: it is aborted instead of
+//! committed, so a replay costs no disk flush.
 //!
 //! **Processes.** redb 4.6 offers three concurrency modes (`redb::ConcurrencyMode`, since 4.5):
 //! `ExclusiveWriter` (the default: the whole file is locked by one process; any other open fails with
@@ -237,7 +239,7 @@ fn open_error(path: &Path, error: DatabaseError, waited: Duration) -> OpenError 
 /// How much grouping the writer achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriterStats {
-    /// Write transactions committed.
+    /// Write transactions committed (a batch that only read, e.g. refused replays, is not committed).
     pub commits: u64,
     /// Writes answered (spends, grants, denials, requests).
     pub writes: u64,
@@ -473,6 +475,8 @@ struct WriteTables<'txn> {
     requests: Table<'txn, &'static str, &'static [u8]>,
     status: Table<'txn, &'static str, &'static [u8]>,
     grants: Table<'txn, &'static str, &'static [u8]>,
+    /// Whether any job of the batch wrote: a batch of refusals has nothing to commit.
+    wrote: bool,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -481,6 +485,7 @@ impl<'txn> WriteTables<'txn> {
             requests: txn.open_table(REQUESTS).map_err(LedgerError::storage)?,
             status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
             grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
+            wrote: false,
         })
     }
 }
@@ -491,6 +496,7 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError> {
         let bytes = encode("requests", &request.request_id, request)?;
+        self.wrote = true;
         self.requests.insert(request.request_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
@@ -499,6 +505,7 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError> {
         let bytes = encode("status", request_id, status)?;
+        self.wrote = true;
         self.status.insert(request_id, bytes.as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
@@ -507,6 +514,7 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
         let bytes = encode("grants", &entry.grant.grant_id, entry)?;
+        self.wrote = true;
         self.grants.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
@@ -583,8 +591,8 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedSt
             }
         }
         match commit_batch(database, &batch) {
-            Ok(outcomes) => {
-                record_commit(stats, batch.len());
+            Ok((outcomes, committed)) => {
+                record_batch(stats, batch.len(), committed);
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
                     job.answer(outcome);
                 }
@@ -598,8 +606,8 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedSt
             Err(_) => {
                 for job in batch {
                     match commit_batch(database, std::slice::from_ref(&job)) {
-                        Ok(mut outcomes) => {
-                            record_commit(stats, 1);
+                        Ok((mut outcomes, committed)) => {
+                            record_batch(stats, 1, committed);
                             match outcomes.pop() {
                                 Some(outcome) => job.answer(outcome),
                                 None => job.fail(LedgerError::WriterStopped),
@@ -613,23 +621,34 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedSt
     }
 }
 
-fn record_commit(stats: &SharedStats, writes: usize) {
+fn record_batch(stats: &SharedStats, writes: usize, committed: bool) {
     let writes = writes as u64;
-    stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.writes.fetch_add(writes, Ordering::Relaxed);
-    stats.largest_batch.fetch_max(writes, Ordering::Relaxed);
+    if committed {
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats.largest_batch.fetch_max(writes, Ordering::Relaxed);
+    }
 }
 
-fn commit_batch(database: &Database, batch: &[Job]) -> Result<Vec<Outcome>, LedgerError> {
+/// Applies the batch in one write transaction and commits it, durably, if any job wrote; a batch of
+/// refusals (a replayed spend, a second approval of a live grant) read only committed state, which every
+/// commit made durable, so it is aborted instead of paying for an empty durable commit. Returns the
+/// outcomes and whether a commit happened.
+fn commit_batch(database: &Database, batch: &[Job]) -> Result<(Vec<Outcome>, bool), LedgerError> {
     let mut txn = database.begin_write().map_err(transaction_error)?;
     // Never `Durability::None`: a crash could resurrect a spent grant.
     txn.set_durability(Durability::Immediate).map_err(LedgerError::storage)?;
-    let outcomes = {
+    let (outcomes, wrote) = {
         let mut tables = WriteTables::open(&txn)?;
-        batch.iter().map(|job| job.run(&mut tables)).collect::<Result<Vec<_>, _>>()?
+        let outcomes = batch.iter().map(|job| job.run(&mut tables)).collect::<Result<Vec<_>, _>>()?;
+        (outcomes, tables.wrote)
     };
-    txn.commit().map_err(commit_error)?;
-    Ok(outcomes)
+    if wrote {
+        txn.commit().map_err(commit_error)?;
+    } else {
+        txn.abort().map_err(LedgerError::storage)?;
+    }
+    Ok((outcomes, wrote))
 }
 
 fn transaction_error(error: TransactionError) -> LedgerError {
