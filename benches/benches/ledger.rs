@@ -13,17 +13,14 @@ use std::time::{Duration, Instant};
 
 use agent_airlock::InterruptApprovals;
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger};
-use agent_airlock_benches::{BenchCall, approvals, approved_calls, request_all};
+use agent_airlock_benches::{
+    BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, request_all, seed_spend_tables,
+};
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime};
 use redb::{Database, Durability, ReadableDatabase as _, TableDefinition};
 use tempfile::TempDir;
 
-/// The size of one ledger record (a grant entry is ~300 B of JSON).
-const RECORD: usize = 300;
-
 const RAW: TableDefinition<u64, &[u8]> = TableDefinition::new("bench_raw");
-const SPEND_GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_grants");
-const SPEND_STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_status");
 
 fn floor(c: &mut Criterion, dir: &TempDir) {
     let mut group = c.benchmark_group("ledger_floor");
@@ -86,20 +83,7 @@ fn floor(c: &mut Criterion, dir: &TempDir) {
     // A spend's shape without the ledger: in two tables keyed by random 32-hex ids (like grants and request
     // statuses) holding 4,096 records each, update one existing ~300 B record in each and commit, on the
     // calling thread.
-    let ids: Vec<String> =
-        (0..4096u64).map(|i| format!("{:032x}", u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 17)).collect();
-    {
-        let txn = db.begin_write().expect("a transaction");
-        {
-            let mut grants = txn.open_table(SPEND_GRANTS).expect("the table");
-            let mut status = txn.open_table(SPEND_STATUS).expect("the table");
-            for id in &ids {
-                grants.insert(id.as_str(), value.as_slice()).expect("inserted");
-                status.insert(id.as_str(), value.as_slice()).expect("inserted");
-            }
-        }
-        txn.commit().expect("committed");
-    }
+    let ids = seed_spend_tables(&db, 4096);
     let mut pick = 0usize;
     group.bench_function("redb_spend_shaped_2_tables_300B", |b| {
         b.iter(|| {

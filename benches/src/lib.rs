@@ -174,3 +174,30 @@ pub fn percentiles(samples: &mut [f64], quantiles: &[f64]) -> Vec<f64> {
         })
         .collect()
 }
+
+/// The size of one record in the storage floors, about a grant's.
+pub const RECORD: usize = 300;
+
+/// Two tables shaped like a spend's writes (a grant and its request's status), for the raw redb floor.
+pub const SPEND_GRANTS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("bench_spend_grants");
+/// See [`SPEND_GRANTS`].
+pub const SPEND_STATUS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("bench_spend_status");
+
+/// Fills both spend tables with `count` records under random-looking 32-hex ids (like grant and request ids)
+/// in one commit, and returns the ids.
+pub fn seed_spend_tables(db: &redb::Database, count: u64) -> Vec<String> {
+    let value = [0x61u8; RECORD];
+    let ids: Vec<String> =
+        (0..count).map(|i| format!("{:032x}", u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 17)).collect();
+    let txn = db.begin_write().expect("a transaction");
+    {
+        let mut grants = txn.open_table(SPEND_GRANTS).expect("the table");
+        let mut status = txn.open_table(SPEND_STATUS).expect("the table");
+        for id in &ids {
+            grants.insert(id.as_str(), value.as_slice()).expect("inserted");
+            status.insert(id.as_str(), value.as_slice()).expect("inserted");
+        }
+    }
+    txn.commit().expect("committed");
+    ids
+}

@@ -17,12 +17,14 @@ use std::time::{Duration, Instant};
 
 use agent_airlock::AdmitError;
 use agent_airlock::ledger::{ApprovalLedger, GrantState, RedbLedger};
-use agent_airlock_benches::{BenchCall, approvals, approved_calls, percentiles, request_all};
+use agent_airlock_benches::{
+    BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, percentiles, request_all,
+    seed_spend_tables,
+};
 use redb::{Database, Durability, TableDefinition};
 use serde_json::Value;
 
 const RAW: TableDefinition<u64, &[u8]> = TableDefinition::new("bench_raw");
-const RECORD: usize = 300;
 
 const FLOOR: &str = "floor: pwrite + fdatasync 300 B";
 const ONE_COMMIT: &str = "redb remove + commit, one commit per spend";
@@ -30,8 +32,6 @@ const LEDGER_ADMIT: &str = "RedbLedger admit (spend, group commit)";
 const LEDGER_APPROVE: &str = "RedbLedger approve";
 const SPEND_SHAPED: &str = "redb 2 tables × 1 update + commit, in the ledger's file";
 const SAME_FILE_ADMIT: &str = "RedbLedger admit, interleaved with the row above";
-const SPEND_GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_grants");
-const SPEND_STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_spend_status");
 
 struct Options {
     spends: u64,
@@ -186,18 +186,7 @@ fn spend_next_to_raw_commit(dir: &std::path::Path, ops: u64) -> [Row; 2] {
     let approved = approved_calls(&approvals, 0, ops);
     let db = Arc::clone(ledger.database());
     let value = [0x61u8; RECORD];
-    let ids: Vec<String> =
-        (0..ops).map(|i| format!("{:032x}", u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 17)).collect();
-    let txn = db.begin_write().expect("a transaction");
-    {
-        let mut grants = txn.open_table(SPEND_GRANTS).expect("the table");
-        let mut status = txn.open_table(SPEND_STATUS).expect("the table");
-        for id in &ids {
-            grants.insert(id.as_str(), value.as_slice()).expect("inserted");
-            status.insert(id.as_str(), value.as_slice()).expect("inserted");
-        }
-    }
-    txn.commit().expect("committed");
+    let ids = seed_spend_tables(&db, ops);
     let (mut raw, mut admit) = (Vec::new(), Vec::new());
     let (mut raw_time, mut admit_time) = (Duration::ZERO, Duration::ZERO);
     for (id, (call, resume)) in ids.iter().zip(&approved) {
