@@ -115,7 +115,8 @@ async fn start(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let dispatcher = host(dir)?;
     match dispatcher.dispatch(the_call(), &context(dir, None)).await {
-        Outcome::Interrupt { value, .. } => {
+        Outcome::Interrupt { request, .. } => {
+            let value = request.into_value();
             let checkpoint = json!({"call": the_call(), "interrupt": value});
             std::fs::write(dir.join("checkpoint.json"), serde_json::to_vec_pretty(&checkpoint).unwrap_or_default())
                 .map_err(|e| e.to_string())?;

@@ -40,7 +40,11 @@ pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use self::message::{DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, RequestBody};
 use crate::canonical;
 use crate::clock::Clock;
-use crate::ledger::{ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpentRecord};
+use crate::effect::{EffectError, Reservation};
+use crate::ledger::{
+    ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpendReserved,
+    SpentRecord,
+};
 
 /// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
 ///
@@ -65,7 +69,9 @@ impl std::fmt::Debug for InterruptApprovals {
     }
 }
 
-struct PreparedAdmission {
+/// A resume value verified against the call now being made, not yet spent.
+#[derive(Debug, Clone)]
+pub(crate) struct PreparedAdmission {
     attempt: SpendAttempt,
     key_id: String,
 }
@@ -337,6 +343,39 @@ impl InterruptApprovals {
         let prepared = self.prepare_admission(call, resume)?;
         let spent = self.ledger.spend(prepared.attempt.clone()).wait();
         finish_admission(prepared, spent)
+    }
+
+    /// Checks that `resume` approves exactly this call (token, key, binding) without spending anything:
+    /// the dispatcher verifies first, runs every gate that can still refuse, and only then spends, so a
+    /// later refusal leaves the grant live.
+    pub(crate) fn verify_resume(
+        &self,
+        call: &BindingInput<'_>,
+        resume: &Value,
+    ) -> Result<PreparedAdmission, AdmitError> {
+        self.prepare_admission(call, resume)
+    }
+
+    /// Spends a verified approval and, in the same atomic write, reserves `claim` (if the tool has an
+    /// effect). The inner `Err` is the reservation's refusal: the grant is then still live.
+    pub(crate) async fn spend_verified(
+        &self,
+        prepared: PreparedAdmission,
+        claim: Option<EffectClaim>,
+    ) -> Result<Result<(Admission, Option<Reservation>), EffectError>, AdmitError> {
+        match claim {
+            None => {
+                let spent = self.ledger.spend(prepared.attempt.clone()).await;
+                finish_admission(prepared, spent).map(|admission| Ok((admission, None)))
+            }
+            Some(claim) => match self.ledger.spend_and_reserve(prepared.attempt.clone(), claim).await {
+                Ok(Ok(SpendReserved { spent, reservation })) => {
+                    finish_admission(prepared, Ok(spent)).map(|admission| Ok((admission, Some(reservation))))
+                }
+                Ok(Err(refused)) => Ok(Err(refused)),
+                Err(err) => finish_admission(prepared, Err(err)).map(|admission| Ok((admission, None))),
+            },
+        }
     }
 
     fn prepare_admission(&self, call: &BindingInput<'_>, resume: &Value) -> Result<PreparedAdmission, AdmitError> {

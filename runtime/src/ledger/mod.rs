@@ -32,6 +32,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::effect::{EffectError, EffectStore, Reservation};
+
 pub use self::memory::MemoryLedger;
 pub use self::redb::{
     APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
@@ -59,6 +61,19 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// Spends a live, unexpired grant whose binding is `attempt.binding`, exactly once.
     fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord>;
 
+    /// Spends like [`spend`](Self::spend) and reserves `claim` in [`effects`](Self::effects) in the same
+    /// atomic write: both happen or neither. The outer `Err` is the spend's refusal (nothing reserved); the
+    /// inner `Err` is the reservation's refusal (the grant stays live).
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>>;
+
+    /// The effect records kept in this ledger's own storage, which [`spend_and_reserve`](Self::spend_and_reserve)
+    /// writes together with the spend. A dispatcher with interrupt approvals settles effects there.
+    fn effects(&self) -> Arc<dyn EffectStore>;
+
     /// One request and its status.
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError>;
 
@@ -82,6 +97,16 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
         (**self).spend(attempt)
     }
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        (**self).spend_and_reserve(attempt, claim)
+    }
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        (**self).effects()
+    }
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
         (**self).find_request(request_id)
     }
@@ -91,6 +116,24 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         (**self).find_grant(grant_id)
     }
+}
+
+/// An effect key to reserve in the same write as a spend ([`ApprovalLedger::spend_and_reserve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectClaim {
+    /// The rendered effect key.
+    pub key: String,
+    /// How long the reservation may run before a crash is presumed.
+    pub lease: Duration,
+}
+
+/// A grant spent and an effect reserved by one write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendReserved {
+    /// The spend.
+    pub spent: SpentRecord,
+    /// The reservation, to settle after the tool ran.
+    pub reservation: Reservation,
 }
 
 /// A request for approval, as issued (immutable once recorded).

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use crate::effect::{self, EffectError, EffectRecord};
+
 use super::{
-    DenialRecord, GrantEntry, GrantRecord, GrantState, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
-    SpentRecord,
+    DenialRecord, EffectClaim, GrantEntry, GrantRecord, GrantState, LedgerError, RequestRecord, RequestStatus,
+    SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// The tables a ledger keeps. Reads and writes inside one atomic unit (a lock, a write transaction).
@@ -19,6 +21,8 @@ pub(crate) trait LedgerTables {
     fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError>;
     fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError>;
+    fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError>;
+    fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError>;
 }
 
 pub(crate) fn record_request(tables: &mut impl LedgerTables, request: RequestRecord) -> Result<(), LedgerError> {
@@ -139,4 +143,31 @@ pub(crate) fn spend(tables: &mut impl LedgerTables, attempt: SpendAttempt) -> Re
     tables.set_grant(&GrantEntry { grant: spent.grant.clone(), state: GrantState::Spent { spent_at: attempt.now } })?;
     tables.set_status(&spent.grant.request_id, &RequestStatus::Spent(spent.clone()))?;
     Ok(spent)
+}
+
+/// A spend and an effect reservation, both or neither. The reservation is decided first (without
+/// writing), then the spend (which decides before it writes), then the reservation is written.
+pub(crate) fn spend_and_reserve(
+    tables: &mut impl LedgerTables,
+    attempt: SpendAttempt,
+    claim: &EffectClaim,
+) -> Result<Result<SpendReserved, EffectError>, LedgerError> {
+    let current = tables.effect(&claim.key)?;
+    let step = effect::reserve_step(current, &claim.key, claim.lease, attempt.now);
+    let reservation = match step.answer {
+        Ok(reservation) => reservation,
+        Err(refused) => {
+            // A lapsed lease is recorded as ambiguous even though nothing is reserved: the answer stays
+            // the same for every later caller.
+            if let Some(record) = &step.write {
+                tables.set_effect(record)?;
+            }
+            return Ok(Err(refused));
+        }
+    };
+    let spent = spend(tables, attempt)?;
+    if let Some(record) = &step.write {
+        tables.set_effect(record)?;
+    }
+    Ok(Ok(SpendReserved { spent, reservation }))
 }
