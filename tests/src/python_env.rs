@@ -242,4 +242,3 @@ fn stderr_tail(output: &Output) -> String {
         None => text.to_owned(),
     }
 }
-
