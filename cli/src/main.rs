@@ -359,7 +359,10 @@ fn approvals(
     ttl: Duration,
 ) -> Result<InterruptApprovals, Failure> {
     let key = match &source.key_file {
-        Some(path) => ApprovalKey::from_file(key_id, path),
+        Some(path) => {
+            warn_if_others_can_read(path);
+            ApprovalKey::from_file(key_id, path)
+        }
         None => ApprovalKey::from_env(key_id, &source.key_env),
     }
     .map_err(|e| e.to_string())?;
@@ -368,12 +371,36 @@ fn approvals(
 
 fn audit_key(source: &AuditKeySource) -> Result<Option<AuditKey>, Failure> {
     let hex = match (&source.audit_key_file, &source.audit_key_env) {
-        (Some(path), _) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        (Some(path), _) => {
+            warn_if_others_can_read(path);
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
         (None, Some(var)) => std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?,
         (None, None) => return Ok(None),
     };
     let secret = decode_hex(hex.trim()).ok_or("the audit key must be hex")?;
     AuditKey::new(source.audit_key_id.clone(), secret).map(Some).map_err(|e| e.to_string())
+}
+
+/// Warns on stderr when the group or everyone may read a key file: anyone who can read it can forge
+/// approvals (or audit entries).
+fn warn_if_others_can_read(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "airlock: warning: the key file `{0}` can be read by other users (mode {1:o}); restrict it with \
+                 `chmod 600 {0}`",
+                path.display(),
+                meta.permissions().mode() & 0o777,
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
