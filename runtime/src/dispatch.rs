@@ -673,7 +673,7 @@ impl Dispatcher {
                 };
                 let Some(resume) = context.resume() else {
                     let reasons = entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
-                    return match approvals.request(&call, &rules, &reasons).await {
+                    return match approvals.request_masked(&call, &rules, &reasons, &self.masker, entry.mask).await {
                         Ok(request) => Ok(Escalated::Interrupt(request.into_value())),
                         Err(err) => {
                             tracing::error!(target: "agent_airlock", error = %err, "approval request failed");

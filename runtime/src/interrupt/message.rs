@@ -12,8 +12,12 @@ pub(crate) const REQUEST_MEMBER: &str = InterruptRequest::MEMBER;
 pub(crate) const GRANT_MEMBER: &str = ResumeValue::GRANT_MEMBER;
 pub(crate) const DENIED_MEMBER: &str = ResumeValue::DENIED_MEMBER;
 
-/// The version of the request layout this build issues.
-pub(crate) const REQUEST_VERSION: u64 = 1;
+/// The version of the request layout this build issues: 2 stores the arguments masked, with
+/// `arguments_sha256`, the digest of the exact arguments the binding covers.
+pub(crate) const REQUEST_VERSION: u64 = 2;
+
+/// The first layout, with the exact arguments and no digest; still verified and approved.
+pub(crate) const REQUEST_VERSION_UNMASKED: u64 = 1;
 
 /// Where a call was made, as bound: thread, checkpoint and the model's call id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +44,9 @@ pub(crate) struct RequestBody {
     pub(crate) rule: String,
     pub(crate) reason: String,
     pub(crate) arguments: Map<String, Value>,
+    /// SHA-256 of the canonical JSON of the exact arguments, lowercase hex (version 2 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) arguments_sha256: Option<String>,
     pub(crate) call: CallSite,
     pub(crate) requested_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +56,21 @@ pub(crate) struct RequestBody {
 }
 
 impl RequestBody {
+    /// The digest of the exact arguments: stored from version 2 on, computed from the (then exact)
+    /// arguments in version 1.
+    pub(crate) fn arguments_digest(&self) -> Result<[u8; 32], String> {
+        match (&self.arguments_sha256, self.version) {
+            (Some(hex), _) => super::mac::hex_decode::<32>(hex)
+                .ok_or_else(|| "`arguments_sha256` is not 64 lowercase hex characters".to_owned()),
+            (None, REQUEST_VERSION_UNMASKED) => {
+                crate::canonical::canonical_object_sha256(&self.arguments).map_err(|err| err.to_string())
+            }
+            (None, _) => Err("`arguments_sha256` is missing".to_owned()),
+        }
+    }
+
+    /// Where the call was made and which tool (its `arguments` are the stored, masked ones: bind with
+    /// [`RequestBody::arguments_digest`]).
     pub(crate) fn binding_input(&self) -> BindingInput<'_> {
         BindingInput {
             thread_id: &self.call.thread_id,
@@ -69,15 +91,20 @@ impl RequestBody {
 ///
 /// ```json
 /// {"airlock_approval": {
-///   "version": 1, "request_id": "<32 hex>", "key_id": "k1",
+///   "version": 2, "request_id": "<32 hex>", "key_id": "k1",
 ///   "tool": "refund", "rule": "attribute", "reason": "moves money",
-///   "arguments": {"payment_id": "pi_1", "amount": 500},
+///   "arguments": {"payment_id": "pi_1", "amount": 500}, "arguments_sha256": "<64 hex>",
 ///   "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c7"}, "tool_call_id": "call_1"},
 ///   "requested_at_ms": 1767225600000,
 ///   "binding": "<64 hex>", "seal": "<64 hex>"}}
 /// ```
 ///
 /// `expires_at_ms` is present when the approvals have a request time-to-live. Every member is sealed.
+///
+/// The interrupt value is checkpointed by the host and recorded in the ledger, so its `arguments` are
+/// *masked* with the tool's mask set (a secret the model passed as an argument becomes `[SECRET_VALUE]`);
+/// `arguments_sha256` is the digest of the exact arguments, which the binding covers, so the call that
+/// resumes must still carry exactly the arguments that were approved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InterruptRequest {
     pub(crate) body: RequestBody,
@@ -128,9 +155,16 @@ impl InterruptRequest {
         &self.body.reason
     }
 
-    /// The admitted arguments: exactly what will run.
+    /// The admitted arguments as stored and shown: masked with the tool's mask set. The binding covers
+    /// the exact ones ([`InterruptRequest::arguments_sha256`]).
     pub fn arguments(&self) -> &Map<String, Value> {
         &self.body.arguments
+    }
+
+    /// SHA-256 of the canonical JSON (RFC 8785) of the exact admitted arguments, lowercase hex; `None` for a
+    /// request of the first layout (version 1), whose arguments were stored exactly.
+    pub fn arguments_sha256(&self) -> Option<&str> {
+        self.body.arguments_sha256.as_deref()
     }
 
     /// Where the call was made.
