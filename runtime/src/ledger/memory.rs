@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, RequestEntry, RequestRecord,
-    RequestStatus, SpendAttempt, SpentRecord,
+    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport, RequestEntry,
+    RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
 };
 
 /// A ledger held in memory, for tests and for hosts that accept losing approvals (and spends) on
@@ -45,6 +45,21 @@ impl LedgerTables for MemoryTables {
     }
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
         self.grants.insert(entry.grant.grant_id.clone(), entry.clone());
+        Ok(())
+    }
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        Ok(self.status.iter().map(|(id, status)| (id.clone(), status.clone())).collect())
+    }
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        Ok(self.grants.values().cloned().collect())
+    }
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.requests.remove(request_id);
+        self.status.remove(request_id);
+        Ok(())
+    }
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.grants.remove(grant_id);
         Ok(())
     }
 }
@@ -105,5 +120,9 @@ impl ApprovalLedger for MemoryLedger {
 
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         Ok(self.lock().grants.get(grant_id).cloned())
+    }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        LedgerReply::ready(transitions::prune(&mut *self.lock(), cutoff, now))
     }
 }

@@ -41,8 +41,8 @@ use serde::de::DeserializeOwned;
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, ReplySender, RequestEntry,
-    RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport, ReplySender,
+    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
 };
 
 const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
@@ -394,6 +394,10 @@ impl ApprovalLedger for RedbLedger {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         self.read(|tables| get::<GrantEntry>(&tables.grants, "grants", grant_id))
     }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        self.submit(|reply| Job::Prune { cutoff, now, reply })
+    }
 }
 
 fn prepare_schema(database: &Database) -> Result<(), OpenError> {
@@ -518,6 +522,33 @@ impl LedgerTables for WriteTables<'_> {
         self.grants.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        let mut statuses = Vec::new();
+        for item in self.status.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            statuses.push((key.value().to_owned(), decode("status", key.value(), value.value())?));
+        }
+        Ok(statuses)
+    }
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        let mut grants = Vec::new();
+        for item in self.grants.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            grants.push(decode("grants", key.value(), value.value())?);
+        }
+        Ok(grants)
+    }
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.requests.remove(request_id).map_err(LedgerError::storage)?;
+        self.status.remove(request_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.grants.remove(grant_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
 }
 
 // ---- the writer ----
@@ -527,6 +558,7 @@ enum Job {
     Grant { grant: GrantRecord, now: Duration, reply: ReplySender<GrantRecord> },
     Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
     Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
+    Prune { cutoff: Duration, now: Duration, reply: ReplySender<PruneReport> },
 }
 
 enum Outcome {
@@ -534,6 +566,7 @@ enum Outcome {
     Grant(Result<GrantRecord, LedgerError>),
     Deny(Result<DenialRecord, LedgerError>),
     Spend(Result<SpentRecord, LedgerError>),
+    Prune(Result<PruneReport, LedgerError>),
 }
 
 /// A refusal by the rules is an outcome to report; a fault aborts the transaction.
@@ -556,6 +589,7 @@ impl Job {
             Job::Grant { grant, now, .. } => outcome(transitions::grant(tables, grant.clone(), *now), Outcome::Grant),
             Job::Deny { denial, .. } => outcome(transitions::deny(tables, denial.clone()), Outcome::Deny),
             Job::Spend { attempt, .. } => outcome(transitions::spend(tables, attempt.clone()), Outcome::Spend),
+            Job::Prune { cutoff, now, .. } => outcome(transitions::prune(tables, *cutoff, *now), Outcome::Prune),
         }
     }
 
@@ -565,6 +599,7 @@ impl Job {
             (Job::Grant { reply, .. }, Outcome::Grant(result)) => reply.send(result),
             (Job::Deny { reply, .. }, Outcome::Deny(result)) => reply.send(result),
             (Job::Spend { reply, .. }, Outcome::Spend(result)) => reply.send(result),
+            (Job::Prune { reply, .. }, Outcome::Prune(result)) => reply.send(result),
             // `run` answers each job with its own kind of outcome; were it not so, dropping the job
             // answers `WriterStopped` rather than a wrong result.
             (job, _) => drop(job),
@@ -577,6 +612,7 @@ impl Job {
             Job::Grant { reply, .. } => reply.send(Err(error)),
             Job::Deny { reply, .. } => reply.send(Err(error)),
             Job::Spend { reply, .. } => reply.send(Err(error)),
+            Job::Prune { reply, .. } => reply.send(Err(error)),
         }
     }
 }
