@@ -192,7 +192,8 @@ fn prune_removes_exactly_the_settled_records_from_a_redb_file() {
 
     // Reopened, the pruned records stay gone and the spends stay spent.
     let ledger = RedbLedger::open(&path2).unwrap();
-    let labels: Vec<&str> = ledger.list_requests().unwrap().iter().map(|e| e.status.label(START + secs(1000))).collect();
+    let labels: Vec<&str> =
+        ledger.list_requests().unwrap().iter().map(|e| e.status.label(START + secs(1000))).collect();
     assert_eq!(sorted(labels.iter().map(|l| (*l).to_owned()).collect()), ["pending", "spent", "spent"]);
 }
 

@@ -51,6 +51,11 @@ impl KeyHint {
     /// The hint a key gives, from its letters and digits, lower-cased (`DB_Password`, `db-password` and
     /// `dbPassword` are all `dbpassword`).
     ///
+    /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
+    pub(crate) fn of_member(key: &str) -> KeyHint {
+        if is_masker_output(key) { KeyHint::None } else { KeyHint::of_key(key) }
+    }
+
     /// A key *naming* a secret marks its value (`password`, `DB_PASSWORD`, `api_key`, `client_secret`,
     /// `private_key`, `access_token`, `authorization`). A key *describing* one does not: `password_hint`,
     /// `password_policy`, `token_count`, `token_type`, `max_tokens`, `next_page_token`, `secret_name`,
@@ -100,6 +105,18 @@ impl KeyHint {
     }
 }
 
+/// Text a masker wrote (`[EMAIL]`, `[EMAIL]#2`, `[GITHUB_TOKEN:3f2a9c1b]`, `sk-proj-...wxyz`): as a key or
+/// a name it names nothing, so masking masked output changes nothing (`[GITHUB_TOKEN]` ends in `token`).
+fn is_masker_output(text: &str) -> bool {
+    let base = match text.rsplit_once('#') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => text,
+    };
+    (base.starts_with('[') && super::detect::is_mask_or_placeholder(base))
+        || base.contains("...")
+        || base.contains("***")
+}
+
 /// Members that name a sibling: `name` in Kubernetes' `{"name": "DB_PASSWORD", "value": "…"}`, `Key` in
 /// AWS tags `{"Key": "api_key", "Value": "…"}`, `ParameterKey` in CloudFormation parameters.
 const NAME_MEMBERS: &[&str] = &["name", "key", "parametername", "parameterkey", "variable", "variablename"];
@@ -125,7 +142,7 @@ pub(crate) fn pair_hint(fields: &serde_json::Map<String, serde_json::Value>) -> 
         let mut buffer = [0u8; MAX_KEY_LEN];
         let names_a_sibling = normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.contains(&key));
         if let (true, Some(name)) = (names_a_sibling, field.as_str()) {
-            match KeyHint::of_key(name) {
+            match KeyHint::of_member(name) {
                 KeyHint::Secret => return KeyHint::Secret,
                 KeyHint::None => {}
                 other => hint = other,
@@ -173,6 +190,17 @@ mod tests {
         // Longer than any key worth reading: no hint, no panic.
         assert_eq!(KeyHint::of_key(&"a".repeat(10_000)), KeyHint::None);
         assert_eq!(KeyHint::of_key(&format!("{}password", "é".repeat(100))), KeyHint::Secret);
+    }
+
+    #[test]
+    fn masker_output_names_nothing() {
+        for masked in ["[GITHUB_TOKEN]", "[SECRET_VALUE]#2", "[API_TOKEN:3f2a9c1b]", "sk-proj-...DNxS", "j***@x.io#3"] {
+            assert_eq!(KeyHint::of_member(masked), KeyHint::None, "{masked}");
+        }
+        assert_eq!(KeyHint::of_member("db_password#2"), KeyHint::Secret);
+        assert_eq!(KeyHint::of_member("[db] password"), KeyHint::Secret);
+        let masked_name = json!({"name": "[GITHUB_TOKEN]", "value": "alerts"});
+        assert_eq!(pair_hint(masked_name.as_object().unwrap()), KeyHint::None);
     }
 
     #[test]

@@ -169,7 +169,7 @@ impl Masker {
                     // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
                     let pair = json::pair_hint(fields);
                     pending.extend(fields.iter_mut().map(|(key, field)| {
-                        let hint = match KeyHint::of_key(key) {
+                        let hint = match KeyHint::of_member(key) {
                             KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,
                             hint => hint,
                         };
