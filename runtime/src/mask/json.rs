@@ -197,7 +197,7 @@ mod tests {
         for masked in ["[GITHUB_TOKEN]", "[SECRET_VALUE]#2", "[API_TOKEN:3f2a9c1b]", "sk-proj-...DNxS", "j***@x.io#3"] {
             assert_eq!(KeyHint::of_member(masked), KeyHint::None, "{masked}");
         }
-        assert_eq!(KeyHint::of_member("db_password#2"), KeyHint::Secret);
+        assert_eq!(KeyHint::of_member("db#password"), KeyHint::Secret);
         assert_eq!(KeyHint::of_member("[db] password"), KeyHint::Secret);
         let masked_name = json!({"name": "[GITHUB_TOKEN]", "value": "alerts"});
         assert_eq!(pair_hint(masked_name.as_object().unwrap()), KeyHint::None);
