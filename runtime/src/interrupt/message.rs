@@ -239,3 +239,75 @@ pub struct Admission {
     /// When the grant was spent.
     pub spent_at: Duration,
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::super::mac;
+    use super::super::{ApprovalKey, InterruptApprovals, KeyRing};
+    use crate::canonical;
+    use crate::clock::ManualClock;
+    use crate::ledger::MemoryLedger;
+
+    fn approvals() -> InterruptApprovals {
+        let key = ApprovalKey::new("k1", &[7; 32]).unwrap();
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_767_225_600)));
+        InterruptApprovals::new(KeyRing::new(key), Arc::new(MemoryLedger::new()), clock, Duration::from_secs(60))
+    }
+
+    /// A request of the first layout (exact arguments, no digest), sealed by `approvals`' key.
+    fn first_layout_request(approvals: &InterruptApprovals, arguments: Value) -> Value {
+        let key = approvals.keys().current();
+        let checkpoint = [(String::new(), "c1".to_owned())].into();
+        let input = super::BindingInput {
+            thread_id: "t1",
+            checkpoint_ns: "",
+            checkpoint: &checkpoint,
+            tool_call_id: "call_1",
+            tool: "refund",
+            arguments: arguments.as_object().unwrap(),
+        };
+        let binding = mac::binding(key, &input).unwrap().to_hex();
+        let mut inner = json!({
+            "version": 1, "request_id": "0123456789abcdef0123456789abcdef", "key_id": "k1",
+            "tool": "refund", "rule": "attribute", "reason": "moves money", "arguments": arguments,
+            "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c1"}, "tool_call_id": "call_1"},
+            "requested_at_ms": 1_767_225_600_000u64, "binding": binding,
+        });
+        let seal = mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&inner).unwrap()));
+        inner["seal"] = Value::from(seal);
+        json!({ super::REQUEST_MEMBER: inner })
+    }
+
+    /// Requests issued before arguments were masked (version 1) still verify: a pending request survives
+    /// an upgrade. Its binding is derived from its (exact) arguments.
+    #[test]
+    fn first_layout_requests_still_verify() {
+        let approvals = approvals();
+        let request = first_layout_request(&approvals, json!({"payment_id": "pi_1", "amount": 500}));
+        let verified = approvals.verify_request(&request).unwrap();
+        assert_eq!(verified.arguments_sha256(), None);
+        assert_eq!(verified.body.version, super::REQUEST_VERSION_UNMASKED);
+    }
+
+    /// A version-2 request must carry the digest: without it there is nothing to bind the exact arguments.
+    #[test]
+    fn a_masked_request_without_its_digest_is_malformed() {
+        let approvals = approvals();
+        let mut request = first_layout_request(&approvals, json!({"amount": 500}));
+        let inner = request[super::REQUEST_MEMBER].as_object_mut().unwrap();
+        inner.insert("version".into(), Value::from(super::REQUEST_VERSION));
+        inner.remove("seal");
+        let key = approvals.keys().current();
+        let seal =
+            mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&Value::Object(inner.clone())).unwrap()));
+        inner.insert("seal".into(), Value::from(seal));
+        let err = approvals.verify_request(&request).unwrap_err();
+        assert!(err.to_string().contains("arguments_sha256"), "{err}");
+    }
+}
