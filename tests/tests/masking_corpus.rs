@@ -631,6 +631,19 @@ fn masked_keys_stay_unique() {
     assert!(keys.iter().all(|k| k.starts_with("[EMAIL:") && !k.contains('#')), "{keys:?}");
 }
 
+/// Many keys masked alike (a model-chosen object of addresses) cost linear time and all stay.
+#[test]
+fn many_keys_masked_alike_all_stay() {
+    let n = 20_000;
+    let mut value = Value::Object((0..n).map(|i| (format!("user{i}@example.com"), json!(i))).collect());
+    let report = Masker::default().mask_value(&mut value, MaskSet::PII);
+    assert_eq!(report.count(MaskKind::Email), n as u32);
+    let object = value.as_object().unwrap();
+    assert_eq!(object.len(), n);
+    assert_eq!(object["[EMAIL]"], json!(0));
+    assert_eq!(object[&format!("[EMAIL]#{n}")], json!(n - 1));
+}
+
 /// The README's masking bullet states the corpus's size; this keeps it true.
 #[test]
 fn the_readme_states_the_corpus_size() {

@@ -31,7 +31,7 @@ mod strategy;
 mod validate;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -188,24 +188,40 @@ impl Masker {
     /// lost and the order of members is kept. Hints are read from the masked keys, so masking twice
     /// changes nothing the second time.
     fn mask_keys(&self, scanner: &Scanner, only: MaskSet, fields: &mut Map<String, Value>, report: &mut MaskReport) {
-        let renamed: Vec<Option<String>> =
-            fields.keys().map(|key| self.mask_str_with(scanner, only, key, report)).collect();
-        if renamed.iter().all(Option::is_none) {
+        // Allocated only once a key is masked: most objects have none.
+        let mut renamed: Vec<Option<String>> = Vec::new();
+        for (index, key) in fields.keys().enumerate() {
+            let masked = if detect::key_cannot_hold_a_finding(key) {
+                None
+            } else {
+                self.mask_str_with(scanner, only, key, report)
+            };
+            if masked.is_some() && renamed.is_empty() {
+                renamed.resize(index, None);
+            }
+            if masked.is_some() || !renamed.is_empty() {
+                renamed.push(masked);
+            }
+        }
+        if renamed.is_empty() {
             return;
         }
         let mut taken: HashSet<String> =
             fields.keys().zip(&renamed).filter(|(_, masked)| masked.is_none()).map(|(key, _)| key.clone()).collect();
+        // The next suffix to try for each masked text, so that many keys masked alike cost linear time.
+        let mut next_suffix: HashMap<String, u64> = HashMap::new();
         let old = std::mem::take(fields);
         for ((key, field), masked) in old.into_iter().zip(renamed) {
             let key = match masked {
                 None => key,
                 Some(masked) => {
-                    let mut unique = masked.clone();
-                    let mut n = 2u64;
+                    let n = next_suffix.entry(masked.clone()).or_insert(1);
+                    let mut unique = if *n == 1 { masked.clone() } else { format!("{masked}#{n}") };
                     while taken.contains(&unique) {
+                        *n += 1;
                         unique = format!("{masked}#{n}");
-                        n += 1;
                     }
+                    *n += 1;
                     taken.insert(unique.clone());
                     unique
                 }
