@@ -14,7 +14,7 @@ use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStor
 use agent_airlock::ledger::{
     ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus, open_database,
 };
-use agent_airlock::{ApprovalKey, Clock, InterruptApprovals, KeyRing, SystemClock};
+use agent_airlock::{ApprovalKey, Clock, InterruptApprovals, KeyRing, MaskSet, Masker, SystemClock};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
@@ -72,6 +72,13 @@ enum Command {
     },
     /// Spent grants: approvals that admitted their call.
     Spent,
+    /// Remove approval records settled longer ago than a duration: spent, denied and expired requests with
+    /// their grants. Pending requests and grants that can still be spent are kept.
+    Prune {
+        /// How long ago a record must have been settled, e.g. `30d`, `12h`, `2weeks`, `1h 30m`.
+        #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+        older_than: Duration,
+    },
     /// Effect records: list them, or resolve an ambiguous one.
     Effects {
         #[command(subcommand)]
@@ -92,7 +99,7 @@ enum RequestsCommand {
         #[arg(long)]
         pending: bool,
     },
-    /// One request in full: the tool, the reason, the exact arguments.
+    /// One request in full: the tool, the reason, the arguments (secrets masked).
     Show {
         /// The request id.
         request_id: String,
@@ -220,7 +227,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                         println!("tool      {}", r.tool);
                         println!("rule      {}", r.rule);
                         println!("reason    {}", r.reason);
-                        println!("arguments {}", pretty(&r.interrupt["airlock_approval"]["arguments"]));
+                        println!("arguments {}", pretty(&shown_arguments(&r.interrupt)));
                         println!("call      {}", r.interrupt["airlock_approval"]["call"]);
                         println!("key       {}", r.key_id);
                         println!("requested {} s since the Unix epoch", r.requested_at.as_secs());
@@ -274,6 +281,25 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                         s["spent_at_ms"]
                     );
                 }
+            }
+        }
+        Command::Prune { older_than } => {
+            let ledger = RedbLedger::from_database(database).map_err(|e| e.to_string())?;
+            let cutoff = now.saturating_sub(*older_than);
+            let report = ledger.prune(cutoff, now).wait().map_err(|e| e.to_string())?;
+            if cli.json {
+                print_json(&json!({
+                    "cutoff_ms": millis(cutoff),
+                    "requests": report.requests,
+                    "grants": report.grants,
+                }));
+            } else {
+                println!(
+                    "pruned {} requests and {} grants settled before {} ms since the Unix epoch",
+                    report.requests.len(),
+                    report.grants.len(),
+                    millis(cutoff)
+                );
             }
         }
         Command::Effects { command } => {
@@ -441,7 +467,7 @@ fn entry_json(entry: &RequestEntry, now: Duration) -> Value {
         "reason": r.reason,
         "key_id": r.key_id,
         "requested_at_ms": millis(r.requested_at),
-        "arguments": r.interrupt["airlock_approval"]["arguments"],
+        "arguments": shown_arguments(&r.interrupt),
         "call": r.interrupt["airlock_approval"]["call"],
         "decision": serde_json::to_value(&entry.status).unwrap_or(Value::Null),
     })
@@ -463,4 +489,18 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
         "attempt": record.attempt,
         "record": serde_json::to_value(record).unwrap_or(Value::Null),
     })
+}
+
+/// A request's arguments as shown to an operator. Requests recorded since arguments are masked in the
+/// request itself are shown as stored; older ones (request version 1) held the exact arguments, so secrets
+/// are masked here too (masking masked text changes nothing).
+fn shown_arguments(interrupt: &Value) -> Value {
+    let mut arguments = interrupt["airlock_approval"]["arguments"].clone();
+    Masker::default().mask_value(&mut arguments, MaskSet::SECRETS);
+    arguments
+}
+
+/// A duration in humantime's grammar: `30d`, `12h`, `2weeks`, `1h 30m` (`0s`: every settled record).
+fn parse_age(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration ({e}), e.g. `30d`, `12h`"))
 }

@@ -283,7 +283,10 @@ fn an_empty_bucket_or_a_done_effect_is_refused_before_a_human_is_asked() {
         .build()
         .unwrap();
     let context = CallContext::new().with_thread("t1").with_state_arc(Arc::new(Provider::default()));
-    assert_eq!(block_on(dispatcher.dispatch(pay_call("c1", "inv-1"), &context)).expect_message().status, Status::Success);
+    assert_eq!(
+        block_on(dispatcher.dispatch(pay_call("c1", "inv-1"), &context)).expect_message().status,
+        Status::Success
+    );
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     let message = block_on(dispatcher.dispatch(pay_call("c2", "inv-2"), &context)).expect_message();
     assert_eq!(refused(&message), RefusalKind::RateLimited);
@@ -292,8 +295,12 @@ fn an_empty_bucket_or_a_done_effect_is_refused_before_a_human_is_asked() {
 
 #[test]
 fn an_effect_store_apart_from_the_approval_ledger_is_refused_at_build_time() {
-    let approvals =
-        InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), Arc::new(ManualClock::new(START)), GRANT_TTL);
+    let approvals = InterruptApprovals::new(
+        key_ring(),
+        Arc::new(MemoryLedger::new()),
+        Arc::new(ManualClock::new(START)),
+        GRANT_TTL,
+    );
     let built = Dispatcher::builder()
         .tool(tool!(pay))
         .effects(agent_airlock::effect::MemoryEffectStore::new())

@@ -99,7 +99,10 @@ impl Dispatcher {
                 let Some(resume) = call.context.resume() else {
                     let reasons =
                         call.entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
-                    return match approvals.request(&binding, call.rules, &reasons).await {
+                    return match approvals
+                        .request_masked(&binding, call.rules, &reasons, &self.masker, call.entry.mask)
+                        .await
+                    {
                         Ok(request) => Ok(Escalated::Interrupt(request)),
                         Err(err) => {
                             tracing::error!(target: "agent_airlock", error = %err, "approval request failed");

@@ -8,8 +8,8 @@ use crate::effect::{EffectError, EffectRecord, EffectStore, MemoryEffectStore};
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, RequestEntry,
-    RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
+    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// A ledger held in memory, for tests and for hosts that accept losing approvals (and spends) on
@@ -64,6 +64,21 @@ impl LedgerTables for Locked<'_> {
         if let Some(effects) = &mut self.effects {
             effects.insert(record.key.clone(), record.clone());
         }
+        Ok(())
+    }
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        Ok(self.tables.status.iter().map(|(id, status)| (id.clone(), status.clone())).collect())
+    }
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        Ok(self.tables.grants.values().cloned().collect())
+    }
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.tables.requests.remove(request_id);
+        self.tables.status.remove(request_id);
+        Ok(())
+    }
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.tables.grants.remove(grant_id);
         Ok(())
     }
 }
@@ -147,5 +162,9 @@ impl ApprovalLedger for MemoryLedger {
 
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         Ok(self.lock().grants.get(grant_id).cloned())
+    }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        LedgerReply::ready(transitions::prune(&mut self.locked(), cutoff, now))
     }
 }

@@ -20,6 +20,14 @@
 //!
 //! The ledger is not the host's checkpoint store, and nothing in it comes from a checkpoint: the
 //! checkpoint is untrusted input.
+//!
+//! **Retention.** [`ApprovalLedger::prune`] removes requests that were settled before a cutoff (spent,
+//! denied, or granted with a grant that expired unspent) together with every grant issued for them, so
+//! the file stops growing forever (`airlock prune --older-than 30d`). A pending request and a grant that
+//! can still be spent are never removed. Pruning cannot make a replay succeed: a resume value names its
+//! grant, and a grant the ledger does not know admits nothing ([`LedgerError::UnknownGrant`]); the
+//! request is gone too, so its stored interrupt value cannot be approved again either
+//! ([`LedgerError::UnknownRequest`]).
 
 mod memory;
 mod redb;
@@ -82,6 +90,13 @@ pub trait ApprovalLedger: Send + Sync + 'static {
 
     /// One grant and what became of it.
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
+
+    /// Removes, in one atomic write, every request settled before `cutoff` and every grant issued for
+    /// it: spent (by when it was spent), denied (by when it was denied), or granted under a grant that
+    /// expired unspent (by when it expired, which must be before `now` too). Never a pending request, and
+    /// never a request with a grant that could still be spent. Afterwards the removed ids are unknown: a
+    /// removed grant admits nothing.
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport>;
 }
 
 impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
@@ -116,6 +131,18 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         (**self).find_grant(grant_id)
     }
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        (**self).prune(cutoff, now)
+    }
+}
+
+/// What [`ApprovalLedger::prune`] removed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// The requests removed (each with its status), in id order.
+    pub requests: Vec<String>,
+    /// The grants removed (spent, revoked, replaced or expired), in id order.
+    pub grants: Vec<String>,
 }
 
 /// An effect key to reserve in the same write as a spend ([`ApprovalLedger::spend_and_reserve`]).

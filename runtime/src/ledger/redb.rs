@@ -45,8 +45,8 @@ use crate::effect::{
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, ReplySender,
-    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
+    ReplySender, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
@@ -410,6 +410,10 @@ impl ApprovalLedger for RedbLedger {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         self.read(|tables| get::<GrantEntry>(&tables.grants, "grants", grant_id))
     }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        self.submit(|reply| Job::Prune { cutoff, now, reply })
+    }
 }
 
 fn prepare_schema(database: &Database) -> Result<(), OpenError> {
@@ -555,6 +559,33 @@ impl LedgerTables for WriteTables<'_> {
         self.effects.insert(record.key.as_str(), encode_record(record).as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        let mut statuses = Vec::new();
+        for item in self.status.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            statuses.push((key.value().to_owned(), decode("status", key.value(), value.value())?));
+        }
+        Ok(statuses)
+    }
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        let mut grants = Vec::new();
+        for item in self.grants.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            grants.push(decode("grants", key.value(), value.value())?);
+        }
+        Ok(grants)
+    }
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.requests.remove(request_id).map_err(LedgerError::storage)?;
+        self.status.remove(request_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.grants.remove(grant_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
 }
 
 // ---- the writer ----
@@ -565,6 +596,7 @@ enum Job {
     Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
     Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
     SpendReserve { attempt: SpendAttempt, claim: EffectClaim, reply: ReplySender<Result<SpendReserved, EffectError>> },
+    Prune { cutoff: Duration, now: Duration, reply: ReplySender<PruneReport> },
 }
 
 enum Outcome {
@@ -573,6 +605,7 @@ enum Outcome {
     Deny(Result<DenialRecord, LedgerError>),
     Spend(Result<SpentRecord, LedgerError>),
     SpendReserve(Result<Result<SpendReserved, EffectError>, LedgerError>),
+    Prune(Result<PruneReport, LedgerError>),
 }
 
 /// A refusal by the rules is an outcome to report; a fault aborts the transaction.
@@ -598,6 +631,7 @@ impl Job {
             Job::SpendReserve { attempt, claim, .. } => {
                 outcome(transitions::spend_and_reserve(tables, attempt.clone(), claim), Outcome::SpendReserve)
             }
+            Job::Prune { cutoff, now, .. } => outcome(transitions::prune(tables, *cutoff, *now), Outcome::Prune),
         }
     }
 
@@ -608,6 +642,7 @@ impl Job {
             (Job::Deny { reply, .. }, Outcome::Deny(result)) => reply.send(result),
             (Job::Spend { reply, .. }, Outcome::Spend(result)) => reply.send(result),
             (Job::SpendReserve { reply, .. }, Outcome::SpendReserve(result)) => reply.send(result),
+            (Job::Prune { reply, .. }, Outcome::Prune(result)) => reply.send(result),
             // `run` answers each job with its own kind of outcome; were it not so, dropping the job
             // answers `WriterStopped` rather than a wrong result.
             (job, _) => drop(job),
@@ -621,6 +656,7 @@ impl Job {
             Job::Deny { reply, .. } => reply.send(Err(error)),
             Job::Spend { reply, .. } => reply.send(Err(error)),
             Job::SpendReserve { reply, .. } => reply.send(Err(error)),
+            Job::Prune { reply, .. } => reply.send(Err(error)),
         }
     }
 }
