@@ -367,20 +367,13 @@ fn approvals(
 }
 
 fn audit_key(source: &AuditKeySource) -> Result<Option<AuditKey>, Failure> {
-    let hex = match (&source.audit_key_file, &source.audit_key_env) {
-        (Some(path), _) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
-        (None, Some(var)) => std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?,
+    let id = source.audit_key_id.as_str();
+    let key = match (&source.audit_key_file, &source.audit_key_env) {
+        (Some(path), _) => AuditKey::from_file(id, path),
+        (None, Some(var)) => AuditKey::from_env(id, var),
         (None, None) => return Ok(None),
     };
-    let secret = decode_hex(hex.trim()).ok_or("the audit key must be hex")?;
-    AuditKey::new(source.audit_key_id.clone(), secret).map(Some).map_err(|e| e.to_string())
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+    key.map(Some).map_err(|e| e.to_string())
 }
 
 fn print_resume(cli: &Cli, resume: &Value, what: &str) {
