@@ -10,6 +10,20 @@
 //! | [`AuditKey`] | [`purpose::Audit`] | [`AuditConfig`](crate::audit::AuditConfig): commitments and record MACs |
 //! | [`HashKey`] | [`purpose::MaskHash`] | [`MaskStrategy::KeyedHash`](crate::MaskStrategy::KeyedHash) |
 //!
+//! ```
+//! use agent_airlock::{ApprovalKey, KeyRing};
+//!
+//! let ring = KeyRing::new(ApprovalKey::new("k1", [7u8; 32]).unwrap());
+//! assert_eq!(ring.current().id(), "k1");
+//! ```
+//!
+//! ```compile_fail
+//! use agent_airlock::{KeyRing, audit::AuditKey};
+//!
+//! // An audit key is not an approval key, even with the same secret.
+//! let ring = KeyRing::new(AuditKey::new("k1", [7u8; 32]).unwrap());
+//! ```
+//!
 //! Every key loads the same way: from bytes ([`Key::new`]), hex text ([`Key::from_hex`]), a file of hex
 //! ([`Key::from_file`], e.g. made by `openssl rand -hex 32 > key`, trailing newline and all) or an
 //! environment variable holding hex ([`Key::from_env`]); [`Key::generate`] makes a fresh one. A key id is 1
