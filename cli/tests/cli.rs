@@ -163,7 +163,7 @@ fn the_audit_log_verifies_against_an_exported_head() {
     let key_file = dir.path().join("audit.key");
     std::fs::write(&key_file, "ab".repeat(32)).unwrap();
     {
-        let key = AuditKey::new("audit-1", [0xab; 32]).unwrap();
+        let key = AuditKey::new("audit-1", &[0xab; 32]).unwrap();
         let log = AuditLog::open(&db, AuditConfig { key: Some(key), ..AuditConfig::default() }).unwrap();
         for i in 0..3 {
             let id = format!("c{i}");
@@ -190,7 +190,7 @@ fn the_audit_key_loads_like_every_other_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");
     {
-        let key = AuditKey::new("audit-1", [0xcd; 32]).unwrap();
+        let key = AuditKey::new("audit-1", &[0xcd; 32]).unwrap();
         let log = AuditLog::open(&db, AuditConfig { key: Some(key), ..AuditConfig::default() }).unwrap();
         log.append(AuditEvent::new("refund", "c0", AuditOutcome::Executed)).unwrap();
     }
@@ -210,7 +210,10 @@ fn the_audit_key_loads_like_every_other_key() {
     let missing = verify_with_env("AIRLOCK_TEST_AUDIT_KEY", None);
     assert!(!missing.status.success());
     let stderr = String::from_utf8_lossy(&missing.stderr);
-    assert!(stderr.contains("audit key `audit-1`: environment variable `AIRLOCK_TEST_AUDIT_KEY` is not set"), "{stderr}");
+    assert!(
+        stderr.contains("audit key `audit-1`: environment variable `AIRLOCK_TEST_AUDIT_KEY` is not set"),
+        "{stderr}"
+    );
 
     let bad = dir.path().join("bad.key");
     std::fs::write(&bad, format!("{}zz\n", "cd".repeat(31))).unwrap();

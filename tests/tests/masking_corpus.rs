@@ -201,7 +201,7 @@ fn strategies_render_as_documented() {
     let tags: Vec<&str> = one.split(' ').filter(|w| w.starts_with('[')).collect();
     assert_eq!(tags[0], tags[1]);
     assert_ne!(tags[0], tags[2]);
-    let other_key = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(HashKey::new("corpus", [9; 32]).unwrap())));
+    let other_key = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(HashKey::new("corpus", &[9; 32]).unwrap())));
     assert_ne!(other_key.mask_text("jane.doe@example.com", set), masker.mask_text("jane.doe@example.com", set));
 }
 

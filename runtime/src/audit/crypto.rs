@@ -161,7 +161,7 @@ mod tests {
     fn arguments_and_results_are_domain_separated() {
         let bytes = b"{}";
         assert_ne!(plain_commitment(CommittedPart::Arguments, bytes), plain_commitment(CommittedPart::Result, bytes));
-        let key = AuditKey::new("k1", [7u8; 32]).expect("a valid key");
+        let key = AuditKey::new("k1", &[7u8; 32]).expect("a valid key");
         let keys = DerivedKeys::derive(&key);
         assert_ne!(keys.commitment(CommittedPart::Arguments, bytes), keys.commitment(CommittedPart::Result, bytes));
         assert_ne!(keys.record_mac(1, &GENESIS), keys.head_mac(1, &GENESIS));
@@ -169,8 +169,8 @@ mod tests {
 
     #[test]
     fn keyed_commitment_depends_on_the_key() {
-        let a = DerivedKeys::derive(&AuditKey::new("k", [1u8; 16]).expect("a valid key"));
-        let b = DerivedKeys::derive(&AuditKey::new("k", [2u8; 16]).expect("a valid key"));
+        let a = DerivedKeys::derive(&AuditKey::new("k", &[1u8; 16]).expect("a valid key"));
+        let b = DerivedKeys::derive(&AuditKey::new("k", &[2u8; 16]).expect("a valid key"));
         let digest = a.commitment(CommittedPart::Arguments, b"{}");
         assert!(a.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
         assert!(!b.verify_commitment(CommittedPart::Arguments, b"{}", &digest));

@@ -112,16 +112,16 @@ mod tests {
 
     #[test]
     fn rotation_and_retired_policy() {
-        let ring = KeyRing::new(ApprovalKey::new("k1", [1; 32]).unwrap())
-            .rotate(ApprovalKey::new("k2", [2; 32]).unwrap())
+        let ring = KeyRing::new(ApprovalKey::new("k1", &[1; 32]).unwrap())
+            .rotate(ApprovalKey::new("k2", &[2; 32]).unwrap())
             .unwrap();
         assert_eq!(ring.current().id(), "k2");
         assert_eq!(ring.find("k1").unwrap().id(), "k1");
         let refusing = ring.clone().retired_keys(RetiredKeys::Refuse);
         assert_eq!(refusing.find("k1").unwrap_err(), KeyLookupError::Retired { key_id: "k1".into() });
         assert_eq!(refusing.find("k9").unwrap_err(), KeyLookupError::Unknown { key_id: "k9".into() });
-        let err = ring.clone().with_retired(ApprovalKey::new("k2", [3; 32]).unwrap()).unwrap_err();
+        let err = ring.clone().with_retired(ApprovalKey::new("k2", &[3; 32]).unwrap()).unwrap_err();
         assert_eq!(err.to_string(), "approval key id `k2` is used twice in one key ring");
-        assert!(matches!(ring.rotate(ApprovalKey::new("k1", [3; 32]).unwrap()), Err(KeyError::DuplicateId { .. })));
+        assert!(matches!(ring.rotate(ApprovalKey::new("k1", &[3; 32]).unwrap()), Err(KeyError::DuplicateId { .. })));
     }
 }

@@ -267,8 +267,9 @@ impl InterruptApprovals {
             KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
             KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
         })?;
-        let binding =
-            decode_lower_hex::<MAC_LEN>(&request.body.binding).map(Binding).ok_or(DecisionError::InconsistentBinding)?;
+        let binding = decode_lower_hex::<MAC_LEN>(&request.body.binding)
+            .map(Binding)
+            .ok_or(DecisionError::InconsistentBinding)?;
         let token = hex::encode(mac::token(key, &binding, &grant.grant_id));
         Ok(ResumeValue(json!({
             GRANT_MEMBER: { "key_id": grant.key_id, "grant_id": grant.grant_id, "token": token }

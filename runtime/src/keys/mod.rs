@@ -13,7 +13,7 @@
 //! ```
 //! use agent_airlock::{ApprovalKey, KeyRing};
 //!
-//! let ring = KeyRing::new(ApprovalKey::new("k1", [7u8; 32]).unwrap());
+//! let ring = KeyRing::new(ApprovalKey::new("k1", &[7u8; 32]).unwrap());
 //! assert_eq!(ring.current().id(), "k1");
 //! ```
 //!
@@ -21,7 +21,7 @@
 //! use agent_airlock::{KeyRing, audit::AuditKey};
 //!
 //! // An audit key is not an approval key, even with the same secret.
-//! let ring = KeyRing::new(AuditKey::new("k1", [7u8; 32]).unwrap());
+//! let ring = KeyRing::new(AuditKey::new("k1", &[7u8; 32]).unwrap());
 //! ```
 //!
 //! Every key loads the same way: from bytes ([`Key::new`]), hex text ([`Key::from_hex`]), a file of hex
@@ -259,9 +259,8 @@ impl<P: Purpose> Key<P> {
 
     /// A key from raw secret bytes. Refuses a secret shorter than [`Key::MIN_SECRET_LEN`] bytes and an id
     /// outside the id rule.
-    pub fn new(id: impl Into<String>, secret: impl AsRef<[u8]>) -> Result<Self, KeyError> {
+    pub fn new(id: impl Into<String>, secret: &[u8]) -> Result<Self, KeyError> {
         let id = id.into();
-        let secret = secret.as_ref();
         check_id::<P>(&id)?;
         if secret.len() < MIN_SECRET_LEN {
             return Err(KeyError::TooShort { purpose: P::KIND, id, len: secret.len() });
@@ -424,7 +423,7 @@ mod tests {
         let lower = ApprovalKey::from_hex("k1", SECRET_HEX).unwrap();
         let upper = ApprovalKey::from_hex("k1", &SECRET_HEX.to_uppercase()).unwrap();
         let padded = ApprovalKey::from_hex("k1", &format!("  {SECRET_HEX}\n")).unwrap();
-        let raw = ApprovalKey::new("k1", hex::decode(SECRET_HEX).unwrap()).unwrap();
+        let raw = ApprovalKey::new("k1", &hex::decode(SECRET_HEX).unwrap()).unwrap();
         assert_eq!(fingerprint(&lower), fingerprint(&raw));
         assert_eq!(fingerprint(&upper), fingerprint(&raw));
         assert_eq!(fingerprint(&padded), fingerprint(&raw));
@@ -443,23 +442,23 @@ mod tests {
 
     #[test]
     fn short_secrets_are_refused_for_every_purpose() {
-        let err = ApprovalKey::new("k1", [7u8; 15]).unwrap_err();
+        let err = ApprovalKey::new("k1", &[7u8; 15]).unwrap_err();
         assert_eq!(err.to_string(), "approval key `k1` is 15 bytes long: at least 16 bytes are needed, 32 recommended");
         let err = AuditKey::from_hex("a1", "0011").unwrap_err();
         assert_eq!(err.to_string(), "audit key `a1` is 2 bytes long: at least 16 bytes are needed, 32 recommended");
-        let err = HashKey::new("m1", [7u8; 8]).unwrap_err();
+        let err = HashKey::new("m1", &[7u8; 8]).unwrap_err();
         assert!(matches!(err, KeyError::TooShort { purpose: KeyPurpose::MaskHash, len: 8, .. }), "{err}");
-        assert!(ApprovalKey::new("k1", [7u8; 16]).is_ok());
+        assert!(ApprovalKey::new("k1", &[7u8; 16]).is_ok());
     }
 
     #[test]
     fn key_ids_follow_one_rule() {
-        assert!(matches!(ApprovalKey::new("", [1; 32]), Err(KeyError::InvalidId { .. })));
-        assert!(matches!(AuditKey::new("a b", [1; 32]), Err(KeyError::InvalidId { .. })));
-        assert!(matches!(HashKey::new("x".repeat(65), [1; 32]), Err(KeyError::InvalidId { .. })));
-        assert!(HashKey::new("x".repeat(64), [1; 32]).is_ok());
-        assert!(ApprovalKey::new("prod-2026.01_a", [1; 32]).is_ok());
-        let err = AuditKey::new("a/b", [1; 32]).unwrap_err();
+        assert!(matches!(ApprovalKey::new("", &[1; 32]), Err(KeyError::InvalidId { .. })));
+        assert!(matches!(AuditKey::new("a b", &[1; 32]), Err(KeyError::InvalidId { .. })));
+        assert!(matches!(HashKey::new("x".repeat(65), &[1; 32]), Err(KeyError::InvalidId { .. })));
+        assert!(HashKey::new("x".repeat(64), &[1; 32]).is_ok());
+        assert!(ApprovalKey::new("prod-2026.01_a", &[1; 32]).is_ok());
+        let err = AuditKey::new("a/b", &[1; 32]).unwrap_err();
         assert_eq!(err.to_string(), "invalid audit key id `a/b`: expected 1 to 64 characters from `A-Z a-z 0-9 . _ -`");
     }
 
@@ -503,9 +502,9 @@ mod tests {
     #[test]
     fn debug_never_shows_the_secret() {
         let secret = [0xabu8; 32];
-        let approval = ApprovalKey::new("k1", secret).unwrap();
-        let audit = AuditKey::new("a1", secret).unwrap();
-        let hash = HashKey::new("m1", secret).unwrap();
+        let approval = ApprovalKey::new("k1", &secret).unwrap();
+        let audit = AuditKey::new("a1", &secret).unwrap();
+        let hash = HashKey::new("m1", &secret).unwrap();
         for shown in [format!("{approval:?}"), format!("{audit:?}"), format!("{hash:?}"), format!("{hash:#?}")] {
             assert!(shown.contains("<redacted>"), "{shown}");
             assert!(!shown.to_lowercase().contains("abab"), "{shown}");
@@ -526,8 +525,8 @@ mod tests {
     #[test]
     fn purposes_with_the_same_secret_mac_differently() {
         let secret = [5u8; 32];
-        let approval = ApprovalKey::new("k", secret).unwrap();
-        let hash = HashKey::new("k", secret).unwrap();
+        let approval = ApprovalKey::new("k", &secret).unwrap();
+        let hash = HashKey::new("k", &secret).unwrap();
         let mut a = approval.token_mac();
         a.update(b"x");
         let mut b = hash.hash_mac();

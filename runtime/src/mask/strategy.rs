@@ -239,8 +239,8 @@ mod tests {
 
     #[test]
     fn keyed_hash_is_stable_normalised_and_keyed() {
-        let key = HashKey::new("m1", [7; 32]).unwrap();
-        let other = HashKey::new("m1", [8; 32]).unwrap();
+        let key = HashKey::new("m1", &[7; 32]).unwrap();
+        let other = HashKey::new("m1", &[8; 32]).unwrap();
         let h = MaskStrategy::KeyedHash(key);
         let a = rendered(&h, MaskKind::Email, "Jane@Example.com", 0);
         let b = rendered(&h, MaskKind::Email, "jane@example.com", 0);
@@ -270,16 +270,16 @@ mod tests {
         // HMAC-SHA256(0x00..=0x1f, "agent-airlock/mask/v1\0" ‖ "email\0" ‖ "jane@example.com"), first 8 hex
         // digits, computed outside this crate.
         let secret: Vec<u8> = (0u8..32).collect();
-        let h = MaskStrategy::KeyedHash(HashKey::new("m1", secret).unwrap());
+        let h = MaskStrategy::KeyedHash(HashKey::new("m1", &secret).unwrap());
         assert_eq!(rendered(&h, MaskKind::Email, "Jane@Example.com", 0), "[EMAIL:668e671e]");
     }
 
     #[test]
     fn short_keys_are_refused() {
         assert_eq!(
-            HashKey::new("m1", [1; 15]).unwrap_err().to_string(),
+            HashKey::new("m1", &[1; 15]).unwrap_err().to_string(),
             "mask hash key `m1` is 15 bytes long: at least 16 bytes are needed, 32 recommended"
         );
-        assert!(HashKey::new("m1", [1; 16]).is_ok());
+        assert!(HashKey::new("m1", &[1; 16]).is_ok());
     }
 }
