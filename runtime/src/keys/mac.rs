@@ -206,6 +206,14 @@ mod tests {
     }
 
     #[test]
+    fn keyed_states_are_wiped_on_drop() {
+        // A compile-time check: fails to build without the `zeroize` feature of `sha2`. The key material of
+        // an HMAC state is the two SHA-256 cores it holds (inner and outer pad absorbed), of this type.
+        fn wiped_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+        wiped_on_drop::<<Sha256 as hmac::EagerHash>::Core>();
+    }
+
+    #[test]
     fn lowercase_hex_is_strict() {
         let bytes = [0u8, 1, 0xab, 0xff];
         assert_eq!(hex::encode(bytes), "0001abff");
