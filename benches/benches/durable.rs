@@ -72,7 +72,7 @@ struct Stores {
 }
 
 fn audit_config() -> AuditConfig {
-    AuditConfig { key: Some(AuditKey::new("bench", [0x3c; 32]).expect("a valid key")), ..AuditConfig::default() }
+    AuditConfig { key: Some(AuditKey::new("bench", &[0x3c; 32]).expect("a valid key")), ..AuditConfig::default() }
 }
 
 fn dispatcher(stores: &Stores, audited: bool) -> Dispatcher {

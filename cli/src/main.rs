@@ -396,16 +396,16 @@ fn approvals(
 }
 
 fn audit_key(source: &AuditKeySource) -> Result<Option<AuditKey>, Failure> {
-    let hex = match (&source.audit_key_file, &source.audit_key_env) {
+    let id = source.audit_key_id.as_str();
+    let key = match (&source.audit_key_file, &source.audit_key_env) {
         (Some(path), _) => {
             warn_if_others_can_read(path);
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+            AuditKey::from_file(id, path)
         }
-        (None, Some(var)) => std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?,
+        (None, Some(var)) => AuditKey::from_env(id, var),
         (None, None) => return Ok(None),
     };
-    let secret = decode_hex(hex.trim()).ok_or("the audit key must be hex")?;
-    AuditKey::new(source.audit_key_id.clone(), secret).map(Some).map_err(|e| e.to_string())
+    key.map(Some).map_err(|e| e.to_string())
 }
 
 /// Warns on stderr when the group or everyone may read a key file: anyone who can read it can forge
@@ -427,13 +427,6 @@ fn warn_if_others_can_read(path: &std::path::Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 fn print_resume(cli: &Cli, resume: &Value, what: &str) {

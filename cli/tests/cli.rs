@@ -163,7 +163,7 @@ fn the_audit_log_verifies_against_an_exported_head() {
     let key_file = dir.path().join("audit.key");
     std::fs::write(&key_file, "ab".repeat(32)).unwrap();
     {
-        let key = AuditKey::new("audit-1", [0xab; 32]).unwrap();
+        let key = AuditKey::new("audit-1", &[0xab; 32]).unwrap();
         let log = AuditLog::open(&db, AuditConfig { key: Some(key), ..AuditConfig::default() }).unwrap();
         for i in 0..3 {
             let id = format!("c{i}");
@@ -208,4 +208,44 @@ fn a_key_file_others_can_read_gives_a_warning_naming_the_fix() {
     assert!(exposed.contains(&format!("`chmod 600 {key_arg}`")), "{exposed}");
     let private = deny(0o600);
     assert!(!private.contains("warning"), "a 0600 key file is not warned about: {private}");
+}
+
+#[test]
+fn the_audit_key_loads_like_every_other_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let key = AuditKey::new("audit-1", &[0xcd; 32]).unwrap();
+        let log = AuditLog::open(&db, AuditConfig { key: Some(key), ..AuditConfig::default() }).unwrap();
+        log.append(AuditEvent::new("refund", "c0", AuditOutcome::Executed)).unwrap();
+    }
+    let verify_with_env = |var: &str, value: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        command.arg("--db").arg(&db).args(["audit", "verify", "--audit-key-env", var, "--json"]);
+        match value {
+            Some(value) => command.env(var, value),
+            None => command.env_remove(var),
+        };
+        command.output().unwrap()
+    };
+    // Upper-case hex with a trailing newline, from the environment.
+    let report = stdout_json(&verify_with_env("AIRLOCK_TEST_AUDIT_KEY", Some(&format!("{}\n", "CD".repeat(32)))));
+    assert_eq!(report["head_signed"], true);
+
+    let missing = verify_with_env("AIRLOCK_TEST_AUDIT_KEY", None);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("audit key `audit-1`: environment variable `AIRLOCK_TEST_AUDIT_KEY` is not set"),
+        "{stderr}"
+    );
+
+    let bad = dir.path().join("bad.key");
+    std::fs::write(&bad, format!("{}zz\n", "cd".repeat(31))).unwrap();
+    let output = airlock(&db, &["audit", "verify", "--audit-key-file", bad.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("audit key `audit-1` from file `"), "{stderr}");
+    assert!(stderr.contains("a non-hex character at position 62"), "{stderr}");
+    assert!(!stderr.contains("cdcd"), "{stderr}");
 }

@@ -82,7 +82,7 @@ fn bench_masking(c: &mut Criterion) {
     c.bench_function("detect/2k_dirty_masked", |b| b.iter(|| masker.detect(black_box(&masked), all)));
 
     let hashed = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(
-        HashKey::new(&[42; 32]).unwrap_or_else(|e| panic!("{e}")),
+        HashKey::new("bench", &[42; 32]).unwrap_or_else(|e| panic!("{e}")),
     )));
     let text = text_of(2048, true);
     c.bench_function("mask_text/2k_dirty/keyed_hash", |b| b.iter(|| hashed.mask_text(black_box(&text), all)));

@@ -54,6 +54,7 @@ pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
 mod interrupt;
+pub mod keys;
 pub mod ledger;
 mod mask;
 mod message;
@@ -70,12 +71,13 @@ pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, To
 pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
-    Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
-    InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DecisionError, InterruptApprovals,
+    InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
 };
+pub use keys::{ApprovalKey, HashKey, KeyError};
 pub use mask::{
-    Detection, FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport,
-    MaskSet, MaskSetParseError, MaskStrategy, Masker,
+    Detection, FULL_MASK, HASH_HEX_LEN, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskSetParseError,
+    MaskStrategy, Masker,
 };
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};

@@ -11,7 +11,7 @@ pub mod payments;
 pub mod python_env;
 /// The audit key the audit tests and helper binaries share.
 pub fn audit_test_key() -> agent_airlock::audit::AuditKey {
-    agent_airlock::audit::AuditKey::new("test-key-1", *b"0123456789abcdef0123456789abcdef").expect("a valid key")
+    agent_airlock::audit::AuditKey::new("test-key-1", b"0123456789abcdef0123456789abcdef").expect("a valid key")
 }
 
 /// Opens the effect store at `path`, retrying while another process has the file open (redb allows one

@@ -447,7 +447,7 @@ fn a_non_canonical_body_is_malformed() {
 fn records_signed_with_a_retired_key_verify_and_an_unknown_key_is_reported() {
     let fixture = fixture(keyed());
     let rotated = AuditConfig {
-        key: Some(AuditKey::new("test-key-2", [9u8; 32]).expect("a key")),
+        key: Some(AuditKey::new("test-key-2", &[9u8; 32]).expect("a key")),
         retired_keys: vec![audit_test_key()],
         ..AuditConfig::default()
     };

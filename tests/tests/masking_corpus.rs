@@ -134,7 +134,7 @@ fn member_counts(value: &Value) -> Vec<usize> {
 }
 
 fn hash_key() -> HashKey {
-    HashKey::new(b"corpus-test-key-0123456789abcdef").unwrap()
+    HashKey::new("corpus", b"corpus-test-key-0123456789abcdef").unwrap()
 }
 
 fn strategies() -> Vec<(&'static str, MaskStrategy)> {
@@ -263,7 +263,7 @@ fn strategies_render_as_documented() {
     let tags: Vec<&str> = one.split(' ').filter(|w| w.starts_with('[')).collect();
     assert_eq!(tags[0], tags[1]);
     assert_ne!(tags[0], tags[2]);
-    let other_key = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(HashKey::new(&[9; 32]).unwrap())));
+    let other_key = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(HashKey::new("corpus", &[9; 32]).unwrap())));
     assert_ne!(other_key.mask_text("jane.doe@example.com", set), masker.mask_text("jane.doe@example.com", set));
 }
 

@@ -1,20 +1,15 @@
 //! Digests, MACs and the canonical JSON the commitments are computed over. Every input is prefixed with a
-//! domain tag ending in NUL, so a digest of one kind can never be passed off as a digest of another.
+//! domain tag ending in NUL, so a digest of one kind can never be passed off as a digest of another. The
+//! MAC tags (and the commitment tags, shared by the unkeyed digests) are [`Domain`]s of [`crate::keys`].
 
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::{AuditKey, CommittedPart, Digest};
+use crate::keys::{Domain, Mac, MacKey};
 
-type HmacSha256 = Hmac<Sha256>;
-
-pub(super) const RECORD_HASH_TAG: &[u8] = b"agent-airlock/audit/v1/record\0";
-const RECORD_MAC_TAG: &[u8] = b"agent-airlock/audit/v1/record-mac\0";
-const HEAD_MAC_TAG: &[u8] = b"agent-airlock/audit/v1/head-mac\0";
-const ARGUMENTS_TAG: &[u8] = b"agent-airlock/audit/v1/arguments\0";
-const RESULT_TAG: &[u8] = b"agent-airlock/audit/v1/result\0";
-const SUBKEY_TAG: &[u8] = b"agent-airlock/audit/v1/subkey\0";
+/// The tag of the (unkeyed) chain hash.
+const RECORD_HASH_TAG: &[u8] = b"agent-airlock/audit/v1/record\0";
 
 /// The `prev` of the first record.
 pub(super) const GENESIS: Digest = Digest([0; 32]);
@@ -28,17 +23,17 @@ pub(super) fn record_hash(prev: &Digest, body: &[u8]) -> Digest {
     Digest(hasher.finalize().into())
 }
 
-fn part_tag(part: CommittedPart) -> &'static [u8] {
+fn part_domain(part: CommittedPart) -> Domain {
     match part {
-        CommittedPart::Arguments => ARGUMENTS_TAG,
-        CommittedPart::Result => RESULT_TAG,
+        CommittedPart::Arguments => Domain::AuditArguments,
+        CommittedPart::Result => Domain::AuditResult,
     }
 }
 
 /// `SHA-256(tag ‖ canonical)`: the unkeyed commitment to an argument object or a result.
 pub(super) fn plain_commitment(part: CommittedPart, canonical: &[u8]) -> Digest {
     let mut hasher = Sha256::new();
-    hasher.update(part_tag(part));
+    hasher.update(part_domain(part).tag());
     hasher.update(canonical);
     Digest(hasher.finalize().into())
 }
@@ -47,85 +42,62 @@ pub(super) fn plain_commitment(part: CommittedPart, canonical: &[u8]) -> Digest 
 #[derive(Clone)]
 pub(super) struct DerivedKeys {
     pub(super) id: String,
-    commitment: HmacSha256,
-    record: HmacSha256,
-    head: HmacSha256,
+    commitment: MacKey,
+    record: MacKey,
+    head: MacKey,
 }
 
 impl DerivedKeys {
     pub(super) fn derive(key: &AuditKey) -> DerivedKeys {
-        let subkey = |purpose: &[u8]| -> HmacSha256 {
-            let mut mac = keyed(key.secret());
-            mac.update(SUBKEY_TAG);
-            mac.update(purpose);
-            let derived: [u8; 32] = mac.finalize().into_bytes().into();
-            keyed(&derived)
-        };
         DerivedKeys {
             id: key.id().to_owned(),
-            commitment: subkey(b"commitment"),
-            record: subkey(b"record"),
-            head: subkey(b"head"),
+            commitment: key.subkey(b"commitment"),
+            record: key.subkey(b"record"),
+            head: key.subkey(b"head"),
         }
     }
 
     /// `HMAC(commitment key, tag ‖ canonical)`: a commitment nobody without the key can test guesses against.
     pub(super) fn commitment(&self, part: CommittedPart, canonical: &[u8]) -> Digest {
-        let mut mac = self.commitment.clone();
-        mac.update(part_tag(part));
-        mac.update(canonical);
-        Digest(mac.finalize().into_bytes().into())
+        Digest(self.commitment_mac(part, canonical).finish())
     }
 
     pub(super) fn record_mac(&self, seq: u64, hash: &Digest) -> Digest {
-        position_mac(&self.record, RECORD_MAC_TAG, seq, hash)
+        Digest(position_mac(&self.record, Domain::AuditRecord, seq, hash).finish())
     }
 
     pub(super) fn head_mac(&self, seq: u64, hash: &Digest) -> Digest {
-        position_mac(&self.head, HEAD_MAC_TAG, seq, hash)
+        Digest(position_mac(&self.head, Domain::AuditHead, seq, hash).finish())
     }
 
     /// Constant-time check of a record MAC.
     pub(super) fn verify_record_mac(&self, seq: u64, hash: &Digest, mac: &Digest) -> bool {
-        verify_position_mac(&self.record, RECORD_MAC_TAG, seq, hash, mac)
+        position_mac(&self.record, Domain::AuditRecord, seq, hash).verify(&mac.0)
     }
 
     /// Constant-time check of a head (or anchor) MAC.
     pub(super) fn verify_head_mac(&self, seq: u64, hash: &Digest, mac: &Digest) -> bool {
-        verify_position_mac(&self.head, HEAD_MAC_TAG, seq, hash, mac)
+        position_mac(&self.head, Domain::AuditHead, seq, hash).verify(&mac.0)
     }
 
     /// Constant-time check of a keyed commitment.
     pub(super) fn verify_commitment(&self, part: CommittedPart, canonical: &[u8], digest: &Digest) -> bool {
-        let mut mac = self.commitment.clone();
-        mac.update(part_tag(part));
+        self.commitment_mac(part, canonical).verify(&digest.0)
+    }
+
+    fn commitment_mac(&self, part: CommittedPart, canonical: &[u8]) -> Mac {
+        let mut mac = self.commitment.start(part_domain(part));
         mac.update(canonical);
-        mac.verify_slice(&digest.0).is_ok()
+        mac
     }
 }
 
-fn keyed(secret: &[u8]) -> HmacSha256 {
-    // HMAC takes keys of any length: `new_from_slice` cannot fail for it.
-    match HmacSha256::new_from_slice(secret) {
-        Ok(mac) => mac,
-        Err(_) => unreachable!("HMAC-SHA256 accepts keys of any length"),
-    }
-}
-
-fn position_mac(key: &HmacSha256, tag: &[u8], seq: u64, hash: &Digest) -> Digest {
-    let mut mac = key.clone();
-    mac.update(tag);
+/// `HMAC(subkey, tag ‖ seq ‖ hash)`: a record's or the head's place in the chain.
+fn position_mac(key: &MacKey, domain: Domain, seq: u64, hash: &Digest) -> Mac {
+    let mut mac = key.start(domain);
     mac.update(&seq.to_be_bytes());
     mac.update(&hash.0);
-    Digest(mac.finalize().into_bytes().into())
-}
-
-fn verify_position_mac(key: &HmacSha256, tag: &[u8], seq: u64, hash: &Digest, expected: &Digest) -> bool {
-    let mut mac = key.clone();
-    mac.update(tag);
-    mac.update(&seq.to_be_bytes());
-    mac.update(&hash.0);
-    mac.verify_slice(&expected.0).is_ok()
+    mac
 }
 
 /// Appends the canonical JSON of `value` to `out`: RFC 8785 (JCS), from [`crate::canonical`], the same
@@ -189,7 +161,7 @@ mod tests {
     fn arguments_and_results_are_domain_separated() {
         let bytes = b"{}";
         assert_ne!(plain_commitment(CommittedPart::Arguments, bytes), plain_commitment(CommittedPart::Result, bytes));
-        let key = AuditKey::new("k1", [7u8; 32]).expect("a valid key");
+        let key = AuditKey::new("k1", &[7u8; 32]).expect("a valid key");
         let keys = DerivedKeys::derive(&key);
         assert_ne!(keys.commitment(CommittedPart::Arguments, bytes), keys.commitment(CommittedPart::Result, bytes));
         assert_ne!(keys.record_mac(1, &GENESIS), keys.head_mac(1, &GENESIS));
@@ -197,8 +169,8 @@ mod tests {
 
     #[test]
     fn keyed_commitment_depends_on_the_key() {
-        let a = DerivedKeys::derive(&AuditKey::new("k", [1u8; 16]).expect("a valid key"));
-        let b = DerivedKeys::derive(&AuditKey::new("k", [2u8; 16]).expect("a valid key"));
+        let a = DerivedKeys::derive(&AuditKey::new("k", &[1u8; 16]).expect("a valid key"));
+        let b = DerivedKeys::derive(&AuditKey::new("k", &[2u8; 16]).expect("a valid key"));
         let digest = a.commitment(CommittedPart::Arguments, b"{}");
         assert!(a.verify_commitment(CommittedPart::Arguments, b"{}", &digest));
         assert!(!b.verify_commitment(CommittedPart::Arguments, b"{}", &digest));

@@ -70,6 +70,7 @@ use serde_json::Value;
 
 use crate::message::RefusalKind;
 
+pub use crate::keys::AuditKey;
 pub use anchor::{Anchor, AnchorError};
 pub use log::{AuditLog, ExportError};
 pub use redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
@@ -86,61 +87,6 @@ pub struct AuditConfig {
     pub key: Option<AuditKey>,
     /// Keys used before `key`: records signed under them still verify. Never used to sign.
     pub retired_keys: Vec<AuditKey>,
-}
-
-/// A secret for the audit log, with an id so keys can rotate. Its `Debug` shows the id only.
-#[derive(Clone)]
-pub struct AuditKey {
-    id: String,
-    secret: Arc<[u8]>,
-}
-
-/// Why an [`AuditKey`] was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum AuditKeyError {
-    /// The secret is shorter than 16 bytes.
-    #[error("an audit key needs at least 16 bytes of secret (32 recommended), got {0}")]
-    TooShort(usize),
-    /// The id is empty, longer than 64 bytes or has characters outside `[A-Za-z0-9._-]`.
-    #[error("an audit key id must be 1 to 64 characters from `A-Z`, `a-z`, `0-9`, `.`, `_`, `-`")]
-    BadId,
-}
-
-impl AuditKey {
-    /// Minimum length of a secret, in bytes.
-    pub const MIN_SECRET_LEN: usize = 16;
-
-    /// A key with the id recorded next to what it signs.
-    pub fn new(id: impl Into<String>, secret: impl AsRef<[u8]>) -> Result<AuditKey, AuditKeyError> {
-        let id = id.into();
-        let secret = secret.as_ref();
-        if secret.len() < Self::MIN_SECRET_LEN {
-            return Err(AuditKeyError::TooShort(secret.len()));
-        }
-        let id_ok = !id.is_empty()
-            && id.len() <= 64
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !id_ok {
-            return Err(AuditKeyError::BadId);
-        }
-        Ok(AuditKey { id, secret: Arc::from(secret) })
-    }
-
-    /// The key's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn secret(&self) -> &[u8] {
-        &self.secret
-    }
-}
-
-impl fmt::Debug for AuditKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AuditKey").field("id", &self.id).finish_non_exhaustive()
-    }
 }
 
 /// What happened to a tool call.
@@ -284,31 +230,16 @@ pub struct Digest(pub [u8; 32]);
 impl Digest {
     /// Lower-case hex.
     pub fn to_hex(&self) -> String {
-        let mut out = String::with_capacity(64);
-        for byte in self.0 {
-            out.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
-            out.push(char::from(HEX_DIGITS[usize::from(byte & 0xf)]));
-        }
-        out
+        hex::encode(self.0)
     }
 
     /// Parses 64 hex digits (either case).
     pub fn from_hex(text: &str) -> Option<Digest> {
-        let bytes = text.as_bytes();
-        if bytes.len() != 64 {
-            return None;
-        }
         let mut out = [0u8; 32];
-        for (i, pair) in bytes.chunks_exact(2).enumerate() {
-            let high = char::from(pair[0]).to_digit(16)?;
-            let low = char::from(pair[1]).to_digit(16)?;
-            out[i] = u8::try_from(high << 4 | low).ok()?;
-        }
+        hex::decode_to_slice(text, &mut out).ok()?;
         Some(Digest(out))
     }
 }
-
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,28 +1,20 @@
 //! The three MACs of an approval, each under its own domain, over length-prefixed fields:
 //!
-//! - **binding** = HMAC(key, `BINDING_DOMAIN` ‖ thread id ‖ checkpoint namespace ‖ checkpoint map ‖
+//! - **binding** = HMAC(key, `agent-airlock/approval/binding/v1\0` ‖ thread id ‖ checkpoint namespace ‖ checkpoint map ‖
 //!   tool call id ‖ tool name ‖ SHA-256(JCS(arguments))): which call, where, with which arguments;
-//! - **seal** = HMAC(key, `SEAL_DOMAIN` ‖ JCS(the request object without `seal`)): the request as issued;
-//! - **token** = HMAC(key, `TOKEN_DOMAIN` ‖ binding ‖ grant id): one grant for one binding.
+//! - **seal** = HMAC(key, `agent-airlock/approval/seal/v1\0` ‖ JCS(the request object without `seal`)): the request as issued;
+//! - **token** = HMAC(key, `agent-airlock/approval/token/v1\0` ‖ binding ‖ grant id): one grant for one binding.
 //!
 //! Every variable-length field is preceded by its length as a big-endian u64, and the map by its entry
 //! count, so no two different inputs encode to the same bytes. MACs travel as lowercase hex (64
-//! characters) and are compared with `Mac::verify_slice` (constant time).
+//! characters) and are compared in constant time. The keys and the domain tags live in [`crate::keys`].
 
 use std::collections::BTreeMap;
 
-use hmac::Mac;
 use serde_json::{Map, Value};
 
-use super::key::{ApprovalKey, HmacSha256};
 use crate::canonical::{self, CanonicalError};
-
-pub(crate) const BINDING_DOMAIN: &[u8] = b"agent-airlock/approval/binding/v1\0";
-pub(crate) const SEAL_DOMAIN: &[u8] = b"agent-airlock/approval/seal/v1\0";
-pub(crate) const TOKEN_DOMAIN: &[u8] = b"agent-airlock/approval/token/v1\0";
-
-/// Length of a MAC in bytes.
-pub(crate) const MAC_LEN: usize = 32;
+use crate::keys::{ApprovalKey, MAC_LEN, Mac};
 
 /// Everything a binding covers: where the call is made and what it is. The dispatcher builds one from
 /// the call it is about to run, on the first pass and again on resume.
@@ -48,14 +40,14 @@ pub struct Binding(pub(crate) [u8; MAC_LEN]);
 
 impl std::fmt::Debug for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Binding({})", hex_encode(&self.0))
+        write!(f, "Binding({})", self.to_hex())
     }
 }
 
 impl Binding {
     /// The binding as lowercase hex.
     pub fn to_hex(&self) -> String {
-        hex_encode(&self.0)
+        hex::encode(self.0)
     }
 
     /// The binding's bytes.
@@ -64,7 +56,7 @@ impl Binding {
     }
 }
 
-fn put_field(mac: &mut HmacSha256, bytes: &[u8]) {
+fn put_field(mac: &mut Mac, bytes: &[u8]) {
     mac.update(&(bytes.len() as u64).to_be_bytes());
     mac.update(bytes);
 }
@@ -89,24 +81,24 @@ pub(crate) fn binding_of_digest(key: &ApprovalKey, input: &BindingInput<'_>, arg
     put_field(&mut mac, input.tool_call_id.as_bytes());
     put_field(&mut mac, input.tool.as_bytes());
     put_field(&mut mac, arguments_digest);
-    Binding(mac.finalize().into_bytes().into())
+    Binding(mac.finish())
 }
 
 /// The seal of a request object's canonical bytes (the object without its `seal` member).
 pub(crate) fn seal(key: &ApprovalKey, canonical_request: &[u8]) -> [u8; MAC_LEN] {
     let mut mac = key.seal_mac();
     put_field(&mut mac, canonical_request);
-    mac.finalize().into_bytes().into()
+    mac.finish()
 }
 
 /// Checks a seal in constant time.
 pub(crate) fn verify_seal(key: &ApprovalKey, canonical_request: &[u8], seal: &[u8]) -> bool {
     let mut mac = key.seal_mac();
     put_field(&mut mac, canonical_request);
-    mac.verify_slice(seal).is_ok()
+    mac.verify(seal)
 }
 
-fn token_mac(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> HmacSha256 {
+fn token_mac(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> Mac {
     let mut mac = key.token_mac();
     put_field(&mut mac, &binding.0);
     put_field(&mut mac, grant_id.as_bytes());
@@ -115,42 +107,12 @@ fn token_mac(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> HmacSha256
 
 /// The token of one grant for one binding.
 pub(crate) fn token(key: &ApprovalKey, binding: &Binding, grant_id: &str) -> [u8; MAC_LEN] {
-    token_mac(key, binding, grant_id).finalize().into_bytes().into()
+    token_mac(key, binding, grant_id).finish()
 }
 
 /// Checks a token in constant time.
 pub(crate) fn verify_token(key: &ApprovalKey, binding: &Binding, grant_id: &str, token: &[u8]) -> bool {
-    token_mac(key, binding, grant_id).verify_slice(token).is_ok()
-}
-
-/// Lowercase hex.
-pub(crate) fn hex_encode(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
-}
-
-/// Decodes exactly `N` bytes of lowercase hex; anything else (upper case included) is `None`, so one MAC
-/// has one spelling.
-pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != N * 2 {
-        return None;
-    }
-    let digit = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    };
-    let mut out = [0u8; N];
-    for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-        *slot = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
-    Some(out)
+    token_mac(key, binding, grant_id).verify(token)
 }
 
 #[cfg(test)]
@@ -165,16 +127,6 @@ mod tests {
 
     fn args(value: Value) -> Map<String, Value> {
         value.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn hex_round_trips_and_is_strict() {
-        let bytes = [0u8, 1, 0xab, 0xff];
-        assert_eq!(hex_encode(&bytes), "0001abff");
-        assert_eq!(hex_decode::<4>("0001abff"), Some(bytes));
-        assert_eq!(hex_decode::<4>("0001ABFF"), None);
-        assert_eq!(hex_decode::<4>("0001abf"), None);
-        assert_eq!(hex_decode::<4>("0001abfg"), None);
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl RequestBody {
     /// arguments in version 1.
     pub(crate) fn arguments_digest(&self) -> Result<[u8; 32], String> {
         match (&self.arguments_sha256, self.version) {
-            (Some(hex), _) => super::mac::hex_decode::<32>(hex)
+            (Some(hex), _) => crate::keys::decode_lower_hex::<32>(hex)
                 .ok_or_else(|| "`arguments_sha256` is not 64 lowercase hex characters".to_owned()),
             (None, REQUEST_VERSION_UNMASKED) => {
                 crate::canonical::canonical_object_sha256(&self.arguments).map_err(|err| err.to_string())
@@ -279,7 +279,7 @@ mod tests {
             "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c1"}, "tool_call_id": "call_1"},
             "requested_at_ms": 1_767_225_600_000u64, "binding": binding,
         });
-        let seal = mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&inner).unwrap()));
+        let seal = hex::encode(mac::seal(key, &canonical::to_canonical_vec(&inner).unwrap()));
         inner["seal"] = Value::from(seal);
         json!({ super::REQUEST_MEMBER: inner })
     }
@@ -304,8 +304,7 @@ mod tests {
         inner.insert("version".into(), Value::from(super::REQUEST_VERSION));
         inner.remove("seal");
         let key = approvals.keys().current();
-        let seal =
-            mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&Value::Object(inner.clone())).unwrap()));
+        let seal = hex::encode(mac::seal(key, &canonical::to_canonical_vec(&Value::Object(inner.clone())).unwrap()));
         inner.insert("seal".into(), Value::from(seal));
         let err = approvals.verify_request(&request).unwrap_err();
         assert!(err.to_string().contains("arguments_sha256"), "{err}");

@@ -34,8 +34,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError};
-pub use self::key::{ApprovalKey, KeyError, KeyLookupError, KeyRing, RetiredKeys};
-use self::mac::MAC_LEN;
+pub use self::key::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
 pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use self::message::{
@@ -44,6 +43,7 @@ use self::message::{
 use crate::canonical;
 use crate::clock::Clock;
 use crate::effect::{EffectError, Reservation};
+use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
 use crate::ledger::{
     ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpendReserved,
     SpentRecord,
@@ -192,7 +192,7 @@ impl InterruptApprovals {
             rule: rule.to_owned(),
             reason: reason.to_owned(),
             arguments,
-            arguments_sha256: Some(mac::hex_encode(&arguments_digest)),
+            arguments_sha256: Some(hex::encode(arguments_digest)),
             call: CallSite {
                 thread_id: call.thread_id.to_owned(),
                 checkpoint_ns: call.checkpoint_ns.to_owned(),
@@ -206,7 +206,7 @@ impl InterruptApprovals {
         };
         let mut object = unsealed_object(&body);
         let canonical = canonical::to_canonical_vec(&Value::Object(object.clone())).map_err(RequestError::Arguments)?;
-        let seal = mac::hex_encode(&mac::seal(key, &canonical));
+        let seal = hex::encode(mac::seal(key, &canonical));
         object.insert("seal".to_owned(), Value::String(seal.clone()));
         let body = RequestBody { seal, ..body };
         let value = json!({ REQUEST_MEMBER: Value::Object(object) });
@@ -239,7 +239,7 @@ impl InterruptApprovals {
             KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
             KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
         })?;
-        let seal = mac::hex_decode::<MAC_LEN>(string_member(inner, "seal")?).ok_or_else(|| {
+        let seal = decode_lower_hex::<MAC_LEN>(string_member(inner, "seal")?).ok_or_else(|| {
             DecisionError::Malformed { detail: "`seal` is not 64 lowercase hex characters".to_owned() }
         })?;
         let mut unsealed = inner.clone();
@@ -321,9 +321,10 @@ impl InterruptApprovals {
             KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
             KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
         })?;
-        let binding =
-            mac::hex_decode::<MAC_LEN>(&request.body.binding).map(Binding).ok_or(DecisionError::InconsistentBinding)?;
-        let token = mac::hex_encode(&mac::token(key, &binding, &grant.grant_id));
+        let binding = decode_lower_hex::<MAC_LEN>(&request.body.binding)
+            .map(Binding)
+            .ok_or(DecisionError::InconsistentBinding)?;
+        let token = hex::encode(mac::token(key, &binding, &grant.grant_id));
         Ok(ResumeValue(json!({
             GRANT_MEMBER: { "key_id": grant.key_id, "grant_id": grant.grant_id, "token": token }
         })))
@@ -453,10 +454,10 @@ impl InterruptApprovals {
         };
         let key_id = member("key_id")?;
         let grant_id = member("grant_id")?;
-        if mac::hex_decode::<16>(grant_id).is_none() {
+        if decode_lower_hex::<16>(grant_id).is_none() {
             return Err(malformed("`grant_id` is not 32 lowercase hex characters"));
         }
-        let token = mac::hex_decode::<MAC_LEN>(member("token")?)
+        let token = decode_lower_hex::<MAC_LEN>(member("token")?)
             .ok_or_else(|| malformed("`token` is not 64 lowercase hex characters"))?;
         let key = self.keys.find(key_id).map_err(|err| match err {
             KeyLookupError::Retired { key_id } => AdmitError::RetiredKey { key_id },
@@ -480,7 +481,7 @@ impl InterruptApprovals {
             Ok(None) => return AdmitError::InvalidToken,
             Err(err) => return AdmitError::Ledger(err),
         };
-        let Some(granted_binding) = mac::hex_decode::<MAC_LEN>(&grant.binding).map(Binding) else {
+        let Some(granted_binding) = decode_lower_hex::<MAC_LEN>(&grant.binding).map(Binding) else {
             return AdmitError::InvalidToken;
         };
         if grant.key_id != key.id() || !mac::verify_token(key, &granted_binding, grant_id, token) {
@@ -621,5 +622,5 @@ fn millis(duration: Duration) -> u64 {
 fn random_id() -> Result<String, String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|err| err.to_string())?;
-    Ok(mac::hex_encode(&bytes))
+    Ok(hex::encode(bytes))
 }

@@ -1,13 +1,9 @@
 //! How a finding is written back: fixed text, a recognisable part, a type tag, or a keyed hash.
 
-use std::fmt;
 use std::fmt::Write as _;
-use std::sync::Arc;
-
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
 
 use super::kind::{MaskKind, MaskSet};
+use crate::keys::HashKey;
 
 /// What replaces a masked value.
 #[derive(Clone, Debug, Default)]
@@ -38,53 +34,14 @@ pub const FULL_MASK: &str = "[REDACTED]";
 /// conversation, far too few to be a lookup key).
 pub const HASH_HEX_LEN: usize = 8;
 
-/// A key for [`MaskStrategy::KeyedHash`]. Its `Debug` output never shows the key.
-#[derive(Clone)]
-pub struct HashKey {
-    keyed: Arc<Hmac<Sha256>>,
-}
-
-/// A [`HashKey`] that is too short.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("mask hash key is {len} bytes, expected at least {min}", min = HashKey::MIN_LEN)]
-pub struct HashKeyError {
-    len: usize,
-}
-
-const HASH_DOMAIN: &[u8] = b"agent-airlock/mask/v1\0";
-
-impl HashKey {
-    /// Shortest key accepted, in bytes (32 recommended).
-    pub const MIN_LEN: usize = 16;
-
-    /// A key from at least [`HashKey::MIN_LEN`] secret bytes.
-    pub fn new(key: &[u8]) -> Result<HashKey, HashKeyError> {
-        if key.len() < HashKey::MIN_LEN {
-            return Err(HashKeyError { len: key.len() });
-        }
-        let keyed = <Hmac<Sha256> as KeyInit>::new_from_slice(key).map_err(|_| HashKeyError { len: key.len() })?;
-        Ok(HashKey { keyed: Arc::new(keyed) })
-    }
-
-    /// The first [`HASH_HEX_LEN`] hex digits of HMAC-SHA256 over a domain-separated encoding of the kind and
-    /// the value.
-    fn digest_hex(&self, kind: MaskKind, value: &[u8], out: &mut String) {
-        let mut mac = (*self.keyed).clone();
-        mac.update(HASH_DOMAIN);
-        mac.update(kind.name().as_bytes());
-        mac.update(b"\0");
-        mac.update(value);
-        let digest = mac.finalize().into_bytes();
-        for byte in digest.iter().take(HASH_HEX_LEN / 2) {
-            let _ = write!(out, "{byte:02x}");
-        }
-    }
-}
-
-impl fmt::Debug for HashKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HashKey(<redacted>)")
-    }
+/// The first [`HASH_HEX_LEN`] hex digits of HMAC-SHA256 under `key` over a domain-separated encoding of the
+/// kind and the value.
+fn digest_hex(key: &HashKey, kind: MaskKind, value: &[u8], out: &mut String) {
+    let mut mac = key.hash_mac();
+    mac.update(kind.name().as_bytes());
+    mac.update(b"\0");
+    mac.update(value);
+    out.push_str(&hex::encode(&mac.finish()[..HASH_HEX_LEN / 2]));
 }
 
 /// The strategy for each kind: one default, with overrides per kind or family.
@@ -141,7 +98,7 @@ pub(crate) fn render(strategy: &MaskStrategy, kind: MaskKind, value: &str, keep_
             let tag = kind.tag();
             out.push_str(&tag[..tag.len() - 1]);
             out.push(':');
-            key.digest_hex(kind, &canonical(kind, value), out);
+            digest_hex(key, kind, &canonical(kind, value), out);
             out.push(']');
         }
     }
@@ -282,8 +239,8 @@ mod tests {
 
     #[test]
     fn keyed_hash_is_stable_normalised_and_keyed() {
-        let key = HashKey::new(&[7; 32]).unwrap();
-        let other = HashKey::new(&[8; 32]).unwrap();
+        let key = HashKey::new("m1", &[7; 32]).unwrap();
+        let other = HashKey::new("m1", &[8; 32]).unwrap();
         let h = MaskStrategy::KeyedHash(key);
         let a = rendered(&h, MaskKind::Email, "Jane@Example.com", 0);
         let b = rendered(&h, MaskKind::Email, "jane@example.com", 0);
@@ -300,7 +257,7 @@ mod tests {
 
     #[test]
     fn key_never_in_debug() {
-        let key = HashKey::new(b"super-secret-key-material-123456").unwrap();
+        let key = HashKey::new("m1", b"super-secret-key-material-123456").unwrap();
         let shown = format!("{:?} {:?}", key, MaskStrategy::KeyedHash(key.clone()));
         assert!(!shown.contains("super-secret"), "{shown}");
         assert!(shown.contains("<redacted>"));
@@ -309,8 +266,20 @@ mod tests {
     }
 
     #[test]
+    fn keyed_hash_output_is_unchanged() {
+        // HMAC-SHA256(0x00..=0x1f, "agent-airlock/mask/v1\0" ‖ "email\0" ‖ "jane@example.com"), first 8 hex
+        // digits, computed outside this crate.
+        let secret: Vec<u8> = (0u8..32).collect();
+        let h = MaskStrategy::KeyedHash(HashKey::new("m1", &secret).unwrap());
+        assert_eq!(rendered(&h, MaskKind::Email, "Jane@Example.com", 0), "[EMAIL:668e671e]");
+    }
+
+    #[test]
     fn short_keys_are_refused() {
-        assert_eq!(HashKey::new(&[1; 15]).unwrap_err().to_string(), "mask hash key is 15 bytes, expected at least 16");
-        assert!(HashKey::new(&[1; 16]).is_ok());
+        assert_eq!(
+            HashKey::new("m1", &[1; 15]).unwrap_err().to_string(),
+            "mask hash key `m1` is 15 bytes long: at least 16 bytes are needed, 32 recommended"
+        );
+        assert!(HashKey::new("m1", &[1; 16]).is_ok());
     }
 }
