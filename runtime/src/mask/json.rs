@@ -57,7 +57,7 @@ impl KeyHint {
     }
 
     /// A key *naming* a secret marks its value (`password`, `DB_PASSWORD`, `api_key`, `client_secret`,
-    /// `private_key`, `access_token`, `authorization`). A key *describing* one does not: `password_hint`,
+    /// `private_key`, `access_token`, `Proxy-Authorization`, `Cookie`). A key *describing* one does not: `password_hint`,
     /// `password_policy`, `token_count`, `token_type`, `max_tokens`, `next_page_token`, `secret_name`,
     /// `is_secret`, `has_password` (a hint is shown to users by design; a flag or a count is not the secret).
     pub(crate) fn of_key(key: &str) -> KeyHint {
@@ -76,7 +76,10 @@ impl KeyHint {
         if ["is", "has"].iter().any(|flag| key.strip_prefix(flag).is_some_and(|rest| SECRET_SUFFIXES.contains(&rest))) {
             return KeyHint::None;
         }
-        if ends(SECRET_SUFFIXES) || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp", "authorization"]) {
+        if ends(SECRET_SUFFIXES)
+            || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp"])
+            || is(&["authorization", "proxyauthorization", "cookie", "setcookie"])
+        {
             return KeyHint::Secret;
         }
         if ends(&[
@@ -177,14 +180,18 @@ mod tests {
 
     #[test]
     fn keys_naming_a_secret_and_keys_describing_one() {
-        for key in
-            ["secret", "token", "private_key", "privateKey", "SIGNING_KEY", "Authorization", "aws_secret_access_key"]
-        {
+        for key in [
+            "secret",
+            "token",
+            "private_key",
+            "SIGNING_KEY",
+            "Proxy-Authorization",
+            "Set-Cookie",
+            "aws_secret_access_key",
+        ] {
             assert_eq!(KeyHint::of_key(key), KeyHint::Secret, "{key}");
         }
-        for key in
-            ["password_hint", "password_policy", "token_type", "secret_name", "is_secret", "hasPassword", "isToken"]
-        {
+        for key in ["password_hint", "token_type", "secret_name", "is_secret", "hasPassword", "payment_authorization"] {
             assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
         }
         // Longer than any key worth reading: no hint, no panic.
