@@ -16,6 +16,7 @@ use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
 use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError};
+use crate::echo;
 use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
 use crate::mask::{MaskSet, Masker};
@@ -357,8 +358,9 @@ impl Dispatcher {
 
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
+            args::discard(arguments);
             return Err(refuse(
-                Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{name}`"))
+                Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{}`", echo::fragment(name)))
                     .hint("call only the tools you were offered, with their exact names"),
             ));
         };
@@ -366,6 +368,7 @@ impl Dispatcher {
 
         // 2. Policy on the registered name. Deny beats everything, approvals included.
         if let Some(rule) = &entry.denied_by {
+            args::discard(arguments);
             return Err(refuse(
                 Refused::new(RefusalKind::Denied, format!("tool `{name}` is not permitted in this deployment"))
                     .rule(rule.clone())
@@ -374,7 +377,7 @@ impl Dispatcher {
         }
 
         // 3. Ghost arguments.
-        let admitted = match args::admit(arguments, spec) {
+        let admitted = match args::admit(arguments, spec, &entry.definition.input_schema) {
             Ok(admitted) => admitted,
             Err(err) => return Err(refuse(admission_refusal(name, spec, err))),
         };
@@ -809,7 +812,6 @@ fn content_text(value: Value) -> String {
 }
 
 fn admission_refusal(name: &str, spec: &crate::ToolSpec, err: AdmissionError) -> Refused {
-    let declared = || spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
     match err {
         AdmissionError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,
@@ -822,13 +824,16 @@ fn admission_refusal(name: &str, spec: &crate::ToolSpec, err: AdmissionError) ->
         )
         .hint("send flatter arguments"),
         AdmissionError::Ghosts(ghosts) => {
-            let ghosts = ghosts.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
-            Refused::new(
-                RefusalKind::MalformedArguments,
-                format!("`{name}` does not take {ghosts}; its parameters are: {}", declared()),
-            )
-            .rule("ghost = block")
-            .hint(format!("remove {ghosts} and call again"))
+            let (text, hints) = args::describe_ghosts(name, spec, &ghosts);
+            let mut refused = Refused::new(RefusalKind::MalformedArguments, text).rule("ghost = block");
+            refused.hints = hints;
+            refused
+        }
+        AdmissionError::Duplicates(duplicates) => {
+            let (text, hints) = args::describe_duplicates(name, &duplicates);
+            let mut refused = Refused::new(RefusalKind::InvalidArguments, text);
+            refused.hints = hints;
+            refused
         }
     }
 }
