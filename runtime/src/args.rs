@@ -279,8 +279,13 @@ fn range_message(message: String) -> String {
     if !outside {
         return message;
     }
-    let shown = number.strip_suffix(".0").unwrap_or(number);
-    format!("`{}` is out of range for {type_name}: expected an integer from {min} to {max}", echo::fragment(shown))
+    // Serde prints large floats in exponent form (`1e+20`); an integral one is shown as the integer sent.
+    let integral = number.parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 1e21);
+    let shown = match integral {
+        Some(f) if number.parse::<i128>().is_err() => format!("{f:.0}"),
+        _ => echo::fragment(number).into_owned(),
+    };
+    format!("`{shown}` is out of range for {type_name}: expected an integer from {min} to {max}")
 }
 
 pub(crate) fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
@@ -395,7 +400,11 @@ fn dereference<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
     schema
 }
 
-fn any_branch<'s>(root: &'s Value, schema: &'s Value, find: impl Fn(&'s Value) -> Option<&'s Value>) -> Option<&'s Value> {
+fn any_branch<'s>(
+    root: &'s Value,
+    schema: &'s Value,
+    find: impl Fn(&'s Value) -> Option<&'s Value>,
+) -> Option<&'s Value> {
     ["anyOf", "oneOf"]
         .iter()
         .filter_map(|key| schema.get(*key).and_then(Value::as_array))
@@ -474,8 +483,7 @@ mod tests {
         let mut map = Arguments::new();
         map.insert("x".into(), deep);
         assert!(exceeds_depth(&map, MAX_ARGUMENT_DEPTH));
-        // Dropping a deeply nested value recurses in serde_json; leak it in this test only.
-        std::mem::forget(map);
+        discard(Value::Object(map));
         let mut shallow = Arguments::new();
         shallow.insert("x".into(), json!({"a": [1, {"b": 2}]}));
         assert!(!exceeds_depth(&shallow, MAX_ARGUMENT_DEPTH));
@@ -502,6 +510,48 @@ mod tests {
         assert!(
             matches!(&errors.errors()[0], ArgumentError::Invalid { message, .. } if message.contains("string \"5\""))
         );
+    }
+
+    #[test]
+    fn a_million_levels_are_dropped_on_a_small_stack() {
+        let thread = std::thread::Builder::new().stack_size(2 << 20).spawn(|| {
+            let mut deep = json!(1);
+            for _ in 0..1_000_000 {
+                deep = Value::Array(vec![deep]);
+            }
+            discard(deep);
+        });
+        thread.expect("a thread starts").join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn out_of_range_integers_are_refused_with_the_range() {
+        let mut errors = ArgumentErrors::new();
+        let args: Arguments =
+            serde_json::from_value(json!({"a": 2147483648_u64, "b": -1, "c": 1e20, "d": 5.0, "e": 1e300})).unwrap();
+        assert_eq!(argument::<i32>(&args, "a", &mut errors), None);
+        assert_eq!(argument::<u8>(&args, "b", &mut errors), None);
+        assert_eq!(argument::<u64>(&args, "c", &mut errors), None);
+        assert_eq!(argument::<u32>(&args, "d", &mut errors), None);
+        assert_eq!(argument::<i128>(&args, "e", &mut errors), None);
+        let messages: Vec<&str> = errors
+            .errors()
+            .iter()
+            .map(|e| match e {
+                ArgumentError::Invalid { message, .. } => message.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            messages[0],
+            "`2147483648` is out of range for i32: expected an integer from -2147483648 to 2147483647"
+        );
+        assert_eq!(messages[1], "`-1` is out of range for u8: expected an integer from 0 to 255");
+        assert!(messages[2].starts_with("`100000000000000000000` is out of range for u64"), "{}", messages[2]);
+        assert!(!messages[2].contains("floating point"), "{}", messages[2]);
+        // In range but written with a decimal point: serde's own words stand.
+        assert!(messages[3].contains("floating point"), "{}", messages[3]);
+        assert!(messages[4].contains("from -9223372036854775808 to 18446744073709551615"), "{}", messages[4]);
     }
 
     #[test]

@@ -151,15 +151,16 @@ impl<'s> Walk<'s> {
             if !matches!(child, Value::Object(_) | Value::Array(_)) {
                 continue;
             }
-            let schemas: Vec<&'s Value> = alternatives
-                .iter()
-                .filter_map(|c| property(c, key).or_else(|| additional_schema(c)))
-                .collect();
+            let schemas: Vec<&'s Value> =
+                alternatives.iter().filter_map(|c| property(c, key).or_else(|| additional_schema(c))).collect();
             if schemas.is_empty() {
                 continue;
             }
             let length = path.len();
-            path.push_str(&join_key("", key));
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(key);
             self.value(child, &schemas, path);
             path.truncate(length);
         }
