@@ -15,7 +15,7 @@ use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
 use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
 use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
-use crate::dialect::{Dialect, DialectError};
+use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::echo;
 use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
@@ -261,8 +261,14 @@ impl Dispatcher {
     }
 
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
-    /// [`ToolDefinition::to_dialect`]).
-    pub fn offered_tools_in(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
+    /// [`ToolDefinition::to_dialect`]): every tool the dialect can express, and why each other one cannot.
+    pub fn offered_tools_in(&self, dialect: Dialect) -> DialectOffer {
+        crate::dialect::offer_in(dialect, &self.offered_tools())
+    }
+
+    /// [`offered_tools_in`](Self::offered_tools_in), all or nothing: the first tool the dialect cannot
+    /// express is the error.
+    pub fn offered_tools_in_all(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
         crate::dialect::definitions_for(dialect, &self.offered_tools())
     }
 

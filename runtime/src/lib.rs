@@ -68,7 +68,7 @@ pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
-pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
+pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
     Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
