@@ -112,6 +112,14 @@ fn a_misspelt_nested_key_is_named_beside_the_missing_one() {
 fn sets_refuse_repeated_items_as_their_schema_says() {
     let schema = ToolDefinition::of(&tool!(ship)).input_schema;
     assert_eq!(schema["properties"]["labels"]["uniqueItems"], true);
+    // Dialects without `uniqueItems` say it in the description.
+    let only_labels = json!({"type": "object", "properties": {"labels": schema["properties"]["labels"]}});
+    let openai = agent_airlock::Dialect::OpenAi.schema(&only_labels).unwrap();
+    let gemini = agent_airlock::Dialect::Gemini.schema(&only_labels).unwrap();
+    for labels in [&openai["properties"]["labels"], &gemini["properties"]["labels"]] {
+        assert!(labels.get("uniqueItems").is_none(), "{labels}");
+        assert_eq!(labels["description"], "Labels to print. Items must be unique.", "{labels}");
+    }
     let message = send("ship", json!({"address": {"street": "s", "city": "c"}, "labels": ["a", "b", "a"]}));
     assert_eq!(kind(&message), Some(RefusalKind::InvalidArguments));
     assert!(message.content.contains("`labels` holds `\"a\"` more than once"), "{}", message.content);

@@ -374,7 +374,7 @@ proptest! {
 fn every_mutation_finds_places_in_the_corpus() {
     for mutation in MUTATIONS {
         let applied: usize = (0..8).map(|seed| check_seed(seed, Some(mutation)).expect("the property holds")).sum();
-        assert!(applied > 8, "{mutation:?} was applied {applied} times");
+        assert!(applied >= 8, "{mutation:?} was applied {applied} times");
     }
 }
 
