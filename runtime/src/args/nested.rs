@@ -248,7 +248,7 @@ fn property<'s>(schema: &'s Map<String, Value>, key: &str) -> Option<&'s Value> 
     schema.get("properties")?.get(key)
 }
 
-fn property_names<'s>(schema: &'s Map<String, Value>) -> impl Iterator<Item = &'s str> {
+fn property_names(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
     schema.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.keys().map(String::as_str))
 }
 
