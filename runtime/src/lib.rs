@@ -50,6 +50,7 @@ mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+mod echo;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
@@ -68,7 +69,7 @@ pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
-pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
+pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DecisionError, InterruptApprovals,

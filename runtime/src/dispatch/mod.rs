@@ -32,7 +32,7 @@ use crate::args;
 use crate::audit::{AuditLog, AuditOutcome};
 use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
-use crate::dialect::{Dialect, DialectError};
+use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
 use crate::interrupt::PreparedAdmission;
 use crate::ledger::EffectClaim;
@@ -85,8 +85,14 @@ impl Dispatcher {
     }
 
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
-    /// [`ToolDefinition::to_dialect`]).
-    pub fn offered_tools_in(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
+    /// [`ToolDefinition::to_dialect`]): every tool the dialect can express, and why each other one cannot.
+    pub fn offered_tools_in(&self, dialect: Dialect) -> DialectOffer {
+        crate::dialect::offer_in(dialect, &self.offered_tools())
+    }
+
+    /// [`offered_tools_in`](Self::offered_tools_in), all or nothing: the first tool the dialect cannot
+    /// express is the error.
+    pub fn offered_tools_in_all(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
         crate::dialect::definitions_for(dialect, &self.offered_tools())
     }
 
@@ -172,17 +178,20 @@ impl Dispatcher {
 
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
+            args::discard(arguments);
             return Err(refuse(refusal::unknown_tool(name)));
         };
         let spec = entry.tool.spec();
 
         // 2. Policy on the registered name. Deny beats everything, approvals included.
         if let Some(rule) = &entry.denied_by {
+            args::discard(arguments);
             return Err(refuse(refusal::denied(name, rule)));
         }
 
         // 3. Ghost arguments.
-        let admitted = args::admit(arguments, spec).map_err(|err| refuse(refusal::admission(name, spec, err)))?;
+        let admitted = args::admit(arguments, spec, &entry.definition.input_schema)
+            .map_err(|err| refuse(refusal::admission(name, spec, err)))?;
         if !admitted.stripped.is_empty() {
             tracing::warn!(target: "agent_airlock", stripped = ?admitted.stripped, "undeclared arguments stripped");
         }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::args::{AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::echo;
 use crate::effect::EffectError;
 use crate::interrupt::AdmitError;
 use crate::message::RefusalKind;
@@ -42,7 +43,7 @@ impl Refused {
 
 /// Gate 1: the text does not list what is registered.
 pub(super) fn unknown_tool(name: &str) -> Refused {
-    Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{name}`"))
+    Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{}`", echo::fragment(name)))
         .hint("call only the tools you were offered, with their exact names")
 }
 
@@ -55,7 +56,6 @@ pub(super) fn denied(name: &str, rule: &str) -> Refused {
 
 /// Gate 3: the arguments are not an object, nest too deep, or carry ghosts under `ghost = "block"`.
 pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Refused {
-    let declared = || spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
     match err {
         AdmissionError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,
@@ -68,13 +68,16 @@ pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Ref
         )
         .hint("send flatter arguments"),
         AdmissionError::Ghosts(ghosts) => {
-            let ghosts = ghosts.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
-            Refused::new(
-                RefusalKind::MalformedArguments,
-                format!("`{name}` does not take {ghosts}; its parameters are: {}", declared()),
-            )
-            .rule("ghost = block")
-            .hint(format!("remove {ghosts} and call again"))
+            let (text, hints) = args::describe_ghosts(name, spec, &ghosts);
+            let mut refused = Refused::new(RefusalKind::MalformedArguments, text).rule("ghost = block");
+            refused.hints = hints;
+            refused
+        }
+        AdmissionError::Duplicates(duplicates) => {
+            let (text, hints) = args::describe_duplicates(name, &duplicates);
+            let mut refused = Refused::new(RefusalKind::InvalidArguments, text);
+            refused.hints = hints;
+            refused
         }
     }
 }
