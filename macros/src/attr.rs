@@ -5,9 +5,9 @@ use quote::ToTokens;
 use syn::parse::Parser;
 use syn::{Expr, ExprLit, Lit, LitStr};
 
+use agent_airlock_grammar::{MaskSet, Rate, Segment, check_tool_name, parse_effect_template};
+
 use crate::ctxt::Ctxt;
-use crate::effect;
-use crate::rate::{self, Rate};
 
 /// What the attribute says; every knob is absent or a value with the span of its literal.
 #[derive(Default)]
@@ -18,9 +18,9 @@ pub(crate) struct Attrs {
     pub(crate) rate: Option<(Rate, Span)>,
     pub(crate) ghost: Option<(Ghost, Span)>,
     /// The effect template and its literal (checked against the parameters once they are known).
-    pub(crate) effect: Option<(Vec<effect::Segment>, LitStr)>,
-    /// The mask sets, as written (names checked here).
-    pub(crate) mask: Option<(String, Span)>,
+    pub(crate) effect: Option<(Vec<EffectPiece>, LitStr)>,
+    /// The mask sets.
+    pub(crate) mask: Option<(MaskSet, Span)>,
     pub(crate) krate: Option<syn::Path>,
     /// `crate = ...` was given but is unusable: the fallback must not guess a runtime path.
     pub(crate) krate_invalid: bool,
@@ -32,6 +32,12 @@ impl Attrs {
     pub(crate) fn wrote(&self, key: &str) -> bool {
         self.written.contains(&key)
     }
+}
+
+/// One piece of an effect template: literal text, or the name of a parameter.
+pub(crate) enum EffectPiece {
+    Literal(String),
+    Param(String),
 }
 
 /// What happens to arguments the model sent that the tool does not declare.
@@ -92,7 +98,7 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
         match key {
             "name" => match check_tool_name(&text) {
                 Ok(()) => attrs.name = Some((text, span)),
-                Err(message) => cx.error_spanned_by(&lit, message),
+                Err(err) => cx.error_spanned_by(&lit, err),
             },
             "description" => {
                 if text.trim().is_empty() {
@@ -111,9 +117,9 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
                     attrs.escalate = Some((text, span));
                 }
             }
-            "rate" => match rate::parse(&text) {
+            "rate" => match text.parse::<Rate>() {
                 Ok(rate) => attrs.rate = Some((rate, span)),
-                Err(message) => cx.error_spanned_by(&lit, message),
+                Err(err) => cx.error_spanned_by(&lit, err),
             },
             "ghost" => match text.as_str() {
                 "strip" => attrs.ghost = Some((Ghost::Strip, span)),
@@ -122,13 +128,22 @@ pub(crate) fn parse(cx: &Ctxt, args: TokenStream) -> Attrs {
                     cx.error_spanned_by(&lit, format!("unknown ghost mode `{other}`, expected one of `strip`, `block`"))
                 }
             },
-            "effect" => match effect::parse(&text) {
-                Ok(segments) => attrs.effect = Some((segments, lit.clone())),
-                Err(message) => cx.error_spanned_by(&lit, message),
+            "effect" => match parse_effect_template(&text) {
+                Ok(segments) => {
+                    let pieces = segments
+                        .into_iter()
+                        .map(|segment| match segment {
+                            Segment::Literal(text) => EffectPiece::Literal(text.to_owned()),
+                            Segment::Param(name) => EffectPiece::Param(name.to_owned()),
+                        })
+                        .collect();
+                    attrs.effect = Some((pieces, lit.clone()));
+                }
+                Err(err) => cx.error_spanned_by(&lit, err),
             },
-            "mask" => match check_mask(&text) {
-                Ok(()) => attrs.mask = Some((text, span)),
-                Err(message) => cx.error_spanned_by(&lit, message),
+            "mask" => match text.parse::<MaskSet>() {
+                Ok(set) => attrs.mask = Some((set, span)),
+                Err(err) => cx.error_spanned_by(&lit, err),
             },
             "crate" => match lit.parse::<syn::Path>() {
                 Ok(path) if path.segments.iter().all(|s| s.arguments.is_none()) => attrs.krate = Some(path),
@@ -199,69 +214,6 @@ fn unknown_key_message(key: &str) -> String {
     }
 }
 
-/// Every name `mask = "..."` accepts; kept equal to the runtime's `mask::MASK_SET_NAMES` by a test.
-pub(crate) const MASK_SET_NAMES: &[&str] = &[
-    "none",
-    "all",
-    "secrets",
-    "pii",
-    "private_key",
-    "jwt",
-    "bearer_token",
-    "anthropic_key",
-    "openai_key",
-    "google_api_key",
-    "github_token",
-    "slack_token",
-    "stripe_key",
-    "aws_access_key",
-    "connection_password",
-    "secret_value",
-    "email",
-    "phone",
-    "payment_card",
-    "iban",
-    "us_ssn",
-    "ip_address",
-];
-
-/// `mask = "secrets,pii"`: a comma-separated list of known names; `none` stands alone.
-fn check_mask(text: &str) -> Result<(), String> {
-    let names: Vec<&str> = text.split(',').map(str::trim).collect();
-    for name in &names {
-        if name.is_empty() {
-            return Err(format!("empty name in `mask = \"{text}\"`, expected names separated by commas"));
-        }
-        if !MASK_SET_NAMES.contains(name) {
-            let expected = ["none", "all", "secrets", "pii"].map(|n| format!("`{n}`")).join(", ");
-            return Err(format!(
-                "unknown mask `{name}`, expected one of {expected} or a kind such as `email`, `payment_card`"
-            ));
-        }
-    }
-    if names.len() > 1 && names.contains(&"none") {
-        return Err("`none` cannot be combined with other masks".into());
-    }
-    Ok(())
-}
-
-/// The strictest provider rule for tool names: `^[a-zA-Z0-9_-]{1,64}$`.
-pub(crate) fn check_tool_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("tool name must not be empty".to_owned());
-    }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
-        return Err(format!(
-            "tool name `{name}` contains `{bad}`, only ASCII letters, digits, `_` and `-` are accepted by every provider"
-        ));
-    }
-    // Only ASCII is left, so bytes are characters.
-    if name.len() > 64 {
-        return Err(format!("tool name `{name}` is {} characters long, the limit is 64", name.len()));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,18 +223,5 @@ mod tests {
         assert!(unknown_key_message("escalte").contains("did you mean `escalate`"));
         assert!(unknown_key_message("rates").contains("did you mean `rate`"));
         assert!(!unknown_key_message("zzzzzzzz").contains("did you mean"));
-    }
-
-    #[test]
-    fn tool_names_follow_the_strictest_provider_rule() {
-        assert!(check_tool_name("delete_file-2").is_ok());
-        assert!(check_tool_name(&"a".repeat(64)).is_ok());
-        assert!(check_tool_name(&"a".repeat(65)).is_err());
-        assert!(check_tool_name("").is_err());
-        assert!(check_tool_name("has space").expect_err("invalid").contains("` `"));
-        assert!(check_tool_name("dot.name").is_err());
-        assert!(check_tool_name("ünï").expect_err("invalid").contains("`ü`"));
-        assert!(check_tool_name(&"é".repeat(40)).expect_err("invalid").contains("`é`"));
-        assert!(check_tool_name(&"a".repeat(65)).expect_err("invalid").contains("65 characters"));
     }
 }

@@ -5,10 +5,11 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::ItemFn;
 use syn::spanned::Spanned;
 
+use agent_airlock_grammar::check_tool_name;
+
 use crate::ast::{self, Param};
-use crate::attr::{self, Attrs, Ghost};
+use crate::attr::{self, Attrs, EffectPiece, Ghost};
 use crate::ctxt::Ctxt;
-use crate::effect::Segment;
 
 const MISSING_DESCRIPTION: &str =
     "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`";
@@ -43,8 +44,8 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
         None => {
             let name = func.sig.ident.to_string();
             let name = name.strip_prefix("r#").unwrap_or(&name).to_owned();
-            if let Err(message) = attr::check_tool_name(&name) {
-                cx.error_spanned_by(&func.sig.ident, format!("{message}; set `name = \"...\"`"));
+            if let Err(err) = check_tool_name(&name) {
+                cx.error_spanned_by(&func.sig.ident, format!("{err}; set `name = \"...\"`"));
             }
             name
         }
@@ -121,7 +122,7 @@ fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
                 &self,
                 _: &#private::Arguments,
                 _: &#krate::Invocation<'_>,
-            ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
+            ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                 ::core::unreachable!()
             }
         }
@@ -139,7 +140,7 @@ fn runtime_path(attrs: &Attrs) -> TokenStream {
 fn check_effect_params(cx: &Ctxt, attrs: &Attrs, params: &[Param]) {
     let Some((segments, lit)) = &attrs.effect else { return };
     for segment in segments {
-        let Segment::Param(name) = segment else { continue };
+        let EffectPiece::Param(name) = segment else { continue };
         match params.iter().find(|p| param_key(&p.ident) == *name) {
             Some(param) if param.injected => cx.error_spanned_by(
                 lit,
@@ -189,26 +190,29 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     };
     let rate = match &attrs.rate {
         Some((rate, _)) => {
-            let (count, unit) = (rate.count, rate.unit_seconds);
-            quote!(::core::option::Option::Some(#krate::Rate::new_const(#count, #unit)))
+            let (count, period_secs) = (rate.count(), rate.period_secs());
+            quote!(::core::option::Option::Some(#private::rate::<#count, #period_secs>()))
         }
         None => quote!(::core::option::Option::None),
     };
     let effect = match &attrs.effect {
         Some((segments, lit)) => {
             let segments = segments.iter().map(|segment| match segment {
-                Segment::Literal(text) => quote!(#krate::EffectSegment::Literal(#text)),
-                Segment::Param(name) => quote!(#krate::EffectSegment::Param(#name)),
+                EffectPiece::Literal(text) => quote!(#krate::EffectSegment::Literal(#text)),
+                EffectPiece::Param(name) => quote!(#krate::EffectSegment::Param(#name)),
             });
-            quote!(::core::option::Option::Some(#krate::EffectTemplate {
+            quote!(#krate::EffectTemplate {
                 template: #lit,
                 segments: &[#(#segments),*],
-            }))
+            })
         }
-        None => quote!(::core::option::Option::None),
+        None => quote!(),
     };
     let mask = match &attrs.mask {
-        Some((text, _)) => quote!(::core::option::Option::Some(#text)),
+        Some((set, _)) => {
+            let text = set.to_string();
+            quote!(::core::option::Option::Some(#text))
+        }
         None => quote!(::core::option::Option::None),
     };
     let ghost = match attrs.ghost.map(|(g, _)| g).unwrap_or(Ghost::Strip) {
@@ -263,6 +267,32 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     } else {
         quote!(#fn_ident(#(#locals),*))
     };
+    // The effect key is rendered from the typed values of the parameters the template names (each
+    // serialized back, spanned at its type so a type that is not `Serialize` is reported there), before the
+    // values move into the call.
+    let effect_const = syn::Ident::new("__AIRLOCK_EFFECT", Span::mixed_site());
+    let effect_values: Vec<TokenStream> = match &attrs.effect {
+        Some((pieces, _)) => {
+            let mut named: Vec<&str> = Vec::new();
+            for piece in pieces {
+                if let EffectPiece::Param(name) = piece
+                    && !named.contains(&name.as_str())
+                {
+                    named.push(name);
+                }
+            }
+            named
+                .into_iter()
+                .filter_map(|name| {
+                    let (param, local) = params.iter().zip(&locals).find(|(p, _)| !p.injected && param_key(&p.ident) == name)?;
+                    let ty = &param.ty;
+                    let value = quote_spanned!(ty.span()=> #private::effect_value::<#ty>);
+                    Some(quote!((#name, #value(&#local))))
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let run = quote! {
         #private::prepared(async move {
             let #returned = #call;
@@ -273,18 +303,35 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
             }
         })
     };
+    let prepared = if attrs.effect.is_some() {
+        let values = syn::Ident::new("__airlock_effect_values", Span::mixed_site());
+        quote!({
+            let #values = [#(#effect_values),*];
+            #private::prepared_with_effect(&#effect_const, #run, #values)
+        })
+    } else {
+        quote!(::core::result::Result::Ok(#private::Prepared::new(#run)))
+    };
     // Every argument is extracted (collecting all errors) before any is used.
     let body = if locals.is_empty() {
-        quote!(::core::result::Result::Ok(#run))
+        prepared
     } else {
         quote! {
             let mut #errors = #private::ArgumentErrors::new();
             #(#extract)*
             match (#(#locals,)*) {
-                (#(::core::option::Option::Some(#locals),)*) => ::core::result::Result::Ok(#run),
+                (#(::core::option::Option::Some(#locals),)*) => #prepared,
                 _ => ::core::result::Result::Err(#errors),
             }
         }
+    };
+    let (effect_item, effect_option) = if attrs.effect.is_some() {
+        (
+            quote!(const #effect_const: #krate::EffectTemplate = #effect;),
+            quote!(::core::option::Option::Some(#effect_const)),
+        )
+    } else {
+        (quote!(), quote!(::core::option::Option::None))
     };
     let tool_doc = format!("The `{name}` tool generated by `#[airlock_tool]` for `{}`.", param_key(fn_ident));
 
@@ -296,6 +343,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         #vis struct #tool_ident;
 
         const _: () = {
+            #effect_item
             static __AIRLOCK_SPEC: #krate::ToolSpec = #krate::ToolSpec {
                 name: #name,
                 description: #description,
@@ -303,7 +351,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                 escalate: #escalate,
                 rate: #rate,
                 ghost: #ghost,
-                effect: #effect,
+                effect: #effect_option,
                 mask: #mask,
             };
 
@@ -317,7 +365,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                     &self,
                     #arguments: &#private::Arguments,
                     #invocation: &#krate::Invocation<'_>,
-                ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
+                ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                     #body
                 }
             }

@@ -13,9 +13,7 @@
 mod ast;
 mod attr;
 mod ctxt;
-mod effect;
 mod expand;
-mod rate;
 
 use proc_macro::TokenStream;
 

@@ -389,8 +389,8 @@ impl Dispatcher {
 
         // 4. Validation and injection: the future is built but not polled.
         let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
-        let prepared = match entry.tool.prepare(&admitted.arguments, &invocation) {
-            Ok(prepared) => prepared,
+        let (prepared, effect_key) = match entry.tool.prepare(&admitted.arguments, &invocation) {
+            Ok(prepared) => prepared.into_parts(),
             Err(errors) => {
                 let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
@@ -443,7 +443,7 @@ impl Dispatcher {
         // 7. Effect reservation: the key is reserved atomically before the tool runs.
         let mut effect = match spec.effect.as_ref().zip(self.effects.as_ref()) {
             Some((template, store)) => {
-                let key = template.render(&admitted.arguments);
+                let key = effect_key.unwrap_or_else(|| template.render(&admitted.arguments));
                 match store.reserve(&key, self.effect_lease, self.clock.now()) {
                     Ok(reservation) => Some(EffectGuard {
                         store: Arc::clone(store),

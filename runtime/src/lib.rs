@@ -82,8 +82,8 @@ pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
-    Arguments, DEFAULT_TOOL_MASK, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError,
-    ToolOutput, ToolSpec,
+    Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Prepared,
+    PreparedCall, Tool, ToolError, ToolOutput, ToolSpec,
 };
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
@@ -101,6 +101,7 @@ pub mod __private {
     use std::any::Any;
     use std::fmt::Display;
     use std::future::Future;
+    use std::num::{NonZeroU32, NonZeroU64};
 
     use serde::Serialize;
     use serde::de::DeserializeOwned;
@@ -108,7 +109,9 @@ pub mod __private {
     pub use crate::args::ArgumentErrors;
     use crate::context::{Inject, Invocation};
     use crate::message::HostCommand;
-    pub use crate::tool::{Arguments, PreparedCall};
+    pub use crate::tool::{Arguments, Prepared, PreparedCall};
+    use crate::args::ArgumentError;
+    use crate::tool::EffectTemplate;
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -151,8 +154,63 @@ pub mod __private {
         crate::args::inject(invocation, param, errors)
     }
 
+    /// A tool's rate; a zero count or period does not compile.
+    pub const fn rate<const COUNT: u32, const PERIOD_SECS: u64>() -> crate::Rate {
+        const {
+            match (NonZeroU32::new(COUNT), NonZeroU64::new(PERIOD_SECS)) {
+                (Some(count), Some(period_secs)) => crate::Rate::new(count, period_secs),
+                _ => panic!("a rate's count and period must be at least 1"),
+            }
+        }
+    }
+
     pub fn prepared<F: Future<Output = ToolOutput> + Send + 'static>(future: F) -> PreparedCall {
         Box::pin(future)
+    }
+
+    /// A type of a parameter named in an effect template.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be part of an effect key",
+        label = "this parameter is named in the `effect` template, so its value must be serializable",
+        note = "derive `serde::Serialize` for `{Self}`: the effect key is rendered from the argument's typed value serialized back, so two spellings of one value share one key"
+    )]
+    pub trait EffectArgument: Serialize {}
+    #[diagnostic::do_not_recommend]
+    impl<T: Serialize> EffectArgument for T {}
+
+    /// The typed value of a parameter named in the effect template, serialized back to JSON.
+    pub fn effect_value<T: EffectArgument>(value: &T) -> Result<serde_json::Value, String> {
+        serde_json::to_value(value).map_err(|err| err.to_string())
+    }
+
+    /// The prepared call with the key of its effect, rendered from the typed values; a value that cannot
+    /// be part of a key is an argument error.
+    pub fn prepared_with_effect<const N: usize>(
+        template: &EffectTemplate,
+        call: PreparedCall,
+        values: [(&'static str, Result<serde_json::Value, String>); N],
+    ) -> Result<Prepared, ArgumentErrors> {
+        let mut errors = ArgumentErrors::new();
+        let mut serialized = Vec::with_capacity(N);
+        for (param, value) in values {
+            match value {
+                Ok(value) => serialized.push((param, value)),
+                Err(message) => errors.push(ArgumentError::Invalid {
+                    field: param.to_owned(),
+                    message: format!("the value cannot be part of the effect key: {message}"),
+                }),
+            }
+        }
+        if !errors.errors().is_empty() {
+            return Err(errors);
+        }
+        match template.render_values(&serialized) {
+            Ok(key) => Ok(Prepared::new(call).with_effect_key(key)),
+            Err(err) => {
+                errors.push(ArgumentError::Invalid { field: err.param().to_owned(), message: err.to_string() });
+                Err(errors)
+            }
+        }
     }
 
     // Return values: `Result<T, E>` becomes a result or an error message; anything else `Serialize` is the

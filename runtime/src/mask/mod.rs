@@ -25,7 +25,6 @@
 
 mod detect;
 mod json;
-mod kind;
 mod report;
 mod strategy;
 mod validate;
@@ -38,7 +37,7 @@ use serde_json::Value;
 
 use self::detect::{Finding, Scanner};
 use self::json::KeyHint;
-pub use self::kind::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
+pub use agent_airlock_grammar::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 pub use self::report::MaskReport;
 pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MaskConfig, MaskStrategy};
 
