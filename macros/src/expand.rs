@@ -113,15 +113,15 @@ fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
         #vis struct #tool_ident;
 
-        impl #krate::Tool for #tool_ident {
-            fn spec(&self) -> &'static #krate::ToolSpec {
+        impl #private::Tool for #tool_ident {
+            fn spec(&self) -> &'static #private::ToolSpec {
                 ::core::unreachable!()
             }
 
             fn prepare(
                 &self,
                 _: &#private::Arguments,
-                _: &#krate::Invocation<'_>,
+                _: &#private::Invocation<'_>,
             ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                 ::core::unreachable!()
             }
@@ -198,26 +198,24 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     let effect = match &attrs.effect {
         Some((segments, lit)) => {
             let segments = segments.iter().map(|segment| match segment {
-                EffectPiece::Literal(text) => quote!(#krate::EffectSegment::Literal(#text)),
-                EffectPiece::Param(name) => quote!(#krate::EffectSegment::Param(#name)),
+                EffectPiece::Literal(text) => quote!(#private::EffectSegment::Literal(#text)),
+                EffectPiece::Param(name) => quote!(#private::EffectSegment::Param(#name)),
             });
-            quote!(#krate::EffectTemplate {
-                template: #lit,
-                segments: &[#(#segments),*],
-            })
+            quote!(#private::effect_template(#lit, &[#(#segments),*]))
         }
         None => quote!(),
     };
     let mask = match &attrs.mask {
         Some((set, _)) => {
-            let text = set.to_string();
-            quote!(::core::option::Option::Some(#text))
+            // `MaskKind`'s variants are named as its `Debug` writes them.
+            let kinds = set.kinds().map(|kind| syn::Ident::new(&format!("{kind:?}"), Span::call_site()));
+            quote!(#private::mask_set(&[#(#private::MaskKind::#kinds),*]))
         }
-        None => quote!(::core::option::Option::None),
+        None => quote!(#private::DEFAULT_TOOL_MASK),
     };
     let ghost = match attrs.ghost.map(|(g, _)| g).unwrap_or(Ghost::Strip) {
-        Ghost::Strip => quote!(#krate::GhostPolicy::Strip),
-        Ghost::Block => quote!(#krate::GhostPolicy::Block),
+        Ghost::Strip => quote!(#private::GhostPolicy::Strip),
+        Ghost::Block => quote!(#private::GhostPolicy::Block),
     };
 
     // Generated locals are mixed-site: neither the user's code nor a `macro_rules!` that wraps the tool can
@@ -238,16 +236,10 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
             None => quote!(::core::option::Option::None),
         };
         let visible = visible_param(&p.ty);
-        quote! {
-            #krate::ParamSpec {
-                name: #key,
-                description: #description,
-                schema: #visible.schema,
-                accepts_null: #visible.accepts_null,
-            }
-        }
+        quote!(#private::param_spec(#key, #description, #visible))
     });
 
+    let param_count = params.iter().filter(|p| !p.injected).count();
     let locals: Vec<syn::Ident> =
         (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
     let extract = params.iter().zip(&locals).map(|(p, local)| {
@@ -327,7 +319,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     };
     let (effect_item, effect_option) = if attrs.effect.is_some() {
         (
-            quote!(const #effect_const: #krate::EffectTemplate = #effect;),
+            quote!(const #effect_const: #private::EffectTemplate = #effect;),
             quote!(::core::option::Option::Some(#effect_const)),
         )
     } else {
@@ -344,19 +336,20 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
 
         const _: () = {
             #effect_item
-            static __AIRLOCK_SPEC: #krate::ToolSpec = #krate::ToolSpec {
-                name: #name,
-                description: #description,
-                params: &[#(#param_specs),*],
-                escalate: #escalate,
-                rate: #rate,
-                ghost: #ghost,
-                effect: #effect_option,
-                mask: #mask,
-            };
+            static __AIRLOCK_PARAMS: [#private::ParamSpec; #param_count] = [#(#param_specs),*];
+            static __AIRLOCK_SPEC: #private::ToolSpec = #private::tool_spec(
+                #name,
+                #description,
+                &__AIRLOCK_PARAMS,
+                #escalate,
+                #rate,
+                #ghost,
+                #effect_option,
+                #mask,
+            );
 
-            impl #krate::Tool for #tool_ident {
-                fn spec(&self) -> &'static #krate::ToolSpec {
+            impl #private::Tool for #tool_ident {
+                fn spec(&self) -> &'static #private::ToolSpec {
                     &__AIRLOCK_SPEC
                 }
 
@@ -364,7 +357,7 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                 fn prepare(
                     &self,
                     #arguments: &#private::Arguments,
-                    #invocation: &#krate::Invocation<'_>,
+                    #invocation: &#private::Invocation<'_>,
                 ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                     #body
                 }

@@ -52,7 +52,7 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, Admis
             }
             declared
         });
-        if spec.ghost == GhostPolicy::Block {
+        if spec.ghost() == GhostPolicy::Block {
             return Err(AdmissionError::Ghosts(ghosts));
         }
     }

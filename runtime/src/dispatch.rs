@@ -23,7 +23,7 @@ use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessag
 use crate::policy::Policy;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
-use crate::tool::{Arguments, DEFAULT_TOOL_MASK, Tool, ToolOutput};
+use crate::tool::{Arguments, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
@@ -62,14 +62,6 @@ pub enum BuildError {
     /// A tool declares `effect = "..."` and the dispatcher has no effect store.
     #[error("tool `{0}` declares an effect but the dispatcher has no effect store; call `.effects(...)`")]
     NoEffectStore(String),
-    /// A hand-written tool's `mask` does not parse (generated tools are checked at compile time).
-    #[error("tool `{tool}` has an invalid mask: {message}")]
-    InvalidMask {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        message: String,
-    },
 }
 
 /// Builds a [`Dispatcher`].
@@ -175,36 +167,30 @@ impl DispatcherBuilder {
         let mut order = Vec::with_capacity(self.tools.len());
         for tool in self.tools {
             let spec = tool.spec();
-            if tools.contains_key(spec.name) {
-                return Err(BuildError::DuplicateTool(spec.name.to_owned()));
+            if tools.contains_key(spec.name()) {
+                return Err(BuildError::DuplicateTool(spec.name().to_owned()));
             }
-            if spec.effect.is_some() && self.effects.is_none() {
-                return Err(BuildError::NoEffectStore(spec.name.to_owned()));
+            if spec.effect().is_some() && self.effects.is_none() {
+                return Err(BuildError::NoEffectStore(spec.name().to_owned()));
             }
-            let decision = self.policy.for_tool(spec.name);
-            let authored = match spec.mask {
-                Some(text) => text
-                    .parse::<MaskSet>()
-                    .map_err(|err| BuildError::InvalidMask { tool: spec.name.to_owned(), message: err.to_string() })?,
-                None => DEFAULT_TOOL_MASK,
-            };
-            let mask = authored | decision.mask;
+            let decision = self.policy.for_tool(spec.name());
+            let mask = spec.mask() | decision.mask;
             let mut escalations = Vec::new();
-            if let Some(reason) = spec.escalate {
+            if let Some(reason) = spec.escalate() {
                 escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
             }
             escalations
                 .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
             // Every applicable limit gets its own bucket, so the stricter one always binds.
             let mut limits: Vec<(String, Rate, RateScope)> =
-                spec.rate.map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
+                spec.rate().map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
             limits.extend(decision.rate_limits);
             let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
             let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
             let definition = ToolDefinition::of(&*tool);
-            order.push(spec.name);
+            order.push(spec.name());
             tools.insert(
-                spec.name,
+                spec.name(),
                 Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules, mask },
             );
         }
@@ -388,7 +374,7 @@ impl Dispatcher {
         }
 
         // 4. Validation and injection: the future is built but not polled.
-        let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
+        let invocation = Invocation { context, tool_call_id: id, tool: spec.name() };
         let (prepared, effect_key) = match entry.tool.prepare(&admitted.arguments, &invocation) {
             Ok(prepared) => prepared.into_parts(),
             Err(errors) => {
@@ -441,7 +427,7 @@ impl Dispatcher {
         }
 
         // 7. Effect reservation: the key is reserved atomically before the tool runs.
-        let mut effect = match spec.effect.as_ref().zip(self.effects.as_ref()) {
+        let mut effect = match spec.effect().zip(self.effects.as_ref()) {
             Some((template, store)) => {
                 let key = effect_key.unwrap_or_else(|| template.render(&admitted.arguments));
                 match store.reserve(&key, self.effect_lease, self.clock.now()) {
@@ -809,7 +795,7 @@ fn content_text(value: Value) -> String {
 }
 
 fn admission_refusal(name: &str, spec: &crate::ToolSpec, err: AdmissionError) -> Refused {
-    let declared = || spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
+    let declared = || spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
     match err {
         AdmissionError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,

@@ -79,18 +79,19 @@ pub use mask::{
 };
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
+pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
     Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Prepared,
-    PreparedCall, Tool, ToolError, ToolOutput, ToolSpec,
+    PreparedCall, Tool, ToolError, ToolOutput, ToolSpec, ToolSpecBuilder, ToolSpecError,
 };
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
 pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {
     tools
         .into_iter()
-        .filter(|tool| policy.for_tool(tool.spec().name).denied_by.is_none())
+        .filter(|tool| policy.for_tool(tool.spec().name()).denied_by.is_none())
         .map(ToolDefinition::of)
         .collect()
 }
@@ -107,11 +108,10 @@ pub mod __private {
     use serde::de::DeserializeOwned;
 
     pub use crate::args::ArgumentErrors;
-    use crate::context::{Inject, Invocation};
+    use crate::context::Inject;
     use crate::message::HostCommand;
     pub use crate::tool::{Arguments, Prepared, PreparedCall};
     use crate::args::ArgumentError;
-    use crate::tool::EffectTemplate;
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -152,6 +152,46 @@ pub mod __private {
 
     pub fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
         crate::args::inject(invocation, param, errors)
+    }
+
+    pub use crate::context::Invocation;
+    pub use crate::mask::{MaskKind, MaskSet};
+    pub use crate::tool::{DEFAULT_TOOL_MASK, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Tool, ToolSpec};
+
+    /// The spec of a generated tool, from values the macro checked.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn tool_spec(
+        name: &'static str,
+        description: &'static str,
+        params: &'static [ParamSpec],
+        escalate: Option<&'static str>,
+        rate: Option<crate::Rate>,
+        ghost: GhostPolicy,
+        effect: Option<EffectTemplate>,
+        mask: MaskSet,
+    ) -> ToolSpec {
+        ToolSpec::from_checked_parts(name, description, params, escalate, rate, ghost, effect, mask)
+    }
+
+    /// One model-visible parameter of a generated tool.
+    pub const fn param_spec<T>(name: &'static str, description: Option<&'static str>, visible: VisibleParam<T>) -> ParamSpec {
+        ParamSpec::from_checked_parts(name, description, visible.schema, visible.accepts_null)
+    }
+
+    /// The effect template of a generated tool, parsed by the macro.
+    pub const fn effect_template(template: &'static str, segments: &'static [EffectSegment]) -> EffectTemplate {
+        EffectTemplate::from_checked_parts(template, segments)
+    }
+
+    /// The mask set holding `kinds`.
+    pub const fn mask_set(kinds: &[MaskKind]) -> MaskSet {
+        let mut set = MaskSet::NONE;
+        let mut index = 0;
+        while index < kinds.len() {
+            set = set.union(MaskSet::of(kinds[index]));
+            index += 1;
+        }
+        set
     }
 
     /// A tool's rate; a zero count or period does not compile.
