@@ -2,20 +2,15 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
-use syn::ItemFn;
 use syn::spanned::Spanned;
 
-use agent_airlock_grammar::check_tool_name;
-
-use crate::ast::{self, Param};
+use crate::ast::{self, ToolFn, param_key};
 use crate::attr::{self, Attrs, EffectPiece, Ghost};
 use crate::ctxt::Ctxt;
-
-const MISSING_DESCRIPTION: &str =
-    "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`";
+use crate::valid::{self, Checked};
 
 pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream {
-    let mut func: ItemFn = match syn::parse2(input.clone()) {
+    let mut func: ToolFn = match syn::parse2(input.clone()) {
         Ok(func) => func,
         Err(err) => {
             // Not a function: say so at the item's keyword and give the tokens back unchanged.
@@ -29,41 +24,16 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
     let cx = Ctxt::new();
     let attrs = attr::parse(&cx, args);
     let params = ast::params(&cx, &func);
-    check_effect_params(&cx, &attrs, &params);
-    let description = match &attrs.description {
-        Some((text, _)) => Some(ast::Doc::Text(text.clone())),
-        None => ast::doc(&func.attrs),
-    };
-    if description.is_none() && !attrs.wrote("description") {
-        cx.error_spanned_by(&func.sig.ident, MISSING_DESCRIPTION);
-    }
-    let name = match &attrs.name {
-        Some((name, _)) => name.clone(),
-        // Already reported at the attribute's value.
-        None if attrs.wrote("name") => String::new(),
-        None => {
-            let name = func.sig.ident.to_string();
-            let name = name.strip_prefix("r#").unwrap_or(&name).to_owned();
-            if let Err(err) = check_tool_name(&name) {
-                cx.error_spanned_by(&func.sig.ident, format!("{err}; set `name = \"...\"`"));
-            }
-            name
-        }
-    };
     strip_parameter_attributes(&mut func);
-    if let Err(errors) = cx.check() {
-        return fallback(&func, &attrs, errors);
-    }
-    let Some(description) = description else {
-        // Not reached: a missing description was recorded above, so `check` failed. Still an error, never a
-        // tool without a description.
-        let error = syn::Error::new_spanned(&func.sig.ident, MISSING_DESCRIPTION).to_compile_error();
-        return fallback(&func, &attrs, error);
-    };
-    let tool = generate(&func, &attrs, &params, &name, &description);
-    quote! {
-        #func
-        #tool
+    match valid::check(cx, &attrs, &func, params) {
+        Ok(tool) => {
+            let generated = generate(&tool);
+            quote! {
+                #func
+                #generated
+            }
+        }
+        Err(errors) => fallback(&func, &attrs, errors),
     }
 }
 
@@ -92,7 +62,7 @@ fn item_keyword(item: &syn::Item) -> Option<Span> {
 /// On error: the function as written (minus our markers) plus the errors, so nothing cascades. Where the
 /// tool type can exist (not on a method, and the runtime path is known), a stub of it is emitted too, so a
 /// `tool!(f)` elsewhere type-checks and the user sees only the real errors.
-fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
+fn fallback(func: &ToolFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
     let is_method = func.sig.inputs.iter().any(|input| matches!(input, syn::FnArg::Receiver(_)));
     if is_method || attrs.krate_invalid {
         return quote! {
@@ -136,33 +106,8 @@ fn runtime_path(attrs: &Attrs) -> TokenStream {
     }
 }
 
-/// Every `{name}` of the effect template must be a model-visible parameter.
-fn check_effect_params(cx: &Ctxt, attrs: &Attrs, params: &[Param]) {
-    let Some((segments, lit)) = &attrs.effect else { return };
-    for segment in segments {
-        let EffectPiece::Param(name) = segment else { continue };
-        match params.iter().find(|p| param_key(&p.ident) == *name) {
-            Some(param) if param.injected => cx.error_spanned_by(
-                lit,
-                format!("`{name}` is injected by the host; an effect key can only use the model's arguments"),
-            ),
-            Some(_) => {}
-            None => {
-                let visible: Vec<String> =
-                    params.iter().filter(|p| !p.injected).map(|p| format!("`{}`", param_key(&p.ident))).collect();
-                let expected = if visible.is_empty() {
-                    "the tool has no model-visible parameters".to_owned()
-                } else {
-                    format!("expected one of {}", visible.join(", "))
-                };
-                cx.error_spanned_by(lit, format!("unknown parameter `{name}` in effect template, {expected}"));
-            }
-        }
-    }
-}
-
 /// Doc comments on parameters and `#[inject]` are ours; rustc must not see them.
-fn strip_parameter_attributes(func: &mut ItemFn) {
+fn strip_parameter_attributes(func: &mut ToolFn) {
     for input in &mut func.sig.inputs {
         if let syn::FnArg::Typed(pat_type) = input {
             pat_type.attrs.retain(|a| !ast::is_param_attribute_we_consume(a));
@@ -177,7 +122,8 @@ pub(crate) fn tool_type_ident(fn_ident: &syn::Ident) -> syn::Ident {
     format_ident!("__airlock_tool_{}", name, span = fn_ident.span())
 }
 
-fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, description: &ast::Doc) -> TokenStream {
+fn generate(tool: &Checked<'_>) -> TokenStream {
+    let Checked { func, attrs, params, name, description } = tool;
     let krate = runtime_path(attrs);
     let private = quote!(#krate::__private);
     let vis = &func.vis;
@@ -185,11 +131,11 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     let tool_ident = tool_type_ident(fn_ident);
 
     let escalate = match &attrs.escalate {
-        Some((reason, _)) => quote!(::core::option::Option::Some(#reason)),
+        Some(reason) => quote!(::core::option::Option::Some(#reason)),
         None => quote!(::core::option::Option::None),
     };
     let rate = match &attrs.rate {
-        Some((rate, _)) => {
+        Some(rate) => {
             let (count, period_secs) = (rate.count(), rate.period_secs());
             quote!(::core::option::Option::Some(#private::rate::<#count, #period_secs>()))
         }
@@ -206,14 +152,14 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         None => quote!(),
     };
     let mask = match &attrs.mask {
-        Some((set, _)) => {
+        Some(set) => {
             // `MaskKind`'s variants are named as its `Debug` writes them.
             let kinds = set.kinds().map(|kind| syn::Ident::new(&format!("{kind:?}"), Span::call_site()));
             quote!(#private::mask_set(&[#(#private::MaskKind::#kinds),*]))
         }
         None => quote!(#private::DEFAULT_TOOL_MASK),
     };
-    let ghost = match attrs.ghost.map(|(g, _)| g).unwrap_or(Ghost::Strip) {
+    let ghost = match attrs.ghost.unwrap_or(Ghost::Strip) {
         Ghost::Strip => quote!(#private::GhostPolicy::Strip),
         Ghost::Block => quote!(#private::GhostPolicy::Block),
     };
@@ -223,7 +169,14 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     let arguments = syn::Ident::new("__airlock_arguments", Span::mixed_site());
     let invocation = syn::Ident::new("__airlock_invocation", Span::mixed_site());
     let errors = syn::Ident::new("__airlock_errors", Span::mixed_site());
-    let returned = syn::Ident::new("__airlock_returned", Span::mixed_site());
+    // The return-value glue is located at the return type, so a result that is not `Serialize`, an error
+    // that is not `Display` and a future that is not `Send` are each reported at the user's signature.
+    let output_span = match &func.sig.output {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => func.sig.ident.span(),
+    };
+    let future_span = func.sig.asyncness.map_or(output_span, |token| token.span);
+    let returned = syn::Ident::new("__airlock_returned", Span::mixed_site().located_at(output_span));
 
     // Everything about a model-visible parameter comes from one call, `visible_param::<T>()`, spanned at the
     // user's type. A type that cannot be an argument is reported there; the two uses (the spec and the
@@ -285,14 +238,17 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         }
         None => Vec::new(),
     };
-    let run = quote! {
+    let into_output = quote_spanned! {output_span=>
+        {
+            #[allow(unused_imports)]
+            use #private::{FallibleReturn as _, PlainReturn as _};
+            (&#returned).__airlock_return_kind().into_output(#returned)
+        }
+    };
+    let run = quote_spanned! {future_span=>
         #private::prepared(async move {
             let #returned = #call;
-            {
-                #[allow(unused_imports)]
-                use #private::{FallibleReturn as _, PlainReturn as _};
-                (&#returned).__airlock_return_kind().into_output(#returned)
-            }
+            #into_output
         })
     };
     let prepared = if attrs.effect.is_some() {
@@ -364,12 +320,6 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
             }
         };
     }
-}
-
-/// The argument key of a parameter: its name without a raw-identifier prefix.
-fn param_key(ident: &syn::Ident) -> String {
-    let name = ident.to_string();
-    name.strip_prefix("r#").unwrap_or(&name).to_owned()
 }
 
 /// `tool!(path::to::f)` → `path::to::__airlock_tool_f`, a value of the generated tool type.

@@ -14,6 +14,7 @@ mod ast;
 mod attr;
 mod ctxt;
 mod expand;
+mod valid;
 
 use proc_macro::TokenStream;
 

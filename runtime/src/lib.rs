@@ -272,10 +272,31 @@ pub mod __private {
             PlainTag
         }
     }
-    impl<T: Serialize> PlainReturn for &T {}
+    // For every type, so that a type that cannot be a result is reported by `ToolResult`'s message.
+    impl<T> PlainReturn for &T {}
+
+    /// What a tool may return (or return in `Ok`).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a tool's result",
+        label = "the model reads the tool's result as JSON",
+        note = "derive `serde::Serialize` for `{Self}`, or return `Result<T, E>` with a `Serialize` `T` and a `Display` `E`"
+    )]
+    pub trait ToolResult: Serialize + 'static {}
+    #[diagnostic::do_not_recommend]
+    impl<T: Serialize + 'static> ToolResult for T {}
+
+    /// What a tool may return in `Err`.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a tool's error",
+        label = "the model reads the tool's error as text",
+        note = "implement `std::fmt::Display` for `{Self}`, or return `agent_airlock::ToolError`"
+    )]
+    pub trait ToolErrorMessage: Display + 'static {}
+    #[diagnostic::do_not_recommend]
+    impl<E: Display + 'static> ToolErrorMessage for E {}
 
     impl FallibleTag {
-        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(self, returned: Result<T, E>) -> ToolOutput {
+        pub fn into_output<T: ToolResult, E: ToolErrorMessage>(self, returned: Result<T, E>) -> ToolOutput {
             match returned {
                 Ok(value) => output_of(value),
                 Err(error) => match (&error as &dyn Any).downcast_ref::<ToolError>() {
@@ -287,7 +308,7 @@ pub mod __private {
     }
 
     impl PlainTag {
-        pub fn into_output<T: Serialize + 'static>(self, returned: T) -> ToolOutput {
+        pub fn into_output<T: ToolResult>(self, returned: T) -> ToolOutput {
             output_of(returned)
         }
     }
