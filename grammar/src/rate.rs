@@ -175,7 +175,10 @@ mod tests {
         assert!(err("-1/minute").contains("not a whole number"));
         assert!(err("/minute").contains("not a whole number"));
         assert_eq!(err("0/minute"), "rate count must be at least 1; to forbid a tool, deny it in the policy");
-        assert_eq!(err("5/fortnight"), "unknown rate unit `fortnight`, expected one of `second`, `minute`, `hour`, `day`");
+        assert_eq!(
+            err("5/fortnight"),
+            "unknown rate unit `fortnight`, expected one of `second`, `minute`, `hour`, `day`"
+        );
         assert_eq!(err("5/"), "rate `5/` has no unit, expected one of `second`, `minute`, `hour`, `day`");
         assert_eq!(err("5"), "malformed rate `5`, expected `N/unit` such as `10/minute`");
         assert_eq!(err("4294967296/minute"), "rate count `4294967296` is too large, the largest is `4294967295`");

@@ -34,11 +34,9 @@ impl fmt::Display for ToolNameError {
                 f,
                 "tool name `{name}` contains `{character}`, only ASCII letters, digits, `_` and `-` are accepted by every provider"
             ),
-            ToolNameError::TooLong { name } => write!(
-                f,
-                "tool name `{name}` is {} characters long, the limit is {MAX_TOOL_NAME_LEN}",
-                name.len()
-            ),
+            ToolNameError::TooLong { name } => {
+                write!(f, "tool name `{name}` is {} characters long, the limit is {MAX_TOOL_NAME_LEN}", name.len())
+            }
         }
     }
 }
@@ -78,6 +76,9 @@ mod tests {
         assert!(message("ünï").contains("`ü`"));
         // Non-ASCII is reported as a character, never counted in bytes.
         assert!(message(&"é".repeat(40)).contains("`é`"));
-        assert_eq!(message(&"a".repeat(65)), format!("tool name `{}` is 65 characters long, the limit is 64", "a".repeat(65)));
+        assert_eq!(
+            message(&"a".repeat(65)),
+            format!("tool name `{}` is 65 characters long, the limit is 64", "a".repeat(65))
+        );
     }
 }

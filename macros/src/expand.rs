@@ -1,6 +1,6 @@
 //! Code generation: the original function, a hidden tool type, and one impl of the runtime's `Tool` trait.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
@@ -175,8 +175,7 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
         syn::ReturnType::Type(_, ty) => ty.span(),
         syn::ReturnType::Default => func.sig.ident.span(),
     };
-    let future_span = func.sig.asyncness.map_or(output_span, |token| token.span);
-    let returned = syn::Ident::new("__airlock_returned", Span::mixed_site().located_at(output_span));
+    let returned = syn::Ident::new("__airlock_returned", Span::mixed_site());
 
     // Everything about a model-visible parameter comes from one call, `visible_param::<T>()`, spanned at the
     // user's type. A type that cannot be an argument is reported there; the two uses (the spec and the
@@ -229,7 +228,8 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
             named
                 .into_iter()
                 .filter_map(|name| {
-                    let (param, local) = params.iter().zip(&locals).find(|(p, _)| !p.injected && param_key(&p.ident) == name)?;
+                    let (param, local) =
+                        params.iter().zip(&locals).find(|(p, _)| !p.injected && param_key(&p.ident) == name)?;
                     let ty = &param.ty;
                     let value = quote_spanned!(ty.span()=> #private::effect_value::<#ty>);
                     Some(quote!((#name, #value(&#local))))
@@ -238,19 +238,25 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
         }
         None => Vec::new(),
     };
-    let into_output = quote_spanned! {output_span=>
-        {
-            #[allow(unused_imports)]
-            use #private::{FallibleReturn as _, PlainReturn as _};
-            (&#returned).__airlock_return_kind().into_output(#returned)
-        }
-    };
-    let run = quote_spanned! {future_span=>
-        #private::prepared(async move {
-            let #returned = #call;
-            #into_output
-        })
-    };
+    // The runtime's path keeps its own location: an unresolvable `crate = "..."` is reported once, there.
+    let private_marker = syn::Ident::new("__airlock_private", Span::call_site());
+    let prepared_fn = syn::Ident::new("__airlock_prepared", Span::mixed_site());
+    let run = located_at(
+        // Called through an import, so the call (where a future that is not `Send` is reported) is made
+        // of relocated tokens only.
+        quote! {
+            {
+                #[allow(unused_imports)]
+                use #private_marker::{FallibleReturn as _, PlainReturn as _, prepared as #prepared_fn};
+                #prepared_fn(async move {
+                    let #returned = #call;
+                    (&#returned).__airlock_return_kind().into_output(#returned)
+                })
+            }
+        },
+        output_span,
+        &(private_marker, private.clone()),
+    );
     let prepared = if attrs.effect.is_some() {
         let values = syn::Ident::new("__airlock_effect_values", Span::mixed_site());
         quote!({
@@ -320,6 +326,29 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
             }
         };
     }
+}
+
+/// `tokens` with every token located at `span`, each keeping its own hygiene, so errors in the glue are
+/// shown at the user's code the glue stands for; each `marker` ident is replaced by `replacement`, which
+/// keeps its location.
+fn located_at(tokens: TokenStream, span: Span, marker: &(syn::Ident, TokenStream)) -> TokenStream {
+    let mut out = TokenStream::new();
+    for mut token in tokens {
+        match &token {
+            TokenTree::Ident(ident) if *ident == marker.0 => {
+                out.extend(marker.1.clone());
+                continue;
+            }
+            TokenTree::Group(group) => {
+                let mut moved = Group::new(group.delimiter(), located_at(group.stream(), span, marker));
+                moved.set_span(group.span().located_at(span));
+                token = TokenTree::Group(moved);
+            }
+            _ => token.set_span(token.span().located_at(span)),
+        }
+        out.extend([token]);
+    }
+    out
 }
 
 /// `tool!(path::to::f)` → `path::to::__airlock_tool_f`, a value of the generated tool type.

@@ -62,7 +62,50 @@ mod rate;
 mod schema;
 mod tool;
 
-pub use agent_airlock_macros::{airlock_tool, tool};
+pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
+/// Turns a free `fn` or `async fn` into a guarded tool; `tool!(path::to::f)` names the tool.
+///
+/// The function stays as written. Its doc comment is the tool's description and each parameter's doc
+/// comment that parameter's; a parameter marked `#[inject]` is supplied by the host (through the call's
+/// context) and never seen by the model. Every key is optional and takes a string literal:
+///
+/// | key | what it declares | example |
+/// |---|---|---|
+/// | `name` | the registered name, default the fn name; 1 to 64 ASCII letters, digits, `_`, `-` | `name = "search_docs"` |
+/// | `description` | what the model reads, default the doc comment; not blank | `description = "Search the documentation"` |
+/// | `escalate` | why a human must approve each call; not blank | `escalate = "moves money"` |
+/// | `rate` | at most `N` calls per unit (`second`, `minute`, `hour`, `day`; `s`, `sec`, `m`, `min`, `h`, `d`); `N` ≥ 1 | `rate = "10/minute"` |
+/// | `ghost` | what happens to arguments the tool does not declare: `strip` (default) or `block` | `ghost = "block"` |
+/// | `effect` | the idempotency key; each `{param}` names a model-visible parameter whose type is `Serialize` | `effect = "refund:{payment_id}"` |
+/// | `mask` | what is masked in the result: `none`, `all`, `secrets` (default), `pii` or kind names, comma-separated | `mask = "secrets,pii"` |
+/// | `crate` | the path of the runtime crate, when it is renamed or re-exported | `crate = "::my_runtime::airlock"` |
+///
+/// Every mistake is a compile error at the offending value or type: unknown or duplicate keys, bad values,
+/// methods, generic, `unsafe`, `const` or variadic functions, pattern or `impl Trait` parameters, a
+/// parameter type that is not `Deserialize + JsonSchema`, a result that is not `Serialize`, an error that
+/// is not `Display`, a future that is not `Send`.
+///
+/// ```
+/// use agent_airlock::{ToolError, airlock_tool, tool};
+///
+/// /// Refund a payment to the customer's card.
+/// #[airlock_tool(escalate = "moves money", rate = "10/minute", effect = "refund:{payment_id}", mask = "secrets,pii")]
+/// fn refund(
+///     /// The payment intent to refund.
+///     payment_id: String,
+///     /// Amount in cents.
+///     amount: u64,
+/// ) -> Result<String, ToolError> {
+///     Ok(format!("refunded {amount} on {payment_id}"))
+/// }
+///
+/// let spec = agent_airlock::Tool::spec(&tool!(refund));
+/// assert_eq!(spec.name(), "refund");
+/// assert_eq!(spec.escalate(), Some("moves money"));
+/// assert_eq!(spec.rate().map(|rate| rate.to_string()).as_deref(), Some("10/minute"));
+/// ```
+pub use agent_airlock_macros::airlock_tool;
+pub use agent_airlock_macros::tool;
 pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -79,7 +122,6 @@ pub use mask::{
 };
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
-pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
@@ -107,11 +149,11 @@ pub mod __private {
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 
+    use crate::args::ArgumentError;
     pub use crate::args::ArgumentErrors;
     use crate::context::Inject;
     use crate::message::HostCommand;
     pub use crate::tool::{Arguments, Prepared, PreparedCall};
-    use crate::args::ArgumentError;
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -174,7 +216,11 @@ pub mod __private {
     }
 
     /// One model-visible parameter of a generated tool.
-    pub const fn param_spec<T>(name: &'static str, description: Option<&'static str>, visible: VisibleParam<T>) -> ParamSpec {
+    pub const fn param_spec<T>(
+        name: &'static str,
+        description: Option<&'static str>,
+        visible: VisibleParam<T>,
+    ) -> ParamSpec {
         ParamSpec::from_checked_parts(name, description, visible.schema, visible.accepts_null)
     }
 

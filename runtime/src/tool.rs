@@ -346,8 +346,9 @@ impl EffectTemplate {
                 EffectSegment::Param(name) => {
                     let value = values.iter().find(|(n, _)| n == name).map(|(_, v)| v);
                     let text = match value {
-                        Some(value) => effect_text(value)
-                            .map_err(|error| EffectKeyError { param: (*name).to_owned(), error })?,
+                        Some(value) => {
+                            effect_text(value).map_err(|error| EffectKeyError { param: (*name).to_owned(), error })?
+                        }
                         None => None,
                     };
                     match text {
@@ -583,7 +584,12 @@ mod tests {
 
     const TEMPLATE: EffectTemplate = EffectTemplate::from_checked_parts(
         "refund:{a}:{b}",
-        &[EffectSegment::Literal("refund:"), EffectSegment::Param("a"), EffectSegment::Literal(":"), EffectSegment::Param("b")],
+        &[
+            EffectSegment::Literal("refund:"),
+            EffectSegment::Param("a"),
+            EffectSegment::Literal(":"),
+            EffectSegment::Param("b"),
+        ],
     );
 
     fn key(arguments: Value) -> String {
@@ -606,10 +612,16 @@ mod tests {
     fn renders_each_value_in_its_canonical_form() {
         assert_eq!(typed(json!("pi_1"), json!(100.0)), "refund:pi_1:100");
         assert_eq!(typed(json!(1e2), json!(100)), typed(json!(100), json!(100.0)));
-        assert_eq!(typed(json!({"y": 1.0, "x": [2, "z"]}), json!(null)), "refund:%7B%22x%22%3A%5B2%2C%22z%22%5D%2C%22y%22%3A1%7D:~");
+        assert_eq!(
+            typed(json!({"y": 1.0, "x": [2, "z"]}), json!(null)),
+            "refund:%7B%22x%22%3A%5B2%2C%22z%22%5D%2C%22y%22%3A1%7D:~"
+        );
         assert_eq!(typed(json!({"x": 1, "y": 2}), json!(0)), typed(json!({"y": 2, "x": 1.0}), json!(-0.0)));
         // Integers a double cannot hold keep their exact value, at the top and inside values.
-        assert_eq!(typed(json!(9_007_199_254_740_993u64), json!([18_446_744_073_709_551_615u64])), "refund:9007199254740993:%5B%2218446744073709551615%22%5D");
+        assert_eq!(
+            typed(json!(9_007_199_254_740_993u64), json!([18_446_744_073_709_551_615u64])),
+            "refund:9007199254740993:%5B%2218446744073709551615%22%5D"
+        );
         assert_ne!(typed(json!(9_007_199_254_740_993u64), json!(1)), typed(json!(9_007_199_254_740_992u64), json!(1)));
         // Absent and `null` are one; the string `~` is not.
         assert_eq!(TEMPLATE.render_values(&[("b", json!(1))]).unwrap(), typed(json!(null), json!(1)));
@@ -654,7 +666,8 @@ mod tests {
         assert!(err(ToolSpec::builder("has space", "d")).contains("contains ` `"));
         assert!(err(ToolSpec::builder("r", " ")).contains("description must not be empty"));
         assert!(err(ToolSpec::builder("r", "d").escalate("")).contains("`escalate`"));
-        let twice = ToolSpec::builder("r", "d").param(ParamSpec::of::<u8>("a", None)).param(ParamSpec::of::<u8>("a", None));
+        let twice =
+            ToolSpec::builder("r", "d").param(ParamSpec::of::<u8>("a", None)).param(ParamSpec::of::<u8>("a", None));
         assert_eq!(err(twice), "two parameters are named `a`");
         assert!(err(ToolSpec::builder("r", "d").effect("refund:{id")).contains("unclosed"));
         assert_eq!(err(ToolSpec::builder("r", "d").effect("refund:{id}")), "unknown parameter `id` in effect template");

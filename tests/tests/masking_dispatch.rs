@@ -1,8 +1,8 @@
 //! Results are masked before the model sees them: the author's choice, plus what the policy adds.
 
 use agent_airlock::{
-    CallContext, Dispatcher, HostCommand, MaskConfig, MaskStrategy, Masker, Outcome, Policy, Status,
-    ToolCall, ToolError, ToolMessage, airlock_tool, tool,
+    CallContext, Dispatcher, HostCommand, MaskConfig, MaskStrategy, Masker, Outcome, Policy, Status, ToolCall,
+    ToolError, ToolMessage, airlock_tool, tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
