@@ -1,10 +1,10 @@
 //! The `#[airlock_tool]` attribute of [agent-airlock](https://docs.rs/agent-airlock).
 //!
 //! Use it through the `agent-airlock` crate, which re-exports it and holds the runtime the generated code
-//! calls. The pipeline, after thiserror's: [`ast`] (the signature parsed, the body kept as raw tokens, the
-//! parameters) and [`attr`] (the attribute's keys to typed values, through the value grammars of
-//! `agent-airlock-grammar`) collect every error in one [`ctxt::Ctxt`]; [`valid`] makes the checks that need
-//! both and returns a checked model; [`expand`] writes the tool type from it, or on error re-emits the
+//! calls. The pipeline, after thiserror's: `ast` (the signature parsed, the body kept as raw tokens, the
+//! parameters) and `attr` (the attribute's keys to typed values, through the value grammars of
+//! `agent-airlock-grammar`) collect every error in one `ctxt::Ctxt`; `valid` makes the checks that need
+//! both and returns a checked model; `expand` writes the tool type from it, or on error re-emits the
 //! function (minus our parameter markers) and a stub of the tool type next to the errors, so the user sees
 //! only the real mistakes. Generated code names only `::agent_airlock::__private`. Every diagnostic has a
 //! trybuild case in `ui-tests/`.
