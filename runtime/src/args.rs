@@ -64,14 +64,14 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result
         map.retain(|key, _| {
             let declared = spec.param(key).is_some();
             if !declared {
-                let closest = nested::closest(key, spec.params.iter().map(|p| p.name));
+                let closest = nested::closest(key, spec.params().iter().map(|p| p.name()));
                 ghosts.push(Ghost { path: key.clone(), closest });
             }
             declared
         });
     }
     map.retain(|_, value| !value.is_null());
-    let mut walk = nested::Walk::new(schema, spec.ghost == GhostPolicy::Strip);
+    let mut walk = nested::Walk::new(schema, spec.ghost() == GhostPolicy::Strip);
     let properties = schema.get("properties");
     for (key, value) in map.iter_mut() {
         if let Some(property) = properties.and_then(|p| p.get(key)) {
@@ -79,7 +79,7 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result
         }
     }
     ghosts.append(&mut walk.ghosts);
-    if spec.ghost == GhostPolicy::Block && !ghosts.is_empty() {
+    if spec.ghost() == GhostPolicy::Block && !ghosts.is_empty() {
         return Err(AdmissionError::Ghosts(ghosts));
     }
     if !walk.duplicates.is_empty() {
@@ -121,7 +121,7 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
 /// The refusal text and hints for undeclared keys under `ghost = "block"`.
 pub(crate) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
     let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
-    let declared = spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
+    let declared = spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
     let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
     let mut hints: Vec<String> = ghosts
         .iter()

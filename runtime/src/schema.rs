@@ -25,8 +25,8 @@ impl ToolDefinition {
     pub fn of(tool: &dyn Tool) -> Self {
         let spec = tool.spec();
         ToolDefinition {
-            name: spec.name.to_owned(),
-            description: spec.description.to_owned(),
+            name: spec.name().to_owned(),
+            description: spec.description().to_owned(),
             input_schema: input_schema(spec),
         }
     }
@@ -46,18 +46,18 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
     let mut generator = generator();
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for param in spec.params {
-        let mut schema = (param.schema)(&mut generator).to_value();
+    for param in spec.params() {
+        let mut schema = param.schema(&mut generator).to_value();
         if schema == Value::Bool(true) {
             // `true` and `{}` accept the same values; only the object form can carry a description.
             schema = Value::Object(Map::new());
         }
-        if let (Some(doc), Value::Object(map)) = (param.description, &mut schema) {
+        if let (Some(doc), Value::Object(map)) = (param.description(), &mut schema) {
             map.insert("description".to_owned(), Value::String(doc.to_owned()));
         }
-        properties.insert(param.name.to_owned(), schema);
-        if !(param.accepts_null)() {
-            required.push(Value::String(param.name.to_owned()));
+        properties.insert(param.name().to_owned(), schema);
+        if !param.accepts_null() {
+            required.push(Value::String(param.name().to_owned()));
         }
     }
     let mut root = Map::new();

@@ -202,9 +202,9 @@ impl Dispatcher {
         }
 
         // 4. Validation and injection: the future is built but not polled.
-        let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
-        let prepared = match entry.tool.prepare(&admitted.arguments, &invocation) {
-            Ok(prepared) => prepared,
+        let invocation = Invocation { context, tool_call_id: id, tool: spec.name() };
+        let (prepared, effect_key) = match entry.tool.prepare(&admitted.arguments, &invocation) {
+            Ok(prepared) => prepared.into_parts(),
             Err(errors) => {
                 let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
@@ -220,7 +220,9 @@ impl Dispatcher {
                 return Err(with_stripped(refused));
             }
         };
-        let effect_key = spec.effect.as_ref().map(|template| template.render(&admitted.arguments));
+        // The key comes from the typed values (hand-written tools may leave it to the template).
+        let effect_key =
+            spec.effect().map(|template| effect_key.unwrap_or_else(|| template.render(&admitted.arguments)));
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
