@@ -742,6 +742,15 @@ impl Dispatcher {
                 Ok(Escalated::Admitted { detail: "approver callback".to_owned() })
             }
             Decision::Deny { reason } => Err(human_denied(name, rules, reason.as_deref())),
+            Decision::Unavailable { reason } => {
+                tracing::warn!(target: "agent_airlock", rules = %rules, %reason, "approval could not be obtained");
+                Err(Refused::new(
+                    RefusalKind::ApprovalUnavailable,
+                    format!("tool `{name}` needs a human's approval and it could not be obtained: {reason}"),
+                )
+                .rule(rules)
+                .hint("do not retry at once; tell the user this action needs their approval"))
+            }
         }
     }
 }

@@ -50,6 +50,7 @@ mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+pub mod display;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;

@@ -76,6 +76,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(McpApprovals::ClientElicitation)
+}
+
+fn setup_with(approvals: McpApprovals) -> Setup {
     let operator_asked = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&operator_asked);
     let dispatcher = Dispatcher::builder()
@@ -88,7 +92,7 @@ fn setup() -> Setup {
         .build()
         .unwrap();
     Setup {
-        server: GuardedMcpServer::new(Arc::new(dispatcher))
+        server: GuardedMcpServer::new(Arc::new(dispatcher), approvals)
             .with_context(CallContext::new().with_thread("replaced by the connection id")),
         operator_asked,
     }
@@ -157,8 +161,8 @@ async fn elicitation_asks_the_clients_human_and_not_the_operator() {
 
 #[tokio::test]
 async fn dispatcher_approvals_ask_the_operator_and_never_the_client() {
-    let setup = setup();
-    let server = setup.server.with_approvals(McpApprovals::Dispatcher);
+    let setup = setup_with(McpApprovals::Dispatcher);
+    let server = setup.server;
     let connection_id = server.connection_id().to_owned();
     let client = ApprovingClient::default();
     let asked = Arc::clone(&client.asked);
@@ -186,7 +190,7 @@ fn bound_server(ledger: Arc<RedbLedger>) -> GuardedMcpServer {
         .clock(ManualClock::new(START))
         .build()
         .unwrap();
-    GuardedMcpServer::new(Arc::new(dispatcher)).with_bound_approvals(approvals)
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(approvals))
 }
 
 #[tokio::test]
