@@ -700,7 +700,13 @@ impl Dispatcher {
                         })
                     }
                     Err(AdmitError::Denied { reason, .. }) => Err(denied(reason.as_deref())),
-                    Err(AdmitError::NotAnApproval) => Err(denied(None)),
+                    // Not a recorded yes or no (`false`, a forged denial): a no, in nobody's words.
+                    Err(AdmitError::NotAnApproval | AdmitError::UnverifiedDenial) => Err(Refused::new(
+                        RefusalKind::ApprovalInvalid,
+                        format!("this call to `{name}` was not approved"),
+                    )
+                    .rule(rules.clone())
+                    .hint("do not retry the same call; ask the user to approve it")),
                     Err(err) => {
                         tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
                         Err(Refused::new(

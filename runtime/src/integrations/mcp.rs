@@ -47,10 +47,9 @@ use std::time::Duration;
 use futures_util::future::{BoxFuture, Either, select};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotification, CancelledNotificationParam,
-    ClientResult, ContentBlock, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema, Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, RequestId, RequestMetaObject, ServerCapabilities, ServerConfig, ServerNotification,
-    ServerRequest,
+    ClientResult, ContentBlock, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestId,
+    RequestMetaObject, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
 };
 use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceError, ServiceExt as _};
@@ -236,12 +235,17 @@ impl GuardedMcpServer {
                 tool: request.body.tool.clone(),
                 tool_call_id: call.id.clone(),
                 thread_id: Some(self.connection_id.to_string()),
-                reasons: vec![EscalationReason { rule: request.body.rule.clone(), reason: request.body.reason.clone() }],
+                reasons: vec![EscalationReason {
+                    rule: request.body.rule.clone(),
+                    reason: request.body.reason.clone(),
+                }],
                 arguments: Value::Object(request.body.arguments.clone()),
             },
             Err(error) => {
                 tracing::error!(target: "agent_airlock", %error, "the interrupt's own request does not verify");
-                return self.close_unanswered(call, bound, &interrupt, "the approval request could not be sealed").await;
+                return self
+                    .close_unanswered(call, bound, &interrupt, "the approval request could not be sealed")
+                    .await;
             }
         };
         let by = format!("mcp-client:{}", self.connection_id);
@@ -262,7 +266,9 @@ impl GuardedMcpServer {
                     Ok(denied) => denied.into_value(),
                     Err(error) => {
                         tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
-                        return self.close_unanswered(call, bound, &interrupt, "the denial could not be recorded").await;
+                        return self
+                            .close_unanswered(call, bound, &interrupt, "the denial could not be recorded")
+                            .await;
                     }
                 };
                 return self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;

@@ -40,7 +40,9 @@ pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use self::message::{DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, RequestBody};
 use crate::canonical;
 use crate::clock::Clock;
-use crate::ledger::{ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpentRecord};
+use crate::ledger::{
+    ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+};
 
 /// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
 ///
@@ -345,10 +347,7 @@ impl InterruptApprovals {
                 if let Some(grant) = outer.get(GRANT_MEMBER) {
                     grant.as_object().ok_or_else(|| malformed("`airlock_grant` is not an object"))?
                 } else if let Some(denied) = outer.get(DENIED_MEMBER) {
-                    return Err(AdmitError::Denied {
-                        request_id: denied.get("request_id").and_then(Value::as_str).map(str::to_owned),
-                        reason: denied.get("reason").and_then(Value::as_str).map(str::to_owned),
-                    });
+                    return Err(self.recorded_denial(call, denied));
                 } else {
                     return Err(AdmitError::NotAnApproval);
                 }
@@ -383,6 +382,31 @@ impl InterruptApprovals {
             attempt: SpendAttempt { grant_id: grant_id.to_owned(), binding: binding.to_hex(), now: self.clock.now() },
             key_id: key_id.to_owned(),
         })
+    }
+
+    /// A resume value that says "denied" is believed only as far as the ledger backs it: the request it
+    /// names must be denied there, and bound to the call now being made. The reason is the ledger's.
+    fn recorded_denial(&self, call: &BindingInput<'_>, denied: &Value) -> AdmitError {
+        let Some(request_id) = denied.get("request_id").and_then(Value::as_str) else {
+            return AdmitError::UnverifiedDenial;
+        };
+        let entry = match self.ledger.find_request(request_id) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return AdmitError::UnverifiedDenial,
+            Err(err) => return AdmitError::Ledger(err),
+        };
+        let RequestStatus::Denied(denial) = entry.status else {
+            return AdmitError::UnverifiedDenial;
+        };
+        let Ok(key) = self.keys.find(&entry.request.key_id) else {
+            return AdmitError::UnverifiedDenial;
+        };
+        match mac::binding(key, call) {
+            Ok(binding) if binding.to_hex() == entry.request.binding => {
+                AdmitError::Denied { request_id: Some(denial.request_id), reason: denial.reason }
+            }
+            _ => AdmitError::UnverifiedDenial,
+        }
     }
 
     /// The token does not fit this call. Tell a genuine approval for another call (which fields differ)
