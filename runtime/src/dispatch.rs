@@ -17,7 +17,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError};
 use crate::effect::{EffectError, EffectStore, Reservation};
-use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals};
+use crate::interrupt::{AdmitError, BindingInput, InterruptApprovals, RequestError};
+use crate::ledger::LedgerError;
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::Policy;
@@ -675,6 +676,9 @@ impl Dispatcher {
                     let reasons = entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
                     return match approvals.request(&call, &rules, &reasons).await {
                         Ok(request) => Ok(Escalated::Interrupt(request.into_value())),
+                        Err(RequestError::Ledger(LedgerError::TooManyPending {
+                            pending, oldest_expires_at, ..
+                        })) => Err(too_many_pending(name, &rules, pending, oldest_expires_at, self.clock.now())),
                         Err(err) => {
                             tracing::error!(target: "agent_airlock", error = %err, "approval request failed");
                             Err(Refused::new(
@@ -759,6 +763,31 @@ impl Dispatcher {
             }
         }
     }
+}
+
+fn too_many_pending(
+    name: &str,
+    rules: &str,
+    pending: u32,
+    oldest_expires_at: Option<Duration>,
+    now: Duration,
+) -> Refused {
+    let wait = oldest_expires_at.map(|at| at.saturating_sub(now));
+    let when = match wait {
+        Some(wait) => {
+            let secs = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0)).max(1);
+            format!("retry once one is decided, or in {secs} s when the oldest expires")
+        }
+        None => "retry once one of them is decided".to_owned(),
+    };
+    let mut refused = Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` already has {pending} approval requests waiting in this thread; {when}"),
+    )
+    .rule(rules)
+    .hint(format!("do not call `{name}` again until the user has answered the approvals already asked"));
+    refused.retry_after = wait;
+    refused
 }
 
 fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Refused {

@@ -71,8 +71,9 @@ pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, To
 pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
-    Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DecisionError,
-    InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+    Admission, AdmitError, ApprovalKey, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING,
+    DecisionError, InterruptApprovals, InterruptRequest, KeyError, KeyLookupError, KeyRing, RequestError, ResumeValue,
+    RetiredKeys,
 };
 pub use mask::{
     Detection, FULL_MASK, HASH_HEX_LEN, HashKey, HashKeyError, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport,

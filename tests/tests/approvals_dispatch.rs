@@ -460,3 +460,21 @@ fn a_process_killed_between_spend_and_completion_never_runs_the_call_twice() {
     assert!(restarted.wait().unwrap().success());
     assert_eq!(std::fs::read_to_string(&executions).unwrap().lines().count(), 1);
 }
+
+#[test]
+fn a_model_calling_in_a_loop_gets_a_few_requests_and_then_refusals_that_say_when_to_retry() {
+    let host = Host::new();
+    let outcomes: Vec<Outcome> = (0..200).map(|_| host.dispatch(refund_call(500), "c1", None)).collect();
+    let interrupts = outcomes.iter().filter(|o| matches!(o, Outcome::Interrupt { .. })).count();
+    assert_eq!(interrupts, agent_airlock::DEFAULT_MAX_PENDING as usize);
+    assert_eq!(host.ledger.list_requests().unwrap().len(), interrupts, "a refused call stores nothing");
+    let refused = outcomes.into_iter().last().unwrap().expect_message();
+    let refusal = refused.refusal.unwrap();
+    assert_eq!(refusal.kind, RefusalKind::ApprovalUnavailable);
+    assert_eq!(
+        refused.content,
+        "tool `refund` already has 4 approval requests waiting in this thread; retry once one of them is decided"
+    );
+    assert_eq!(refusal.retry_after, None, "these requests never expire");
+    assert_eq!(host.executions(), 0);
+}

@@ -55,7 +55,12 @@ pub struct InterruptApprovals {
     clock: Arc<dyn Clock>,
     grant_ttl: Duration,
     request_ttl: Option<Duration>,
+    max_pending: Option<u32>,
 }
+
+/// How many approval requests of one tool may wait in one thread at a time, unless set
+/// ([`InterruptApprovals::with_max_pending`]).
+pub const DEFAULT_MAX_PENDING: u32 = 4;
 
 impl std::fmt::Debug for InterruptApprovals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,6 +68,7 @@ impl std::fmt::Debug for InterruptApprovals {
             .field("keys", &self.keys)
             .field("grant_ttl", &self.grant_ttl)
             .field("request_ttl", &self.request_ttl)
+            .field("max_pending", &self.max_pending)
             .finish_non_exhaustive()
     }
 }
@@ -76,7 +82,17 @@ impl InterruptApprovals {
     /// Approvals that MAC with `keys`, record in `ledger`, read time from `clock`, and issue grants valid
     /// for `grant_ttl` after the approval.
     pub fn new(keys: KeyRing, ledger: Arc<dyn ApprovalLedger>, clock: Arc<dyn Clock>, grant_ttl: Duration) -> Self {
-        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None }
+        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None, max_pending: Some(DEFAULT_MAX_PENDING) }
+    }
+
+    /// At most `max` requests of one tool may be pending (undecided, unexpired) in one thread
+    /// ([`DEFAULT_MAX_PENDING`] unless set; `None`: no limit). A model calling in a loop then gets refusals
+    /// that say when to retry, not a stored request (and a human's prompt) per call. Counted and recorded
+    /// in one ledger write, so racing calls cannot overshoot. With a request time-to-live
+    /// ([`with_request_ttl`](Self::with_request_ttl)), expired requests stop counting.
+    pub fn with_max_pending(mut self, max: Option<u32>) -> Self {
+        self.max_pending = max;
+        self
     }
 
     /// Requests older than `ttl` can no longer be approved (they can still be denied).
@@ -111,7 +127,7 @@ impl InterruptApprovals {
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
         let (request, record) = self.prepare_request(call, rule, reason)?;
-        self.ledger.record_request(record).await.map_err(RequestError::Ledger)?;
+        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
         Ok(request)
     }
 
@@ -123,7 +139,7 @@ impl InterruptApprovals {
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
         let (request, record) = self.prepare_request(call, rule, reason)?;
-        self.ledger.record_request(record).wait().map_err(RequestError::Ledger)?;
+        self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
         Ok(request)
     }
 
