@@ -368,3 +368,30 @@ async fn one_approval_elicitation_per_tool_waits_on_a_connection() {
     assert_eq!(text(&call(&client, "delete", json!({"path": "/tmp/3"})).await), "deleted /tmp/3");
     client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn dispatcher_interrupt_approvals_are_honoured_and_the_client_is_never_asked() {
+    // The dispatcher was built for an operator to approve out of band: served with `McpApprovals::Dispatcher`,
+    // the call is recorded pending for the operator and the client's own yes is never sought.
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+    let approvals = InterruptApprovals::new(
+        key_ring(),
+        Arc::clone(&ledger) as _,
+        Arc::new(ManualClock::new(START)) as _,
+        GRANT_TTL,
+    );
+    let dispatcher =
+        Dispatcher::builder().tool(tool!(delete)).interrupt_approvals(approvals).clock(ManualClock::new(START)).build();
+    let server = GuardedMcpServer::new(Arc::new(dispatcher.unwrap()), McpApprovals::Dispatcher);
+    let client = ApprovingClient::default();
+    let asked = Arc::clone(&client.asked);
+    let client = connect(server, client).await;
+    let result = call(&client, "delete", json!({"path": "/etc"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "the client was not asked");
+    let entries = ledger.list_requests().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, RequestStatus::Pending, "waiting for the operator");
+    client.cancel().await.unwrap();
+}
