@@ -272,7 +272,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 .verify_request(&entry.request.interrupt)
                 .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
             if !*yes {
-                confirm(&request, &entry.status.label(now))?;
+                confirm(&request, entry.status.label(now))?;
             }
             let resume = approvals.approve_blocking(&entry.request.interrupt, approver).map_err(|e| e.to_string())?;
             print_resume(cli, resume.as_value(), "approved");
@@ -393,7 +393,7 @@ const NO_KEY: &str = "no approval key given (`--key-file`, or `--key-env`, defau
 /// A stored request after its seal was checked.
 enum Sealed {
     /// Sealed under the given key: its content is what the guard issued.
-    Verified(InterruptRequest),
+    Verified(Box<InterruptRequest>),
     /// No key was given to check it with.
     Unverified,
     /// The seal does not verify (altered in storage, or under another key): nothing in it is shown.
@@ -450,7 +450,7 @@ impl Verifier {
             InterruptApprovals::new(KeyRing::new(key), Arc::clone(ledger) as _, Arc::new(SystemClock), Duration::ZERO);
         match approvals.verify_request(&entry.request.interrupt) {
             // The ledger's copies must agree with the sealed value, or the record was edited.
-            Ok(request) if request.request_id() == entry.request.request_id => Sealed::Verified(request),
+            Ok(request) if request.request_id() == entry.request.request_id => Sealed::Verified(Box::new(request)),
             Ok(_) => Sealed::Tampered("the record's id differs from its sealed request's".to_owned()),
             Err(error) => Sealed::Tampered(error.to_string()),
         }

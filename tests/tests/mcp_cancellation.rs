@@ -145,8 +145,10 @@ async fn a_cancelled_call_waiting_for_bound_elicitation_never_runs_and_nothing_i
         Arc::new(ManualClock::new(START)) as _,
         GRANT_TTL,
     );
-    let server =
-        GuardedMcpServer::new(dispatcher(Some(approvals.clone())), McpApprovals::BoundClientElicitation(approvals));
+    let server = GuardedMcpServer::new(
+        dispatcher(Some(approvals.clone())),
+        McpApprovals::BoundClientElicitation(Box::new(approvals)),
+    );
     a_cancelled_call_never_runs(server, "/srv/b").await;
     let entries = ledger.list_requests().unwrap();
     assert_eq!(entries.len(), 2);

@@ -205,7 +205,7 @@ fn bound_server(ledger: Arc<RedbLedger>) -> GuardedMcpServer {
         .clock(ManualClock::new(START))
         .build()
         .unwrap();
-    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(approvals))
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(Box::new(approvals)))
 }
 
 #[tokio::test]

@@ -87,7 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files =
         ["notes.txt", "report.md", "todo.txt"].into_iter().map(|name| (name.to_owned(), String::new())).collect();
     let context = CallContext::new().with_state(Workspace { files: Mutex::new(files) });
-    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(approvals))
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(Box::new(approvals)))
         .with_context(context)
         .with_server_info("agent-airlock-example", env!("CARGO_PKG_VERSION"))
         .with_instructions("Files in a toy workspace. Deleting one asks the user; admin tools are not available.")

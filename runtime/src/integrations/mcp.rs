@@ -97,7 +97,7 @@ pub enum McpApprovals {
     /// ring and the ledger.
     ///
     /// **Trusted: the client**, as above; the ledger proves what was asked and answered.
-    BoundClientElicitation(InterruptApprovals),
+    BoundClientElicitation(Box<InterruptApprovals>),
     /// What the dispatcher was built with: its approver callback (an operator's channel outside MCP), or
     /// its interrupt approvals (the call is refused as pending and an operator approves out of band, e.g.
     /// with `airlock approve`), or, with neither, a refusal. The MCP client is never asked.
