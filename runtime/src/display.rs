@@ -140,14 +140,14 @@ fn check_length(bytes: usize) -> Result<(), DisplayError> {
 /// A call for a human to decide on: the tool, why it needs approval, and every argument in full.
 ///
 /// ```text
-/// Tool: delete
+/// Tool: `delete`
 /// Why it needs approval: deletes data (attribute)
 /// Arguments (every one in full, shortest first):
 ///   "path": "/tmp/x"
 /// ```
 pub fn render_call(tool: &str, reasons: &[EscalationReason], arguments: &Value) -> Result<String, DisplayError> {
     let mut out = String::new();
-    let _ = writeln!(out, "Tool: {}", escape(tool));
+    let _ = writeln!(out, "Tool: `{}`", escape(tool));
     if !reasons.is_empty() {
         let reasons = reasons
             .iter()
