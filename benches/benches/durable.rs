@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog};
-use agent_airlock::effect::{EffectStore, MemoryEffectStore, RedbEffectStore};
+use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger, RedbOpenOptions, open_database};
 use agent_airlock::{Dispatcher, ManualClock, Outcome, Status, airlock_tool, tool};
 use agent_airlock_benches::{BenchCall, START, approvals, approve_calls, block_on};
@@ -227,10 +227,10 @@ fn durable(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("durable_dispatch_memory");
-    cases(&mut group, &|| Stores {
-        ledger: Arc::new(MemoryLedger::new()),
-        effects: Arc::new(MemoryEffectStore::default()),
-        audit: Arc::new(AuditLog::in_memory(audit_config())),
+    cases(&mut group, &|| {
+        // The effect records live beside the ledger's, so a spend and a reservation are one step.
+        let ledger = Arc::new(MemoryLedger::new());
+        Stores { effects: ledger.effects(), ledger, audit: Arc::new(AuditLog::in_memory(audit_config())) }
     });
     group.finish();
 }

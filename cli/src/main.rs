@@ -22,7 +22,9 @@ use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStor
 use agent_airlock::ledger::{
     ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus, open_database,
 };
-use agent_airlock::{ApprovalKey, Clock, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, SystemClock};
+use agent_airlock::{
+    ApprovalKey, Clock, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, MaskSet, Masker, SystemClock,
+};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
@@ -85,6 +87,13 @@ enum Command {
     },
     /// Spent grants: approvals that admitted their call.
     Spent,
+    /// Remove approval records settled longer ago than a duration: spent, denied and expired requests with
+    /// their grants. Pending requests and grants that can still be spent are kept.
+    Prune {
+        /// How long ago a record must have been settled, e.g. `30d`, `12h`, `2weeks`, `1h 30m`.
+        #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+        older_than: Duration,
+    },
     /// Effect records: list them, or resolve an ambiguous one.
     Effects {
         #[command(subcommand)]
@@ -107,7 +116,7 @@ enum RequestsCommand {
         #[command(flatten)]
         key: KeySource,
     },
-    /// One request in full, if its seal verifies: the tool, the reason, every argument.
+    /// One request in full, if its seal verifies: the tool, the reason, every argument (secrets masked).
     Show {
         /// The request id.
         request_id: String,
@@ -318,6 +327,25 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
+        Command::Prune { older_than } => {
+            let ledger = RedbLedger::from_database(database).map_err(|e| e.to_string())?;
+            let cutoff = now.saturating_sub(*older_than);
+            let report = ledger.prune(cutoff, now).wait().map_err(|e| e.to_string())?;
+            if cli.json {
+                print_json(&json!({
+                    "cutoff_ms": millis(cutoff),
+                    "requests": report.requests,
+                    "grants": report.grants,
+                }));
+            } else {
+                println!(
+                    "pruned {} requests and {} grants settled before {} ms since the Unix epoch",
+                    report.requests.len(),
+                    report.grants.len(),
+                    millis(cutoff)
+                );
+            }
+        }
         Command::Effects { command } => {
             let store = RedbEffectStore::new(database).map_err(|e| e.to_string())?;
             match command {
@@ -460,7 +488,7 @@ impl Verifier {
 /// The sealed call, as the human must see it to decide.
 fn render_request(request: &InterruptRequest) -> Result<String, Failure> {
     let reasons = [EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }];
-    render_call(request.tool(), &reasons, &Value::Object(request.arguments().clone()))
+    render_call(request.tool(), &reasons, &shown_arguments(request))
         .map_err(|e| format!("{e}; use `--json` to read it"))
 }
 
@@ -480,7 +508,7 @@ fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
     let shown = render_call(
         request.tool(),
         &[EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
-        &Value::Object(request.arguments().clone()),
+        &shown_arguments(request),
     )
     .map_err(|e| format!("{e}; it cannot be approved without being seen (`--yes` approves unseen)"))?;
     if !std::io::stdin().is_terminal() {
@@ -514,7 +542,10 @@ fn approvals(
     ttl: Duration,
 ) -> Result<InterruptApprovals, Failure> {
     let key = match &source.key_file {
-        Some(path) => ApprovalKey::from_file(key_id, path),
+        Some(path) => {
+            warn_if_others_can_read(path);
+            ApprovalKey::from_file(key_id, path)
+        }
         None => ApprovalKey::from_env(key_id, &source.key_env),
     }
     .map_err(|e| e.to_string())?;
@@ -523,12 +554,36 @@ fn approvals(
 
 fn audit_key(source: &AuditKeySource) -> Result<Option<AuditKey>, Failure> {
     let hex = match (&source.audit_key_file, &source.audit_key_env) {
-        (Some(path), _) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        (Some(path), _) => {
+            warn_if_others_can_read(path);
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
         (None, Some(var)) => std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))?,
         (None, None) => return Ok(None),
     };
     let secret = decode_hex(hex.trim()).ok_or("the audit key must be hex")?;
     AuditKey::new(source.audit_key_id.clone(), secret).map(Some).map_err(|e| e.to_string())
+}
+
+/// Warns on stderr when the group or everyone may read a key file: anyone who can read it can forge
+/// approvals (or audit entries).
+fn warn_if_others_can_read(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            eprintln!(
+                "airlock: warning: the key file `{0}` can be read by other users (mode {1:o}); restrict it with \
+                 `chmod 600 {0}`",
+                path.display(),
+                meta.permissions().mode() & 0o777,
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
@@ -570,7 +625,7 @@ fn entry_json(entry: &RequestEntry, sealed: &Sealed, now: Duration) -> Value {
             out["rule"] = json!(request.rule());
             out["reason"] = json!(request.reason());
             out["key_id"] = json!(request.key_id());
-            out["arguments"] = Value::Object(request.arguments().clone());
+            out["arguments"] = shown_arguments(request);
             out["call"] = serde_json::to_value(request.call()).unwrap_or(Value::Null);
         }
         Sealed::Unverified => out["seal"] = json!("unverified"),
@@ -598,4 +653,20 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
         "attempt": record.attempt,
         "record": serde_json::to_value(record).unwrap_or(Value::Null),
     })
+}
+
+/// A request's arguments as shown to an operator. Requests recorded since arguments are masked in the
+/// request itself are shown as stored; older ones (request version 1) held the exact arguments, so secrets
+/// are masked here too (masking masked text changes nothing).
+/// A verified request's arguments as shown: secrets masked (requests sealed before arguments were stored
+/// masked still hold them raw).
+fn shown_arguments(request: &InterruptRequest) -> Value {
+    let mut arguments = Value::Object(request.arguments().clone());
+    Masker::default().mask_value(&mut arguments, MaskSet::SECRETS);
+    arguments
+}
+
+/// A duration in humantime's grammar: `30d`, `12h`, `2weeks`, `1h 30m` (`0s`: every settled record).
+fn parse_age(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration ({e}), e.g. `30d`, `12h`"))
 }

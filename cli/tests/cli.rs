@@ -288,3 +288,28 @@ fn approve_shows_the_call_and_asks_unless_told_yes() {
     let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
     assert!(resume["airlock_grant"].is_object());
 }
+
+#[cfg(unix)]
+#[test]
+fn a_key_file_others_can_read_gives_a_warning_naming_the_fix() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let key_file = dir.path().join("approval.key");
+    std::fs::write(&key_file, SECRET).unwrap();
+    let key_arg = key_file.to_str().unwrap();
+    let deny = |mode: u32| {
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let id = pending_request(&db, 100 + u64::from(mode));
+        let output = airlock(&db, &["deny", &id, "--by", "bob", "--key-file", key_arg, "--json"]);
+        stdout_json(&output);
+        String::from_utf8(output.stderr).unwrap()
+    };
+
+    let exposed = deny(0o644);
+    assert!(exposed.contains(&format!("`{key_arg}` can be read by other users (mode 644)")), "{exposed}");
+    assert!(exposed.contains(&format!("`chmod 600 {key_arg}`")), "{exposed}");
+    let private = deny(0o600);
+    assert!(!private.contains("warning"), "a 0600 key file is not warned about: {private}");
+}

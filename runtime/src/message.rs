@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::interrupt::InterruptRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -142,13 +143,14 @@ pub enum Outcome {
         /// Argument keys removed before the call.
         stripped_arguments: Vec<String>,
     },
-    /// The call needs a human's approval: the host stores `value` (`{"airlock_approval": {...}}`), shows it
-    /// to a human, and dispatches the same call again with the approval as the resume value.
+    /// The call needs a human's approval: the host stores the request's value
+    /// ([`InterruptRequest::to_value`], `{"airlock_approval": {...}}`), shows it to a human, and dispatches
+    /// the same call again with the approval as the resume value.
     Interrupt {
         /// The call's id.
         tool_call_id: String,
         /// The sealed approval request.
-        value: serde_json::Value,
+        request: InterruptRequest,
     },
 }
 

@@ -175,6 +175,35 @@ impl RateLimiter {
         thread: Option<&str>,
         now: Duration,
     ) -> Result<(), (Duration, usize)> {
+        self.take(ids, thread, now, true)
+    }
+
+    /// Whether [`acquire`](Self::acquire) would succeed now, taking nothing: for refusing a call before
+    /// a human is asked about it.
+    pub(crate) fn check(&self, ids: &[BucketId], thread: Option<&str>, now: Duration) -> Result<(), (Duration, usize)> {
+        self.take(ids, thread, now, false)
+    }
+
+    /// Gives back the token [`acquire`](Self::acquire) took from every bucket in `ids`, for a call that a
+    /// later gate refused: refused calls spend nothing.
+    pub(crate) fn refund(&self, ids: &[BucketId], thread: Option<&str>, now: Duration) {
+        let now = duration_nanos(now);
+        let thread = thread.unwrap_or("");
+        for id in ids {
+            let bucket = &self.buckets[id.0];
+            let mut state = bucket.state.lock().unwrap_or_else(|p| p.into_inner());
+            let full_at = state.get(thread).saturating_sub(bucket.rate.emission_interval_nanos());
+            state.set(thread, full_at, now);
+        }
+    }
+
+    fn take(
+        &self,
+        ids: &[BucketId],
+        thread: Option<&str>,
+        now: Duration,
+        commit: bool,
+    ) -> Result<(), (Duration, usize)> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -198,9 +227,11 @@ impl RateLimiter {
         if wait.0 > 0 {
             return Err((Duration::from_nanos(wait.0), wait.1));
         }
-        for (rate, state) in &mut guards {
-            let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
-            state.set(thread, next, now);
+        if commit {
+            for (rate, state) in &mut guards {
+                let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
+                state.set(thread, next, now);
+            }
         }
         Ok(())
     }
@@ -273,6 +304,24 @@ mod tests {
         assert_eq!((wait, position), (Duration::from_secs(20), 0));
         assert!(limiter.acquire(&[id], None, t0 + Duration::from_secs(19)).is_err());
         limiter.acquire(&[id], None, t0 + Duration::from_secs(20)).unwrap();
+    }
+
+    #[test]
+    fn check_takes_nothing_and_refund_gives_the_token_back() {
+        let mut limiter = RateLimiter::default();
+        let bucket = limiter.add_bucket(Rate::new_const(2, 60), RateScope::PerTool);
+        let now = Duration::from_secs(1_000);
+        for _ in 0..5 {
+            assert!(limiter.check(&[bucket], None, now).is_ok());
+        }
+        assert!(limiter.acquire(&[bucket], None, now).is_ok());
+        assert!(limiter.acquire(&[bucket], None, now).is_ok());
+        assert!(limiter.check(&[bucket], None, now).is_err());
+        assert!(limiter.acquire(&[bucket], None, now).is_err());
+        limiter.refund(&[bucket], None, now);
+        assert!(limiter.check(&[bucket], None, now).is_ok());
+        assert!(limiter.acquire(&[bucket], None, now).is_ok());
+        assert!(limiter.acquire(&[bucket], None, now).is_err());
     }
 
     #[test]

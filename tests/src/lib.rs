@@ -8,6 +8,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 pub mod ledger_fixtures;
 pub mod payments;
+pub mod python_env;
 /// The audit key the audit tests and helper binaries share.
 pub fn audit_test_key() -> agent_airlock::audit::AuditKey {
     agent_airlock::audit::AuditKey::new("test-key-1", *b"0123456789abcdef0123456789abcdef").expect("a valid key")

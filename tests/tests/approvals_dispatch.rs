@@ -55,9 +55,9 @@ impl Host {
     /// First pass: the interrupt value the host stores.
     fn interrupt(&self, call: ToolCall) -> Value {
         match self.dispatch(call, "c1", None) {
-            Outcome::Interrupt { value, tool_call_id } => {
+            Outcome::Interrupt { request, tool_call_id } => {
                 assert_eq!(tool_call_id, "call_1");
-                value
+                request.into_value()
             }
             other => panic!("expected an interrupt, got {other:?}"),
         }
@@ -314,11 +314,11 @@ fn the_executing_pass_spends_the_rate_token() {
     let dispatcher = dispatcher(Arc::clone(&host.ledger) as _, Arc::clone(&host.clock), policy());
     let first = |amount| block_on(dispatcher.dispatch(refund_call(amount), &context(host.log(), "c1", None)));
     let a = match first(1) {
-        Outcome::Interrupt { value, .. } => value,
+        Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
     let b = match first(2) {
-        Outcome::Interrupt { value, .. } => value,
+        Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
     let resume = |interrupt: &Value, amount| {
@@ -386,7 +386,7 @@ fn approved_in_file(dir: &Path) -> (std::path::PathBuf, Value) {
     let first = dispatcher(Arc::clone(&ledger), Arc::clone(&clock), Policy::new());
     let log = ExecutionLog { path: dir.join("unused.log"), hang_after_start: false };
     let interrupt = match block_on(first.dispatch(refund_call(500), &context(log, "c1", None))) {
-        Outcome::Interrupt { value, .. } => value,
+        Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
     let approvals = InterruptApprovals::new(key_ring(), ledger, clock as _, GRANT_TTL);

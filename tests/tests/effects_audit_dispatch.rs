@@ -211,7 +211,7 @@ fn every_outcome_is_audited_and_the_log_verifies() {
     dispatch(ToolCall::new("c2", "admin_wipe", json!({})), &context); // unknown tool
     dispatch(ToolCall::new("c3", "charge", json!({"order_id": 5})), &context); // invalid arguments
     let interrupt = match dispatch(ToolCall::new("c4", "refund", json!({"order_id": "o-1"})), &context) {
-        Outcome::Interrupt { value, .. } => value,
+        Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
     let resume = block_on(host.approvals.approve(&interrupt, "alice")).unwrap().into_value();
@@ -261,7 +261,7 @@ fn a_resumed_task_that_re_runs_an_earlier_call_does_not_repeat_its_effect() {
     let (charged, interrupted) = task(&context);
     assert_eq!(charged.expect_message().status, Status::Success);
     let interrupt = match interrupted {
-        Outcome::Interrupt { value, .. } => value,
+        Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
     let resume = block_on(host.approvals.approve(&interrupt, "alice")).unwrap().into_value();

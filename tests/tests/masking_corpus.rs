@@ -1,5 +1,6 @@
 //! Result masking against a corpus of positives (each must be found, as its kind, at its exact span) and
-//! negatives (classic false positives that must pass unchanged), plus JSON shape, strategies and properties.
+//! negatives (classic false positives that must pass unchanged), in text and in JSON (object keys,
+//! name/value pairs, secret-naming keys), plus JSON shape, strategies and properties.
 
 use std::borrow::Cow;
 
@@ -10,6 +11,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 const CORPUS: &str = include_str!("../corpus/masking.txt");
+const JSON_CORPUS: &str = include_str!("../corpus/masking_json.txt");
+const README: &str = include_str!("../../README.md");
 const OPEN: char = '⟦';
 const CLOSE: char = '⟧';
 
@@ -69,6 +72,65 @@ fn corpus() -> Corpus {
         }
     }
     corpus
+}
+
+/// A JSON positive: the value to mask, its kind, and the text (a key, a string or a number) that must be gone.
+struct JsonPositive {
+    line: usize,
+    kind: MaskKind,
+    value: Value,
+    secret: String,
+}
+
+struct JsonCorpus {
+    positives: Vec<JsonPositive>,
+    negatives: Vec<(usize, Value)>,
+}
+
+fn json_corpus() -> JsonCorpus {
+    let mut corpus = JsonCorpus { positives: Vec::new(), negatives: Vec::new() };
+    for (index, raw) in JSON_CORPUS.lines().enumerate() {
+        let line = index + 1;
+        let parse = |text: &str| -> Value {
+            serde_json::from_str(text).unwrap_or_else(|err| panic!("line {line}: not JSON ({err}): {text}"))
+        };
+        if let Some(rest) = raw.strip_prefix("+ ") {
+            let (kind, text) =
+                rest.split_once(" | ").unwrap_or_else(|| panic!("line {line}: expected `+ kind | json`"));
+            let kind = MaskKind::from_name(kind.trim()).unwrap_or_else(|| panic!("line {line}: unknown kind `{kind}`"));
+            let (before, marked) = text.split_once(OPEN).unwrap_or_else(|| panic!("line {line}: no {OPEN}"));
+            let (secret, after) = marked.split_once(CLOSE).unwrap_or_else(|| panic!("line {line}: no {CLOSE}"));
+            assert!(!after.contains([OPEN, CLOSE]), "line {line}: one marked value per positive");
+            let value = parse(&format!("{before}{secret}{after}"));
+            corpus.positives.push(JsonPositive { line, kind, value, secret: secret.to_owned() });
+        } else if let Some(text) = raw.strip_prefix("- ") {
+            corpus.negatives.push((line, parse(text)));
+        } else {
+            assert!(raw.is_empty() || raw.starts_with('#'), "line {line}: expected `+ `, `- `, `#` or nothing");
+        }
+    }
+    corpus
+}
+
+/// The number of members of every object and the length of every array, in document order: what masking
+/// keeps (it may rename keys, never drop or add one).
+fn member_counts(value: &Value) -> Vec<usize> {
+    let mut counts = Vec::new();
+    let mut pending = vec![value];
+    while let Some(node) = pending.pop() {
+        match node {
+            Value::Object(map) => {
+                counts.push(map.len());
+                pending.extend(map.values());
+            }
+            Value::Array(items) => {
+                counts.push(items.len());
+                pending.extend(items);
+            }
+            _ => {}
+        }
+    }
+    counts
 }
 
 fn hash_key() -> HashKey {
@@ -229,7 +291,7 @@ fn json_is_masked_leaf_by_leaf_keeping_its_shape() {
             "card_number": 4111111111111111u64,
             "password": "hunter2",
             "api_key": "sk-proj-flzdE1F8ResqEDusTpkr0cStY4qWB8dWKnHfDNxS",
-            "jane@example.com": "object keys are kept",
+            "jane@example.com": "object keys are masked too",
         },
         "orders": [
             {"id": 123456789, "ts": 1700000000, "total": 12.5, "paid": true, "coupon": null, "card": 4111111111111111u64},
@@ -252,7 +314,7 @@ fn json_is_masked_leaf_by_leaf_keeping_its_shape() {
                 "card_number": "[PAYMENT_CARD]",
                 "password": "[SECRET_VALUE]",
                 "api_key": "[OPENAI_KEY]",
-                "jane@example.com": "object keys are kept",
+                "[EMAIL]": "object keys are masked too",
             },
             "orders": [
                 {"id": 123456789, "ts": 1700000000, "total": 12.5, "paid": true, "coupon": null, "card": "[PAYMENT_CARD]"},
@@ -265,7 +327,7 @@ fn json_is_masked_leaf_by_leaf_keeping_its_shape() {
         })
     );
     let expected = [
-        (MaskKind::Email, 1),
+        (MaskKind::Email, 2),
         (MaskKind::Phone, 3),
         (MaskKind::UsSsn, 1),
         (MaskKind::PaymentCard, 2),
@@ -275,9 +337,9 @@ fn json_is_masked_leaf_by_leaf_keeping_its_shape() {
     for (kind, count) in expected {
         assert_eq!(report.count(kind), count, "{kind}: {report:?}");
     }
-    assert_eq!(report.total(), 9);
+    assert_eq!(report.total(), 10);
     let reported = serde_json::to_value(report).unwrap();
-    assert_eq!(reported["email"], 1);
+    assert_eq!(reported["email"], 2);
     assert!(!reported.to_string().contains("jane"), "reports hold no values");
 }
 
@@ -489,4 +551,107 @@ fn shape(value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
         _ => Value::Null,
     }
+}
+
+#[test]
+fn json_corpus_is_large_enough() {
+    let corpus = json_corpus();
+    assert!(corpus.positives.len() >= 30, "{} positives", corpus.positives.len());
+    assert!(corpus.negatives.len() >= 20, "{} negatives", corpus.negatives.len());
+}
+
+#[test]
+fn every_json_positive_is_masked_away_keeping_every_member() {
+    let mut failures = Vec::new();
+    for (name, strategy) in strategies() {
+        let masker = Masker::new(MaskConfig::new(strategy));
+        for positive in json_corpus().positives {
+            let mut value = positive.value.clone();
+            let report = masker.mask_value(&mut value, MaskSet::ALL);
+            let shown = value.to_string();
+            let mut again = value.clone();
+            let second = masker.mask_value(&mut again, MaskSet::ALL);
+            if report.count(positive.kind) != 1
+                || report.total() != 1
+                || shown.contains(&positive.secret)
+                || member_counts(&value) != member_counts(&positive.value)
+                || !second.is_empty()
+                || again != value
+            {
+                failures.push(format!(
+                    "{name}, line {}: expected one {} without `{}`, got {shown} ({report:?}; again {second:?})",
+                    positive.line, positive.kind, positive.secret
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} JSON positives failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_json_negative_passes_unchanged() {
+    let masker = Masker::default();
+    let mut failures = Vec::new();
+    for (line, original) in json_corpus().negatives {
+        let mut value = original.clone();
+        let report = masker.mask_value(&mut value, MaskSet::ALL);
+        if !report.is_empty() || value != original {
+            failures.push(format!("line {line}: `{original}` became `{value}` ({report:?})"));
+        }
+    }
+    assert!(failures.is_empty(), "{} JSON negatives failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Two keys that mask to the same text both stay, in their order, suffixed with the first free `#n`; a key
+/// already in the object is never overwritten.
+#[test]
+fn masked_keys_stay_unique() {
+    let masker = Masker::default();
+    let mut value = json!({"a@example.com": 1, "b@example.com": 2, "[EMAIL]#2": 3, "c@example.com": 4});
+    let report = masker.mask_value(&mut value, MaskSet::PII);
+    assert_eq!(report.count(MaskKind::Email), 3);
+    let members: Vec<(&str, &Value)> = value.as_object().unwrap().iter().map(|(k, v)| (k.as_str(), v)).collect();
+    assert_eq!(
+        members,
+        [("[EMAIL]", &json!(1)), ("[EMAIL]#3", &json!(2)), ("[EMAIL]#2", &json!(3)), ("[EMAIL]#4", &json!(4))]
+    );
+    let mut again = value.clone();
+    assert!(masker.mask_value(&mut again, MaskSet::PII).is_empty());
+    assert_eq!(again, value);
+
+    // Partial masks can collide too; keyed hashes tell different values apart without a suffix.
+    let partial = Masker::new(MaskConfig::new(MaskStrategy::Partial));
+    let mut value = json!({"jane@example.com": 1, "john@example.com": 2});
+    partial.mask_value(&mut value, MaskSet::PII);
+    assert_eq!(value, json!({"j***@example.com": 1, "j***@example.com#2": 2}));
+    let hashed = Masker::new(MaskConfig::new(MaskStrategy::KeyedHash(hash_key())));
+    let mut value = json!({"jane@example.com": 1, "john@example.com": 2});
+    hashed.mask_value(&mut value, MaskSet::PII);
+    let keys: Vec<&String> = value.as_object().unwrap().keys().collect();
+    assert!(keys.iter().all(|k| k.starts_with("[EMAIL:") && !k.contains('#')), "{keys:?}");
+}
+
+/// Many keys masked alike (a model-chosen object of addresses) cost linear time and all stay.
+#[test]
+fn many_keys_masked_alike_all_stay() {
+    let n = 20_000;
+    let mut value = Value::Object((0..n).map(|i| (format!("user{i}@example.com"), json!(i))).collect());
+    let report = Masker::default().mask_value(&mut value, MaskSet::PII);
+    assert_eq!(report.count(MaskKind::Email), n as u32);
+    let object = value.as_object().unwrap();
+    assert_eq!(object.len(), n);
+    assert_eq!(object["[EMAIL]"], json!(0));
+    assert_eq!(object[&format!("[EMAIL]#{n}")], json!(n - 1));
+}
+
+/// The README's masking bullet states the corpus's size; this keeps it true.
+#[test]
+fn the_readme_states_the_corpus_size() {
+    let (text, json) = (corpus(), json_corpus());
+    let stated = format!(
+        "corpus test: {} positives, {} negatives",
+        text.positives.len() + json.positives.len(),
+        text.negatives.len() + json.negatives.len()
+    );
+    assert!(README.contains(&stated), "README.md should say `{stated}`");
 }

@@ -1,52 +1,43 @@
 //! The guarded MCP example server, driven over stdio by a client that is not ours: the official Python MCP
-//! SDK (`pip install mcp==2.3.0`). The script `tests/mcp/guarded_server.py` lists the tools and checks their
-//! schemas, then calls an allowed tool, one with ghost arguments, a denied one, an escalated one approved and
-//! declined through elicitation, one cancelled by the SDK's read timeout while its approval waits, one from a
-//! client without elicitation, and replays a request.
+//! SDK. The script `tests/mcp/guarded_server.py` lists the tools and checks their schemas, then calls an
+//! allowed tool, one with ghost arguments, a denied one, an escalated one approved and declined through
+//! elicitation, one cancelled by the SDK's read timeout while its approval waits, one from a client without
+//! elicitation, and replays a request.
 //!
-//! Without the Python SDK the test fails when `CI` is set, and is skipped with a loud message otherwise.
+//! The SDK runs from a virtual environment this test provisions itself from the pinned
+//! `tests/mcp/requirements.txt` (under the cargo target directory, reused between runs), so the test needs
+//! only Python and pip on the machine, never a package installed beforehand.
 
 use std::io::Read as _;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+use agent_airlock_tests::python_env::PythonEnv;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_example_mcp_server");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/guarded_server.py");
+const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/requirements.txt");
 /// A hung server or client must fail the test, not hang CI.
 const DEADLINE: Duration = Duration::from_secs(180);
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-fn python() -> String {
-    std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
-/// Why the Python SDK cannot be used, if it cannot.
-fn sdk_missing(python: &str) -> Option<String> {
-    match Command::new(python).args(["-c", "import mcp, jsonschema"]).output() {
-        Ok(output) if output.status.success() => None,
-        Ok(output) => Some(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
-        Err(error) => Some(format!("`{python}` cannot be run: {error}")),
-    }
-}
-
 #[test]
 fn the_official_python_sdk_drives_the_guarded_server() {
-    let python = python();
-    if let Some(why) = sdk_missing(&python) {
-        let message = format!("the Python MCP SDK is not importable ({why}); install it with `pip install mcp==2.3.0`");
-        if in_ci() {
-            panic!("{message}");
-        }
-        eprintln!("\n!!! SKIPPED mcp_python_client: {message}\n");
-        return;
-    }
+    let venv = PythonEnv::under_target(env!("CARGO_TARGET_TMPDIR"))
+        .provision(Path::new(REQUIREMENTS))
+        .unwrap_or_else(|why| panic!("the Python MCP SDK cannot be provisioned: {why}"));
+    // The client runs on the environment's interpreter, whatever `python3` on the PATH has installed.
+    let prefix = venv.command().args(["-c", "import sys; print(sys.prefix)"]).output().expect("the venv runs");
+    assert_eq!(
+        Path::new(String::from_utf8_lossy(&prefix.stdout).trim()).canonicalize().expect("sys.prefix exists"),
+        venv.dir().canonicalize().expect("the venv exists"),
+        "the client must run inside the provisioned environment"
+    );
 
     // Each server process keeps its approval ledger in the temporary directory: this test's own.
     let scratch = tempfile::tempdir().expect("a temporary directory");
-    let mut child = Command::new(&python)
+    let mut child = venv
+        .command()
         .arg(SCRIPT)
         .arg(SERVER)
         .env("TMPDIR", scratch.path())

@@ -75,9 +75,18 @@ fn key(dir: &Path) -> Result<ApprovalKey, String> {
     let path = dir.join("approval.key");
     if !path.exists() {
         let (_, hex) = ApprovalKey::generate("k1").map_err(|e| e.to_string())?;
-        std::fs::write(&path, hex).map_err(|e| e.to_string())?;
+        write_key_file(&path, &hex).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     ApprovalKey::from_file("k1", &path).map_err(|e| e.to_string())
+}
+
+/// Writes a new key file only its owner can read (mode 0600 on unix), never over an existing file.
+fn write_key_file(path: &Path, hex: &str) -> std::io::Result<()> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(hex.as_bytes())
 }
 
 fn host(dir: &Path) -> Result<Dispatcher, String> {
@@ -115,7 +124,8 @@ async fn start(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let dispatcher = host(dir)?;
     match dispatcher.dispatch(the_call(), &context(dir, None)).await {
-        Outcome::Interrupt { value, .. } => {
+        Outcome::Interrupt { request, .. } => {
+            let value = request.into_value();
             let checkpoint = json!({"call": the_call(), "interrupt": value});
             std::fs::write(dir.join("checkpoint.json"), serde_json::to_vec_pretty(&checkpoint).unwrap_or_default())
                 .map_err(|e| e.to_string())?;

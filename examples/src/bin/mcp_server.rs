@@ -3,13 +3,18 @@
 //! client's human is asked through MCP elicitation) and `admin_shell` (denied by the policy, so not listed).
 //!
 //! Every approval is bound with HMAC to the exact call (thread = this connection, tool call id = the
-//! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER`, or a fresh file in the
-//! temporary directory. The key is minted per process: approvals are given in-band, within one request.
+//! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER`, or a fresh file in a
+//! directory of its own under the temporary directory (`$TMPDIR`), removed when the server exits (the client
+//! closed stdin, or the session ended). The key is minted per process: approvals are given in-band, within
+//! one request, so that ledger is worth nothing after the process.
 //!
 //! Run: `cargo run -p agent-airlock-examples --bin mcp_server` and connect an MCP client to its stdin and
-//! stdout (nothing else is written to stdout).
+//! stdout (nothing else is written to stdout). For a client that starts it from another folder, install it
+//! (`cargo install --path examples --bin mcp_server`) and give the client the installed binary's full path.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
@@ -66,14 +71,59 @@ fn shell(
     format!("would run {command}")
 }
 
+/// The variable that names the temporary directory on this platform.
+const TEMP_DIR_VAR: &str = if cfg!(windows) { "TMP" } else { "TMPDIR" };
+
+/// Where the approval ledger lives; a directory this process created is removed when it is dropped.
+struct LedgerPlace {
+    path: PathBuf,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl LedgerPlace {
+    fn choose() -> Result<Self, String> {
+        if let Some(path) = std::env::var_os("AIRLOCK_MCP_LEDGER") {
+            return Ok(Self { path: path.into(), _scratch: None });
+        }
+        let temp = std::env::temp_dir();
+        let scratch = tempfile::Builder::new().prefix("airlock-mcp-").tempdir_in(&temp).map_err(|error| {
+            format!(
+                "cannot create the approval ledger in the temporary directory `{}`: {error}; set `{TEMP_DIR_VAR}` \
+                 to a writable directory, or `AIRLOCK_MCP_LEDGER` to a ledger file",
+                temp.display()
+            )
+        })?;
+        Ok(Self { path: scratch.path().join("approvals.redb"), _scratch: Some(scratch) })
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let ledger_path = match std::env::var_os("AIRLOCK_MCP_LEDGER") {
-        Some(path) => std::path::PathBuf::from(path),
-        None => std::env::temp_dir().join(format!("airlock-mcp-{}.redb", std::process::id())),
+async fn main() -> ExitCode {
+    let place = match LedgerPlace::choose() {
+        Ok(place) => place,
+        Err(message) => {
+            eprintln!("mcp_server: {message}");
+            return ExitCode::FAILURE;
+        }
     };
-    let ledger = Arc::new(RedbLedger::open(&ledger_path)?);
-    let (key, _) = ApprovalKey::generate("mcp-session")?;
+    let served = serve(&place.path).await;
+    // Everything that used the ledger is gone once `serve` returns: its directory can go too.
+    drop(place);
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mcp_server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(ledger_path: &Path) -> Result<(), String> {
+    let ledger = Arc::new(
+        RedbLedger::open(ledger_path)
+            .map_err(|error| format!("cannot open the approval ledger `{}`: {error}", ledger_path.display()))?,
+    );
+    let (key, _) = ApprovalKey::generate("mcp-session").map_err(|error| error.to_string())?;
     let approvals =
         InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), std::time::Duration::from_secs(600));
     let dispatcher = Dispatcher::builder()
@@ -83,7 +133,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(tool!(shell))
         .policy(Policy::builder().deny("admin_*").build().expect("the policy is valid"))
         .interrupt_approvals(approvals.clone())
-        .build()?;
+        .build()
+        .map_err(|error| error.to_string())?;
     let files =
         ["notes.txt", "report.md", "todo.txt"].into_iter().map(|name| (name.to_owned(), String::new())).collect();
     let context = CallContext::new().with_state(Workspace { files: Mutex::new(files) });
@@ -92,6 +143,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_server_info("agent-airlock-example", env!("CARGO_PKG_VERSION"))
         .with_instructions("Files in a toy workspace. Deleting one asks the user; admin tools are not available.")
         .serve_stdio()
-        .await?;
-    Ok(())
+        .await
+        .map_err(|error| error.to_string())
 }

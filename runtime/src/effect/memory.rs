@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::transition::{self, Settle, Step};
-use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution};
+use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, StorageId};
 
 /// Effect records in a map behind a mutex: each operation is atomic, records are lost on drop.
 #[derive(Debug, Default)]
@@ -19,7 +19,7 @@ impl MemoryEffectStore {
         MemoryEffectStore::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, EffectRecord>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, EffectRecord>> {
         // Steps are computed before the map is touched and applied with one insert: a poisoned map is whole.
         self.records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -70,5 +70,9 @@ impl EffectStore for MemoryEffectStore {
 
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
         self.step(key, |current| transition::resolve(current, key, resolution, now))
+    }
+
+    fn storage_id(&self) -> Option<StorageId> {
+        Some(StorageId::of_ref(self))
     }
 }

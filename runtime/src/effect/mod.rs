@@ -18,17 +18,38 @@
 //! never sleep. [`RedbEffectStore`] and [`MemoryEffectStore`] implement the same transitions (one function
 //! each, shared) and pass the same test suite.
 
+mod guard;
 mod memory;
 mod redb;
 mod transition;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub use redb::{EFFECTS_TABLE, RedbEffectStore};
+pub(crate) use redb::{decode as decode_record, encode as encode_record};
+pub(crate) use transition::{Settle, reserve as reserve_step};
+
+/// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the
+/// ledger's atomic spend-and-reserve writes the same records it settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageId(usize);
+
+impl StorageId {
+    /// The identity of the shared state behind `shared` (a database, a map).
+    pub fn of<T: ?Sized>(shared: &Arc<T>) -> Self {
+        StorageId(Arc::as_ptr(shared).cast::<()>() as usize)
+    }
+
+    pub(crate) fn of_ref<T>(shared: &T) -> Self {
+        StorageId(std::ptr::from_ref(shared) as usize)
+    }
+}
 
 /// Storage for effect records. Every method is one atomic step; implementations are shared between
 /// threads (and, for redb, between processes taking turns on the file).
@@ -56,6 +77,11 @@ pub trait EffectStore: Send + Sync + 'static {
     /// An operator's answer for an ambiguous key (or a reservation whose lease lapsed before `now`): the
     /// effect happened ([`Resolution::Committed`]) or did not ([`Resolution::Failed`], a retry is allowed).
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError>;
+
+    /// Which storage the records live in, if the store can tell (custom stores need not).
+    fn storage_id(&self) -> Option<StorageId> {
+        None
+    }
 }
 
 impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
@@ -79,6 +105,9 @@ impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
     }
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
         (**self).resolve(key, resolution, now)
+    }
+    fn storage_id(&self) -> Option<StorageId> {
+        (**self).storage_id()
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::transition::{self, Settle, Step};
-use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution};
+use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, StorageId};
 
 /// The records: effect key → JSON of its [`EffectRecord`].
 pub const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
@@ -43,6 +43,11 @@ impl RedbEffectStore {
         Ok(RedbEffectStore { db })
     }
 
+    /// The effect records in a database whose schema already has the table (the approval ledger's).
+    pub(crate) fn shared(db: Arc<Database>) -> RedbEffectStore {
+        RedbEffectStore { db }
+    }
+
     /// The database, e.g. to close it before another process takes its turn.
     pub fn database(&self) -> &Arc<Database> {
         &self.db
@@ -72,12 +77,12 @@ impl RedbEffectStore {
     }
 }
 
-fn encode(record: &EffectRecord) -> Vec<u8> {
+pub(crate) fn encode(record: &EffectRecord) -> Vec<u8> {
     // Strings, integers and unit-like enums: serialization cannot fail.
     serde_json::to_vec(record).unwrap_or_default()
 }
 
-fn decode(key: &str, bytes: &[u8]) -> Result<EffectRecord, EffectError> {
+pub(crate) fn decode(key: &str, bytes: &[u8]) -> Result<EffectRecord, EffectError> {
     let record: EffectRecord = serde_json::from_slice(bytes)
         .map_err(|err| EffectError::Corrupt { key: key.to_owned(), reason: err.to_string() })?;
     if record.key != key {
@@ -140,5 +145,9 @@ impl EffectStore for RedbEffectStore {
 
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
         self.step(key, |current| transition::resolve(current, key, resolution, now))
+    }
+
+    fn storage_id(&self) -> Option<StorageId> {
+        Some(StorageId::of(&self.db))
     }
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::{AmbiguityCause, EffectError, EffectRecord, EffectState, EffectStatus, Reservation, Resolution};
 
 /// What to write (if anything) and what to answer.
-pub(super) struct Step<T> {
-    pub(super) write: Option<EffectRecord>,
-    pub(super) answer: Result<T, EffectError>,
+pub(crate) struct Step<T> {
+    pub(crate) write: Option<EffectRecord>,
+    pub(crate) answer: Result<T, EffectError>,
 }
 
 impl<T> Step<T> {
@@ -19,13 +19,13 @@ impl<T> Step<T> {
 
 /// How a reservation is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Settle {
+pub(crate) enum Settle {
     Commit,
     Fail,
     Ambiguous,
 }
 
-pub(super) fn reserve(current: Option<EffectRecord>, key: &str, lease: Duration, now: Duration) -> Step<Reservation> {
+pub(crate) fn reserve(current: Option<EffectRecord>, key: &str, lease: Duration, now: Duration) -> Step<Reservation> {
     if key.is_empty() {
         return Step::answer(Err(EffectError::EmptyKey));
     }

@@ -225,29 +225,19 @@ impl GuardedMcpServer {
             // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
             return self.dispatcher.dispatch_with_approver(call, &self.context, None).await;
         };
-        let interrupt = match self.dispatcher.dispatch(call.clone(), &self.context).await {
-            Outcome::Interrupt { value, .. } => value,
+        let request = match self.dispatcher.dispatch(call.clone(), &self.context).await {
+            Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
         // What the human is shown comes from the sealed request: exactly what will be admitted.
-        let question = match bound.verify_request(&interrupt) {
-            Ok(request) => ApprovalRequest {
-                tool: request.body.tool.clone(),
-                tool_call_id: call.id.clone(),
-                thread_id: Some(self.connection_id.to_string()),
-                reasons: vec![EscalationReason {
-                    rule: request.body.rule.clone(),
-                    reason: request.body.reason.clone(),
-                }],
-                arguments: Value::Object(request.body.arguments.clone()),
-            },
-            Err(error) => {
-                tracing::error!(target: "agent_airlock", %error, "the interrupt's own request does not verify");
-                return self
-                    .close_unanswered(call, bound, &interrupt, "the approval request could not be sealed")
-                    .await;
-            }
+        let question = ApprovalRequest {
+            tool: request.tool().to_owned(),
+            tool_call_id: call.id.clone(),
+            thread_id: Some(self.connection_id.to_string()),
+            reasons: vec![EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
+            arguments: Value::Object(request.arguments().clone()),
         };
+        let interrupt = request.into_value();
         let by = format!("mcp-client:{}", self.connection_id);
         let resume = match approver.ask(question, Some(&interrupt)).await {
             Decision::Approve if context.ct.is_cancelled() => {
@@ -458,7 +448,7 @@ pub fn tool_result(outcome: Outcome) -> CallToolResult {
         // result, flagged in `_meta`.
         // MCP cannot resume a call with a value: an interrupt (interrupt approvals on this dispatcher) is an
         // error result saying the approval is pending; an operator approves out of band.
-        Outcome::Interrupt { tool_call_id, value } => {
+        Outcome::Interrupt { tool_call_id, request } => {
             let meta = CallReport {
                 tool_call_id: &tool_call_id,
                 status: Status::Error,
@@ -468,7 +458,7 @@ pub fn tool_result(outcome: Outcome) -> CallToolResult {
                 host_command: false,
             }
             .into_meta();
-            CallToolResult::error(vec![ContentBlock::text(super::pending_approval_text(&value))]).with_meta(meta)
+            CallToolResult::error(vec![ContentBlock::text(super::pending_approval_text(&request))]).with_meta(meta)
         }
         Outcome::Command { command, tool_call_id, stripped_arguments } => {
             let text = serde_json::to_string(&command).unwrap_or_default();

@@ -23,13 +23,12 @@ pub(crate) fn model_text(message: &ToolMessage) -> String {
 }
 
 /// What the model reads when a call paused for an approval that this host cannot resume in-band.
-pub(crate) fn pending_approval_text(interrupt: &serde_json::Value) -> String {
-    let request = &interrupt["airlock_approval"];
+pub(crate) fn pending_approval_text(request: &crate::InterruptRequest) -> String {
     format!(
         "tool `{}` needs a human's approval ({}); the request `{}` is waiting for an operator. Do not retry now; \
          tell the user the action awaits approval.",
-        request["tool"].as_str().unwrap_or("?"),
-        request["reason"].as_str().unwrap_or("no reason given"),
-        request["request_id"].as_str().unwrap_or("?"),
+        request.tool(),
+        request.reason(),
+        request.request_id(),
     )
 }

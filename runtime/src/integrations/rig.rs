@@ -172,9 +172,9 @@ fn rig_result(outcome: Outcome) -> (Result<ToolOutput, ToolExecutionError>, Guar
         }
         // rig cannot pause a turn: an interrupt (interrupt approvals on this dispatcher) is a refusal that
         // says the approval is pending; the operator approves out of band.
-        Outcome::Interrupt { tool_call_id, value } => {
+        Outcome::Interrupt { tool_call_id, request } => {
             let report = GuardReport { tool_call_id, stripped_arguments: Vec::new(), refusal: None };
-            (Err(ToolExecutionError::refused(super::pending_approval_text(&value))), report)
+            (Err(ToolExecutionError::refused(super::pending_approval_text(&request))), report)
         }
     }
 }

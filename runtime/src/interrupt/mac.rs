@@ -72,6 +72,12 @@ fn put_field(mac: &mut HmacSha256, bytes: &[u8]) {
 /// The binding of `input` under `key`. Fails only when the arguments have no canonical form.
 pub(crate) fn binding(key: &ApprovalKey, input: &BindingInput<'_>) -> Result<Binding, CanonicalError> {
     let arguments_digest = canonical::canonical_object_sha256(input.arguments)?;
+    Ok(binding_of_digest(key, input, &arguments_digest))
+}
+
+/// The binding of `input` whose arguments have the SHA-256 `arguments_digest` (`input.arguments` is not
+/// read): a stored request holds masked arguments and the digest of the exact ones.
+pub(crate) fn binding_of_digest(key: &ApprovalKey, input: &BindingInput<'_>, arguments_digest: &[u8; 32]) -> Binding {
     let mut mac = key.binding_mac();
     put_field(&mut mac, input.thread_id.as_bytes());
     put_field(&mut mac, input.checkpoint_ns.as_bytes());
@@ -82,8 +88,8 @@ pub(crate) fn binding(key: &ApprovalKey, input: &BindingInput<'_>) -> Result<Bin
     }
     put_field(&mut mac, input.tool_call_id.as_bytes());
     put_field(&mut mac, input.tool.as_bytes());
-    put_field(&mut mac, &arguments_digest);
-    Ok(Binding(mac.finalize().into_bytes().into()))
+    put_field(&mut mac, arguments_digest);
+    Binding(mac.finalize().into_bytes().into())
 }
 
 /// The seal of a request object's canonical bytes (the object without its `seal` member).

@@ -12,8 +12,12 @@ pub(crate) const REQUEST_MEMBER: &str = InterruptRequest::MEMBER;
 pub(crate) const GRANT_MEMBER: &str = ResumeValue::GRANT_MEMBER;
 pub(crate) const DENIED_MEMBER: &str = ResumeValue::DENIED_MEMBER;
 
-/// The version of the request layout this build issues.
-pub(crate) const REQUEST_VERSION: u64 = 1;
+/// The version of the request layout this build issues: 2 stores the arguments masked, with
+/// `arguments_sha256`, the digest of the exact arguments the binding covers.
+pub(crate) const REQUEST_VERSION: u64 = 2;
+
+/// The first layout, with the exact arguments and no digest; still verified and approved.
+pub(crate) const REQUEST_VERSION_UNMASKED: u64 = 1;
 
 /// Where a call was made, as bound: thread, checkpoint and the model's call id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +44,9 @@ pub(crate) struct RequestBody {
     pub(crate) rule: String,
     pub(crate) reason: String,
     pub(crate) arguments: Map<String, Value>,
+    /// SHA-256 of the canonical JSON of the exact arguments, lowercase hex (version 2 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) arguments_sha256: Option<String>,
     pub(crate) call: CallSite,
     pub(crate) requested_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +56,21 @@ pub(crate) struct RequestBody {
 }
 
 impl RequestBody {
+    /// The digest of the exact arguments: stored from version 2 on, computed from the (then exact)
+    /// arguments in version 1.
+    pub(crate) fn arguments_digest(&self) -> Result<[u8; 32], String> {
+        match (&self.arguments_sha256, self.version) {
+            (Some(hex), _) => super::mac::hex_decode::<32>(hex)
+                .ok_or_else(|| "`arguments_sha256` is not 64 lowercase hex characters".to_owned()),
+            (None, REQUEST_VERSION_UNMASKED) => {
+                crate::canonical::canonical_object_sha256(&self.arguments).map_err(|err| err.to_string())
+            }
+            (None, _) => Err("`arguments_sha256` is missing".to_owned()),
+        }
+    }
+
+    /// Where the call was made and which tool (its `arguments` are the stored, masked ones: bind with
+    /// [`RequestBody::arguments_digest`]).
     pub(crate) fn binding_input(&self) -> BindingInput<'_> {
         BindingInput {
             thread_id: &self.call.thread_id,
@@ -69,15 +91,20 @@ impl RequestBody {
 ///
 /// ```json
 /// {"airlock_approval": {
-///   "version": 1, "request_id": "<32 hex>", "key_id": "k1",
+///   "version": 2, "request_id": "<32 hex>", "key_id": "k1",
 ///   "tool": "refund", "rule": "attribute", "reason": "moves money",
-///   "arguments": {"payment_id": "pi_1", "amount": 500},
+///   "arguments": {"payment_id": "pi_1", "amount": 500}, "arguments_sha256": "<64 hex>",
 ///   "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c7"}, "tool_call_id": "call_1"},
 ///   "requested_at_ms": 1767225600000,
 ///   "binding": "<64 hex>", "seal": "<64 hex>"}}
 /// ```
 ///
 /// `expires_at_ms` is present when the approvals have a request time-to-live. Every member is sealed.
+///
+/// The interrupt value is checkpointed by the host and recorded in the ledger, so its `arguments` are
+/// *masked* with the tool's mask set (a secret the model passed as an argument becomes `[SECRET_VALUE]`);
+/// `arguments_sha256` is the digest of the exact arguments, which the binding covers, so the call that
+/// resumes must still carry exactly the arguments that were approved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InterruptRequest {
     pub(crate) body: RequestBody,
@@ -128,9 +155,16 @@ impl InterruptRequest {
         &self.body.reason
     }
 
-    /// The admitted arguments: exactly what will run.
+    /// The admitted arguments as stored and shown: masked with the tool's mask set. The binding covers
+    /// the exact ones ([`InterruptRequest::arguments_sha256`]).
     pub fn arguments(&self) -> &Map<String, Value> {
         &self.body.arguments
+    }
+
+    /// SHA-256 of the canonical JSON (RFC 8785) of the exact admitted arguments, lowercase hex; `None` for a
+    /// request of the first layout (version 1), whose arguments were stored exactly.
+    pub fn arguments_sha256(&self) -> Option<&str> {
+        self.body.arguments_sha256.as_deref()
     }
 
     /// Where the call was made.
@@ -204,4 +238,76 @@ pub struct Admission {
     pub granted_at: Duration,
     /// When the grant was spent.
     pub spent_at: Duration,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::super::mac;
+    use super::super::{ApprovalKey, InterruptApprovals, KeyRing};
+    use crate::canonical;
+    use crate::clock::ManualClock;
+    use crate::ledger::MemoryLedger;
+
+    fn approvals() -> InterruptApprovals {
+        let key = ApprovalKey::new("k1", &[7; 32]).unwrap();
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_767_225_600)));
+        InterruptApprovals::new(KeyRing::new(key), Arc::new(MemoryLedger::new()), clock, Duration::from_secs(60))
+    }
+
+    /// A request of the first layout (exact arguments, no digest), sealed by `approvals`' key.
+    fn first_layout_request(approvals: &InterruptApprovals, arguments: Value) -> Value {
+        let key = approvals.keys().current();
+        let checkpoint = [(String::new(), "c1".to_owned())].into();
+        let input = super::BindingInput {
+            thread_id: "t1",
+            checkpoint_ns: "",
+            checkpoint: &checkpoint,
+            tool_call_id: "call_1",
+            tool: "refund",
+            arguments: arguments.as_object().unwrap(),
+        };
+        let binding = mac::binding(key, &input).unwrap().to_hex();
+        let mut inner = json!({
+            "version": 1, "request_id": "0123456789abcdef0123456789abcdef", "key_id": "k1",
+            "tool": "refund", "rule": "attribute", "reason": "moves money", "arguments": arguments,
+            "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c1"}, "tool_call_id": "call_1"},
+            "requested_at_ms": 1_767_225_600_000u64, "binding": binding,
+        });
+        let seal = mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&inner).unwrap()));
+        inner["seal"] = Value::from(seal);
+        json!({ super::REQUEST_MEMBER: inner })
+    }
+
+    /// Requests issued before arguments were masked (version 1) still verify: a pending request survives
+    /// an upgrade. Its binding is derived from its (exact) arguments.
+    #[test]
+    fn first_layout_requests_still_verify() {
+        let approvals = approvals();
+        let request = first_layout_request(&approvals, json!({"payment_id": "pi_1", "amount": 500}));
+        let verified = approvals.verify_request(&request).unwrap();
+        assert_eq!(verified.arguments_sha256(), None);
+        assert_eq!(verified.body.version, super::REQUEST_VERSION_UNMASKED);
+    }
+
+    /// A version-2 request must carry the digest: without it there is nothing to bind the exact arguments.
+    #[test]
+    fn a_masked_request_without_its_digest_is_malformed() {
+        let approvals = approvals();
+        let mut request = first_layout_request(&approvals, json!({"amount": 500}));
+        let inner = request[super::REQUEST_MEMBER].as_object_mut().unwrap();
+        inner.insert("version".into(), Value::from(super::REQUEST_VERSION));
+        inner.remove("seal");
+        let key = approvals.keys().current();
+        let seal =
+            mac::hex_encode(&mac::seal(key, &canonical::to_canonical_vec(&Value::Object(inner.clone())).unwrap()));
+        inner.insert("seal".into(), Value::from(seal));
+        let err = approvals.verify_request(&request).unwrap_err();
+        assert!(err.to_string().contains("arguments_sha256"), "{err}");
+    }
 }

@@ -4,7 +4,8 @@
 //!
 //! 1. First pass: [`InterruptApprovals::request`] binds the call (thread, checkpoint, tool call id, tool,
 //!    arguments) under the current key, seals the request, records it as pending in the ledger and
-//!    returns the [`InterruptRequest`] whose JSON the interrupt carries.
+//!    returns the [`InterruptRequest`] whose JSON the interrupt carries. The arguments in it are masked
+//!    with the tool's mask set ([`InterruptApprovals::request_masked`]); the binding covers the exact ones.
 //! 2. A human: [`InterruptApprovals::approve`] checks the seal *first* (a request altered in storage is
 //!    refused), records a grant with an expiry and returns the [`ResumeValue`] holding a token bound to the
 //!    binding; [`InterruptApprovals::deny`] records a no.
@@ -37,12 +38,17 @@ pub use self::key::{ApprovalKey, KeyError, KeyLookupError, KeyRing, RetiredKeys}
 use self::mac::MAC_LEN;
 pub use self::mac::{Binding, BindingInput};
 pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
-use self::message::{DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, RequestBody};
+use self::message::{
+    DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, REQUEST_VERSION_UNMASKED, RequestBody,
+};
 use crate::canonical;
 use crate::clock::Clock;
+use crate::effect::{EffectError, Reservation};
 use crate::ledger::{
-    ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+    ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
+    SpendReserved, SpentRecord,
 };
+use crate::mask::{MaskSet, Masker};
 
 /// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
 ///
@@ -73,7 +79,9 @@ impl std::fmt::Debug for InterruptApprovals {
     }
 }
 
-struct PreparedAdmission {
+/// A resume value verified against the call now being made, not yet spent.
+#[derive(Debug, Clone)]
+pub(crate) struct PreparedAdmission {
     attempt: SpendAttempt,
     key_id: String,
 }
@@ -119,16 +127,16 @@ impl InterruptApprovals {
     // ---- 1. request ----
 
     /// Issues a sealed request for `call`, recorded as pending. `rule` and `reason` say why approval is
-    /// needed (e.g. `attribute` and the tool author's `escalate` text).
+    /// needed (e.g. `attribute` and the tool author's `escalate` text). The stored arguments are masked
+    /// with [`MaskSet::SECRETS`] (a tool's default set) by the default [`Masker`]; the dispatcher uses
+    /// [`InterruptApprovals::request_masked`] with the tool's own set.
     pub async fn request(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason)?;
-        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
-        Ok(request)
+        self.request_masked(call, rule, reason, &Masker::default(), MaskSet::SECRETS).await
     }
 
     /// [`InterruptApprovals::request`], blocking the current thread.
@@ -138,7 +146,36 @@ impl InterruptApprovals {
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason)?;
+        self.request_masked_blocking(call, rule, reason, &Masker::default(), MaskSet::SECRETS)
+    }
+
+    /// Issues a sealed request for `call` whose arguments are stored masked by `masker` with `mask` (the
+    /// tool's mask set): the interrupt value the host checkpoints, the ledger's record and what an operator
+    /// is shown hold no secret the model passed as an argument. The binding covers the exact arguments
+    /// (through their digest, `arguments_sha256`), so the resumed call must carry exactly them.
+    pub async fn request_masked(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+        masker: &Masker,
+        mask: MaskSet,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
+        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
+        Ok(request)
+    }
+
+    /// [`InterruptApprovals::request_masked`], blocking the current thread.
+    pub fn request_masked_blocking(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+        masker: &Masker,
+        mask: MaskSet,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
         self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
         Ok(request)
     }
@@ -148,9 +185,19 @@ impl InterruptApprovals {
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
+        masker: &Masker,
+        mask: MaskSet,
     ) -> Result<(InterruptRequest, RequestRecord), RequestError> {
         let key = self.keys.current();
-        let binding = mac::binding(key, call).map_err(RequestError::Arguments)?;
+        let arguments_digest = canonical::canonical_object_sha256(call.arguments).map_err(RequestError::Arguments)?;
+        let binding = mac::binding_of_digest(key, call, &arguments_digest);
+        let mut arguments = Value::Object(call.arguments.clone());
+        masker.mask_value(&mut arguments, mask);
+        // Masking keeps an object an object; were it ever not so, show nothing rather than the original.
+        let arguments = match arguments {
+            Value::Object(masked) => masked,
+            _ => Map::new(),
+        };
         let request_id = random_id().map_err(RequestError::Randomness)?;
         let now = self.clock.now();
         let body = RequestBody {
@@ -160,7 +207,8 @@ impl InterruptApprovals {
             tool: call.tool.to_owned(),
             rule: rule.to_owned(),
             reason: reason.to_owned(),
-            arguments: call.arguments.clone(),
+            arguments,
+            arguments_sha256: Some(mac::hex_encode(&arguments_digest)),
             call: CallSite {
                 thread_id: call.thread_id.to_owned(),
                 checkpoint_ns: call.checkpoint_ns.to_owned(),
@@ -218,13 +266,17 @@ impl InterruptApprovals {
             return Err(DecisionError::SealMismatch);
         }
         // Sealed by this key: from here on the content is our own.
-        if let Some(version) = inner.get("version").and_then(Value::as_u64).filter(|v| *v != REQUEST_VERSION) {
+        if let Some(version) = inner
+            .get("version")
+            .and_then(Value::as_u64)
+            .filter(|v| ![REQUEST_VERSION, REQUEST_VERSION_UNMASKED].contains(v))
+        {
             return Err(DecisionError::UnsupportedVersion { version });
         }
         let body: RequestBody = serde_json::from_value(Value::Object(inner.clone()))
             .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
-        let binding = mac::binding(key, &body.binding_input())
-            .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
+        let digest = body.arguments_digest().map_err(|detail| DecisionError::Malformed { detail })?;
+        let binding = mac::binding_of_digest(key, &body.binding_input(), &digest);
         if binding.to_hex() != body.binding {
             return Err(DecisionError::InconsistentBinding);
         }
@@ -357,6 +409,39 @@ impl InterruptApprovals {
         finish_admission(prepared, spent)
     }
 
+    /// Checks that `resume` approves exactly this call (token, key, binding) without spending anything:
+    /// the dispatcher verifies first, runs every gate that can still refuse, and only then spends, so a
+    /// later refusal leaves the grant live.
+    pub(crate) fn verify_resume(
+        &self,
+        call: &BindingInput<'_>,
+        resume: &Value,
+    ) -> Result<PreparedAdmission, AdmitError> {
+        self.prepare_admission(call, resume)
+    }
+
+    /// Spends a verified approval and, in the same atomic write, reserves `claim` (if the tool has an
+    /// effect). The inner `Err` is the reservation's refusal: the grant is then still live.
+    pub(crate) async fn spend_verified(
+        &self,
+        prepared: PreparedAdmission,
+        claim: Option<EffectClaim>,
+    ) -> Result<Result<(Admission, Option<Reservation>), EffectError>, AdmitError> {
+        match claim {
+            None => {
+                let spent = self.ledger.spend(prepared.attempt.clone()).await;
+                finish_admission(prepared, spent).map(|admission| Ok((admission, None)))
+            }
+            Some(claim) => match self.ledger.spend_and_reserve(prepared.attempt.clone(), claim).await {
+                Ok(Ok(SpendReserved { spent, reservation })) => {
+                    finish_admission(prepared, Ok(spent)).map(|admission| Ok((admission, Some(reservation))))
+                }
+                Ok(Err(refused)) => Ok(Err(refused)),
+                Err(err) => finish_admission(prepared, Err(err)).map(|admission| Ok((admission, None))),
+            },
+        }
+    }
+
     fn prepare_admission(&self, call: &BindingInput<'_>, resume: &Value) -> Result<PreparedAdmission, AdmitError> {
         let grant = match resume.as_object().filter(|outer| outer.len() == 1) {
             Some(outer) => {
@@ -459,10 +544,7 @@ fn differing_fields(approved: &RequestBody, call: &BindingInput<'_>) -> Vec<Bind
     if approved.tool != call.tool {
         differs.push(BindingField::Tool);
     }
-    let same_arguments = match (
-        canonical::canonical_object_sha256(&approved.arguments),
-        canonical::canonical_object_sha256(call.arguments),
-    ) {
+    let same_arguments = match (approved.arguments_digest(), canonical::canonical_object_sha256(call.arguments)) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
     };
@@ -547,6 +629,9 @@ fn unsealed_object(body: &RequestBody) -> Map<String, Value> {
     object.insert("rule".to_owned(), Value::from(body.rule.as_str()));
     object.insert("reason".to_owned(), Value::from(body.reason.as_str()));
     object.insert("arguments".to_owned(), Value::Object(body.arguments.clone()));
+    if let Some(digest) = &body.arguments_sha256 {
+        object.insert("arguments_sha256".to_owned(), Value::from(digest.as_str()));
+    }
     let checkpoint: Map<String, Value> =
         call.checkpoint.iter().map(|(ns, id)| (ns.clone(), Value::from(id.as_str()))).collect();
     object.insert(

@@ -20,6 +20,14 @@
 //!
 //! The ledger is not the host's checkpoint store, and nothing in it comes from a checkpoint: the
 //! checkpoint is untrusted input.
+//!
+//! **Retention.** [`ApprovalLedger::prune`] removes requests that were settled before a cutoff (spent,
+//! denied, or granted with a grant that expired unspent) together with every grant issued for them, so
+//! the file stops growing forever (`airlock prune --older-than 30d`). A pending request and a grant that
+//! can still be spent are never removed. Pruning cannot make a replay succeed: a resume value names its
+//! grant, and a grant the ledger does not know admits nothing ([`LedgerError::UnknownGrant`]); the
+//! request is gone too, so its stored interrupt value cannot be approved again either
+//! ([`LedgerError::UnknownRequest`]).
 
 mod memory;
 mod redb;
@@ -31,6 +39,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::effect::{EffectError, EffectStore, Reservation};
 
 pub use self::memory::MemoryLedger;
 pub use self::redb::{
@@ -63,6 +73,19 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// Spends a live, unexpired grant whose binding is `attempt.binding`, exactly once.
     fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord>;
 
+    /// Spends like [`spend`](Self::spend) and reserves `claim` in [`effects`](Self::effects) in the same
+    /// atomic write: both happen or neither. The outer `Err` is the spend's refusal (nothing reserved); the
+    /// inner `Err` is the reservation's refusal (the grant stays live).
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>>;
+
+    /// The effect records kept in this ledger's own storage, which [`spend_and_reserve`](Self::spend_and_reserve)
+    /// writes together with the spend. A dispatcher with interrupt approvals settles effects there.
+    fn effects(&self) -> Arc<dyn EffectStore>;
+
     /// One request and its status.
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError>;
 
@@ -71,6 +94,13 @@ pub trait ApprovalLedger: Send + Sync + 'static {
 
     /// One grant and what became of it.
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
+
+    /// Removes, in one atomic write, every request settled before `cutoff` and every grant issued for
+    /// it: spent (by when it was spent), denied (by when it was denied), or granted under a grant that
+    /// expired unspent (by when it expired, which must be before `now` too). Never a pending request, and
+    /// never a request with a grant that could still be spent. Afterwards the removed ids are unknown: a
+    /// removed grant admits nothing.
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport>;
 }
 
 impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
@@ -86,6 +116,16 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
         (**self).spend(attempt)
     }
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        (**self).spend_and_reserve(attempt, claim)
+    }
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        (**self).effects()
+    }
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
         (**self).find_request(request_id)
     }
@@ -95,6 +135,36 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         (**self).find_grant(grant_id)
     }
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        (**self).prune(cutoff, now)
+    }
+}
+
+/// What [`ApprovalLedger::prune`] removed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// The requests removed (each with its status), in id order.
+    pub requests: Vec<String>,
+    /// The grants removed (spent, revoked, replaced or expired), in id order.
+    pub grants: Vec<String>,
+}
+
+/// An effect key to reserve in the same write as a spend ([`ApprovalLedger::spend_and_reserve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectClaim {
+    /// The rendered effect key.
+    pub key: String,
+    /// How long the reservation may run before a crash is presumed.
+    pub lease: Duration,
+}
+
+/// A grant spent and an effect reserved by one write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendReserved {
+    /// The spend.
+    pub spent: SpentRecord,
+    /// The reservation, to settle after the tool ran.
+    pub reservation: Reservation,
 }
 
 /// A request for approval, as issued (immutable once recorded).

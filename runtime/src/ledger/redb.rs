@@ -39,10 +39,14 @@ use ::redb::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::effect::{
+    EFFECTS_TABLE, EffectError, EffectRecord, EffectStore, RedbEffectStore, decode_record, encode_record,
+};
+
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, GrantEntry, GrantRecord, LedgerError, LedgerReply, ReplySender, RequestEntry,
-    RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
+    ReplySender, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
@@ -368,6 +372,18 @@ impl ApprovalLedger for RedbLedger {
         self.submit(|reply| Job::Spend { attempt, reply })
     }
 
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        self.submit(|reply| Job::SpendReserve { attempt, claim, reply })
+    }
+
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        Arc::new(RedbEffectStore::shared(Arc::clone(&self.database)))
+    }
+
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
         self.read(|tables| {
             let Some(request) = get::<RequestRecord>(&tables.requests, "requests", request_id)? else {
@@ -398,6 +414,10 @@ impl ApprovalLedger for RedbLedger {
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         self.read(|tables| get::<GrantEntry>(&tables.grants, "grants", grant_id))
     }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        self.submit(|reply| Job::Prune { cutoff, now, reply })
+    }
 }
 
 fn prepare_schema(database: &Database) -> Result<(), OpenError> {
@@ -407,7 +427,11 @@ fn prepare_schema(database: &Database) -> Result<(), OpenError> {
         let txn = database.begin_read().map_err(|e| storage(e.into()))?;
         match txn.open_table(META) {
             Ok(meta) => match meta.get(SCHEMA_KEY).map_err(|e| storage(e.into()))? {
-                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION => return Ok(()),
+                // Files from before effects shared the ledger's writes lack the effects table: create it.
+                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION && txn.open_table(EFFECTS_TABLE).is_ok() => {
+                    return Ok(());
+                }
+                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION => {}
                 Some(found) => {
                     return Err(OpenError::UnsupportedSchema { found: found.value() });
                 }
@@ -429,7 +453,7 @@ fn prepare_schema(database: &Database) -> Result<(), OpenError> {
                 meta.insert(SCHEMA_KEY, APPROVALS_SCHEMA_VERSION).map_err(|e| storage(e.into()))?;
             }
         }
-        for table in [REQUESTS, STATUS, GRANTS] {
+        for table in [REQUESTS, STATUS, GRANTS, EFFECTS_TABLE] {
             txn.open_table(table).map_err(|e| storage(e.into()))?;
         }
     }
@@ -480,6 +504,7 @@ struct WriteTables<'txn> {
     status: Table<'txn, &'static str, &'static [u8]>,
     grants: Table<'txn, &'static str, &'static [u8]>,
     pending: Table<'txn, &'static str, u64>,
+    effects: Table<'txn, &'static str, &'static [u8]>,
     /// Whether any job of the batch wrote: a batch of refusals has nothing to commit.
     wrote: bool,
 }
@@ -491,6 +516,7 @@ impl<'txn> WriteTables<'txn> {
             status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
             grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
             pending: txn.open_table(PENDING).map_err(LedgerError::storage)?,
+            effects: txn.open_table(EFFECTS_TABLE).map_err(LedgerError::storage)?,
             wrote: false,
         })
     }
@@ -546,6 +572,48 @@ impl LedgerTables for WriteTables<'_> {
         self.pending.remove(format!("{scope}\u{0}{request_id}").as_str()).map_err(LedgerError::storage)?;
         Ok(())
     }
+    fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
+        match self.effects.get(key).map_err(LedgerError::storage)? {
+            Some(bytes) => decode_record(key, bytes.value()).map(Some).map_err(|err| LedgerError::CorruptRecord {
+                table: "effects",
+                key: key.to_owned(),
+                detail: err.to_string(),
+            }),
+            None => Ok(None),
+        }
+    }
+    fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.effects.insert(record.key.as_str(), encode_record(record).as_slice()).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        let mut statuses = Vec::new();
+        for item in self.status.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            statuses.push((key.value().to_owned(), decode("status", key.value(), value.value())?));
+        }
+        Ok(statuses)
+    }
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        let mut grants = Vec::new();
+        for item in self.grants.iter().map_err(LedgerError::storage)? {
+            let (key, value) = item.map_err(LedgerError::storage)?;
+            grants.push(decode("grants", key.value(), value.value())?);
+        }
+        Ok(grants)
+    }
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.requests.remove(request_id).map_err(LedgerError::storage)?;
+        self.status.remove(request_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.grants.remove(grant_id).map_err(LedgerError::storage)?;
+        Ok(())
+    }
 }
 
 // ---- the writer ----
@@ -555,6 +623,8 @@ enum Job {
     Grant { grant: GrantRecord, now: Duration, reply: ReplySender<GrantRecord> },
     Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
     Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
+    SpendReserve { attempt: SpendAttempt, claim: EffectClaim, reply: ReplySender<Result<SpendReserved, EffectError>> },
+    Prune { cutoff: Duration, now: Duration, reply: ReplySender<PruneReport> },
 }
 
 enum Outcome {
@@ -562,6 +632,8 @@ enum Outcome {
     Grant(Result<GrantRecord, LedgerError>),
     Deny(Result<DenialRecord, LedgerError>),
     Spend(Result<SpentRecord, LedgerError>),
+    SpendReserve(Result<Result<SpendReserved, EffectError>, LedgerError>),
+    Prune(Result<PruneReport, LedgerError>),
 }
 
 /// A refusal by the rules is an outcome to report; a fault aborts the transaction.
@@ -584,6 +656,10 @@ impl Job {
             Job::Grant { grant, now, .. } => outcome(transitions::grant(tables, grant.clone(), *now), Outcome::Grant),
             Job::Deny { denial, .. } => outcome(transitions::deny(tables, denial.clone()), Outcome::Deny),
             Job::Spend { attempt, .. } => outcome(transitions::spend(tables, attempt.clone()), Outcome::Spend),
+            Job::SpendReserve { attempt, claim, .. } => {
+                outcome(transitions::spend_and_reserve(tables, attempt.clone(), claim), Outcome::SpendReserve)
+            }
+            Job::Prune { cutoff, now, .. } => outcome(transitions::prune(tables, *cutoff, *now), Outcome::Prune),
         }
     }
 
@@ -593,6 +669,8 @@ impl Job {
             (Job::Grant { reply, .. }, Outcome::Grant(result)) => reply.send(result),
             (Job::Deny { reply, .. }, Outcome::Deny(result)) => reply.send(result),
             (Job::Spend { reply, .. }, Outcome::Spend(result)) => reply.send(result),
+            (Job::SpendReserve { reply, .. }, Outcome::SpendReserve(result)) => reply.send(result),
+            (Job::Prune { reply, .. }, Outcome::Prune(result)) => reply.send(result),
             // `run` answers each job with its own kind of outcome; were it not so, dropping the job
             // answers `WriterStopped` rather than a wrong result.
             (job, _) => drop(job),
@@ -605,6 +683,8 @@ impl Job {
             Job::Grant { reply, .. } => reply.send(Err(error)),
             Job::Deny { reply, .. } => reply.send(Err(error)),
             Job::Spend { reply, .. } => reply.send(Err(error)),
+            Job::SpendReserve { reply, .. } => reply.send(Err(error)),
+            Job::Prune { reply, .. } => reply.send(Err(error)),
         }
     }
 }

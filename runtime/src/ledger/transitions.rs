@@ -4,11 +4,14 @@
 //! Each transition reads what it needs, decides, and only then writes: a refusal leaves no partial
 //! change behind, so a ledger may run many transitions in one storage transaction and commit the lot.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::effect::{self, EffectError, EffectRecord};
+
 use super::{
-    DenialRecord, GrantEntry, GrantRecord, GrantState, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
-    SpentRecord,
+    DenialRecord, EffectClaim, GrantEntry, GrantRecord, GrantState, LedgerError, PruneReport, RequestRecord,
+    RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// The tables a ledger keeps. Reads and writes inside one atomic unit (a lock, a write transaction).
@@ -23,6 +26,16 @@ pub(crate) trait LedgerTables {
     fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError>;
     fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError>;
     fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError>;
+    fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError>;
+    fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError>;
+    /// Every request's status, by request id.
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError>;
+    /// Every grant.
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError>;
+    /// Removes a request and its status.
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError>;
+    /// Removes a grant.
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError>;
 }
 
 pub(crate) fn record_request(
@@ -171,4 +184,81 @@ pub(crate) fn spend(tables: &mut impl LedgerTables, attempt: SpendAttempt) -> Re
     tables.set_grant(&GrantEntry { grant: spent.grant.clone(), state: GrantState::Spent { spent_at: attempt.now } })?;
     tables.set_status(&spent.grant.request_id, &RequestStatus::Spent(spent.clone()))?;
     Ok(spent)
+}
+
+/// A spend and an effect reservation, both or neither. The reservation is decided first (without
+/// writing), then the spend (which decides before it writes), then the reservation is written.
+pub(crate) fn spend_and_reserve(
+    tables: &mut impl LedgerTables,
+    attempt: SpendAttempt,
+    claim: &EffectClaim,
+) -> Result<Result<SpendReserved, EffectError>, LedgerError> {
+    let current = tables.effect(&claim.key)?;
+    let step = effect::reserve_step(current, &claim.key, claim.lease, attempt.now);
+    let reservation = match step.answer {
+        Ok(reservation) => reservation,
+        Err(refused) => {
+            // A lapsed lease is recorded as ambiguous even though nothing is reserved: the answer stays
+            // the same for every later caller.
+            if let Some(record) = &step.write {
+                tables.set_effect(record)?;
+            }
+            return Ok(Err(refused));
+        }
+    };
+    let spent = spend(tables, attempt)?;
+    if let Some(record) = &step.write {
+        tables.set_effect(record)?;
+    }
+    Ok(Ok(SpendReserved { spent, reservation }))
+}
+
+/// When a request was settled, if it is: spent, denied, or granted under a grant that expired unspent
+/// (at `now`). A pending request, or one whose grant can still be spent, is not settled.
+pub(crate) fn settled_at(status: &RequestStatus, now: Duration) -> Option<Duration> {
+    match status {
+        RequestStatus::Pending => None,
+        RequestStatus::Granted(grant) => (now >= grant.expires_at).then_some(grant.expires_at),
+        RequestStatus::Denied(denial) => Some(denial.denied_at),
+        RequestStatus::Spent(spent) => Some(spent.spent_at),
+    }
+}
+
+/// Whether a grant can still be spent at `now`.
+fn spendable(entry: &GrantEntry, now: Duration) -> bool {
+    entry.state == GrantState::Live && now < entry.grant.expires_at
+}
+
+pub(crate) fn prune(
+    tables: &mut impl LedgerTables,
+    cutoff: Duration,
+    now: Duration,
+) -> Result<PruneReport, LedgerError> {
+    let mut doomed: BTreeSet<String> = tables
+        .statuses()?
+        .into_iter()
+        .filter(|(_, status)| settled_at(status, now).is_some_and(|at| at < cutoff))
+        .map(|(request_id, _)| request_id)
+        .collect();
+    let grants = tables.grants()?;
+    // The statuses say no grant of these requests can be spent; the grants are asked too, so that a
+    // disagreement between the tables keeps the records rather than dropping a spendable grant.
+    for entry in &grants {
+        if spendable(entry, now) {
+            doomed.remove(&entry.grant.request_id);
+        }
+    }
+    let mut report = PruneReport::default();
+    for entry in grants {
+        if doomed.contains(&entry.grant.request_id) {
+            tables.remove_grant(&entry.grant.grant_id)?;
+            report.grants.push(entry.grant.grant_id);
+        }
+    }
+    for request_id in doomed {
+        tables.remove_request(&request_id)?;
+        report.requests.push(request_id);
+    }
+    report.grants.sort();
+    Ok(report)
 }

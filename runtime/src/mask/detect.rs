@@ -467,6 +467,14 @@ pub(crate) fn cannot_hold_a_finding(text: &str) -> bool {
     text.bytes().all(|b| b.is_ascii_lowercase() || b == b' ' || (b.is_ascii_uppercase() && b != b'A'))
 }
 
+/// Whether an object key cannot hold a finding: a snake_case or kebab-case name (lower-case letters, `_` and
+/// `-` only) shorter than the shortest finding made of those characters alone (`github_pat_` and 22 more).
+/// Every other finding needs a digit, a capital, a blank or a separator such as `@`, `:`, `=` or `.`.
+/// Saves the search's fixed cost on most keys of a JSON result.
+pub(crate) fn key_cannot_hold_a_finding(key: &str) -> bool {
+    key.len() < "github_pat_".len() + 22 && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-')
+}
+
 /// Where to search next after a rejected candidate at `start`: past the whole word it begins (every pattern
 /// that can start inside a word also matches from the word's start), else past one character.
 fn next_start(bytes: &[u8], start: usize) -> usize {
@@ -923,6 +931,22 @@ mod tests {
             assert_eq!(kinds, expected, "{set}");
         }
         assert!(SCANNERS.read().unwrap().len() <= SCANNER_CACHE_LIMIT + 1);
+    }
+
+    #[test]
+    fn snake_case_keys_hold_no_finding() {
+        assert!(key_cannot_hold_a_finding("customer_id"));
+        assert!(key_cannot_hold_a_finding("next-page-token"));
+        assert!(!key_cannot_hold_a_finding("customer_id2"));
+        assert!(!key_cannot_hold_a_finding("jane@example.com"));
+        // The bound is the shortest finding of these characters, which the scanner does find.
+        let scanner = Scanner::build(MaskSet::ALL).unwrap();
+        let shortest = "github_pat_abcdefghijklmnopqrstuv";
+        assert!(!key_cannot_hold_a_finding(shortest));
+        assert!(key_cannot_hold_a_finding(&shortest[..shortest.len() - 1]));
+        let mut found = Vec::new();
+        scanner.scan(shortest, MaskSet::ALL, |f| found.push(f.kind));
+        assert_eq!(found, [MaskKind::GitHubToken]);
     }
 
     #[test]

@@ -11,21 +11,59 @@ pub(crate) enum KeyHint {
     Card,
 }
 
+/// Longest key looked at, in letters and digits; a longer key announces nothing.
+const MAX_KEY_LEN: usize = 64;
+
+/// The key's ASCII letters and digits, lower-cased, in `buffer`: `DB_Password`, `db-password` and
+/// `dbPassword` are all `dbpassword`. `None` when the key is longer than [`MAX_KEY_LEN`].
+fn normalised<'b>(key: &str, buffer: &'b mut [u8; MAX_KEY_LEN]) -> Option<&'b str> {
+    let mut len = 0;
+    for byte in key.bytes().filter(u8::is_ascii_alphanumeric) {
+        *buffer.get_mut(len)? = byte.to_ascii_lowercase();
+        len += 1;
+    }
+    std::str::from_utf8(&buffer[..len]).ok()
+}
+
+/// Words that end a key naming a secret.
+const SECRET_SUFFIXES: &[&str] = &[
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "passcode",
+    "secret",
+    "secrets",
+    "token",
+    "apikey",
+    "apikeys",
+    "privatekey",
+    "secretkey",
+    "accesskey",
+    "signingkey",
+    "encryptionkey",
+    "masterkey",
+    "credential",
+    "credentials",
+];
+
 impl KeyHint {
     /// The hint a key gives, from its letters and digits, lower-cased (`DB_Password`, `db-password` and
     /// `dbPassword` are all `dbpassword`).
+    ///
+    /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
+    pub(crate) fn of_member(key: &str) -> KeyHint {
+        if is_masker_output(key) { KeyHint::None } else { KeyHint::of_key(key) }
+    }
+
+    /// A key *naming* a secret marks its value (`password`, `DB_PASSWORD`, `api_key`, `client_secret`,
+    /// `private_key`, `access_token`, `authorization`). A key *describing* one does not: `password_hint`,
+    /// `password_policy`, `token_count`, `token_type`, `max_tokens`, `next_page_token`, `secret_name`,
+    /// `is_secret`, `has_password` (a hint is shown to users by design; a flag or a count is not the secret).
     pub(crate) fn of_key(key: &str) -> KeyHint {
         // Normalised on the stack: this runs for every key of every result.
-        let mut buffer = [0u8; 64];
-        let mut len = 0;
-        for byte in key.bytes().filter(u8::is_ascii_alphanumeric) {
-            if len == buffer.len() {
-                return KeyHint::None;
-            }
-            buffer[len] = byte.to_ascii_lowercase();
-            len += 1;
-        }
-        let Ok(key) = std::str::from_utf8(&buffer[..len]) else { return KeyHint::None };
+        let mut buffer = [0u8; MAX_KEY_LEN];
+        let Some(key) = normalised(key, &mut buffer) else { return KeyHint::None };
         let ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| key.ends_with(suffix));
         let is = |names: &[&str]| names.contains(&key);
 
@@ -34,24 +72,11 @@ impl KeyHint {
         {
             return KeyHint::None;
         }
-        if ends(&[
-            "password",
-            "passwords",
-            "passwd",
-            "passphrase",
-            "passcode",
-            "secret",
-            "secrets",
-            "token",
-            "apikey",
-            "apikeys",
-            "privatekey",
-            "secretkey",
-            "accesskey",
-            "credential",
-            "credentials",
-        ]) || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp"])
-        {
+        // A flag about a secret: `is_secret`, `has_password`, `isToken`.
+        if ["is", "has"].iter().any(|flag| key.strip_prefix(flag).is_some_and(|rest| SECRET_SUFFIXES.contains(&rest))) {
+            return KeyHint::None;
+        }
+        if ends(SECRET_SUFFIXES) || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp", "authorization"]) {
             return KeyHint::Secret;
         }
         if ends(&[
@@ -80,8 +105,58 @@ impl KeyHint {
     }
 }
 
+/// Text a masker wrote (`[EMAIL]`, `[EMAIL]#2`, `[GITHUB_TOKEN:3f2a9c1b]`, `sk-proj-...wxyz`): as a key or
+/// a name it names nothing, so masking masked output changes nothing (`[GITHUB_TOKEN]` ends in `token`).
+fn is_masker_output(text: &str) -> bool {
+    let base = match text.rsplit_once('#') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => text,
+    };
+    (base.starts_with('[') && super::detect::is_mask_or_placeholder(base))
+        || base.contains("...")
+        || base.contains("***")
+}
+
+/// Members that name a sibling: `name` in Kubernetes' `{"name": "DB_PASSWORD", "value": "…"}`, `Key` in
+/// AWS tags `{"Key": "api_key", "Value": "…"}`, `ParameterKey` in CloudFormation parameters.
+const NAME_MEMBERS: &[&str] = &["name", "key", "parametername", "parameterkey", "variable", "variablename"];
+
+/// Members that hold the value a name member names.
+const VALUE_MEMBERS: &[&str] = &["value", "parametervalue", "variablevalue"];
+
+/// Whether `key` is a member that holds the value its sibling names (`value`, `Value`, `ParameterValue`).
+pub(crate) fn is_value_member(key: &str) -> bool {
+    let mut buffer = [0u8; MAX_KEY_LEN];
+    normalised(key, &mut buffer).is_some_and(|key| VALUE_MEMBERS.contains(&key))
+}
+
+/// The hint a name/value object gives its value member: what its name member names, read as a key would
+/// be (`{"name": "DB_PASSWORD", "value": "…"}` marks the value a secret; `{"name": "token_count", "value":
+/// 12}` marks nothing). [`KeyHint::None`] when the object has no string name member or no value member.
+pub(crate) fn pair_hint(fields: &serde_json::Map<String, serde_json::Value>) -> KeyHint {
+    if !fields.keys().any(|key| is_value_member(key)) {
+        return KeyHint::None;
+    }
+    let mut hint = KeyHint::None;
+    for (key, field) in fields {
+        let mut buffer = [0u8; MAX_KEY_LEN];
+        let names_a_sibling = normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.contains(&key));
+        if let (true, Some(name)) = (names_a_sibling, field.as_str()) {
+            match KeyHint::of_member(name) {
+                KeyHint::Secret => return KeyHint::Secret,
+                KeyHint::None => {}
+                other => hint = other,
+            }
+        }
+    }
+    hint
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -98,5 +173,49 @@ mod tests {
         assert_eq!(KeyHint::of_key("customer_ssn"), KeyHint::Ssn);
         assert_eq!(KeyHint::of_key("card_number"), KeyHint::Card);
         assert_eq!(KeyHint::of_key("order_number"), KeyHint::None);
+    }
+
+    #[test]
+    fn keys_naming_a_secret_and_keys_describing_one() {
+        for key in
+            ["secret", "token", "private_key", "privateKey", "SIGNING_KEY", "Authorization", "aws_secret_access_key"]
+        {
+            assert_eq!(KeyHint::of_key(key), KeyHint::Secret, "{key}");
+        }
+        for key in
+            ["password_hint", "password_policy", "token_type", "secret_name", "is_secret", "hasPassword", "isToken"]
+        {
+            assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
+        }
+        // Longer than any key worth reading: no hint, no panic.
+        assert_eq!(KeyHint::of_key(&"a".repeat(10_000)), KeyHint::None);
+        assert_eq!(KeyHint::of_key(&format!("{}password", "é".repeat(100))), KeyHint::Secret);
+    }
+
+    #[test]
+    fn masker_output_names_nothing() {
+        for masked in ["[GITHUB_TOKEN]", "[SECRET_VALUE]#2", "[API_TOKEN:3f2a9c1b]", "sk-proj-...DNxS", "j***@x.io#3"] {
+            assert_eq!(KeyHint::of_member(masked), KeyHint::None, "{masked}");
+        }
+        assert_eq!(KeyHint::of_member("db#password"), KeyHint::Secret);
+        assert_eq!(KeyHint::of_member("[db] password"), KeyHint::Secret);
+        let masked_name = json!({"name": "[GITHUB_TOKEN]", "value": "alerts"});
+        assert_eq!(pair_hint(masked_name.as_object().unwrap()), KeyHint::None);
+    }
+
+    #[test]
+    fn name_value_pairs() {
+        let hint = |value: serde_json::Value| pair_hint(value.as_object().unwrap());
+        assert_eq!(hint(json!({"name": "DB_PASSWORD", "value": "x"})), KeyHint::Secret);
+        assert_eq!(hint(json!({"Key": "api_key", "Value": "x"})), KeyHint::Secret);
+        assert_eq!(hint(json!({"ParameterKey": "DbPassword", "ParameterValue": "x"})), KeyHint::Secret);
+        assert_eq!(hint(json!({"Name": "/prod/db/password", "Type": "SecureString", "Value": "x"})), KeyHint::Secret);
+        assert_eq!(hint(json!({"name": "support_phone", "value": "x"})), KeyHint::Phone);
+        assert_eq!(hint(json!({"name": "token_count", "value": 12})), KeyHint::None);
+        assert_eq!(hint(json!({"name": "password_hint", "value": "pet"})), KeyHint::None);
+        // No value member, or a name that is not a string: nothing is marked.
+        assert_eq!(hint(json!({"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {}}})), KeyHint::None);
+        assert_eq!(hint(json!({"name": ["password"], "value": "x"})), KeyHint::None);
+        assert_eq!(hint(json!({"label": "password", "value": "x"})), KeyHint::None);
     }
 }

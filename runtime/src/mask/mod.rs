@@ -31,10 +31,11 @@ mod strategy;
 mod validate;
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use self::detect::{Finding, Scanner};
 use self::json::KeyHint;
@@ -111,10 +112,29 @@ impl Masker {
         found
     }
 
-    /// Masks `value` in place, leaf by leaf: strings are masked as text; object keys are kept; an integer
-    /// that is a payment card (or, under a key such as `phone`, `ssn`, `password`, a phone, SSN or secret)
-    /// becomes the masking string, other numbers stay numbers. A string under a secret-naming key
-    /// (`password`, `api_key`, `client_secret`, `access_token`, …) is masked whole.
+    /// Masks `value` in place, leaf by leaf: strings are masked as text; an integer that is a payment card
+    /// (or, under a key such as `phone`, `ssn`, `password`, a phone, SSN or secret) becomes the masking
+    /// string, other numbers stay numbers. A string under a secret-naming key (`password`, `api_key`,
+    /// `client_secret`, `access_token`, …) is masked whole, and so is the value of a name/value pair whose
+    /// name names a secret (`{"name": "DB_PASSWORD", "value": "…"}`, `{"Key": "api_key", "Value": "…"}`).
+    ///
+    /// Object keys are masked as text too. A masked key that equals another key of its object gets the
+    /// first free suffix `#2`, `#3`, … (`{"[EMAIL]": …, "[EMAIL]#2": …}`), so no member is dropped.
+    ///
+    /// ```
+    /// use agent_airlock::{MaskSet, Masker};
+    /// use serde_json::json;
+    ///
+    /// let mut value = json!({
+    ///     "users": {"jane@example.com": {"admin": true}, "john@example.com": {"admin": false}},
+    ///     "env": [{"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "token_count", "value": 12}],
+    /// });
+    /// Masker::default().mask_value(&mut value, MaskSet::SECRETS | MaskSet::PII);
+    /// assert_eq!(value, json!({
+    ///     "users": {"[EMAIL]": {"admin": true}, "[EMAIL]#2": {"admin": false}},
+    ///     "env": [{"name": "DB_PASSWORD", "value": "[SECRET_VALUE]"}, {"name": "token_count", "value": 12}],
+    /// }));
+    /// ```
     pub fn mask_value(&self, value: &mut Value, set: MaskSet) -> MaskReport {
         let mut report = MaskReport::new();
         if set.is_empty() {
@@ -145,12 +165,69 @@ impl Masker {
                 // The elements of `"phones": [...]` are phones too.
                 Value::Array(items) => pending.extend(items.iter_mut().map(|item| (item, hint))),
                 Value::Object(fields) => {
-                    pending.extend(fields.iter_mut().map(|(key, field)| (field, KeyHint::of_key(key))));
+                    self.mask_keys(&scanner, only, fields, &mut report);
+                    // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
+                    let pair = json::pair_hint(fields);
+                    pending.extend(fields.iter_mut().map(|(key, field)| {
+                        let hint = match KeyHint::of_member(key) {
+                            KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,
+                            hint => hint,
+                        };
+                        (field, hint)
+                    }));
                 }
                 Value::Null | Value::Bool(_) => {}
             }
         }
         report
+    }
+
+    /// Masks an object's keys as text (`{"jane@example.com": {…}}` leaks the address otherwise). A masked
+    /// key stays a key of its own: when it equals a key the object already has (two addresses both become
+    /// `[EMAIL]`), `#2`, `#3`, … is appended, the first free one in the object's order, so no member is
+    /// lost and the order of members is kept. Hints are read from the masked keys, so masking twice
+    /// changes nothing the second time.
+    fn mask_keys(&self, scanner: &Scanner, only: MaskSet, fields: &mut Map<String, Value>, report: &mut MaskReport) {
+        // Allocated only once a key is masked: most objects have none.
+        let mut renamed: Vec<Option<String>> = Vec::new();
+        for (index, key) in fields.keys().enumerate() {
+            let masked = if detect::key_cannot_hold_a_finding(key) {
+                None
+            } else {
+                self.mask_str_with(scanner, only, key, report)
+            };
+            if masked.is_some() && renamed.is_empty() {
+                renamed.resize(index, None);
+            }
+            if masked.is_some() || !renamed.is_empty() {
+                renamed.push(masked);
+            }
+        }
+        if renamed.is_empty() {
+            return;
+        }
+        let mut taken: HashSet<String> =
+            fields.keys().zip(&renamed).filter(|(_, masked)| masked.is_none()).map(|(key, _)| key.clone()).collect();
+        // The next suffix to try for each masked text, so that many keys masked alike cost linear time.
+        let mut next_suffix: HashMap<String, u64> = HashMap::new();
+        let old = std::mem::take(fields);
+        for ((key, field), masked) in old.into_iter().zip(renamed) {
+            let key = match masked {
+                None => key,
+                Some(masked) => {
+                    let n = next_suffix.entry(masked.clone()).or_insert(1);
+                    let mut unique = if *n == 1 { masked.clone() } else { format!("{masked}#{n}") };
+                    while taken.contains(&unique) {
+                        *n += 1;
+                        unique = format!("{masked}#{n}");
+                    }
+                    *n += 1;
+                    taken.insert(unique.clone());
+                    unique
+                }
+            };
+            fields.insert(key, field);
+        }
     }
 
     fn mask_str(&self, text: &str, set: MaskSet, report: &mut MaskReport) -> Option<String> {

@@ -1,0 +1,200 @@
+//! The `airlock` binary never prints a secret the model passed as an argument, and `airlock prune` removes
+//! settled approval records from a real database file while pending requests and live grants stay usable.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::ledger::{ApprovalLedger, RedbLedger, RequestRecord};
+use agent_airlock::{AdmitError, ApprovalKey, BindingInput, InterruptApprovals, KeyRing, SystemClock};
+use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+use serde_json::{Map, Value, json};
+
+const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const PASSWORD: &str = "Tr0ub4dor&3-correct-horse";
+
+fn airlock(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stdout_json(output: &Output) -> Value {
+    serde_json::from_str(&stdout(output)).unwrap()
+}
+
+fn approvals(db: &Path, grant_ttl: Duration) -> InterruptApprovals {
+    let ledger = Arc::new(RedbLedger::open(db).unwrap());
+    let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
+    // Five requests of one tool wait in one thread here: more than the default pending limit.
+    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), grant_ttl).with_max_pending(None)
+}
+
+fn arguments(n: u64) -> Map<String, Value> {
+    json!({"user": "app", "db_password": PASSWORD, "n": n}).as_object().unwrap().clone()
+}
+
+/// Runs `f` with call number `n` as the dispatcher would bind it.
+fn with_call<R>(n: u64, f: impl FnOnce(&BindingInput<'_>) -> R) -> R {
+    let checkpoint = [(String::new(), "c1".to_owned())].into();
+    let args = arguments(n);
+    let call = BindingInput {
+        thread_id: "t1",
+        checkpoint_ns: "",
+        checkpoint: &checkpoint,
+        tool_call_id: &format!("call_{n}"),
+        tool: "rotate",
+        arguments: &args,
+    };
+    f(&call)
+}
+
+/// Records a request for call `n` (closing the file afterwards so the CLI can open it); returns its id.
+fn request(db: &Path, n: u64) -> String {
+    let approvals = approvals(db, Duration::from_secs(600));
+    with_call(n, |call| approvals.request_blocking(call, "attribute", "rotates a password").unwrap())
+        .request_id()
+        .to_owned()
+}
+
+fn approve(db: &Path, request_id: &str) -> Value {
+    stdout_json(&airlock(db, &["approve", request_id, "--yes", "--approver", "alice", "--json"]))
+}
+
+fn admit(db: &Path, n: u64, resume: &Value) -> Result<(), AdmitError> {
+    with_call(n, |call| approvals(db, Duration::from_secs(600)).admit_blocking(call, resume).map(|_| ()))
+}
+
+#[test]
+fn requests_show_and_list_never_print_a_secret_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = request(&db, 1);
+    // A request recorded before arguments were masked in the request itself (layout version 1).
+    {
+        let ledger = RedbLedger::open(&db).unwrap();
+        let interrupt = json!({"airlock_approval": {"version": 1, "arguments": {"password": PASSWORD, "n": 2}}});
+        let record = RequestRecord {
+            request_id: "0".repeat(32),
+            key_id: "k1".into(),
+            tool: "rotate".into(),
+            rule: "attribute".into(),
+            reason: "rotates a password".into(),
+            binding: "0".repeat(64),
+            requested_at: Duration::from_secs(1),
+            interrupt,
+        };
+        ledger.record_request(record, None).wait().unwrap();
+    }
+    for args in
+        [vec!["requests", "show", &id], vec!["requests", "show", &id, "--json"], vec!["requests", "list", "--json"]]
+    {
+        let shown = stdout(&airlock(&db, &args));
+        assert!(!shown.contains(PASSWORD), "`airlock {}` printed the password:\n{shown}", args.join(" "));
+        assert!(shown.contains("[SECRET_VALUE]"), "{shown}");
+    }
+    // The hand-made record carries no valid seal: shown as tampered, none of its arguments at all.
+    let shown = stdout(&airlock(&db, &["requests", "show", "00000000000000000000000000000000"]));
+    assert!(shown.contains("TAMPERED") && !shown.contains(PASSWORD), "{shown}");
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    let ours = listed.as_array().unwrap().iter().find(|e| e["request_id"] == id.as_str()).unwrap();
+    assert_eq!(ours["arguments"], json!({"user": "app", "db_password": "[SECRET_VALUE]", "n": 1}));
+
+    // The masked request is what was sealed: it is approved as stored, and the exact call runs once.
+    let resume = approve(&db, &id);
+    admit(&db, 1, &resume).unwrap();
+    assert!(matches!(admit(&db, 1, &resume), Err(AdmitError::AlreadySpent { .. })));
+}
+
+const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
+const GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_grants");
+
+fn record_counts(db: &Path) -> (u64, u64) {
+    let database = redb::Database::open(db).unwrap();
+    let txn = database.begin_read().unwrap();
+    (txn.open_table(REQUESTS).unwrap().len().unwrap(), txn.open_table(GRANTS).unwrap().len().unwrap())
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+fn ids(value: &Value) -> Vec<String> {
+    sorted(value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+}
+
+#[test]
+fn prune_removes_settled_records_and_keeps_pending_and_live_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let pending = request(&db, 1);
+    let spent = request(&db, 2);
+    let denied = request(&db, 3);
+    let live = request(&db, 4);
+    let expired = request(&db, 5);
+
+    let spent_resume = approve(&db, &spent);
+    admit(&db, 2, &spent_resume).unwrap();
+    stdout(&airlock(&db, &["deny", &denied, "--by", "bob"]));
+    let live_resume = approve(&db, &live);
+    let expired_resume =
+        stdout_json(&airlock(&db, &["approve", &expired, "--yes", "--approver", "alice", "--ttl-secs", "0", "--json"]));
+    assert_eq!(record_counts(&db), (5, 3));
+
+    // Nothing was settled an hour ago.
+    let report = stdout_json(&airlock(&db, &["prune", "--older-than", "1h", "--json"]));
+    assert_eq!(report["requests"], json!([]));
+    assert_eq!(report["grants"], json!([]));
+    assert_eq!(record_counts(&db), (5, 3));
+
+    std::thread::sleep(Duration::from_millis(5));
+    let report = stdout_json(&airlock(&db, &["prune", "--older-than", "0s", "--json"]));
+    assert_eq!(ids(&report["requests"]), sorted(vec![spent.clone(), denied.clone(), expired.clone()]));
+    let grant_of = |resume: &Value| resume["airlock_grant"]["grant_id"].as_str().unwrap().to_owned();
+    assert_eq!(ids(&report["grants"]), sorted(vec![grant_of(&spent_resume), grant_of(&expired_resume)]));
+    assert_eq!(record_counts(&db), (2, 1), "the file holds fewer records");
+
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    let left: Vec<String> =
+        listed.as_array().unwrap().iter().map(|e| e["request_id"].as_str().unwrap().into()).collect();
+    assert_eq!(sorted(left), sorted(vec![pending.clone(), live.clone()]));
+    let unknown = airlock(&db, &["requests", "show", &spent]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no approval request"));
+
+    // The spent grant's resume value, replayed after its record was pruned, admits nothing.
+    assert!(matches!(admit(&db, 2, &spent_resume), Err(AdmitError::UnknownGrant { .. })));
+    // The live grant still spends, once; the pending request can still be approved.
+    admit(&db, 4, &live_resume).unwrap();
+    assert!(matches!(admit(&db, 4, &live_resume), Err(AdmitError::AlreadySpent { .. })));
+    let resume = approve(&db, &pending);
+    admit(&db, 1, &resume).unwrap();
+
+    let text = stdout(&airlock(&db, &["prune", "--older-than", "0s"]));
+    assert!(text.starts_with("pruned 2 requests and 2 grants"), "{text}");
+}
+
+#[test]
+fn prune_refuses_a_duration_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    for bad in ["fortnight", "-1d", "30", ""] {
+        let output = airlock(&db, &["prune", "--older-than", bad]);
+        assert!(!output.status.success(), "`{bad}` was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--older-than"), "{stderr}");
+    }
+    let text = stdout(&airlock(&db, &["prune", "--older-than", "30d"]));
+    assert!(text.starts_with("pruned 0 requests and 0 grants settled before "), "{text}");
+}

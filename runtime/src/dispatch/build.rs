@@ -1,0 +1,211 @@
+//! Building a [`Dispatcher`]: each tool's policy decision, buckets, masking and schema, computed once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::escalation::Escalation;
+use super::{Dispatcher, Entry};
+use crate::approval::{Approver, EscalationReason};
+use crate::audit::AuditLog;
+use crate::clock::{Clock, SystemClock};
+use crate::effect::EffectStore;
+use crate::interrupt::InterruptApprovals;
+use crate::mask::{MaskSet, Masker};
+use crate::policy::Policy;
+use crate::rate::{Rate, RateLimiter, RateScope};
+use crate::schema::ToolDefinition;
+use crate::tool::{DEFAULT_TOOL_MASK, Tool};
+
+/// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
+pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
+
+/// A dispatcher that could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Two tools share a registered name.
+    #[error("two tools are registered as `{0}`")]
+    DuplicateTool(String),
+    /// A tool declares `effect = "..."` and the dispatcher has no effect store.
+    #[error("tool `{0}` declares an effect but the dispatcher has no effect store; call `.effects(...)`")]
+    NoEffectStore(String),
+    /// An escalated tool with an effect, under interrupt approvals, whose effect store is not the approval
+    /// ledger's: the grant spend and the effect reservation could not be one atomic write.
+    #[error(
+        "tool `{0}` needs approval and declares an effect, but the effect store is not the approval ledger's; use `ledger.effects()` (or one redb database for both)"
+    )]
+    EffectsApartFromLedger(String),
+    /// A hand-written tool's `mask` does not parse (generated tools are checked at compile time).
+    #[error("tool `{tool}` has an invalid mask: {message}")]
+    InvalidMask {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Builds a [`Dispatcher`].
+pub struct DispatcherBuilder {
+    tools: Vec<Arc<dyn Tool>>,
+    policy: Policy,
+    escalation: Escalation,
+    clock: Arc<dyn Clock>,
+    effects: Option<Arc<dyn EffectStore>>,
+    effect_lease: Duration,
+    audit: Option<Arc<AuditLog>>,
+    masker: Option<Arc<Masker>>,
+}
+
+impl Dispatcher {
+    /// Starts a dispatcher with no tools, an allow-all policy, no approver and the system clock.
+    pub fn builder() -> DispatcherBuilder {
+        DispatcherBuilder {
+            tools: Vec::new(),
+            policy: Policy::new(),
+            escalation: Escalation::Refuse,
+            clock: Arc::new(SystemClock),
+            effects: None,
+            effect_lease: DEFAULT_EFFECT_LEASE,
+            audit: None,
+            masker: None,
+        }
+    }
+}
+
+impl DispatcherBuilder {
+    /// Registers a tool, e.g. `tool!(delete_file)`.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Registers a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// The deployment policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Who decides escalated calls, during the call. Without an approver or interrupt approvals, escalated
+    /// calls are refused. Replaces interrupt approvals.
+    pub fn approver(mut self, approver: impl Approver) -> Self {
+        self.escalation = Escalation::Approver(Arc::new(approver));
+        self
+    }
+
+    /// Escalated calls pause with an interrupt ([`Outcome::Interrupt`](crate::Outcome::Interrupt)) and run
+    /// when the host resumes them with a matching approval ([`CallContext::with_resume`](crate::CallContext::with_resume)),
+    /// exactly once. Replaces an approver. Without [`effects`](Self::effects), tools with an effect keep
+    /// their records in the approval ledger ([`ApprovalLedger::effects`](crate::ledger::ApprovalLedger::effects)).
+    pub fn interrupt_approvals(mut self, approvals: InterruptApprovals) -> Self {
+        self.escalation = Escalation::Interrupt(Box::new(approvals));
+        self
+    }
+
+    /// The clock for rate limits (tests use a [`ManualClock`](crate::ManualClock)).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Where effect records live (required when a tool declares `effect = "..."`, unless interrupt
+    /// approvals are configured: their ledger keeps them then). With interrupt approvals it must be the
+    /// ledger's storage (e.g. one redb database for both), so a grant is spent in the same write that
+    /// reserves its effect.
+    pub fn effects(mut self, store: impl EffectStore) -> Self {
+        self.effects = Some(Arc::new(store));
+        self
+    }
+
+    /// How long a reserved effect may run before a crash is presumed (default [`DEFAULT_EFFECT_LEASE`]).
+    pub fn effect_lease(mut self, lease: Duration) -> Self {
+        self.effect_lease = lease;
+        self
+    }
+
+    /// Appends every dispatch outcome to a tamper-evident audit log. An append is a durable commit on the
+    /// dispatching thread.
+    pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
+        self.audit = Some(log);
+        self
+    }
+
+    /// How results are masked (strategies per kind). Default: [`Masker::default`], type tags such as `[EMAIL]`.
+    pub fn masker(mut self, masker: Masker) -> Self {
+        self.masker = Some(Arc::new(masker));
+        self
+    }
+
+    /// The dispatcher, with each tool's policy decision and schema computed once.
+    pub fn build(self) -> Result<Dispatcher, BuildError> {
+        let mut limiter = RateLimiter::default();
+        let mut tools = HashMap::with_capacity(self.tools.len());
+        let mut order = Vec::with_capacity(self.tools.len());
+        let ledger_effects = match &self.escalation {
+            Escalation::Interrupt(approvals) => Some(approvals.ledger().effects()),
+            _ => None,
+        };
+        let effects = self.effects.clone().or_else(|| ledger_effects.clone());
+        for tool in self.tools {
+            let spec = tool.spec();
+            if tools.contains_key(spec.name) {
+                return Err(BuildError::DuplicateTool(spec.name.to_owned()));
+            }
+            if spec.effect.is_some() && effects.is_none() {
+                return Err(BuildError::NoEffectStore(spec.name.to_owned()));
+            }
+            let decision = self.policy.for_tool(spec.name);
+            let authored = match spec.mask {
+                Some(text) => text
+                    .parse::<MaskSet>()
+                    .map_err(|err| BuildError::InvalidMask { tool: spec.name.to_owned(), message: err.to_string() })?,
+                None => DEFAULT_TOOL_MASK,
+            };
+            let mask = authored | decision.mask;
+            let mut escalations = Vec::new();
+            if let Some(reason) = spec.escalate {
+                escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
+            }
+            escalations
+                .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
+            if spec.effect.is_some() && !escalations.is_empty() {
+                if let (Some(ledger), Some(store)) = (&ledger_effects, &effects) {
+                    let shared = ledger.storage_id().is_some() && ledger.storage_id() == store.storage_id();
+                    if !shared {
+                        return Err(BuildError::EffectsApartFromLedger(spec.name.to_owned()));
+                    }
+                }
+            }
+            // Every applicable limit gets its own bucket, so the stricter one always binds.
+            let mut limits: Vec<(String, Rate, RateScope)> =
+                spec.rate.map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
+            limits.extend(decision.rate_limits);
+            let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
+            let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
+            let definition = ToolDefinition::of(&*tool);
+            order.push(spec.name);
+            tools.insert(
+                spec.name,
+                Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules, mask },
+            );
+        }
+        Ok(Dispatcher {
+            tools,
+            order,
+            limiter,
+            escalation: self.escalation,
+            clock: self.clock,
+            effects,
+            effect_lease: self.effect_lease,
+            audit: self.audit,
+            masker: self.masker.unwrap_or_default(),
+        })
+    }
+}

@@ -1,0 +1,149 @@
+//! Gate 5, escalation: who is asked about an escalated call, and what their answer means for the gates
+//! after it. An approval across an interrupt is only *verified* here; it is spent at gate 7, after every
+//! gate that can still refuse, together with the effect reservation.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::refusal::{self, Refused};
+use super::{Dispatcher, Entry};
+use crate::approval::{ApprovalRequest, Approver, Decision};
+use crate::context::CallContext;
+use crate::interrupt::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
+use crate::ledger::LedgerError;
+use crate::tool::Arguments;
+
+/// Who answers escalated calls.
+pub(super) enum Escalation {
+    /// No one: escalated calls are refused.
+    Refuse,
+    /// An async callback, answered during the call.
+    Approver(Arc<dyn Approver>),
+    /// A human answers between an interrupt and a resume.
+    Interrupt(Box<InterruptApprovals>),
+}
+
+/// Who reviews an escalated call in this dispatch.
+#[derive(Clone, Copy)]
+pub(super) enum Reviewer<'a> {
+    /// What the dispatcher was built with.
+    Configured,
+    /// A per-call approver (e.g. the MCP client's human, through elicitation).
+    Given(&'a dyn Approver),
+    /// No one can be asked: escalated calls are refused.
+    Nobody,
+}
+
+/// What the escalation gate decided when it did not refuse.
+pub(super) enum Escalated {
+    /// A human approved during the call: go on to the rate limit.
+    Approved {
+        /// How (for the audit record), without argument values.
+        detail: String,
+    },
+    /// The resume value approves exactly this call; its grant is spent at gate 7.
+    Resumed(PreparedAdmission),
+    /// Pause: the host stores the request and resumes later.
+    Interrupt(InterruptRequest),
+}
+
+/// Everything gate 5 needs about one call.
+pub(super) struct EscalatedCall<'a> {
+    pub(super) entry: &'a Entry,
+    pub(super) id: &'a str,
+    pub(super) name: &'a str,
+    pub(super) arguments: &'a Arguments,
+    pub(super) context: &'a CallContext,
+    /// The rules that asked for approval, comma-separated.
+    pub(super) rules: &'a str,
+}
+
+impl EscalatedCall<'_> {
+    /// The binding input of the call now being made: never taken from the resume value.
+    pub(super) fn binding(&self) -> BindingInput<'_> {
+        BindingInput {
+            thread_id: self.context.thread_id().unwrap_or(""),
+            checkpoint_ns: self.context.checkpoint_ns(),
+            checkpoint: self.context.checkpoint_map(),
+            tool_call_id: self.id,
+            tool: self.name,
+            arguments: self.arguments,
+        }
+    }
+}
+
+impl Dispatcher {
+    /// The interrupt approvals, if escalated calls pause.
+    pub(super) fn interrupt_approvals(&self) -> Option<&InterruptApprovals> {
+        match &self.escalation {
+            Escalation::Interrupt(approvals) => Some(approvals),
+            _ => None,
+        }
+    }
+
+    pub(super) async fn escalate(
+        &self,
+        call: &EscalatedCall<'_>,
+        reviewer: Reviewer<'_>,
+    ) -> Result<Escalated, Refused> {
+        let escalation = match reviewer {
+            Reviewer::Configured => &self.escalation,
+            Reviewer::Given(approver) => return ask(approver, call).await,
+            Reviewer::Nobody => &Escalation::Refuse,
+        };
+        match escalation {
+            Escalation::Refuse => Err(refusal::no_approver(call.name, call.rules)),
+            Escalation::Approver(approver) => ask(&**approver, call).await,
+            Escalation::Interrupt(approvals) => {
+                let binding = call.binding();
+                let Some(resume) = call.context.resume() else {
+                    let reasons =
+                        call.entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
+                    return match approvals
+                        .request_masked(&binding, call.rules, &reasons, &self.masker, call.entry.mask)
+                        .await
+                    {
+                        Ok(request) => Ok(Escalated::Interrupt(request)),
+                        Err(RequestError::Ledger(LedgerError::TooManyPending {
+                            pending, oldest_expires_at, ..
+                        })) => Err(refusal::too_many_pending(
+                            call.name,
+                            call.rules,
+                            pending,
+                            oldest_expires_at,
+                            self.clock.now(),
+                        )),
+                        Err(err) => {
+                            tracing::error!(target: "agent_airlock", error = %err, "approval request failed");
+                            Err(refusal::request_not_recorded(call.name, call.rules))
+                        }
+                    };
+                };
+                approvals
+                    .verify_resume(&binding, resume)
+                    .map(Escalated::Resumed)
+                    .map_err(|err| refusal::not_admitted(call.name, call.rules, err))
+            }
+        }
+    }
+}
+
+/// Asks an approver callback about one call.
+async fn ask(approver: &dyn Approver, call: &EscalatedCall<'_>) -> Result<Escalated, Refused> {
+    let request = ApprovalRequest {
+        tool: call.name.to_owned(),
+        tool_call_id: call.id.to_owned(),
+        thread_id: call.context.thread_id().map(str::to_owned),
+        reasons: call.entry.escalations.clone(),
+        arguments: Value::Object(call.arguments.clone()),
+    };
+    match approver.review(request).await {
+        Decision::Approve => {
+            tracing::info!(target: "agent_airlock", rules = %call.rules, "human approved");
+            Ok(Escalated::Approved { detail: "approver callback".to_owned() })
+        }
+        Decision::Deny { reason } => Err(refusal::human_denied(call.name, call.rules, reason.as_deref())),
+        Decision::Unavailable { reason } => Err(refusal::approval_not_obtained(call.name, call.rules, &reason)),
+    }
+}

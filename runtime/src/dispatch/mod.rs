@@ -1,0 +1,420 @@
+//! The dispatcher: the guarded counterpart of LangGraph's `ToolNode`. It holds the tools, the policy and
+//! the approver, and runs each model tool call through the gates in order.
+//!
+//! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it:
+//! building (`build`), escalation (`escalation`), what each refusal says (`refusal`) and the audit trail
+//! (`trail`). A reserved effect is held by an [`EffectGuard`](crate::effect::EffectGuard).
+//!
+//! The order matters for what a human's approval is worth: every gate that can refuse runs before the
+//! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
+//! refusal by the rate limit or the effect record leaves the approval live.
+
+mod build;
+mod escalation;
+mod refusal;
+mod trail;
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use serde_json::Value;
+use tracing::Instrument as _;
+
+pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
+use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
+use self::refusal::Refused;
+use self::trail::{Trail, audit_outcome_of};
+use crate::approval::{Approver, EscalationReason};
+use crate::args;
+use crate::audit::{AuditLog, AuditOutcome};
+use crate::clock::Clock;
+use crate::context::{CallContext, Invocation};
+use crate::dialect::{Dialect, DialectError};
+use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
+use crate::interrupt::PreparedAdmission;
+use crate::ledger::EffectClaim;
+use crate::mask::{MaskSet, Masker};
+use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
+use crate::rate::{BucketId, Rate, RateLimiter};
+use crate::schema::ToolDefinition;
+use crate::tool::{Tool, ToolOutput};
+
+/// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
+pub struct Dispatcher {
+    tools: HashMap<&'static str, Entry>,
+    order: Vec<&'static str>,
+    limiter: RateLimiter,
+    escalation: Escalation,
+    clock: Arc<dyn Clock>,
+    effects: Option<Arc<dyn EffectStore>>,
+    effect_lease: Duration,
+    audit: Option<Arc<AuditLog>>,
+    masker: Arc<Masker>,
+}
+
+/// One registered tool with everything the policy decided about it, computed once at build time.
+struct Entry {
+    tool: Arc<dyn Tool>,
+    definition: ToolDefinition,
+    denied_by: Option<String>,
+    escalations: Vec<EscalationReason>,
+    /// Bucket ids in ascending order and, at the same positions, the rule each enforces (`attribute` or
+    /// the policy glob) with its rate.
+    buckets: Vec<BucketId>,
+    bucket_rules: Vec<(String, Rate)>,
+    /// The author's masking plus the policy's.
+    mask: MaskSet,
+}
+
+/// A refusal and the argument keys stripped before it.
+type Refusing = (Refused, Vec<String>);
+
+impl Dispatcher {
+    /// The tools the model may be offered: denied tools are left out, escalated ones kept (a human can
+    /// approve them). In registration order.
+    pub fn offered_tools(&self) -> Vec<ToolDefinition> {
+        self.order
+            .iter()
+            .filter_map(|name| self.tools.get(name))
+            .filter(|entry| entry.denied_by.is_none())
+            .map(|entry| entry.definition.clone())
+            .collect()
+    }
+
+    /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
+    /// [`ToolDefinition::to_dialect`]).
+    pub fn offered_tools_in(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
+        crate::dialect::definitions_for(dialect, &self.offered_tools())
+    }
+
+    /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an
+    /// error message.
+    pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
+        self.dispatch_escalating_to(call, context, Reviewer::Configured).await
+    }
+
+    /// Like [`dispatch`](Self::dispatch), but an escalated call is reviewed by `approver` instead of what the
+    /// dispatcher was built with; `None` means no human can be asked for this call, so it is refused.
+    ///
+    /// For hosts whose human is reachable only through the request being served: an MCP server asks its
+    /// client through elicitation on the current request's connection, so its approver exists per request.
+    pub async fn dispatch_with_approver(
+        &self,
+        call: ToolCall,
+        context: &CallContext,
+        approver: Option<&dyn Approver>,
+    ) -> Outcome {
+        let reviewer = match approver {
+            Some(approver) => Reviewer::Given(approver),
+            None => Reviewer::Nobody,
+        };
+        self.dispatch_escalating_to(call, context, reviewer).await
+    }
+
+    async fn dispatch_escalating_to(&self, call: ToolCall, context: &CallContext, reviewer: Reviewer<'_>) -> Outcome {
+        let ToolCall { id, name, arguments } = call;
+        let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
+        let mut trail = Trail::default();
+        let gates = self.run_gates(&id, &name, arguments, context, reviewer, &mut trail);
+        // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
+        let outcome = match gates.instrument(span.clone()).await {
+            Ok(outcome) => outcome,
+            Err((refused, stripped)) => {
+                span.in_scope(|| {
+                    tracing::info!(
+                        target: "agent_airlock",
+                        outcome = "refused",
+                        kind = ?refused.kind,
+                        rule = refused.rule.as_deref().unwrap_or(""),
+                        "tool call refused"
+                    )
+                });
+                trail.outcome = Some(audit_outcome_of(refused.kind));
+                trail.rule.clone_from(&refused.rule);
+                Outcome::Message(ToolMessage {
+                    tool_call_id: id.clone(),
+                    name: name.clone(),
+                    content: refused.text,
+                    status: Status::Error,
+                    hints: refused.hints,
+                    stripped_arguments: stripped,
+                    refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
+                })
+            }
+        };
+        if let Some(outcome) = trail.outcome {
+            self.record(&name, &id, context, outcome, &trail);
+        }
+        outcome
+    }
+
+    /// Appends one audit record, if an audit log is configured.
+    fn record(&self, tool: &str, id: &str, context: &CallContext, outcome: AuditOutcome, trail: &Trail) {
+        if let Some(log) = &self.audit {
+            trail.record(log, tool, id, context, outcome);
+        }
+    }
+
+    /// The gates, in order. Every `return Err` is a refusal; nothing runs until gate 8.
+    async fn run_gates(
+        &self,
+        id: &str,
+        name: &str,
+        arguments: Value,
+        context: &CallContext,
+        reviewer: Reviewer<'_>,
+        trail: &mut Trail,
+    ) -> Result<Outcome, Refusing> {
+        let refuse = |refused: Refused| (refused, Vec::new());
+
+        // 1. Unknown tool. The text does not list what is registered.
+        let Some(entry) = self.tools.get(name) else {
+            return Err(refuse(refusal::unknown_tool(name)));
+        };
+        let spec = entry.tool.spec();
+
+        // 2. Policy on the registered name. Deny beats everything, approvals included.
+        if let Some(rule) = &entry.denied_by {
+            return Err(refuse(refusal::denied(name, rule)));
+        }
+
+        // 3. Ghost arguments.
+        let admitted = args::admit(arguments, spec).map_err(|err| refuse(refusal::admission(name, spec, err)))?;
+        if !admitted.stripped.is_empty() {
+            tracing::warn!(target: "agent_airlock", stripped = ?admitted.stripped, "undeclared arguments stripped");
+        }
+        let stripped = admitted.stripped;
+        let with_stripped = |refused: Refused| (refused, stripped.clone());
+        if self.audit.is_some() {
+            trail.arguments = Some(Value::Object(admitted.arguments.clone()));
+        }
+
+        // 4. Validation and injection: the future is built but not polled.
+        let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
+        let prepared = match entry.tool.prepare(&admitted.arguments, &invocation) {
+            Ok(prepared) => prepared,
+            Err(errors) => {
+                let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
+                let kind = if errors.is_host_error() {
+                    for error in errors.errors() {
+                        tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
+                    }
+                    RefusalKind::HostMisconfigured
+                } else {
+                    RefusalKind::InvalidArguments
+                };
+                let mut refused = Refused::new(kind, text);
+                refused.hints = hints;
+                return Err(with_stripped(refused));
+            }
+        };
+        let effect_key = spec.effect.as_ref().map(|template| template.render(&admitted.arguments));
+
+        // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
+        //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
+        let mut resumed = None;
+        if !entry.escalations.is_empty() {
+            let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
+            trail.rule = Some(rules.clone());
+            self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
+            let call = EscalatedCall { entry, id, name, arguments: &admitted.arguments, context, rules: &rules };
+            match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
+                Escalated::Approved { detail } => {
+                    trail.detail = Some(detail);
+                    self.record(name, id, context, AuditOutcome::Approved, trail);
+                }
+                Escalated::Resumed(admission) => resumed = Some(admission),
+                Escalated::Interrupt(request) => {
+                    tracing::info!(target: "agent_airlock", outcome = "interrupted", "approval requested");
+                    trail.outcome = Some(AuditOutcome::Interrupted);
+                    trail.detail = Some(format!("request {}", request.request_id()));
+                    return Ok(Outcome::Interrupt { tool_call_id: id.to_owned(), request });
+                }
+            }
+        }
+
+        // 6. Rate limits: one token from every applicable bucket, or none.
+        let thread = context.thread_id();
+        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, thread, self.clock.now()) {
+            let (rule, rate) = entry.bucket_rules[position].clone();
+            return Err(with_stripped(refusal::rate_limited(name, rule, rate, wait)));
+        }
+
+        // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
+        //    refusal here gives the rate tokens back and leaves the grant live.
+        let reservation = match self.admit(name, id, effect_key, resumed, context, trail).await {
+            Ok(reservation) => reservation,
+            Err(refused) => {
+                self.limiter.refund(&entry.buckets, thread, self.clock.now());
+                return Err(with_stripped(refused));
+            }
+        };
+        let mut effect = reservation
+            .zip(self.effects.as_ref())
+            .map(|(reservation, store)| EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock)));
+
+        // 8. Execute. A panicking tool becomes an error message, not a crashed host.
+        let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
+            tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
+            if let Some(guard) = &mut effect {
+                guard.settle(Settle::Ambiguous);
+            }
+            trail.outcome = Some(AuditOutcome::Panicked);
+            return Ok(Outcome::Message(message(id, name, Status::Error, format!("tool `{name}` failed"), stripped)));
+        };
+
+        // 9. Mask what the model (and the audit log) sees; settle the effect from the outcome.
+        Ok(self.settle(output, entry, id, name, stripped, effect.as_mut(), trail))
+    }
+
+    /// Gate 5's first step: the refusals no human can change, checked without taking anything.
+    fn refusal_before_asking(
+        &self,
+        entry: &Entry,
+        name: &str,
+        effect_key: Option<&str>,
+        context: &CallContext,
+    ) -> Result<(), Refused> {
+        let now = self.clock.now();
+        if let Err((wait, position)) = self.limiter.check(&entry.buckets, context.thread_id(), now) {
+            let (rule, rate) = entry.bucket_rules[position].clone();
+            return Err(refusal::rate_limited(name, rule, rate, wait));
+        }
+        if let Some((key, store)) = effect_key.zip(self.effects.as_ref()) {
+            // A storage fault here is not a refusal: gate 7 reports it if it persists.
+            if let Ok(current) = store.get(key) {
+                if let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer {
+                    return Err(refusal::effect(name, err, now));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gate 7: spends a verified approval and reserves the effect key, in one write when both apply.
+    async fn admit(
+        &self,
+        name: &str,
+        id: &str,
+        effect_key: Option<String>,
+        resumed: Option<PreparedAdmission>,
+        context: &CallContext,
+        trail: &mut Trail,
+    ) -> Result<Option<Reservation>, Refused> {
+        let now = self.clock.now();
+        let claim = effect_key.map(|key| EffectClaim { key, lease: self.effect_lease });
+        let Some((resumed, approvals)) = resumed.zip(self.interrupt_approvals()) else {
+            return match (claim, &self.effects) {
+                (Some(claim), Some(store)) => {
+                    store.reserve(&claim.key, claim.lease, now).map(Some).map_err(|err| refusal::effect(name, err, now))
+                }
+                _ => Ok(None),
+            };
+        };
+        let rules = trail.rule.clone().unwrap_or_default();
+        match approvals.spend_verified(resumed, claim).await {
+            Ok(Ok((admission, reservation))) => {
+                tracing::info!(
+                    target: "agent_airlock",
+                    rules = %rules,
+                    grant_id = %admission.grant_id,
+                    approver = %admission.approver,
+                    "approval spent"
+                );
+                trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
+                self.record(name, id, context, AuditOutcome::Approved, trail);
+                Ok(reservation)
+            }
+            Ok(Err(effect_refused)) => Err(refusal::effect(name, effect_refused, now)),
+            Err(not_admitted) => Err(refusal::not_admitted(name, &rules, not_admitted)),
+        }
+    }
+
+    /// Gate 9: the tool's output as a message (masked) or a host command (untouched), with its effect
+    /// settled and its audit facts noted.
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        &self,
+        output: ToolOutput,
+        entry: &Entry,
+        id: &str,
+        name: &str,
+        stripped: Vec<String>,
+        effect: Option<&mut EffectGuard>,
+        trail: &mut Trail,
+    ) -> Outcome {
+        let audited = self.audit.is_some();
+        match output {
+            ToolOutput::Content(mut value) => {
+                tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                self.mask(&mut value, entry.mask);
+                if let Some(guard) = effect {
+                    guard.settle(Settle::Commit);
+                }
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = Some(value.clone());
+                }
+                Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
+            }
+            ToolOutput::Command(command) => {
+                tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
+                if let Some(guard) = effect {
+                    guard.settle(Settle::Commit);
+                }
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = serde_json::to_value(&command).ok();
+                }
+                Outcome::Command { command, tool_call_id: id.to_owned(), stripped_arguments: stripped }
+            }
+            ToolOutput::Failed(error) => {
+                let not_executed = error.is_not_executed();
+                // Error text can carry secrets too (a connection string in a driver's message).
+                let text = self.masker.mask_text(error.message(), entry.mask).into_owned();
+                tracing::info!(target: "agent_airlock", outcome = "failed", not_executed, "tool returned an error");
+                if let Some(guard) = effect {
+                    guard.settle(if not_executed { Settle::Fail } else { Settle::Ambiguous });
+                }
+                trail.outcome = Some(AuditOutcome::Failed { not_executed });
+                if audited {
+                    trail.result = Some(Value::String(text.clone()));
+                }
+                Outcome::Message(message(id, name, Status::Error, text, stripped))
+            }
+        }
+    }
+
+    fn mask(&self, value: &mut Value, set: MaskSet) {
+        if set.is_empty() {
+            return;
+        }
+        let report = self.masker.mask_value(value, set);
+        if !report.is_empty() {
+            tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
+        }
+    }
+}
+
+fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {
+    ToolMessage {
+        tool_call_id: id.to_owned(),
+        name: name.to_owned(),
+        content,
+        status,
+        hints: Vec::new(),
+        stripped_arguments: stripped,
+        refusal: None,
+    }
+}
+
+/// A string result is shown as is; anything else as JSON.
+fn content_text(value: Value) -> String {
+    match value {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
