@@ -102,7 +102,9 @@ pub enum McpApprovals {
     /// its interrupt approvals (the call is refused as pending and an operator approves out of band, e.g.
     /// with `airlock approve`), or, with neither, a refusal. The MCP client is never asked.
     ///
-    /// **Trusted: the operator** behind the dispatcher's approver or ledger, never the client's user.
+    /// **Trusted: the operator** behind the dispatcher's approver or ledger, never the client's user. A call the
+    /// client cancels is not withdrawn from the dispatcher's approver callback: the server cannot tell its
+    /// wait from the tool's run.
     Dispatcher,
 }
 
