@@ -50,6 +50,7 @@ mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+pub mod display;
 mod echo;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
@@ -115,8 +116,8 @@ pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, To
 pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
-    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DecisionError, InterruptApprovals,
-    InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
+    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
 };
 pub use keys::{ApprovalKey, HashKey, KeyError};
 pub use mask::{

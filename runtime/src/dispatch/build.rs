@@ -161,13 +161,12 @@ impl DispatcherBuilder {
             }
             escalations
                 .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
-            if spec.effect().is_some() && !escalations.is_empty() {
-                if let (Some(ledger), Some(store)) = (&ledger_effects, &effects) {
-                    let shared = ledger.storage_id().is_some() && ledger.storage_id() == store.storage_id();
-                    if !shared {
-                        return Err(BuildError::EffectsApartFromLedger(spec.name().to_owned()));
-                    }
-                }
+            if spec.effect().is_some()
+                && !escalations.is_empty()
+                && let (Some(ledger), Some(store)) = (&ledger_effects, &effects)
+                && (ledger.storage_id().is_none() || ledger.storage_id() != store.storage_id())
+            {
+                return Err(BuildError::EffectsApartFromLedger(spec.name().to_owned()));
             }
             // Every applicable limit gets its own bucket, so the stricter one always binds.
             let mut limits: Vec<(String, Rate, RateScope)> =

@@ -296,10 +296,10 @@ impl Dispatcher {
         }
         if let Some((key, store)) = effect_key.zip(self.effects.as_ref()) {
             // A storage fault here is not a refusal: gate 7 reports it if it persists.
-            if let Ok(current) = store.get(key) {
-                if let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer {
-                    return Err(refusal::effect(name, err, now));
-                }
+            if let Ok(current) = store.get(key)
+                && let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer
+            {
+                return Err(refusal::effect(name, err, now));
             }
         }
         Ok(())

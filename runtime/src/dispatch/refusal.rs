@@ -102,6 +102,43 @@ pub(super) fn request_not_recorded(name: &str, rules: &str) -> Refused {
     .hint("do not retry now; tell the user this action needs their approval")
 }
 
+/// Gate 5: no human's answer could be obtained (not shown, not delivered, unanswered, cancelled).
+pub(super) fn approval_not_obtained(name: &str, rules: &str, reason: &str) -> Refused {
+    tracing::warn!(target: "agent_airlock", rules = %rules, %reason, "approval could not be obtained");
+    Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` needs a human's approval and it could not be obtained: {reason}"),
+    )
+    .rule(rules)
+    .hint("do not retry at once; tell the user this action needs their approval")
+}
+
+/// Gate 5: as many requests of this tool already wait in this thread as the limit allows.
+pub(super) fn too_many_pending(
+    name: &str,
+    rules: &str,
+    pending: u32,
+    oldest_expires_at: Option<Duration>,
+    now: Duration,
+) -> Refused {
+    let wait = oldest_expires_at.map(|at| at.saturating_sub(now));
+    let when = match wait {
+        Some(wait) => {
+            let secs = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0)).max(1);
+            format!("retry once one is decided, or in {secs} s when the oldest expires")
+        }
+        None => "retry once one of them is decided".to_owned(),
+    };
+    let mut refused = Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` already has {pending} approval requests waiting in this thread; {when}"),
+    )
+    .rule(rules)
+    .hint(format!("do not call `{name}` again until the user has answered the approvals already asked"));
+    refused.retry_after = wait;
+    refused
+}
+
 /// Gate 5: a human said no.
 pub(super) fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Refused {
     let text = match reason {
@@ -117,7 +154,12 @@ pub(super) fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Ref
 pub(super) fn not_admitted(name: &str, rules: &str, err: AdmitError) -> Refused {
     match err {
         AdmitError::Denied { reason, .. } => human_denied(name, rules, reason.as_deref()),
-        AdmitError::NotAnApproval => human_denied(name, rules, None),
+        // Not a recorded yes or no (`false`, a forged denial): a no, in nobody's words.
+        AdmitError::NotAnApproval | AdmitError::UnverifiedDenial => {
+            Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not approved"))
+                .rule(rules)
+                .hint("do not retry the same call; ask the user to approve it")
+        }
         err => {
             tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
             Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not admitted: {err}"))
