@@ -1,16 +1,15 @@
-//! Arguments from the model: admission (object, depth, ghost keys, nulls), strict deserialization with
-//! every bad field named, and refusal text the model can act on.
-
-use std::fmt::Write as _;
+//! Arguments from the model: the screen of gate 3 (object, depth, undeclared keys at every depth the
+//! schema closes, repeated set items, nulls) and strict deserialization with every bad field named. What a
+//! refusal says about them lives with the dispatcher's other refusal wording.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::{Inject, Invocation};
 use crate::echo;
-use crate::tool::{Arguments, GhostPolicy, ToolSpec};
+use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ToolSpec};
 
-mod nested;
+pub(crate) mod nested;
 
 pub(crate) use nested::{Duplicate, Ghost};
 
@@ -18,19 +17,19 @@ pub(crate) use nested::{Duplicate, Ghost};
 pub const MAX_ARGUMENT_DEPTH: usize = 64;
 
 /// How many ghosts a refusal names; the rest are counted.
-const MAX_LISTED: usize = 16;
+pub(crate) const MAX_LISTED: usize = 16;
 
-/// Arguments admitted past the ghost gate.
+/// Arguments that passed the screen of gate 3 (shape, undeclared keys, repeated set items).
 #[derive(Debug)]
-pub(crate) struct Admitted {
+pub(crate) struct Screened {
     pub(crate) arguments: Arguments,
     /// The paths of the keys stripped, each capped for display (`address.zipcode`).
     pub(crate) stripped: Vec<String>,
 }
 
-/// Why arguments were not admitted.
+/// Why arguments did not pass the screen.
 #[derive(Debug)]
-pub(crate) enum AdmissionError {
+pub(crate) enum ScreeningError {
     NotAnObject(&'static str),
     TooDeep,
     Ghosts(Vec<Ghost>),
@@ -40,24 +39,24 @@ pub(crate) enum AdmissionError {
 /// Checks the shape, strips (or refuses) undeclared keys at every depth the tool's canonical `schema`
 /// closes, refuses repeated items where it says `uniqueItems`, and drops top-level `null`s, which count as
 /// absent.
-pub(crate) fn admit(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result<Admitted, AdmissionError> {
+pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result<Screened, ScreeningError> {
     let mut map = match arguments {
         Value::Object(map) => map,
         // Some providers send no arguments at all for a tool without parameters.
         Value::Null => Arguments::new(),
         Value::String(_) => {
-            return Err(AdmissionError::NotAnObject("a string (malformed JSON text?)"));
+            return Err(ScreeningError::NotAnObject("a string (malformed JSON text?)"));
         }
         Value::Array(items) => {
             discard(Value::Array(items));
-            return Err(AdmissionError::NotAnObject("an array"));
+            return Err(ScreeningError::NotAnObject("an array"));
         }
-        Value::Bool(_) => return Err(AdmissionError::NotAnObject("a boolean")),
-        Value::Number(_) => return Err(AdmissionError::NotAnObject("a number")),
+        Value::Bool(_) => return Err(ScreeningError::NotAnObject("a boolean")),
+        Value::Number(_) => return Err(ScreeningError::NotAnObject("a number")),
     };
     if exceeds_depth(&map, MAX_ARGUMENT_DEPTH) {
         discard(Value::Object(map));
-        return Err(AdmissionError::TooDeep);
+        return Err(ScreeningError::TooDeep);
     }
     let mut ghosts = Vec::new();
     if map.keys().any(|k| spec.param(k).is_none()) {
@@ -80,13 +79,13 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result
     }
     ghosts.append(&mut walk.ghosts);
     if spec.ghost() == GhostPolicy::Block && !ghosts.is_empty() {
-        return Err(AdmissionError::Ghosts(ghosts));
+        return Err(ScreeningError::Ghosts(ghosts));
     }
     if !walk.duplicates.is_empty() {
-        return Err(AdmissionError::Duplicates(walk.duplicates));
+        return Err(ScreeningError::Duplicates(walk.duplicates));
     }
     let stripped = ghosts.into_iter().map(|ghost| echo::fragment(&ghost.path).into_owned()).collect();
-    Ok(Admitted { arguments: map, stripped })
+    Ok(Screened { arguments: map, stripped })
 }
 
 /// Drops `value` without recursion: serde_json's own drop recurses once per level, so a value nested a
@@ -118,101 +117,6 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
     false
 }
 
-/// The refusal text and hints for undeclared keys under `ghost = "block"`.
-pub(crate) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
-    let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
-    let declared = spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
-    let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
-    let mut hints: Vec<String> = ghosts
-        .iter()
-        .take(MAX_LISTED)
-        .filter_map(|ghost| {
-            let closest = ghost.closest.as_deref()?;
-            let path = echo::fragment(&ghost.path);
-            let renamed = match ghost.path.rsplit_once('.') {
-                Some((parent, _)) => format!("{}.{closest}", echo::fragment(parent)),
-                None => closest.to_owned(),
-            };
-            Some(format!("did you mean `{renamed}`? rename `{path}` to `{renamed}`"))
-        })
-        .collect();
-    hints.push(format!("remove {shown} and call again"));
-    (text, hints)
-}
-
-/// The refusal text and hints for repeated items in sets.
-pub(crate) fn describe_duplicates(tool: &str, duplicates: &[Duplicate]) -> (String, Vec<String>) {
-    let mut text = format!("the arguments for `{tool}` are invalid:");
-    let mut hints = Vec::new();
-    for duplicate in duplicates {
-        let path = echo::fragment(&duplicate.path);
-        let _ = write!(text, "\n- `{path}` holds `{}` more than once; its items must be unique", duplicate.item);
-        hints.push(format!("send each item of `{path}` once"));
-    }
-    (text, hints)
-}
-
-/// At most [`MAX_LISTED`] of `items`, comma-separated, then how many more there are.
-fn listed(items: impl Iterator<Item = String>, total: usize) -> String {
-    let mut shown = items.take(MAX_LISTED).collect::<Vec<_>>().join(", ");
-    if total > MAX_LISTED {
-        let _ = write!(shown, " and {} more", total - MAX_LISTED);
-    }
-    shown
-}
-
-/// Every problem found while preparing a call's arguments and injected values.
-#[derive(Debug, Default)]
-pub struct ArgumentErrors {
-    errors: Vec<ArgumentError>,
-}
-
-/// One bad argument or missing injected value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgumentError {
-    /// A required argument is absent (or `null`).
-    Missing {
-        /// The argument's key.
-        field: String,
-    },
-    /// An argument did not deserialize into the declared type.
-    Invalid {
-        /// The argument's key, with the path inside it where the error is (`address.zip`).
-        field: String,
-        /// What serde said, e.g. ``invalid type: string "5", expected u32``.
-        message: String,
-    },
-    /// The host did not supply an injected value.
-    Injection {
-        /// The parameter's name.
-        param: String,
-        /// What was missing.
-        message: String,
-    },
-}
-
-impl ArgumentErrors {
-    /// No errors yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Records one error.
-    pub fn push(&mut self, error: ArgumentError) {
-        self.errors.push(error);
-    }
-
-    /// The errors, in parameter order.
-    pub fn errors(&self) -> &[ArgumentError] {
-        &self.errors
-    }
-
-    /// Whether any error is the host's, not the model's.
-    pub fn is_host_error(&self) -> bool {
-        self.errors.iter().any(|e| matches!(e, ArgumentError::Injection { .. }))
-    }
-}
-
 /// Deserializes one argument strictly (`"5"` is not a number, `5.0` is not an integer). Absent means
 /// `null`, which only a type like `Option<T>` accepts.
 pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
@@ -236,35 +140,12 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
     }
 }
 
-/// The values an integer type admits from JSON: its own range, within what a JSON number parses to without
-/// losing precision (`i64` and `u64`; a larger integer arrives as a floating-point number).
-pub(crate) fn integer_range(type_name: &str) -> Option<(i128, i128)> {
-    const JSON_MIN: i128 = i64::MIN as i128;
-    const JSON_MAX: i128 = u64::MAX as i128;
-    let (min, max): (i128, i128) = match type_name {
-        "i8" => (i8::MIN.into(), i8::MAX.into()),
-        "i16" => (i16::MIN.into(), i16::MAX.into()),
-        "i32" => (i32::MIN.into(), i32::MAX.into()),
-        "i64" => (i64::MIN.into(), i64::MAX.into()),
-        "isize" => (isize::MIN as i128, isize::MAX as i128),
-        "i128" => (i128::MIN, i128::MAX),
-        "u8" => (0, u8::MAX.into()),
-        "u16" => (0, u16::MAX.into()),
-        "u32" => (0, u32::MAX.into()),
-        "u64" => (0, u64::MAX.into()),
-        "usize" => (0, usize::MAX as i128),
-        "u128" => (0, i128::MAX),
-        _ => return None,
-    };
-    Some((min.max(JSON_MIN), max.min(JSON_MAX)))
-}
-
 /// Serde's text for an integer outside its type's range (``invalid value: integer `2147483648`, expected
 /// i32``, or ``invalid type: floating point `1e20`, expected u64`` for one too large to parse as an
 /// integer) restated with the range. Any other text is kept.
 fn range_message(message: String) -> String {
     let Some((found, type_name)) = message.rsplit_once(", expected ") else { return message };
-    let Some((min, max)) = integer_range(type_name) else { return message };
+    let Some((min, max)) = crate::schema::integer_range(type_name) else { return message };
     let number = ["invalid value: integer `", "invalid type: floating point `"]
         .iter()
         .find_map(|prefix| found.strip_prefix(prefix))
@@ -295,177 +176,6 @@ pub(crate) fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors
             errors.push(ArgumentError::Injection { param: param.to_owned(), message: err.to_string() });
             None
         }
-    }
-}
-
-/// The refusal text and hints for argument errors, using the tool's schema to say what was expected.
-pub(crate) fn describe_errors(
-    tool: &str,
-    errors: &ArgumentErrors,
-    schema: &Value,
-    stripped: &[String],
-) -> (String, Vec<String>) {
-    if errors.is_host_error() {
-        // The model cannot fix this; say so plainly and keep the host's details out of the model's view.
-        return (
-            format!("tool `{tool}` cannot run right now because the host is misconfigured; do not retry it"),
-            vec!["tell the user this tool is unavailable".to_owned()],
-        );
-    }
-    let mut text = format!("the arguments for `{tool}` are invalid:");
-    let mut hints = Vec::new();
-    for error in errors.errors() {
-        match error {
-            ArgumentError::Missing { field } => {
-                let expected = expected_for(schema, field);
-                let _ = write!(text, "\n- `{field}` is required ({expected})");
-                // A misspelt key was stripped as a ghost: say which one was meant.
-                hints.push(match misspelt(stripped, "", field) {
-                    Some(ghost) => format!("rename `{ghost}` to `{field}`; send it as {expected}"),
-                    None => format!("include `{field}` as {expected}"),
-                });
-            }
-            ArgumentError::Invalid { field, message } => {
-                let top = field.split(['.', '[']).next().unwrap_or(field);
-                let expected = expected_for(schema, top);
-                let shown = echo::fragment(field);
-                let message = match message.strip_prefix("data did not match any variant of untagged enum") {
-                    // Serde names the Rust type only; the schema says what each variant takes.
-                    Some(_) => match schema_at(schema, field) {
-                        Some(variants) => format!("matches none of the accepted forms: {}", describe_schema(variants)),
-                        None => echo::message(message),
-                    },
-                    None => echo::message(message),
-                };
-                let _ = write!(text, "\n- `{shown}`: {message}");
-                // A nested required key missing while a near one was stripped: name both.
-                let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
-                match missing.and_then(|key| misspelt(stripped, field, key).map(|ghost| (key, ghost))) {
-                    Some((key, ghost)) => hints.push(format!("rename `{ghost}` to `{shown}.{key}`")),
-                    None => hints.push(format!("send `{top}` as {expected}")),
-                }
-            }
-            ArgumentError::Injection { .. } => {}
-        }
-    }
-    (text, hints)
-}
-
-/// The stripped ghost under `parent` (a path, empty for the top level) that looks like a misspelling of
-/// `key`.
-fn misspelt<'a>(stripped: &'a [String], parent: &str, key: &str) -> Option<&'a str> {
-    stripped.iter().map(String::as_str).find(|ghost| {
-        let name = match ghost.rsplit_once('.') {
-            Some((ghost_parent, name)) if ghost_parent == parent => name,
-            None if parent.is_empty() => ghost,
-            _ => return false,
-        };
-        nested::closest(name, [key]).is_some()
-    })
-}
-
-/// The schema of the value at `path` (`order.lines[2].sku`), following `$ref`s and the alternatives that
-/// declare the next key.
-fn schema_at<'s>(root: &'s Value, path: &str) -> Option<&'s Value> {
-    let mut schema = root;
-    let mut rest = path;
-    let mut first = true;
-    while !rest.is_empty() {
-        schema = dereference(root, schema);
-        if let Some(after) = rest.strip_prefix('[') {
-            let (_, tail) = after.split_once(']')?;
-            schema = schema.get("items").or_else(|| any_branch(root, schema, |s| s.get("items")))?;
-            rest = tail;
-            continue;
-        }
-        let segment = if first { rest } else { rest.strip_prefix('.')? };
-        let end = segment.find(['.', '[']).unwrap_or(segment.len());
-        let key = &segment[..end];
-        let property = |s: &'s Value| s.get("properties").and_then(|p| p.get(key));
-        schema = property(schema).or_else(|| any_branch(root, schema, property))?;
-        rest = &segment[end..];
-        first = false;
-    }
-    Some(dereference(root, schema))
-}
-
-fn dereference<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
-    for _ in 0..32 {
-        let target = schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"));
-        match target.and_then(|name| root.get("$defs")?.get(name)) {
-            Some(definition) => schema = definition,
-            None => break,
-        }
-    }
-    schema
-}
-
-fn any_branch<'s>(
-    root: &'s Value,
-    schema: &'s Value,
-    find: impl Fn(&'s Value) -> Option<&'s Value>,
-) -> Option<&'s Value> {
-    ["anyOf", "oneOf"]
-        .iter()
-        .filter_map(|key| schema.get(*key).and_then(Value::as_array))
-        .flatten()
-        .find_map(|branch| find(dereference(root, branch)))
-}
-
-/// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)".
-fn expected_for(schema: &Value, field: &str) -> String {
-    let Some(property) = schema.get("properties").and_then(|p| p.get(field)) else {
-        return "the declared type".to_owned();
-    };
-    describe_schema(property)
-}
-
-fn describe_schema(schema: &Value) -> String {
-    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-        let shown: Vec<String> = values.iter().take(8).map(Value::to_string).collect();
-        return format!("one of {}", shown.join(", "));
-    }
-    if let Some(value) = schema.get("const") {
-        return format!("exactly {value}");
-    }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(options) = schema.get(key).and_then(Value::as_array) {
-            let shown: Vec<String> = options
-                .iter()
-                .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
-                .map(describe_schema)
-                .collect();
-            return shown.join(" or ");
-        }
-    }
-    let types: Vec<&str> = match schema.get("type") {
-        Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
-        _ => Vec::new(),
-    };
-    let Some(kind) = types.first() else {
-        return "a JSON value of the declared shape".to_owned();
-    };
-    match *kind {
-        "integer" => match (schema.get("minimum"), schema.get("maximum")) {
-            (Some(min), Some(max)) => format!("a JSON integer from {min} to {max} (no quotes, no decimal point)"),
-            (Some(min), None) if min.as_f64() == Some(0.0) => {
-                "a non-negative JSON integer such as 5 (no quotes, no decimal point)".to_owned()
-            }
-            _ => "a JSON integer such as 5 (no quotes, no decimal point)".to_owned(),
-        },
-        "number" => "a JSON number such as 2.5 (no quotes)".to_owned(),
-        "boolean" => "`true` or `false` (no quotes)".to_owned(),
-        "string" => "a JSON string in double quotes".to_owned(),
-        "array" => "a JSON array".to_owned(),
-        "object" => match schema.get("properties").and_then(Value::as_object) {
-            Some(props) if !props.is_empty() => {
-                let keys: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
-                format!("a JSON object with {}", keys.join(", "))
-            }
-            _ => "a JSON object".to_owned(),
-        },
-        other => format!("a JSON {other}"),
     }
 }
 
@@ -552,13 +262,5 @@ mod tests {
         // In range but written with a decimal point: serde's own words stand.
         assert!(messages[3].contains("floating point"), "{}", messages[3]);
         assert!(messages[4].contains("from -9223372036854775808 to 18446744073709551615"), "{}", messages[4]);
-    }
-
-    #[test]
-    fn describes_expected_shapes() {
-        assert!(describe_schema(&json!({"type": "integer", "minimum": 0})).contains("non-negative"));
-        assert!(describe_schema(&json!({"type": ["string", "null"]})).contains("string"));
-        assert_eq!(describe_schema(&json!({"enum": ["a", "b"]})), "one of \"a\", \"b\"");
-        assert!(describe_schema(&json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]})).contains("true"));
     }
 }

@@ -50,12 +50,10 @@ mod clock;
 mod context;
 mod dialect;
 mod dispatch;
-pub mod display;
 mod echo;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
-mod interrupt;
 pub mod keys;
 pub mod ledger;
 mod mask;
@@ -109,16 +107,17 @@ pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_nam
 /// ```
 pub use agent_airlock_macros::airlock_tool;
 pub use agent_airlock_macros::tool;
+pub use approval::display;
+pub use approval::protocol::{
+    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
+    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+};
 pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
-pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
+pub use args::MAX_ARGUMENT_DEPTH;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
-pub use interrupt::{
-    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
-    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
-};
 pub use keys::{ApprovalKey, HashKey, KeyError};
 pub use mask::{
     Detection, FULL_MASK, HASH_HEX_LEN, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskSetParseError,
@@ -129,8 +128,9 @@ pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
-    Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Prepared,
-    PreparedCall, Tool, ToolError, ToolOutput, ToolSpec, ToolSpecBuilder, ToolSpecError,
+    ArgumentError, ArgumentErrors, Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate,
+    GhostPolicy, ParamSpec, Prepared, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec, ToolSpecBuilder,
+    ToolSpecError,
 };
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
@@ -153,10 +153,10 @@ pub mod __private {
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 
-    use crate::args::ArgumentError;
-    pub use crate::args::ArgumentErrors;
     use crate::context::Inject;
     use crate::message::HostCommand;
+    use crate::tool::ArgumentError;
+    pub use crate::tool::ArgumentErrors;
     pub use crate::tool::{Arguments, Prepared, PreparedCall};
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -185,11 +185,11 @@ pub mod __private {
     }
 
     pub fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
-        crate::schema::param_schema::<T>(generator)
+        crate::tool::param_schema::<T>(generator)
     }
 
     pub fn accepts_null<T: ToolArgument>() -> bool {
-        crate::schema::accepts_null::<T>()
+        crate::tool::accepts_null::<T>()
     }
 
     pub fn argument<T: ToolArgument>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::interrupt::InterruptRequest;
+use crate::approval::protocol::InterruptRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -1,9 +1,8 @@
 //! The canonical, model-visible schema of a tool: one closed JSON object, every subschema inline, with
 //! each parameter's doc comment as its description. Provider dialects are transforms of this one.
 
+use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, Schema, SchemaGenerator};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -134,7 +133,7 @@ fn add_integer_range(map: &mut Map<String, Value>) {
         Some("uint") => "usize",
         _ => return,
     };
-    let Some((min, max)) = crate::args::integer_range(type_name).filter(|_| is_integer) else { return };
+    let Some((min, max)) = integer_range(type_name).filter(|_| is_integer) else { return };
     // Both fit: the ranges are clamped to what JSON integers hold.
     let number = |n: i128| i64::try_from(n).map(Value::from).or_else(|_| u64::try_from(n).map(Value::from)).ok();
     let (Some(min), Some(max)) = (number(min), number(max)) else { return };
@@ -142,12 +141,25 @@ fn add_integer_range(map: &mut Map<String, Value>) {
     map.entry("maximum").or_insert(max);
 }
 
-/// The schema of one parameter type (generated code passes this as a function pointer).
-pub(crate) fn param_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
-
-/// Whether `null` deserializes into `T`: absent and `null` arguments are then valid.
-pub(crate) fn accepts_null<T: DeserializeOwned>() -> bool {
-    T::deserialize(&Value::Null).is_ok()
+/// The values an integer type admits from JSON: its own range, within what a JSON number parses to without
+/// losing precision (`i64` and `u64`; a larger integer arrives as a floating-point number).
+pub(crate) fn integer_range(type_name: &str) -> Option<(i128, i128)> {
+    const JSON_MIN: i128 = i64::MIN as i128;
+    const JSON_MAX: i128 = u64::MAX as i128;
+    let (min, max): (i128, i128) = match type_name {
+        "i8" => (i8::MIN.into(), i8::MAX.into()),
+        "i16" => (i16::MIN.into(), i16::MAX.into()),
+        "i32" => (i32::MIN.into(), i32::MAX.into()),
+        "i64" => (i64::MIN.into(), i64::MAX.into()),
+        "isize" => (isize::MIN as i128, isize::MAX as i128),
+        "i128" => (i128::MIN, i128::MAX),
+        "u8" => (0, u8::MAX.into()),
+        "u16" => (0, u16::MAX.into()),
+        "u32" => (0, u32::MAX.into()),
+        "u64" => (0, u64::MAX.into()),
+        "usize" => (0, usize::MAX as i128),
+        "u128" => (0, i128::MAX),
+        _ => return None,
+    };
+    Some((min.max(JSON_MIN), max.min(JSON_MAX)))
 }

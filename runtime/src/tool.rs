@@ -11,7 +11,6 @@ use serde::de::DeserializeOwned;
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
 
-use crate::args::ArgumentErrors;
 use crate::canonical::{CanonicalError, MAX_CANONICAL_DEPTH, to_canonical_string};
 use crate::context::Invocation;
 use crate::mask::MaskSet;
@@ -59,6 +58,58 @@ impl Prepared {
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared").field("effect_key", &self.effect_key).finish_non_exhaustive()
+    }
+}
+
+/// Every problem found while preparing a call's arguments and injected values.
+#[derive(Debug, Default)]
+pub struct ArgumentErrors {
+    errors: Vec<ArgumentError>,
+}
+
+/// One bad argument or missing injected value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgumentError {
+    /// A required argument is absent (or `null`).
+    Missing {
+        /// The argument's key.
+        field: String,
+    },
+    /// An argument did not deserialize into the declared type.
+    Invalid {
+        /// The argument's key, with the path inside it where the error is (`address.zip`).
+        field: String,
+        /// What serde said, e.g. ``invalid type: string "5", expected u32``.
+        message: String,
+    },
+    /// The host did not supply an injected value.
+    Injection {
+        /// The parameter's name.
+        param: String,
+        /// What was missing.
+        message: String,
+    },
+}
+
+impl ArgumentErrors {
+    /// No errors yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one error.
+    pub fn push(&mut self, error: ArgumentError) {
+        self.errors.push(error);
+    }
+
+    /// The errors, in parameter order.
+    pub fn errors(&self) -> &[ArgumentError] {
+        &self.errors
+    }
+
+    /// Whether any error is the host's, not the model's.
+    pub fn is_host_error(&self) -> bool {
+        self.errors.iter().any(|e| matches!(e, ArgumentError::Injection { .. }))
     }
 }
 
@@ -473,12 +524,7 @@ pub struct ParamSpec {
 impl ParamSpec {
     /// A parameter named `name` whose value the model sends as a `T`, with its doc text.
     pub fn of<T: DeserializeOwned + JsonSchema>(name: &'static str, description: Option<&'static str>) -> ParamSpec {
-        ParamSpec {
-            name,
-            description,
-            schema: crate::schema::param_schema::<T>,
-            accepts_null: crate::schema::accepts_null::<T>,
-        }
+        ParamSpec { name, description, schema: param_schema::<T>, accepts_null: accepts_null::<T> }
     }
 
     /// A parameter from what the macro generated for its type.
@@ -677,4 +723,14 @@ mod tests {
     fn the_json_fallback_ignores_number_spelling_and_key_order() {
         assert_eq!(key(json!({"a": {"q": 1, "p": 2}, "b": 100.0})), key(json!({"a": {"p": 2, "q": 1.0}, "b": 100})));
     }
+}
+
+/// The schema of one parameter type (generated code passes this as a function pointer).
+pub(crate) fn param_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// Whether `null` deserializes into `T`: absent and `null` arguments are then valid.
+pub(crate) fn accepts_null<T: DeserializeOwned>() -> bool {
+    T::deserialize(&Value::Null).is_ok()
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::escalation::Escalation;
 use super::{Dispatcher, Entry};
+use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
 use crate::audit::AuditLog;
 use crate::clock::{Clock, SystemClock};
 use crate::effect::EffectStore;
-use crate::interrupt::InterruptApprovals;
 use crate::mask::Masker;
 use crate::policy::Policy;
 use crate::rate::{Rate, RateLimiter, RateScope};

@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::refusal::{self, Refused};
 use super::{Dispatcher, Entry};
+use crate::approval::protocol::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
 use crate::approval::{ApprovalRequest, Approver, Decision};
 use crate::context::CallContext;
-use crate::interrupt::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
 use crate::ledger::LedgerError;
 use crate::tool::Arguments;
 

@@ -9,6 +9,7 @@
 //! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
 //! refusal by the rate limit or the effect record leaves the approval live.
 
+mod argument_refusal;
 mod build;
 mod escalation;
 mod refusal;
@@ -27,6 +28,7 @@ pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
 use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
+use crate::approval::protocol::PreparedAdmission;
 use crate::approval::{Approver, EscalationReason};
 use crate::args;
 use crate::audit::{AuditLog, AuditOutcome};
@@ -34,7 +36,6 @@ use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
-use crate::interrupt::PreparedAdmission;
 use crate::ledger::EffectClaim;
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
@@ -190,23 +191,24 @@ impl Dispatcher {
         }
 
         // 3. Ghost arguments.
-        let admitted = args::admit(arguments, spec, &entry.definition.input_schema)
-            .map_err(|err| refuse(refusal::admission(name, spec, err)))?;
-        if !admitted.stripped.is_empty() {
-            tracing::warn!(target: "agent_airlock", stripped = ?admitted.stripped, "undeclared arguments stripped");
+        let screened = args::screen(arguments, spec, &entry.definition.input_schema)
+            .map_err(|err| refuse(refusal::screening(name, spec, err)))?;
+        if !screened.stripped.is_empty() {
+            tracing::warn!(target: "agent_airlock", stripped = ?screened.stripped, "undeclared arguments stripped");
         }
-        let stripped = admitted.stripped;
+        let stripped = screened.stripped;
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         if self.audit.is_some() {
-            trail.arguments = Some(Value::Object(admitted.arguments.clone()));
+            trail.arguments = Some(Value::Object(screened.arguments.clone()));
         }
 
         // 4. Validation and injection: the future is built but not polled.
         let invocation = Invocation { context, tool_call_id: id, tool: spec.name() };
-        let (prepared, effect_key) = match entry.tool.prepare(&admitted.arguments, &invocation) {
+        let (prepared, effect_key) = match entry.tool.prepare(&screened.arguments, &invocation) {
             Ok(prepared) => prepared.into_parts(),
             Err(errors) => {
-                let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
+                let (text, hints) =
+                    argument_refusal::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
                     for error in errors.errors() {
                         tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
@@ -222,7 +224,7 @@ impl Dispatcher {
         };
         // The key comes from the typed values (hand-written tools may leave it to the template).
         let effect_key =
-            spec.effect().map(|template| effect_key.unwrap_or_else(|| template.render(&admitted.arguments)));
+            spec.effect().map(|template| effect_key.unwrap_or_else(|| template.render(&screened.arguments)));
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
@@ -231,7 +233,7 @@ impl Dispatcher {
             let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
             trail.rule = Some(rules.clone());
             self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
-            let call = EscalatedCall { entry, id, name, arguments: &admitted.arguments, context, rules: &rules };
+            let call = EscalatedCall { entry, id, name, arguments: &screened.arguments, context, rules: &rules };
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
                 Escalated::Approved { detail } => {
                     trail.detail = Some(detail);

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::approval::protocol::AdmitError;
+use crate::args::{MAX_ARGUMENT_DEPTH, ScreeningError};
 use crate::echo;
 use crate::effect::EffectError;
-use crate::interrupt::AdmitError;
 use crate::message::RefusalKind;
 use crate::rate::Rate;
 use crate::tool::ToolSpec;
@@ -55,26 +55,26 @@ pub(super) fn denied(name: &str, rule: &str) -> Refused {
 }
 
 /// Gate 3: the arguments are not an object, nest too deep, or carry ghosts under `ghost = "block"`.
-pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Refused {
+pub(super) fn screening(name: &str, spec: &ToolSpec, err: ScreeningError) -> Refused {
     match err {
-        AdmissionError::NotAnObject(what) => Refused::new(
+        ScreeningError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,
             format!("the arguments for `{name}` must be a JSON object, got {what}"),
         )
         .hint("send the arguments as one JSON object keyed by parameter name"),
-        AdmissionError::TooDeep => Refused::new(
+        ScreeningError::TooDeep => Refused::new(
             RefusalKind::MalformedArguments,
             format!("the arguments for `{name}` nest deeper than {MAX_ARGUMENT_DEPTH} levels"),
         )
         .hint("send flatter arguments"),
-        AdmissionError::Ghosts(ghosts) => {
-            let (text, hints) = args::describe_ghosts(name, spec, &ghosts);
+        ScreeningError::Ghosts(ghosts) => {
+            let (text, hints) = super::argument_refusal::describe_ghosts(name, spec, &ghosts);
             let mut refused = Refused::new(RefusalKind::MalformedArguments, text).rule("ghost = block");
             refused.hints = hints;
             refused
         }
-        AdmissionError::Duplicates(duplicates) => {
-            let (text, hints) = args::describe_duplicates(name, &duplicates);
+        ScreeningError::Duplicates(duplicates) => {
+            let (text, hints) = super::argument_refusal::describe_duplicates(name, &duplicates);
             let mut refused = Refused::new(RefusalKind::InvalidArguments, text);
             refused.hints = hints;
             refused

@@ -14,7 +14,7 @@
 //!   silent run. An answer approves only the call it was asked for: nothing is remembered, so the same
 //!   request id or the same arguments ask again;
 //! - the human is shown the call in full, every argument whole with hidden characters escaped
-//!   ([`crate::display`]); a call too long to show is refused without asking. At most one elicitation per
+//!   ([`crate::approval::display`]); a call too long to show is refused without asking. At most one elicitation per
 //!   tool waits on a connection; a cancelled call (`notifications/cancelled`) withdraws its elicitation and
 //!   never runs, whatever the human answers later. When no answer is obtained (cancelled, timed out,
 //!   undeliverable) the model is told so, never that a human declined.
@@ -58,11 +58,11 @@ use serde_json::{Map, Value};
 
 pub use rmcp;
 
+use crate::approval::display::DisplayError;
+use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
-use crate::display::DisplayError;
-use crate::interrupt::InterruptApprovals;
 use crate::message::{Outcome, Refusal, Status, ToolCall};
 use crate::schema::ToolDefinition;
 
@@ -615,7 +615,7 @@ fn decision_of(answer: ElicitResult) -> Decision {
     }
 }
 
-/// The prompt: the call in full (see [`crate::display`]), or an error if it cannot be shown whole.
+/// The prompt: the call in full (see [`crate::approval::display`]), or an error if it cannot be shown whole.
 fn approval_message(request: &ApprovalRequest) -> Result<String, DisplayError> {
     Ok(format!("Allow this call to run once, exactly as shown?\n{}", request.render()?))
 }

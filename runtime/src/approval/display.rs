@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::approval::EscalationReason;
+use super::EscalationReason;
 
 /// The most text a call may render to. Beyond it no human can be expected to read the call whole, so the
 /// call is not shown (and not put to a human) at all.

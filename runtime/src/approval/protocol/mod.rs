@@ -24,7 +24,7 @@
 //! retired key's requests and grants are honoured or refused as the ring says.
 
 mod error;
-mod key;
+mod key_ring;
 mod mac;
 mod message;
 
@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError};
-pub use self::key::{KeyLookupError, KeyRing, RetiredKeys};
+pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
 pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use self::message::{

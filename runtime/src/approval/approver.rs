@@ -6,7 +6,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::display::DisplayError;
+use super::display::DisplayError;
 
 /// A call waiting for a human's decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,12 +25,12 @@ pub struct ApprovalRequest {
 
 impl ApprovalRequest {
     /// The call as a human must see it before deciding: the tool, why it needs approval, and every
-    /// argument in full, with control, bidi and invisible characters escaped (see [`crate::display`]).
+    /// argument in full, with control, bidi and invisible characters escaped (see [`display`](super::display)).
     ///
     /// An error means the call is too long to show in full: do not ask a human about it, answer
     /// [`Decision::Unavailable`].
     pub fn render(&self) -> Result<String, DisplayError> {
-        crate::display::render_call(&self.tool, &self.reasons, &self.arguments)
+        super::display::render_call(&self.tool, &self.reasons, &self.arguments)
     }
 }
 

@@ -1,0 +1,12 @@
+//! Everything about a human's approval of an escalated call, one concept a file:
+//!
+//! - `approver`: the request a human sees during the call, the [`Approver`] callback and its [`Decision`];
+//! - `display`: how a call is shown to a human, whole and with hidden characters escaped;
+//! - `protocol`: the durable approval protocol across an interrupt ([`InterruptApprovals`]): binding, seal,
+//!   token, the key ring, and the messages a host stores and resumes with.
+
+mod approver;
+pub mod display;
+pub(crate) mod protocol;
+
+pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};

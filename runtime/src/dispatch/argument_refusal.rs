@@ -1,0 +1,240 @@
+//! What an argument refusal says: every bad field named with what its schema expects, stripped keys that
+//! look like misspellings of a missing one, repeated set items. Every echoed fragment goes through
+//! [`echo`](crate::echo), so model input never comes back unbounded.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::args::{Duplicate, Ghost, MAX_LISTED, nested};
+use crate::echo;
+use crate::tool::{ArgumentError, ArgumentErrors, ToolSpec};
+
+/// The refusal text and hints for undeclared keys under `ghost = "block"`.
+pub(super) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
+    let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
+    let declared = spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
+    let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
+    let mut hints: Vec<String> = ghosts
+        .iter()
+        .take(MAX_LISTED)
+        .filter_map(|ghost| {
+            let closest = ghost.closest.as_deref()?;
+            let path = echo::fragment(&ghost.path);
+            let renamed = match ghost.path.rsplit_once('.') {
+                Some((parent, _)) => format!("{}.{closest}", echo::fragment(parent)),
+                None => closest.to_owned(),
+            };
+            Some(format!("did you mean `{renamed}`? rename `{path}` to `{renamed}`"))
+        })
+        .collect();
+    hints.push(format!("remove {shown} and call again"));
+    (text, hints)
+}
+
+/// The refusal text and hints for repeated items in sets.
+pub(super) fn describe_duplicates(tool: &str, duplicates: &[Duplicate]) -> (String, Vec<String>) {
+    let mut text = format!("the arguments for `{tool}` are invalid:");
+    let mut hints = Vec::new();
+    for duplicate in duplicates {
+        let path = echo::fragment(&duplicate.path);
+        let _ = write!(text, "\n- `{path}` holds `{}` more than once; its items must be unique", duplicate.item);
+        hints.push(format!("send each item of `{path}` once"));
+    }
+    (text, hints)
+}
+
+/// At most [`MAX_LISTED`] of `items`, comma-separated, then how many more there are.
+fn listed(items: impl Iterator<Item = String>, total: usize) -> String {
+    let mut shown = items.take(MAX_LISTED).collect::<Vec<_>>().join(", ");
+    if total > MAX_LISTED {
+        let _ = write!(shown, " and {} more", total - MAX_LISTED);
+    }
+    shown
+}
+
+/// The refusal text and hints for argument errors, using the tool's schema to say what was expected.
+pub(super) fn describe_errors(
+    tool: &str,
+    errors: &ArgumentErrors,
+    schema: &Value,
+    stripped: &[String],
+) -> (String, Vec<String>) {
+    if errors.is_host_error() {
+        // The model cannot fix this; say so plainly and keep the host's details out of the model's view.
+        return (
+            format!("tool `{tool}` cannot run right now because the host is misconfigured; do not retry it"),
+            vec!["tell the user this tool is unavailable".to_owned()],
+        );
+    }
+    let mut text = format!("the arguments for `{tool}` are invalid:");
+    let mut hints = Vec::new();
+    for error in errors.errors() {
+        match error {
+            ArgumentError::Missing { field } => {
+                let expected = expected_for(schema, field);
+                let _ = write!(text, "\n- `{field}` is required ({expected})");
+                // A misspelt key was stripped as a ghost: say which one was meant.
+                hints.push(match misspelt(stripped, "", field) {
+                    Some(ghost) => format!("rename `{ghost}` to `{field}`; send it as {expected}"),
+                    None => format!("include `{field}` as {expected}"),
+                });
+            }
+            ArgumentError::Invalid { field, message } => {
+                let top = field.split(['.', '[']).next().unwrap_or(field);
+                let expected = expected_for(schema, top);
+                let shown = echo::fragment(field);
+                let message = match message.strip_prefix("data did not match any variant of untagged enum") {
+                    // Serde names the Rust type only; the schema says what each variant takes.
+                    Some(_) => match schema_at(schema, field) {
+                        Some(variants) => format!("matches none of the accepted forms: {}", describe_schema(variants)),
+                        None => echo::message(message),
+                    },
+                    None => echo::message(message),
+                };
+                let _ = write!(text, "\n- `{shown}`: {message}");
+                // A nested required key missing while a near one was stripped: name both.
+                let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
+                match missing.and_then(|key| misspelt(stripped, field, key).map(|ghost| (key, ghost))) {
+                    Some((key, ghost)) => hints.push(format!("rename `{ghost}` to `{shown}.{key}`")),
+                    None => hints.push(format!("send `{top}` as {expected}")),
+                }
+            }
+            ArgumentError::Injection { .. } => {}
+        }
+    }
+    (text, hints)
+}
+
+/// The stripped ghost under `parent` (a path, empty for the top level) that looks like a misspelling of
+/// `key`.
+fn misspelt<'a>(stripped: &'a [String], parent: &str, key: &str) -> Option<&'a str> {
+    stripped.iter().map(String::as_str).find(|ghost| {
+        let name = match ghost.rsplit_once('.') {
+            Some((ghost_parent, name)) if ghost_parent == parent => name,
+            None if parent.is_empty() => ghost,
+            _ => return false,
+        };
+        nested::closest(name, [key]).is_some()
+    })
+}
+
+/// The schema of the value at `path` (`order.lines[2].sku`), following `$ref`s and the alternatives that
+/// declare the next key.
+fn schema_at<'s>(root: &'s Value, path: &str) -> Option<&'s Value> {
+    let mut schema = root;
+    let mut rest = path;
+    let mut first = true;
+    while !rest.is_empty() {
+        schema = dereference(root, schema);
+        if let Some(after) = rest.strip_prefix('[') {
+            let (_, tail) = after.split_once(']')?;
+            schema = schema.get("items").or_else(|| any_branch(root, schema, |s| s.get("items")))?;
+            rest = tail;
+            continue;
+        }
+        let segment = if first { rest } else { rest.strip_prefix('.')? };
+        let end = segment.find(['.', '[']).unwrap_or(segment.len());
+        let key = &segment[..end];
+        let property = |s: &'s Value| s.get("properties").and_then(|p| p.get(key));
+        schema = property(schema).or_else(|| any_branch(root, schema, property))?;
+        rest = &segment[end..];
+        first = false;
+    }
+    Some(dereference(root, schema))
+}
+
+fn dereference<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
+    for _ in 0..32 {
+        let target = schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"));
+        match target.and_then(|name| root.get("$defs")?.get(name)) {
+            Some(definition) => schema = definition,
+            None => break,
+        }
+    }
+    schema
+}
+
+fn any_branch<'s>(
+    root: &'s Value,
+    schema: &'s Value,
+    find: impl Fn(&'s Value) -> Option<&'s Value>,
+) -> Option<&'s Value> {
+    ["anyOf", "oneOf"]
+        .iter()
+        .filter_map(|key| schema.get(*key).and_then(Value::as_array))
+        .flatten()
+        .find_map(|branch| find(dereference(root, branch)))
+}
+
+/// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)".
+fn expected_for(schema: &Value, field: &str) -> String {
+    let Some(property) = schema.get("properties").and_then(|p| p.get(field)) else {
+        return "the declared type".to_owned();
+    };
+    describe_schema(property)
+}
+
+fn describe_schema(schema: &Value) -> String {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let shown: Vec<String> = values.iter().take(8).map(Value::to_string).collect();
+        return format!("one of {}", shown.join(", "));
+    }
+    if let Some(value) = schema.get("const") {
+        return format!("exactly {value}");
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(options) = schema.get(key).and_then(Value::as_array) {
+            let shown: Vec<String> = options
+                .iter()
+                .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+                .map(describe_schema)
+                .collect();
+            return shown.join(" or ");
+        }
+    }
+    let types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+        _ => Vec::new(),
+    };
+    let Some(kind) = types.first() else {
+        return "a JSON value of the declared shape".to_owned();
+    };
+    match *kind {
+        "integer" => match (schema.get("minimum"), schema.get("maximum")) {
+            (Some(min), Some(max)) => format!("a JSON integer from {min} to {max} (no quotes, no decimal point)"),
+            (Some(min), None) if min.as_f64() == Some(0.0) => {
+                "a non-negative JSON integer such as 5 (no quotes, no decimal point)".to_owned()
+            }
+            _ => "a JSON integer such as 5 (no quotes, no decimal point)".to_owned(),
+        },
+        "number" => "a JSON number such as 2.5 (no quotes)".to_owned(),
+        "boolean" => "`true` or `false` (no quotes)".to_owned(),
+        "string" => "a JSON string in double quotes".to_owned(),
+        "array" => "a JSON array".to_owned(),
+        "object" => match schema.get("properties").and_then(Value::as_object) {
+            Some(props) if !props.is_empty() => {
+                let keys: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
+                format!("a JSON object with {}", keys.join(", "))
+            }
+            _ => "a JSON object".to_owned(),
+        },
+        other => format!("a JSON {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn describes_expected_shapes() {
+        assert!(describe_schema(&json!({"type": "integer", "minimum": 0})).contains("non-negative"));
+        assert!(describe_schema(&json!({"type": ["string", "null"]})).contains("string"));
+        assert_eq!(describe_schema(&json!({"enum": ["a", "b"]})), "one of \"a\", \"b\"");
+        assert!(describe_schema(&json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]})).contains("true"));
+    }
+}
