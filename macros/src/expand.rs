@@ -81,7 +81,7 @@ fn fallback(func: &ToolFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
         #[doc(hidden)]
         #[allow(non_camel_case_types, dead_code)]
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
-        #vis struct #tool_ident;
+        #vis struct #tool_ident {}
 
         impl #private::Tool for #tool_ident {
             fn spec(&self) -> &'static #private::ToolSpec {
@@ -115,11 +115,11 @@ fn strip_parameter_attributes(func: &mut ToolFn) {
     }
 }
 
-/// The hidden tool type's name for a function: `__airlock_tool_<fn>`.
+/// The hidden tool type's name for a function: the function's own name. The type is a braced struct, which
+/// lives in the type namespace only, beside the function in the value namespace; so whatever path or `use`
+/// reaches the function reaches its tool too, and `tool!(f)` is the struct expression `f {}`.
 pub(crate) fn tool_type_ident(fn_ident: &syn::Ident) -> syn::Ident {
-    let name = fn_ident.to_string();
-    let name = name.strip_prefix("r#").unwrap_or(&name);
-    format_ident!("__airlock_tool_{}", name, span = fn_ident.span())
+    fn_ident.clone()
 }
 
 fn generate(tool: &Checked<'_>) -> TokenStream {
@@ -294,7 +294,7 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
         #[doc(hidden)]
         #[allow(non_camel_case_types)]
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
-        #vis struct #tool_ident;
+        #vis struct #tool_ident {}
 
         const _: () = {
             #effect_item
@@ -351,9 +351,10 @@ fn located_at(tokens: TokenStream, span: Span, marker: &(syn::Ident, TokenStream
     out
 }
 
-/// `tool!(path::to::f)` → `path::to::__airlock_tool_f`, a value of the generated tool type.
+/// `tool!(path::to::f)` → `path::to::f {}`, a value of the generated tool type (the braced struct named like
+/// the function, see [`tool_type_ident`]).
 pub(crate) fn tool_path(input: TokenStream) -> TokenStream {
-    let mut path: syn::Path = match syn::parse2(input) {
+    let path: syn::Path = match syn::parse2(input) {
         Ok(path) => path,
         Err(err) => {
             return syn::Error::new(
@@ -363,12 +364,11 @@ pub(crate) fn tool_path(input: TokenStream) -> TokenStream {
             .to_compile_error();
         }
     };
-    if let Some(last) = path.segments.last_mut() {
+    if let Some(last) = path.segments.last() {
         if !last.arguments.is_empty() {
             return syn::Error::new_spanned(&last.arguments, "a tool function has no generic arguments")
                 .to_compile_error();
         }
-        last.ident = tool_type_ident(&last.ident);
     }
-    quote!(#path)
+    quote!(#path {})
 }
