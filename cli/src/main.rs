@@ -474,8 +474,8 @@ impl Verifier {
             Some(Err(error)) => return Sealed::Tampered(format!("the key could not be loaded: {error}")),
             None => return Sealed::Unverified,
         };
-        let approvals =
-            InterruptApprovals::new(KeyRing::new(key), Arc::clone(ledger) as _, Arc::new(SystemClock), Duration::ZERO);
+        let approvals = InterruptApprovals::new(KeyRing::new(key), Arc::clone(ledger), Duration::ZERO)
+            .with_clock(Arc::new(SystemClock));
         match approvals.verify_request(&entry.request.interrupt) {
             // The ledger's copies must agree with the sealed value, or the record was edited.
             Ok(request) if request.request_id() == entry.request.request_id => Sealed::Verified(Box::new(request)),
@@ -549,7 +549,7 @@ fn approvals(
         None => ApprovalKey::from_env(key_id, &source.key_env),
     }
     .map_err(|e| e.to_string())?;
-    Ok(InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), ttl))
+    Ok(InterruptApprovals::new(KeyRing::new(key), ledger, ttl).with_clock(Arc::new(SystemClock)))
 }
 
 fn audit_key(source: &AuditKeySource) -> Result<Option<AuditKey>, Failure> {

@@ -32,7 +32,7 @@ fn stdout_json(output: &Output) -> Value {
 fn approvals(db: &Path) -> InterruptApprovals {
     let ledger = Arc::new(RedbLedger::open(db).unwrap());
     let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
-    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), Duration::from_secs(600))
+    InterruptApprovals::new(KeyRing::new(key), ledger, Duration::from_secs(600)).with_clock(Arc::new(SystemClock))
 }
 
 fn arguments(amount: u64) -> Map<String, Value> {

@@ -37,7 +37,9 @@ fn approvals(db: &Path, grant_ttl: Duration) -> InterruptApprovals {
     let ledger = Arc::new(RedbLedger::open(db).unwrap());
     let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
     // Five requests of one tool wait in one thread here: more than the default pending limit.
-    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), grant_ttl).with_max_pending(None)
+    InterruptApprovals::new(KeyRing::new(key), ledger, grant_ttl)
+        .with_clock(Arc::new(SystemClock))
+        .with_max_pending(None)
 }
 
 fn arguments(n: u64) -> Map<String, Value> {

@@ -364,11 +364,10 @@ pub(crate) fn tool_path(input: TokenStream) -> TokenStream {
             .to_compile_error();
         }
     };
-    if let Some(last) = path.segments.last() {
-        if !last.arguments.is_empty() {
-            return syn::Error::new_spanned(&last.arguments, "a tool function has no generic arguments")
-                .to_compile_error();
-        }
+    if let Some(last) = path.segments.last()
+        && !last.arguments.is_empty()
+    {
+        return syn::Error::new_spanned(&last.arguments, "a tool function has no generic arguments").to_compile_error();
     }
     quote!(#path {})
 }

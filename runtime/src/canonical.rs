@@ -163,7 +163,7 @@ pub fn canonical_object_sha256(object: &Map<String, Value>) -> Result<[u8; 32], 
 }
 
 /// Writes the canonical form of `value` into `sink`. On error, `sink` holds a partial text.
-pub fn write_canonical(value: &Value, sink: &mut impl CanonicalSink) -> Result<(), CanonicalError> {
+pub(crate) fn write_canonical(value: &Value, sink: &mut impl CanonicalSink) -> Result<(), CanonicalError> {
     write_value(value, sink, 0)
 }
 
@@ -237,7 +237,7 @@ fn write_member(
 }
 
 /// Orders two strings by their UTF-16 code units, as RFC 8785 §3.2.3 sorts member names.
-pub fn utf16_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn utf16_cmp(a: &str, b: &str) -> Ordering {
     // Byte order equals code point order; it differs from UTF-16 order only where a surrogate pair
     // (a code point above U+FFFF) meets a code unit in U+E000..=U+FFFF. Compare bytes until the first
     // difference and fall back to code units only there.
@@ -361,6 +361,16 @@ impl fmt::Display for DisplayCanonical<'_> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Object keys sort by UTF-16 code units (RFC 8785 §3.2.3), whatever the characters.
+        #[test]
+        fn utf16_order_matches_encode_utf16(a in "\\PC{0,8}", b in "\\PC{0,8}") {
+            prop_assert_eq!(utf16_cmp(&a, &b), a.encode_utf16().cmp(b.encode_utf16()));
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -133,15 +133,6 @@ pub use tool::{
     ToolSpecError,
 };
 
-/// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
-pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {
-    tools
-        .into_iter()
-        .filter(|tool| policy.for_tool(tool.spec().name()).denied_by.is_none())
-        .map(ToolDefinition::of)
-        .collect()
-}
-
 /// Used by the code `#[airlock_tool]` generates. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {

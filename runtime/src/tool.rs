@@ -623,6 +623,16 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
+/// The schema of one parameter type (generated code passes this as a function pointer).
+pub(crate) fn param_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// Whether `null` deserializes into `T`: absent and `null` arguments are then valid.
+pub(crate) fn accepts_null<T: DeserializeOwned>() -> bool {
+    T::deserialize(&Value::Null).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,14 +733,4 @@ mod tests {
     fn the_json_fallback_ignores_number_spelling_and_key_order() {
         assert_eq!(key(json!({"a": {"q": 1, "p": 2}, "b": 100.0})), key(json!({"a": {"p": 2, "q": 1.0}, "b": 100})));
     }
-}
-
-/// The schema of one parameter type (generated code passes this as a function pointer).
-pub(crate) fn param_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
-
-/// Whether `null` deserializes into `T`: absent and `null` arguments are then valid.
-pub(crate) fn accepts_null<T: DeserializeOwned>() -> bool {
-    T::deserialize(&Value::Null).is_ok()
 }

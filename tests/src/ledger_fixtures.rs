@@ -33,7 +33,7 @@ pub fn key_ring() -> KeyRing {
 
 /// Approvals over `ledger` with the test key ring and `clock`.
 pub fn approvals(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>) -> InterruptApprovals {
-    InterruptApprovals::new(key_ring(), ledger, clock, GRANT_TTL)
+    InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(clock)
 }
 
 /// A call as the dispatcher would see it, owned so it can be stored and sent to another process.

@@ -74,7 +74,7 @@ pub fn cancel_subscription(
 
 /// A dispatcher for the payments tools with interrupt approvals over `ledger`.
 pub fn dispatcher(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>, policy: Policy) -> Dispatcher {
-    let approvals = InterruptApprovals::new(key_ring(), ledger, Arc::clone(&clock) as _, GRANT_TTL);
+    let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
     Dispatcher::builder()
         .tool(tool!(refund))
         .tool(tool!(cancel_subscription))

@@ -73,7 +73,8 @@ impl Host {
             Backend::Redb => Arc::new(RedbLedger::open(dir.path().join("airlock.redb")).expect("a fresh ledger file")),
         };
         let clock = Arc::new(ManualClock::new(START));
-        let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), Arc::clone(&clock) as _, GRANT_TTL);
+        let approvals =
+            InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(Arc::clone(&clock));
         // No `.effects(...)`: with interrupt approvals the effect records live in the ledger's storage.
         let dispatcher = Dispatcher::builder()
             .tool(tool!(pay))
@@ -293,12 +294,8 @@ fn an_empty_bucket_or_a_done_effect_is_refused_before_a_human_is_asked() {
 
 #[test]
 fn an_effect_store_apart_from_the_approval_ledger_is_refused_at_build_time() {
-    let approvals = InterruptApprovals::new(
-        key_ring(),
-        Arc::new(MemoryLedger::new()),
-        Arc::new(ManualClock::new(START)),
-        GRANT_TTL,
-    );
+    let approvals = InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), GRANT_TTL)
+        .with_clock(Arc::new(ManualClock::new(START)));
     let built = Dispatcher::builder()
         .tool(tool!(pay))
         .effects(agent_airlock::effect::MemoryEffectStore::new())
@@ -311,7 +308,8 @@ fn an_effect_store_apart_from_the_approval_ledger_is_refused_at_build_time() {
     let database = Arc::new(redb::Database::create(dir.path().join("airlock.redb")).unwrap());
     let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).unwrap());
     let effects = agent_airlock::effect::RedbEffectStore::new(database).unwrap();
-    let approvals = InterruptApprovals::new(key_ring(), ledger, Arc::new(ManualClock::new(START)), GRANT_TTL);
+    let approvals =
+        InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::new(ManualClock::new(START)));
     let built = Dispatcher::builder().tool(tool!(pay)).effects(effects).interrupt_approvals(approvals).build();
     assert!(built.is_ok());
 }

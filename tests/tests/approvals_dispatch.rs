@@ -40,7 +40,7 @@ impl Host {
     }
 
     fn approvals(&self) -> InterruptApprovals {
-        InterruptApprovals::new(key_ring(), Arc::clone(&self.ledger) as _, Arc::clone(&self.clock) as _, GRANT_TTL)
+        InterruptApprovals::new(key_ring(), Arc::clone(&self.ledger), GRANT_TTL).with_clock(Arc::clone(&self.clock))
     }
 
     fn dispatch_with(&self, policy: Policy, call: ToolCall, checkpoint: &str, resume: Option<Value>) -> Outcome {
@@ -270,7 +270,7 @@ fn a_wrong_or_rotated_key_admits_nothing_with_a_clear_reason() {
     let other_key = ApprovalKey::new("k2", &[7u8; 32]).unwrap();
     let run_with = |keys: KeyRing| {
         let approvals =
-            InterruptApprovals::new(keys, Arc::clone(&host.ledger) as _, Arc::clone(&host.clock) as _, GRANT_TTL);
+            InterruptApprovals::new(keys, Arc::clone(&host.ledger), GRANT_TTL).with_clock(Arc::clone(&host.clock));
         let dispatcher = agent_airlock::Dispatcher::builder()
             .tool(agent_airlock::tool!(agent_airlock_tests::payments::refund))
             .interrupt_approvals(approvals)
@@ -389,7 +389,7 @@ fn approved_in_file(dir: &Path) -> (std::path::PathBuf, Value) {
         Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("{other:?}"),
     };
-    let approvals = InterruptApprovals::new(key_ring(), ledger, clock as _, GRANT_TTL);
+    let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(clock);
     let resume = block_on(approvals.approve(&interrupt, "alice")).unwrap().into_value();
     (path, resume)
 }

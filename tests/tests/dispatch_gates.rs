@@ -424,9 +424,14 @@ fn offered_tools_drop_denied_and_keep_escalated() {
     let f = fixture(Policy::builder().deny("admin_*").build().unwrap(), None);
     let names: Vec<String> = f.dispatcher.offered_tools().into_iter().map(|d| d.name).collect();
     assert_eq!(names, ["greet", "transfer", "lookup", "handoff", "explode", "read_config"]);
-    let tools: [&dyn agent_airlock::Tool; 2] = [&tool!(drop_database), &tool!(transfer)];
-    let policy = Policy::builder().deny("admin_*").build().unwrap();
-    let filtered = agent_airlock::filter_tools(tools, &policy);
+    // One way to list what may be offered: the dispatcher's own, under its policy.
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(drop_database))
+        .tool(tool!(transfer))
+        .policy(Policy::builder().deny("admin_*").build().unwrap())
+        .build()
+        .unwrap();
+    let filtered = dispatcher.offered_tools();
     assert_eq!(filtered.len(), 1);
     assert_eq!(filtered[0].name, "transfer");
     let schema = &filtered[0].input_schema;

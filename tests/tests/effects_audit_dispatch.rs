@@ -75,7 +75,7 @@ impl Host {
         let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).unwrap());
         let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
         let audit = Arc::new(AuditLog::with_database(database, config).unwrap().with_clock(Arc::clone(&clock)));
-        let approvals = InterruptApprovals::new(key_ring(), ledger, Arc::clone(&clock) as _, GRANT_TTL);
+        let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
         let dispatcher = Dispatcher::builder()
             .tool(tool!(charge))
             .tool(tool!(refund))

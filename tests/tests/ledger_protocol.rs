@@ -42,7 +42,7 @@ impl Harness {
 
     /// The same ledger and clock, another key ring.
     fn with_keys(&self, keys: KeyRing) -> InterruptApprovals {
-        InterruptApprovals::new(keys, self.ledger.clone(), self.clock.clone(), GRANT_TTL)
+        InterruptApprovals::new(keys, self.ledger.clone(), GRANT_TTL).with_clock(self.clock.clone())
     }
 
     fn request(&self, call: &OwnedCall) -> InterruptRequest {
@@ -422,7 +422,8 @@ fn decisions_need_a_decider_and_a_fresh_request(h: Harness) {
     h.clock.advance(Duration::from_secs(60));
     assert!(matches!(timed.approve_blocking(request.as_value(), "alice"), Err(DecisionError::RequestExpired { .. })));
     // A request the ledger never recorded (sealed by the key, but recorded elsewhere) is refused.
-    let elsewhere = InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), h.clock.clone(), GRANT_TTL);
+    let elsewhere =
+        InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), GRANT_TTL).with_clock(h.clock.clone());
     let foreign = elsewhere.request_blocking(&call.input(), "attribute", "moves money").unwrap();
     assert!(matches!(
         h.approvals.approve_blocking(foreign.as_value(), "alice"),

@@ -82,7 +82,7 @@ fn secret_arguments_are_masked_where_stored_and_the_call_runs_with_the_real_ones
     let path = dir.path().join("ledger.redb");
     let ledger = Arc::new(RedbLedger::open(&path).unwrap());
     let clock = Arc::new(ManualClock::new(START));
-    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger) as _, Arc::clone(&clock) as _, GRANT_TTL);
+    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(Arc::clone(&clock));
     let dispatcher = Dispatcher::builder()
         .tool(tool!(rotate_credentials))
         .interrupt_approvals(approvals.clone())
@@ -152,7 +152,7 @@ fn rotate_unmasked(
 fn first_pass_arguments(policy: Policy, call: ToolCall) -> Value {
     let ledger = Arc::new(agent_airlock::ledger::MemoryLedger::new());
     let clock = Arc::new(ManualClock::new(START));
-    let approvals = InterruptApprovals::new(key_ring(), ledger as _, Arc::clone(&clock) as _, GRANT_TTL);
+    let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
     let dispatcher = Dispatcher::builder()
         .tool(tool!(rotate_credentials))
         .tool(tool!(rotate_unmasked))

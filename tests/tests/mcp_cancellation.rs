@@ -139,12 +139,8 @@ async fn a_cancelled_call_waiting_for_client_elicitation_never_runs() {
 #[tokio::test]
 async fn a_cancelled_call_waiting_for_bound_elicitation_never_runs_and_nothing_is_granted() {
     let ledger = Arc::new(MemoryLedger::new());
-    let approvals = InterruptApprovals::new(
-        key_ring(),
-        Arc::clone(&ledger) as _,
-        Arc::new(ManualClock::new(START)) as _,
-        GRANT_TTL,
-    );
+    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
+        .with_clock(Arc::new(ManualClock::new(START)));
     let server = GuardedMcpServer::new(
         dispatcher(Some(approvals.clone())),
         McpApprovals::BoundClientElicitation(Box::new(approvals)),

@@ -198,7 +198,8 @@ async fn dispatcher_approvals_ask_the_operator_and_never_the_client() {
 
 /// A server whose elicited approvals are bound with HMAC and recorded in a redb ledger.
 fn bound_server(ledger: Arc<RedbLedger>) -> GuardedMcpServer {
-    let approvals = InterruptApprovals::new(key_ring(), ledger, Arc::new(ManualClock::new(START)) as _, GRANT_TTL);
+    let approvals =
+        InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::new(ManualClock::new(START)));
     let dispatcher = Dispatcher::builder()
         .tool(tool!(delete))
         .interrupt_approvals(approvals.clone())
@@ -375,12 +376,8 @@ async fn dispatcher_interrupt_approvals_are_honoured_and_the_client_is_never_ask
     // the call is recorded pending for the operator and the client's own yes is never sought.
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
-    let approvals = InterruptApprovals::new(
-        key_ring(),
-        Arc::clone(&ledger) as _,
-        Arc::new(ManualClock::new(START)) as _,
-        GRANT_TTL,
-    );
+    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
+        .with_clock(Arc::new(ManualClock::new(START)));
     let dispatcher =
         Dispatcher::builder().tool(tool!(delete)).interrupt_approvals(approvals).clock(ManualClock::new(START)).build();
     let server = GuardedMcpServer::new(Arc::new(dispatcher.unwrap()), McpApprovals::Dispatcher);

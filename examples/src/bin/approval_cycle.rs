@@ -93,8 +93,8 @@ fn host(dir: &Path) -> Result<Dispatcher, String> {
     let database = Arc::new(redb::Database::create(dir.join("airlock.redb")).map_err(|e| e.to_string())?);
     let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?);
     let audit = AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?;
-    let approvals =
-        InterruptApprovals::new(KeyRing::new(key(dir)?), ledger, Arc::new(SystemClock), Duration::from_secs(3_600));
+    let approvals = InterruptApprovals::new(KeyRing::new(key(dir)?), ledger, Duration::from_secs(3_600))
+        .with_clock(Arc::new(SystemClock));
     Dispatcher::builder()
         .tool(tool!(refund))
         .interrupt_approvals(approvals)

@@ -124,8 +124,8 @@ async fn serve(ledger_path: &Path) -> Result<(), String> {
             .map_err(|error| format!("cannot open the approval ledger `{}`: {error}", ledger_path.display()))?,
     );
     let (key, _) = ApprovalKey::generate("mcp-session").map_err(|error| error.to_string())?;
-    let approvals =
-        InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), std::time::Duration::from_secs(600));
+    let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, std::time::Duration::from_secs(600))
+        .with_clock(Arc::new(SystemClock));
     let dispatcher = Dispatcher::builder()
         .tool(tool!(list_files))
         .tool(tool!(echo))

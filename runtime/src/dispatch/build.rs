@@ -43,7 +43,8 @@ pub struct DispatcherBuilder {
     tools: Vec<Arc<dyn Tool>>,
     policy: Policy,
     escalation: Escalation,
-    clock: Arc<dyn Clock>,
+    /// `None`: the system clock, and the interrupt approvals keep their own.
+    clock: Option<Arc<dyn Clock>>,
     effects: Option<Arc<dyn EffectStore>>,
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
@@ -57,7 +58,7 @@ impl Dispatcher {
             tools: Vec::new(),
             policy: Policy::new(),
             escalation: Escalation::Refuse,
-            clock: Arc::new(SystemClock),
+            clock: None,
             effects: None,
             effect_lease: DEFAULT_EFFECT_LEASE,
             audit: None,
@@ -101,9 +102,11 @@ impl DispatcherBuilder {
         self
     }
 
-    /// The clock for rate limits (tests use a [`ManualClock`](crate::ManualClock)).
+    /// The clock for everything the dispatcher holds: rate limits, effect leases, and the interrupt
+    /// approvals' requests, grants and spends (tests use a [`ManualClock`](crate::ManualClock)). Without it,
+    /// the system clock (and the approvals keep their own).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -136,7 +139,10 @@ impl DispatcherBuilder {
     }
 
     /// The dispatcher, with each tool's policy decision and schema computed once.
-    pub fn build(self) -> Result<Dispatcher, BuildError> {
+    pub fn build(mut self) -> Result<Dispatcher, BuildError> {
+        if let (Some(clock), Escalation::Interrupt(approvals)) = (&self.clock, &mut self.escalation) {
+            approvals.set_clock(Arc::clone(clock));
+        }
         let mut limiter = RateLimiter::default();
         let mut tools = HashMap::with_capacity(self.tools.len());
         let mut order = Vec::with_capacity(self.tools.len());
@@ -186,7 +192,7 @@ impl DispatcherBuilder {
             order,
             limiter,
             escalation: self.escalation,
-            clock: self.clock,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             effects,
             effect_lease: self.effect_lease,
             audit: self.audit,

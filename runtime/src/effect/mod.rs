@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
-pub use redb::{EFFECTS_TABLE, RedbEffectStore};
+pub(crate) use redb::EFFECTS_TABLE;
+pub use redb::RedbEffectStore;
 pub(crate) use redb::{decode as decode_record, encode as encode_record};
 pub(crate) use transition::{Settle, reserve as reserve_step};
 

@@ -10,7 +10,7 @@ use super::transition::{self, Settle, Step};
 use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, StorageId};
 
 /// The records: effect key → JSON of its [`EffectRecord`].
-pub const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
+pub(crate) const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
     TableDefinition::new("agent_airlock_effects");
 
 /// Effect records in a redb database. Every step is one write transaction with redb's default

@@ -54,7 +54,7 @@ fn hang() -> ! {
 fn approvals(ledger: RedbLedger) -> Result<InterruptApprovals, String> {
     let key = ApprovalKey::from_env("k1", KEY_ENV).map_err(|err| err.to_string())?;
     let clock = Arc::new(ManualClock::new(START + Duration::from_secs(1)));
-    Ok(InterruptApprovals::new(KeyRing::new(key), Arc::new(ledger), clock, GRANT_TTL))
+    Ok(InterruptApprovals::new(KeyRing::new(key), Arc::new(ledger), GRANT_TTL).with_clock(clock))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, String> {

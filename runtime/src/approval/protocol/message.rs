@@ -257,7 +257,8 @@ mod tests {
     fn approvals() -> InterruptApprovals {
         let key = ApprovalKey::new("k1", &[7; 32]).unwrap();
         let clock = Arc::new(ManualClock::new(Duration::from_secs(1_767_225_600)));
-        InterruptApprovals::new(KeyRing::new(key), Arc::new(MemoryLedger::new()), clock, Duration::from_secs(60))
+        InterruptApprovals::new(KeyRing::new(key), Arc::new(MemoryLedger::new()), Duration::from_secs(60))
+            .with_clock(clock)
     }
 
     /// A request of the first layout (exact arguments, no digest), sealed by `approvals`' key.

@@ -41,7 +41,7 @@ use self::message::{
     DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, REQUEST_VERSION_UNMASKED, RequestBody,
 };
 use crate::canonical;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::effect::{EffectError, Reservation};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
 use crate::ledger::{
@@ -87,10 +87,29 @@ pub(crate) struct PreparedAdmission {
 }
 
 impl InterruptApprovals {
-    /// Approvals that MAC with `keys`, record in `ledger`, read time from `clock`, and issue grants valid
-    /// for `grant_ttl` after the approval.
-    pub fn new(keys: KeyRing, ledger: Arc<dyn ApprovalLedger>, clock: Arc<dyn Clock>, grant_ttl: Duration) -> Self {
-        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None, max_pending: Some(DEFAULT_MAX_PENDING) }
+    /// Approvals that MAC with `keys`, record in `ledger` (any [`ApprovalLedger`], e.g. `RedbLedger`,
+    /// `Arc<MemoryLedger>` or an `Arc<dyn ApprovalLedger>`), and issue grants valid for `grant_ttl` after the
+    /// approval. Time comes from the system clock; [`with_clock`](Self::with_clock) replaces it, and a
+    /// dispatcher given a [`clock`](crate::DispatcherBuilder::clock) hands it to the approvals it holds.
+    pub fn new(keys: KeyRing, ledger: impl ApprovalLedger, grant_ttl: Duration) -> Self {
+        InterruptApprovals {
+            keys,
+            ledger: Arc::new(ledger),
+            clock: Arc::new(SystemClock),
+            grant_ttl,
+            request_ttl: None,
+            max_pending: Some(DEFAULT_MAX_PENDING),
+        }
+    }
+
+    /// The clock requests, grants and spends are dated by (tests use a [`ManualClock`](crate::ManualClock)).
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    pub(crate) fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     /// At most `max` requests of one tool may be pending (undecided, unexpired) in one thread
