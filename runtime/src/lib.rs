@@ -144,7 +144,7 @@
 //!
 //! let keys = KeyRing::new(ApprovalKey::new("k1", &[7u8; 32]).unwrap());
 //! let ttl = Duration::from_secs(600);
-//! let approvals = InterruptApprovals::new(keys, Arc::new(MemoryLedger::new()), Arc::new(SystemClock), ttl);
+//! let approvals = InterruptApprovals::new(keys, MemoryLedger::new(), ttl);
 //! let dispatcher = Dispatcher::builder().tool(tool!(refund)).interrupt_approvals(approvals.clone()).build().unwrap();
 //! let call = || ToolCall::new("call_1", "refund", json!({"payment_id": "pi_1"}));
 //! let context = CallContext::new().with_thread("t1");
