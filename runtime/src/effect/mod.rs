@@ -34,6 +34,10 @@ pub use memory::MemoryEffectStore;
 pub use redb::{EFFECTS_TABLE, RedbEffectStore};
 pub(crate) use redb::{decode as decode_record, encode as encode_record};
 pub(crate) use transition::{Settle, reserve as reserve_step};
+#[cfg(feature = "postgres")]
+pub(crate) use transition::{Step, resolve as resolve_step, settle as settle_step};
+#[cfg(feature = "postgres")]
+pub use crate::ledger::PostgresEffectStore;
 
 /// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the
 /// ledger's atomic spend-and-reserve writes the same records it settles.
@@ -341,6 +345,9 @@ pub enum EffectError {
     /// The storage failed.
     #[error("effect storage failed: {0}")]
     Storage(std::sync::Arc<::redb::Error>),
+    /// A database server (PostgreSQL) failed or could not be reached; the step may not have happened.
+    #[error("effect database failed: {0}")]
+    Database(std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>),
     /// A stored record cannot be decoded.
     #[error("the record of effect `{key}` cannot be decoded: {reason}")]
     Corrupt {

@@ -1,0 +1,201 @@
+//! What only the PostgreSQL ledger has: several hosts (pools, processes) on one database, schema
+//! migrations and their refusal of a newer schema. The ledger rules themselves run on PostgreSQL in
+//! `ledger_protocol`, `effects_states`, `approval_survives_refusal` and `ledger_prune`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::effect::{EffectError, EffectStatus, EffectStore};
+use agent_airlock::ledger::{
+    ApprovalLedger, EffectClaim, GrantRecord, GrantState, LedgerError, POSTGRES_SCHEMA_VERSION, PostgresLedger,
+    PostgresOpenError, RequestRecord, SpendAttempt,
+};
+use agent_airlock_tests::pg_server;
+use serde_json::json;
+
+const NOW: Duration = Duration::from_secs(1_700_000_000);
+
+fn database_of(url: &str) -> &str {
+    url.rsplit("dbname=").next().expect("a dbname")
+}
+
+fn request(id: &str) -> RequestRecord {
+    RequestRecord {
+        request_id: id.into(),
+        key_id: "k1".into(),
+        tool: "refund".into(),
+        rule: "attribute".into(),
+        reason: "r".into(),
+        binding: format!("b-{id}"),
+        requested_at: NOW,
+        interrupt: json!({}),
+    }
+}
+
+fn grant(id: &str, request_id: &str) -> GrantRecord {
+    GrantRecord {
+        grant_id: id.into(),
+        request_id: request_id.into(),
+        key_id: "k1".into(),
+        binding: format!("b-{request_id}"),
+        approver: "alice".into(),
+        granted_at: NOW,
+        expires_at: NOW + Duration::from_secs(60),
+    }
+}
+
+/// A granted request `r` with grant `g`.
+fn granted(ledger: &PostgresLedger, r: &str, g: &str) {
+    ledger.record_request(request(r)).wait().unwrap();
+    ledger.grant(grant(g, r), NOW).wait().unwrap();
+}
+
+fn attempt(g: &str, r: &str) -> SpendAttempt {
+    SpendAttempt { grant_id: g.into(), binding: format!("b-{r}"), now: NOW + Duration::from_secs(1) }
+}
+
+#[test]
+fn a_database_from_a_newer_version_is_refused() {
+    let server = pg_server::shared();
+    let url = server.fresh_database();
+    drop(PostgresLedger::connect(&url).unwrap());
+    let newer = POSTGRES_SCHEMA_VERSION + 1;
+    server.psql(database_of(&url), &format!("INSERT INTO airlock_schema_version (version) VALUES ({newer})"));
+    match PostgresLedger::connect(&url) {
+        Err(err @ PostgresOpenError::SchemaTooNew { found }) => {
+            assert_eq!(found, newer);
+            assert!(err.to_string().contains("upgrade agent-airlock"), "{err}");
+        }
+        other => panic!("a newer schema must be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn migrations_run_once_under_concurrent_opens_and_records_survive_reopening() {
+    let server = pg_server::shared();
+    let url = server.fresh_database();
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || PostgresLedger::connect(&url).map(drop))
+        })
+        .collect();
+    for open in opens {
+        open.join().unwrap().expect("every concurrent open succeeds");
+    }
+    let versions = server.psql(database_of(&url), "SELECT string_agg(version::text, ',') FROM airlock_schema_version");
+    assert_eq!(versions.trim(), POSTGRES_SCHEMA_VERSION.to_string());
+
+    {
+        let ledger = PostgresLedger::connect(&url).unwrap();
+        granted(&ledger, "r1", "g1");
+        ledger.spend(attempt("g1", "r1")).wait().unwrap();
+    }
+    let ledger = PostgresLedger::connect(&url).unwrap();
+    assert!(matches!(ledger.find_grant("g1").unwrap().unwrap().state, GrantState::Spent { .. }));
+    assert!(matches!(ledger.spend(attempt("g1", "r1")).wait(), Err(LedgerError::AlreadySpent { .. })));
+}
+
+#[test]
+fn the_effect_store_is_the_ledgers_storage() {
+    let url = pg_server::shared().fresh_database();
+    let ledger = PostgresLedger::connect(&url).unwrap();
+    let other = PostgresLedger::connect(&url).unwrap();
+    assert!(ledger.effects().storage_id().is_some());
+    assert_eq!(ledger.effects().storage_id(), ledger.effect_store().storage_id());
+    assert_ne!(ledger.effects().storage_id(), other.effects().storage_id());
+}
+
+/// Eight hosts (each its own pool and runtime), their spends awaited by tasks on one current-thread
+/// runtime: exactly one spends, the others hear that it was spent.
+#[test]
+fn eight_hosts_race_one_grant_and_exactly_one_spends() {
+    let url = pg_server::shared().fresh_database();
+    let hosts: Vec<PostgresLedger> = (0..8).map(|_| PostgresLedger::connect(&url).unwrap()).collect();
+    granted(&hosts[0], "r1", "g1");
+    let results = agent_airlock_tests::block_on(async {
+        let replies: Vec<_> = hosts.iter().map(|host| host.spend(attempt("g1", "r1"))).collect();
+        let mut results = Vec::new();
+        for reply in replies {
+            results.push(reply.await);
+        }
+        results
+    });
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(
+        results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, LedgerError::AlreadySpent { .. })),
+        "{results:?}"
+    );
+}
+
+/// Eight grants race for one effect key through `spend_and_reserve` on eight hosts: one reservation,
+/// one spend; the seven others keep their grants live.
+#[test]
+fn eight_spend_and_reserves_race_one_effect_key() {
+    let url = pg_server::shared().fresh_database();
+    let hosts: Vec<Arc<PostgresLedger>> = (0..8).map(|_| Arc::new(PostgresLedger::connect(&url).unwrap())).collect();
+    for n in 0..8 {
+        granted(&hosts[0], &format!("r{n}"), &format!("g{n}"));
+    }
+    let claim = EffectClaim { key: "refund:pi_1".into(), lease: Duration::from_secs(30) };
+    let replies: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .map(|(n, host)| host.spend_and_reserve(attempt(&format!("g{n}"), &format!("r{n}")), claim.clone()))
+        .collect();
+    let results: Vec<_> = replies.into_iter().map(|reply| reply.wait().expect("no ledger fault")).collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(
+        results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, EffectError::InFlight { .. })),
+        "{results:?}"
+    );
+    let spent = (0..8)
+        .filter(|n| {
+            matches!(hosts[0].find_grant(&format!("g{n}")).unwrap().unwrap().state, GrantState::Spent { .. })
+        })
+        .count();
+    assert_eq!(spent, 1);
+    let record = hosts[3].effects().get("refund:pi_1").unwrap().unwrap();
+    assert_eq!(record.status_at(NOW + Duration::from_secs(1)), EffectStatus::Reserved);
+}
+
+/// Eight OS processes, each with its own pool, race one grant: exactly one spends.
+#[test]
+fn eight_processes_race_one_grant_and_exactly_one_spends() {
+    let url = pg_server::shared().fresh_database();
+    granted(&PostgresLedger::connect(&url).unwrap(), "r1", "g1");
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let now = (NOW + Duration::from_secs(1)).as_millis().to_string();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_pg_spender"))
+                .args([url.as_str(), "g1", "b-r1", now.as_str()])
+                .arg(&go)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    let outputs: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().unwrap();
+            assert!(output.status.success());
+            String::from_utf8(output.stdout).unwrap()
+        })
+        .collect();
+    assert_eq!(outputs.iter().filter(|o| o.trim() == "spent").count(), 1, "{outputs:?}");
+    assert!(outputs.iter().filter(|o| o.trim() != "spent").all(|o| o.contains("already spent")), "{outputs:?}");
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("host={} port=5432 user=postgres dbname=none connect_timeout=2", dir.path().display());
+    let err = PostgresLedger::connect(&url).expect_err("nothing listens there");
+    assert!(matches!(err, PostgresOpenError::Connect(_)), "{err:?}");
+    assert!(err.to_string().starts_with("cannot connect to PostgreSQL"), "{err}");
+}
