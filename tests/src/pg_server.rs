@@ -12,8 +12,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What to install when the binaries are missing.
-const INSTALL_HINT: &str =
-    "PostgreSQL server binaries (`initdb`, `pg_ctl`, `postgres`, `psql`) not found on PATH or in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (`apt-get install postgresql`)";
+const INSTALL_HINT: &str = "PostgreSQL server binaries (`initdb`, `pg_ctl`, `postgres`, `psql`) not found on PATH or in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (`apt-get install postgresql`)";
 
 /// The port in the socket's name (`.s.PGSQL.<port>`); nothing listens on TCP.
 const PORT: u16 = 5432;
@@ -37,9 +36,8 @@ pub fn shared() -> &'static PgServer {
 /// The directory holding `initdb`, `pg_ctl` and `psql`.
 fn find_bin() -> Option<PathBuf> {
     let has_all = |dir: &Path| ["initdb", "pg_ctl", "postgres", "psql"].iter().all(|bin| dir.join(bin).is_file());
-    let on_path = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .unwrap_or_default();
+    let on_path =
+        std::env::var_os("PATH").map(|path| std::env::split_paths(&path).collect::<Vec<_>>()).unwrap_or_default();
     // A PATH entry may hold symlinks to the server binaries but not `psql`: prefer the real directory.
     if let Some(dir) = on_path.iter().find(|dir| dir.join("initdb").is_file()) {
         if let Ok(real) = std::fs::canonicalize(dir.join("initdb")) {
@@ -96,7 +94,7 @@ impl PgServer {
             databases: AtomicUsize::new(0),
         };
         run(
-            &mut server.command("initdb").arg("-D").arg(&data).args([
+            server.command("initdb").arg("-D").arg(&data).args([
                 "-U",
                 "postgres",
                 "--auth=trust",

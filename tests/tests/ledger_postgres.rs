@@ -151,9 +151,7 @@ fn eight_spend_and_reserves_race_one_effect_key() {
         "{results:?}"
     );
     let spent = (0..8)
-        .filter(|n| {
-            matches!(hosts[0].find_grant(&format!("g{n}")).unwrap().unwrap().state, GrantState::Spent { .. })
-        })
+        .filter(|n| matches!(hosts[0].find_grant(&format!("g{n}")).unwrap().unwrap().state, GrantState::Spent { .. }))
         .count();
     assert_eq!(spent, 1);
     let record = hosts[3].effects().get("refund:pi_1").unwrap().unwrap();

@@ -6,8 +6,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use agent_airlock::ledger::{
-    ApprovalLedger, DenialRecord, GrantRecord, GrantState, LedgerError, MemoryLedger, PostgresLedger, RedbLedger, RequestRecord,
-    RequestStatus, SpendAttempt,
+    ApprovalLedger, DenialRecord, GrantRecord, GrantState, LedgerError, MemoryLedger, PostgresLedger, RedbLedger,
+    RequestRecord, RequestStatus, SpendAttempt,
 };
 use agent_airlock::{
     AdmitError, ApprovalKey, BindingField, DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ManualClock,

@@ -217,7 +217,10 @@ fn prune_follows_the_same_rules_on_postgres() {
     assert_eq!(ledger.list_requests().unwrap().len(), 3);
     // The rows are gone from the database, not only from the answers.
     let database = url.rsplit("dbname=").next().unwrap();
-    let counts = server.psql(database, "SELECT (SELECT count(*) FROM airlock_requests) || ' ' || (SELECT count(*) FROM airlock_grants)");
+    let counts = server.psql(
+        database,
+        "SELECT (SELECT count(*) FROM airlock_requests) || ' ' || (SELECT count(*) FROM airlock_grants)",
+    );
     assert_eq!(counts.trim(), "3 3", "four requests and three grants fewer");
 }
 

@@ -29,6 +29,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "postgres")]
+pub use crate::ledger::PostgresEffectStore;
 pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub use redb::{EFFECTS_TABLE, RedbEffectStore};
@@ -36,8 +38,6 @@ pub(crate) use redb::{decode as decode_record, encode as encode_record};
 pub(crate) use transition::{Settle, reserve as reserve_step};
 #[cfg(feature = "postgres")]
 pub(crate) use transition::{Step, resolve as resolve_step, settle as settle_step};
-#[cfg(feature = "postgres")]
-pub use crate::ledger::PostgresEffectStore;
 
 /// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the
 /// ledger's atomic spend-and-reserve writes the same records it settles.

@@ -37,7 +37,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use crate::effect::{
-    self, EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, Settle, StorageId, Step,
+    self, EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, Settle, Step, StorageId,
     decode_record, encode_record,
 };
 
@@ -179,8 +179,7 @@ impl PostgresLedger {
             .enable_all()
             .build()
             .map_err(PostgresOpenError::Runtime)?;
-        let manager =
-            Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .wait_timeout(Some(options.connect_timeout))
@@ -246,7 +245,8 @@ fn run_transaction<T>(
     loop {
         attempt += 1;
         let txn = handle.block_on(client.transaction()).map_err(LedgerError::storage)?;
-        let mut tables = PgTables { txn, handle, existing_grants: RefCell::default(), existing_effects: RefCell::default() };
+        let mut tables =
+            PgTables { txn, handle, existing_grants: RefCell::default(), existing_effects: RefCell::default() };
         let outcome = op(&mut tables);
         let PgTables { txn, .. } = tables;
         let result = match outcome {
@@ -388,8 +388,10 @@ impl LedgerTables for PgTables<'_, '_> {
     }
 
     fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError> {
-        let changed =
-            self.execute("UPDATE airlock_requests SET status = $2 WHERE request_id = $1", &[&request_id, &encode(status)])?;
+        let changed = self.execute(
+            "UPDATE airlock_requests SET status = $2 WHERE request_id = $1",
+            &[&request_id, &encode(status)],
+        )?;
         if changed == 1 {
             Ok(())
         } else {
@@ -403,7 +405,8 @@ impl LedgerTables for PgTables<'_, '_> {
 
     fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         // Lock the request first (the order every transition follows), then the grant.
-        let Some(Some(request_id)) = self.text("SELECT request_id FROM airlock_grants WHERE grant_id = $1", grant_id)?
+        let Some(Some(request_id)) =
+            self.text("SELECT request_id FROM airlock_grants WHERE grant_id = $1", grant_id)?
         else {
             return Ok(None);
         };
@@ -660,24 +663,18 @@ impl EffectStore for PostgresEffectStore {
     }
 
     fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let reservation = reservation.clone();
-        self.step(&reservation.key().to_owned(), move |current| {
-            effect::settle_step(current, &reservation, Settle::Commit, now)
-        })
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Commit, now))
     }
 
     fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let reservation = reservation.clone();
-        self.step(&reservation.key().to_owned(), move |current| {
-            effect::settle_step(current, &reservation, Settle::Fail, now)
-        })
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Fail, now))
     }
 
     fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let reservation = reservation.clone();
-        self.step(&reservation.key().to_owned(), move |current| {
-            effect::settle_step(current, &reservation, Settle::Ambiguous, now)
-        })
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Ambiguous, now))
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
