@@ -107,26 +107,33 @@ fn the_effect_store_is_the_ledgers_storage() {
     assert_ne!(ledger.effects().storage_id(), other.effects().storage_id());
 }
 
-/// Eight hosts (each its own pool and runtime), their spends awaited by tasks on one current-thread
-/// runtime: exactly one spends, the others hear that it was spent.
+/// Eight hosts (each its own pool and runtime, connections already open), their spends awaited by tasks
+/// on one current-thread runtime: exactly one spends, the others hear that it was spent. Several rounds,
+/// so that the spends overlap.
 #[test]
 fn eight_hosts_race_one_grant_and_exactly_one_spends() {
     let url = pg_server::shared().fresh_database();
     let hosts: Vec<PostgresLedger> = (0..8).map(|_| PostgresLedger::connect(&url).unwrap()).collect();
-    granted(&hosts[0], "r1", "g1");
-    let results = agent_airlock_tests::block_on(async {
-        let replies: Vec<_> = hosts.iter().map(|host| host.spend(attempt("g1", "r1"))).collect();
-        let mut results = Vec::new();
-        for reply in replies {
-            results.push(reply.await);
-        }
-        results
-    });
-    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
-    assert!(
-        results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, LedgerError::AlreadySpent { .. })),
-        "{results:?}"
-    );
+    for host in &hosts {
+        host.find_grant("warm-up").unwrap();
+    }
+    for round in 0..6 {
+        let (r, g) = (format!("r{round}"), format!("g{round}"));
+        granted(&hosts[0], &r, &g);
+        let results = agent_airlock_tests::block_on(async {
+            let replies: Vec<_> = hosts.iter().map(|host| host.spend(attempt(&g, &r))).collect();
+            let mut results = Vec::new();
+            for reply in replies {
+                results.push(reply.await);
+            }
+            results
+        });
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "round {round}: {results:?}");
+        assert!(
+            results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, LedgerError::AlreadySpent { .. })),
+            "round {round}: {results:?}"
+        );
+    }
 }
 
 /// Eight grants race for one effect key through `spend_and_reserve` on eight hosts: one reservation,
@@ -135,6 +142,9 @@ fn eight_hosts_race_one_grant_and_exactly_one_spends() {
 fn eight_spend_and_reserves_race_one_effect_key() {
     let url = pg_server::shared().fresh_database();
     let hosts: Vec<Arc<PostgresLedger>> = (0..8).map(|_| Arc::new(PostgresLedger::connect(&url).unwrap())).collect();
+    for host in &hosts {
+        host.find_grant("warm-up").unwrap();
+    }
     for n in 0..8 {
         granted(&hosts[0], &format!("r{n}"), &format!("g{n}"));
     }
@@ -158,35 +168,48 @@ fn eight_spend_and_reserves_race_one_effect_key() {
     assert_eq!(record.status_at(NOW + Duration::from_secs(1)), EffectStatus::Reserved);
 }
 
-/// Eight OS processes, each with its own pool, race one grant: exactly one spends.
+/// Eight OS processes, each with its own pool, race for each of several grants at the same instant: each
+/// grant is spent by exactly one of them.
 #[test]
 fn eight_processes_race_one_grant_and_exactly_one_spends() {
+    const ROUNDS: usize = 16;
     let url = pg_server::shared().fresh_database();
-    granted(&PostgresLedger::connect(&url).unwrap(), "r1", "g1");
-    let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
+    let ledger = PostgresLedger::connect(&url).unwrap();
+    for round in 0..ROUNDS {
+        granted(&ledger, &format!("r{round}"), &format!("g{round}"));
+    }
     let now = (NOW + Duration::from_secs(1)).as_millis().to_string();
+    // Every process spends round N's grant at the same wall-clock instant, once all have connected.
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let start = (wall + Duration::from_secs(2)).as_millis().to_string();
     let children: Vec<_> = (0..8)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_pg_spender"))
-                .args([url.as_str(), "g1", "b-r1", now.as_str()])
-                .arg(&go)
+                .args([url.as_str(), &ROUNDS.to_string(), now.as_str(), start.as_str()])
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    std::fs::write(&go, b"").unwrap();
-    let outputs: Vec<String> = children
+    let lines: Vec<String> = children
         .into_iter()
-        .map(|child| {
+        .flat_map(|child| {
             let output = child.wait_with_output().unwrap();
             assert!(output.status.success());
-            String::from_utf8(output.stdout).unwrap()
+            String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
         })
         .collect();
-    assert_eq!(outputs.iter().filter(|o| o.trim() == "spent").count(), 1, "{outputs:?}");
-    assert!(outputs.iter().filter(|o| o.trim() != "spent").all(|o| o.contains("already spent")), "{outputs:?}");
+    assert_eq!(lines.len(), 8 * ROUNDS, "{lines:?}");
+    for round in 0..ROUNDS {
+        let grant = format!("g{round} ");
+        let mine: Vec<&String> = lines.iter().filter(|line| line.starts_with(&grant)).collect();
+        assert_eq!(mine.iter().filter(|line| line.ends_with(" spent")).count(), 1, "{mine:?}");
+        assert!(
+            mine.iter().filter(|line| !line.ends_with(" spent")).all(|line| line.contains("already spent")),
+            "{mine:?}"
+        );
+        assert!(matches!(ledger.find_grant(&format!("g{round}")).unwrap().unwrap().state, GrantState::Spent { .. }));
+    }
 }
 
 #[test]
