@@ -3,18 +3,28 @@
 //!
 //! Keys are read from a file or an environment variable, never from the command line (where `ps` and shell
 //! history would show them). Output is for a person; `--json` prints one JSON document for a program.
+//!
+//! What a request says (tool, rule, reason, arguments) is shown only from its sealed value, after the seal
+//! is checked with the approval key: a record whose seal fails is shown as `TAMPERED`, and without a key as
+//! `unverified`, never with its labels. Everything shown is escaped (`agent_airlock::display`), so no value
+//! can display as another. `approve` shows the sealed call in full and asks for confirmation (`--yes` for
+//! scripts).
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::audit::{Anchor, AuditConfig, AuditKey, AuditLog, verify};
+use agent_airlock::display::{escape, render_call, value_text};
 use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{
     ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus, open_database,
 };
-use agent_airlock::{ApprovalKey, Clock, InterruptApprovals, KeyRing, MaskSet, Masker, SystemClock};
+use agent_airlock::{
+    ApprovalKey, Clock, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, MaskSet, Masker, SystemClock,
+};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
@@ -44,10 +54,15 @@ enum Command {
         #[command(subcommand)]
         command: RequestsCommand,
     },
-    /// Approve a pending request; prints the resume value the host resumes the call with.
+    /// Approve a pending request after showing it in full and asking for confirmation; prints the resume
+    /// value the host resumes the call with.
     Approve {
         /// The request id.
         request_id: String,
+        /// Approve without asking (for scripts that have shown the request themselves). Without it, and
+        /// without a terminal to ask on, nothing is approved.
+        #[arg(long)]
+        yes: bool,
         /// Who approves (recorded in the ledger and the audit log).
         #[arg(long)]
         approver: String,
@@ -93,16 +108,20 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RequestsCommand {
-    /// Every request, oldest first, with its status.
+    /// Every request, oldest first, with its status; tool and reason only where the seal verifies.
     List {
         /// Only pending requests.
         #[arg(long)]
         pending: bool,
+        #[command(flatten)]
+        key: KeySource,
     },
-    /// One request in full: the tool, the reason, the arguments (secrets masked).
+    /// One request in full, if its seal verifies: the tool, the reason, every argument (secrets masked).
     Show {
         /// The request id.
         request_id: String,
+        #[command(flatten)]
+        key: KeySource,
     },
 }
 
@@ -198,47 +217,72 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let now = SystemClock.now();
     match &cli.command {
         Command::Requests { command } => {
-            let ledger = RedbLedger::from_database(database).map_err(|e| e.to_string())?;
+            let ledger = Arc::new(RedbLedger::from_database(database).map_err(|e| e.to_string())?);
             match command {
-                RequestsCommand::List { pending } => {
+                RequestsCommand::List { pending, key } => {
                     let entries = ledger.list_requests().map_err(|e| e.to_string())?;
                     let entries: Vec<&RequestEntry> =
                         entries.iter().filter(|e| !pending || e.status == RequestStatus::Pending).collect();
+                    let verifier = Verifier::new(Arc::clone(&ledger), key)?;
                     if cli.json {
-                        print_json(&Value::Array(entries.iter().map(|e| entry_json(e, now)).collect()));
+                        let listed = entries.iter().map(|e| entry_json(e, &verifier.check(e), now)).collect();
+                        print_json(&Value::Array(listed));
                     } else if entries.is_empty() {
                         println!("no approval requests");
                     } else {
+                        if verifier.is_none() {
+                            eprintln!("{NO_KEY}");
+                        }
                         println!("{:<32}  {:<8}  {:<20}  reason", "request", "status", "tool");
                         for e in entries {
-                            let r = &e.request;
-                            println!("{:<32}  {:<8}  {:<20}  {}", r.request_id, e.status.label(now), r.tool, r.reason);
+                            let (tool, reason) = match verifier.check(e) {
+                                Sealed::Verified(request) => {
+                                    (escape(request.tool()).into_owned(), escape(request.reason()).into_owned())
+                                }
+                                Sealed::Unverified => ("UNVERIFIED".to_owned(), "(no key: not shown)".to_owned()),
+                                Sealed::Tampered(why) => ("TAMPERED".to_owned(), format!("(not shown: {why})")),
+                            };
+                            let status = e.status.label(now);
+                            println!("{:<32}  {status:<8}  {tool:<20}  {reason}", escape(&e.request.request_id));
                         }
                     }
                 }
-                RequestsCommand::Show { request_id } => {
-                    let entry = find(&ledger, request_id)?;
+                RequestsCommand::Show { request_id, key } => {
+                    let entry = find(&*ledger, request_id)?;
+                    let sealed = Verifier::new(Arc::clone(&ledger), key)?.check(&entry);
                     if cli.json {
-                        print_json(&entry_json(&entry, now));
+                        print_json(&entry_json(&entry, &sealed, now));
                     } else {
-                        let r = &entry.request;
-                        println!("request   {}", r.request_id);
+                        println!("request   {}", escape(&entry.request.request_id));
                         println!("status    {}", entry.status.label(now));
-                        println!("tool      {}", r.tool);
-                        println!("rule      {}", r.rule);
-                        println!("reason    {}", r.reason);
-                        println!("arguments {}", pretty(&shown_arguments(&r.interrupt)));
-                        println!("call      {}", r.interrupt["airlock_approval"]["call"]);
-                        println!("key       {}", r.key_id);
-                        println!("requested {} s since the Unix epoch", r.requested_at.as_secs());
+                        match &sealed {
+                            Sealed::Verified(request) => {
+                                println!("seal      verified (key `{}`)", escape(request.key_id()));
+                                println!("call      {}", call_site(request));
+                                println!("requested {} s since the Unix epoch", request.requested_at().as_secs());
+                                print!("{}", render_request(request)?);
+                            }
+                            Sealed::Unverified => println!("seal      UNVERIFIED: {NO_KEY}"),
+                            Sealed::Tampered(why) => {
+                                println!(
+                                    "seal      TAMPERED: {why}; the record's tool, reason and arguments are not shown"
+                                );
+                            }
+                        }
                     }
                 }
             }
         }
-        Command::Approve { request_id, approver, ttl_secs, key } => {
+        Command::Approve { request_id, yes, approver, ttl_secs, key } => {
             let ledger = Arc::new(RedbLedger::from_database(database).map_err(|e| e.to_string())?);
             let entry = find(&*ledger, request_id)?;
             let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(*ttl_secs))?;
+            let request = approvals
+                .verify_request(&entry.request.interrupt)
+                .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
+            if !*yes {
+                confirm(&request, entry.status.label(now))?;
+            }
             let resume = approvals.approve_blocking(&entry.request.interrupt, approver).map_err(|e| e.to_string())?;
             print_resume(cli, resume.as_value(), "approved");
         }
@@ -371,6 +415,119 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     Ok(())
 }
 
+const NO_KEY: &str = "no approval key given (`--key-file`, or `--key-env`, default `AIRLOCK_APPROVAL_KEY`): requests \
+                      cannot be verified, so their tool, reason and arguments are not shown";
+
+/// A stored request after its seal was checked.
+enum Sealed {
+    /// Sealed under the given key: its content is what the guard issued.
+    Verified(Box<InterruptRequest>),
+    /// No key was given to check it with.
+    Unverified,
+    /// The seal does not verify (altered in storage, or under another key): nothing in it is shown.
+    Tampered(String),
+}
+
+/// Checks seals with the operator's key, if one was given.
+struct Verifier {
+    source: Option<(Arc<RedbLedger>, ApprovalKeySecret)>,
+}
+
+/// Where the key's secret is, to be loaded under the key id a request names.
+enum ApprovalKeySecret {
+    File(PathBuf),
+    Env(String),
+}
+
+impl Verifier {
+    fn new(ledger: Arc<RedbLedger>, source: &KeySource) -> Result<Self, Failure> {
+        let secret = match &source.key_file {
+            Some(path) => Some(ApprovalKeySecret::File(path.clone())),
+            None if std::env::var_os(&source.key_env).is_some() => Some(ApprovalKeySecret::Env(source.key_env.clone())),
+            None => None,
+        };
+        let verifier = Verifier { source: secret.map(|secret| (ledger, secret)) };
+        // A key given but unreadable is the operator's error, not the records'.
+        verifier.load("any").transpose()?;
+        Ok(verifier)
+    }
+
+    fn load(&self, key_id: &str) -> Option<Result<ApprovalKey, Failure>> {
+        let (_, secret) = self.source.as_ref()?;
+        let key = match secret {
+            ApprovalKeySecret::File(path) => ApprovalKey::from_file(key_id, path),
+            ApprovalKeySecret::Env(var) => ApprovalKey::from_env(key_id, var),
+        };
+        Some(key.map_err(|e| e.to_string()))
+    }
+
+    fn is_none(&self) -> bool {
+        self.source.is_none()
+    }
+
+    fn check(&self, entry: &RequestEntry) -> Sealed {
+        let Some((ledger, _)) = &self.source else { return Sealed::Unverified };
+        // The key is named by the sealed value; a copy altered to name another key fails its seal anyway.
+        let key_id = entry.request.interrupt["airlock_approval"]["key_id"].as_str().unwrap_or(&entry.request.key_id);
+        let key = match self.load(key_id) {
+            Some(Ok(key)) => key,
+            Some(Err(error)) => return Sealed::Tampered(format!("the key could not be loaded: {error}")),
+            None => return Sealed::Unverified,
+        };
+        let approvals =
+            InterruptApprovals::new(KeyRing::new(key), Arc::clone(ledger) as _, Arc::new(SystemClock), Duration::ZERO);
+        match approvals.verify_request(&entry.request.interrupt) {
+            // The ledger's copies must agree with the sealed value, or the record was edited.
+            Ok(request) if request.request_id() == entry.request.request_id => Sealed::Verified(Box::new(request)),
+            Ok(_) => Sealed::Tampered("the record's id differs from its sealed request's".to_owned()),
+            Err(error) => Sealed::Tampered(error.to_string()),
+        }
+    }
+}
+
+/// The sealed call, as the human must see it to decide.
+fn render_request(request: &InterruptRequest) -> Result<String, Failure> {
+    let reasons = [EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }];
+    render_call(request.tool(), &reasons, &shown_arguments(request))
+        .map_err(|e| format!("{e}; use `--json` to read it"))
+}
+
+fn call_site(request: &InterruptRequest) -> String {
+    let call = request.call();
+    format!(
+        "thread {}, tool call {}, checkpoint {}",
+        escape(&call.thread_id),
+        escape(&call.tool_call_id),
+        value_text(&json!(call.checkpoint))
+    )
+}
+
+/// Shows the sealed call in full on standard error and asks on the terminal; anything but yes approves
+/// nothing.
+fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
+    let shown = render_call(
+        request.tool(),
+        &[EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
+        &shown_arguments(request),
+    )
+    .map_err(|e| format!("{e}; it cannot be approved without being seen (`--yes` approves unseen)"))?;
+    if !std::io::stdin().is_terminal() {
+        return Err("refusing to approve without confirmation: standard input is not a terminal; pass `--yes` to \
+                    approve from a script"
+            .to_owned());
+    }
+    eprintln!("request {} ({status}), seal verified", escape(request.request_id()));
+    eprintln!("call    {}", call_site(request));
+    eprint!("{shown}");
+    eprint!("Approve this call? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer).map_err(|e| format!("reading the answer failed: {e}"))?;
+    match answer.trim() {
+        "y" | "Y" | "yes" | "YES" | "Yes" => Ok(()),
+        _ => Err("not approved".to_owned()),
+    }
+}
+
 fn find(ledger: &dyn ApprovalLedger, request_id: &str) -> Result<RequestEntry, Failure> {
     ledger
         .find_request(request_id)
@@ -442,28 +599,35 @@ fn print_json(value: &Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
 }
 
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn entry_json(entry: &RequestEntry, now: Duration) -> Value {
+fn entry_json(entry: &RequestEntry, sealed: &Sealed, now: Duration) -> Value {
     let r = &entry.request;
-    json!({
+    let mut out = json!({
         "request_id": r.request_id,
         "status": entry.status.label(now),
-        "tool": r.tool,
-        "rule": r.rule,
-        "reason": r.reason,
-        "key_id": r.key_id,
         "requested_at_ms": millis(r.requested_at),
-        "arguments": shown_arguments(&r.interrupt),
-        "call": r.interrupt["airlock_approval"]["call"],
         "decision": serde_json::to_value(&entry.status).unwrap_or(Value::Null),
-    })
+    });
+    match sealed {
+        Sealed::Verified(request) => {
+            out["seal"] = json!("verified");
+            out["tool"] = json!(request.tool());
+            out["rule"] = json!(request.rule());
+            out["reason"] = json!(request.reason());
+            out["key_id"] = json!(request.key_id());
+            out["arguments"] = shown_arguments(request);
+            out["call"] = serde_json::to_value(request.call()).unwrap_or(Value::Null);
+        }
+        Sealed::Unverified => out["seal"] = json!("unverified"),
+        Sealed::Tampered(why) => {
+            out["seal"] = json!("tampered");
+            out["seal_error"] = json!(why);
+        }
+    }
+    out
 }
 
 fn status_word(status: EffectStatus) -> &'static str {
@@ -487,8 +651,10 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
 /// A request's arguments as shown to an operator. Requests recorded since arguments are masked in the
 /// request itself are shown as stored; older ones (request version 1) held the exact arguments, so secrets
 /// are masked here too (masking masked text changes nothing).
-fn shown_arguments(interrupt: &Value) -> Value {
-    let mut arguments = interrupt["airlock_approval"]["arguments"].clone();
+/// A verified request's arguments as shown: secrets masked (requests sealed before arguments were stored
+/// masked still hold them raw).
+fn shown_arguments(request: &InterruptRequest) -> Value {
+    let mut arguments = Value::Object(request.arguments().clone());
     Masker::default().mask_value(&mut arguments, MaskSet::SECRETS);
     arguments
 }

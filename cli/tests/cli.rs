@@ -82,7 +82,7 @@ fn list_show_approve_and_deny_requests() {
     assert!(text.contains("moves money") && text.contains("\"amount\": 500"), "{text}");
 
     // Approve with the key from the environment; the resume value admits the call once.
-    let resume = stdout_json(&airlock(&db, &["approve", &first, "--approver", "alice", "--json"]));
+    let resume = stdout_json(&airlock(&db, &["approve", &first, "--yes", "--approver", "alice", "--json"]));
     assert!(resume["airlock_grant"]["token"].is_string());
     admit(&db, 500, &resume).unwrap();
     assert!(matches!(admit(&db, 500, &resume), Err(AdmitError::AlreadySpent { .. })));
@@ -112,7 +112,8 @@ fn a_wrong_or_missing_key_approves_nothing_and_never_prints_the_secret() {
     let id = pending_request(&db, 500);
     let wrong = dir.path().join("wrong.key");
     std::fs::write(&wrong, "ff".repeat(32)).unwrap();
-    let output = airlock(&db, &["approve", &id, "--approver", "mallory", "--key-file", wrong.to_str().unwrap()]);
+    let output =
+        airlock(&db, &["approve", &id, "--yes", "--approver", "mallory", "--key-file", wrong.to_str().unwrap()]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("seal"), "{stderr}");
@@ -120,7 +121,7 @@ fn a_wrong_or_missing_key_approves_nothing_and_never_prints_the_secret() {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
-        .args(["approve", &id, "--approver", "x"])
+        .args(["approve", &id, "--yes", "--approver", "x"])
         .env_remove("AIRLOCK_APPROVAL_KEY")
         .output()
         .unwrap();
@@ -183,6 +184,109 @@ fn the_audit_log_verifies_against_an_exported_head() {
     // Without the key, a keyed log cannot be checked: a clear error, not a pass.
     let output = airlock(&db, &["audit", "verify"]);
     assert!(!output.status.success());
+}
+
+fn without_key(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("AIRLOCK_APPROVAL_KEY")
+        .output()
+        .unwrap()
+}
+
+/// Rewrites one stored request record, as someone who can write the file but has no key would.
+fn tamper(db: &Path, request_id: &str, edit: impl FnOnce(&mut Value)) {
+    const REQUESTS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("airlock_approval_requests");
+    let database = redb::Database::open(db).unwrap();
+    let txn = database.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(REQUESTS).unwrap();
+        let mut record: Value =
+            serde_json::from_slice(redb::ReadableTable::get(&table, request_id).unwrap().unwrap().value()).unwrap();
+        edit(&mut record);
+        table.insert(request_id, serde_json::to_vec(&record).unwrap().as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[test]
+fn requests_are_shown_only_from_their_verified_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let relabelled = pending_request(&db, 500);
+    let altered = pending_request(&db, 900);
+    // The unsealed copies say something harmless: never shown.
+    tamper(&db, &relabelled, |record| {
+        record["tool"] = json!("read_balance");
+        record["reason"] = json!("harmless read");
+    });
+    // The sealed value itself altered: its seal fails.
+    tamper(&db, &altered, |record| {
+        record["interrupt"]["airlock_approval"]["reason"] = json!("harmless read");
+        record["interrupt"]["airlock_approval"]["arguments"]["amount"] = json!(1);
+    });
+
+    let text = String::from_utf8(airlock(&db, &["requests", "list"]).stdout).unwrap();
+    assert!(!text.contains("harmless") && !text.contains("read_balance"), "{text}");
+    let line = |id: &str| text.lines().find(|l| l.starts_with(id)).unwrap().to_owned();
+    assert!(line(&relabelled).contains("refund") && line(&relabelled).contains("moves money"), "{text}");
+    assert!(line(&altered).contains("TAMPERED"), "{text}");
+
+    let shown = String::from_utf8(airlock(&db, &["requests", "show", &altered]).stdout).unwrap();
+    assert!(shown.contains("TAMPERED") && !shown.contains("harmless") && !shown.contains("refund"), "{shown}");
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    let by_id = |id: &str| listed.as_array().unwrap().iter().find(|e| e["request_id"] == id).unwrap().clone();
+    assert_eq!(by_id(&relabelled)["tool"], "refund");
+    assert_eq!(by_id(&altered)["seal"], "tampered");
+    assert!(by_id(&altered).get("tool").is_none() && by_id(&altered).get("arguments").is_none());
+
+    // Without a key nothing in a request is trusted, so nothing of it is shown.
+    let output = without_key(&db, &["requests", "list"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("UNVERIFIED") && !text.contains("refund") && !text.contains("harmless"), "{text}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no approval key given"));
+    let shown = String::from_utf8(without_key(&db, &["requests", "show", &relabelled]).stdout).unwrap();
+    assert!(shown.contains("UNVERIFIED") && !shown.contains("refund") && !shown.contains("500"), "{shown}");
+
+    // A tampered request is not approved, with or without `--yes`.
+    let output = airlock(&db, &["approve", &altered, "--yes", "--approver", "alice"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("TAMPERED"));
+}
+
+#[test]
+fn approve_shows_the_call_and_asks_unless_told_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let approvals = approvals(&db);
+    let checkpoint = [(String::new(), "c1".to_owned())].into();
+    let args = json!({"payment_id": "pi_1\u{202E}9ip", "amount": 5}).as_object().unwrap().clone();
+    let call = BindingInput {
+        thread_id: "t1",
+        checkpoint_ns: "",
+        checkpoint: &checkpoint,
+        tool_call_id: "call_x",
+        tool: "refund",
+        arguments: &args,
+    };
+    let id = approvals.request_blocking(&call, "attribute", "moves money").unwrap().request_id().to_owned();
+    drop(approvals);
+
+    // Shown in full, the override escaped.
+    let shown = String::from_utf8(airlock(&db, &["requests", "show", &id]).stdout).unwrap();
+    assert!(shown.contains("\"payment_id\": \"pi_1\\u{202E}9ip\""), "{shown}");
+    assert!(!shown.contains('\u{202E}'));
+
+    // No terminal to ask on and no `--yes`: nothing approved.
+    let output = airlock(&db, &["approve", &id, "--approver", "alice"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a terminal") && stderr.contains("--yes"), "{stderr}");
+    assert_eq!(stdout_json(&airlock(&db, &["requests", "list", "--json"]))[0]["status"], "pending");
+    let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
+    assert!(resume["airlock_grant"].is_object());
 }
 
 #[cfg(unix)]

@@ -36,7 +36,8 @@ fn stdout_json(output: &Output) -> Value {
 fn approvals(db: &Path, grant_ttl: Duration) -> InterruptApprovals {
     let ledger = Arc::new(RedbLedger::open(db).unwrap());
     let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
-    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), grant_ttl)
+    // Five requests of one tool wait in one thread here: more than the default pending limit.
+    InterruptApprovals::new(KeyRing::new(key), ledger, Arc::new(SystemClock), grant_ttl).with_max_pending(None)
 }
 
 fn arguments(n: u64) -> Map<String, Value> {
@@ -67,7 +68,7 @@ fn request(db: &Path, n: u64) -> String {
 }
 
 fn approve(db: &Path, request_id: &str) -> Value {
-    stdout_json(&airlock(db, &["approve", request_id, "--approver", "alice", "--json"]))
+    stdout_json(&airlock(db, &["approve", request_id, "--yes", "--approver", "alice", "--json"]))
 }
 
 fn admit(db: &Path, n: u64, resume: &Value) -> Result<(), AdmitError> {
@@ -93,18 +94,18 @@ fn requests_show_and_list_never_print_a_secret_argument() {
             requested_at: Duration::from_secs(1),
             interrupt,
         };
-        ledger.record_request(record).wait().unwrap();
+        ledger.record_request(record, None).wait().unwrap();
     }
-    for args in [
-        vec!["requests", "show", &id],
-        vec!["requests", "show", &id, "--json"],
-        vec!["requests", "list", "--json"],
-        vec!["requests", "show", "00000000000000000000000000000000"],
-    ] {
+    for args in
+        [vec!["requests", "show", &id], vec!["requests", "show", &id, "--json"], vec!["requests", "list", "--json"]]
+    {
         let shown = stdout(&airlock(&db, &args));
         assert!(!shown.contains(PASSWORD), "`airlock {}` printed the password:\n{shown}", args.join(" "));
         assert!(shown.contains("[SECRET_VALUE]"), "{shown}");
     }
+    // The hand-made record carries no valid seal: shown as tampered, none of its arguments at all.
+    let shown = stdout(&airlock(&db, &["requests", "show", "00000000000000000000000000000000"]));
+    assert!(shown.contains("TAMPERED") && !shown.contains(PASSWORD), "{shown}");
     let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
     let ours = listed.as_array().unwrap().iter().find(|e| e["request_id"] == id.as_str()).unwrap();
     assert_eq!(ours["arguments"], json!({"user": "app", "db_password": "[SECRET_VALUE]", "n": 1}));
@@ -148,7 +149,7 @@ fn prune_removes_settled_records_and_keeps_pending_and_live_ones() {
     stdout(&airlock(&db, &["deny", &denied, "--by", "bob"]));
     let live_resume = approve(&db, &live);
     let expired_resume =
-        stdout_json(&airlock(&db, &["approve", &expired, "--approver", "alice", "--ttl-secs", "0", "--json"]));
+        stdout_json(&airlock(&db, &["approve", &expired, "--yes", "--approver", "alice", "--ttl-secs", "0", "--json"]));
     assert_eq!(record_counts(&db), (5, 3));
 
     // Nothing was settled an hour ago.

@@ -1,10 +1,45 @@
-//! The tool function as the macro sees it: its parameters, split into model-visible and injected.
+//! The tool function as the macro sees it: attributes, visibility and signature parsed, the body kept as
+//! raw tokens (as tracing-attributes' `MaybeItemFn` does), and the parameters split into model-visible and
+//! injected. The macro never needs the body: a syntax error in it is the compiler's to report, once, and
+//! the tool type is still generated from the signature.
 
-use proc_macro2::TokenStream;
-use quote::{ToTokens, quote};
-use syn::{Attribute, FnArg, ItemFn, Pat, Type};
+use proc_macro2::{Group, TokenStream};
+use quote::{ToTokens, TokenStreamExt, quote};
+use syn::parse::{Parse, ParseStream};
+use syn::{Attribute, FnArg, Pat, Signature, Type, Visibility};
 
 use crate::ctxt::Ctxt;
+
+/// A function item whose body is not parsed.
+pub(crate) struct ToolFn {
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: Visibility,
+    pub(crate) sig: Signature,
+    /// `{ ... }`, exactly as written.
+    pub(crate) body: Group,
+}
+
+impl Parse for ToolFn {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis = input.parse()?;
+        let sig = input.parse()?;
+        let body: Group = input.parse()?;
+        if body.delimiter() != proc_macro2::Delimiter::Brace {
+            return Err(syn::Error::new(body.span(), "expected the function's body"));
+        }
+        Ok(ToolFn { attrs, vis, sig, body })
+    }
+}
+
+impl ToTokens for ToolFn {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.append_all(&self.attrs);
+        self.vis.to_tokens(tokens);
+        self.sig.to_tokens(tokens);
+        self.body.to_tokens(tokens);
+    }
+}
 
 /// One parameter of the tool function.
 pub(crate) struct Param {
@@ -15,7 +50,7 @@ pub(crate) struct Param {
 }
 
 /// Reads the parameters of `func`, recording every unsupported shape in `cx`.
-pub(crate) fn params(cx: &Ctxt, func: &ItemFn) -> Vec<Param> {
+pub(crate) fn params(cx: &Ctxt, func: &ToolFn) -> Vec<Param> {
     let sig = &func.sig;
     if !sig.generics.params.is_empty() {
         // Spans `<...>` only; a `where` clause on a generic function is part of the same mistake.
@@ -98,6 +133,13 @@ pub(crate) fn params(cx: &Ctxt, func: &ItemFn) -> Vec<Param> {
         params.push(Param { ident, ty: (*pat_type.ty).clone(), doc, injected });
     }
     params
+}
+
+/// The argument key of a parameter (and the tool name of a function): its name without a raw-identifier
+/// prefix.
+pub(crate) fn param_key(ident: &syn::Ident) -> String {
+    let name = ident.to_string();
+    name.strip_prefix("r#").unwrap_or(&name).to_owned()
 }
 
 /// Whether the parameter carries `#[inject]`; misuse of the marker is recorded in `cx`.

@@ -1,20 +1,16 @@
 //! Code generation: the original function, a hidden tool type, and one impl of the runtime's `Tool` trait.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
-use syn::ItemFn;
 use syn::spanned::Spanned;
 
-use crate::ast::{self, Param};
-use crate::attr::{self, Attrs, Ghost};
+use crate::ast::{self, ToolFn, param_key};
+use crate::attr::{self, Attrs, EffectPiece, Ghost};
 use crate::ctxt::Ctxt;
-use crate::effect::Segment;
-
-const MISSING_DESCRIPTION: &str =
-    "a tool needs a description for the model: write a doc comment on the function or `description = \"...\"`";
+use crate::valid::{self, Checked};
 
 pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream {
-    let mut func: ItemFn = match syn::parse2(input.clone()) {
+    let mut func: ToolFn = match syn::parse2(input.clone()) {
         Ok(func) => func,
         Err(err) => {
             // Not a function: say so at the item's keyword and give the tokens back unchanged.
@@ -28,41 +24,16 @@ pub(crate) fn airlock_tool(args: TokenStream, input: TokenStream) -> TokenStream
     let cx = Ctxt::new();
     let attrs = attr::parse(&cx, args);
     let params = ast::params(&cx, &func);
-    check_effect_params(&cx, &attrs, &params);
-    let description = match &attrs.description {
-        Some((text, _)) => Some(ast::Doc::Text(text.clone())),
-        None => ast::doc(&func.attrs),
-    };
-    if description.is_none() && !attrs.wrote("description") {
-        cx.error_spanned_by(&func.sig.ident, MISSING_DESCRIPTION);
-    }
-    let name = match &attrs.name {
-        Some((name, _)) => name.clone(),
-        // Already reported at the attribute's value.
-        None if attrs.wrote("name") => String::new(),
-        None => {
-            let name = func.sig.ident.to_string();
-            let name = name.strip_prefix("r#").unwrap_or(&name).to_owned();
-            if let Err(message) = attr::check_tool_name(&name) {
-                cx.error_spanned_by(&func.sig.ident, format!("{message}; set `name = \"...\"`"));
-            }
-            name
-        }
-    };
     strip_parameter_attributes(&mut func);
-    if let Err(errors) = cx.check() {
-        return fallback(&func, &attrs, errors);
-    }
-    let Some(description) = description else {
-        // Not reached: a missing description was recorded above, so `check` failed. Still an error, never a
-        // tool without a description.
-        let error = syn::Error::new_spanned(&func.sig.ident, MISSING_DESCRIPTION).to_compile_error();
-        return fallback(&func, &attrs, error);
-    };
-    let tool = generate(&func, &attrs, &params, &name, &description);
-    quote! {
-        #func
-        #tool
+    match valid::check(cx, &attrs, &func, params) {
+        Ok(tool) => {
+            let generated = generate(&tool);
+            quote! {
+                #func
+                #generated
+            }
+        }
+        Err(errors) => fallback(&func, &attrs, errors),
     }
 }
 
@@ -91,7 +62,7 @@ fn item_keyword(item: &syn::Item) -> Option<Span> {
 /// On error: the function as written (minus our markers) plus the errors, so nothing cascades. Where the
 /// tool type can exist (not on a method, and the runtime path is known), a stub of it is emitted too, so a
 /// `tool!(f)` elsewhere type-checks and the user sees only the real errors.
-fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
+fn fallback(func: &ToolFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
     let is_method = func.sig.inputs.iter().any(|input| matches!(input, syn::FnArg::Receiver(_)));
     if is_method || attrs.krate_invalid {
         return quote! {
@@ -112,16 +83,16 @@ fn fallback(func: &ItemFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::default::Default)]
         #vis struct #tool_ident;
 
-        impl #krate::Tool for #tool_ident {
-            fn spec(&self) -> &'static #krate::ToolSpec {
+        impl #private::Tool for #tool_ident {
+            fn spec(&self) -> &'static #private::ToolSpec {
                 ::core::unreachable!()
             }
 
             fn prepare(
                 &self,
                 _: &#private::Arguments,
-                _: &#krate::Invocation<'_>,
-            ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
+                _: &#private::Invocation<'_>,
+            ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                 ::core::unreachable!()
             }
         }
@@ -135,33 +106,8 @@ fn runtime_path(attrs: &Attrs) -> TokenStream {
     }
 }
 
-/// Every `{name}` of the effect template must be a model-visible parameter.
-fn check_effect_params(cx: &Ctxt, attrs: &Attrs, params: &[Param]) {
-    let Some((segments, lit)) = &attrs.effect else { return };
-    for segment in segments {
-        let Segment::Param(name) = segment else { continue };
-        match params.iter().find(|p| param_key(&p.ident) == *name) {
-            Some(param) if param.injected => cx.error_spanned_by(
-                lit,
-                format!("`{name}` is injected by the host; an effect key can only use the model's arguments"),
-            ),
-            Some(_) => {}
-            None => {
-                let visible: Vec<String> =
-                    params.iter().filter(|p| !p.injected).map(|p| format!("`{}`", param_key(&p.ident))).collect();
-                let expected = if visible.is_empty() {
-                    "the tool has no model-visible parameters".to_owned()
-                } else {
-                    format!("expected one of {}", visible.join(", "))
-                };
-                cx.error_spanned_by(lit, format!("unknown parameter `{name}` in effect template, {expected}"));
-            }
-        }
-    }
-}
-
 /// Doc comments on parameters and `#[inject]` are ours; rustc must not see them.
-fn strip_parameter_attributes(func: &mut ItemFn) {
+fn strip_parameter_attributes(func: &mut ToolFn) {
     for input in &mut func.sig.inputs {
         if let syn::FnArg::Typed(pat_type) = input {
             pat_type.attrs.retain(|a| !ast::is_param_attribute_we_consume(a));
@@ -176,7 +122,8 @@ pub(crate) fn tool_type_ident(fn_ident: &syn::Ident) -> syn::Ident {
     format_ident!("__airlock_tool_{}", name, span = fn_ident.span())
 }
 
-fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, description: &ast::Doc) -> TokenStream {
+fn generate(tool: &Checked<'_>) -> TokenStream {
+    let Checked { func, attrs, params, name, description } = tool;
     let krate = runtime_path(attrs);
     let private = quote!(#krate::__private);
     let vis = &func.vis;
@@ -184,36 +131,37 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     let tool_ident = tool_type_ident(fn_ident);
 
     let escalate = match &attrs.escalate {
-        Some((reason, _)) => quote!(::core::option::Option::Some(#reason)),
+        Some(reason) => quote!(::core::option::Option::Some(#reason)),
         None => quote!(::core::option::Option::None),
     };
     let rate = match &attrs.rate {
-        Some((rate, _)) => {
-            let (count, unit) = (rate.count, rate.unit_seconds);
-            quote!(::core::option::Option::Some(#krate::Rate::new_const(#count, #unit)))
+        Some(rate) => {
+            let (count, period_secs) = (rate.count(), rate.period_secs());
+            quote!(::core::option::Option::Some(#private::rate::<#count, #period_secs>()))
         }
         None => quote!(::core::option::Option::None),
     };
     let effect = match &attrs.effect {
         Some((segments, lit)) => {
             let segments = segments.iter().map(|segment| match segment {
-                Segment::Literal(text) => quote!(#krate::EffectSegment::Literal(#text)),
-                Segment::Param(name) => quote!(#krate::EffectSegment::Param(#name)),
+                EffectPiece::Literal(text) => quote!(#private::EffectSegment::Literal(#text)),
+                EffectPiece::Param(name) => quote!(#private::EffectSegment::Param(#name)),
             });
-            quote!(::core::option::Option::Some(#krate::EffectTemplate {
-                template: #lit,
-                segments: &[#(#segments),*],
-            }))
+            quote!(#private::effect_template(#lit, &[#(#segments),*]))
         }
-        None => quote!(::core::option::Option::None),
+        None => quote!(),
     };
     let mask = match &attrs.mask {
-        Some((text, _)) => quote!(::core::option::Option::Some(#text)),
-        None => quote!(::core::option::Option::None),
+        Some(set) => {
+            // `MaskKind`'s variants are named as its `Debug` writes them.
+            let kinds = set.kinds().map(|kind| syn::Ident::new(&format!("{kind:?}"), Span::call_site()));
+            quote!(#private::mask_set(&[#(#private::MaskKind::#kinds),*]))
+        }
+        None => quote!(#private::DEFAULT_TOOL_MASK),
     };
-    let ghost = match attrs.ghost.map(|(g, _)| g).unwrap_or(Ghost::Strip) {
-        Ghost::Strip => quote!(#krate::GhostPolicy::Strip),
-        Ghost::Block => quote!(#krate::GhostPolicy::Block),
+    let ghost = match attrs.ghost.unwrap_or(Ghost::Strip) {
+        Ghost::Strip => quote!(#private::GhostPolicy::Strip),
+        Ghost::Block => quote!(#private::GhostPolicy::Block),
     };
 
     // Generated locals are mixed-site: neither the user's code nor a `macro_rules!` that wraps the tool can
@@ -221,6 +169,12 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     let arguments = syn::Ident::new("__airlock_arguments", Span::mixed_site());
     let invocation = syn::Ident::new("__airlock_invocation", Span::mixed_site());
     let errors = syn::Ident::new("__airlock_errors", Span::mixed_site());
+    // The return-value glue is located at the return type, so a result that is not `Serialize`, an error
+    // that is not `Display` and a future that is not `Send` are each reported at the user's signature.
+    let output_span = match &func.sig.output {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => func.sig.ident.span(),
+    };
     let returned = syn::Ident::new("__airlock_returned", Span::mixed_site());
 
     // Everything about a model-visible parameter comes from one call, `visible_param::<T>()`, spanned at the
@@ -234,16 +188,10 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
             None => quote!(::core::option::Option::None),
         };
         let visible = visible_param(&p.ty);
-        quote! {
-            #krate::ParamSpec {
-                name: #key,
-                description: #description,
-                schema: #visible.schema,
-                accepts_null: #visible.accepts_null,
-            }
-        }
+        quote!(#private::param_spec(#key, #description, #visible))
     });
 
+    let param_count = params.iter().filter(|p| !p.injected).count();
     let locals: Vec<syn::Ident> =
         (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
     let extract = params.iter().zip(&locals).map(|(p, local)| {
@@ -263,28 +211,81 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     } else {
         quote!(#fn_ident(#(#locals),*))
     };
-    let run = quote! {
-        #private::prepared(async move {
-            let #returned = #call;
+    // The effect key is rendered from the typed values of the parameters the template names (each
+    // serialized back, spanned at its type so a type that is not `Serialize` is reported there), before the
+    // values move into the call.
+    let effect_const = syn::Ident::new("__AIRLOCK_EFFECT", Span::mixed_site());
+    let effect_values: Vec<TokenStream> = match &attrs.effect {
+        Some((pieces, _)) => {
+            let mut named: Vec<&str> = Vec::new();
+            for piece in pieces {
+                if let EffectPiece::Param(name) = piece
+                    && !named.contains(&name.as_str())
+                {
+                    named.push(name);
+                }
+            }
+            named
+                .into_iter()
+                .filter_map(|name| {
+                    let (param, local) =
+                        params.iter().zip(&locals).find(|(p, _)| !p.injected && param_key(&p.ident) == name)?;
+                    let ty = &param.ty;
+                    let value = quote_spanned!(ty.span()=> #private::effect_value::<#ty>);
+                    Some(quote!((#name, #value(&#local))))
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    // The runtime's path keeps its own location: an unresolvable `crate = "..."` is reported once, there.
+    let private_marker = syn::Ident::new("__airlock_private", Span::call_site());
+    let prepared_fn = syn::Ident::new("__airlock_prepared", Span::mixed_site());
+    let run = located_at(
+        // Called through an import, so the call (where a future that is not `Send` is reported) is made
+        // of relocated tokens only.
+        quote! {
             {
                 #[allow(unused_imports)]
-                use #private::{FallibleReturn as _, PlainReturn as _};
-                (&#returned).__airlock_return_kind().into_output(#returned)
+                use #private_marker::{FallibleReturn as _, PlainReturn as _, prepared as #prepared_fn};
+                #prepared_fn(async move {
+                    let #returned = #call;
+                    (&#returned).__airlock_return_kind().into_output(#returned)
+                })
             }
+        },
+        output_span,
+        &(private_marker, private.clone()),
+    );
+    let prepared = if attrs.effect.is_some() {
+        let values = syn::Ident::new("__airlock_effect_values", Span::mixed_site());
+        quote!({
+            let #values = [#(#effect_values),*];
+            #private::prepared_with_effect(&#effect_const, #run, #values)
         })
+    } else {
+        quote!(::core::result::Result::Ok(#private::Prepared::new(#run)))
     };
     // Every argument is extracted (collecting all errors) before any is used.
     let body = if locals.is_empty() {
-        quote!(::core::result::Result::Ok(#run))
+        prepared
     } else {
         quote! {
             let mut #errors = #private::ArgumentErrors::new();
             #(#extract)*
             match (#(#locals,)*) {
-                (#(::core::option::Option::Some(#locals),)*) => ::core::result::Result::Ok(#run),
+                (#(::core::option::Option::Some(#locals),)*) => #prepared,
                 _ => ::core::result::Result::Err(#errors),
             }
         }
+    };
+    let (effect_item, effect_option) = if attrs.effect.is_some() {
+        (
+            quote!(const #effect_const: #private::EffectTemplate = #effect;),
+            quote!(::core::option::Option::Some(#effect_const)),
+        )
+    } else {
+        (quote!(), quote!(::core::option::Option::None))
     };
     let tool_doc = format!("The `{name}` tool generated by `#[airlock_tool]` for `{}`.", param_key(fn_ident));
 
@@ -296,19 +297,21 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
         #vis struct #tool_ident;
 
         const _: () = {
-            static __AIRLOCK_SPEC: #krate::ToolSpec = #krate::ToolSpec {
-                name: #name,
-                description: #description,
-                params: &[#(#param_specs),*],
-                escalate: #escalate,
-                rate: #rate,
-                ghost: #ghost,
-                effect: #effect,
-                mask: #mask,
-            };
+            #effect_item
+            static __AIRLOCK_PARAMS: [#private::ParamSpec; #param_count] = [#(#param_specs),*];
+            static __AIRLOCK_SPEC: #private::ToolSpec = #private::tool_spec(
+                #name,
+                #description,
+                &__AIRLOCK_PARAMS,
+                #escalate,
+                #rate,
+                #ghost,
+                #effect_option,
+                #mask,
+            );
 
-            impl #krate::Tool for #tool_ident {
-                fn spec(&self) -> &'static #krate::ToolSpec {
+            impl #private::Tool for #tool_ident {
+                fn spec(&self) -> &'static #private::ToolSpec {
                     &__AIRLOCK_SPEC
                 }
 
@@ -316,8 +319,8 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
                 fn prepare(
                     &self,
                     #arguments: &#private::Arguments,
-                    #invocation: &#krate::Invocation<'_>,
-                ) -> ::core::result::Result<#private::PreparedCall, #private::ArgumentErrors> {
+                    #invocation: &#private::Invocation<'_>,
+                ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                     #body
                 }
             }
@@ -325,10 +328,27 @@ fn generate(func: &ItemFn, attrs: &Attrs, params: &[Param], name: &str, descript
     }
 }
 
-/// The argument key of a parameter: its name without a raw-identifier prefix.
-fn param_key(ident: &syn::Ident) -> String {
-    let name = ident.to_string();
-    name.strip_prefix("r#").unwrap_or(&name).to_owned()
+/// `tokens` with every token located at `span`, each keeping its own hygiene, so errors in the glue are
+/// shown at the user's code the glue stands for; each `marker` ident is replaced by `replacement`, which
+/// keeps its location.
+fn located_at(tokens: TokenStream, span: Span, marker: &(syn::Ident, TokenStream)) -> TokenStream {
+    let mut out = TokenStream::new();
+    for mut token in tokens {
+        match &token {
+            TokenTree::Ident(ident) if *ident == marker.0 => {
+                out.extend(marker.1.clone());
+                continue;
+            }
+            TokenTree::Group(group) => {
+                let mut moved = Group::new(group.delimiter(), located_at(group.stream(), span, marker));
+                moved.set_span(group.span().located_at(span));
+                token = TokenTree::Group(moved);
+            }
+            _ => token.set_span(token.span().located_at(span)),
+        }
+        out.extend([token]);
+    }
+    out
 }
 
 /// `tool!(path::to::f)` → `path::to::__airlock_tool_f`, a value of the generated tool type.

@@ -6,6 +6,8 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::display::DisplayError;
+
 /// A call waiting for a human's decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
@@ -19,6 +21,17 @@ pub struct ApprovalRequest {
     pub reasons: Vec<EscalationReason>,
     /// The admitted arguments (ghosts stripped, nulls dropped), exactly what will run.
     pub arguments: Value,
+}
+
+impl ApprovalRequest {
+    /// The call as a human must see it before deciding: the tool, why it needs approval, and every
+    /// argument in full, with control, bidi and invisible characters escaped (see [`crate::display`]).
+    ///
+    /// An error means the call is too long to show in full: do not ask a human about it, answer
+    /// [`Decision::Unavailable`].
+    pub fn render(&self) -> Result<String, DisplayError> {
+        crate::display::render_call(&self.tool, &self.reasons, &self.arguments)
+    }
 }
 
 /// One rule that asks for a human's approval.
@@ -39,6 +52,13 @@ pub enum Decision {
     Deny {
         /// Why, in the human's words.
         reason: Option<String>,
+    },
+    /// No human's answer could be obtained (the request could not be shown in full, could not be
+    /// delivered, went unanswered, or the call was cancelled). The call does not run; the model is told the
+    /// approval could not be obtained, not that a human refused.
+    Unavailable {
+        /// Why, for the model and the audit log.
+        reason: String,
     },
 }
 

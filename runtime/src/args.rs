@@ -7,15 +7,24 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::{Inject, Invocation};
+use crate::echo;
 use crate::tool::{Arguments, GhostPolicy, ToolSpec};
+
+mod nested;
+
+pub(crate) use nested::{Duplicate, Ghost};
 
 /// How deep an argument object may nest. Deeper input is refused before it is deserialized.
 pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
+/// How many ghosts a refusal names; the rest are counted.
+const MAX_LISTED: usize = 16;
 
 /// Arguments admitted past the ghost gate.
 #[derive(Debug)]
 pub(crate) struct Admitted {
     pub(crate) arguments: Arguments,
+    /// The paths of the keys stripped, each capped for display (`address.zipcode`).
     pub(crate) stripped: Vec<String>,
 }
 
@@ -24,11 +33,14 @@ pub(crate) struct Admitted {
 pub(crate) enum AdmissionError {
     NotAnObject(&'static str),
     TooDeep,
-    Ghosts(Vec<String>),
+    Ghosts(Vec<Ghost>),
+    Duplicates(Vec<Duplicate>),
 }
 
-/// Checks the shape, strips (or refuses) undeclared keys, and drops `null`s, which count as absent.
-pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, AdmissionError> {
+/// Checks the shape, strips (or refuses) undeclared keys at every depth the tool's canonical `schema`
+/// closes, refuses repeated items where it says `uniqueItems`, and drops top-level `null`s, which count as
+/// absent.
+pub(crate) fn admit(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result<Admitted, AdmissionError> {
     let mut map = match arguments {
         Value::Object(map) => map,
         // Some providers send no arguments at all for a tool without parameters.
@@ -36,11 +48,15 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, Admis
         Value::String(_) => {
             return Err(AdmissionError::NotAnObject("a string (malformed JSON text?)"));
         }
-        Value::Array(_) => return Err(AdmissionError::NotAnObject("an array")),
+        Value::Array(items) => {
+            discard(Value::Array(items));
+            return Err(AdmissionError::NotAnObject("an array"));
+        }
         Value::Bool(_) => return Err(AdmissionError::NotAnObject("a boolean")),
         Value::Number(_) => return Err(AdmissionError::NotAnObject("a number")),
     };
     if exceeds_depth(&map, MAX_ARGUMENT_DEPTH) {
+        discard(Value::Object(map));
         return Err(AdmissionError::TooDeep);
     }
     let mut ghosts = Vec::new();
@@ -48,16 +64,42 @@ pub(crate) fn admit(arguments: Value, spec: &ToolSpec) -> Result<Admitted, Admis
         map.retain(|key, _| {
             let declared = spec.param(key).is_some();
             if !declared {
-                ghosts.push(key.clone());
+                let closest = nested::closest(key, spec.params().iter().map(|p| p.name()));
+                ghosts.push(Ghost { path: key.clone(), closest });
             }
             declared
         });
-        if spec.ghost == GhostPolicy::Block {
-            return Err(AdmissionError::Ghosts(ghosts));
-        }
     }
     map.retain(|_, value| !value.is_null());
-    Ok(Admitted { arguments: map, stripped: ghosts })
+    let mut walk = nested::Walk::new(schema, spec.ghost() == GhostPolicy::Strip);
+    let properties = schema.get("properties");
+    for (key, value) in map.iter_mut() {
+        if let Some(property) = properties.and_then(|p| p.get(key)) {
+            walk.value(value, &[property], &mut key.clone());
+        }
+    }
+    ghosts.append(&mut walk.ghosts);
+    if spec.ghost() == GhostPolicy::Block && !ghosts.is_empty() {
+        return Err(AdmissionError::Ghosts(ghosts));
+    }
+    if !walk.duplicates.is_empty() {
+        return Err(AdmissionError::Duplicates(walk.duplicates));
+    }
+    let stripped = ghosts.into_iter().map(|ghost| echo::fragment(&ghost.path).into_owned()).collect();
+    Ok(Admitted { arguments: map, stripped })
+}
+
+/// Drops `value` without recursion: serde_json's own drop recurses once per level, so a value nested a
+/// million levels deep (which a host can build, though no parser would produce it) would overflow the stack.
+pub(crate) fn discard(value: Value) {
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, child)| child)),
+            _ => {}
+        }
+    }
 }
 
 /// Iterative, so a hostile nesting cannot exhaust the stack here.
@@ -74,6 +116,49 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
         }
     }
     false
+}
+
+/// The refusal text and hints for undeclared keys under `ghost = "block"`.
+pub(crate) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
+    let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
+    let declared = spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
+    let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
+    let mut hints: Vec<String> = ghosts
+        .iter()
+        .take(MAX_LISTED)
+        .filter_map(|ghost| {
+            let closest = ghost.closest.as_deref()?;
+            let path = echo::fragment(&ghost.path);
+            let renamed = match ghost.path.rsplit_once('.') {
+                Some((parent, _)) => format!("{}.{closest}", echo::fragment(parent)),
+                None => closest.to_owned(),
+            };
+            Some(format!("did you mean `{renamed}`? rename `{path}` to `{renamed}`"))
+        })
+        .collect();
+    hints.push(format!("remove {shown} and call again"));
+    (text, hints)
+}
+
+/// The refusal text and hints for repeated items in sets.
+pub(crate) fn describe_duplicates(tool: &str, duplicates: &[Duplicate]) -> (String, Vec<String>) {
+    let mut text = format!("the arguments for `{tool}` are invalid:");
+    let mut hints = Vec::new();
+    for duplicate in duplicates {
+        let path = echo::fragment(&duplicate.path);
+        let _ = write!(text, "\n- `{path}` holds `{}` more than once; its items must be unique", duplicate.item);
+        hints.push(format!("send each item of `{path}` once"));
+    }
+    (text, hints)
+}
+
+/// At most [`MAX_LISTED`] of `items`, comma-separated, then how many more there are.
+fn listed(items: impl Iterator<Item = String>, total: usize) -> String {
+    let mut shown = items.take(MAX_LISTED).collect::<Vec<_>>().join(", ");
+    if total > MAX_LISTED {
+        let _ = write!(shown, " and {} more", total - MAX_LISTED);
+    }
+    shown
 }
 
 /// Every problem found while preparing a call's arguments and injected values.
@@ -145,10 +230,62 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
                 nested if nested.starts_with('[') => format!("{key}{nested}"),
                 nested => format!("{key}.{nested}"),
             };
-            errors.push(ArgumentError::Invalid { field, message: err.into_inner().to_string() });
+            errors.push(ArgumentError::Invalid { field, message: range_message(err.into_inner().to_string()) });
             None
         }
     }
+}
+
+/// The values an integer type admits from JSON: its own range, within what a JSON number parses to without
+/// losing precision (`i64` and `u64`; a larger integer arrives as a floating-point number).
+pub(crate) fn integer_range(type_name: &str) -> Option<(i128, i128)> {
+    const JSON_MIN: i128 = i64::MIN as i128;
+    const JSON_MAX: i128 = u64::MAX as i128;
+    let (min, max): (i128, i128) = match type_name {
+        "i8" => (i8::MIN.into(), i8::MAX.into()),
+        "i16" => (i16::MIN.into(), i16::MAX.into()),
+        "i32" => (i32::MIN.into(), i32::MAX.into()),
+        "i64" => (i64::MIN.into(), i64::MAX.into()),
+        "isize" => (isize::MIN as i128, isize::MAX as i128),
+        "i128" => (i128::MIN, i128::MAX),
+        "u8" => (0, u8::MAX.into()),
+        "u16" => (0, u16::MAX.into()),
+        "u32" => (0, u32::MAX.into()),
+        "u64" => (0, u64::MAX.into()),
+        "usize" => (0, usize::MAX as i128),
+        "u128" => (0, i128::MAX),
+        _ => return None,
+    };
+    Some((min.max(JSON_MIN), max.min(JSON_MAX)))
+}
+
+/// Serde's text for an integer outside its type's range (``invalid value: integer `2147483648`, expected
+/// i32``, or ``invalid type: floating point `1e20`, expected u64`` for one too large to parse as an
+/// integer) restated with the range. Any other text is kept.
+fn range_message(message: String) -> String {
+    let Some((found, type_name)) = message.rsplit_once(", expected ") else { return message };
+    let Some((min, max)) = integer_range(type_name) else { return message };
+    let number = ["invalid value: integer `", "invalid type: floating point `"]
+        .iter()
+        .find_map(|prefix| found.strip_prefix(prefix))
+        .and_then(|rest| rest.strip_suffix('`'));
+    let Some(number) = number else { return message };
+    let outside = match number.parse::<i128>() {
+        Ok(n) => n < min || n > max,
+        // A float: out of range when no integer of the type is that large; otherwise the decimal point
+        // (`5.0`) is what serde refused.
+        Err(_) => number.parse::<f64>().is_ok_and(|f| f.is_finite() && (f < min as f64 || f > max as f64)),
+    };
+    if !outside {
+        return message;
+    }
+    // Serde prints large floats in exponent form (`1e+20`); an integral one is shown as the integer sent.
+    let integral = number.parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 1e21);
+    let shown = match integral {
+        Some(f) if number.parse::<i128>().is_err() => format!("{f:.0}"),
+        _ => echo::fragment(number).into_owned(),
+    };
+    format!("`{shown}` is out of range for {type_name}: expected an integer from {min} to {max}")
 }
 
 pub(crate) fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {
@@ -183,21 +320,96 @@ pub(crate) fn describe_errors(
                 let expected = expected_for(schema, field);
                 let _ = write!(text, "\n- `{field}` is required ({expected})");
                 // A misspelt key was stripped as a ghost: say which one was meant.
-                match stripped.iter().find(|ghost| strsim::damerau_levenshtein(ghost, field) <= 2) {
-                    Some(ghost) => hints.push(format!("rename `{ghost}` to `{field}`; send it as {expected}")),
-                    None => hints.push(format!("include `{field}` as {expected}")),
-                }
+                hints.push(match misspelt(stripped, "", field) {
+                    Some(ghost) => format!("rename `{ghost}` to `{field}`; send it as {expected}"),
+                    None => format!("include `{field}` as {expected}"),
+                });
             }
             ArgumentError::Invalid { field, message } => {
                 let top = field.split(['.', '[']).next().unwrap_or(field);
                 let expected = expected_for(schema, top);
-                let _ = write!(text, "\n- `{field}`: {message}");
-                hints.push(format!("send `{top}` as {expected}"));
+                let shown = echo::fragment(field);
+                let message = match message.strip_prefix("data did not match any variant of untagged enum") {
+                    // Serde names the Rust type only; the schema says what each variant takes.
+                    Some(_) => match schema_at(schema, field) {
+                        Some(variants) => format!("matches none of the accepted forms: {}", describe_schema(variants)),
+                        None => echo::message(message),
+                    },
+                    None => echo::message(message),
+                };
+                let _ = write!(text, "\n- `{shown}`: {message}");
+                // A nested required key missing while a near one was stripped: name both.
+                let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
+                match missing.and_then(|key| misspelt(stripped, field, key).map(|ghost| (key, ghost))) {
+                    Some((key, ghost)) => hints.push(format!("rename `{ghost}` to `{shown}.{key}`")),
+                    None => hints.push(format!("send `{top}` as {expected}")),
+                }
             }
             ArgumentError::Injection { .. } => {}
         }
     }
     (text, hints)
+}
+
+/// The stripped ghost under `parent` (a path, empty for the top level) that looks like a misspelling of
+/// `key`.
+fn misspelt<'a>(stripped: &'a [String], parent: &str, key: &str) -> Option<&'a str> {
+    stripped.iter().map(String::as_str).find(|ghost| {
+        let name = match ghost.rsplit_once('.') {
+            Some((ghost_parent, name)) if ghost_parent == parent => name,
+            None if parent.is_empty() => ghost,
+            _ => return false,
+        };
+        nested::closest(name, [key]).is_some()
+    })
+}
+
+/// The schema of the value at `path` (`order.lines[2].sku`), following `$ref`s and the alternatives that
+/// declare the next key.
+fn schema_at<'s>(root: &'s Value, path: &str) -> Option<&'s Value> {
+    let mut schema = root;
+    let mut rest = path;
+    let mut first = true;
+    while !rest.is_empty() {
+        schema = dereference(root, schema);
+        if let Some(after) = rest.strip_prefix('[') {
+            let (_, tail) = after.split_once(']')?;
+            schema = schema.get("items").or_else(|| any_branch(root, schema, |s| s.get("items")))?;
+            rest = tail;
+            continue;
+        }
+        let segment = if first { rest } else { rest.strip_prefix('.')? };
+        let end = segment.find(['.', '[']).unwrap_or(segment.len());
+        let key = &segment[..end];
+        let property = |s: &'s Value| s.get("properties").and_then(|p| p.get(key));
+        schema = property(schema).or_else(|| any_branch(root, schema, property))?;
+        rest = &segment[end..];
+        first = false;
+    }
+    Some(dereference(root, schema))
+}
+
+fn dereference<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
+    for _ in 0..32 {
+        let target = schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"));
+        match target.and_then(|name| root.get("$defs")?.get(name)) {
+            Some(definition) => schema = definition,
+            None => break,
+        }
+    }
+    schema
+}
+
+fn any_branch<'s>(
+    root: &'s Value,
+    schema: &'s Value,
+    find: impl Fn(&'s Value) -> Option<&'s Value>,
+) -> Option<&'s Value> {
+    ["anyOf", "oneOf"]
+        .iter()
+        .filter_map(|key| schema.get(*key).and_then(Value::as_array))
+        .flatten()
+        .find_map(|branch| find(dereference(root, branch)))
 }
 
 /// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)".
@@ -235,14 +447,13 @@ fn describe_schema(schema: &Value) -> String {
         return "a JSON value of the declared shape".to_owned();
     };
     match *kind {
-        "integer" => {
-            let min = schema.get("minimum").and_then(Value::as_f64);
-            if min == Some(0.0) {
+        "integer" => match (schema.get("minimum"), schema.get("maximum")) {
+            (Some(min), Some(max)) => format!("a JSON integer from {min} to {max} (no quotes, no decimal point)"),
+            (Some(min), None) if min.as_f64() == Some(0.0) => {
                 "a non-negative JSON integer such as 5 (no quotes, no decimal point)".to_owned()
-            } else {
-                "a JSON integer such as 5 (no quotes, no decimal point)".to_owned()
             }
-        }
+            _ => "a JSON integer such as 5 (no quotes, no decimal point)".to_owned(),
+        },
         "number" => "a JSON number such as 2.5 (no quotes)".to_owned(),
         "boolean" => "`true` or `false` (no quotes)".to_owned(),
         "string" => "a JSON string in double quotes".to_owned(),
@@ -272,8 +483,7 @@ mod tests {
         let mut map = Arguments::new();
         map.insert("x".into(), deep);
         assert!(exceeds_depth(&map, MAX_ARGUMENT_DEPTH));
-        // Dropping a deeply nested value recurses in serde_json; leak it in this test only.
-        std::mem::forget(map);
+        discard(Value::Object(map));
         let mut shallow = Arguments::new();
         shallow.insert("x".into(), json!({"a": [1, {"b": 2}]}));
         assert!(!exceeds_depth(&shallow, MAX_ARGUMENT_DEPTH));
@@ -300,6 +510,48 @@ mod tests {
         assert!(
             matches!(&errors.errors()[0], ArgumentError::Invalid { message, .. } if message.contains("string \"5\""))
         );
+    }
+
+    #[test]
+    fn a_million_levels_are_dropped_on_a_small_stack() {
+        let thread = std::thread::Builder::new().stack_size(2 << 20).spawn(|| {
+            let mut deep = json!(1);
+            for _ in 0..1_000_000 {
+                deep = Value::Array(vec![deep]);
+            }
+            discard(deep);
+        });
+        thread.expect("a thread starts").join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn out_of_range_integers_are_refused_with_the_range() {
+        let mut errors = ArgumentErrors::new();
+        let args: Arguments =
+            serde_json::from_value(json!({"a": 2147483648_u64, "b": -1, "c": 1e20, "d": 5.0, "e": 1e300})).unwrap();
+        assert_eq!(argument::<i32>(&args, "a", &mut errors), None);
+        assert_eq!(argument::<u8>(&args, "b", &mut errors), None);
+        assert_eq!(argument::<u64>(&args, "c", &mut errors), None);
+        assert_eq!(argument::<u32>(&args, "d", &mut errors), None);
+        assert_eq!(argument::<i128>(&args, "e", &mut errors), None);
+        let messages: Vec<&str> = errors
+            .errors()
+            .iter()
+            .map(|e| match e {
+                ArgumentError::Invalid { message, .. } => message.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            messages[0],
+            "`2147483648` is out of range for i32: expected an integer from -2147483648 to 2147483647"
+        );
+        assert_eq!(messages[1], "`-1` is out of range for u8: expected an integer from 0 to 255");
+        assert!(messages[2].starts_with("`100000000000000000000` is out of range for u64"), "{}", messages[2]);
+        assert!(!messages[2].contains("floating point"), "{}", messages[2]);
+        // In range but written with a decimal point: serde's own words stand.
+        assert!(messages[3].contains("floating point"), "{}", messages[3]);
+        assert!(messages[4].contains("from -9223372036854775808 to 18446744073709551615"), "{}", messages[4]);
     }
 
     #[test]

@@ -206,6 +206,52 @@ pub fn definitions_for<'a>(
     definitions.into_iter().map(|definition| definition.to_dialect(dialect)).collect()
 }
 
+/// Every definition `dialect` can express, in order, and for each one it cannot, why (see
+/// [`ToolDefinition::to_dialect`]): one inexpressible tool does not hide the others. For all or nothing, use
+/// [`definitions_for`].
+pub fn offer_in<'a>(dialect: Dialect, definitions: impl IntoIterator<Item = &'a ToolDefinition>) -> DialectOffer {
+    let mut offer = DialectOffer { dialect, definitions: Vec::new(), inexpressible: Vec::new() };
+    for definition in definitions {
+        match definition.to_dialect(dialect) {
+            Ok(value) => offer.definitions.push(value),
+            Err(error) => offer.inexpressible.push(error),
+        }
+    }
+    offer
+}
+
+/// What [`offer_in`] could offer in one dialect.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DialectOffer {
+    /// The dialect asked for.
+    pub dialect: Dialect,
+    /// The definitions in the dialect's request shape, ready for the request's `tools`.
+    pub definitions: Vec<Value>,
+    /// One error per tool left out: [`DialectError::tool`] names it, its `Display` says why.
+    pub inexpressible: Vec<DialectError>,
+}
+
+impl DialectOffer {
+    /// Whether every tool could be offered.
+    pub fn is_complete(&self) -> bool {
+        self.inexpressible.is_empty()
+    }
+
+    /// The tools left out, each with the reason, e.g. for a log line.
+    pub fn left_out(&self) -> Vec<(&str, String)> {
+        self.inexpressible.iter().map(|error| (error.tool().unwrap_or_default(), error.to_string())).collect()
+    }
+
+    /// The definitions if every tool could be offered, or the first tool's error.
+    pub fn into_complete(self) -> Result<Vec<Value>, DialectError> {
+        match self.inexpressible.into_iter().next() {
+            Some(error) => Err(error),
+            None => Ok(self.definitions),
+        }
+    }
+}
+
 /// A tool (or schema) that cannot be expressed in a dialect: which, where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DialectError {

@@ -50,6 +50,8 @@ mod clock;
 mod context;
 mod dialect;
 mod dispatch;
+pub mod display;
+mod echo;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
@@ -63,16 +65,59 @@ mod rate;
 mod schema;
 mod tool;
 
-pub use agent_airlock_macros::{airlock_tool, tool};
+pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
+/// Turns a free `fn` or `async fn` into a guarded tool; `tool!(path::to::f)` names the tool.
+///
+/// The function stays as written. Its doc comment is the tool's description and each parameter's doc
+/// comment that parameter's; a parameter marked `#[inject]` is supplied by the host (through the call's
+/// context) and never seen by the model. Every key is optional and takes a string literal:
+///
+/// | key | what it declares | example |
+/// |---|---|---|
+/// | `name` | the registered name, default the fn name; 1 to 64 ASCII letters, digits, `_`, `-` | `name = "search_docs"` |
+/// | `description` | what the model reads, default the doc comment; not blank | `description = "Search the documentation"` |
+/// | `escalate` | why a human must approve each call; not blank | `escalate = "moves money"` |
+/// | `rate` | at most `N` calls per unit (`second`, `minute`, `hour`, `day`; `s`, `sec`, `m`, `min`, `h`, `d`); `N` ≥ 1 | `rate = "10/minute"` |
+/// | `ghost` | what happens to arguments the tool does not declare: `strip` (default) or `block` | `ghost = "block"` |
+/// | `effect` | the idempotency key; each `{param}` names a model-visible parameter whose type is `Serialize` | `effect = "refund:{payment_id}"` |
+/// | `mask` | what is masked in the result: `none`, `all`, `secrets` (default), `pii` or kind names, comma-separated | `mask = "secrets,pii"` |
+/// | `crate` | the path of the runtime crate, when it is renamed or re-exported | `crate = "::my_runtime::airlock"` |
+///
+/// Every mistake is a compile error at the offending value or type: unknown or duplicate keys, bad values,
+/// methods, generic, `unsafe`, `const` or variadic functions, pattern or `impl Trait` parameters, a
+/// parameter type that is not `Deserialize + JsonSchema`, a result that is not `Serialize`, an error that
+/// is not `Display`, a future that is not `Send`.
+///
+/// ```
+/// use agent_airlock::{ToolError, airlock_tool, tool};
+///
+/// /// Refund a payment to the customer's card.
+/// #[airlock_tool(escalate = "moves money", rate = "10/minute", effect = "refund:{payment_id}", mask = "secrets,pii")]
+/// fn refund(
+///     /// The payment intent to refund.
+///     payment_id: String,
+///     /// Amount in cents.
+///     amount: u64,
+/// ) -> Result<String, ToolError> {
+///     Ok(format!("refunded {amount} on {payment_id}"))
+/// }
+///
+/// let spec = agent_airlock::Tool::spec(&tool!(refund));
+/// assert_eq!(spec.name(), "refund");
+/// assert_eq!(spec.escalate(), Some("moves money"));
+/// assert_eq!(spec.rate().map(|rate| rate.to_string()).as_deref(), Some("10/minute"));
+/// ```
+pub use agent_airlock_macros::airlock_tool;
+pub use agent_airlock_macros::tool;
 pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use args::{ArgumentError, ArgumentErrors, MAX_ARGUMENT_DEPTH};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
-pub use dialect::{Dialect, DialectError, Inexpressible, definitions_for};
+pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use interrupt::{
-    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DecisionError, InterruptApprovals,
-    InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
+    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
 };
 pub use keys::{ApprovalKey, HashKey, KeyError};
 pub use mask::{
@@ -84,15 +129,15 @@ pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
-    Arguments, DEFAULT_TOOL_MASK, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, PreparedCall, Tool, ToolError,
-    ToolOutput, ToolSpec,
+    Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Prepared,
+    PreparedCall, Tool, ToolError, ToolOutput, ToolSpec, ToolSpecBuilder, ToolSpecError,
 };
 
 /// Tool definitions the model may be offered under `policy`: denied tools dropped, escalated tools kept.
 pub fn filter_tools<'a>(tools: impl IntoIterator<Item = &'a dyn Tool>, policy: &Policy) -> Vec<ToolDefinition> {
     tools
         .into_iter()
-        .filter(|tool| policy.for_tool(tool.spec().name).denied_by.is_none())
+        .filter(|tool| policy.for_tool(tool.spec().name()).denied_by.is_none())
         .map(ToolDefinition::of)
         .collect()
 }
@@ -103,14 +148,16 @@ pub mod __private {
     use std::any::Any;
     use std::fmt::Display;
     use std::future::Future;
+    use std::num::{NonZeroU32, NonZeroU64};
 
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 
+    use crate::args::ArgumentError;
     pub use crate::args::ArgumentErrors;
-    use crate::context::{Inject, Invocation};
+    use crate::context::Inject;
     use crate::message::HostCommand;
-    pub use crate::tool::{Arguments, PreparedCall};
+    pub use crate::tool::{Arguments, Prepared, PreparedCall};
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -153,8 +200,107 @@ pub mod __private {
         crate::args::inject(invocation, param, errors)
     }
 
+    pub use crate::context::Invocation;
+    pub use crate::mask::{MaskKind, MaskSet};
+    pub use crate::tool::{DEFAULT_TOOL_MASK, EffectSegment, EffectTemplate, GhostPolicy, ParamSpec, Tool, ToolSpec};
+
+    /// The spec of a generated tool, from values the macro checked.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn tool_spec(
+        name: &'static str,
+        description: &'static str,
+        params: &'static [ParamSpec],
+        escalate: Option<&'static str>,
+        rate: Option<crate::Rate>,
+        ghost: GhostPolicy,
+        effect: Option<EffectTemplate>,
+        mask: MaskSet,
+    ) -> ToolSpec {
+        ToolSpec::from_checked_parts(name, description, params, escalate, rate, ghost, effect, mask)
+    }
+
+    /// One model-visible parameter of a generated tool.
+    pub const fn param_spec<T>(
+        name: &'static str,
+        description: Option<&'static str>,
+        visible: VisibleParam<T>,
+    ) -> ParamSpec {
+        ParamSpec::from_checked_parts(name, description, visible.schema, visible.accepts_null)
+    }
+
+    /// The effect template of a generated tool, parsed by the macro.
+    pub const fn effect_template(template: &'static str, segments: &'static [EffectSegment]) -> EffectTemplate {
+        EffectTemplate::from_checked_parts(template, segments)
+    }
+
+    /// The mask set holding `kinds`.
+    pub const fn mask_set(kinds: &[MaskKind]) -> MaskSet {
+        let mut set = MaskSet::NONE;
+        let mut index = 0;
+        while index < kinds.len() {
+            set = set.union(MaskSet::of(kinds[index]));
+            index += 1;
+        }
+        set
+    }
+
+    /// A tool's rate; a zero count or period does not compile.
+    pub const fn rate<const COUNT: u32, const PERIOD_SECS: u64>() -> crate::Rate {
+        const {
+            match (NonZeroU32::new(COUNT), NonZeroU64::new(PERIOD_SECS)) {
+                (Some(count), Some(period_secs)) => crate::Rate::new(count, period_secs),
+                _ => panic!("a rate's count and period must be at least 1"),
+            }
+        }
+    }
+
     pub fn prepared<F: Future<Output = ToolOutput> + Send + 'static>(future: F) -> PreparedCall {
         Box::pin(future)
+    }
+
+    /// A type of a parameter named in an effect template.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be part of an effect key",
+        label = "this parameter is named in the `effect` template, so its value must be serializable",
+        note = "derive `serde::Serialize` for `{Self}`: the effect key is rendered from the argument's typed value serialized back, so two spellings of one value share one key"
+    )]
+    pub trait EffectArgument: Serialize {}
+    #[diagnostic::do_not_recommend]
+    impl<T: Serialize> EffectArgument for T {}
+
+    /// The typed value of a parameter named in the effect template, serialized back to JSON.
+    pub fn effect_value<T: EffectArgument>(value: &T) -> Result<serde_json::Value, String> {
+        serde_json::to_value(value).map_err(|err| err.to_string())
+    }
+
+    /// The prepared call with the key of its effect, rendered from the typed values; a value that cannot
+    /// be part of a key is an argument error.
+    pub fn prepared_with_effect<const N: usize>(
+        template: &EffectTemplate,
+        call: PreparedCall,
+        values: [(&'static str, Result<serde_json::Value, String>); N],
+    ) -> Result<Prepared, ArgumentErrors> {
+        let mut errors = ArgumentErrors::new();
+        let mut serialized = Vec::with_capacity(N);
+        for (param, value) in values {
+            match value {
+                Ok(value) => serialized.push((param, value)),
+                Err(message) => errors.push(ArgumentError::Invalid {
+                    field: param.to_owned(),
+                    message: format!("the value cannot be part of the effect key: {message}"),
+                }),
+            }
+        }
+        if !errors.errors().is_empty() {
+            return Err(errors);
+        }
+        match template.render_values(&serialized) {
+            Ok(key) => Ok(Prepared::new(call).with_effect_key(key)),
+            Err(err) => {
+                errors.push(ArgumentError::Invalid { field: err.param().to_owned(), message: err.to_string() });
+                Err(errors)
+            }
+        }
     }
 
     // Return values: `Result<T, E>` becomes a result or an error message; anything else `Serialize` is the
@@ -176,10 +322,31 @@ pub mod __private {
             PlainTag
         }
     }
-    impl<T: Serialize> PlainReturn for &T {}
+    // For every type, so that a type that cannot be a result is reported by `ToolResult`'s message.
+    impl<T> PlainReturn for &T {}
+
+    /// What a tool may return (or return in `Ok`).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a tool's result",
+        label = "the model reads the tool's result as JSON",
+        note = "derive `serde::Serialize` for `{Self}`, or return `Result<T, E>` with a `Serialize` `T` and a `Display` `E`"
+    )]
+    pub trait ToolResult: Serialize + 'static {}
+    #[diagnostic::do_not_recommend]
+    impl<T: Serialize + 'static> ToolResult for T {}
+
+    /// What a tool may return in `Err`.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be a tool's error",
+        label = "the model reads the tool's error as text",
+        note = "implement `std::fmt::Display` for `{Self}`, or return `agent_airlock::ToolError`"
+    )]
+    pub trait ToolErrorMessage: Display + 'static {}
+    #[diagnostic::do_not_recommend]
+    impl<E: Display + 'static> ToolErrorMessage for E {}
 
     impl FallibleTag {
-        pub fn into_output<T: Serialize + 'static, E: Display + 'static>(self, returned: Result<T, E>) -> ToolOutput {
+        pub fn into_output<T: ToolResult, E: ToolErrorMessage>(self, returned: Result<T, E>) -> ToolOutput {
             match returned {
                 Ok(value) => output_of(value),
                 Err(error) => match (&error as &dyn Any).downcast_ref::<ToolError>() {
@@ -191,7 +358,7 @@ pub mod __private {
     }
 
     impl PlainTag {
-        pub fn into_output<T: Serialize + 'static>(self, returned: T) -> ToolOutput {
+        pub fn into_output<T: ToolResult>(self, returned: T) -> ToolOutput {
             output_of(returned)
         }
     }

@@ -100,10 +100,10 @@ pub enum RefusalKind {
     HostMisconfigured,
     /// The call needs a human's approval and none can be asked.
     ApprovalUnavailable,
-    /// A human refused the call (or the resume value was not an approval).
+    /// A human refused the call (an approver said no, or a denial recorded in the ledger for this call).
     HumanDenied,
-    /// The resume value carried an approval that does not admit this call: forged, for another call,
-    /// already spent, expired, revoked, or under a refused key.
+    /// The resume value carried an approval that does not admit this call (forged, for another call,
+    /// already spent, expired, revoked, or under a refused key), or was no recorded approval or denial at all.
     ApprovalInvalid,
     /// A rate limit is exhausted.
     RateLimited,
@@ -150,7 +150,7 @@ pub enum Outcome {
         /// The call's id.
         tool_call_id: String,
         /// The sealed approval request.
-        request: InterruptRequest,
+        request: Box<InterruptRequest>,
     },
 }
 

@@ -1,96 +1,16 @@
 //! Rate limits: the `N/unit` value and a limiter that takes one token from every applicable bucket or none.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use agent_airlock_grammar::{Rate, RateParseError};
+
 use crate::clock::duration_nanos;
 
-/// `count` calls per `period`, with bursts up to `count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    count: u32,
-    period_secs: u64,
-}
-
-impl Rate {
-    /// `count` calls per `period_secs` seconds. Used by generated code, which checks both at compile time;
-    /// a zero is raised to one so a `Rate` is always valid.
-    pub const fn new_const(count: u32, period_secs: u64) -> Self {
-        Rate { count: if count == 0 { 1 } else { count }, period_secs: if period_secs == 0 { 1 } else { period_secs } }
-    }
-
-    /// Calls allowed per period.
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-
-    /// The period.
-    pub fn period(&self) -> Duration {
-        Duration::from_secs(self.period_secs)
-    }
-
-    /// Time between tokens.
-    fn emission_interval_nanos(&self) -> u64 {
-        duration_nanos(self.period()) / u64::from(self.count)
-    }
-
-    /// Whether `self` admits no more than `other` does over any window (the stricter of two).
-    pub fn is_at_least_as_strict_as(&self, other: &Rate) -> bool {
-        u128::from(self.count) * u128::from(other.period_secs) <= u128::from(other.count) * u128::from(self.period_secs)
-    }
-}
-
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let unit = match self.period_secs {
-            1 => "second",
-            60 => "minute",
-            3_600 => "hour",
-            86_400 => "day",
-            other => return write!(f, "{}/{other}s", self.count),
-        };
-        write!(f, "{}/{unit}", self.count)
-    }
-}
-
-/// A rate string that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RateParseError(String);
-
-impl FromStr for Rate {
-    type Err = RateParseError;
-
-    /// `"10/minute"`; units `second`, `minute`, `hour`, `day` (or `s`, `sec`, `m`, `min`, `h`, `d`).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let err = |m: String| RateParseError(m);
-        let (count, unit) = text
-            .split_once('/')
-            .ok_or_else(|| err(format!("malformed rate `{text}`, expected `N/unit` such as `10/minute`")))?;
-        let (count, unit) = (count.trim(), unit.trim());
-        if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(err(format!("rate count `{count}` is not a whole number")));
-        }
-        let count: u32 = count.parse().map_err(|_| err(format!("rate count `{count}` is too large")))?;
-        if count == 0 {
-            return Err(err("rate count must be at least 1; to forbid a tool, deny it".to_owned()));
-        }
-        let period_secs = match unit {
-            "second" | "sec" | "s" => 1,
-            "minute" | "min" | "m" => 60,
-            "hour" | "h" => 3_600,
-            "day" | "d" => 86_400,
-            other => {
-                return Err(err(format!(
-                    "unknown rate unit `{other}`, expected one of `second`, `minute`, `hour`, `day`"
-                )));
-            }
-        };
-        Ok(Rate { count, period_secs })
-    }
+/// Time between tokens of `rate`.
+fn emission_interval_nanos(rate: &Rate) -> u64 {
+    duration_nanos(rate.period()) / u64::from(rate.count())
 }
 
 /// Identifies one bucket inside a [`RateLimiter`].
@@ -192,7 +112,7 @@ impl RateLimiter {
         for id in ids {
             let bucket = &self.buckets[id.0];
             let mut state = bucket.state.lock().unwrap_or_else(|p| p.into_inner());
-            let full_at = state.get(thread).saturating_sub(bucket.rate.emission_interval_nanos());
+            let full_at = state.get(thread).saturating_sub(emission_interval_nanos(&bucket.rate));
             state.set(thread, full_at, now);
         }
     }
@@ -218,7 +138,7 @@ impl RateLimiter {
         let mut wait = (0u64, 0usize);
         for (position, (rate, state)) in guards.iter().enumerate() {
             let period = duration_nanos(rate.period());
-            let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
+            let next = state.get(thread).max(now).saturating_add(emission_interval_nanos(rate));
             // Admit while the bucket would hold no more than `period` worth of debt after this call.
             if next.saturating_sub(now) > period && next - now - period > wait.0 {
                 wait = (next - now - period, position);
@@ -229,7 +149,7 @@ impl RateLimiter {
         }
         if commit {
             for (rate, state) in &mut guards {
-                let next = state.get(thread).max(now).saturating_add(rate.emission_interval_nanos());
+                let next = state.get(thread).max(now).saturating_add(emission_interval_nanos(&*rate));
                 state.set(thread, next, now);
             }
         }
@@ -251,13 +171,19 @@ impl RateLimiter {
 
 #[cfg(test)]
 mod tests {
+    use std::num::{NonZeroU32, NonZeroU64};
+
     use super::*;
+
+    fn rate(count: u32, period_secs: u64) -> Rate {
+        Rate::new(NonZeroU32::new(count).unwrap(), NonZeroU64::new(period_secs).unwrap())
+    }
 
     #[test]
     fn per_thread_buckets_are_apart_and_full_ones_are_swept() {
         let mut limiter = RateLimiter::default();
-        let shared = limiter.add_bucket(Rate::new_const(1_000_000, 60), RateScope::PerTool);
-        let each = limiter.add_bucket(Rate::new_const(1, 60), RateScope::PerThread);
+        let shared = limiter.add_bucket(rate(1_000_000, 60), RateScope::PerTool);
+        let each = limiter.add_bucket(rate(1, 60), RateScope::PerThread);
         let t0 = Duration::from_secs(1_000);
         limiter.acquire(&[shared, each], Some("a"), t0).unwrap();
         limiter.acquire(&[shared, each], Some("b"), t0).unwrap();
@@ -276,26 +202,9 @@ mod tests {
     }
 
     #[test]
-    fn parses_and_displays() {
-        assert_eq!("10/minute".parse::<Rate>().unwrap().to_string(), "10/minute");
-        assert_eq!("1/s".parse::<Rate>().unwrap(), Rate::new_const(1, 1));
-        for bad in ["ten/minute", "0/minute", "5/fortnight", "5/", "5", "99999999999/day"] {
-            assert!(bad.parse::<Rate>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn strictness_compares_rates_per_time() {
-        let per_min = |n| Rate::new_const(n, 60);
-        assert!(per_min(5).is_at_least_as_strict_as(&per_min(10)));
-        assert!(!per_min(10).is_at_least_as_strict_as(&per_min(5)));
-        assert!(Rate::new_const(1, 1).is_at_least_as_strict_as(&per_min(60)));
-    }
-
-    #[test]
     fn bursts_then_refills_one_token_per_interval() {
         let mut limiter = RateLimiter::default();
-        let id = limiter.add_bucket(Rate::new_const(3, 60), RateScope::PerTool);
+        let id = limiter.add_bucket(rate(3, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
         for _ in 0..3 {
             limiter.acquire(&[id], None, t0).unwrap();
@@ -309,7 +218,7 @@ mod tests {
     #[test]
     fn check_takes_nothing_and_refund_gives_the_token_back() {
         let mut limiter = RateLimiter::default();
-        let bucket = limiter.add_bucket(Rate::new_const(2, 60), RateScope::PerTool);
+        let bucket = limiter.add_bucket(rate(2, 60), RateScope::PerTool);
         let now = Duration::from_secs(1_000);
         for _ in 0..5 {
             assert!(limiter.check(&[bucket], None, now).is_ok());
@@ -327,8 +236,8 @@ mod tests {
     #[test]
     fn all_buckets_or_none() {
         let mut limiter = RateLimiter::default();
-        let roomy = limiter.add_bucket(Rate::new_const(100, 60), RateScope::PerTool);
-        let tight = limiter.add_bucket(Rate::new_const(1, 60), RateScope::PerTool);
+        let roomy = limiter.add_bucket(rate(100, 60), RateScope::PerTool);
+        let tight = limiter.add_bucket(rate(1, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
         limiter.acquire(&[roomy, tight], None, t0).unwrap();
         for _ in 0..10 {

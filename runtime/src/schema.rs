@@ -25,8 +25,8 @@ impl ToolDefinition {
     pub fn of(tool: &dyn Tool) -> Self {
         let spec = tool.spec();
         ToolDefinition {
-            name: spec.name.to_owned(),
-            description: spec.description.to_owned(),
+            name: spec.name().to_owned(),
+            description: spec.description().to_owned(),
             input_schema: input_schema(spec),
         }
     }
@@ -46,18 +46,18 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
     let mut generator = generator();
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for param in spec.params {
-        let mut schema = (param.schema)(&mut generator).to_value();
+    for param in spec.params() {
+        let mut schema = param.schema(&mut generator).to_value();
         if schema == Value::Bool(true) {
             // `true` and `{}` accept the same values; only the object form can carry a description.
             schema = Value::Object(Map::new());
         }
-        if let (Some(doc), Value::Object(map)) = (param.description, &mut schema) {
+        if let (Some(doc), Value::Object(map)) = (param.description(), &mut schema) {
             map.insert("description".to_owned(), Value::String(doc.to_owned()));
         }
-        properties.insert(param.name.to_owned(), schema);
-        if !(param.accepts_null)() {
-            required.push(Value::String(param.name.to_owned()));
+        properties.insert(param.name().to_owned(), schema);
+        if !param.accepts_null() {
+            required.push(Value::String(param.name().to_owned()));
         }
     }
     let mut root = Map::new();
@@ -92,6 +92,7 @@ fn normalize(value: &mut Value) {
             if is_object && !map.contains_key("additionalProperties") && !map.contains_key("patternProperties") {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
+            add_integer_range(map);
             for (key, child) in map.iter_mut() {
                 // Property *names* may be `title`; only schema keywords are dropped.
                 if key == "properties" || key == "$defs" {
@@ -106,6 +107,39 @@ fn normalize(value: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(normalize),
         _ => {}
     }
+}
+
+/// Gives a Rust integer type (known by its schemars `format`) the `minimum` and `maximum` the dispatcher
+/// enforces, so the schema admits exactly the integers the type does; bounds already given (a
+/// `#[schemars(range(...))]`) are kept. For 128-bit types that range is `i64::MIN ..= u64::MAX`: a larger
+/// JSON integer cannot be read without losing precision.
+fn add_integer_range(map: &mut Map<String, Value>) {
+    let is_integer = match map.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    let type_name = match map.get("format").and_then(Value::as_str) {
+        Some("int8") => "i8",
+        Some("int16") => "i16",
+        Some("int32") => "i32",
+        Some("int64") => "i64",
+        Some("int128") => "i128",
+        Some("int") => "isize",
+        Some("uint8") => "u8",
+        Some("uint16") => "u16",
+        Some("uint32") => "u32",
+        Some("uint64") => "u64",
+        Some("uint128") => "u128",
+        Some("uint") => "usize",
+        _ => return,
+    };
+    let Some((min, max)) = crate::args::integer_range(type_name).filter(|_| is_integer) else { return };
+    // Both fit: the ranges are clamped to what JSON integers hold.
+    let number = |n: i128| i64::try_from(n).map(Value::from).or_else(|_| u64::try_from(n).map(Value::from)).ok();
+    let (Some(min), Some(max)) = (number(min), number(max)) else { return };
+    map.entry("minimum").or_insert(min);
+    map.entry("maximum").or_insert(max);
 }
 
 /// The schema of one parameter type (generated code passes this as a function pointer).

@@ -63,14 +63,19 @@ class Human:
         self.answers: list[types.ElicitResult] = []
         self.asked: list[dict[str, Any]] = []
 
-    def will(self, action: str, content: dict[str, Any] | None = None) -> None:
-        self.answers.append(types.ElicitResult(action=action, content=content))
+    def will(self, action: str, content: dict[str, Any] | None = None, after_seconds: float = 0) -> None:
+        self.answers.append((types.ElicitResult(action=action, content=content), after_seconds))
 
     async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         self.asked.append(params.model_dump(by_alias=True, exclude_none=True))
         if not self.answers:
             return types.ErrorData(code=types.INVALID_REQUEST, message="the test scripted no answer")
-        return self.answers.pop(0)
+        answer, after_seconds = self.answers.pop(0)
+        if after_seconds:
+            # A human who answers late, whatever happened to the call meanwhile.
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(after_seconds)
+        return answer
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -230,6 +235,22 @@ async def main(path: str) -> None:
             assert human.asked[1]["_meta"][APPROVAL_META]["arguments"] == {"path": "report.md"}
             assert again.is_error is True, again
             assert report_of(again)["refusal"]["kind"] == "human_denied", report_of(again)
+
+        @check("a call the client cancels while its approval waits never runs, though the human approves later")
+        async def _() -> None:
+            human.asked.clear()
+            human.will("accept", {"approve": True}, after_seconds=2)
+            timed_out = False
+            try:
+                # The SDK gives up after the read timeout and sends `notifications/cancelled`.
+                await client.call_tool("delete_file", {"path": "todo.txt"}, read_timeout_seconds=0.5)
+            except Exception:  # noqa: BLE001 - the SDK's timeout error; its type is the SDK's business
+                timed_out = True
+            assert timed_out, "the call did not time out"
+            await anyio.sleep(3)  # the human's late yes has come and gone
+            assert len(human.asked) == 1, human.asked
+            files = json.loads(text_of(await client.call_tool("list_files", {})))
+            assert "todo.txt" in files, files
 
         await run_pending()
 

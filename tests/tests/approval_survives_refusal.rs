@@ -182,11 +182,7 @@ fn a_rate_limited_resume_keeps_its_grant_and_runs_once_the_bucket_refills() {
 #[test]
 fn a_duplicate_effect_refuses_the_resume_and_leaves_the_grant_live() {
     each_backend(|backend| {
-        let host = Host::new(backend, Policy::new());
-        let first = pay_call("c1", "inv-1");
-        let second = pay_call("c2", "inv-1");
-        let (resume_first, _) = host.approved(&first);
-        let (resume_second, second_grant) = host.approved(&second);
+        let (host, [first, second], [resume_first, resume_second], second_grant) = two_approved_payments(backend);
         assert_eq!(host.resume(&first, &resume_first).status, Status::Success);
 
         assert_eq!(refused(&host.resume(&second, &resume_second)), RefusalKind::Duplicate);
@@ -198,11 +194,7 @@ fn a_duplicate_effect_refuses_the_resume_and_leaves_the_grant_live() {
 #[test]
 fn an_ambiguous_effect_refuses_the_resume_and_the_grant_runs_after_the_operator_resolves_it() {
     each_backend(|backend| {
-        let host = Host::new(backend, Policy::new());
-        let first = pay_call("c1", "inv-1");
-        let second = pay_call("c2", "inv-1");
-        let (resume_first, _) = host.approved(&first);
-        let (resume_second, second_grant) = host.approved(&second);
+        let (host, [first, second], [resume_first, resume_second], second_grant) = two_approved_payments(backend);
         host.provider.mode.store(1, Ordering::SeqCst);
         assert_eq!(host.resume(&first, &resume_first).status, Status::Error, "the provider failed mid-call");
         host.provider.mode.store(0, Ordering::SeqCst);
@@ -225,14 +217,20 @@ impl Host {
     }
 }
 
+/// Two calls paying the same invoice, both approved and not yet resumed; the second one's grant id.
+fn two_approved_payments(backend: &Backend) -> (Host, [ToolCall; 2], [Value; 2], String) {
+    let host = Host::new(backend, Policy::new());
+    let first = pay_call("c1", "inv-1");
+    let second = pay_call("c2", "inv-1");
+    let (resume_first, _) = host.approved(&first);
+    let (resume_second, second_grant) = host.approved(&second);
+    (host, [first, second], [resume_first, resume_second], second_grant)
+}
+
 #[test]
 fn an_effect_in_flight_refuses_the_resume_and_leaves_the_grant_live() {
     each_backend(|backend| {
-        let host = Host::new(backend, Policy::new());
-        let first = pay_call("c1", "inv-1");
-        let second = pay_call("c2", "inv-1");
-        let (resume_first, _) = host.approved(&first);
-        let (resume_second, second_grant) = host.approved(&second);
+        let (host, [first, second], [resume_first, resume_second], second_grant) = two_approved_payments(backend);
         host.provider.mode.store(2, Ordering::SeqCst);
 
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

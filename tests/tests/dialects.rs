@@ -11,7 +11,7 @@ mod validators;
 
 use agent_airlock::{
     CallContext, Dialect, DialectError, Dispatcher, Inexpressible, Policy, Status, ToolCall, ToolDefinition,
-    definitions_for, tool,
+    definitions_for, offer_in, tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
@@ -149,7 +149,7 @@ fn openai_strict_requires_everything_and_makes_only_null_safe_fields_nullable() 
     let shipping = &order["properties"]["shipping"];
     assert_eq!(shipping["properties"]["country"]["type"], "string");
     assert!(shipping["properties"]["country"].get("default").is_none());
-    assert_eq!(shipping["properties"]["floors"], json!({"type": "integer", "minimum": 0}));
+    assert_eq!(shipping["properties"]["floors"], json!({"type": "integer", "minimum": 0, "maximum": 4294967295_u32}));
     assert_eq!(shipping["additionalProperties"], false);
 }
 
@@ -167,7 +167,13 @@ fn openai_strict_rewrites_what_is_outside_its_subset() {
     assert_eq!(window["request"]["format"], "uuid");
     assert_eq!(window["day"]["format"], "date");
     let scalars = openai_parameters("scalars");
-    assert_eq!(scalars["properties"]["count"], json!({"type": "integer", "minimum": 0}));
+    // Every integer type says its range (OpenAI strict keeps `minimum`/`maximum`).
+    assert_eq!(scalars["properties"]["count"], json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}));
+    assert_eq!(
+        scalars["properties"]["huge"],
+        json!({"type": "integer", "minimum": i64::MIN, "maximum": u64::MAX}),
+        "an `i128` admits what a JSON integer holds exactly"
+    );
     // A homogeneous tuple is an array of fixed length.
     let point = &openai_parameters("collections")["properties"]["point"];
     assert_eq!(point, &json!({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}));
@@ -658,15 +664,30 @@ fn definitions_for_and_the_dispatcher_offer_tools_in_a_dialect() {
         .policy(policy)
         .build()
         .unwrap();
-    let offered = dispatcher.offered_tools_in(Dialect::OpenAi).unwrap();
+    let offered = dispatcher.offered_tools_in_all(Dialect::OpenAi).unwrap();
     let names: Vec<&str> = offered.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["scalars", "nested"], "denied tools are not offered, so `maps` cannot fail the list");
     for tool in &offered {
         assert!(validators::violations(Dialect::OpenAi, tool).is_empty());
     }
     let open = Dispatcher::builder().tool(tool!(corpus::scalars)).tool(tool!(corpus::maps)).build().unwrap();
-    let error = open.offered_tools_in(Dialect::OpenAi).unwrap_err();
+    let error = open.offered_tools_in_all(Dialect::OpenAi).unwrap_err();
     assert_eq!(error.kind(), &Inexpressible::Map);
+    // One inexpressible tool does not hide the rest: what can be offered is, and the rest is reported.
+    let offer = open.offered_tools_in(Dialect::OpenAi);
+    assert!(!offer.is_complete());
+    assert_eq!(offer.definitions.len(), 1);
+    assert_eq!(offer.definitions[0]["function"]["name"], "scalars");
+    let left_out = offer.left_out();
+    assert_eq!(left_out.len(), 1);
+    assert_eq!(left_out[0].0, "maps");
+    assert!(left_out[0].1.contains("arbitrary keys"), "{}", left_out[0].1);
+    assert_eq!(offer.into_complete().unwrap_err().kind(), &Inexpressible::Map);
+    let gemini = offer_in(Dialect::Gemini, &definitions);
+    let expressible = definitions.iter().filter(|d| expected(&d.name, Dialect::Gemini).is_none()).count();
+    assert_eq!(gemini.definitions.len(), expressible);
+    assert_eq!(gemini.definitions.len() + gemini.inexpressible.len(), definitions.len());
+    assert!(gemini.inexpressible.iter().all(|e| expected(e.tool().unwrap(), Dialect::Gemini).is_some()));
     // The documented fallback, per tool.
     let mixed: Vec<Value> = open
         .offered_tools()

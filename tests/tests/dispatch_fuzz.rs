@@ -117,3 +117,46 @@ fn nesting_at_the_parsers_limit_is_refused_cleanly() {
             .expect_message();
     assert!(message.refusal.is_some());
 }
+
+/// An argument value nested `levels` deep, built without recursion.
+fn nested(levels: usize) -> Value {
+    let mut deep = Value::from(1);
+    for i in 0..levels {
+        deep =
+            if i % 2 == 0 { Value::Array(vec![deep]) } else { Value::Object(Map::from_iter([("a".to_owned(), deep)])) };
+    }
+    deep
+}
+
+#[test]
+fn a_million_levels_are_refused_on_a_two_mebibyte_stack() {
+    // A tokio worker's stack: the refused value must be torn down without recursion on every path that
+    // drops it (too deep for a known tool, an unknown tool, a denied tool, not an object at all).
+    let worker = std::thread::Builder::new().stack_size(2 << 20).spawn(|| {
+        let dispatcher = Dispatcher::builder()
+            .tool(tool!(search))
+            .policy(agent_airlock::Policy::builder().deny("search").build().unwrap())
+            .build()
+            .unwrap();
+        let open = self::dispatcher();
+        let calls = [
+            (
+                &open,
+                ToolCall::new("c", "search", Value::Object(Map::from_iter([("query".to_owned(), nested(1_000_000))]))),
+            ),
+            (&open, ToolCall::new("c", "no_such_tool", nested(1_000_000))),
+            (&open, ToolCall::new("c", "search", nested(1_000_000))),
+            (
+                &dispatcher,
+                ToolCall::new("c", "search", Value::Object(Map::from_iter([("query".to_owned(), nested(1_000_000))]))),
+            ),
+        ];
+        calls
+            .into_iter()
+            .map(|(d, call)| block_on(d.dispatch(call, &CallContext::new())).expect_message().refusal.map(|r| r.kind))
+            .collect::<Vec<_>>()
+    });
+    let kinds = worker.expect("a thread starts").join().expect("no stack overflow");
+    use agent_airlock::RefusalKind::*;
+    assert_eq!(kinds, [Some(MalformedArguments), Some(UnknownTool), Some(MalformedArguments), Some(Denied)]);
+}

@@ -47,7 +47,7 @@ fn grant(id: &str, request_id: &str) -> GrantRecord {
 
 /// A granted request `r` with grant `g`.
 fn granted(ledger: &PostgresLedger, r: &str, g: &str) {
-    ledger.record_request(request(r)).wait().unwrap();
+    ledger.record_request(request(r), None).wait().unwrap();
     ledger.grant(grant(g, r), NOW).wait().unwrap();
 }
 
@@ -84,8 +84,10 @@ fn migrations_run_once_under_concurrent_opens_and_records_survive_reopening() {
     for open in opens {
         open.join().unwrap().expect("every concurrent open succeeds");
     }
-    let versions = server.psql(database_of(&url), "SELECT string_agg(version::text, ',') FROM airlock_schema_version");
-    assert_eq!(versions.trim(), POSTGRES_SCHEMA_VERSION.to_string());
+    let versions = server
+        .psql(database_of(&url), "SELECT string_agg(version::text, ',' ORDER BY version) FROM airlock_schema_version");
+    let every: Vec<String> = (1..=POSTGRES_SCHEMA_VERSION).map(|v| v.to_string()).collect();
+    assert_eq!(versions.trim(), every.join(","), "each migration applied once");
 
     {
         let ledger = PostgresLedger::connect(&url).unwrap();

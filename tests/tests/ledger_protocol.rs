@@ -507,9 +507,9 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
     let spend =
         |id: &str, binding: &str, at: Duration| SpendAttempt { grant_id: id.into(), binding: binding.into(), now: at };
     let l = &h.ledger;
-    l.record_request(record("r1", "b1")).wait().unwrap();
-    l.record_request(record("r1", "b1")).wait().unwrap();
-    assert!(matches!(l.record_request(record("r1", "b2")).wait(), Err(LedgerError::DuplicateRequest { .. })));
+    l.record_request(record("r1", "b1"), None).wait().unwrap();
+    l.record_request(record("r1", "b1"), None).wait().unwrap();
+    assert!(matches!(l.record_request(record("r1", "b2"), None).wait(), Err(LedgerError::DuplicateRequest { .. })));
     assert!(matches!(l.grant(grant("g0", "r9", "b1"), now).wait(), Err(LedgerError::UnknownRequest { .. })));
     assert!(matches!(l.grant(grant("g0", "r1", "b2"), now).wait(), Err(LedgerError::RequestMismatch { .. })));
     assert!(matches!(l.spend(spend("g1", "b1", now)).wait(), Err(LedgerError::UnknownGrant { .. })));
@@ -527,7 +527,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
     assert!(matches!(l.spend(spend("g1", "b1", now)).wait(), Err(LedgerError::AlreadySpent { .. })));
     assert!(matches!(l.grant(grant("g3", "r1", "b1"), now).wait(), Err(LedgerError::AlreadySpent { .. })));
     // Denial: first one wins; denial of a pending request; grant after denial refused.
-    l.record_request(record("r2", "b2")).wait().unwrap();
+    l.record_request(record("r2", "b2"), None).wait().unwrap();
     let denial = |by: &str| DenialRecord {
         request_id: "r2".into(),
         denied_by: by.into(),
@@ -541,6 +541,67 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
     assert!(matches!(l.grant(grant("g1", "r2", "b2"), now).wait(), Err(LedgerError::DuplicateGrant { .. })));
     let listed: Vec<_> = l.list_requests().unwrap().into_iter().map(|e| e.request.request_id).collect();
     assert_eq!(listed, ["r1", "r2"]);
+}
+
+fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
+    let approvals = h.approvals.clone().with_request_ttl(Duration::from_secs(60)).with_max_pending(Some(2));
+    let call = OwnedCall::refund(500);
+    let ask = |call: &OwnedCall| approvals.request_blocking(&call.input(), "attribute", "moves money");
+    let first = ask(&call).unwrap();
+    h.clock.advance(Duration::from_secs(10));
+    let second = ask(&call).unwrap();
+    let full = |result: Result<InterruptRequest, RequestError>, oldest: Duration| match result {
+        Err(RequestError::Ledger(error @ LedgerError::TooManyPending { .. })) => {
+            let LedgerError::TooManyPending { ref tool, pending, max, oldest_expires_at } = error else {
+                unreachable!()
+            };
+            assert_eq!((tool.as_str(), pending, max, oldest_expires_at), ("refund", 2, 2, Some(oldest)));
+            assert!(error.to_string().contains("retry once one is decided or after the oldest expires"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    };
+    full(ask(&call), START + Duration::from_secs(60));
+    // Another thread, another tool: their own counts.
+    let mut elsewhere = call.clone();
+    elsewhere.thread_id = "another thread".into();
+    ask(&elsewhere).unwrap();
+    ask(&call.clone().with_tool("cancel_subscription")).unwrap();
+    // A decision frees a place: a denial, then an approval.
+    approvals.deny_blocking(first.as_value(), "bob", None).unwrap();
+    let third = ask(&call).unwrap();
+    full(ask(&call), START + Duration::from_secs(70));
+    approvals.approve_blocking(second.as_value(), "alice").unwrap();
+    ask(&call).unwrap();
+    full(ask(&call), START + Duration::from_secs(70));
+    // Expired requests stop counting.
+    h.clock.advance(Duration::from_secs(60));
+    assert!(approvals.approve_blocking(third.as_value(), "alice").is_err(), "expired");
+    ask(&call).unwrap();
+    ask(&call).unwrap();
+    // The default holds a few per tool and thread, never unbounded.
+    let default = h.approvals.clone();
+    let mut looping = call.clone();
+    looping.thread_id = "a model in a loop".into();
+    let recorded = (0..200).filter(|_| default.request_blocking(&looping.input(), "attribute", "x").is_ok()).count();
+    assert_eq!(recorded, agent_airlock::DEFAULT_MAX_PENDING as usize);
+}
+
+fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
+    let approvals = h.approvals.clone().with_max_pending(Some(3));
+    let barrier = Arc::new(Barrier::new(12));
+    let handles: Vec<_> = (0..12)
+        .map(|_| {
+            let (approvals, barrier) = (approvals.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let call = OwnedCall::refund(500);
+                barrier.wait();
+                approvals.request_blocking(&call.input(), "attribute", "moves money").is_ok()
+            })
+        })
+        .collect();
+    let recorded = handles.into_iter().map(|h| h.join().unwrap()).filter(|ok| *ok).count();
+    assert_eq!(recorded, 3);
+    assert_eq!(h.ledger.list_requests().unwrap().len(), 3);
 }
 
 macro_rules! on_every_ledger {
@@ -577,6 +638,8 @@ on_every_ledger!(
     threads_racing_one_grant_admit_exactly_once,
     async_tasks_racing_one_grant_admit_exactly_once,
     the_ledger_rules_hold_without_the_protocol,
+    pending_requests_are_bounded_per_tool_and_thread,
+    racing_requests_never_overshoot_the_pending_limit,
 );
 
 #[test]

@@ -137,7 +137,7 @@ fn concurrent_spends_share_commits() {
     let now = START;
     for id in 0..64 {
         let (request, grant) = record(id, now);
-        ledger.record_request(request).wait().unwrap();
+        ledger.record_request(request, None).wait().unwrap();
         ledger.grant(grant, now).wait().unwrap();
     }
     let before = ledger.writer_stats();
@@ -167,7 +167,7 @@ fn populated_file(dir: &Path) -> (PathBuf, Vec<agent_airlock::ledger::RequestEnt
     let now = START;
     for id in 0..40 {
         let (request, grant) = record(id, now);
-        ledger.record_request(request).wait().unwrap();
+        ledger.record_request(request, None).wait().unwrap();
         if id % 2 == 0 {
             ledger.grant(grant.clone(), now).wait().unwrap();
         }

@@ -1,8 +1,8 @@
 //! Results are masked before the model sees them: the author's choice, plus what the policy adds.
 
 use agent_airlock::{
-    CallContext, Dispatcher, HostCommand, MASK_SET_NAMES, MaskConfig, MaskStrategy, Masker, Outcome, Policy, Status,
-    ToolCall, ToolError, ToolMessage, airlock_tool, tool,
+    CallContext, Dispatcher, HostCommand, MaskConfig, MaskStrategy, Masker, Outcome, Policy, Status, ToolCall,
+    ToolError, ToolMessage, airlock_tool, tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
@@ -118,14 +118,4 @@ fn the_deployment_chooses_the_strategy() {
     let d = Dispatcher::builder().tool(tool!(lookup_customer)).masker(masker).build().unwrap();
     let message = message(&d, "lookup_customer", json!({"id": "c-9"}));
     assert!(!message.content.contains("[EMAIL]") && !message.content.contains(EMAIL), "{}", message.content);
-}
-
-#[test]
-fn the_macro_accepts_exactly_the_runtimes_mask_names() {
-    // The macro crate cannot be imported; read its list from the source and compare.
-    let source = include_str!("../../macros/src/attr.rs");
-    let start = source.find("pub(crate) const MASK_SET_NAMES").expect("the macro's list");
-    let list = &source[start..start + source[start..].find("];").unwrap()];
-    let names: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
-    assert_eq!(names, MASK_SET_NAMES);
 }

@@ -71,3 +71,38 @@ fn the_dispatch_future_can_move_between_threads() {
     ));
     assert_eq!(block_on(future).expect_message().refusal.unwrap().kind, RefusalKind::ApprovalUnavailable);
 }
+
+#[test]
+fn an_approval_that_could_not_be_obtained_is_not_a_humans_no() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(wipe))
+        .approver(counting(Decision::Unavailable { reason: "the approval request timed out".into() }, asked))
+        .build()
+        .unwrap();
+    let message =
+        block_on(dispatcher.dispatch(ToolCall::new("1", "wipe", json!({"disk": "sda"})), &CallContext::new()))
+            .expect_message();
+    assert_eq!(message.refusal.unwrap().kind, RefusalKind::ApprovalUnavailable);
+    assert_eq!(
+        message.content,
+        "tool `wipe` needs a human's approval and it could not be obtained: the approval request timed out"
+    );
+}
+
+#[test]
+fn an_approver_renders_the_call_in_full_and_escaped() {
+    let request = ApprovalRequest {
+        tool: "wipe".into(),
+        tool_call_id: "1".into(),
+        thread_id: None,
+        reasons: vec![agent_airlock::EscalationReason { rule: "attribute".into(), reason: "destroys data".into() }],
+        arguments: json!({"disk": "sda\u{202E}bds", "note": "x".repeat(5000)}),
+    };
+    let text = request.render().unwrap();
+    assert!(text.contains("\"disk\": \"sda\\u{202E}bds\""), "{text}");
+    assert!(text.contains(&"x".repeat(5000)));
+    assert!(text.find("\"disk\"").unwrap() < text.find("\"note\"").unwrap());
+    let too_long = ApprovalRequest { arguments: json!({"note": "x".repeat(70_000)}), ..request };
+    assert!(too_long.render().is_err());
+}

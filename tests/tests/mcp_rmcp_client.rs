@@ -38,7 +38,13 @@ fn delete(
 struct ApprovingClient {
     asked: Arc<AtomicUsize>,
     decline: bool,
+    /// Answer every elicitation with a JSON-RPC error.
+    fail: bool,
+    /// Hold each answer until notified.
+    hold: Option<Arc<tokio::sync::Notify>>,
     sealed: Arc<Mutex<Vec<Value>>>,
+    /// The messages the human was shown.
+    shown: Arc<Mutex<Vec<String>>>,
 }
 
 impl ClientHandler for ApprovingClient {
@@ -48,6 +54,15 @@ impl ClientHandler for ApprovingClient {
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         self.asked.fetch_add(1, Ordering::SeqCst);
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.shown.lock().unwrap().push(message.clone());
+        }
+        if let Some(hold) = &self.hold {
+            hold.notified().await;
+        }
+        if self.fail {
+            return Err(ErrorData::internal_error("the client's UI crashed", None));
+        }
         // rmcp hands a request's `_meta` to the handler in its context (and may keep it in the params).
         let in_params = match &request {
             ElicitRequestParams::FormElicitationParams { meta: Some(meta), .. } => meta.0.get(BOUND_APPROVAL_META_KEY),
@@ -76,6 +91,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(McpApprovals::ClientElicitation)
+}
+
+fn setup_with(approvals: McpApprovals) -> Setup {
     let operator_asked = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&operator_asked);
     let dispatcher = Dispatcher::builder()
@@ -88,7 +107,7 @@ fn setup() -> Setup {
         .build()
         .unwrap();
     Setup {
-        server: GuardedMcpServer::new(Arc::new(dispatcher))
+        server: GuardedMcpServer::new(Arc::new(dispatcher), approvals)
             .with_context(CallContext::new().with_thread("replaced by the connection id")),
         operator_asked,
     }
@@ -157,8 +176,8 @@ async fn elicitation_asks_the_clients_human_and_not_the_operator() {
 
 #[tokio::test]
 async fn dispatcher_approvals_ask_the_operator_and_never_the_client() {
-    let setup = setup();
-    let server = setup.server.with_approvals(McpApprovals::Dispatcher);
+    let setup = setup_with(McpApprovals::Dispatcher);
+    let server = setup.server;
     let connection_id = server.connection_id().to_owned();
     let client = ApprovingClient::default();
     let asked = Arc::clone(&client.asked);
@@ -186,7 +205,7 @@ fn bound_server(ledger: Arc<RedbLedger>) -> GuardedMcpServer {
         .clock(ManualClock::new(START))
         .build()
         .unwrap();
-    GuardedMcpServer::new(Arc::new(dispatcher)).with_bound_approvals(approvals)
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(Box::new(approvals)))
 }
 
 #[tokio::test]
@@ -232,8 +251,147 @@ async fn a_declined_bound_elicitation_is_recorded_and_refused() {
     let client = connect(bound_server(Arc::clone(&ledger)), client).await;
     let result = call(&client, "delete", json!({"path": "/etc"})).await;
     assert_eq!(result.is_error, Some(true));
-    assert!(text(&result).contains("a human declined this call"), "{}", text(&result));
+    // A plain decline says so once: no ": declined" after "declined".
+    assert_eq!(
+        text(&result),
+        "a human declined this call to `delete`\nhint: do not retry the same call; ask the user how to proceed"
+    );
     let entries = ledger.list_requests().unwrap();
     assert!(matches!(&entries[0].status, RequestStatus::Denied(_)), "{:?}", entries[0].status);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_elicitation_is_not_a_humans_no() {
+    for bound in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+        let server = if bound { bound_server(Arc::clone(&ledger)) } else { setup().server };
+        let client = connect(server, ApprovingClient { fail: true, ..ApprovingClient::default() }).await;
+        let result = call(&client, "delete", json!({"path": "/etc"})).await;
+        assert_eq!(result.is_error, Some(true));
+        let text = text(&result);
+        assert!(!text.contains("declined"), "{text}");
+        assert!(
+            text.starts_with(
+                "tool `delete` needs a human's approval and it could not be obtained: the approval request could not \
+                 be delivered"
+            ),
+            "{text}"
+        );
+        let report = &result.meta.as_ref().unwrap()[CALL_META_KEY];
+        assert_eq!(report["refusal"]["kind"], "approval_unavailable");
+        if bound {
+            // The request does not stay pending: it is closed, by the guard, not by a human.
+            let entries = ledger.list_requests().unwrap();
+            assert!(
+                matches!(&entries[0].status, RequestStatus::Denied(d) if d.denied_by == "agent-airlock"),
+                "{:?}",
+                entries[0].status
+            );
+        }
+        client.cancel().await.unwrap();
+    }
+}
+
+/// Sends a message.
+#[airlock_tool(escalate = "sends mail")]
+fn send_mail(
+    /// The body.
+    body: String,
+    /// The recipient.
+    to: String,
+) -> String {
+    format!("sent {} bytes to {to}", body.len())
+}
+
+fn mail_server() -> GuardedMcpServer {
+    let dispatcher = Dispatcher::builder().tool(tool!(send_mail)).build().unwrap();
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::ClientElicitation)
+}
+
+#[tokio::test]
+async fn the_human_sees_every_argument_whole_with_hidden_characters_escaped() {
+    let client = ApprovingClient::default();
+    let shown = Arc::clone(&client.shown);
+    let client = connect(mail_server(), client).await;
+    // The model puts the recipient after a long body, and hides a right-to-left override in it.
+    let body = "Quarterly numbers attached. ".repeat(400);
+    let result = call(&client, "send_mail", json!({"body": body, "to": "evil\u{202E}moc.elpmaxe@boss"})).await;
+    assert_eq!(result.is_error, Some(false));
+    let shown = shown.lock().unwrap().clone();
+    assert_eq!(shown.len(), 1);
+    let message = &shown[0];
+    assert!(message.contains("\"to\": \"evil\\u{202E}moc.elpmaxe@boss\""), "{message}");
+    assert!(message.contains(&format!("\"body\": \"{body}\"")), "the body is whole");
+    assert!(message.find("\"to\"").unwrap() < message.find("\"body\"").unwrap(), "short before long");
+    assert!(!message.contains('\u{202E}') && !message.contains('…'));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_too_long_to_show_in_full_is_refused_without_asking() {
+    let client = ApprovingClient::default();
+    let asked = Arc::clone(&client.asked);
+    let client = connect(mail_server(), client).await;
+    let body = "x".repeat(agent_airlock::display::MAX_DISPLAY_BYTES);
+    let result = call(&client, "send_mail", json!({"body": body, "to": "a@example.com"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(text(&result).contains("could not be obtained: the call is too long to show in full"), "{}", text(&result));
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "no human was asked");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_approval_elicitation_per_tool_waits_on_a_connection() {
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let client = ApprovingClient { hold: Some(Arc::clone(&hold)), ..ApprovingClient::default() };
+    let asked = Arc::clone(&client.asked);
+    let client = connect(setup().server, client).await;
+    let peer = client.peer().clone();
+    let first = tokio::spawn(async move {
+        let arguments = json!({"path": "/tmp/1"}).as_object().unwrap().clone();
+        peer.call_tool(CallToolRequestParams::new("delete").with_arguments(arguments)).await.unwrap()
+    });
+    while asked.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // A second call of the same tool while the first waits: refused at once, the human not asked again.
+    let second = call(&client, "delete", json!({"path": "/tmp/2"})).await;
+    assert_eq!(second.is_error, Some(true));
+    assert!(text(&second).contains("another approval request for `delete` is already waiting"), "{}", text(&second));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    hold.notify_one();
+    assert_eq!(text(&first.await.unwrap()), "deleted /tmp/1");
+    // Answered: the tool is free again.
+    hold.notify_one();
+    assert_eq!(text(&call(&client, "delete", json!({"path": "/tmp/3"})).await), "deleted /tmp/3");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn dispatcher_interrupt_approvals_are_honoured_and_the_client_is_never_asked() {
+    // The dispatcher was built for an operator to approve out of band: served with `McpApprovals::Dispatcher`,
+    // the call is recorded pending for the operator and the client's own yes is never sought.
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+    let approvals = InterruptApprovals::new(
+        key_ring(),
+        Arc::clone(&ledger) as _,
+        Arc::new(ManualClock::new(START)) as _,
+        GRANT_TTL,
+    );
+    let dispatcher =
+        Dispatcher::builder().tool(tool!(delete)).interrupt_approvals(approvals).clock(ManualClock::new(START)).build();
+    let server = GuardedMcpServer::new(Arc::new(dispatcher.unwrap()), McpApprovals::Dispatcher);
+    let client = ApprovingClient::default();
+    let asked = Arc::clone(&client.asked);
+    let client = connect(server, client).await;
+    let result = call(&client, "delete", json!({"path": "/etc"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "the client was not asked");
+    let entries = ledger.list_requests().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].status, RequestStatus::Pending, "waiting for the operator");
     client.cancel().await.unwrap();
 }

@@ -73,9 +73,12 @@ fn constant() -> u8 {
 #[test]
 fn every_tool_expands_and_runs_under_strict_lints() {
     let spec = tool!(clamp).spec();
-    assert_eq!(spec.params.iter().map(|p| p.name).collect::<Vec<_>>(), ["value", "range", "shift"]);
+    assert_eq!(
+        spec.params().iter().map(agent_airlock::ParamSpec::name).collect::<Vec<_>>(),
+        ["value", "range", "shift"]
+    );
     assert_eq!(input_schema(spec)["required"], json!(["value", "range"]));
-    assert_eq!(spec.escalate, Some("changes numbers"));
+    assert_eq!(spec.escalate(), Some("changes numbers"));
 
     let context = CallContext::new().with_state(Offset { by: 1 });
     assert_eq!(call(tool!(nothing), json!({}), &context).content, "null");

@@ -2,9 +2,9 @@
 //!
 //! ```sh
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- start  --dir demo   # interrupts, saves a checkpoint
-//! cargo run -p agent-airlock-cli -- --db demo/airlock.redb requests list
+//! cargo run -p agent-airlock-cli -- --db demo/airlock.redb requests list --key-file demo/approval.key
 //! cargo run -p agent-airlock-cli -- --db demo/airlock.redb approve <request-id> --approver alice \
-//!     --key-file demo/approval.key > demo/resume.json
+//!     --key-file demo/approval.key --yes > demo/resume.json
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- resume --dir demo   # runs the refund once
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- resume --dir demo   # a replay: refused
 //! ```

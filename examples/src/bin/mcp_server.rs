@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use agent_airlock::integrations::mcp::GuardedMcpServer;
+use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
 use agent_airlock::ledger::RedbLedger;
 use agent_airlock::{
     ApprovalKey, CallContext, Dispatcher, InterruptApprovals, KeyRing, Policy, State, SystemClock, ToolError,
@@ -138,9 +138,8 @@ async fn serve(ledger_path: &Path) -> Result<(), String> {
     let files =
         ["notes.txt", "report.md", "todo.txt"].into_iter().map(|name| (name.to_owned(), String::new())).collect();
     let context = CallContext::new().with_state(Workspace { files: Mutex::new(files) });
-    GuardedMcpServer::new(Arc::new(dispatcher))
+    GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::BoundClientElicitation(Box::new(approvals)))
         .with_context(context)
-        .with_bound_approvals(approvals)
         .with_server_info("agent-airlock-example", env!("CARGO_PKG_VERSION"))
         .with_instructions("Files in a toy workspace. Deleting one asks the user; admin tools are not available.")
         .serve_stdio()

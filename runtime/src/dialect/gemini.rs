@@ -180,6 +180,7 @@ impl Inline<'_> {
         if let Some(format) = dropped_format {
             shared::describe_format(&mut out, format);
         }
+        shared::describe_unique_items(&map, &mut out);
         if schema_type.as_deref() == Some("object") && !is_root {
             let listed = out.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
             if !listed {

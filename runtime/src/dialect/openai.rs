@@ -188,6 +188,7 @@ impl Strict<'_> {
         if let Some(format) = dropped_format {
             shared::describe_format(&mut out, format);
         }
+        shared::describe_unique_items(&map, &mut out);
         if is_object {
             self.close_object(&map, &mut out, pointer, place, depth)?;
         }

@@ -296,6 +296,20 @@ pub(super) fn describe_format(schema: &mut Map<String, Value>, format: &str) {
     schema.insert("description".into(), Value::String(description));
 }
 
+/// `uniqueItems: true`, which neither OpenAI strict mode nor Gemini has, still tells the model what the
+/// dispatcher enforces: it moves into the description.
+pub(super) fn describe_unique_items(source: &Map<String, Value>, schema: &mut Map<String, Value>) {
+    if source.get("uniqueItems") != Some(&Value::Bool(true)) {
+        return;
+    }
+    let note = "Items must be unique.";
+    let description = match schema.get("description").and_then(Value::as_str) {
+        Some(text) if !text.is_empty() => format!("{text} {note}"),
+        _ => note.to_owned(),
+    };
+    schema.insert("description".into(), Value::String(description));
+}
+
 /// How an open object's `additionalProperties` reads in an error.
 pub(super) fn describe_open(additional: &Value) -> &'static str {
     match additional {

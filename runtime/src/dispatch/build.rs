@@ -11,11 +11,11 @@ use crate::audit::AuditLog;
 use crate::clock::{Clock, SystemClock};
 use crate::effect::EffectStore;
 use crate::interrupt::InterruptApprovals;
-use crate::mask::{MaskSet, Masker};
+use crate::mask::Masker;
 use crate::policy::Policy;
 use crate::rate::{Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
-use crate::tool::{DEFAULT_TOOL_MASK, Tool};
+use crate::tool::Tool;
 
 /// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
 pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
@@ -36,14 +36,6 @@ pub enum BuildError {
         "tool `{0}` needs approval and declares an effect, but the effect store is not the approval ledger's; use `ledger.effects()` (or one redb database for both)"
     )]
     EffectsApartFromLedger(String),
-    /// A hand-written tool's `mask` does not parse (generated tools are checked at compile time).
-    #[error("tool `{tool}` has an invalid mask: {message}")]
-    InvalidMask {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        message: String,
-    },
 }
 
 /// Builds a [`Dispatcher`].
@@ -155,44 +147,37 @@ impl DispatcherBuilder {
         let effects = self.effects.clone().or_else(|| ledger_effects.clone());
         for tool in self.tools {
             let spec = tool.spec();
-            if tools.contains_key(spec.name) {
-                return Err(BuildError::DuplicateTool(spec.name.to_owned()));
+            if tools.contains_key(spec.name()) {
+                return Err(BuildError::DuplicateTool(spec.name().to_owned()));
             }
-            if spec.effect.is_some() && effects.is_none() {
-                return Err(BuildError::NoEffectStore(spec.name.to_owned()));
+            if spec.effect().is_some() && effects.is_none() {
+                return Err(BuildError::NoEffectStore(spec.name().to_owned()));
             }
-            let decision = self.policy.for_tool(spec.name);
-            let authored = match spec.mask {
-                Some(text) => text
-                    .parse::<MaskSet>()
-                    .map_err(|err| BuildError::InvalidMask { tool: spec.name.to_owned(), message: err.to_string() })?,
-                None => DEFAULT_TOOL_MASK,
-            };
-            let mask = authored | decision.mask;
+            let decision = self.policy.for_tool(spec.name());
+            let mask = spec.mask() | decision.mask;
             let mut escalations = Vec::new();
-            if let Some(reason) = spec.escalate {
+            if let Some(reason) = spec.escalate() {
                 escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
             }
             escalations
                 .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
-            if spec.effect.is_some() && !escalations.is_empty() {
-                if let (Some(ledger), Some(store)) = (&ledger_effects, &effects) {
-                    let shared = ledger.storage_id().is_some() && ledger.storage_id() == store.storage_id();
-                    if !shared {
-                        return Err(BuildError::EffectsApartFromLedger(spec.name.to_owned()));
-                    }
-                }
+            if spec.effect().is_some()
+                && !escalations.is_empty()
+                && let (Some(ledger), Some(store)) = (&ledger_effects, &effects)
+                && (ledger.storage_id().is_none() || ledger.storage_id() != store.storage_id())
+            {
+                return Err(BuildError::EffectsApartFromLedger(spec.name().to_owned()));
             }
             // Every applicable limit gets its own bucket, so the stricter one always binds.
             let mut limits: Vec<(String, Rate, RateScope)> =
-                spec.rate.map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
+                spec.rate().map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
             limits.extend(decision.rate_limits);
             let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
             let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
             let definition = ToolDefinition::of(&*tool);
-            order.push(spec.name);
+            order.push(spec.name());
             tools.insert(
-                spec.name,
+                spec.name(),
                 Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules, mask },
             );
         }

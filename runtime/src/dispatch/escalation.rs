@@ -10,7 +10,8 @@ use super::refusal::{self, Refused};
 use super::{Dispatcher, Entry};
 use crate::approval::{ApprovalRequest, Approver, Decision};
 use crate::context::CallContext;
-use crate::interrupt::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission};
+use crate::interrupt::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
+use crate::ledger::LedgerError;
 use crate::tool::Arguments;
 
 /// Who answers escalated calls.
@@ -44,7 +45,7 @@ pub(super) enum Escalated {
     /// The resume value approves exactly this call; its grant is spent at gate 7.
     Resumed(PreparedAdmission),
     /// Pause: the host stores the request and resumes later.
-    Interrupt(InterruptRequest),
+    Interrupt(Box<InterruptRequest>),
 }
 
 /// Everything gate 5 needs about one call.
@@ -103,7 +104,16 @@ impl Dispatcher {
                         .request_masked(&binding, call.rules, &reasons, &self.masker, call.entry.mask)
                         .await
                     {
-                        Ok(request) => Ok(Escalated::Interrupt(request)),
+                        Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),
+                        Err(RequestError::Ledger(LedgerError::TooManyPending {
+                            pending, oldest_expires_at, ..
+                        })) => Err(refusal::too_many_pending(
+                            call.name,
+                            call.rules,
+                            pending,
+                            oldest_expires_at,
+                            self.clock.now(),
+                        )),
                         Err(err) => {
                             tracing::error!(target: "agent_airlock", error = %err, "approval request failed");
                             Err(refusal::request_not_recorded(call.name, call.rules))
@@ -134,5 +144,6 @@ async fn ask(approver: &dyn Approver, call: &EscalatedCall<'_>) -> Result<Escala
             Ok(Escalated::Approved { detail: "approver callback".to_owned() })
         }
         Decision::Deny { reason } => Err(refusal::human_denied(call.name, call.rules, reason.as_deref())),
+        Decision::Unavailable { reason } => Err(refusal::approval_not_obtained(call.name, call.rules, &reason)),
     }
 }

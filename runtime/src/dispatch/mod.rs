@@ -32,7 +32,7 @@ use crate::args;
 use crate::audit::{AuditLog, AuditOutcome};
 use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
-use crate::dialect::{Dialect, DialectError};
+use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
 use crate::interrupt::PreparedAdmission;
 use crate::ledger::EffectClaim;
@@ -85,8 +85,14 @@ impl Dispatcher {
     }
 
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
-    /// [`ToolDefinition::to_dialect`]).
-    pub fn offered_tools_in(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
+    /// [`ToolDefinition::to_dialect`]): every tool the dialect can express, and why each other one cannot.
+    pub fn offered_tools_in(&self, dialect: Dialect) -> DialectOffer {
+        crate::dialect::offer_in(dialect, &self.offered_tools())
+    }
+
+    /// [`offered_tools_in`](Self::offered_tools_in), all or nothing: the first tool the dialect cannot
+    /// express is the error.
+    pub fn offered_tools_in_all(&self, dialect: Dialect) -> Result<Vec<Value>, DialectError> {
         crate::dialect::definitions_for(dialect, &self.offered_tools())
     }
 
@@ -172,17 +178,20 @@ impl Dispatcher {
 
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
+            args::discard(arguments);
             return Err(refuse(refusal::unknown_tool(name)));
         };
         let spec = entry.tool.spec();
 
         // 2. Policy on the registered name. Deny beats everything, approvals included.
         if let Some(rule) = &entry.denied_by {
+            args::discard(arguments);
             return Err(refuse(refusal::denied(name, rule)));
         }
 
         // 3. Ghost arguments.
-        let admitted = args::admit(arguments, spec).map_err(|err| refuse(refusal::admission(name, spec, err)))?;
+        let admitted = args::admit(arguments, spec, &entry.definition.input_schema)
+            .map_err(|err| refuse(refusal::admission(name, spec, err)))?;
         if !admitted.stripped.is_empty() {
             tracing::warn!(target: "agent_airlock", stripped = ?admitted.stripped, "undeclared arguments stripped");
         }
@@ -193,9 +202,9 @@ impl Dispatcher {
         }
 
         // 4. Validation and injection: the future is built but not polled.
-        let invocation = Invocation { context, tool_call_id: id, tool: spec.name };
-        let prepared = match entry.tool.prepare(&admitted.arguments, &invocation) {
-            Ok(prepared) => prepared,
+        let invocation = Invocation { context, tool_call_id: id, tool: spec.name() };
+        let (prepared, effect_key) = match entry.tool.prepare(&admitted.arguments, &invocation) {
+            Ok(prepared) => prepared.into_parts(),
             Err(errors) => {
                 let (text, hints) = args::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
                 let kind = if errors.is_host_error() {
@@ -211,7 +220,9 @@ impl Dispatcher {
                 return Err(with_stripped(refused));
             }
         };
-        let effect_key = spec.effect.as_ref().map(|template| template.render(&admitted.arguments));
+        // The key comes from the typed values (hand-written tools may leave it to the template).
+        let effect_key =
+            spec.effect().map(|template| effect_key.unwrap_or_else(|| template.render(&admitted.arguments)));
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
@@ -285,10 +296,10 @@ impl Dispatcher {
         }
         if let Some((key, store)) = effect_key.zip(self.effects.as_ref()) {
             // A storage fault here is not a refusal: gate 7 reports it if it persists.
-            if let Ok(current) = store.get(key) {
-                if let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer {
-                    return Err(refusal::effect(name, err, now));
-                }
+            if let Ok(current) = store.get(key)
+                && let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer
+            {
+                return Err(refusal::effect(name, err, now));
             }
         }
         Ok(())

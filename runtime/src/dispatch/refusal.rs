@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::args::{AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::args::{self, AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::echo;
 use crate::effect::EffectError;
 use crate::interrupt::AdmitError;
 use crate::message::RefusalKind;
@@ -42,7 +43,7 @@ impl Refused {
 
 /// Gate 1: the text does not list what is registered.
 pub(super) fn unknown_tool(name: &str) -> Refused {
-    Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{name}`"))
+    Refused::new(RefusalKind::UnknownTool, format!("there is no tool named `{}`", echo::fragment(name)))
         .hint("call only the tools you were offered, with their exact names")
 }
 
@@ -55,7 +56,6 @@ pub(super) fn denied(name: &str, rule: &str) -> Refused {
 
 /// Gate 3: the arguments are not an object, nest too deep, or carry ghosts under `ghost = "block"`.
 pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Refused {
-    let declared = || spec.params.iter().map(|p| format!("`{}`", p.name)).collect::<Vec<_>>().join(", ");
     match err {
         AdmissionError::NotAnObject(what) => Refused::new(
             RefusalKind::MalformedArguments,
@@ -68,13 +68,16 @@ pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Ref
         )
         .hint("send flatter arguments"),
         AdmissionError::Ghosts(ghosts) => {
-            let ghosts = ghosts.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
-            Refused::new(
-                RefusalKind::MalformedArguments,
-                format!("`{name}` does not take {ghosts}; its parameters are: {}", declared()),
-            )
-            .rule("ghost = block")
-            .hint(format!("remove {ghosts} and call again"))
+            let (text, hints) = args::describe_ghosts(name, spec, &ghosts);
+            let mut refused = Refused::new(RefusalKind::MalformedArguments, text).rule("ghost = block");
+            refused.hints = hints;
+            refused
+        }
+        AdmissionError::Duplicates(duplicates) => {
+            let (text, hints) = args::describe_duplicates(name, &duplicates);
+            let mut refused = Refused::new(RefusalKind::InvalidArguments, text);
+            refused.hints = hints;
+            refused
         }
     }
 }
@@ -99,6 +102,43 @@ pub(super) fn request_not_recorded(name: &str, rules: &str) -> Refused {
     .hint("do not retry now; tell the user this action needs their approval")
 }
 
+/// Gate 5: no human's answer could be obtained (not shown, not delivered, unanswered, cancelled).
+pub(super) fn approval_not_obtained(name: &str, rules: &str, reason: &str) -> Refused {
+    tracing::warn!(target: "agent_airlock", rules = %rules, %reason, "approval could not be obtained");
+    Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` needs a human's approval and it could not be obtained: {reason}"),
+    )
+    .rule(rules)
+    .hint("do not retry at once; tell the user this action needs their approval")
+}
+
+/// Gate 5: as many requests of this tool already wait in this thread as the limit allows.
+pub(super) fn too_many_pending(
+    name: &str,
+    rules: &str,
+    pending: u32,
+    oldest_expires_at: Option<Duration>,
+    now: Duration,
+) -> Refused {
+    let wait = oldest_expires_at.map(|at| at.saturating_sub(now));
+    let when = match wait {
+        Some(wait) => {
+            let secs = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0)).max(1);
+            format!("retry once one is decided, or in {secs} s when the oldest expires")
+        }
+        None => "retry once one of them is decided".to_owned(),
+    };
+    let mut refused = Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` already has {pending} approval requests waiting in this thread; {when}"),
+    )
+    .rule(rules)
+    .hint(format!("do not call `{name}` again until the user has answered the approvals already asked"));
+    refused.retry_after = wait;
+    refused
+}
+
 /// Gate 5: a human said no.
 pub(super) fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Refused {
     let text = match reason {
@@ -114,7 +154,12 @@ pub(super) fn human_denied(name: &str, rules: &str, reason: Option<&str>) -> Ref
 pub(super) fn not_admitted(name: &str, rules: &str, err: AdmitError) -> Refused {
     match err {
         AdmitError::Denied { reason, .. } => human_denied(name, rules, reason.as_deref()),
-        AdmitError::NotAnApproval => human_denied(name, rules, None),
+        // Not a recorded yes or no (`false`, a forged denial): a no, in nobody's words.
+        AdmitError::NotAnApproval | AdmitError::UnverifiedDenial => {
+            Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not approved"))
+                .rule(rules)
+                .hint("do not retry the same call; ask the user to approve it")
+        }
         err => {
             tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
             Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not admitted: {err}"))

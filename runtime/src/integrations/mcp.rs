@@ -7,10 +7,17 @@
 //!   with `isError: true` whose text is the refusal and its hints (never a JSON-RPC error, which clients
 //!   hide from the model). Every result carries `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool
 //!   call id, the stripped ghost arguments, and for refusals the refusal (kind, rule, retry) and hints;
-//! - an escalated call asks the client's human through MCP form elicitation, on the connection of the
-//!   request being served (or the dispatcher's own approver, with [`McpApprovals::Dispatcher`]). A client that did not declare elicitation gets a refusal ("needs a human's
-//!   approval and none can be asked here"), never a silent run. An answer approves only the call it was
-//!   asked for: nothing is remembered, so the same request id or the same arguments ask again.
+//! - an escalated call is decided as the server's [`McpApprovals`] say, chosen when it is made: the client's
+//!   human through MCP form elicitation on the connection of the request being served (recorded and bound
+//!   in a ledger, or not), or the dispatcher's own approver or interrupt approvals. A client that did not
+//!   declare elicitation gets a refusal ("needs a human's approval and none can be asked here"), never a
+//!   silent run. An answer approves only the call it was asked for: nothing is remembered, so the same
+//!   request id or the same arguments ask again;
+//! - the human is shown the call in full, every argument whole with hidden characters escaped
+//!   ([`crate::display`]); a call too long to show is refused without asking. At most one elicitation per
+//!   tool waits on a connection; a cancelled call (`notifications/cancelled`) withdraws its elicitation and
+//!   never runs, whatever the human answers later. When no answer is obtained (cancelled, timed out,
+//!   undeliverable) the model is told so, never that a human declined.
 //!
 //! The call's [`CallContext`] has the connection id as its thread ([`GuardedMcpServer::connection_id`]),
 //! and the JSON-RPC request id (as JSON text: `7` or `"abc"`, so a number and a string never collide) as
@@ -23,25 +30,28 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use agent_airlock::Dispatcher;
-//! use agent_airlock::integrations::mcp::GuardedMcpServer;
+//! use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
 //!
 //! # async fn run(dispatcher: Dispatcher) -> Result<(), Box<dyn std::error::Error>> {
-//! GuardedMcpServer::new(Arc::new(dispatcher)).serve_stdio().await?;
+//! GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::ClientElicitation).serve_stdio().await?;
 //! # Ok(())
 //! # }
 //! ```
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either, select};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitResult,
-    ElicitationAction, ElicitationSchema, Implementation, JsonObject, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, RequestId, RequestMetaObject, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotification, CancelledNotificationParam,
+    ClientResult, ContentBlock, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestId,
+    RequestMetaObject, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
 };
-use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer, ServerInitializeError};
+use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceError, ServiceExt as _};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -51,6 +61,7 @@ pub use rmcp;
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
+use crate::display::DisplayError;
 use crate::interrupt::InterruptApprovals;
 use crate::message::{Outcome, Refusal, Status, ToolCall};
 use crate::schema::ToolDefinition;
@@ -65,19 +76,35 @@ pub const APPROVAL_META_KEY: &str = "agent-airlock/approval";
 /// How long an approval elicitation waits for the human before the call is refused.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Arguments longer than this are cut in the approval message (the full arguments are in its `_meta`).
-const MAX_ARGUMENTS_SHOWN: usize = 4000;
-
-/// Who decides an escalated call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Who decides an escalated call served over MCP. Chosen when the server is made
+/// ([`GuardedMcpServer::new`]), never implied: it says whom the server trusts with a yes.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum McpApprovals {
-    /// The human behind the MCP client, asked through form elicitation on the request's connection. A client
-    /// that did not declare elicitation gets a refusal.
-    #[default]
-    Elicitation,
-    /// The dispatcher's own [`Approver`] (an operator's channel outside MCP, when the client's user must not
-    /// approve their own calls). Without one, escalated calls are refused.
+    /// The human behind the MCP client, asked through form elicitation on the request's connection.
+    ///
+    /// **Trusted: the client.** Its user approves the calls their own agent makes, and nothing is recorded
+    /// beyond the audit log: right for a desktop client whose user owns what the tools touch, wrong when the
+    /// client's user must not approve their own calls. A client that did not declare elicitation gets a
+    /// refusal. The dispatcher's own approver or interrupt approvals are not asked.
+    ClientElicitation,
+    /// [`ClientElicitation`](Self::ClientElicitation), with every answer bound to the exact call by the HMAC
+    /// binding of these [`InterruptApprovals`] and recorded in their ledger: the call pauses as an
+    /// interrupt (a sealed request recorded pending), the client's human answers, the answer is recorded as
+    /// a grant or a denial, and the call is dispatched again with it as the resume value, so the grant is
+    /// spent exactly once by exactly this call (thread = connection id, tool call id = JSON-RPC request id).
+    /// The dispatcher must have been built with `.interrupt_approvals(approvals.clone())`, sharing the key
+    /// ring and the ledger.
+    ///
+    /// **Trusted: the client**, as above; the ledger proves what was asked and answered.
+    BoundClientElicitation(Box<InterruptApprovals>),
+    /// What the dispatcher was built with: its approver callback (an operator's channel outside MCP), or
+    /// its interrupt approvals (the call is refused as pending and an operator approves out of band, e.g.
+    /// with `airlock approve`), or, with neither, a refusal. The MCP client is never asked.
+    ///
+    /// **Trusted: the operator** behind the dispatcher's approver or ledger, never the client's user. A call the
+    /// client cancels is not withdrawn from the dispatcher's approver callback: the server cannot tell its
+    /// wait from the tool's run.
     Dispatcher,
 }
 
@@ -86,6 +113,11 @@ pub enum McpApprovals {
 /// One value serves one connection: its [`connection_id`](Self::connection_id) is the thread of every call.
 /// For transports with many sessions (streamable HTTP), make each session's server with
 /// [`for_new_connection`](Self::for_new_connection).
+///
+/// Who may approve an escalated call is the [`McpApprovals`] it was made with. With client elicitation, at
+/// most one approval elicitation per tool waits on a connection at a time (a model calling in a loop gets
+/// refusals, not a stack of popups), and a call the client cancels (`notifications/cancelled`) stops
+/// waiting: the elicitation is withdrawn, nothing is granted or spent, and the call never runs.
 pub struct GuardedMcpServer {
     dispatcher: Arc<Dispatcher>,
     tools: Arc<[rmcp::model::Tool]>,
@@ -97,18 +129,22 @@ pub struct GuardedMcpServer {
     config: ServerConfig,
     approvals: McpApprovals,
     approval_timeout: Duration,
-    /// With these, an elicited yes or no is bound to the exact call and recorded in the ledger.
-    bound: Option<InterruptApprovals>,
+    /// The tools with an approval elicitation waiting on this connection.
+    eliciting: Arc<Mutex<HashSet<String>>>,
 }
 
 /// The `_meta` key of a bound approval elicitation: the sealed `{"airlock_approval": {...}}` request, with
 /// the HMAC binding of the call (thread = connection id, tool call id = JSON-RPC request id).
 pub const BOUND_APPROVAL_META_KEY: &str = "agent-airlock/sealed-approval";
 
+/// Who the ledger names as having closed a bound request no human answered.
+const CLOSED_BY: &str = "agent-airlock";
+
 impl GuardedMcpServer {
-    /// A server for `dispatcher`'s offered tools, with an empty host context, a fresh connection id, and
-    /// this crate's name and version as the server's identity.
-    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+    /// A server for `dispatcher`'s offered tools whose escalated calls are decided as `approvals` says,
+    /// with an empty host context, a fresh connection id, and this crate's name and version as the
+    /// server's identity.
+    pub fn new(dispatcher: Arc<Dispatcher>, approvals: McpApprovals) -> Self {
         let tools = dispatcher.offered_tools().iter().map(mcp_tool).collect::<Arc<[_]>>();
         let connection_id = new_connection_id();
         let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -120,9 +156,9 @@ impl GuardedMcpServer {
             context: CallContext::new().with_thread(&*connection_id),
             connection_id,
             config,
-            approvals: McpApprovals::default(),
+            approvals,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            bound: None,
+            eliciting: Arc::default(),
         }
     }
 
@@ -142,23 +178,6 @@ impl GuardedMcpServer {
     /// Instructions the client may show its model.
     pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
         self.config = self.config.with_instructions(instructions);
-        self
-    }
-
-    /// Who decides escalated calls ([`McpApprovals::Elicitation`] unless set).
-    pub fn with_approvals(mut self, approvals: McpApprovals) -> Self {
-        self.approvals = approvals;
-        self
-    }
-
-    /// Binds every elicited approval to the exact call with the HMAC binding of [`InterruptApprovals`] and
-    /// records it in their ledger: the call pauses as an interrupt (a sealed request recorded pending), the
-    /// client's human answers, the answer is recorded as a grant or a denial, and the call is dispatched
-    /// again with it as the resume value, so the grant is spent exactly once by exactly this call (thread =
-    /// connection id, tool call id = JSON-RPC request id). The dispatcher must have been built with
-    /// `.interrupt_approvals(approvals.clone())`, sharing the key ring and the ledger.
-    pub fn with_bound_approvals(mut self, approvals: InterruptApprovals) -> Self {
-        self.bound = Some(approvals);
         self
     }
 
@@ -183,9 +202,9 @@ impl GuardedMcpServer {
             context: self.host_context.clone().with_thread(&*connection_id),
             connection_id,
             config: self.config.clone(),
-            approvals: self.approvals,
+            approvals: self.approvals.clone(),
             approval_timeout: self.approval_timeout,
-            bound: self.bound.clone(),
+            eliciting: Arc::default(),
         }
     }
 
@@ -212,58 +231,86 @@ impl GuardedMcpServer {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
+        // What the human is shown comes from the sealed request: exactly what will be admitted.
         let question = ApprovalRequest {
-            tool: call.name.clone(),
+            tool: request.tool().to_owned(),
             tool_call_id: call.id.clone(),
             thread_id: Some(self.connection_id.to_string()),
             reasons: vec![EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
             arguments: Value::Object(request.arguments().clone()),
         };
         let interrupt = request.into_value();
+        let by = format!("mcp-client:{}", self.connection_id);
         let resume = match approver.ask(question, Some(&interrupt)).await {
-            Decision::Approve => match bound.approve(&interrupt, &format!("mcp-client:{}", self.connection_id)).await {
+            Decision::Approve if context.ct.is_cancelled() => {
+                return self.close_unanswered(call, bound, &interrupt, CANCELLED).await;
+            }
+            Decision::Approve => match bound.approve(&interrupt, &by).await {
                 Ok(resume) => resume.into_value(),
                 Err(error) => {
                     tracing::error!(target: "agent_airlock", %error, "recording an MCP approval failed");
-                    return self
-                        .resume_with_denial(call, bound, &interrupt, "the approval could not be recorded")
-                        .await;
+                    return self.close_unanswered(call, bound, &interrupt, "the approval could not be recorded").await;
                 }
             },
             Decision::Deny { reason } => {
-                let reason = reason.unwrap_or_else(|| "declined".to_owned());
-                return self.resume_with_denial(call, bound, &interrupt, &reason).await;
+                // A recorded denial refuses through the dispatcher (and its audit log) with the human's words.
+                let resume = match bound.deny(&interrupt, &by, reason.as_deref()).await {
+                    Ok(denied) => denied.into_value(),
+                    Err(error) => {
+                        tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
+                        return self
+                            .close_unanswered(call, bound, &interrupt, "the denial could not be recorded")
+                            .await;
+                    }
+                };
+                return self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;
             }
+            Decision::Unavailable { reason } => return self.close_unanswered(call, bound, &interrupt, &reason).await,
         };
+        if context.ct.is_cancelled() {
+            // Cancelled between the answer and the run: the denial revokes the unspent grant.
+            return self.close_unanswered(call, bound, &interrupt, CANCELLED).await;
+        }
         self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
     }
 
-    async fn resume_with_denial(
+    /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
+    /// pending nor can be approved out of band later; an unspent grant is revoked), and refuse the call as
+    /// unavailable, through the dispatcher and its audit log.
+    async fn close_unanswered(
         &self,
         call: ToolCall,
         bound: &InterruptApprovals,
         interrupt: &Value,
         reason: &str,
     ) -> Outcome {
-        let by = format!("mcp-client:{}", self.connection_id);
-        // A recorded denial refuses through the dispatcher (and its audit log); any other value is a no too.
-        let resume = match bound.deny(interrupt, &by, Some(reason)).await {
-            Ok(denied) => denied.into_value(),
-            Err(error) => {
-                tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
-                Value::Bool(false)
-            }
-        };
-        self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
+        let note = format!("closed unanswered: {reason}");
+        if let Err(error) = bound.deny(interrupt, CLOSED_BY, Some(&note)).await {
+            tracing::error!(target: "agent_airlock", %error, "closing an unanswered MCP approval request failed");
+        }
+        let unavailable = Unavailable(reason.to_owned());
+        self.dispatcher.dispatch_with_approver(call, &self.context, Some(&unavailable)).await
     }
 
     /// The approver for one request: its client's human, if the client can be asked.
     fn approver_for(&self, context: &RequestContext<RoleServer>) -> Option<ElicitationApprover> {
-        context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form)
-            .then(|| ElicitationApprover { peer: context.peer.clone(), timeout: self.approval_timeout })
+        context.peer.supported_elicitation_modes().contains(&ElicitationMode::Form).then(|| ElicitationApprover {
+            context: context.clone(),
+            timeout: self.approval_timeout,
+            eliciting: Arc::clone(&self.eliciting),
+        })
+    }
+}
+
+/// What the model is told when its client cancelled the call while it waited for approval.
+const CANCELLED: &str = "the client cancelled the call before it was approved";
+
+/// An approver that answers [`Decision::Unavailable`], to refuse a call through the dispatcher's gates.
+struct Unavailable(String);
+
+impl Approver for Unavailable {
+    fn review(&self, _request: ApprovalRequest) -> BoxFuture<'static, Decision> {
+        Box::pin(std::future::ready(Decision::Unavailable { reason: self.0.clone() }))
     }
 }
 
@@ -315,15 +362,15 @@ impl ServerHandler for GuardedMcpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(request_id_text(&context.id), request.name, arguments);
-        let outcome = match (self.approvals, &self.bound) {
-            (McpApprovals::Elicitation, Some(bound)) => self.dispatch_bound(call, &context, bound).await,
-            (McpApprovals::Elicitation, None) => {
+        let outcome = match &self.approvals {
+            McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(call, &context, bound).await,
+            McpApprovals::ClientElicitation => {
                 let approver = self.approver_for(&context);
                 self.dispatcher
                     .dispatch_with_approver(call, &self.context, approver.as_ref().map(|a| a as &dyn Approver))
                     .await
             }
-            (McpApprovals::Dispatcher, _) => self.dispatcher.dispatch(call, &self.context).await,
+            McpApprovals::Dispatcher => self.dispatcher.dispatch(call, &self.context).await,
         };
         Ok(tool_result(outcome).into())
     }
@@ -440,10 +487,13 @@ fn new_connection_id() -> Arc<str> {
     format!("mcp-{}", uuid::Uuid::new_v4().simple()).into()
 }
 
-/// Asks the human behind one MCP client, through form elicitation on that client's connection.
+/// Asks the human behind one MCP client, through form elicitation on the connection of the request being
+/// served, and stops waiting when that request is cancelled.
 struct ElicitationApprover {
-    peer: Peer<RoleServer>,
+    /// The request being served: its peer to ask, its cancellation to heed.
+    context: RequestContext<RoleServer>,
     timeout: Duration,
+    eliciting: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Approver for ElicitationApprover {
@@ -455,29 +505,90 @@ impl Approver for ElicitationApprover {
 impl ElicitationApprover {
     /// Asks about `request`; a sealed interrupt request, if any, goes along in `_meta`.
     fn ask(&self, request: ApprovalRequest, sealed: Option<&Value>) -> BoxFuture<'static, Decision> {
-        let peer = self.peer.clone();
-        let timeout = self.timeout;
+        let unavailable = |reason: String| -> BoxFuture<'static, Decision> {
+            Box::pin(std::future::ready(Decision::Unavailable { reason }))
+        };
+        let message = match approval_message(&request) {
+            Ok(message) => message,
+            Err(error) => return unavailable(format!("{error}, so no human was asked")),
+        };
+        let Some(slot) = ElicitationSlot::take(&self.eliciting, &request.tool) else {
+            return unavailable(format!(
+                "another approval request for `{}` is already waiting for an answer on this connection; retry \
+                 once it is answered",
+                request.tool
+            ));
+        };
         let mut meta = approval_meta(&request);
         if let Some(sealed) = sealed {
             meta.0.insert(BOUND_APPROVAL_META_KEY.to_owned(), sealed.clone());
         }
+        let peer = self.context.peer.clone();
+        let cancelled = self.context.ct.clone();
+        let timeout = self.timeout;
         Box::pin(async move {
+            let _slot = slot;
             let params = ElicitRequestParams::FormElicitationParams {
                 meta: Some(meta),
-                message: approval_message(&request),
+                message,
                 requested_schema: approval_schema(),
             };
-            match peer.create_elicitation_with_timeout(params, Some(timeout)).await {
-                Ok(answer) => decision_of(answer),
-                Err(ServiceError::Timeout { .. }) => Decision::Deny {
-                    reason: Some(format!("no answer to the approval request within {} s", timeout.as_secs())),
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            let handle = match peer.send_request_with_option(request, PeerRequestOptions::with_timeout(timeout)).await {
+                Ok(handle) => handle,
+                Err(error) => {
+                    tracing::warn!(target: "agent_airlock", %error, "approval elicitation not sent");
+                    return Decision::Unavailable { reason: "the approval request could not be delivered".into() };
+                }
+            };
+            let elicitation_id = handle.id.clone();
+            // Cancellation first: once the call is cancelled, no answer, however timely, lets it run.
+            let answer = match select(pin!(cancelled.cancelled()), pin!(handle.await_response())).await {
+                Either::Left(((), _)) => {
+                    let withdraw = CancelledNotification::new(CancelledNotificationParam::new(
+                        Some(elicitation_id),
+                        Some(CANCELLED.to_owned()),
+                    ));
+                    let _ = peer.send_notification(ServerNotification::CancelledNotification(withdraw)).await;
+                    return Decision::Unavailable { reason: CANCELLED.into() };
+                }
+                Either::Right((answer, _)) => answer,
+            };
+            if cancelled.is_cancelled() {
+                return Decision::Unavailable { reason: CANCELLED.into() };
+            }
+            match answer {
+                Ok(ClientResult::ElicitResult(answer)) => decision_of(answer),
+                Ok(_) => Decision::Unavailable { reason: "the client did not answer the approval request".into() },
+                Err(ServiceError::Timeout { .. }) => Decision::Unavailable {
+                    reason: format!("no answer to the approval request within {} s", timeout.as_secs()),
                 },
                 Err(error) => {
                     tracing::warn!(target: "agent_airlock", %error, "approval elicitation failed");
-                    Decision::Deny { reason: Some("the approval request could not be delivered".into()) }
+                    Decision::Unavailable { reason: "the approval request could not be delivered".into() }
                 }
             }
         })
+    }
+}
+
+/// One tool's approval elicitation waiting on a connection; the tool is free again when this drops.
+struct ElicitationSlot {
+    eliciting: Arc<Mutex<HashSet<String>>>,
+    tool: String,
+}
+
+impl ElicitationSlot {
+    /// The slot for `tool`, unless an elicitation for it is already waiting.
+    fn take(eliciting: &Arc<Mutex<HashSet<String>>>, tool: &str) -> Option<Self> {
+        let fresh = eliciting.lock().unwrap_or_else(PoisonError::into_inner).insert(tool.to_owned());
+        fresh.then(|| ElicitationSlot { eliciting: Arc::clone(eliciting), tool: tool.to_owned() })
+    }
+}
+
+impl Drop for ElicitationSlot {
+    fn drop(&mut self) {
+        self.eliciting.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.tool);
     }
 }
 
@@ -504,18 +615,9 @@ fn decision_of(answer: ElicitResult) -> Decision {
     }
 }
 
-fn approval_message(request: &ApprovalRequest) -> String {
-    let reasons = request.reasons.iter().map(|r| format!("{} ({})", r.reason, r.rule)).collect::<Vec<_>>().join("; ");
-    let mut arguments = request.arguments.to_string();
-    if arguments.len() > MAX_ARGUMENTS_SHOWN {
-        let mut end = MAX_ARGUMENTS_SHOWN;
-        while !arguments.is_char_boundary(end) {
-            end -= 1;
-        }
-        arguments.truncate(end);
-        arguments.push('…');
-    }
-    format!("Allow `{}` to run once?\nWhy it needs approval: {reasons}\nArguments: {arguments}", request.tool)
+/// The prompt: the call in full (see [`crate::display`]), or an error if it cannot be shown whole.
+fn approval_message(request: &ApprovalRequest) -> Result<String, DisplayError> {
+    Ok(format!("Allow this call to run once, exactly as shown?\n{}", request.render()?))
 }
 
 fn approval_meta(request: &ApprovalRequest) -> RequestMetaObject {
@@ -578,19 +680,5 @@ mod tests {
     fn request_ids_of_both_kinds_stay_distinct() {
         assert_eq!(request_id_text(&RequestId::Number(7)), "7");
         assert_eq!(request_id_text(&RequestId::String("7".into())), "\"7\"");
-    }
-
-    #[test]
-    fn long_arguments_are_cut_on_a_char_boundary() {
-        let request = ApprovalRequest {
-            tool: "t".into(),
-            tool_call_id: "1".into(),
-            thread_id: None,
-            reasons: Vec::new(),
-            arguments: json!({"s": "é".repeat(MAX_ARGUMENTS_SHOWN)}),
-        };
-        let message = approval_message(&request);
-        assert!(message.ends_with('…'));
-        assert!(message.len() < MAX_ARGUMENTS_SHOWN + 200);
     }
 }

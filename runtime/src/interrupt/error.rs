@@ -136,14 +136,19 @@ pub enum AdmitError {
     /// The resume value is not an approval (e.g. `false`, `"no"`): any other value is a no.
     #[error("the resume value is not an approval (expected `{{\"airlock_grant\": {{...}}}}`), so the call is refused")]
     NotAnApproval,
-    /// A human denied the request.
+    /// A human denied this call: the denial is recorded in the ledger, for a request whose binding is this
+    /// call's.
     #[error("a human denied this call{}", reason_suffix(.reason))]
     Denied {
-        /// The request, as the resume value names it.
+        /// The denied request.
         request_id: Option<String>,
-        /// Why, in the human's words (unauthenticated: it comes with the resume value).
+        /// Why, in the human's words, as the ledger recorded them (never the resume value's).
         reason: Option<String>,
     },
+    /// The resume value claims a denial the ledger does not hold for this call (forged, altered, or
+    /// another call's): a no, but nobody's words.
+    #[error("the resume value claims a denial that is not recorded for this call, so the call is refused")]
+    UnverifiedDenial,
     /// `airlock_grant` is present but a member is missing or malformed.
     #[error("malformed approval in the resume value: {detail}")]
     MalformedGrant {

@@ -45,8 +45,8 @@ use crate::clock::Clock;
 use crate::effect::{EffectError, Reservation};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
 use crate::ledger::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, SpendAttempt, SpendReserved,
-    SpentRecord,
+    ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
+    SpendReserved, SpentRecord,
 };
 use crate::mask::{MaskSet, Masker};
 
@@ -61,7 +61,12 @@ pub struct InterruptApprovals {
     clock: Arc<dyn Clock>,
     grant_ttl: Duration,
     request_ttl: Option<Duration>,
+    max_pending: Option<u32>,
 }
+
+/// How many approval requests of one tool may wait in one thread at a time, unless set
+/// ([`InterruptApprovals::with_max_pending`]).
+pub const DEFAULT_MAX_PENDING: u32 = 4;
 
 impl std::fmt::Debug for InterruptApprovals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,6 +74,7 @@ impl std::fmt::Debug for InterruptApprovals {
             .field("keys", &self.keys)
             .field("grant_ttl", &self.grant_ttl)
             .field("request_ttl", &self.request_ttl)
+            .field("max_pending", &self.max_pending)
             .finish_non_exhaustive()
     }
 }
@@ -84,7 +90,17 @@ impl InterruptApprovals {
     /// Approvals that MAC with `keys`, record in `ledger`, read time from `clock`, and issue grants valid
     /// for `grant_ttl` after the approval.
     pub fn new(keys: KeyRing, ledger: Arc<dyn ApprovalLedger>, clock: Arc<dyn Clock>, grant_ttl: Duration) -> Self {
-        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None }
+        InterruptApprovals { keys, ledger, clock, grant_ttl, request_ttl: None, max_pending: Some(DEFAULT_MAX_PENDING) }
+    }
+
+    /// At most `max` requests of one tool may be pending (undecided, unexpired) in one thread
+    /// ([`DEFAULT_MAX_PENDING`] unless set; `None`: no limit). A model calling in a loop then gets refusals
+    /// that say when to retry, not a stored request (and a human's prompt) per call. Counted and recorded
+    /// in one ledger write, so racing calls cannot overshoot. With a request time-to-live
+    /// ([`with_request_ttl`](Self::with_request_ttl)), expired requests stop counting.
+    pub fn with_max_pending(mut self, max: Option<u32>) -> Self {
+        self.max_pending = max;
+        self
     }
 
     /// Requests older than `ttl` can no longer be approved (they can still be denied).
@@ -146,7 +162,7 @@ impl InterruptApprovals {
         mask: MaskSet,
     ) -> Result<InterruptRequest, RequestError> {
         let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
-        self.ledger.record_request(record).await.map_err(RequestError::Ledger)?;
+        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
         Ok(request)
     }
 
@@ -160,7 +176,7 @@ impl InterruptApprovals {
         mask: MaskSet,
     ) -> Result<InterruptRequest, RequestError> {
         let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
-        self.ledger.record_request(record).wait().map_err(RequestError::Ledger)?;
+        self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
         Ok(request)
     }
 
@@ -433,10 +449,7 @@ impl InterruptApprovals {
                 if let Some(grant) = outer.get(GRANT_MEMBER) {
                     grant.as_object().ok_or_else(|| malformed("`airlock_grant` is not an object"))?
                 } else if let Some(denied) = outer.get(DENIED_MEMBER) {
-                    return Err(AdmitError::Denied {
-                        request_id: denied.get("request_id").and_then(Value::as_str).map(str::to_owned),
-                        reason: denied.get("reason").and_then(Value::as_str).map(str::to_owned),
-                    });
+                    return Err(self.recorded_denial(call, denied));
                 } else {
                     return Err(AdmitError::NotAnApproval);
                 }
@@ -471,6 +484,31 @@ impl InterruptApprovals {
             attempt: SpendAttempt { grant_id: grant_id.to_owned(), binding: binding.to_hex(), now: self.clock.now() },
             key_id: key_id.to_owned(),
         })
+    }
+
+    /// A resume value that says "denied" is believed only as far as the ledger backs it: the request it
+    /// names must be denied there, and bound to the call now being made. The reason is the ledger's.
+    fn recorded_denial(&self, call: &BindingInput<'_>, denied: &Value) -> AdmitError {
+        let Some(request_id) = denied.get("request_id").and_then(Value::as_str) else {
+            return AdmitError::UnverifiedDenial;
+        };
+        let entry = match self.ledger.find_request(request_id) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return AdmitError::UnverifiedDenial,
+            Err(err) => return AdmitError::Ledger(err),
+        };
+        let RequestStatus::Denied(denial) = entry.status else {
+            return AdmitError::UnverifiedDenial;
+        };
+        let Ok(key) = self.keys.find(&entry.request.key_id) else {
+            return AdmitError::UnverifiedDenial;
+        };
+        match mac::binding(key, call) {
+            Ok(binding) if binding.to_hex() == entry.request.binding => {
+                AdmitError::Denied { request_id: Some(denial.request_id), reason: denial.reason }
+            }
+            _ => AdmitError::UnverifiedDenial,
+        }
     }
 
     /// The token does not fit this call. Tell a genuine approval for another call (which fields differ)

@@ -27,6 +27,8 @@ struct MemoryTables {
     requests: BTreeMap<String, RequestRecord>,
     status: BTreeMap<String, RequestStatus>,
     grants: BTreeMap<String, GrantEntry>,
+    /// Pending requests by scope, then id: their expiry.
+    pending: BTreeMap<String, BTreeMap<String, Option<Duration>>>,
 }
 
 /// The ledger's tables and its effect records, both locked: one atomic unit.
@@ -81,6 +83,27 @@ impl LedgerTables for Locked<'_> {
         self.tables.grants.remove(grant_id);
         Ok(())
     }
+    fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
+        Ok(self
+            .tables
+            .pending
+            .get(scope)
+            .map(|ids| ids.iter().map(|(id, at)| (id.clone(), *at)).collect())
+            .unwrap_or_default())
+    }
+    fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
+        self.tables.pending.entry(scope.to_owned()).or_default().insert(request_id.to_owned(), expires_at);
+        Ok(())
+    }
+    fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
+        if let Some(ids) = self.tables.pending.get_mut(scope) {
+            ids.remove(request_id);
+            if ids.is_empty() {
+                self.tables.pending.remove(scope);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl MemoryLedger {
@@ -108,8 +131,8 @@ impl MemoryLedger {
 }
 
 impl ApprovalLedger for MemoryLedger {
-    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
-        LedgerReply::ready(transitions::record_request(&mut self.locked(), request))
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        LedgerReply::ready(transitions::record_request(&mut self.locked(), request, max_pending))
     }
 
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {

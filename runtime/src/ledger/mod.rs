@@ -62,7 +62,11 @@ pub use self::reply::{LedgerReply, ReplySender};
 pub trait ApprovalLedger: Send + Sync + 'static {
     /// Records a new pending request. Recording the same request again is a no-op; another request under
     /// an existing id is [`LedgerError::DuplicateRequest`].
-    fn record_request(&self, request: RequestRecord) -> LedgerReply<()>;
+    ///
+    /// With `max_pending`, the request is refused ([`LedgerError::TooManyPending`]) if as many requests of
+    /// the same tool and thread are already pending and unexpired ([`RequestRecord::pending_scope`]); the
+    /// count and the insert are one atomic write, so racing recorders cannot overshoot.
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()>;
 
     /// Issues `grant` for its request, which must be pending (or granted under a grant that expired
     /// unspent, which `grant` replaces). If the request already holds a live grant, that grant is the
@@ -107,8 +111,8 @@ pub trait ApprovalLedger: Send + Sync + 'static {
 }
 
 impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
-    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
-        (**self).record_request(request)
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        (**self).record_request(request, max_pending)
     }
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
         (**self).grant(grant, now)
@@ -190,6 +194,24 @@ pub struct RequestRecord {
     pub requested_at: Duration,
     /// The sealed interrupt value the host was given, `{"airlock_approval": {...}}`, arguments included.
     pub interrupt: Value,
+}
+
+impl RequestRecord {
+    /// The thread the request's call belongs to, as sealed in its interrupt value (`""` for none).
+    pub fn thread_id(&self) -> &str {
+        self.interrupt["airlock_approval"]["call"]["thread_id"].as_str().unwrap_or("")
+    }
+
+    /// When the request stops being approvable, as sealed in its interrupt value (`None`: never).
+    pub fn expires_at(&self) -> Option<Duration> {
+        self.interrupt["airlock_approval"]["expires_at_ms"].as_u64().map(Duration::from_millis)
+    }
+
+    /// What pending requests are counted under for the pending limit: the tool and the thread.
+    pub fn pending_scope(&self) -> String {
+        // NUL cannot occur in a tool name; the thread id comes last.
+        format!("{}\u{0}{}", self.tool, self.thread_id())
+    }
 }
 
 /// One approval: permission to run the bound call once, before `expires_at`.
@@ -345,6 +367,21 @@ pub enum LedgerError {
         /// The id.
         request_id: String,
     },
+    /// As many requests of this tool in this thread are already pending as the limit allows.
+    #[error(
+        "{pending} approval requests for `{tool}` are already waiting in this thread (at most {max}); {}",
+        retry_text(.oldest_expires_at)
+    )]
+    TooManyPending {
+        /// The tool.
+        tool: String,
+        /// How many are pending (and unexpired).
+        pending: u32,
+        /// The limit.
+        max: u32,
+        /// When the first of them expires, if they expire: a new request can be recorded then.
+        oldest_expires_at: Option<Duration>,
+    },
     /// A grant with this id was already issued.
     #[error("an approval grant with id `{grant_id}` was already issued")]
     DuplicateGrant {
@@ -412,6 +449,15 @@ pub enum LedgerError {
     /// The ledger's writer stopped before answering (the ledger was closed, or its thread died).
     #[error("the ledger's writer stopped before answering; the write may not have happened")]
     WriterStopped,
+}
+
+fn retry_text(oldest_expires_at: &Option<Duration>) -> String {
+    match oldest_expires_at {
+        Some(at) => {
+            format!("retry once one is decided or after the oldest expires (at {} ms since the epoch)", at.as_millis())
+        }
+        None => "retry once one of them is decided".to_owned(),
+    }
 }
 
 fn reason_suffix(reason: &Option<String>) -> String {

@@ -48,13 +48,14 @@ use super::{
 };
 
 /// The newest schema version this build knows (the number of its last migration).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
 /// is a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE airlock_requests (
     request_id text COLLATE "C" PRIMARY KEY,
     record     text NOT NULL,
@@ -71,7 +72,21 @@ CREATE TABLE airlock_effects (
     record     text NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+-- Pending requests by tool and thread, for the pending limit (`max_pending`). The scope is hex: it holds a
+-- NUL, which a text column cannot.
+CREATE TABLE airlock_pending (
+    scope         text COLLATE "C" NOT NULL,
+    request_id    text COLLATE "C" NOT NULL,
+    expires_at_ms bigint,
+    PRIMARY KEY (scope, request_id)
+);
+"#,
+    ),
+];
 
 /// The advisory lock taken while migrations run (any 64-bit number unlikely to be used by others).
 const MIGRATION_LOCK: i64 = 0x6169_726c_6f63_6b31; // "airlock1"
@@ -434,6 +449,41 @@ impl LedgerTables for PgTables<'_, '_> {
         Ok(())
     }
 
+    fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
+        // Rows not inserted yet cannot be locked: recorders of one scope take turns on an advisory lock
+        // (held to the end of the transaction), so the count and the insert are one step.
+        let scope = hex::encode(scope);
+        self.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&scope])?;
+        let rows = self.query(
+            "SELECT request_id, expires_at_ms FROM airlock_pending WHERE scope = $1 ORDER BY request_id FOR UPDATE",
+            &[&scope],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let expires_at: Option<i64> = row.get(1);
+                (row.get(0), expires_at.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+            })
+            .collect())
+    }
+
+    fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
+        let ms = expires_at.map(|at| i64::try_from(at.as_millis()).unwrap_or(i64::MAX));
+        self.execute(
+            "INSERT INTO airlock_pending (scope, request_id, expires_at_ms) VALUES ($1, $2, $3)",
+            &[&hex::encode(scope), &request_id, &ms],
+        )?;
+        Ok(())
+    }
+
+    fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
+        self.execute(
+            "DELETE FROM airlock_pending WHERE scope = $1 AND request_id = $2",
+            &[&hex::encode(scope), &request_id],
+        )?;
+        Ok(())
+    }
+
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
         match self.text("SELECT record FROM airlock_effects WHERE effect_key = $1 FOR UPDATE", key)? {
             Some(Some(record)) => {
@@ -502,8 +552,8 @@ fn encode_record_text(record: &EffectRecord) -> String {
 }
 
 impl ApprovalLedger for PostgresLedger {
-    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
-        self.write(move |tables| transitions::record_request(tables, request.clone()))
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        self.write(move |tables| transitions::record_request(tables, request.clone(), max_pending))
     }
 
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {

@@ -52,6 +52,10 @@ use super::{
 const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
 const STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_status");
 const GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_grants");
+/// Pending requests, keyed `scope NUL request id`, valued by their expiry in ms (`u64::MAX`: none), so the
+/// pending limit counts one scope with a range read. Created on first write; a file written before it existed
+/// has its older pending requests uncounted.
+const PENDING: TableDefinition<&str, u64> = TableDefinition::new("airlock_approval_pending");
 const META: TableDefinition<&str, u64> = TableDefinition::new("airlock_approval_meta");
 const SCHEMA_KEY: &str = "schema_version";
 
@@ -352,8 +356,8 @@ impl Drop for RedbLedger {
 }
 
 impl ApprovalLedger for RedbLedger {
-    fn record_request(&self, request: RequestRecord) -> LedgerReply<()> {
-        self.submit(|reply| Job::Record { request, reply })
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        self.submit(|reply| Job::Record { request, max_pending, reply })
     }
 
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
@@ -499,6 +503,7 @@ struct WriteTables<'txn> {
     requests: Table<'txn, &'static str, &'static [u8]>,
     status: Table<'txn, &'static str, &'static [u8]>,
     grants: Table<'txn, &'static str, &'static [u8]>,
+    pending: Table<'txn, &'static str, u64>,
     effects: Table<'txn, &'static str, &'static [u8]>,
     /// Whether any job of the batch wrote: a batch of refusals has nothing to commit.
     wrote: bool,
@@ -510,6 +515,7 @@ impl<'txn> WriteTables<'txn> {
             requests: txn.open_table(REQUESTS).map_err(LedgerError::storage)?,
             status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
             grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
+            pending: txn.open_table(PENDING).map_err(LedgerError::storage)?,
             effects: txn.open_table(EFFECTS_TABLE).map_err(LedgerError::storage)?,
             wrote: false,
         })
@@ -542,6 +548,28 @@ impl LedgerTables for WriteTables<'_> {
         let bytes = encode("grants", &entry.grant.grant_id, entry)?;
         self.wrote = true;
         self.grants.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
+        let (start, end) = (format!("{scope}\u{0}"), format!("{scope}\u{1}"));
+        let mut found = Vec::new();
+        for item in self.pending.range(start.as_str()..end.as_str()).map_err(LedgerError::storage)? {
+            let (key, expires_at) = item.map_err(LedgerError::storage)?;
+            let request_id = key.value()[start.len()..].to_owned();
+            let expires_at = Some(expires_at.value()).filter(|ms| *ms != u64::MAX).map(Duration::from_millis);
+            found.push((request_id, expires_at));
+        }
+        Ok(found)
+    }
+    fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
+        let ms = expires_at.map_or(u64::MAX, |at| u64::try_from(at.as_millis()).unwrap_or(u64::MAX - 1));
+        self.wrote = true;
+        self.pending.insert(format!("{scope}\u{0}{request_id}").as_str(), ms).map_err(LedgerError::storage)?;
+        Ok(())
+    }
+    fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
+        self.wrote = true;
+        self.pending.remove(format!("{scope}\u{0}{request_id}").as_str()).map_err(LedgerError::storage)?;
         Ok(())
     }
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
@@ -591,7 +619,7 @@ impl LedgerTables for WriteTables<'_> {
 // ---- the writer ----
 
 enum Job {
-    Record { request: RequestRecord, reply: ReplySender<()> },
+    Record { request: RequestRecord, max_pending: Option<u32>, reply: ReplySender<()> },
     Grant { grant: GrantRecord, now: Duration, reply: ReplySender<GrantRecord> },
     Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
     Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
@@ -622,8 +650,8 @@ fn outcome<T>(
 impl Job {
     fn run(&self, tables: &mut WriteTables<'_>) -> Result<Outcome, LedgerError> {
         match self {
-            Job::Record { request, .. } => {
-                outcome(transitions::record_request(tables, request.clone()), Outcome::Record)
+            Job::Record { request, max_pending, .. } => {
+                outcome(transitions::record_request(tables, request.clone(), *max_pending), Outcome::Record)
             }
             Job::Grant { grant, now, .. } => outcome(transitions::grant(tables, grant.clone(), *now), Outcome::Grant),
             Job::Deny { denial, .. } => outcome(transitions::deny(tables, denial.clone()), Outcome::Deny),

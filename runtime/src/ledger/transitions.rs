@@ -22,6 +22,10 @@ pub(crate) trait LedgerTables {
     fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError>;
     fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError>;
+    /// The pending requests of one scope ([`RequestRecord::pending_scope`]): id and expiry.
+    fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError>;
+    fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError>;
+    fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError>;
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError>;
     fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError>;
     /// Every request's status, by request id.
@@ -34,7 +38,11 @@ pub(crate) trait LedgerTables {
     fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError>;
 }
 
-pub(crate) fn record_request(tables: &mut impl LedgerTables, request: RequestRecord) -> Result<(), LedgerError> {
+pub(crate) fn record_request(
+    tables: &mut impl LedgerTables,
+    request: RequestRecord,
+    max_pending: Option<u32>,
+) -> Result<(), LedgerError> {
     if let Some(existing) = tables.request(&request.request_id)? {
         return if existing == request {
             Ok(())
@@ -42,8 +50,32 @@ pub(crate) fn record_request(tables: &mut impl LedgerTables, request: RequestRec
             Err(LedgerError::DuplicateRequest { request_id: request.request_id })
         };
     }
+    let scope = request.pending_scope();
+    let now = request.requested_at;
+    let (live, expired): (Vec<_>, Vec<_>) =
+        tables.pending_in(&scope)?.into_iter().partition(|(_, expires_at)| expires_at.is_none_or(|at| now < at));
+    if let Some(max) = max_pending
+        && live.len() >= max as usize
+    {
+        return Err(LedgerError::TooManyPending {
+            tool: request.tool,
+            pending: u32::try_from(live.len()).unwrap_or(u32::MAX),
+            max,
+            oldest_expires_at: live.iter().filter_map(|(_, at)| *at).min(),
+        });
+    }
+    // Expired requests can no longer be approved: they stop counting (their status stays `pending`).
+    for (request_id, _) in expired {
+        tables.remove_pending(&scope, &request_id)?;
+    }
     tables.insert_request(&request)?;
+    tables.add_pending(&scope, &request.request_id, request.expires_at())?;
     tables.set_status(&request.request_id, &RequestStatus::Pending)
+}
+
+/// A request leaves `pending`: it no longer counts against its scope's limit.
+fn decided(tables: &mut impl LedgerTables, request: &RequestRecord) -> Result<(), LedgerError> {
+    tables.remove_pending(&request.pending_scope(), &request.request_id)
 }
 
 fn recorded_status(tables: &impl LedgerTables, request_id: &str) -> Result<RequestStatus, LedgerError> {
@@ -70,7 +102,7 @@ pub(crate) fn grant(
         return Err(LedgerError::DuplicateGrant { grant_id: grant.grant_id });
     }
     match recorded_status(tables, &grant.request_id)? {
-        RequestStatus::Pending => {}
+        RequestStatus::Pending => decided(tables, &request)?,
         RequestStatus::Granted(existing) => {
             let entry = live_grant_of_status(tables, &existing)?;
             if now < entry.grant.expires_at {
@@ -103,12 +135,12 @@ fn live_grant_of_status(tables: &impl LedgerTables, grant: &GrantRecord) -> Resu
 }
 
 pub(crate) fn deny(tables: &mut impl LedgerTables, mut denial: DenialRecord) -> Result<DenialRecord, LedgerError> {
-    if tables.request(&denial.request_id)?.is_none() {
+    let Some(request) = tables.request(&denial.request_id)? else {
         return Err(LedgerError::UnknownRequest { request_id: denial.request_id });
-    }
+    };
     denial.revoked_grant = None;
     match recorded_status(tables, &denial.request_id)? {
-        RequestStatus::Pending => {}
+        RequestStatus::Pending => decided(tables, &request)?,
         RequestStatus::Granted(grant) => {
             let entry = live_grant_of_status(tables, &grant)?;
             tables.set_grant(&GrantEntry {

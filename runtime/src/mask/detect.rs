@@ -18,8 +18,8 @@ use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use regex_automata::{Anchored, Input, Match, PatternID, meta};
 
-use super::kind::{MaskKind, MaskSet};
 use super::validate;
+use super::{MaskKind, MaskSet};
 
 /// One value to mask: `text[start..end]` is of `kind`; its first `keep_prefix` bytes are a public prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

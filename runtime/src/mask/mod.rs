@@ -25,7 +25,6 @@
 
 mod detect;
 mod json;
-mod kind;
 mod report;
 mod strategy;
 mod validate;
@@ -39,9 +38,9 @@ use serde_json::{Map, Value};
 
 use self::detect::{Finding, Scanner};
 use self::json::KeyHint;
-pub use self::kind::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 pub use self::report::MaskReport;
 pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, MaskConfig, MaskStrategy};
+pub use agent_airlock_grammar::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 
 /// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
 const MIN_FINDING_LEN: usize = 6;

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::ser::SerializeMap;
 
-use super::kind::{MaskKind, MaskSet};
+use super::{MaskKind, MaskSet};
 
 /// How many values of each kind were masked. Holds no masked value, so it can go to logs and audit records.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]

@@ -41,14 +41,14 @@ described_tool!(concat!("Pong", " back."), pong);
 
 fn main() {
     let spec = tool!(refund).spec();
-    assert_eq!(spec.description, "Refund a payment.\n\nOnly for captured payments:\n\n    refund(payment_id)");
-    assert_eq!(spec.params[0].description, Some("The payment to refund.\n\nStarts with `pi_`."));
+    assert_eq!(spec.description(), "Refund a payment.\n\nOnly for captured payments:\n\n    refund(payment_id)");
+    assert_eq!(spec.params()[0].description(), Some("The payment to refund.\n\nStarts with `pi_`."));
     assert_eq!(input_schema(spec)["properties"]["payment_id"]["description"], "The payment to refund.\n\nStarts with `pi_`.");
 
     let spec = tool!(cancel).spec();
-    assert_eq!(spec.description, "Cancel an order.\n\nIrreversible.");
-    assert_eq!(spec.params[0].description, Some("The order id."));
+    assert_eq!(spec.description(), "Cancel an order.\n\nIrreversible.");
+    assert_eq!(spec.params()[0].description(), Some("The order id."));
 
-    assert_eq!(tool!(ping).spec().description, "Ping the service.");
-    assert_eq!(tool!(pong).spec().description, "Pong back.");
+    assert_eq!(tool!(ping).spec().description(), "Ping the service.");
+    assert_eq!(tool!(pong).spec().description(), "Pong back.");
 }

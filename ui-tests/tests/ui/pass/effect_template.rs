@@ -15,8 +15,10 @@ fn refund(
 }
 
 fn main() {
-    let template = tool!(refund).spec().effect.expect("an effect template");
-    assert_eq!(template.template, "refund:{payment_id}/{type}");
+    let template = tool!(refund).spec().effect().expect("an effect template");
+    assert_eq!(template.template(), "refund:{payment_id}/{type}");
     let arguments = json!({"payment_id": "pi_1", "type": "full"});
     assert_eq!(template.render(arguments.as_object().unwrap()), "refund:pi_1/full");
+    let values = [("payment_id", json!("pi_1")), ("type", json!("full"))];
+    assert_eq!(template.render_values(&values).unwrap(), "refund:pi_1/full");
 }

@@ -55,17 +55,17 @@ fn words(text: std::string::String) -> usize {
 fn main() {
     let tool = ::agent_airlock::tool!(greet);
     let spec = ::agent_airlock::Tool::spec(&tool);
-    assert_eq!(spec.name, "greet");
-    assert_eq!(spec.description, "Greet someone.");
-    let names: std::vec::Vec<&str> = spec.params.iter().map(|p| p.name).collect();
+    assert_eq!(spec.name(), "greet");
+    assert_eq!(spec.description(), "Greet someone.");
+    let names: std::vec::Vec<&str> = spec.params().iter().map(|p| p.name()).collect();
     assert_eq!(names, ["name", "times"]);
-    assert_eq!(spec.params[1].description, std::option::Option::Some("How many times."));
+    assert_eq!(spec.params()[1].description(), std::option::Option::Some("How many times."));
 
     let message = call(tool, json!({"name": "ada", "times": 2}), &CallContext::new());
     assert_eq!(message.content, "hello ada, hello ada", "{message:?}");
 
     let tool = ::agent_airlock::tool!(words);
-    assert_eq!(::agent_airlock::Tool::spec(&tool).ghost, ::agent_airlock::GhostPolicy::Block);
+    assert_eq!(::agent_airlock::Tool::spec(&tool).ghost(), ::agent_airlock::GhostPolicy::Block);
     let message = call(tool, json!({"text": "one two three"}), &CallContext::new());
     assert_eq!(message.content, "3", "{message:?}");
 }

@@ -22,8 +22,8 @@ echo_tool!(echo_number, u32);
 echo_tool!(echo_words, Vec<String>);
 
 fn main() {
-    assert_eq!(tool!(echo_number).spec().name, "echo_number");
-    assert_eq!(tool!(echo_words).spec().params[0].description, Some("The value to echo."));
+    assert_eq!(tool!(echo_number).spec().name(), "echo_number");
+    assert_eq!(tool!(echo_words).spec().params()[0].description(), Some("The value to echo."));
     assert_eq!(call(tool!(echo_number), json!({"value": 7}), &CallContext::new()).content, "7");
     assert_eq!(call(tool!(echo_words), json!({"value": ["a", "b"]}), &CallContext::new()).content, r#"["a","b"]"#);
 }

@@ -23,9 +23,9 @@ mod tools {
 fn main() {
     let refund = tool!(tools::billing::refund);
     let spec = refund.spec();
-    assert_eq!(spec.name, "refund_payment");
-    assert_eq!(spec.escalate, Some("moves money"));
-    assert_eq!(spec.params[0].name, "payment_id");
+    assert_eq!(spec.name(), "refund_payment");
+    assert_eq!(spec.escalate(), Some("moves money"));
+    assert_eq!(spec.params()[0].name(), "payment_id");
 
     /// Shout a text.
     #[airlock_tool]
@@ -34,7 +34,7 @@ fn main() {
     }
 
     let shout = tool!(shout);
-    assert_eq!(shout.spec().name, "shout");
+    assert_eq!(shout.spec().name(), "shout");
     let message = call(shout, json!({"text": "quiet"}), &CallContext::new());
     assert_eq!(message.content, "QUIET", "{message:?}");
 }

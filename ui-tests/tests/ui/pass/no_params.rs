@@ -15,7 +15,7 @@ fn answer() -> u32 {
 fn nothing() {}
 
 fn main() {
-    assert_eq!(tool!(answer).spec().params.len(), 0);
+    assert_eq!(tool!(answer).spec().params().len(), 0);
     assert_eq!(call(tool!(answer), json!({}), &CallContext::new()).content, "42");
     assert_eq!(call(tool!(nothing), json!({}), &CallContext::new()).content, "null");
 }

@@ -20,7 +20,7 @@ fn count(#[inject] counter: State<Counter>, #[inject] id: ToolCallId) -> String 
 
 fn main() {
     let spec = tool!(count).spec();
-    assert!(spec.params.is_empty());
+    assert!(spec.params().is_empty());
     assert_eq!(input_schema(spec)["properties"], json!({}));
 
     let context = CallContext::new().with_state(Counter { calls: AtomicU64::new(41) });

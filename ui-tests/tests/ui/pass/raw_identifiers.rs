@@ -16,8 +16,8 @@ fn r#match(
 
 fn main() {
     let spec = tool!(r#match).spec();
-    assert_eq!(spec.name, "match");
-    let keys: Vec<&str> = spec.params.iter().map(|p| p.name).collect();
+    assert_eq!(spec.name(), "match");
+    let keys: Vec<&str> = spec.params().iter().map(|p| p.name()).collect();
     assert_eq!(keys, ["type", "in"]);
     assert_eq!(input_schema(spec)["required"], json!(["type", "in"]));
 

@@ -32,11 +32,11 @@ fn add_three(value: i64) -> i64 {
 
 fn main() {
     let spec = tool!(increment).spec();
-    assert_eq!(spec.name, "increment");
-    assert_eq!(spec.rate, Some(my_airlock::Rate::new_const(3, 60)));
+    assert_eq!(spec.name(), "increment");
+    assert_eq!(spec.rate(), Some("3/minute".parse::<my_airlock::Rate>().unwrap()));
     assert_eq!(call(tool!(increment), json!({"value": 1}), &CallContext::new()).content, "2");
 
-    assert_eq!(tool!(add_two).spec().ghost, renamed::GhostPolicy::Block);
+    assert_eq!(tool!(add_two).spec().ghost(), renamed::GhostPolicy::Block);
     assert_eq!(call(tool!(add_two), json!({"value": 1}), &CallContext::new()).content, "3");
 
     assert_eq!(call(tool!(add_three), json!({"value": 1}), &CallContext::new()).content, "4");

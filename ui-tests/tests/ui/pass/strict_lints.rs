@@ -60,11 +60,11 @@ pub(crate) fn echo(mut text: String) -> String {
 
 fn main() {
     let spec = tool!(add).spec();
-    assert_eq!(spec.escalate, Some("spends budget"));
-    assert_eq!(spec.params.len(), 2);
-    assert_eq!(tool!(noop).spec().params.len(), 0);
-    assert_eq!(tool!(echo).spec().name, "echo-text");
-    assert_eq!(tool!(echo).spec().description, "Echo the text back.");
+    assert_eq!(spec.escalate(), Some("spends budget"));
+    assert_eq!(spec.params().len(), 2);
+    assert_eq!(tool!(noop).spec().params().len(), 0);
+    assert_eq!(tool!(echo).spec().name(), "echo-text");
+    assert_eq!(tool!(echo).spec().description(), "Echo the text back.");
     let context = CallContext::new().with_state(Settings { bias: 1 });
     assert_eq!(call(tool!(echo), json!({"text": "hi"}), &context).content, "hi!");
     assert_eq!(call(tool!(noop), json!({}), &context).content, "null");

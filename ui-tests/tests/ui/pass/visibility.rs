@@ -22,12 +22,12 @@ mod outer {
     }
 
     pub(crate) fn parent_only_name() -> &'static str {
-        agent_airlock::Tool::spec(&agent_airlock::tool!(inner::parent_only)).name
+        agent_airlock::Tool::spec(&agent_airlock::tool!(inner::parent_only)).name()
     }
 }
 
 fn main() {
-    assert_eq!(tool!(outer::inner::crate_wide).spec().name, "crate_wide");
+    assert_eq!(tool!(outer::inner::crate_wide).spec().name(), "crate_wide");
     assert_eq!(call(tool!(outer::inner::crate_wide), json!({"value": 7}), &CallContext::new()).content, "7");
     assert_eq!(outer::parent_only_name(), "parent_only");
 }

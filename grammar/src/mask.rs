@@ -1,4 +1,5 @@
-//! What can be masked: the kinds of secret and personal data, and sets of them with their string grammar.
+//! What can be masked: the kinds of secret and personal data, and sets of them with their string grammar
+//! (`mask = "secrets,pii"`).
 
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
@@ -98,7 +99,7 @@ impl MaskKind {
         }
     }
 
-    /// The text [`MaskStrategy::TypeTag`](crate::MaskStrategy::TypeTag) writes, e.g. `"[PAYMENT_CARD]"`.
+    /// The text the runtime's type-tag masking writes, e.g. `"[PAYMENT_CARD]"`.
     pub const fn tag(self) -> &'static str {
         match self {
             MaskKind::PrivateKey => "[PRIVATE_KEY]",
@@ -132,7 +133,8 @@ impl MaskKind {
         MaskKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
 
-    pub(crate) const fn index(self) -> usize {
+    /// The kind's position in [`MaskKind::ALL`] (and its bit in a [`MaskSet`]).
+    pub const fn index(self) -> usize {
         self as usize
     }
 }
@@ -143,6 +145,7 @@ impl fmt::Display for MaskKind {
     }
 }
 
+#[cfg(feature = "serde")]
 impl serde::Serialize for MaskKind {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())
@@ -241,7 +244,7 @@ impl MaskSet {
     }
 }
 
-/// Every name the `mask = "…"` grammar accepts. The attribute macro checks the same list at compile time.
+/// Every name the `mask = "…"` grammar accepts: the families, then each kind's [`MaskKind::name`].
 pub const MASK_SET_NAMES: &[&str] = &[
     "none",
     "all",
@@ -322,10 +325,45 @@ impl fmt::Display for MaskSet {
     }
 }
 
-/// A `mask = "…"` value that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct MaskSetParseError(String);
+/// A `mask = "…"` value that does not parse; its `Display` is the complete, user-facing message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MaskSetParseError {
+    /// A name between commas is empty (`"secrets,"`).
+    EmptyName {
+        /// The whole text.
+        text: String,
+    },
+    /// A name the grammar does not know.
+    UnknownName {
+        /// The name as written.
+        name: String,
+    },
+    /// `none` with other names.
+    NoneCombined {
+        /// The whole text.
+        text: String,
+    },
+}
+
+impl fmt::Display for MaskSetParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaskSetParseError::EmptyName { text } => {
+                write!(f, "empty name in mask set `{text}`, expected comma-separated names such as `secrets,pii`")
+            }
+            MaskSetParseError::UnknownName { name } => {
+                let expected = MASK_SET_NAMES.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                write!(f, "unknown mask set `{name}`, expected one of {expected}")
+            }
+            MaskSetParseError::NoneCombined { text } => {
+                write!(f, "`none` cannot be combined with other mask sets in `{text}`")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MaskSetParseError {}
 
 impl FromStr for MaskSet {
     type Err = MaskSetParseError;
@@ -339,34 +377,27 @@ impl FromStr for MaskSet {
         for name in text.split(',').map(str::trim) {
             count += 1;
             if name.is_empty() {
-                return Err(MaskSetParseError(format!(
-                    "empty name in mask set `{text}`, expected comma-separated names such as `secrets,pii`"
-                )));
+                return Err(MaskSetParseError::EmptyName { text: text.to_owned() });
             }
-            match MaskSet::named(name) {
-                Some(named) => {
-                    saw_none |= name == "none";
-                    set |= named;
-                }
-                None => {
-                    let expected = MASK_SET_NAMES.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
-                    return Err(MaskSetParseError(format!("unknown mask set `{name}`, expected one of {expected}")));
-                }
-            }
+            let named = MaskSet::named(name).ok_or_else(|| MaskSetParseError::UnknownName { name: name.to_owned() })?;
+            saw_none |= name == "none";
+            set |= named;
         }
         if saw_none && count > 1 {
-            return Err(MaskSetParseError(format!("`none` cannot be combined with other mask sets in `{text}`")));
+            return Err(MaskSetParseError::NoneCombined { text: text.to_owned() });
         }
         Ok(set)
     }
 }
 
+#[cfg(feature = "serde")]
 impl serde::Serialize for MaskSet {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
 }
 
+#[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for MaskSet {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<MaskSet, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
@@ -440,6 +471,7 @@ mod tests {
         assert_eq!(format!("{:?}", MaskSet::PII), "MaskSet(pii)");
     }
 
+    #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_the_grammar() {
         let set = MaskSet::SECRETS | MaskSet::of(MaskKind::Email);

@@ -1,0 +1,262 @@
+//! What a human is shown of a call: every argument in full, nothing that can display as something else.
+//!
+//! One renderer for every place a person decides about a call: the MCP approval prompt, an approver
+//! callback ([`ApprovalRequest::render`](crate::ApprovalRequest::render)) and the `airlock` command line.
+//!
+//! - **Every argument, whole.** Arguments are listed one per line, shortest first, so a long value cannot
+//!   push a short one (a recipient, a path) out of view; no value is ever cut. Each value is shown as JSON
+//!   text, keys included, so a string and a number never look alike.
+//! - **Nothing invisible.** Control characters, bidirectional controls (U+202A–U+202E, U+2066–U+2069,
+//!   U+200E, U+200F, U+061C), zero-width and other invisible characters (U+200B–U+200D, U+2060–U+2064,
+//!   U+FEFF, tags, …) and line separators are shown as `\u{…}` escapes, so a value cannot display as another.
+//! - **Or nothing.** A call whose text exceeds [`MAX_DISPLAY_BYTES`] is not rendered at all
+//!   ([`DisplayError::TooLong`]): a human is not asked about what they cannot be shown.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::approval::EscalationReason;
+
+/// The most text a call may render to. Beyond it no human can be expected to read the call whole, so the
+/// call is not shown (and not put to a human) at all.
+pub const MAX_DISPLAY_BYTES: usize = 64 * 1024;
+
+/// A call that cannot be shown to a human in full.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DisplayError {
+    /// Its text would exceed [`MAX_DISPLAY_BYTES`].
+    #[error("the call is too long to show in full ({bytes} bytes of text, at most {max})")]
+    TooLong {
+        /// How long the text would be (at least).
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// Whether `c` must not reach a human's screen as itself: it is invisible, reorders text or moves the
+/// cursor.
+pub fn is_hidden_char(c: char) -> bool {
+    matches!(
+        c,
+        // C0 and C1 controls, DEL.
+        '\u{0}'..='\u{1F}' | '\u{7F}'..='\u{9F}'
+        // Soft hyphen, combining grapheme joiner, Arabic letter mark, Hangul fillers, Khmer and Mongolian
+        // invisible vowels and separators.
+        | '\u{AD}' | '\u{34F}' | '\u{61C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}'
+        // Zero-width space, joiners, LRM/RLM, line and paragraph separators, bidi embeddings and overrides.
+        | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        // Word joiner, invisible operators, bidi isolates, deprecated format characters.
+        | '\u{2060}'..='\u{206F}'
+        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}'
+        // Tags and variation selectors supplement.
+        | '\u{E0000}'..='\u{E007F}' | '\u{E0100}'..='\u{E01EF}'
+    )
+}
+
+/// `text` with every [hidden character](is_hidden_char) written as `\u{…}` and every backslash doubled, so
+/// an escape in the output always stands for a hidden character, never for text that spelled one.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c == '\\' || is_hidden_char(c)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    push_escaped(&mut out, text, true);
+    Cow::Owned(out)
+}
+
+/// JSON text (already escaped as JSON: quotes and backslashes) with hidden characters made visible.
+fn escape_json_text(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(is_hidden_char) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    push_escaped(&mut out, json, false);
+    Cow::Owned(out)
+}
+
+fn push_escaped(out: &mut String, text: &str, double_backslashes: bool) {
+    for c in text.chars() {
+        if is_hidden_char(c) {
+            // Writing to a `String` cannot fail.
+            let _ = write!(out, "\\u{{{:04X}}}", u32::from(c));
+        } else if c == '\\' && double_backslashes {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// One value as a human sees it: its JSON text, hidden characters escaped.
+pub fn value_text(value: &Value) -> String {
+    let json = value.to_string();
+    escape_json_text(&json).into_owned()
+}
+
+/// The arguments, one `key: value` line each (indented by two spaces), shortest first; keys and values as
+/// JSON text with hidden characters escaped. Arguments that are not an object are shown as one value.
+pub fn render_arguments(arguments: &Value) -> Result<String, DisplayError> {
+    let mut out = String::new();
+    push_arguments(&mut out, arguments)?;
+    Ok(out)
+}
+
+fn push_arguments(out: &mut String, arguments: &Value) -> Result<(), DisplayError> {
+    let Value::Object(map) = arguments else {
+        let text = value_text(arguments);
+        check_length(out.len() + text.len() + 3)?;
+        let _ = writeln!(out, "  {text}");
+        return Ok(());
+    };
+    if map.is_empty() {
+        out.push_str("  (none)\n");
+        return Ok(());
+    }
+    let mut lines = Vec::with_capacity(map.len());
+    let mut total = out.len();
+    for (key, value) in map {
+        let key = value_text(&Value::String(key.clone()));
+        let value = value_text(value);
+        total = total.saturating_add(key.len() + value.len() + 5);
+        check_length(total)?;
+        lines.push((key, value));
+    }
+    // Short values first, long ones last and whole: nothing short hides behind a long one.
+    lines.sort_by(|(ka, va), (kb, vb)| (va.len(), ka).cmp(&(vb.len(), kb)));
+    for (key, value) in lines {
+        let _ = writeln!(out, "  {key}: {value}");
+    }
+    Ok(())
+}
+
+fn check_length(bytes: usize) -> Result<(), DisplayError> {
+    if bytes > MAX_DISPLAY_BYTES { Err(DisplayError::TooLong { bytes, max: MAX_DISPLAY_BYTES }) } else { Ok(()) }
+}
+
+/// A call for a human to decide on: the tool, why it needs approval, and every argument in full.
+///
+/// ```text
+/// Tool: `delete`
+/// Why it needs approval: deletes data (attribute)
+/// Arguments (every one in full, shortest first):
+///   "path": "/tmp/x"
+/// ```
+pub fn render_call(tool: &str, reasons: &[EscalationReason], arguments: &Value) -> Result<String, DisplayError> {
+    let mut out = String::new();
+    let _ = writeln!(out, "Tool: `{}`", escape(tool));
+    if !reasons.is_empty() {
+        let reasons = reasons
+            .iter()
+            .map(|r| format!("{} ({})", escape(&r.reason), escape(&r.rule)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let _ = writeln!(out, "Why it needs approval: {reasons}");
+    }
+    out.push_str("Arguments (every one in full, shortest first):\n");
+    push_arguments(&mut out, arguments)?;
+    check_length(out.len())?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const LISTED: &[char] = &[
+        '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        '\u{200E}', '\u{200F}', '\u{061C}', '\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{0}',
+        '\u{1B}', '\n', '\r', '\u{7F}', '\u{85}', '\u{2028}',
+    ];
+
+    #[test]
+    fn hidden_characters_are_escaped_visibly() {
+        assert_eq!(escape("evil\u{202E}txt.exe"), "evil\\u{202E}txt.exe");
+        assert_eq!(escape("a\u{200B}b"), "a\\u{200B}b");
+        // A backslash is doubled, so text that spells an escape cannot pass for one.
+        assert_eq!(escape("\\u{202E}"), "\\\\u{202E}");
+        assert_eq!(escape("plain"), Cow::Borrowed("plain"));
+        assert_eq!(value_text(&json!("x\u{2066}y\u{1B}[2J")), "\"x\\u{2066}y\\u001b[2J\"");
+        for &c in LISTED {
+            assert!(is_hidden_char(c), "{:04X}", u32::from(c));
+        }
+        for c in ['a', 'é', '日', ' ', '"', '\u{1F600}'] {
+            assert!(!is_hidden_char(c));
+        }
+    }
+
+    #[test]
+    fn a_short_argument_is_never_pushed_out_of_view_by_a_long_one() {
+        // The model puts the recipient after a long body: the human still sees it, before the body.
+        let body = "Dear team, ".repeat(500);
+        let arguments = json!({"body": body, "to": "attacker@example.com", "amount": 100});
+        let text = render_call("send", &[], &arguments).unwrap();
+        let to = text.find("\"to\": \"attacker@example.com\"").unwrap();
+        let amount = text.find("\"amount\": 100").unwrap();
+        let body_at = text.find("\"body\": ").unwrap();
+        assert!(amount < body_at && to < body_at, "{text}");
+        assert!(text.contains(&value_text(&Value::String(body))), "the long value is whole");
+        assert!(!text.contains('…'));
+    }
+
+    #[test]
+    fn a_call_too_long_to_show_is_not_rendered() {
+        let arguments = json!({"body": "x".repeat(MAX_DISPLAY_BYTES), "to": "a"});
+        assert!(matches!(
+            render_call("send", &[], &arguments),
+            Err(DisplayError::TooLong { max: MAX_DISPLAY_BYTES, bytes }) if bytes > MAX_DISPLAY_BYTES
+        ));
+        // Escapes count: 20,000 hidden characters render to far more than their 60,000 bytes.
+        let arguments = json!({"s": "\u{200B}".repeat(20_000)});
+        assert!(render_arguments(&arguments).is_err());
+        assert!(render_call("send", &[], &json!({"body": "x".repeat(60_000)})).is_ok());
+    }
+
+    fn text_with_hidden() -> impl Strategy<Value = String> {
+        let hidden = proptest::sample::select(LISTED.to_vec());
+        let plain = proptest::char::any();
+        proptest::collection::vec(prop_oneof![hidden, plain], 0..40).prop_map(|chars| chars.into_iter().collect())
+    }
+
+    fn arbitrary_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            text_with_hidden().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(text_with_hidden(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn every_argument_appears_whole_and_nothing_hidden_survives(
+            tool in text_with_hidden(),
+            rule in text_with_hidden(),
+            reason in text_with_hidden(),
+            arguments in proptest::collection::btree_map(text_with_hidden(), arbitrary_value(), 0..8),
+        ) {
+            let arguments = Value::Object(arguments.into_iter().collect());
+            let reasons = [EscalationReason { rule, reason }];
+            let text = render_call(&tool, &reasons, &arguments).unwrap();
+            prop_assert!(!text.chars().any(|c| is_hidden_char(c) && c != '\n'), "{text:?}");
+            prop_assert_eq!(text.lines().count(), 3 + arguments.as_object().unwrap().len().max(1));
+            prop_assert!(text.contains(&*escape(&tool)));
+            for (key, value) in arguments.as_object().unwrap() {
+                let line = format!("  {}: {}\n", value_text(&Value::String(key.clone())), value_text(value));
+                prop_assert!(text.contains(&line), "{line:?} not in {text:?}");
+            }
+        }
+    }
+}
