@@ -138,6 +138,40 @@ fn eight_hosts_race_one_grant_and_exactly_one_spends() {
     }
 }
 
+/// Eight hosts record requests of one tool and thread at once, under a limit of two pending: two are
+/// recorded, six refused, in every round (rows not inserted yet cannot be locked; the scope's advisory
+/// lock makes the count and the insert one step).
+#[test]
+fn eight_hosts_racing_requests_never_overshoot_the_pending_limit() {
+    let url = pg_server::shared().fresh_database();
+    let hosts: Vec<PostgresLedger> = (0..8).map(|_| PostgresLedger::connect(&url).unwrap()).collect();
+    for host in &hosts {
+        host.find_grant("warm-up").unwrap();
+    }
+    for round in 0..6 {
+        let results = agent_airlock_tests::block_on(async {
+            let replies: Vec<_> = hosts
+                .iter()
+                .enumerate()
+                .map(|(n, host)| {
+                    let record = RequestRecord { tool: format!("tool{round}"), ..request(&format!("q{round}-{n}")) };
+                    host.record_request(record, Some(2))
+                })
+                .collect();
+            let mut results = Vec::new();
+            for reply in replies {
+                results.push(reply.await);
+            }
+            results
+        });
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 2, "round {round}: {results:?}");
+        assert!(
+            results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, LedgerError::TooManyPending { .. })),
+            "round {round}: {results:?}"
+        );
+    }
+}
+
 /// Eight grants race for one effect key through `spend_and_reserve` on eight hosts: one reservation,
 /// one spend; the seven others keep their grants live.
 #[test]
