@@ -40,10 +40,10 @@ fn find_bin() -> Option<PathBuf> {
         std::env::var_os("PATH").map(|path| std::env::split_paths(&path).collect::<Vec<_>>()).unwrap_or_default();
     // A PATH entry may hold symlinks to the server binaries but not `psql`: prefer the real directory.
     if let Some(dir) = on_path.iter().find(|dir| dir.join("initdb").is_file()) {
-        if let Ok(real) = std::fs::canonicalize(dir.join("initdb")) {
-            if let Some(parent) = real.parent().filter(|parent| has_all(parent)) {
-                return Some(parent.to_owned());
-            }
+        if let Ok(real) = std::fs::canonicalize(dir.join("initdb"))
+            && let Some(parent) = real.parent().filter(|parent| has_all(parent))
+        {
+            return Some(parent.to_owned());
         }
         if has_all(dir) {
             return Some(dir.clone());
