@@ -11,7 +11,9 @@
 //! failures), where it reads the winner's row. A refusal by the rules writes nothing and rolls back.
 //!
 //! **Lock order.** Reading a grant first locks its request's row, then the grant's: every transition
-//! locks a request before its grants, so a spend and a denial of one request do not deadlock.
+//! locks a request before its grants, so a spend and a denial of one request do not deadlock. Recording
+//! a request under a pending limit counts rows that concurrent recorders are about to insert, so the
+//! recorders of one tool and thread take turns on a transaction-scoped advisory lock.
 //!
 //! **Async.** A write answers through a [`LedgerReply`] filled by the ledger's runtime: awaiting it never
 //! blocks the caller's executor. The effect-store methods and the ledger's reads are synchronous in their
