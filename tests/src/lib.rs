@@ -8,6 +8,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 pub mod ledger_fixtures;
 pub mod payments;
+pub mod pg_server;
 pub mod python_env;
 /// The audit key the audit tests and helper binaries share.
 pub fn audit_test_key() -> agent_airlock::audit::AuditKey {

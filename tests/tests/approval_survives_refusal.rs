@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_airlock::effect::{EffectStatus, EffectStore, Resolution};
 use agent_airlock::ledger::{
-    ApprovalLedger, EffectClaim, GrantState, LedgerError, MemoryLedger, RedbLedger, SpendAttempt,
+    ApprovalLedger, EffectClaim, GrantState, LedgerError, MemoryLedger, PostgresLedger, RedbLedger, SpendAttempt,
 };
 use agent_airlock::{
     ApprovalRequest, BuildError, CallContext, Decision, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy,
@@ -54,6 +54,7 @@ async fn pay(
 enum Backend {
     Memory,
     Redb,
+    Postgres,
 }
 
 struct Host {
@@ -71,6 +72,10 @@ impl Host {
         let ledger: Arc<dyn ApprovalLedger> = match backend {
             Backend::Memory => Arc::new(MemoryLedger::new()),
             Backend::Redb => Arc::new(RedbLedger::open(dir.path().join("airlock.redb")).expect("a fresh ledger file")),
+            Backend::Postgres => {
+                let url = agent_airlock_tests::pg_server::shared().fresh_database();
+                Arc::new(PostgresLedger::connect(&url).expect("a fresh PostgreSQL ledger"))
+            }
         };
         let clock = Arc::new(ManualClock::new(START));
         let approvals =
@@ -144,7 +149,7 @@ fn one_a_minute() -> Policy {
 }
 
 fn each_backend(test: impl Fn(&Backend)) {
-    for backend in [Backend::Memory, Backend::Redb] {
+    for backend in [Backend::Memory, Backend::Redb, Backend::Postgres] {
         test(&backend);
     }
 }
@@ -314,7 +319,7 @@ fn an_effect_store_apart_from_the_approval_ledger_is_refused_at_build_time() {
     assert!(built.is_ok());
 }
 
-/// The ledger's own promise, on both backends: a spend and a reservation are one write, both or neither.
+/// The ledger's own promise, on every backend: a spend and a reservation are one write, both or neither.
 #[test]
 fn spend_and_reserve_is_all_or_nothing() {
     each_backend(|backend| {

@@ -1,4 +1,4 @@
-//! The effect state machine, run against the redb store and the memory store alike.
+//! The effect state machine, run against the memory, redb and PostgreSQL stores alike.
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -7,6 +7,7 @@ use agent_airlock::effect::{
     AmbiguityCause, EffectError, EffectFilter, EffectState, EffectStatus, EffectStore, MemoryEffectStore,
     RedbEffectStore, Resolution,
 };
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger};
 use agent_airlock::{Clock, ManualClock};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -16,7 +17,13 @@ const T0: Duration = Duration::from_secs(1_700_000_000);
 fn stores() -> Vec<(&'static str, Arc<dyn EffectStore>, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().expect("a temp dir");
     let redb = RedbEffectStore::open(dir.path().join("effects.redb")).expect("opens");
-    vec![("memory", Arc::new(MemoryEffectStore::new()), None), ("redb", Arc::new(redb), Some(dir))]
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let postgres = PostgresLedger::connect(&url).expect("connects").effects();
+    vec![
+        ("memory", Arc::new(MemoryEffectStore::new()), None),
+        ("redb", Arc::new(redb), Some(dir)),
+        ("postgres", postgres, None),
+    ]
 }
 
 #[test]

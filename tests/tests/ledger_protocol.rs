@@ -1,12 +1,13 @@
-//! The approval protocol across an interrupt (DESIGN §5), run against both ledgers: every attack in the
-//! design has a case here, and each case runs on the in-memory ledger and on a real redb file.
+//! The approval protocol across an interrupt (DESIGN §5), run against every ledger: every attack in the
+//! design has a case here, and each case runs on the in-memory ledger, on a real redb file and on a
+//! real PostgreSQL server (a throwaway one, started by the test process).
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use agent_airlock::ledger::{
-    ApprovalLedger, DenialRecord, GrantRecord, GrantState, LedgerError, MemoryLedger, RedbLedger, RequestRecord,
-    RequestStatus, SpendAttempt,
+    ApprovalLedger, DenialRecord, GrantRecord, GrantState, LedgerError, MemoryLedger, PostgresLedger, RedbLedger,
+    RequestRecord, RequestStatus, SpendAttempt,
 };
 use agent_airlock::{
     AdmitError, ApprovalKey, BindingField, DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ManualClock,
@@ -32,6 +33,12 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let ledger = RedbLedger::open(dir.path().join("ledger.redb")).unwrap();
         Self::with(Arc::new(ledger), Some(dir))
+    }
+
+    /// A ledger in a fresh database of this process's throwaway PostgreSQL server.
+    fn postgres() -> Self {
+        let url = agent_airlock_tests::pg_server::shared().fresh_database();
+        Self::with(Arc::new(PostgresLedger::connect(&url).unwrap()), None)
     }
 
     fn with(ledger: Arc<dyn ApprovalLedger>, dir: Option<TempDir>) -> Self {
@@ -598,7 +605,7 @@ fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
     assert_eq!(h.ledger.list_requests().unwrap().len(), 3);
 }
 
-macro_rules! on_both_ledgers {
+macro_rules! on_every_ledger {
     ($($case:ident),* $(,)?) => {
         mod memory {
             $( #[test] fn $case() { super::$case(super::Harness::memory()); } )*
@@ -606,10 +613,13 @@ macro_rules! on_both_ledgers {
         mod redb {
             $( #[test] fn $case() { super::$case(super::Harness::redb()); } )*
         }
+        mod postgres {
+            $( #[test] fn $case() { super::$case(super::Harness::postgres()); } )*
+        }
     };
 }
 
-on_both_ledgers!(
+on_every_ledger!(
     approve_then_admit,
     the_interrupt_value_has_the_documented_shape,
     forged_resume_admits_nothing,

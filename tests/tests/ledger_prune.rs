@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, PruneReport, RedbLedger};
+use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, PostgresLedger, PruneReport, RedbLedger};
 use agent_airlock::{AdmitError, DecisionError, InterruptApprovals, ManualClock};
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, approvals};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
@@ -204,6 +204,24 @@ fn prune_follows_the_same_rules_in_memory() {
     let approvals = approvals(Arc::clone(&ledger), Arc::clone(&clock));
     prune_and_check(&ledger, &approvals, &clock);
     assert_eq!(ledger.list_requests().unwrap().len(), 3);
+}
+
+#[test]
+fn prune_follows_the_same_rules_on_postgres() {
+    let server = agent_airlock_tests::pg_server::shared();
+    let url = server.fresh_database();
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger: Arc<dyn ApprovalLedger> = Arc::new(PostgresLedger::connect(&url).unwrap());
+    let approvals = approvals(Arc::clone(&ledger), Arc::clone(&clock));
+    prune_and_check(&ledger, &approvals, &clock);
+    assert_eq!(ledger.list_requests().unwrap().len(), 3);
+    // The rows are gone from the database, not only from the answers.
+    let database = url.rsplit("dbname=").next().unwrap();
+    let counts = server.psql(
+        database,
+        "SELECT (SELECT count(*) FROM airlock_requests) || ' ' || (SELECT count(*) FROM airlock_grants)",
+    );
+    assert_eq!(counts.trim(), "3 3", "four requests and three grants fewer");
 }
 
 /// A grant is never pruned while it can be spent, whatever the cutoff, and expires exactly at its

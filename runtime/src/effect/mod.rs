@@ -29,12 +29,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "postgres")]
+pub use crate::ledger::PostgresEffectStore;
 pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub(crate) use redb::EFFECTS_TABLE;
 pub use redb::RedbEffectStore;
 pub(crate) use redb::{decode as decode_record, encode as encode_record};
 pub(crate) use transition::{Settle, reserve as reserve_step};
+#[cfg(feature = "postgres")]
+pub(crate) use transition::{Step, resolve as resolve_step, settle as settle_step};
 
 /// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the
 /// ledger's atomic spend-and-reserve writes the same records it settles.
@@ -342,6 +346,9 @@ pub enum EffectError {
     /// The storage failed.
     #[error("effect storage failed: {0}")]
     Storage(std::sync::Arc<::redb::Error>),
+    /// A database server (PostgreSQL) failed or could not be reached; the step may not have happened.
+    #[error("effect database failed: {0}")]
+    Database(std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>),
     /// A stored record cannot be decoded.
     #[error("the record of effect `{key}` cannot be decoded: {reason}")]
     Corrupt {

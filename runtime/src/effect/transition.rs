@@ -78,7 +78,7 @@ pub(crate) fn reserve(current: Option<EffectRecord>, key: &str, lease: Duration,
 ///   effect happened, and a committed key only blocks more than an ambiguous or failed one.
 /// - `Fail` only from `Reserved` (a no-op on `Failed`): once the key is ambiguous, an operator decides.
 /// - `Ambiguous` only from `Reserved` (a no-op on `Ambiguous`).
-pub(super) fn settle(
+pub(crate) fn settle(
     current: Option<EffectRecord>,
     reservation: &Reservation,
     how: Settle,
@@ -104,7 +104,7 @@ pub(super) fn settle(
     Step { write: Some(updated.clone()), answer: Ok(updated) }
 }
 
-pub(super) fn resolve(
+pub(crate) fn resolve(
     current: Option<EffectRecord>,
     key: &str,
     resolution: Resolution,

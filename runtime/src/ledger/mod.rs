@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Two implementations enforce the same rules (they run one state machine, `transitions`):
-//! [`RedbLedger`], the default, durable, one file; and [`MemoryLedger`], for tests and hosts that accept
-//! losing approvals on restart. A shared store (e.g. PostgreSQL) can implement [`ApprovalLedger`] too.
+//! [`RedbLedger`], the default, durable, one file; [`MemoryLedger`], for tests and hosts that accept
+//! losing approvals on restart; and `PostgresLedger` (feature `postgres`), one database shared by
+//! several hosts.
 //!
 //! The ledger is not the host's checkpoint store, and nothing in it comes from a checkpoint: the
 //! checkpoint is untrusted input.
@@ -30,6 +31,8 @@
 //! ([`LedgerError::UnknownRequest`]).
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redb;
 mod reply;
 mod transitions;
@@ -43,6 +46,10 @@ use serde_json::Value;
 use crate::effect::{EffectError, EffectStore, Reservation};
 
 pub use self::memory::MemoryLedger;
+#[cfg(feature = "postgres")]
+pub use self::postgres::{
+    POSTGRES_SCHEMA_VERSION, PostgresEffectStore, PostgresLedger, PostgresOpenError, PostgresOptions,
+};
 pub use self::redb::{
     APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
 };

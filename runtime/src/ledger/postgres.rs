@@ -1,0 +1,779 @@
+//! The approval ledger and the effect records on a PostgreSQL server, for several hosts sharing one
+//! deployment's approvals (feature `postgres`).
+//!
+//! **One state machine.** Every write runs the same transitions as the memory and redb ledgers
+//! (`transitions`, `effect::transition`) inside one PostgreSQL transaction. The transitions are
+//! synchronous, so each write runs on a blocking thread of the ledger's own tokio runtime, and every row
+//! a transition reads is read with `SELECT … FOR UPDATE`: the row stays locked until `COMMIT`, so a
+//! second spender of the same grant waits and then reads the spent grant. A row that does not exist yet
+//! cannot be locked; two writers inserting the same id meet on the primary key, and the loser's
+//! transaction is rolled back and run again from the start (as are deadlocks and serialization
+//! failures), where it reads the winner's row. A refusal by the rules writes nothing and rolls back.
+//!
+//! **Lock order.** Reading a grant first locks its request's row, then the grant's: every transition
+//! locks a request before its grants, so a spend and a denial of one request do not deadlock. Recording
+//! a request under a pending limit counts rows that concurrent recorders are about to insert, so the
+//! recorders of one tool and thread take turns on a transaction-scoped advisory lock.
+//!
+//! **Async.** A write answers through a [`LedgerReply`] filled by the ledger's runtime: awaiting it never
+//! blocks the caller's executor. The effect-store methods and the ledger's reads are synchronous in their
+//! traits, so they wait for the runtime like the redb stores wait for their file.
+//!
+//! **Schema.** The tables are created and upgraded at open by embedded, numbered migrations, applied in
+//! one transaction under `pg_advisory_xact_lock`; the versions applied are rows of
+//! `airlock_schema_version`. A database with a version newer than this build knows is refused
+//! ([`PostgresOpenError::SchemaTooNew`]), never used.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::runtime::Handle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use crate::effect::{
+    self, EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, Settle, Step, StorageId,
+    decode_record, encode_record,
+};
+
+use super::transitions::{self, LedgerTables};
+use super::{
+    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
+    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+};
+
+/// The newest schema version this build knows (the number of its last migration).
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+
+/// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
+/// is a new one.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
+CREATE TABLE airlock_requests (
+    request_id text COLLATE "C" PRIMARY KEY,
+    record     text NOT NULL,
+    status     text
+);
+CREATE TABLE airlock_grants (
+    grant_id   text COLLATE "C" PRIMARY KEY,
+    request_id text COLLATE "C" NOT NULL,
+    entry      text NOT NULL
+);
+CREATE INDEX airlock_grants_by_request ON airlock_grants (request_id);
+CREATE TABLE airlock_effects (
+    effect_key text COLLATE "C" PRIMARY KEY,
+    record     text NOT NULL
+);
+"#,
+    ),
+    (
+        2,
+        r#"
+-- Pending requests by tool and thread, for the pending limit (`max_pending`). The scope is hex: it holds a
+-- NUL, which a text column cannot.
+CREATE TABLE airlock_pending (
+    scope         text COLLATE "C" NOT NULL,
+    request_id    text COLLATE "C" NOT NULL,
+    expires_at_ms bigint,
+    PRIMARY KEY (scope, request_id)
+);
+"#,
+    ),
+];
+
+/// The advisory lock taken while migrations run (any 64-bit number unlikely to be used by others).
+const MIGRATION_LOCK: i64 = 0x6169_726c_6f63_6b31; // "airlock1"
+
+/// How often a write is run again after a unique violation, a deadlock or a serialization failure.
+const MAX_ATTEMPTS: usize = 16;
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Most connections the pool keeps open.
+    pub pool_size: usize,
+    /// How long a write waits for a connection (pool exhausted, or the server is unreachable) before it
+    /// is refused with a storage error.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions { pool_size: 16, connect_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Why a PostgreSQL ledger could not be opened. Nothing was changed in the database.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresOpenError {
+    /// The connection string could not be parsed.
+    #[error("invalid PostgreSQL connection string: {0}")]
+    Config(#[source] tokio_postgres::Error),
+    /// The pool could not be built.
+    #[error("cannot build the PostgreSQL connection pool: {0}")]
+    Pool(String),
+    /// The server could not be reached, or refused the connection.
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(String),
+    /// Creating or upgrading the tables failed.
+    #[error("cannot apply the ledger's schema migrations: {0}")]
+    Migration(#[source] tokio_postgres::Error),
+    /// The database holds a schema newer than this build knows: a newer version of agent-airlock
+    /// migrated it.
+    #[error(
+        "the database holds agent-airlock schema version {found}, newer than version {POSTGRES_SCHEMA_VERSION} that this build knows: upgrade agent-airlock, or use another database"
+    )]
+    SchemaTooNew {
+        /// The version found in `airlock_schema_version`.
+        found: i64,
+    },
+    /// The ledger's runtime could not be started.
+    #[error("cannot start the PostgreSQL ledger's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The runtime stopped before the open finished.
+    #[error("the PostgreSQL ledger's runtime stopped while opening")]
+    Stopped,
+}
+
+/// What the ledger and its effect store share: the pool and the runtime that drives it.
+struct Shared {
+    pool: Pool,
+    handle: Handle,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // May run inside another runtime (an async test): do not wait for the blocking pool.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The approval ledger in a PostgreSQL database, shared by every host that connects to it: a grant is
+/// spent once across all of them. Its effect records ([`ApprovalLedger::effects`]) live in the same
+/// database, so [`ApprovalLedger::spend_and_reserve`] is one transaction.
+///
+/// Each ledger value owns a connection pool and a small tokio runtime (one worker thread and a blocking
+/// pool) that runs its transactions. Open one per process and share it (it is `Send + Sync`).
+pub struct PostgresLedger {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PostgresLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresLedger").field("pool", &self.shared.pool.status()).finish_non_exhaustive()
+    }
+}
+
+impl PostgresLedger {
+    /// Connects to `url` (a `postgresql://…` URL or a `key=value` connection string; a Unix socket is
+    /// `host=/run/postgresql`) with the default options, and creates or upgrades the tables.
+    ///
+    /// Blocks the calling thread until the database answered; from async code, call it in
+    /// `spawn_blocking`.
+    pub fn connect(url: &str) -> Result<Self, PostgresOpenError> {
+        Self::connect_with(url, &PostgresOptions::default())
+    }
+
+    /// Connects to `url` with `options`. See [`connect`](Self::connect).
+    pub fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self, PostgresOpenError> {
+        let config: tokio_postgres::Config = url.parse().map_err(PostgresOpenError::Config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("airlock-postgres")
+            .enable_all()
+            .build()
+            .map_err(PostgresOpenError::Runtime)?;
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|err| PostgresOpenError::Pool(err.to_string()))?;
+        let shared = Arc::new(Shared { pool, handle: runtime.handle().clone(), runtime: Some(runtime) });
+        let (answer, migrated) = std::sync::mpsc::channel();
+        let pool = shared.pool.clone();
+        shared.handle.spawn(async move {
+            let _ = answer.send(migrate(&pool).await);
+        });
+        migrated.recv().map_err(|_| PostgresOpenError::Stopped)??;
+        Ok(PostgresLedger { shared })
+    }
+
+    /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
+    pub fn effect_store(&self) -> PostgresEffectStore {
+        PostgresEffectStore { shared: self.shared.clone() }
+    }
+
+    fn write<T: Send + 'static>(
+        &self,
+        op: impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError> + Send + 'static,
+    ) -> LedgerReply<T> {
+        write(&self.shared, op)
+    }
+
+    fn read<T, F>(&self, read: impl FnOnce(Pool) -> F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, LedgerError>> + Send + 'static,
+    {
+        let (sender, reply) = LedgerReply::channel();
+        let future = read(self.shared.pool.clone());
+        self.shared.handle.spawn(async move { sender.send(future.await) });
+        reply.wait()
+    }
+}
+
+/// Runs `op` in one transaction on a blocking thread of the ledger's runtime, retrying it from the start
+/// after a unique violation, a deadlock or a serialization failure.
+fn write<T: Send + 'static>(
+    shared: &Shared,
+    op: impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError> + Send + 'static,
+) -> LedgerReply<T> {
+    let (sender, reply) = LedgerReply::channel();
+    let pool = shared.pool.clone();
+    let handle = shared.handle.clone();
+    // If the runtime is shut down, the closure and its sender are dropped: the reply says the writer stopped.
+    drop(shared.handle.spawn_blocking(move || sender.send(run_transaction(&handle, &pool, &op))));
+    reply
+}
+
+fn run_transaction<T>(
+    handle: &Handle,
+    pool: &Pool,
+    op: &impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError>,
+) -> Result<T, LedgerError> {
+    let mut client = handle.block_on(pool.get()).map_err(|err| LedgerError::storage(PoolError(err.to_string())))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let txn = handle.block_on(client.transaction()).map_err(LedgerError::storage)?;
+        let mut tables =
+            PgTables { txn, handle, existing_grants: RefCell::default(), existing_effects: RefCell::default() };
+        let outcome = op(&mut tables);
+        let PgTables { txn, .. } = tables;
+        let result = match outcome {
+            Ok(value) => handle.block_on(txn.commit()).map(|()| value).map_err(LedgerError::storage),
+            Err(err) => {
+                // A refusal wrote nothing; a fault may have: either way, nothing is kept.
+                let _ = handle.block_on(txn.rollback());
+                Err(err)
+            }
+        };
+        match result {
+            Err(err) if attempt < MAX_ATTEMPTS && retryable(&err) => {}
+            other => return other,
+        }
+    }
+}
+
+/// Whether the transaction was aborted by a conflict with another one, so that running it again is safe
+/// and may succeed (nothing of it was committed).
+fn retryable(err: &LedgerError) -> bool {
+    let LedgerError::Storage(source) = err else { return false };
+    let Some(code) = source.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code) else {
+        return false;
+    };
+    [SqlState::UNIQUE_VIOLATION, SqlState::T_R_DEADLOCK_DETECTED, SqlState::T_R_SERIALIZATION_FAILURE].contains(code)
+}
+
+/// A pool error, as text (deadpool's error is generic over the manager's).
+#[derive(Debug, thiserror::Error)]
+#[error("no PostgreSQL connection: {0}")]
+struct PoolError(String);
+
+async fn migrate(pool: &Pool) -> Result<(), PostgresOpenError> {
+    let mut client = pool.get().await.map_err(|err| PostgresOpenError::Connect(err.to_string()))?;
+    let txn = client.transaction().await.map_err(PostgresOpenError::Migration)?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(PostgresOpenError::Migration)?;
+    txn.batch_execute(
+        "CREATE TABLE IF NOT EXISTS airlock_schema_version (
+            version    bigint PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        )",
+    )
+    .await
+    .map_err(PostgresOpenError::Migration)?;
+    let found: i64 = txn
+        .query_one("SELECT coalesce(max(version), 0) FROM airlock_schema_version", &[])
+        .await
+        .map_err(PostgresOpenError::Migration)?
+        .get(0);
+    if found > POSTGRES_SCHEMA_VERSION {
+        return Err(PostgresOpenError::SchemaTooNew { found });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > found) {
+        txn.batch_execute(sql).await.map_err(PostgresOpenError::Migration)?;
+        txn.execute("INSERT INTO airlock_schema_version (version) VALUES ($1)", &[version])
+            .await
+            .map_err(PostgresOpenError::Migration)?;
+    }
+    txn.commit().await.map_err(PostgresOpenError::Migration)
+}
+
+/// The ledger's tables inside one transaction. Every read locks the rows it returns.
+struct PgTables<'h, 'c> {
+    txn: Transaction<'c>,
+    handle: &'h Handle,
+    /// Grants and effects read in this transaction (and so locked): written with `UPDATE`; others are new
+    /// and written with `INSERT`, which a concurrent insert of the same id makes fail (and retry).
+    existing_grants: RefCell<HashSet<String>>,
+    existing_effects: RefCell<HashSet<String>>,
+}
+
+impl PgTables<'_, '_> {
+    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, LedgerError> {
+        self.handle
+            .block_on(async {
+                let statement = self.txn.prepare_cached(sql).await?;
+                self.txn.query(&statement, params).await
+            })
+            .map_err(LedgerError::storage)
+    }
+
+    fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, LedgerError> {
+        self.handle
+            .block_on(async {
+                let statement = self.txn.prepare_cached(sql).await?;
+                self.txn.execute(&statement, params).await
+            })
+            .map_err(LedgerError::storage)
+    }
+
+    /// The one text column of the one row `sql` selects, if any.
+    fn text(&self, sql: &str, key: &str) -> Result<Option<Option<String>>, LedgerError> {
+        Ok(self.query(sql, &[&key])?.first().map(|row| row.get(0)))
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> String {
+    // Strings, integers and plain enums: serialization cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, key: &str, text: &str) -> Result<T, LedgerError> {
+    serde_json::from_str(text).map_err(|err| LedgerError::CorruptRecord {
+        table,
+        key: key.to_owned(),
+        detail: err.to_string(),
+    })
+}
+
+fn decode_effect(key: &str, text: &str) -> Result<EffectRecord, LedgerError> {
+    decode_record(key, text.as_bytes()).map_err(|err| LedgerError::CorruptRecord {
+        table: "effects",
+        key: key.to_owned(),
+        detail: err.to_string(),
+    })
+}
+
+impl LedgerTables for PgTables<'_, '_> {
+    fn request(&self, request_id: &str) -> Result<Option<RequestRecord>, LedgerError> {
+        match self.text("SELECT record FROM airlock_requests WHERE request_id = $1 FOR UPDATE", request_id)? {
+            Some(Some(record)) => decode("requests", request_id, &record).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError> {
+        self.execute(
+            "INSERT INTO airlock_requests (request_id, record) VALUES ($1, $2)",
+            &[&request.request_id, &encode(request)],
+        )?;
+        Ok(())
+    }
+
+    fn status(&self, request_id: &str) -> Result<Option<RequestStatus>, LedgerError> {
+        match self.text("SELECT status FROM airlock_requests WHERE request_id = $1 FOR UPDATE", request_id)? {
+            Some(Some(status)) => decode("status", request_id, &status).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError> {
+        let changed = self.execute(
+            "UPDATE airlock_requests SET status = $2 WHERE request_id = $1",
+            &[&request_id, &encode(status)],
+        )?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(LedgerError::CorruptRecord {
+                table: "status",
+                key: request_id.to_owned(),
+                detail: "a status for a request that is not recorded".to_owned(),
+            })
+        }
+    }
+
+    fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        // Lock the request first (the order every transition follows), then the grant.
+        let Some(Some(request_id)) =
+            self.text("SELECT request_id FROM airlock_grants WHERE grant_id = $1", grant_id)?
+        else {
+            return Ok(None);
+        };
+        self.query("SELECT 1 FROM airlock_requests WHERE request_id = $1 FOR UPDATE", &[&request_id])?;
+        match self.text("SELECT entry FROM airlock_grants WHERE grant_id = $1 FOR UPDATE", grant_id)? {
+            Some(Some(entry)) => {
+                self.existing_grants.borrow_mut().insert(grant_id.to_owned());
+                decode::<GrantEntry>("grants", grant_id, &entry).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
+        let grant_id = &entry.grant.grant_id;
+        if self.existing_grants.borrow().contains(grant_id) {
+            self.execute("UPDATE airlock_grants SET entry = $2 WHERE grant_id = $1", &[grant_id, &encode(entry)])?;
+        } else {
+            self.execute(
+                "INSERT INTO airlock_grants (grant_id, request_id, entry) VALUES ($1, $2, $3)",
+                &[grant_id, &entry.grant.request_id, &encode(entry)],
+            )?;
+            self.existing_grants.borrow_mut().insert(grant_id.clone());
+        }
+        Ok(())
+    }
+
+    fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
+        // Rows not inserted yet cannot be locked: recorders of one scope take turns on an advisory lock
+        // (held to the end of the transaction), so the count and the insert are one step.
+        let scope = hex::encode(scope);
+        self.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&scope])?;
+        let rows = self.query(
+            "SELECT request_id, expires_at_ms FROM airlock_pending WHERE scope = $1 ORDER BY request_id FOR UPDATE",
+            &[&scope],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let expires_at: Option<i64> = row.get(1);
+                (row.get(0), expires_at.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+            })
+            .collect())
+    }
+
+    fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
+        let ms = expires_at.map(|at| i64::try_from(at.as_millis()).unwrap_or(i64::MAX));
+        self.execute(
+            "INSERT INTO airlock_pending (scope, request_id, expires_at_ms) VALUES ($1, $2, $3)",
+            &[&hex::encode(scope), &request_id, &ms],
+        )?;
+        Ok(())
+    }
+
+    fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
+        self.execute(
+            "DELETE FROM airlock_pending WHERE scope = $1 AND request_id = $2",
+            &[&hex::encode(scope), &request_id],
+        )?;
+        Ok(())
+    }
+
+    fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
+        match self.text("SELECT record FROM airlock_effects WHERE effect_key = $1 FOR UPDATE", key)? {
+            Some(Some(record)) => {
+                self.existing_effects.borrow_mut().insert(key.to_owned());
+                decode_effect(key, &record).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError> {
+        if self.existing_effects.borrow().contains(&record.key) {
+            self.execute(
+                "UPDATE airlock_effects SET record = $2 WHERE effect_key = $1",
+                &[&record.key, &encode_record_text(record)],
+            )?;
+        } else {
+            self.execute(
+                "INSERT INTO airlock_effects (effect_key, record) VALUES ($1, $2)",
+                &[&record.key, &encode_record_text(record)],
+            )?;
+            self.existing_effects.borrow_mut().insert(record.key.clone());
+        }
+        Ok(())
+    }
+
+    fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
+        let rows = self.query(
+            "SELECT request_id, status FROM airlock_requests WHERE status IS NOT NULL ORDER BY request_id FOR UPDATE",
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| {
+                let request_id: String = row.get(0);
+                let status: String = row.get(1);
+                decode("status", &request_id, &status).map(|status| (request_id, status))
+            })
+            .collect()
+    }
+
+    fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
+        let rows = self.query("SELECT grant_id, entry FROM airlock_grants ORDER BY grant_id FOR UPDATE", &[])?;
+        rows.iter()
+            .map(|row| {
+                let grant_id: String = row.get(0);
+                let entry: String = row.get(1);
+                decode("grants", &grant_id, &entry)
+            })
+            .collect()
+    }
+
+    fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
+        self.execute("DELETE FROM airlock_requests WHERE request_id = $1", &[&request_id])?;
+        Ok(())
+    }
+
+    fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
+        self.execute("DELETE FROM airlock_grants WHERE grant_id = $1", &[&grant_id])?;
+        self.existing_grants.borrow_mut().remove(grant_id);
+        Ok(())
+    }
+}
+
+fn encode_record_text(record: &EffectRecord) -> String {
+    String::from_utf8(encode_record(record)).unwrap_or_default()
+}
+
+impl ApprovalLedger for PostgresLedger {
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        self.write(move |tables| transitions::record_request(tables, request.clone(), max_pending))
+    }
+
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+        self.write(move |tables| transitions::grant(tables, grant.clone(), now))
+    }
+
+    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
+        self.write(move |tables| transitions::deny(tables, denial.clone()))
+    }
+
+    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
+        self.write(move |tables| transitions::spend(tables, attempt.clone()))
+    }
+
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        self.write(move |tables| transitions::spend_and_reserve(tables, attempt.clone(), &claim))
+    }
+
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        Arc::new(self.effect_store())
+    }
+
+    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
+        let request_id = request_id.to_owned();
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            let row = client
+                .query_opt("SELECT record, status FROM airlock_requests WHERE request_id = $1", &[&request_id])
+                .await
+                .map_err(LedgerError::storage)?;
+            row.map(|row| entry_of(&request_id, &row)).transpose()
+        })
+    }
+
+    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            let rows = client
+                .query("SELECT request_id, record, status FROM airlock_requests", &[])
+                .await
+                .map_err(LedgerError::storage)?;
+            let mut entries = rows
+                .iter()
+                .map(|row| {
+                    let request_id: String = row.get(0);
+                    let record: String = row.get(1);
+                    let status: Option<String> = row.get(2);
+                    entry_from(&request_id, &record, status.as_deref())
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            entries.sort_by(|a, b| {
+                (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
+            });
+            Ok(entries)
+        })
+    }
+
+    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        let grant_id = grant_id.to_owned();
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            let row = client
+                .query_opt("SELECT entry FROM airlock_grants WHERE grant_id = $1", &[&grant_id])
+                .await
+                .map_err(LedgerError::storage)?;
+            row.map(|row| decode("grants", &grant_id, row.get::<_, &str>(0))).transpose()
+        })
+    }
+
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        self.write(move |tables| transitions::prune(tables, cutoff, now))
+    }
+}
+
+async fn get_client(pool: &Pool) -> Result<deadpool_postgres::Object, LedgerError> {
+    pool.get().await.map_err(|err| LedgerError::storage(PoolError(err.to_string())))
+}
+
+fn entry_of(request_id: &str, row: &Row) -> Result<RequestEntry, LedgerError> {
+    let record: &str = row.get(0);
+    let status: Option<&str> = row.get(1);
+    entry_from(request_id, record, status)
+}
+
+fn entry_from(request_id: &str, record: &str, status: Option<&str>) -> Result<RequestEntry, LedgerError> {
+    Ok(RequestEntry {
+        request: decode("requests", request_id, record)?,
+        status: match status {
+            Some(status) => decode("status", request_id, status)?,
+            None => RequestStatus::Pending,
+        },
+    })
+}
+
+/// Effect records in a PostgreSQL database: the store of a [`PostgresLedger`] (its
+/// [`effect_store`](PostgresLedger::effect_store)), sharing the ledger's pool and runtime. Every step is
+/// one transaction that locks the key's row (`SELECT … FOR UPDATE`), so a key is reserved once across
+/// every host. The methods are synchronous (the trait's): they wait for the database.
+#[derive(Clone)]
+pub struct PostgresEffectStore {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PostgresEffectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresEffectStore").finish_non_exhaustive()
+    }
+}
+
+impl PostgresEffectStore {
+    fn step<T: Send + 'static>(
+        &self,
+        key: &str,
+        run: impl Fn(Option<EffectRecord>) -> Step<T> + Send + 'static,
+    ) -> Result<T, EffectError> {
+        let key = key.to_owned();
+        write(&self.shared, move |tables| {
+            let current = tables.effect(&key)?;
+            let step = run(current);
+            if let Some(record) = &step.write {
+                tables.set_effect(record)?;
+            }
+            Ok(step.answer)
+        })
+        .wait()
+        .map_err(effect_fault)?
+    }
+
+    fn read<T: Send + 'static, F>(&self, read: impl FnOnce(Pool) -> F) -> Result<T, EffectError>
+    where
+        F: Future<Output = Result<T, LedgerError>> + Send + 'static,
+    {
+        let (sender, reply) = LedgerReply::channel();
+        let future = read(self.shared.pool.clone());
+        self.shared.handle.spawn(async move { sender.send(future.await) });
+        reply.wait().map_err(effect_fault)
+    }
+}
+
+/// A ledger fault as an effect-store fault.
+fn effect_fault(err: LedgerError) -> EffectError {
+    match err {
+        LedgerError::CorruptRecord { key, detail, .. } => EffectError::Corrupt { key, reason: detail },
+        LedgerError::Storage(source) => EffectError::Database(source),
+        other => EffectError::Database(Arc::new(other)),
+    }
+}
+
+impl EffectStore for PostgresEffectStore {
+    fn reserve(&self, key: &str, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        let owned = key.to_owned();
+        self.step(key, move |current| effect::reserve_step(current, &owned, lease, now))
+    }
+
+    fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Commit, now))
+    }
+
+    fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Fail, now))
+    }
+
+    fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Ambiguous, now))
+    }
+
+    fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
+        let key = key.to_owned();
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            let row = client
+                .query_opt("SELECT record FROM airlock_effects WHERE effect_key = $1", &[&key])
+                .await
+                .map_err(LedgerError::storage)?;
+            row.map(|row| decode_effect(&key, row.get::<_, &str>(0))).transpose()
+        })
+    }
+
+    fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError> {
+        let filter = filter.clone();
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            let rows = client
+                .query(
+                    "SELECT effect_key, record FROM airlock_effects
+                     WHERE $1::text IS NULL OR starts_with(effect_key, $1)
+                     ORDER BY effect_key",
+                    &[&filter.key_prefix],
+                )
+                .await
+                .map_err(LedgerError::storage)?;
+            let mut out = Vec::new();
+            for row in &rows {
+                if out.len() >= filter.limit.unwrap_or(usize::MAX) {
+                    break;
+                }
+                let record = decode_effect(row.get::<_, &str>(0), row.get::<_, &str>(1))?;
+                if filter.matches(&record, now) {
+                    out.push(record);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
+        let owned = key.to_owned();
+        self.step(key, move |current| effect::resolve_step(current, &owned, resolution, now))
+    }
+
+    fn storage_id(&self) -> Option<StorageId> {
+        Some(StorageId::of(&self.shared))
+    }
+}

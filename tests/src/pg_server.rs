@@ -1,0 +1,215 @@
+//! A throwaway PostgreSQL server for tests, from the installed server binaries: `initdb` into a temporary
+//! directory, `pg_ctl start` listening only on a Unix socket in that directory, stopped and removed when
+//! dropped. As root, the server runs as the `postgres` user (PostgreSQL refuses to run as root).
+//!
+//! [`shared`] starts one server per test process and hands each test its own database
+//! ([`PgServer::fresh_database`]). A watchdog process stops the server and removes its directory when the
+//! test process exits, however it exits (statics are never dropped).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// What to install when the binaries are missing.
+const INSTALL_HINT: &str = "PostgreSQL server binaries (`initdb`, `pg_ctl`, `postgres`, `psql`) not found on PATH or in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (`apt-get install postgresql`)";
+
+/// The port in the socket's name (`.s.PGSQL.<port>`); nothing listens on TCP.
+const PORT: u16 = 5432;
+
+/// A running throwaway server. Dropping it stops the server and removes its directory.
+#[derive(Debug)]
+pub struct PgServer {
+    dir: Option<tempfile::TempDir>,
+    socket_dir: PathBuf,
+    bin: PathBuf,
+    as_postgres: bool,
+    databases: AtomicUsize,
+}
+
+/// The server of this test process, started on first use.
+pub fn shared() -> &'static PgServer {
+    static SERVER: OnceLock<PgServer> = OnceLock::new();
+    SERVER.get_or_init(PgServer::start)
+}
+
+/// The directory holding `initdb`, `pg_ctl` and `psql`.
+fn find_bin() -> Option<PathBuf> {
+    let has_all = |dir: &Path| ["initdb", "pg_ctl", "postgres", "psql"].iter().all(|bin| dir.join(bin).is_file());
+    let on_path =
+        std::env::var_os("PATH").map(|path| std::env::split_paths(&path).collect::<Vec<_>>()).unwrap_or_default();
+    // A PATH entry may hold symlinks to the server binaries but not `psql`: prefer the real directory.
+    if let Some(dir) = on_path.iter().find(|dir| dir.join("initdb").is_file()) {
+        if let Ok(real) = std::fs::canonicalize(dir.join("initdb"))
+            && let Some(parent) = real.parent().filter(|parent| has_all(parent))
+        {
+            return Some(parent.to_owned());
+        }
+        if has_all(dir) {
+            return Some(dir.clone());
+        }
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .filter(|bin| has_all(bin))
+        .collect();
+    versions.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(Path::file_name)
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    versions.pop()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find(|line| line.starts_with("Uid:")).map(|line| line.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+impl PgServer {
+    /// Starts a new server in a new temporary directory. Panics with what to install if the binaries are
+    /// missing, and with the server's log if it does not start.
+    pub fn start() -> PgServer {
+        let bin = find_bin().unwrap_or_else(|| panic!("{INSTALL_HINT}"));
+        let dir = tempfile::Builder::new().prefix("airlock-pg-").tempdir().expect("a temporary directory");
+        let as_postgres = is_root();
+        if as_postgres {
+            run(Command::new("chown").arg("postgres:postgres").arg(dir.path()), "chown the server directory");
+        }
+        let data = dir.path().join("data");
+        let server = PgServer {
+            socket_dir: dir.path().to_owned(),
+            dir: Some(dir),
+            bin,
+            as_postgres,
+            databases: AtomicUsize::new(0),
+        };
+        run(
+            server.command("initdb").arg("-D").arg(&data).args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-locale",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ]),
+            "initdb",
+        );
+        let options = format!(
+            "-k {} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+            server.socket_dir.display()
+        );
+        let log = server.socket_dir.join("server.log");
+        let started = server
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(["-w", "-t", "60", "-o", &options, "start"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("run pg_ctl");
+        if !started.success() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("the test PostgreSQL server did not start:\n{log}");
+        }
+        server.watch_parent();
+        server
+    }
+
+    /// A command running `bin` of the server's installation, as the `postgres` user when we are root.
+    fn command(&self, bin: &str) -> Command {
+        let path = self.bin.join(bin);
+        if self.as_postgres {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(path);
+            command
+        } else {
+            Command::new(path)
+        }
+    }
+
+    /// Stops the server and removes its directory once this process is gone, even if it is killed.
+    fn watch_parent(&self) {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} -D '{data}' -m immediate stop >/dev/null 2>&1; rm -rf '{dir}'",
+            pid = std::process::id(),
+            stop = if self.as_postgres {
+                format!("runuser -u postgres -- '{}'", self.bin.join("pg_ctl").display())
+            } else {
+                format!("'{}'", self.bin.join("pg_ctl").display())
+            },
+            data = self.socket_dir.join("data").display(),
+            dir = self.socket_dir.display(),
+        );
+        // The watchdog outlives this process on purpose; its handle is not kept.
+        let _ = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
+
+    /// A connection string for `database` (over the Unix socket, as `postgres`).
+    pub fn url(&self, database: &str) -> String {
+        format!("host={} port={PORT} user=postgres dbname={database}", self.socket_dir.display())
+    }
+
+    /// Creates a new empty database and returns its connection string.
+    pub fn fresh_database(&self) -> String {
+        let n = self.databases.fetch_add(1, Ordering::Relaxed);
+        let name = format!("t{n}");
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(&name)
+    }
+
+    /// Runs `sql` in `database` with `psql`, stopping at the first error; returns what it printed.
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        let output = self
+            .command("psql")
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+            .output()
+            .expect("run psql");
+        assert!(output.status.success(), "psql `{sql}` failed: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.socket_dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        drop(self.dir.take());
+    }
+}
+
+fn run(command: &mut Command, what: &str) {
+    let output = command.output().unwrap_or_else(|err| panic!("cannot run {what}: {err}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
