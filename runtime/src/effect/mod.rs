@@ -29,8 +29,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-#[cfg(feature = "postgres")]
-pub use crate::ledger::PostgresEffectStore;
 pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub(crate) use redb::EFFECTS_TABLE;
