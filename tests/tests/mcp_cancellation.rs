@@ -159,3 +159,56 @@ async fn a_cancelled_call_waiting_for_bound_elicitation_never_runs_and_nothing_i
     }
     assert_eq!(entries.iter().filter(|e| matches!(e.status, RequestStatus::Spent(_))).count(), 1);
 }
+
+/// `McpApprovals::Dispatcher` with an operator's approver callback: the client never sees an elicitation;
+/// it cancels while the operator has not answered, the operator then says yes, and nothing runs.
+#[tokio::test]
+async fn a_cancelled_call_waiting_for_the_dispatchers_approver_never_runs() {
+    let (asked, answer_later) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
+    let asked = Arc::new(tokio::sync::Mutex::new(asked));
+    let operator = move |_request: agent_airlock::ApprovalRequest| {
+        let asked = Arc::clone(&asked);
+        async move {
+            let (yes, later) = tokio::sync::oneshot::channel();
+            let _ = asked.lock().await.send(yes);
+            // The operator answers yes whenever the test says so.
+            let _ = later.await;
+            agent_airlock::Decision::Approve
+        }
+    };
+    let dispatcher = Dispatcher::builder().tool(tool!(purge)).approver(operator).build().unwrap();
+    let server = GuardedMcpServer::new(Arc::new(dispatcher), McpApprovals::Dispatcher);
+    let mut operator_answers = answer_later;
+    let mut client = RawClient::connect(server).await;
+    let path = "/srv/operator-cancelled";
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "purge", "arguments": {"path": path},
+        }}))
+        .await;
+    let pending_answer = operator_answers.recv().await.expect("the operator is asked");
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+            "requestId": 2, "reason": "request timed out",
+        }}))
+        .await;
+    // Give the server the cancellation before the operator's yes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = pending_answer.send(());
+
+    // The session goes on; an uncancelled call the operator approves runs.
+    let other = format!("{path}/other");
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "purge", "arguments": {"path": other},
+        }}))
+        .await;
+    let _ = operator_answers.recv().await.expect("the operator is asked again").send(());
+    let mut result = client.next().await;
+    while result["id"] != 3 {
+        result = client.next().await;
+    }
+    assert_eq!(result["result"]["content"][0]["text"], format!("purged {other}"), "{result}");
+    assert_eq!(purged(path), 0, "the cancelled call ran");
+    assert_eq!(purged(&other), 1);
+}

@@ -63,7 +63,7 @@ use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
-use crate::message::{Outcome, Refusal, Status, ToolCall};
+use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::schema::ToolDefinition;
 
 /// The `_meta` key of every `tools/call` result: what the guard did with the call.
@@ -103,8 +103,8 @@ pub enum McpApprovals {
     /// with `airlock approve`), or, with neither, a refusal. The MCP client is never asked.
     ///
     /// **Trusted: the operator** behind the dispatcher's approver or ledger, never the client's user. A call the
-    /// client cancels is not withdrawn from the dispatcher's approver callback: the server cannot tell its
-    /// wait from the tool's run.
+    /// client cancels stops waiting for the dispatcher's approver callback and never runs; one cancelled while
+    /// its tool runs is dropped (its effect, if any, is left ambiguous for an operator).
     Dispatcher,
 }
 
@@ -305,6 +305,20 @@ impl GuardedMcpServer {
 /// What the model is told when its client cancelled the call while it waited for approval.
 const CANCELLED: &str = "the client cancelled the call before it was approved";
 
+/// The answer to a call its client cancelled while the dispatcher's own approver had it (nobody reads it:
+/// the client gave up on the request, but the session logs it).
+fn cancelled_outcome(call: &ToolCall) -> Outcome {
+    Outcome::Message(ToolMessage {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: "the client cancelled the call; it did not run to completion".to_owned(),
+        status: Status::Error,
+        hints: Vec::new(),
+        stripped_arguments: Vec::new(),
+        refusal: Some(Refusal { kind: RefusalKind::ApprovalUnavailable, rule: None, retry_after: None }),
+    })
+}
+
 /// An approver that answers [`Decision::Unavailable`], to refuse a call through the dispatcher's gates.
 struct Unavailable(String);
 
@@ -370,7 +384,17 @@ impl ServerHandler for GuardedMcpServer {
                     .dispatch_with_approver(call, &self.context, approver.as_ref().map(|a| a as &dyn Approver))
                     .await
             }
-            McpApprovals::Dispatcher => self.dispatcher.dispatch(call, &self.context).await,
+            McpApprovals::Dispatcher => {
+                // The dispatcher's approver callback may be waiting on an operator: a cancelled request stops
+                // there, before anything is spent or run. Cancelled later, the dispatch is dropped as the
+                // protocol asks (a tool already running stops; its effect, if any, is left ambiguous).
+                let cancelled = context.ct.clone();
+                let dispatch = self.dispatcher.dispatch(call.clone(), &self.context);
+                match select(pin!(cancelled.cancelled()), pin!(dispatch)).await {
+                    Either::Left(((), _)) => cancelled_outcome(&call),
+                    Either::Right((outcome, _)) => outcome,
+                }
+            }
         };
         Ok(tool_result(outcome).into())
     }
