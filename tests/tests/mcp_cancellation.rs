@@ -186,14 +186,16 @@ async fn a_cancelled_call_waiting_for_the_dispatchers_approver_never_runs() {
             "name": "purge", "arguments": {"path": path},
         }}))
         .await;
-    let pending_answer = operator_answers.recv().await.expect("the operator is asked");
+    let mut pending_answer = operator_answers.recv().await.expect("the operator is asked");
     client
         .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
             "requestId": 2, "reason": "request timed out",
         }}))
         .await;
-    // Give the server the cancellation before the operator's yes.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server stops waiting: the operator's pending question is dropped. Only then the operator says yes.
+    tokio::time::timeout(Duration::from_secs(10), pending_answer.closed())
+        .await
+        .expect("the cancelled call stops waiting for the operator");
     let _ = pending_answer.send(());
 
     // The session goes on; an uncancelled call the operator approves runs.
