@@ -1,0 +1,7 @@
+//! Raw bytes → JSON text → the dispatcher's admission, validation and refusal wording. The first byte picks
+//! the tool; see `checks::check_arguments` for what is checked beyond "no panic".
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| agent_airlock_fuzz::checks::check_argument_bytes(data));

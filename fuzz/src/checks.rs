@@ -1,0 +1,686 @@
+//! What every fuzz target checks, as plain functions: the libFuzzer targets in `fuzz_targets/` call them with
+//! generated inputs, and `tests/tests/fuzz_regressions.rs` (stable toolchain) includes this file and calls
+//! them with the inputs that once failed. Each function panics when a property does not hold.
+//!
+//! Only public APIs of `agent-airlock` are used, so the targets keep compiling while its internals change.
+#![allow(unreachable_pub, dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use agent_airlock::ledger::MemoryLedger;
+use agent_airlock::{
+    AdmitError, ApprovalKey, BindingInput, CallContext, DecisionError, Dispatcher, InterruptApprovals,
+    InterruptRequest, KeyRing, ManualClock, MaskConfig, MaskSet, MaskStrategy, Masker, Policy, Status, ToolCall,
+    ToolMessage, airlock_tool, tool,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+// ---------------------------------------------------------------------------------------------------------
+// Running futures without a runtime: the dispatcher and the memory ledger never wait on I/O.
+
+/// Polls `future` to completion on the current thread (a busy loop: nothing here waits on I/O).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::yield_now();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The tools: every parameter shape a tool author can declare.
+
+/// A postal address (a nested struct).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Address {
+    /// Street.
+    pub street: String,
+    /// City.
+    pub city: String,
+    /// Postal code.
+    pub zip: Option<String>,
+}
+
+/// An externally tagged enum with every variant kind.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// A unit variant.
+    Dot,
+    /// A newtype variant.
+    Circle(u16),
+    /// A tuple variant.
+    Segment(i8, u8),
+    /// A struct variant.
+    Rect {
+        /// Width.
+        w: f64,
+        /// Height.
+        h: f64,
+        /// Where.
+        at: Option<Address>,
+    },
+}
+
+/// An internally tagged enum.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// A click.
+    Click {
+        /// X.
+        x: i32,
+        /// Y.
+        y: i32,
+    },
+    /// A key press.
+    Key {
+        /// Key code.
+        code: u32,
+        /// Modifiers.
+        modifiers: Vec<String>,
+    },
+}
+
+/// An untagged enum: the first variant that fits wins.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum IdOrName {
+    /// A numeric id.
+    Id(u64),
+    /// A name.
+    Name(String),
+    /// A pair.
+    Pair {
+        /// First.
+        a: i16,
+        /// Second.
+        b: i16,
+    },
+}
+
+/// An adjacently tagged enum.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "t", content = "c", rename_all = "snake_case")]
+pub enum Tagged {
+    /// Text.
+    Text(String),
+    /// A count.
+    Count(u8),
+    /// Nothing.
+    Empty,
+}
+
+/// A recursive type.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Tree {
+    /// The label.
+    pub label: String,
+    /// The weight.
+    pub weight: Option<f64>,
+    /// Children.
+    pub children: Vec<Tree>,
+}
+
+/// Records a profile.
+#[airlock_tool(mask = "none")]
+fn profile(
+    /// Name.
+    name: String,
+    /// Age.
+    age: u8,
+    /// Address.
+    address: Address,
+    /// Tags.
+    tags: Vec<String>,
+    /// Nickname.
+    nickname: Option<String>,
+    /// Active.
+    active: bool,
+    /// Score.
+    score: f64,
+) -> Value {
+    json!({"name": name, "age": age, "address": address, "tags": tags, "nickname": nickname, "active": active, "score": score})
+}
+
+/// Takes an integer of every width.
+#[airlock_tool(mask = "none")]
+fn integers(
+    /// i8.
+    a: i8,
+    /// i16.
+    b: i16,
+    /// i32.
+    c: i32,
+    /// i64.
+    d: i64,
+    /// u8.
+    e: u8,
+    /// u16.
+    f: u16,
+    /// u32.
+    g: u32,
+    /// u64.
+    h: u64,
+    /// usize.
+    i: Option<usize>,
+    /// isize.
+    j: Option<isize>,
+    /// i128.
+    k: Option<i128>,
+    /// u128.
+    l: Option<u128>,
+) -> Value {
+    // i128 and u128 as strings: serde_json cannot write a 128-bit integer into a `Value`.
+    json!({"a": a, "b": b, "c": c, "d": d, "e": e, "f": f, "g": g, "h": h, "i": i, "j": j,
+        "k": k.and_then(|k| i64::try_from(k).ok()), "l": l.and_then(|l| u64::try_from(l).ok())})
+}
+
+/// Takes every kind of enum.
+#[airlock_tool(mask = "none")]
+fn shapes(
+    /// Externally tagged.
+    shape: Shape,
+    /// Internally tagged.
+    event: Option<Event>,
+    /// Untagged.
+    id: IdOrName,
+    /// Adjacently tagged.
+    tagged: Option<Tagged>,
+) -> Value {
+    json!({"shape": shape, "event": event, "id": id, "tagged": tagged})
+}
+
+/// Takes collections.
+#[airlock_tool(mask = "none")]
+fn collections(
+    /// An ordered map.
+    labels: BTreeMap<String, u32>,
+    /// A hash map.
+    counts: Option<HashMap<String, i64>>,
+    /// A set.
+    unique: BTreeSet<String>,
+    /// A matrix.
+    matrix: Vec<Vec<f64>>,
+    /// Pairs.
+    pairs: Option<Vec<(String, bool)>>,
+    /// Addresses by name.
+    places: Option<BTreeMap<String, Address>>,
+) -> Value {
+    json!({"labels": labels, "counts": counts, "unique": unique, "matrix": matrix, "pairs": pairs, "places": places})
+}
+
+/// Takes a recursive type.
+#[airlock_tool(mask = "none")]
+fn tree(
+    /// The root.
+    root: Tree,
+    /// Depth limit.
+    depth: Option<u32>,
+) -> Value {
+    json!({"root": root, "depth": depth})
+}
+
+/// Takes nothing.
+#[airlock_tool(mask = "none")]
+fn nothing() -> Value {
+    json!({})
+}
+
+/// Refuses ghost arguments instead of stripping them.
+#[airlock_tool(mask = "none", ghost = "block")]
+fn strict(
+    /// A count.
+    count: u32,
+    /// A flag.
+    flag: Option<bool>,
+    /// An address.
+    address: Option<Address>,
+) -> Value {
+    json!({"count": count, "flag": flag, "address": address})
+}
+
+/// The registered tool names, with the number of parameters each declares.
+pub const TOOLS: &[(&str, usize)] = &[
+    ("profile", 7),
+    ("integers", 12),
+    ("shapes", 4),
+    ("collections", 6),
+    ("tree", 2),
+    ("nothing", 0),
+    ("strict", 3),
+];
+
+/// The dispatcher holding every tool, built once.
+pub fn dispatcher() -> &'static Dispatcher {
+    static DISPATCHER: OnceLock<Dispatcher> = OnceLock::new();
+    DISPATCHER.get_or_init(|| {
+        Dispatcher::builder()
+            .tool(tool!(profile))
+            .tool(tool!(integers))
+            .tool(tool!(shapes))
+            .tool(tool!(collections))
+            .tool(tool!(tree))
+            .tool(tool!(nothing))
+            .tool(tool!(strict))
+            .build()
+            .expect("the fuzz tools build")
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Arguments.
+
+/// Fixed part of the refusal bound: room for the wording, the schema's "expected …" phrases and hints.
+pub const REFUSAL_BASE: usize = 16 * 1024;
+/// Allowance per declared parameter: one line and one hint each, with capped fragments.
+pub const REFUSAL_PER_PARAM: usize = 1024;
+/// Allowance per object member of the input: a ghost key (capped) is named in the text and in a hint.
+pub const REFUSAL_PER_MEMBER: usize = 512;
+
+/// Object members at any depth of `value` (iterative: inputs nest deep).
+pub fn member_count(value: &Value) -> usize {
+    let mut count = 0;
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => {
+                count += map.len();
+                stack.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    count
+}
+
+/// The most text (content and hints) a refusal may hold for `arguments` sent to a tool with `params`
+/// parameters. It does not grow with the length of any string, key or number in the input: every echoed
+/// fragment must be capped.
+pub fn refusal_bound(params: usize, arguments: &Value) -> usize {
+    REFUSAL_BASE + REFUSAL_PER_PARAM * params + REFUSAL_PER_MEMBER * member_count(arguments)
+}
+
+fn refusal_size(message: &ToolMessage) -> usize {
+    message.content.len() + message.hints.iter().map(String::len).sum::<usize>()
+}
+
+fn dispatch(tool: &str, arguments: Value) -> ToolMessage {
+    let call = ToolCall::new("call_fuzz", tool, arguments);
+    match block_on(dispatcher().dispatch(call, &CallContext::new())).message() {
+        Some(message) => message.clone(),
+        None => panic!("no tool here escalates, yet `{tool}` did not answer with a message"),
+    }
+}
+
+/// Sends `arguments` to tool number `index` (modulo the tool count) and checks what comes back:
+/// - a refusal's text and hints stay within [`refusal_bound`];
+/// - an admitted call ran on deserialized arguments, and what the tool received, sent again, is admitted
+///   as it is: nothing stripped, the same result (typed → JSON → typed is a fixed point);
+/// - stripping is idempotent: the arguments with the stripped top-level keys removed give the same result
+///   and strip nothing more.
+pub fn check_arguments(index: usize, arguments: Value) {
+    let (tool, params) = TOOLS[index % TOOLS.len()];
+    let bound = refusal_bound(params, &arguments);
+    let first = dispatch(tool, arguments.clone());
+    assert_eq!(first.tool_call_id, "call_fuzz");
+    if first.status != Status::Success {
+        assert!(first.refusal.is_some(), "a tool here returns no error of its own: {first:?}");
+        assert!(
+            refusal_size(&first) <= bound,
+            "refusal of {} bytes exceeds the bound of {bound} bytes for `{tool}`: {:.2000}",
+            refusal_size(&first),
+            first.content
+        );
+        return;
+    }
+    let received: Value = serde_json::from_str(&first.content).expect("an admitted call's result is JSON");
+
+    // What the tool received is admitted again, unchanged.
+    let again = dispatch(tool, received.clone());
+    assert_eq!(again.status, Status::Success, "`{tool}` refused what it had received: {received} → {again:?}");
+    assert!(again.stripped_arguments.is_empty(), "`{tool}` stripped its own arguments: {again:?}");
+    let received_again: Value = serde_json::from_str(&again.content).expect("an admitted call's result is JSON");
+    assert_eq!(received_again, received, "`{tool}`: typed → JSON → typed is not a fixed point");
+
+    // Removing what was stripped at the top level strips nothing more and changes nothing else.
+    if let Value::Object(map) = &arguments {
+        let mut remaining = first.stripped_arguments.clone();
+        let mut admitted = map.clone();
+        admitted.retain(|key, _| match remaining.iter().position(|stripped| stripped == key) {
+            Some(at) => {
+                remaining.remove(at);
+                false
+            }
+            None => true,
+        });
+        let stripped_again = dispatch(tool, Value::Object(admitted));
+        assert_eq!(stripped_again.status, Status::Success, "{stripped_again:?}");
+        assert_eq!(stripped_again.stripped_arguments, remaining, "stripping is not idempotent for `{tool}`");
+        let result: Value = serde_json::from_str(&stripped_again.content).expect("JSON");
+        assert_eq!(result, received, "`{tool}`: removing stripped keys changed what the tool received");
+    }
+}
+
+/// Raw bytes: the first picks the tool, the rest is JSON text (text that is not JSON is refused by the
+/// host's parser, which is not ours to test, except through [`ToolCall::from_json_text`]).
+pub fn check_argument_bytes(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    if let Ok(arguments) = serde_json::from_slice::<Value>(rest) {
+        check_arguments(usize::from(selector), arguments);
+    } else if let Ok(text) = std::str::from_utf8(rest) {
+        // Not JSON: OpenAI-style argument text that did not parse becomes a string, which is refused, and
+        // the refusal does not echo the text at full size.
+        let (tool, params) = TOOLS[usize::from(selector) % TOOLS.len()];
+        let message = block_on(
+            dispatcher().dispatch(ToolCall::from_json_text("call_fuzz", tool, text), &CallContext::new()),
+        )
+        .expect_message();
+        assert_ne!(message.status, Status::Success, "`{tool}` admitted non-JSON text {text:?}");
+        assert!(refusal_size(&message) <= REFUSAL_BASE + REFUSAL_PER_PARAM * params, "{message:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Canonical JSON.
+
+/// Checks the canonical form of the value `text` parses to (if any):
+/// - canonical text is a fixed point: parsed and canonicalized again, the same bytes;
+/// - it parses back to a value equal to the input (numbers compared as the doubles they are);
+/// - reordering object members or respelling numbers (`1`, `1.0`, `1e0`) never changes the bytes or
+///   the digest;
+/// - where `serde_json_canonicalizer` (a reference RFC 8785 implementation) also accepts the value, both
+///   give the same bytes.
+pub fn check_canonical(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let Ok(canonical) = agent_airlock::canonical::to_canonical_vec(&value) else {
+        // Refused (integer beyond 2^53, too deep): the digest must refuse too, never round.
+        assert!(agent_airlock::canonical::canonical_sha256(&value).is_err());
+        return;
+    };
+    let text = std::str::from_utf8(&canonical).expect("canonical JSON is UTF-8");
+    let reparsed: Value = serde_json::from_str(text).expect("canonical JSON parses");
+    let recanonical = agent_airlock::canonical::to_canonical_vec(&reparsed).expect("canonical JSON canonicalizes");
+    assert_eq!(recanonical, canonical, "canonical form is not a fixed point: {text}");
+    assert!(same_data(&value, &reparsed), "canonical form changed the data: {value} → {text}");
+
+    let digest = agent_airlock::canonical::canonical_sha256(&value).expect("canonicalizable");
+    assert_eq!(digest, sha256(&canonical), "the streamed digest differs from the digest of the bytes");
+
+    let respelled = respell(&value);
+    let respelled_canonical =
+        agent_airlock::canonical::to_canonical_vec(&respelled).expect("a respelled value canonicalizes");
+    assert_eq!(
+        respelled_canonical,
+        canonical,
+        "member order or number spelling changed the canonical form: {value} vs {respelled}"
+    );
+    if let Value::Object(map) = &respelled {
+        let object_digest = agent_airlock::canonical::canonical_object_sha256(map).expect("canonicalizable");
+        assert_eq!(object_digest, digest);
+    }
+
+    if let Ok(reference) = serde_json_canonicalizer::to_vec(&value) {
+        assert_eq!(
+            String::from_utf8_lossy(&canonical),
+            String::from_utf8_lossy(&reference),
+            "differs from serde_json_canonicalizer for {value}"
+        );
+    }
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// Same data: numbers compare as doubles (canonical JSON writes every number as the double it is).
+fn same_data(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_data(x, y)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_data(v, w)))
+        }
+        (x, y) => x == y,
+    }
+}
+
+/// The same data spelled differently: members in reverse order, integers as floats (`5` → `5.0`) where a
+/// double holds them exactly, and floats that are whole numbers as integers.
+fn respell(value: &Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(items.iter().map(respell).collect()),
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.reverse();
+            Value::Object(members.into_iter().map(|(k, v)| (k.clone(), respell(v))).collect::<Map<_, _>>())
+        }
+        Value::Number(number) => {
+            if let Some(i) = number.as_i64() {
+                let f = i as f64;
+                if f as i64 == i && f.abs() < 9_007_199_254_740_992.0 {
+                    // Through text, so the float is what a parser makes of `5.0`.
+                    return serde_json::from_str(&format!("{f:?}")).unwrap_or_else(|_| value.clone());
+                }
+            } else if let Some(u) = number.as_u64() {
+                let f = u as f64;
+                if f as u64 == u && f < 9_007_199_254_740_992.0 {
+                    return serde_json::from_str(&format!("{f:?}")).unwrap_or_else(|_| value.clone());
+                }
+            } else if let Some(f) = number.as_f64()
+                && f.fract() == 0.0
+                && f.abs() < 9_007_199_254_740_992.0
+            {
+                let i = f as i64;
+                return if i == 0 { json!(0) } else { json!(i) };
+            }
+            value.clone()
+        }
+        other => other.clone(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Approvals read back from a checkpoint.
+
+/// One approval protocol over a memory ledger with one real, approved request.
+pub struct ApprovalFixture {
+    /// The protocol.
+    pub approvals: InterruptApprovals,
+    /// The real request, as the interrupt carries it.
+    pub request: InterruptRequest,
+    /// The resume value `approve` returned for it.
+    pub resume: Value,
+    /// The call the request binds.
+    pub arguments: Map<String, Value>,
+    /// Its checkpoint map.
+    pub checkpoint: BTreeMap<String, String>,
+}
+
+/// The secret of the fixture's key, as hex.
+pub const APPROVAL_SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+impl ApprovalFixture {
+    /// A fresh ledger holding one request for `refund` and its approval.
+    pub fn new() -> Self {
+        let key = ApprovalKey::from_hex("k1", APPROVAL_SECRET_HEX).expect("a valid key");
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_767_225_600)));
+        let approvals =
+            InterruptApprovals::new(KeyRing::new(key), Arc::new(MemoryLedger::new()), clock, Duration::from_secs(600));
+        let arguments = json!({"payment_id": "pi_1", "amount": 500}).as_object().cloned().unwrap_or_default();
+        let checkpoint = BTreeMap::from([(String::new(), "c1".to_owned())]);
+        let request = approvals
+            .request_blocking(&binding(&checkpoint, "call_1", "refund", &arguments), "attribute", "moves money")
+            .expect("the request is recorded");
+        let resume = approvals.approve_blocking(request.as_value(), "alice").expect("approved").into_value();
+        ApprovalFixture { approvals, request, resume, arguments, checkpoint }
+    }
+}
+
+fn binding<'a>(
+    checkpoint: &'a BTreeMap<String, String>,
+    tool_call_id: &'a str,
+    tool: &'a str,
+    arguments: &'a Map<String, Value>,
+) -> BindingInput<'a> {
+    BindingInput { thread_id: "t1", checkpoint_ns: "", checkpoint, tool_call_id, tool, arguments }
+}
+
+/// Untrusted JSON from a checkpoint, used as a resume value and as an interrupt request:
+/// - as a resume value for the real call: admitted only if it is, member for member, the genuine resume
+///   value (and then only once);
+/// - as a resume value for a call with other arguments: never admitted;
+/// - as an interrupt: `verify_request` accepts it only if it carries the real request's seal over the real
+///   request's content, and approving or denying anything else fails;
+/// - nothing panics.
+pub fn check_resume(fixture: &ApprovalFixture, untrusted: &Value) {
+    let approvals = &fixture.approvals;
+    let genuine = untrusted == &fixture.resume;
+
+    let other_arguments = json!({"payment_id": "pi_1", "amount": 501}).as_object().cloned().unwrap_or_default();
+    let other = binding(&fixture.checkpoint, "call_1", "refund", &other_arguments);
+    match approvals.admit_blocking(&other, untrusted) {
+        Ok(admission) => panic!("a resume value admitted a call with other arguments: {untrusted} → {admission:?}"),
+        Err(AdmitError::Ledger(err)) => panic!("the memory ledger failed: {err}"),
+        Err(_) => {}
+    }
+
+    let real = binding(&fixture.checkpoint, "call_1", "refund", &fixture.arguments);
+    match approvals.admit_blocking(&real, untrusted) {
+        Ok(_) => assert!(genuine, "admitted without the genuine token: {untrusted}"),
+        Err(err) => assert!(
+            !genuine || matches!(err, AdmitError::AlreadySpent { .. }),
+            "the genuine resume value was refused: {err}"
+        ),
+    }
+
+    match approvals.verify_request(untrusted) {
+        Ok(request) => {
+            // Only our own sealed content verifies; a second copy under a different spelling may too, as
+            // long as it means the same request.
+            assert_eq!(request.request_id(), fixture.request.request_id(), "a forged request verified: {untrusted}");
+            assert_eq!(request.binding(), fixture.request.binding());
+            assert_eq!(request.arguments(), fixture.request.arguments());
+        }
+        Err(DecisionError::SealMismatch | DecisionError::NotARequest | DecisionError::Malformed { .. }) => {}
+        Err(DecisionError::UnknownKey { .. } | DecisionError::RetiredKey { .. }) => {}
+        Err(err) => panic!("unexpected verification error for {untrusted}: {err}"),
+    }
+    if untrusted != fixture.request.as_value() {
+        let same_request = approvals.verify_request(untrusted).is_ok();
+        if !same_request {
+            assert!(approvals.approve_blocking(untrusted, "mallory").is_err(), "approved a forged request");
+            assert!(approvals.deny_blocking(untrusted, "mallory", Some("no")).is_err(), "denied a forged request");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Masking.
+
+/// Secrets the masking target seeds into its inputs; none of them may survive masking.
+pub const SEEDED_SECRETS: &[&str] = &[
+    "AKIAIOSFODNN7EXAMPLE",
+    "sk-proj-Zq3xW9vT1bN4mK8pL2rY6sD0fG5hJ7aQ",
+    "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+    "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "jane.doe@example.com",
+    "4111111111111111",
+    "GB82WEST12345698765432",
+];
+
+fn maskers() -> &'static [Masker; 2] {
+    static MASKERS: OnceLock<[Masker; 2]> = OnceLock::new();
+    MASKERS.get_or_init(|| [Masker::default(), Masker::new(MaskConfig::new(MaskStrategy::TypeTag))])
+}
+
+/// Masks `text` with every set and strategy and checks: masking the result again changes nothing, and no
+/// seeded secret of a kind in the set, standing alone between spaces, survives.
+pub fn check_mask_text(text: &str, secret: Option<usize>) {
+    let text = match secret {
+        Some(index) => {
+            let secret = SEEDED_SECRETS[index % SEEDED_SECRETS.len()];
+            format!("{text} {secret} {text}")
+        }
+        None => text.to_owned(),
+    };
+    for masker in maskers() {
+        for set in [MaskSet::SECRETS, MaskSet::PII, MaskSet::ALL] {
+            let once = masker.mask_text(&text, set).into_owned();
+            let twice = masker.mask_text(&once, set);
+            assert_eq!(twice, once, "masking is not idempotent for {text:?} with {set:?}");
+            if set == MaskSet::ALL
+                && let Some(index) = secret
+            {
+                let secret = SEEDED_SECRETS[index % SEEDED_SECRETS.len()];
+                assert!(!once.contains(secret), "`{secret}` survived masking of {text:?}: {once:?}");
+            }
+        }
+    }
+}
+
+/// Masks a JSON value and checks idempotence, and that a seeded secret planted as a string leaf is gone.
+pub fn check_mask_value(value: &Value, secret: Option<usize>) {
+    let mut value = value.clone();
+    if let Some(index) = secret {
+        let secret = SEEDED_SECRETS[index % SEEDED_SECRETS.len()];
+        value = json!({"payload": value, "leaked": secret, "list": [secret]});
+    }
+    for masker in maskers() {
+        for set in [MaskSet::SECRETS, MaskSet::ALL] {
+            let mut once = value.clone();
+            masker.mask_value(&mut once, set);
+            let mut twice = once.clone();
+            masker.mask_value(&mut twice, set);
+            assert_eq!(twice, once, "masking a value is not idempotent with {set:?}");
+            if set == MaskSet::ALL
+                && let Some(index) = secret
+            {
+                let secret = SEEDED_SECRETS[index % SEEDED_SECRETS.len()];
+                let shown = once.to_string();
+                assert!(!shown.contains(secret), "`{secret}` survived masking: {shown}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Policy.
+
+/// Builds a policy from untrusted globs and rate strings: an error or a policy, never a panic; a built
+/// policy answers for any tool name, and a name matching a deny glob is denied.
+pub fn check_policy(deny: &str, allow: &str, escalate: &str, rate: &str, masks: &str, tool: &str) {
+    let built = Policy::builder()
+        .deny(deny)
+        .allow(allow)
+        .escalate(escalate, "fuzz")
+        .rate_limit(allow, rate)
+        .rate_limit_per_thread(deny, rate)
+        .mask(escalate, masks)
+        .build();
+    if let Ok(policy) = built {
+        let _ = policy.for_tool(tool);
+        let _ = policy.for_tool("");
+        // A glob without metacharacters matches exactly itself, and deny beats every other rule.
+        if !deny.is_empty() && !deny.contains(['*', '?', '[', ']', '{', '}', '\\', ',']) {
+            assert!(policy.for_tool(deny).denied_by.is_some(), "`{deny}` is not denied by the glob `{deny}`");
+        }
+    }
+    let _ = rate.parse::<agent_airlock::Rate>();
+}
