@@ -181,7 +181,7 @@ pub(crate) fn describe_errors(
         match error {
             ArgumentError::Missing { field } => {
                 let expected = expected_for(schema, field);
-                let _ = write!(text, "\n- `{field}` is required ({expected})");
+                let _ = write!(text, "\n- `{}` is required ({expected})", shorten(field));
                 // A misspelt key was stripped as a ghost: say which one was meant.
                 match stripped.iter().find(|ghost| strsim::damerau_levenshtein(ghost, field) <= 2) {
                     Some(ghost) => hints.push(format!("rename `{ghost}` to `{field}`; send it as {expected}")),
@@ -191,13 +191,30 @@ pub(crate) fn describe_errors(
             ArgumentError::Invalid { field, message } => {
                 let top = field.split(['.', '[']).next().unwrap_or(field);
                 let expected = expected_for(schema, top);
-                let _ = write!(text, "\n- `{field}`: {message}");
+                let _ = write!(text, "\n- `{}`: {}", shorten(field), shorten(message));
                 hints.push(format!("send `{top}` as {expected}"));
             }
             ArgumentError::Injection { .. } => {}
         }
     }
     (text, hints)
+}
+
+/// Longest fragment of model input echoed in a refusal, in characters: longer ones keep their head and
+/// tail around an ellipsis, so a refusal's size does not grow with the input's (a 20 MB string in an
+/// integer field is not sent back to the model).
+pub(crate) const MAX_ECHO_CHARS: usize = 240;
+
+/// `text`, cut to [`MAX_ECHO_CHARS`] characters with a visible ellipsis. The tail is kept because serde's
+/// messages end with what was expected (`…, expected u8`).
+pub(crate) fn shorten(text: &str) -> std::borrow::Cow<'_, str> {
+    let chars = text.chars().count();
+    if chars <= MAX_ECHO_CHARS {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let head: String = text.chars().take(MAX_ECHO_CHARS * 2 / 3).collect();
+    let tail: String = text.chars().skip(chars - MAX_ECHO_CHARS / 3).collect();
+    std::borrow::Cow::Owned(format!("{head}…{tail}"))
 }
 
 /// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)".

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::args::{AdmissionError, MAX_ARGUMENT_DEPTH};
+use crate::args::{AdmissionError, MAX_ARGUMENT_DEPTH, shorten};
 use crate::effect::EffectError;
 use crate::interrupt::AdmitError;
 use crate::message::RefusalKind;
@@ -68,7 +68,7 @@ pub(super) fn admission(name: &str, spec: &ToolSpec, err: AdmissionError) -> Ref
         )
         .hint("send flatter arguments"),
         AdmissionError::Ghosts(ghosts) => {
-            let ghosts = ghosts.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
+            let ghosts = ghosts.iter().map(|g| format!("`{}`", shorten(g))).collect::<Vec<_>>().join(", ");
             Refused::new(
                 RefusalKind::MalformedArguments,
                 format!("`{name}` does not take {ghosts}; its parameters are: {}", declared()),
