@@ -575,7 +575,10 @@ pub fn check_resume(fixture: &ApprovalFixture, untrusted: &Value) {
             // long as it means the same request.
             assert_eq!(request.request_id(), fixture.request.request_id(), "a forged request verified: {untrusted}");
             assert_eq!(request.binding(), fixture.request.binding());
-            assert_eq!(request.arguments(), fixture.request.arguments());
+            let canonical = |arguments: &Map<String, Value>| {
+                agent_airlock::canonical::to_canonical_vec(&Value::Object(arguments.clone())).ok()
+            };
+            assert_eq!(canonical(request.arguments()), canonical(fixture.request.arguments()));
         }
         Err(DecisionError::SealMismatch | DecisionError::NotARequest | DecisionError::Malformed { .. }) => {}
         Err(DecisionError::UnknownKey { .. } | DecisionError::RetiredKey { .. }) => {}

@@ -73,7 +73,11 @@ pub fn value(u: &mut Unstructured<'_>, depth: usize) -> Result<Value> {
         // Long strings: a refusal must not echo them at full size.
         Node::Long(index, times) => {
             let unit = VOCABULARY[usize::from(index) % VOCABULARY.len()];
-            Value::String(if unit.is_empty() { "x" } else { unit }.repeat(usize::from(times) % 20_000 + 1))
+            // One in sixteen is huge (up to ~160,000 repetitions), the rest a few dozen: huge strings are slow
+            // to dispatch and one is enough to show an unbounded echo.
+            let times = usize::from(times);
+            let repeat = if times % 16 == 0 { times / 16 * 40 } else { times % 64 } + 1;
+            Value::String(if unit.is_empty() { "x" } else { unit }.repeat(repeat))
         }
         Node::Array if depth < MAX_DEPTH => {
             let mut items = Vec::new();

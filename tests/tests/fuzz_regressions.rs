@@ -65,3 +65,39 @@ fn policy_inputs_never_panic() {
     checks::check_policy("", "", "", "", "", "");
     checks::check_policy("refund", "[", "{a,b", "0/day", "bogus", "refund");
 }
+
+// ---- found by `arguments_structured` (crash-acc5b38f…): a refusal echoed a long string in full ----------
+// A 40,000-character string in an integer field came back inside "`a`: invalid type: string \"…\"", so the
+// refusal grew with the input. Echoed fragments (field paths, serde's messages, ghost keys) are now cut to
+// a bounded length with an ellipsis.
+
+#[test]
+fn a_long_string_in_an_integer_field_gives_a_bounded_refusal() {
+    let long = "airlock_approval".repeat(2_500);
+    checks::check_arguments(1, json!({"a": long}));
+}
+
+#[test]
+fn a_long_map_key_in_a_nested_path_gives_a_bounded_refusal() {
+    let key = "k".repeat(50_000);
+    checks::check_arguments(3, json!({"labels": {key: "not a number"}, "unique": [], "matrix": []}));
+}
+
+#[test]
+fn a_long_ghost_key_under_ghost_block_gives_a_bounded_refusal() {
+    let ghost = "g".repeat(50_000);
+    checks::check_arguments(6, json!({"count": 1, ghost: true}));
+}
+
+// ---- found by `resume_values` (crash-55f61af5…): a check too strict, not a bug ---------------------------
+// A genuine request with `"amount": 500` respelled `500.0` still verifies: the seal covers the canonical form,
+// in which both are `500`. The check now compares arguments by canonical form; this case keeps it so.
+
+#[test]
+fn a_genuine_request_with_a_respelled_number_still_verifies_as_the_same_request() {
+    let fixture = checks::ApprovalFixture::new();
+    let mut respelled = fixture.request.as_value().clone();
+    respelled["airlock_approval"]["arguments"]["amount"] = serde_json::from_str("500.0").expect("a number");
+    assert!(fixture.approvals.verify_request(&respelled).is_ok());
+    checks::check_resume(&fixture, &respelled);
+}
