@@ -101,3 +101,18 @@ fn a_genuine_request_with_a_respelled_number_still_verifies_as_the_same_request(
     assert!(fixture.approvals.verify_request(&respelled).is_ok());
     checks::check_resume(&fixture, &respelled);
 }
+
+// ---- found by `masking` (crash-03a7a78d…): a check too strict, not a bug ---------------------------------
+// The payload held the AWS example key eighteen times glued together (`AKIA…EXAMPLEAKIA…EXAMPLE…`): one
+// token of 360 characters, which is not an access key, and the masker rightly left it. The check looked for
+// the secret anywhere in the output; it now looks only where the secret was planted.
+
+#[test]
+fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is_masked() {
+    let glued = "AKIAIOSFODNN7EXAMPLE".repeat(18);
+    checks::check_mask_value(&json!({"payload": [glued.clone(), {"name": []}]}), Some(0));
+    checks::check_mask_text(&glued, Some(0));
+    let masked =
+        agent_airlock::Masker::default().mask_text("key AKIAIOSFODNN7EXAMPLE here", agent_airlock::MaskSet::ALL);
+    assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE"), "{masked}");
+}
