@@ -153,6 +153,7 @@ fn profile(
 }
 
 /// Takes an integer of every width.
+#[allow(clippy::too_many_arguments)]
 #[airlock_tool(mask = "none")]
 fn integers(
     /// i8.

@@ -41,7 +41,8 @@ fn the_genuine_resume_value_admits_once_and_forgeries_never() {
     let fixture = checks::ApprovalFixture::new();
     let mut forged = fixture.resume.clone();
     let token = forged["airlock_grant"]["token"].as_str().expect("a token").to_owned();
-    let flipped = if token.starts_with('0') { format!("1{}", &token[1..]) } else { format!("0{}", &token[1..]) };
+    let (first, rest) = token.split_at(1);
+    let flipped = format!("{}{rest}", if first == "0" { "1" } else { "0" });
     forged["airlock_grant"]["token"] = Value::String(flipped);
     checks::check_resume(&fixture, &forged);
     checks::check_resume(&fixture, &json!({"airlock_grant": "x"}));
@@ -115,4 +116,23 @@ fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is
     let masked =
         agent_airlock::Masker::default().mask_text("key AKIAIOSFODNN7EXAMPLE here", agent_airlock::MaskSet::ALL);
     assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE"), "{masked}");
+}
+
+// ---- found by `masking` (crash-36ab8b8e…): OPEN, not fixed -----------------------------------------------
+// Masking is not idempotent for a long run of dotted quads glued together (`…v1.2.3…1.2.3.41.2.3.41.2.3.4`,
+// an object key in the fuzzer's value): each call masks a few more `[IP_ADDRESS]` at the end of the run,
+// because masking one changes its neighbour's context and the masker stops after a fixed number of passes
+// (`MAX_PASSES` in `runtime/src/mask/mod.rs`). The file holds the text after one masking, as the fuzzer
+// printed it. Left for the masking owner, to fix at the cause (context rules that do not depend on whether a
+// neighbour was masked, or passes until a fixed point with a linear bound).
+
+#[test]
+#[ignore = "open: masking is not idempotent for glued dotted quads (FUZZING.md, Found)"]
+fn masking_glued_dotted_quads_is_idempotent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/masking_glued_dotted_quads.txt");
+    let text = std::fs::read_to_string(path).expect("the regression input is readable");
+    let masker = agent_airlock::Masker::default();
+    let once = masker.mask_text(&text, agent_airlock::MaskSet::ALL).into_owned();
+    let twice = masker.mask_text(&once, agent_airlock::MaskSet::ALL);
+    assert_eq!(twice, once);
 }
