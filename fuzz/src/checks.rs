@@ -524,6 +524,12 @@ impl ApprovalFixture {
     }
 }
 
+impl Default for ApprovalFixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 fn binding<'a>(
     checkpoint: &'a BTreeMap<String, String>,
     tool_call_id: &'a str,
