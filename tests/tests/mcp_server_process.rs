@@ -130,6 +130,31 @@ fn started_from_another_folder_the_server_answers_and_leaves_nothing_behind() {
     }
 }
 
+/// Stopped by a signal instead of a closed stdin (a client that gives up, a user's Ctrl-C), the server
+/// still removes what it created.
+#[cfg(unix)]
+#[test]
+fn stopped_by_a_signal_the_server_leaves_nothing_behind() {
+    let tmpdir = tempfile::tempdir().expect("the server's temporary directory");
+    for signal in ["-TERM", "-INT"] {
+        let mut session = Session::start(Path::new("/"), tmpdir.path());
+        assert_eq!(handshake_and_list_tools(&mut session), ["delete_file", "echo", "list_files"]);
+        assert_eq!(entries(tmpdir.path()).len(), 1);
+        let sent = Command::new("kill").arg(signal).arg(session.child.id().to_string()).status().expect("kill runs");
+        assert!(sent.success());
+        let until = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(status) = session.child.try_wait().expect("the server can be waited for") {
+                break status;
+            }
+            assert!(Instant::now() < until, "the server did not stop on {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "a clean shutdown on {signal}: {status}");
+        assert_eq!(entries(tmpdir.path()), Vec::<String>::new(), "the server removed what it created on {signal}");
+    }
+}
+
 #[test]
 fn a_missing_temporary_directory_is_a_clear_error() {
     let scratch = tempfile::tempdir().expect("a temporary directory");

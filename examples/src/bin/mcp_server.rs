@@ -5,8 +5,8 @@
 //! Every approval is bound with HMAC to the exact call (thread = this connection, tool call id = the
 //! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER`, or a fresh file in a
 //! directory of its own under the temporary directory (`$TMPDIR`), removed when the server exits (the client
-//! closed stdin, or the session ended). The key is minted per process: approvals are given in-band, within
-//! one request, so that ledger is worth nothing after the process.
+//! closed stdin, or the session ended) or is stopped by SIGTERM or SIGINT. The key is minted per process:
+//! approvals are given in-band, within one request, so that ledger is worth nothing after the process.
 //!
 //! Run: `cargo run -p agent-airlock-examples --bin mcp_server` and connect an MCP client to its stdin and
 //! stdout (nothing else is written to stdout). For a client that starts it from another folder, install it
@@ -106,7 +106,17 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let served = serve(&place.path).await;
+    // A client that is done closes stdin; one that is impatient (or a user's Ctrl-C) sends a signal. Either
+    // way the server stops serving first, so nothing holds the ledger when its directory goes.
+    let served = tokio::select! {
+        served = serve(&place.path) => served,
+        signal = termination() => {
+            eprintln!("mcp_server: {signal}, shutting down");
+            drop(place);
+            // The runtime would wait for its blocking read of stdin, which a signal does not end.
+            std::process::exit(0);
+        }
+    };
     // Everything that used the ledger is gone once `serve` returns: its directory can go too.
     drop(place);
     match served {
@@ -114,6 +124,29 @@ async fn main() -> ExitCode {
         Err(message) => {
             eprintln!("mcp_server: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere), naming the signal.
+async fn termination() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut terminate), Ok(mut interrupt)) => tokio::select! {
+                _ = terminate.recv() => "terminated",
+                _ = interrupt.recv() => "interrupted",
+            },
+            // Without signal handlers the server still stops when stdin closes.
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => "interrupted",
+            Err(_) => std::future::pending().await,
         }
     }
 }
