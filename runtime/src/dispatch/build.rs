@@ -184,7 +184,17 @@ impl DispatcherBuilder {
             order.push(spec.name());
             tools.insert(
                 spec.name(),
-                Entry { tool, definition, denied_by: decision.denied_by, escalations, buckets, bucket_rules, mask },
+                Entry {
+                    tool,
+                    definition,
+                    denied_by: decision.denied_by,
+                    escalation_rules: escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", "),
+                    escalation_reasons: escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; "),
+                    escalations,
+                    buckets,
+                    bucket_rules,
+                    mask,
+                },
             );
         }
         Ok(Dispatcher {

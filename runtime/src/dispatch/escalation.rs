@@ -98,10 +98,14 @@ impl Dispatcher {
             Escalation::Interrupt(approvals) => {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
-                    let reasons =
-                        call.entry.escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
                     return match approvals
-                        .request_masked(&binding, call.rules, &reasons, &self.masker, call.entry.mask)
+                        .request_masked(
+                            &binding,
+                            call.rules,
+                            &call.entry.escalation_reasons,
+                            &self.masker,
+                            call.entry.mask,
+                        )
                         .await
                     {
                         Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),

@@ -66,6 +66,10 @@ struct Entry {
     /// the policy glob) with its rate.
     buckets: Vec<BucketId>,
     bucket_rules: Vec<(String, Rate)>,
+    /// The escalation rules, comma-separated, and their reasons, `; `-separated: what a refusal, an audit
+    /// record and an approval request name, joined once here rather than on every call.
+    escalation_rules: String,
+    escalation_reasons: String,
     /// The author's masking plus the policy's.
     mask: MaskSet,
 }
@@ -230,10 +234,10 @@ impl Dispatcher {
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
         let mut resumed = None;
         if !entry.escalations.is_empty() {
-            let rules = entry.escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
-            trail.rule = Some(rules.clone());
+            let rules = entry.escalation_rules.as_str();
+            trail.rule = Some(rules.to_owned());
             self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
-            let call = EscalatedCall { entry, id, name, arguments: &screened.arguments, context, rules: &rules };
+            let call = EscalatedCall { entry, id, name, arguments: &screened.arguments, context, rules };
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
                 Escalated::Approved { detail } => {
                     trail.detail = Some(detail);
