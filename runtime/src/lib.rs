@@ -263,13 +263,13 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 #![warn(missing_docs)]
 
-mod approval;
+pub mod approval;
 mod args;
 pub mod audit;
 pub mod canonical;
 mod clock;
 mod context;
-mod dialect;
+pub mod dialect;
 mod dispatch;
 mod echo;
 pub mod effect;
@@ -277,7 +277,7 @@ pub mod effect;
 pub mod integrations;
 pub mod keys;
 pub mod ledger;
-mod mask;
+pub mod mask;
 mod message;
 mod policy;
 mod rate;
