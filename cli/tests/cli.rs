@@ -9,7 +9,11 @@ use std::time::Duration;
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::ledger::RedbLedger;
-use agent_airlock::{AdmitError, ApprovalKey, BindingInput, Clock, InterruptApprovals, KeyRing, SystemClock};
+use agent_airlock::{
+    Clock, SystemClock,
+    approval::{AdmitError, BindingInput, InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+};
 use serde_json::{Map, Value, json};
 
 const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";

@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::{ApprovalLedger, RedbLedger, RequestRecord};
-use agent_airlock::{AdmitError, ApprovalKey, BindingInput, InterruptApprovals, KeyRing, SystemClock};
+use agent_airlock::{
+    SystemClock,
+    approval::{AdmitError, BindingInput, InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use serde_json::{Map, Value, json};
 

@@ -10,8 +10,9 @@ mod corpus;
 mod validators;
 
 use agent_airlock::{
-    CallContext, Dialect, DialectError, Dispatcher, Inexpressible, Policy, Status, ToolCall, ToolDefinition,
-    definitions_for, offer_in, tool,
+    CallContext, Dispatcher, Policy, Status, ToolCall, ToolDefinition,
+    dialect::{Dialect, DialectError, Inexpressible, definitions_for, offer_in},
+    tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};

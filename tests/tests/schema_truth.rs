@@ -9,7 +9,7 @@ mod corpus;
 
 use std::sync::OnceLock;
 
-use agent_airlock::{CallContext, Dialect, Dispatcher, Status, ToolCall, ToolDefinition, ToolMessage};
+use agent_airlock::{CallContext, Dispatcher, Status, ToolCall, ToolDefinition, ToolMessage, dialect::Dialect};
 use agent_airlock_tests::block_on;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
