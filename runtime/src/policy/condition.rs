@@ -111,7 +111,10 @@ impl Condition {
         }
         let value: Value = serde_json::from_str(rest).map_err(|err| ConditionError {
             offset: cursor.offset(value_at) + json_error_offset(rest, &err),
-            message: format!("invalid value: {err}; write a JSON literal such as `10000`, `\"text\"` or `true`"),
+            message: format!(
+                "invalid value: {}; write a JSON literal such as `10000`, `\"text\"` or `true`",
+                json_error_text(&err)
+            ),
         })?;
         let at = cursor.offset(value_at);
         let fail = |message: String| ConditionError { offset: at, message };
@@ -304,6 +307,15 @@ fn compare_numbers(a: &Number, b: &Number) -> Option<Ordering> {
     match (exact(a), exact(b)) {
         (Some(a), Some(b)) => Some(a.cmp(&b)),
         _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
+}
+
+/// serde_json's message without its position (the caller reports the position itself).
+fn json_error_text(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
     }
 }
 
