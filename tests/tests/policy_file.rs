@@ -367,3 +367,58 @@ proptest! {
         }
     }
 }
+
+/// Every event's fields, as text.
+#[derive(Default, Clone)]
+struct Capture {
+    events: Arc<std::sync::Mutex<Vec<std::collections::BTreeMap<String, String>>>>,
+}
+
+struct Fields(std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(Default::default());
+        event.record(&mut fields);
+        self.events.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn observe_mode_traces_each_would_refuse() {
+    let policy = "version = 1\ndefault = \"allow\"\nmode = \"observe\"\ndeny = [\"write_*\"]\n";
+    let h = host(policy, None);
+    let capture = Capture::default();
+    let message = tracing::subscriber::with_default(capture.clone(), || {
+        h.call("write_file", json!({"path": "/home/me/.ssh/id", "content": "x"}))
+    });
+    assert_eq!(message.status, Status::Success);
+    let events = capture.events.lock().unwrap();
+    let would = events
+        .iter()
+        .find(|fields| fields.get("outcome").map(String::as_str) == Some("would_refuse"))
+        .expect("a would-refuse event");
+    assert_eq!(would.get("rule").map(String::as_str), Some("write_*"));
+    assert_eq!(would.get("kind").map(String::as_str), Some("Denied"));
+    assert!(would["message"].starts_with("observe mode"), "{would:?}");
+}
