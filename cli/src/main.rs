@@ -217,7 +217,9 @@ fn check_policy(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     match agent_airlock::Policy::from_toml(&text) {
         Ok(policy) if json => {
-            print_json(&json!({"valid": true, "mode": format!("{:?}", policy.mode()).to_lowercase(), "summary": policy.summary()}));
+            print_json(
+                &json!({"valid": true, "mode": format!("{:?}", policy.mode()).to_lowercase(), "summary": policy.summary()}),
+            );
             Ok(())
         }
         Ok(policy) => {

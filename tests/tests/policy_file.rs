@@ -142,7 +142,11 @@ fn a_deny_condition_refuses_naming_the_rule_and_lets_other_calls_run() {
     let refused = h.call("write_file", json!({"path": "/home/me/.ssh/authorized_keys", "content": "key"}));
     assert_eq!(kind(&refused), Some(RefusalKind::Denied));
     assert_eq!(refused.refusal.as_ref().unwrap().rule.as_deref(), Some(SSH_RULE));
-    assert!(refused.content.contains(SSH_RULE) && refused.content.contains("never write ssh keys"), "{}", refused.content);
+    assert!(
+        refused.content.contains(SSH_RULE) && refused.content.contains("never write ssh keys"),
+        "{}",
+        refused.content
+    );
     assert_eq!(h.runs.get(), 0);
 
     let ran = h.call("write_file", json!({"path": "/home/me/notes.txt", "content": "hi"}));
@@ -189,7 +193,10 @@ fn an_escalation_condition_asks_a_human_only_when_met() {
     assert_eq!(no.runs.get(), 0);
 
     let nobody = host(POLICY, None);
-    assert_eq!(kind(&nobody.call("refund", json!({"payment_id": "p1", "amount": 20000}))), Some(RefusalKind::ApprovalUnavailable));
+    assert_eq!(
+        kind(&nobody.call("refund", json!({"payment_id": "p1", "amount": 20000}))),
+        Some(RefusalKind::ApprovalUnavailable)
+    );
     assert_eq!(nobody.call("refund", json!({"payment_id": "p1", "amount": 10000})).status, Status::Success);
 }
 
@@ -313,8 +320,7 @@ fn any_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(2, 8, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-            prop::collection::btree_map("[a-z]{1,4}", inner, 0..3)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::btree_map("[a-z]{1,4}", inner, 0..3).prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }

@@ -119,7 +119,9 @@ impl Condition {
         let at = cursor.offset(value_at);
         let fail = |message: String| ConditionError { offset: at, message };
         let test = match op {
-            "==" => Test::Equal(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?),
+            "==" => {
+                Test::Equal(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
+            }
             "!=" => {
                 Test::NotEqual(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
             }
@@ -142,11 +144,10 @@ impl Condition {
                 if items.is_empty() {
                     return Err(fail("`in` needs a non-empty list".to_owned()));
                 }
-                let scalars = items
-                    .iter()
-                    .map(scalar)
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| fail("the items of an `in` list must be numbers, strings or booleans".to_owned()))?;
+                let scalars =
+                    items.iter().map(scalar).collect::<Option<Vec<_>>>().ok_or_else(|| {
+                        fail("the items of an `in` list must be numbers, strings or booleans".to_owned())
+                    })?;
                 if scalars.iter().any(|s| s.kind() != scalars[0].kind()) {
                     return Err(fail("the items of an `in` list must all have one type".to_owned()));
                 }
@@ -357,7 +358,11 @@ impl Cursor<'_> {
         let rest = self.rest();
         let mut end = 0;
         for (i, c) in rest.char_indices() {
-            let ok = if i == 0 { c.is_ascii_alphabetic() || c == '_' } else { c.is_ascii_alphanumeric() || c == '_' || c == '-' };
+            let ok = if i == 0 {
+                c.is_ascii_alphabetic() || c == '_'
+            } else {
+                c.is_ascii_alphanumeric() || c == '_' || c == '-'
+            };
             if !ok {
                 break;
             }
@@ -449,7 +454,10 @@ mod tests {
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "eur"})), Evaluation::Holds);
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "gbp"})), Evaluation::DoesNotHold);
         assert_eq!(eval("path starts_with \"/etc/\"", json!({"path": "/etc/passwd"})), Evaluation::Holds);
-        assert_eq!(eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})), Evaluation::Holds);
+        assert_eq!(
+            eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})),
+            Evaluation::Holds
+        );
         assert_eq!(eval("items[1].sku == \"b\"", json!({"items": [{"sku": "a"}, {"sku": "b"}]})), Evaluation::Holds);
     }
 

@@ -122,7 +122,9 @@ impl PolicyEffect {
     /// The key for one call, from its admitted arguments, as [`EffectTemplate::render`](crate::EffectTemplate::render).
     pub fn render(&self, arguments: &Arguments) -> String {
         crate::tool::render_effect_key(
-            self.segments.iter().map(|(param, text)| if *param { Segment::Param(text) } else { Segment::Literal(text) }),
+            self.segments
+                .iter()
+                .map(|(param, text)| if *param { Segment::Param(text) } else { Segment::Literal(text) }),
             arguments,
             self.template.len(),
         )
@@ -440,10 +442,10 @@ impl PolicyBuilder {
     /// What happens to undeclared arguments of tools matching `glob`. [`GhostPolicy::Block`] refuses
     /// them; [`GhostPolicy::Strip`] adds nothing (a policy never loosens an author's `ghost = "block"`).
     pub fn ghost(mut self, glob: &str, ghost: GhostPolicy) -> Self {
-        if let Some(rule) = self.rule(glob, ()) {
-            if ghost == GhostPolicy::Block {
-                self.policy.ghost_block.push(rule);
-            }
+        if let Some(rule) = self.rule(glob, ())
+            && ghost == GhostPolicy::Block
+        {
+            self.policy.ghost_block.push(rule);
         }
         self
     }
@@ -481,10 +483,8 @@ impl PolicyBuilder {
     fn condition(mut self, glob: &str, condition: &str, action: ConditionAction) -> Self {
         let (ConditionAction::Deny(reason) | ConditionAction::Escalate(reason)) = &action;
         if reason.trim().is_empty() {
-            self.errors.push(PolicyError::EmptyConditionReason {
-                pattern: glob.to_owned(),
-                condition: condition.to_owned(),
-            });
+            self.errors
+                .push(PolicyError::EmptyConditionReason { pattern: glob.to_owned(), condition: condition.to_owned() });
             return self;
         }
         match Condition::parse(condition) {
