@@ -415,7 +415,8 @@ impl Cursor<'_> {
         let rest = self.rest();
         let op = SYMBOLS.into_iter().find(|op| rest.starts_with(op)).or_else(|| {
             WORDS.into_iter().find(|word| {
-                rest.strip_prefix(word).is_some_and(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+                rest.strip_prefix(word)
+                    .is_some_and(|after| after.is_empty() || after.starts_with([' ', '\t', '\n', '[', '"']))
             })
         })?;
         self.at += op.len();
@@ -454,6 +455,8 @@ mod tests {
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "eur"})), Evaluation::Holds);
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "gbp"})), Evaluation::DoesNotHold);
         assert_eq!(eval("path starts_with \"/etc/\"", json!({"path": "/etc/passwd"})), Evaluation::Holds);
+        assert_eq!(eval("currency in[\"usd\"]", json!({"currency": "usd"})), Evaluation::Holds);
+        assert_eq!(eval("path matches\"/a/*\"", json!({"path": "/a/b"})), Evaluation::Holds);
         assert_eq!(
             eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})),
             Evaluation::Holds
