@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use agent_airlock::approval::{ApprovalRequest, Decision};
 use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome};
 use agent_airlock::effect::MemoryEffectStore;
 use agent_airlock::{
-    ApprovalRequest, BuildError, CallContext, Decision, Dispatcher, DispatcherBuilder, Policy, RefusalKind, State,
-    Status, ToolCall, ToolMessage, airlock_tool, tool,
+    BuildError, CallContext, Dispatcher, DispatcherBuilder, Policy, RefusalKind, State, Status, ToolCall, ToolMessage,
+    airlock_tool, tool,
 };
 use agent_airlock_tests::block_on;
 use proptest::prelude::*;
