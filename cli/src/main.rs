@@ -111,6 +111,20 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Deployment policy files.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy file: print its rules, or the first error with its line and column (exit 1).
+    Check {
+        /// The policy file (TOML).
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -205,6 +219,25 @@ struct AuditKeySource {
 
 type Failure = String;
 
+/// `airlock policy check FILE`: the summary, or `FILE:LINE:COLUMN: message` as the failure.
+fn check_policy(file: &std::path::Path, json: bool) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    match agent_airlock::Policy::from_toml(&text) {
+        Ok(policy) if json => {
+            print_json(
+                &json!({"valid": true, "mode": format!("{:?}", policy.mode()).to_lowercase(), "summary": policy.summary()}),
+            );
+            Ok(())
+        }
+        Ok(policy) => {
+            println!("{}: valid policy", file.display());
+            println!("{}", policy.summary());
+            Ok(())
+        }
+        Err(err) => Err(format!("{}:{}:{}: {}", file.display(), err.line, err.column, err.message)),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
@@ -266,6 +299,10 @@ impl Storage {
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
+    // A policy file needs no database.
+    if let Command::Policy { command: PolicyCommand::Check { file } } = &cli.command {
+        return check_policy(file, cli.json);
+    }
     let storage = Storage::open(cli)?;
     let now = SystemClock.now();
     match &cli.command {
@@ -464,6 +501,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
+        Command::Policy { command: PolicyCommand::Check { file } } => return check_policy(file, cli.json),
     }
     Ok(())
 }
