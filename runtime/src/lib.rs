@@ -279,7 +279,7 @@ pub mod keys;
 pub mod ledger;
 pub mod mask;
 mod message;
-mod policy;
+pub mod policy;
 mod rate;
 mod schema;
 mod tool;
