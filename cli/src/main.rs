@@ -26,6 +26,8 @@ use agent_airlock::{
     ApprovalKey, Clock, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, MaskSet, Masker, SystemClock,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod mcp;
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -104,6 +106,9 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Guard an MCP server: `airlock mcp --policy airlock.toml -- <command> [args…]` serves its tools on
+    /// stdio through the gates; `airlock mcp scan -- <command>` prints a starter policy for it.
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Subcommand)]
@@ -213,6 +218,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let options = RedbOpenOptions::default()
         .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
         .wait_if_open(Duration::from_secs(cli.wait_secs));
+    if let Command::Mcp(args) = &cli.command {
+        // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
+        return mcp::run(args, &cli.db, &options);
+    }
     let database = Arc::new(open_database(&cli.db, &options).map_err(|e| format!("{}: {e}", cli.db.display()))?);
     let now = SystemClock.now();
     match &cli.command {
@@ -376,6 +385,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
+        // Handled before the database is opened.
+        Command::Mcp(_) => {}
         Command::Audit { command } => {
             let (key, anchor_path) = match command {
                 AuditCommand::Verify { key, anchor } => (key, anchor.as_ref()),

@@ -188,6 +188,11 @@ impl std::fmt::Debug for UpstreamCaller {
 }
 
 impl UpstreamCaller {
+    /// Whether the connection to the upstream is gone.
+    pub fn is_closed(&self) -> bool {
+        self.peer.is_transport_closed()
+    }
+
     /// Calls the upstream's tool `name` with `arguments` and waits for its result, settled for the effect
     /// records:
     ///
@@ -271,9 +276,10 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         let Some(peer) = self.peer.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let mut params = CancelledNotificationParam::default();
-        params.request_id = Some(self.id.clone());
-        params.reason = Some("the downstream client cancelled the call".to_owned());
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the downstream client cancelled the call".to_owned()),
+        );
         runtime.spawn(async move {
             let _ = peer.notify_cancelled(params).await;
         });
