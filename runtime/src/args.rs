@@ -36,10 +36,15 @@ pub(crate) enum ScreeningError {
     Duplicates(Vec<Duplicate>),
 }
 
-/// Checks the shape, strips (or refuses) undeclared keys at every depth the tool's canonical `schema`
-/// closes, refuses repeated items where it says `uniqueItems`, and drops top-level `null`s, which count as
-/// absent.
-pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result<Screened, ScreeningError> {
+/// Checks the shape, strips (or, with `ghost` [`GhostPolicy::Block`], refuses) undeclared keys at every
+/// depth the tool's canonical `schema` closes, refuses repeated items where it says `uniqueItems`, and
+/// drops top-level `null`s, which count as absent. `ghost` is the tool's own, or the policy's if stricter.
+pub(crate) fn screen(
+    arguments: Value,
+    spec: &ToolSpec,
+    schema: &Value,
+    ghost: GhostPolicy,
+) -> Result<Screened, ScreeningError> {
     let mut map = match arguments {
         Value::Object(map) => map,
         // Some providers send no arguments at all for a tool without parameters.
@@ -70,7 +75,7 @@ pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Resul
         });
     }
     map.retain(|_, value| !value.is_null());
-    let mut walk = nested::Walk::new(schema, spec.ghost() == GhostPolicy::Strip);
+    let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip);
     let properties = schema.get("properties");
     for (key, value) in map.iter_mut() {
         if let Some(property) = properties.and_then(|p| p.get(key)) {
@@ -78,7 +83,7 @@ pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Resul
         }
     }
     ghosts.append(&mut walk.ghosts);
-    if spec.ghost() == GhostPolicy::Block && !ghosts.is_empty() {
+    if ghost == GhostPolicy::Block && !ghosts.is_empty() {
         return Err(ScreeningError::Ghosts(ghosts));
     }
     if !walk.duplicates.is_empty() {
