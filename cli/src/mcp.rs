@@ -10,6 +10,7 @@
 //! tool listed with its definition pin.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,6 +96,7 @@ fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
 }
 
 async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
+    let stop = termination();
     let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
     let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
@@ -137,7 +139,7 @@ async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Re
         eprintln!("airlock mcp: OBSERVE MODE: the policy refuses nothing; what it would refuse is audited and logged");
     }
     let approvals = McpApprovals::BoundClientElicitation(Box::new(approvals));
-    gateway.serve_stdio(approvals, termination()).await.map_err(|e| e.to_string())
+    gateway.serve_stdio(approvals, stop).await.map_err(|e| e.to_string())
 }
 
 fn approval_key(args: &GatewayArgs) -> Result<ApprovalKey, String> {
@@ -152,28 +154,34 @@ fn approval_key(args: &GatewayArgs) -> Result<ApprovalKey, String> {
     Ok(key)
 }
 
-/// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere).
-async fn termination() {
+/// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere). The handlers are
+/// installed when this is called, so a signal that arrives before the future is first polled still counts.
+fn termination() -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(mut terminate), Ok(mut interrupt)) => {
-                let name = tokio::select! {
-                    _ = terminate.recv() => "SIGTERM",
-                    _ = interrupt.recv() => "SIGINT",
-                };
-                eprintln!("airlock mcp: {name}, shutting down");
+        let handlers = signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
+        async move {
+            match handlers {
+                Ok((mut terminate, mut interrupt)) => {
+                    let name = tokio::select! {
+                        _ = terminate.recv() => "SIGTERM",
+                        _ = interrupt.recv() => "SIGINT",
+                    };
+                    eprintln!("airlock mcp: {name}, shutting down");
+                }
+                // Without signal handlers the gateway still stops when the client goes.
+                Err(_) => std::future::pending().await,
             }
-            // Without signal handlers the gateway still stops when the client goes.
-            _ => std::future::pending().await,
         }
     }
     #[cfg(not(unix))]
     {
-        match tokio::signal::ctrl_c().await {
-            Ok(()) => eprintln!("airlock mcp: interrupted, shutting down"),
-            Err(_) => std::future::pending().await,
+        async move {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => eprintln!("airlock mcp: interrupted, shutting down"),
+                Err(_) => std::future::pending().await,
+            }
         }
     }
 }

@@ -179,16 +179,25 @@ impl McpGateway {
         E: std::error::Error + Send + Sync + 'static,
     {
         let server = self.server(approvals);
-        let running = match server.serve(transport).await {
-            Ok(running) => running,
-            Err(error) => {
+        let mut shutdown = std::pin::pin!(shutdown);
+        // A client that never completes the handshake must not keep the gateway from stopping.
+        let handshake = tokio::select! {
+            handshake = server.serve(transport) => Some(handshake),
+            () = &mut shutdown => None,
+        };
+        let running = match handshake {
+            Some(Ok(running)) => running,
+            Some(Err(error)) => {
                 self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
                 return Err(GatewayError::Downstream(error.to_string()));
+            }
+            None => {
+                self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+                return Ok(());
             }
         };
         let stop = running.cancellation_token();
         let mut session = std::pin::pin!(running.waiting());
-        let mut shutdown = std::pin::pin!(shutdown);
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
         loop {
