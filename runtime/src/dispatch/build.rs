@@ -181,9 +181,10 @@ impl DispatcherBuilder {
             let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
             let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
             let definition = ToolDefinition::of(&*tool);
-            order.push(spec.name());
+            let name = spec.name().to_owned();
+            order.push(name.clone());
             tools.insert(
-                spec.name(),
+                name,
                 Entry {
                     tool,
                     definition,
