@@ -176,7 +176,7 @@ async def main(config: dict[str, Any]) -> None:
             assert "the disk went away half-way" in text_of(first), text_of(first)
             again = await client.call_tool("flaky", {"name": "c.txt"})
             assert again.is_error is True, again
-            assert report_of(again)["refusal"]["kind"] == "duplicate", report_of(again)
+            assert report_of(again)["refusal"]["kind"] == "effect_unresolved", report_of(again)
             assert len(log.calls("flaky")) == 1, log.calls()
 
         @check("a pinned tool the upstream changes (a rug pull) is hidden and its calls refused")

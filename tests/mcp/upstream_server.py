@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 LOG = Path(sys.argv[1])
 NOTES = Path(sys.argv[2])
@@ -82,7 +83,8 @@ def delete_everything() -> str:
 def flaky(name: str) -> str:
     """Always fails after touching the note."""
     (NOTES / name).write_text("half-written", encoding="utf-8")
-    raise RuntimeError("the disk went away half-way")
+    # A ToolError reaches the client as an `isError` result with this text.
+    raise ToolError("the disk went away half-way")
 
 
 @server.tool()

@@ -47,7 +47,8 @@ use rmcp::transport::IntoTransport;
 
 use crate::dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 use crate::integrations::mcp::{DEFAULT_APPROVAL_TIMEOUT, GuardedMcpServer, McpApprovals, ServedDispatcher};
-use crate::tool::Tool;
+use crate::json_tool::{JsonCall, JsonTool};
+use serde_json::Value;
 
 /// Makes a dispatcher builder with everything but the tools: policy, approvals, effects, audit, masker.
 /// Called again for every new list of upstream tools.
@@ -270,8 +271,8 @@ fn build(
         }
         match guarded_tool(&tool, upstream.caller()) {
             Ok(guarded) => {
-                builder = builder.tool_arc(guarded);
-                offered.push(downstream_definition(tool));
+                offered.push(downstream_definition(tool, &guarded));
+                builder = builder.tool(guarded);
             }
             Err(why) => {
                 tracing::warn!(target: "agent_airlock", tool = %name, %why, "an upstream tool cannot be guarded: hidden");
@@ -282,16 +283,32 @@ fn build(
     Ok((builder.build()?, offered, report))
 }
 
-/// The upstream's definition as offered downstream: as the upstream wrote it, without its output schema
-/// (a guarded result is the text of the upstream's, masked, so structured content is not passed on).
-fn downstream_definition(mut tool: rmcp::model::Tool) -> rmcp::model::Tool {
+/// The upstream's definition as offered downstream: its name, title, annotations and description as the
+/// upstream wrote them, its input schema as the guard enforces it (objects the upstream left open closed,
+/// see [`Closing`](crate::json_tool::Closing)), and no output schema (a guarded result is the text of the
+/// upstream's, masked, so structured content is not passed on).
+fn downstream_definition(mut tool: rmcp::model::Tool, guarded: &JsonTool) -> rmcp::model::Tool {
+    if let Value::Object(schema) = guarded.definition_schema() {
+        tool.input_schema = Arc::new(schema.clone());
+    }
     tool.output_schema = None;
     tool
 }
 
 /// The guarded tool standing for an upstream tool: its JSON Schema validates and screens the arguments, and
-/// admitted calls are forwarded.
-fn guarded_tool(tool: &rmcp::model::Tool, caller: UpstreamCaller) -> Result<Arc<dyn Tool>, String> {
-    let _ = (tool, caller);
-    Err("not yet".to_owned())
+/// admitted calls are forwarded to the upstream.
+fn guarded_tool(tool: &rmcp::model::Tool, caller: UpstreamCaller) -> Result<JsonTool, String> {
+    // Every guarded tool has a description; for an upstream tool without one, say so rather than hide it.
+    let description = match (tool.description.as_deref(), &tool.title) {
+        (Some(description), _) if !description.trim().is_empty() => description.to_owned(),
+        (_, Some(title)) if !title.trim().is_empty() => title.clone(),
+        _ => format!("`{}` (the upstream server gives no description)", tool.name),
+    };
+    let schema = Value::Object((*tool.input_schema).clone());
+    JsonTool::builder(tool.name.to_string(), description, schema)
+        .build(move |call: JsonCall| {
+            let caller = caller.clone();
+            async move { caller.call(&call.tool, call.arguments).await }
+        })
+        .map_err(|error| error.to_string())
 }
