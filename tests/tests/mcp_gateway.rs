@@ -10,25 +10,19 @@
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_airlock::Policy;
-use agent_airlock_tests::python_env::{PythonEnv, Venv};
+use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
-const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock_cli");
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::{AIRLOCK, airlock, run_client, scan, venv, wait_with_deadline};
+
 const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/gateway_client.py");
-const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/requirements.txt");
-/// A hung gateway, upstream or client must fail the test, not hang CI.
-const DEADLINE: Duration = Duration::from_secs(240);
-
-fn venv() -> Venv {
-    PythonEnv::under_target(env!("CARGO_TARGET_TMPDIR"))
-        .provision(Path::new(REQUIREMENTS))
-        .unwrap_or_else(|why| panic!("the Python MCP SDK cannot be provisioned: {why}"))
-}
 
 /// The scratch files of one upstream: its call log and its notes directory.
 struct Scratch {
@@ -63,19 +57,10 @@ impl Scratch {
     }
 }
 
-fn airlock(args: &[&str]) -> std::process::Output {
-    Command::new(AIRLOCK).args(args).stdin(Stdio::null()).output().expect("airlock runs")
-}
-
 /// `airlock mcp scan`'s starter policy, as an operator edits it: five tools allowed, transfers escalated, the
 /// flaky tool given an effect key.
 fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
-    let mut args = vec!["mcp", "scan", "--"];
-    let upstream = scratch.upstream(venv);
-    args.extend(upstream.iter().map(String::as_str));
-    let scan = airlock(&args);
-    let starter = String::from_utf8(scan.stdout).expect("UTF-8");
-    assert!(scan.status.success(), "scan failed: {}", String::from_utf8_lossy(&scan.stderr));
+    let starter = scan(&scratch.upstream(venv));
 
     let pinned = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("the starter policy parses: {e}\n{starter}"));
     let mut tools: Vec<&String> = pinned.pins().keys().collect();
@@ -91,21 +76,6 @@ fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
         .replace("[tools.flaky]\n", "[tools.flaky]\neffect = \"flaky:{name}\"\n");
     Policy::from_toml(&policy).unwrap_or_else(|e| panic!("the edited policy parses: {e}\n{policy}"));
     policy
-}
-
-fn wait_with_deadline(child: &mut Child, deadline: Duration) -> Option<std::process::ExitStatus> {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited for") {
-            return Some(status);
-        }
-        if started.elapsed() > deadline {
-            child.kill().expect("the hung child can be killed");
-            child.wait().expect("the killed child is reaped");
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn is_running(pid: u32) -> bool {
@@ -137,38 +107,7 @@ fn the_gateway_guards_a_python_sdk_server_for_a_python_sdk_client() {
         "log": scratch.path("calls.log"),
         "notes": scratch.path("notes"),
     });
-    let config_path = scratch.path("config.json");
-    std::fs::write(&config_path, config.to_string()).expect("the config is written");
-
-    let mut child = venv
-        .command()
-        .arg(CLIENT)
-        .arg(&config_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the Python client starts");
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).map(|_| text)
-    });
-    let status = wait_with_deadline(&mut child, DEADLINE);
-    let stdout = out.join().expect("reader thread").expect("stdout is UTF-8");
-    let stderr = err.join().expect("reader thread").expect("stderr is UTF-8");
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    let status = status.unwrap_or_else(|| panic!("the client did not finish within {DEADLINE:?}"));
-    let summary =
-        stdout.lines().rev().find(|line| line.ends_with(" failed")).expect("the client prints `N passed, N failed`");
-    assert!(status.success(), "the Python client reported failures: {summary}");
-    assert_eq!(summary, "10 passed, 0 failed");
+    run_client(&venv, CLIENT, &config, scratch.dir.path(), 10);
 
     // Each client closed its connection: each gateway stopped its upstream.
     let pids = scratch.upstream_pids();
