@@ -6,7 +6,7 @@
 //!
 //! What a request says (tool, rule, reason, arguments) is shown only from its sealed value, after the seal
 //! is checked with the approval key: a record whose seal fails is shown as `TAMPERED`, and without a key as
-//! `unverified`, never with its labels. Everything shown is escaped (`agent_airlock::display`), so no value
+//! `unverified`, never with its labels. Everything shown is escaped (`agent_airlock::approval::display`), so no value
 //! can display as another. `approve` shows the sealed call in full and asks for confirmation (`--yes` for
 //! scripts).
 
@@ -16,14 +16,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_airlock::approval::display::{escape, render_call, value_text};
 use agent_airlock::audit::{Anchor, AuditConfig, AuditKey, AuditLog, verify};
-use agent_airlock::display::{escape, render_call, value_text};
 use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{
     ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus, open_database,
 };
 use agent_airlock::{
-    ApprovalKey, Clock, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, MaskSet, Masker, SystemClock,
+    Clock, SystemClock,
+    approval::{EscalationReason, InterruptApprovals, InterruptRequest, KeyRing},
+    keys::ApprovalKey,
+    mask::{MaskSet, Masker},
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use agent_airlock::ledger::{ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
 use agent_airlock::{
-    ApprovalKey, InterruptApprovals, KeyRing, ManualClock, Outcome, Policy, RefusalKind, RetiredKeys, Status, ToolCall,
-    ToolMessage,
+    ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
+    approval::{InterruptApprovals, KeyRing, RetiredKeys},
+    keys::ApprovalKey,
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, KEY_ENV, SECRET_HEX, START, key_ring};
@@ -466,7 +467,7 @@ fn a_model_calling_in_a_loop_gets_a_few_requests_and_then_refusals_that_say_when
     let host = Host::new();
     let outcomes: Vec<Outcome> = (0..200).map(|_| host.dispatch(refund_call(500), "c1", None)).collect();
     let interrupts = outcomes.iter().filter(|o| matches!(o, Outcome::Interrupt { .. })).count();
-    assert_eq!(interrupts, agent_airlock::DEFAULT_MAX_PENDING as usize);
+    assert_eq!(interrupts, agent_airlock::approval::DEFAULT_MAX_PENDING as usize);
     assert_eq!(host.ledger.list_requests().unwrap().len(), interrupts, "a refused call stores nothing");
     let refused = outcomes.into_iter().last().unwrap().expect_message();
     let refusal = refused.refusal.unwrap();

@@ -22,8 +22,10 @@ use std::time::Duration;
 use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::ledger::RedbLedger;
 use agent_airlock::{
-    ApprovalKey, CallContext, Dispatcher, InterruptApprovals, KeyRing, Outcome, State, SystemClock, ToolCall,
-    ToolError, airlock_tool, tool,
+    CallContext, Dispatcher, Outcome, State, SystemClock, ToolCall, ToolError, airlock_tool,
+    approval::{InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+    tool,
 };
 use serde_json::{Value, json};
 

@@ -20,8 +20,10 @@ use std::sync::{Arc, Mutex};
 use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
 use agent_airlock::ledger::RedbLedger;
 use agent_airlock::{
-    ApprovalKey, CallContext, Dispatcher, InterruptApprovals, KeyRing, Policy, State, SystemClock, ToolError,
-    airlock_tool, tool,
+    CallContext, Dispatcher, Policy, State, SystemClock, ToolError, airlock_tool,
+    approval::{InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+    tool,
 };
 use serde_json::{Value, json};
 
