@@ -112,6 +112,20 @@ enum Command {
     /// Guard an MCP server: `airlock mcp --policy airlock.toml -- <command> [args…]` serves its tools on
     /// stdio through the gates; `airlock mcp scan -- <command>` prints a starter policy for it.
     Mcp(mcp::McpArgs),
+    /// Deployment policy files.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy file: print its rules, or the first error with its line and column (exit 1).
+    Check {
+        /// The policy file (TOML).
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -206,6 +220,25 @@ struct AuditKeySource {
 
 type Failure = String;
 
+/// `airlock policy check FILE`: the summary, or `FILE:LINE:COLUMN: message` as the failure.
+fn check_policy(file: &std::path::Path, json: bool) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    match agent_airlock::Policy::from_toml(&text) {
+        Ok(policy) if json => {
+            print_json(
+                &json!({"valid": true, "mode": format!("{:?}", policy.mode()).to_lowercase(), "summary": policy.summary()}),
+            );
+            Ok(())
+        }
+        Ok(policy) => {
+            println!("{}: valid policy", file.display());
+            println!("{}", policy.summary());
+            Ok(())
+        }
+        Err(err) => Err(format!("{}:{}:{}: {}", file.display(), err.line, err.column, err.message)),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
@@ -218,6 +251,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
+    // A policy file needs no database.
+    if let Command::Policy { command: PolicyCommand::Check { file } } = &cli.command {
+        return check_policy(file, cli.json);
+    }
     let options = RedbOpenOptions::default()
         .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
         .wait_if_open(Duration::from_secs(cli.wait_secs));
@@ -425,6 +462,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
+        Command::Policy { command: PolicyCommand::Check { file } } => return check_policy(file, cli.json),
     }
     Ok(())
 }

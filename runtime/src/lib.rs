@@ -98,6 +98,34 @@
 //! # });
 //! ```
 //!
+//! The same policy can live in a file ([`Policy::from_toml`], format in [`policy::file`]), with argument
+//! conditions ([`policy::condition`]) and an observe mode that refuses nothing and reports what it would:
+//!
+//! ```
+//! use agent_airlock::Policy;
+//! use serde_json::json;
+//!
+//! let policy = Policy::from_toml(
+//!     r#"
+//! version = 1
+//! default = "allow"
+//! deny = ["delete_*"]
+//!
+//! [[tools.write_file.when]]
+//! if = 'path matches "**/.ssh/**"'
+//! deny = "never write ssh keys"
+//! "#,
+//! )
+//! .unwrap();
+//! let rule = &policy.for_tool("write_file").conditions[0];
+//! assert!(rule.evaluate(json!({"path": "/home/me/.ssh/id"}).as_object().unwrap()).applies());
+//! // A missing argument applies a rule too (fail closed).
+//! assert!(rule.evaluate(&Default::default()).applies());
+//!
+//! let err = Policy::from_toml("version = 1\ndefault = \"allow\"\ndeny = [\"[\"]\n").unwrap_err();
+//! assert_eq!(err.to_string(), "line 3, column 9: invalid glob `[`: unclosed character class; missing ']'");
+//! ```
+//!
 //! ## An approver
 //!
 //! A tool declared with `escalate = "..."` (or matched by a policy `escalate` glob) runs only once a human

@@ -259,7 +259,10 @@ impl DispatcherBuilder {
 
 /// One bucket per limit (so the stricter one always binds), in ascending id order, and the rule and rate
 /// each enforces at the same positions.
-fn add_buckets(limiter: &mut RateLimiter, limits: Vec<(String, Rate, RateScope)>) -> (Vec<BucketId>, Vec<(String, Rate)>) {
+fn add_buckets(
+    limiter: &mut RateLimiter,
+    limits: Vec<(String, Rate, RateScope)>,
+) -> (Vec<BucketId>, Vec<(String, Rate)>) {
     let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
     (buckets, limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect())
 }

@@ -111,13 +111,7 @@ impl Dispatcher {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
                     return match approvals
-                        .request_masked(
-                            &binding,
-                            call.rules,
-                            call.reasons,
-                            &self.masker,
-                            call.entry.mask,
-                        )
+                        .request_masked(&binding, call.rules, call.reasons, &self.masker, call.entry.mask)
                         .await
                     {
                         Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),

@@ -403,7 +403,13 @@ impl Dispatcher {
                         None => reason.clone(),
                     };
                     if self.observe {
-                        self.would_refuse(refusal::would_escalate(name, rule.name(), &reason), name, id, context, trail);
+                        self.would_refuse(
+                            refusal::would_escalate(name, rule.name(), &reason),
+                            name,
+                            id,
+                            context,
+                            trail,
+                        );
                     } else {
                         escalations.push(EscalationReason { rule: rule.name().to_owned(), reason });
                     }

@@ -111,12 +111,17 @@ impl Condition {
         }
         let value: Value = serde_json::from_str(rest).map_err(|err| ConditionError {
             offset: cursor.offset(value_at) + json_error_offset(rest, &err),
-            message: format!("invalid value: {err}; write a JSON literal such as `10000`, `\"text\"` or `true`"),
+            message: format!(
+                "invalid value: {}; write a JSON literal such as `10000`, `\"text\"` or `true`",
+                json_error_text(&err)
+            ),
         })?;
         let at = cursor.offset(value_at);
         let fail = |message: String| ConditionError { offset: at, message };
         let test = match op {
-            "==" => Test::Equal(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?),
+            "==" => {
+                Test::Equal(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
+            }
             "!=" => {
                 Test::NotEqual(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
             }
@@ -139,11 +144,10 @@ impl Condition {
                 if items.is_empty() {
                     return Err(fail("`in` needs a non-empty list".to_owned()));
                 }
-                let scalars = items
-                    .iter()
-                    .map(scalar)
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| fail("the items of an `in` list must be numbers, strings or booleans".to_owned()))?;
+                let scalars =
+                    items.iter().map(scalar).collect::<Option<Vec<_>>>().ok_or_else(|| {
+                        fail("the items of an `in` list must be numbers, strings or booleans".to_owned())
+                    })?;
                 if scalars.iter().any(|s| s.kind() != scalars[0].kind()) {
                     return Err(fail("the items of an `in` list must all have one type".to_owned()));
                 }
@@ -307,6 +311,15 @@ fn compare_numbers(a: &Number, b: &Number) -> Option<Ordering> {
     }
 }
 
+/// serde_json's message without its position (the caller reports the position itself).
+fn json_error_text(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
 /// The character offset inside `text` that a serde_json error points at.
 fn json_error_offset(text: &str, err: &serde_json::Error) -> usize {
     let mut line = 1;
@@ -345,7 +358,11 @@ impl Cursor<'_> {
         let rest = self.rest();
         let mut end = 0;
         for (i, c) in rest.char_indices() {
-            let ok = if i == 0 { c.is_ascii_alphabetic() || c == '_' } else { c.is_ascii_alphanumeric() || c == '_' || c == '-' };
+            let ok = if i == 0 {
+                c.is_ascii_alphabetic() || c == '_'
+            } else {
+                c.is_ascii_alphanumeric() || c == '_' || c == '-'
+            };
             if !ok {
                 break;
             }
@@ -398,7 +415,8 @@ impl Cursor<'_> {
         let rest = self.rest();
         let op = SYMBOLS.into_iter().find(|op| rest.starts_with(op)).or_else(|| {
             WORDS.into_iter().find(|word| {
-                rest.strip_prefix(word).is_some_and(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+                rest.strip_prefix(word)
+                    .is_some_and(|after| after.is_empty() || after.starts_with([' ', '\t', '\n', '[', '"']))
             })
         })?;
         self.at += op.len();
@@ -437,7 +455,12 @@ mod tests {
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "eur"})), Evaluation::Holds);
         assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "gbp"})), Evaluation::DoesNotHold);
         assert_eq!(eval("path starts_with \"/etc/\"", json!({"path": "/etc/passwd"})), Evaluation::Holds);
-        assert_eq!(eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})), Evaluation::Holds);
+        assert_eq!(eval("currency in[\"usd\"]", json!({"currency": "usd"})), Evaluation::Holds);
+        assert_eq!(eval("path matches\"/a/*\"", json!({"path": "/a/b"})), Evaluation::Holds);
+        assert_eq!(
+            eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})),
+            Evaluation::Holds
+        );
         assert_eq!(eval("items[1].sku == \"b\"", json!({"items": [{"sku": "a"}, {"sku": "b"}]})), Evaluation::Holds);
     }
 

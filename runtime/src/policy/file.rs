@@ -162,7 +162,9 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
         file.tool(glob, tool)?;
     }
     // Each builder error was located as it happened; this only guards against one that was not.
-    file.builder.build().map_err(|errors| locate(text, 0, errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+    file.builder
+        .build()
+        .map_err(|errors| locate(text, 0, errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
 }
 
 struct FileBuilder<'a> {
@@ -200,6 +202,11 @@ impl FileBuilder<'_> {
     fn tool(&mut self, glob: &Spanned<String>, tool: &RawTool) -> Result<(), PolicyFileError> {
         let name = glob.get_ref().as_str();
         let key = glob.span();
+        // The glob is checked even when its table sets nothing.
+        if let Err(err) = globset::Glob::new(name) {
+            let error = PolicyError::Glob { pattern: name.to_owned(), message: err.kind().to_string() };
+            return Err(locate(self.text, key.start, error.to_string()));
+        }
         if let Some(reason) = &tool.escalate {
             self.apply(|b| b.escalate(name, reason.get_ref()), &[key.clone(), reason.span(), reason.span()])?;
         }
@@ -241,7 +248,7 @@ impl FileBuilder<'_> {
                 Ghost::Strip => GhostPolicy::Strip,
                 Ghost::Block => GhostPolicy::Block,
             };
-            self.apply(|b| b.ghost(name, ghost), &[key.clone()])?;
+            self.apply(|b| b.ghost(name, ghost), std::slice::from_ref(&key))?;
         }
         if let Some(template) = &tool.effect {
             self.apply(|b| b.effect(name, template.get_ref()), &[key.clone(), template.span()])?;
@@ -259,8 +266,7 @@ impl FileBuilder<'_> {
                     return Err(locate(
                         self.text,
                         when.span().start,
-                        "a `when` rule needs exactly one of `deny = \"reason\"` or `escalate = \"reason\"`"
-                            .to_owned(),
+                        "a `when` rule needs exactly one of `deny = \"reason\"` or `escalate = \"reason\"`".to_owned(),
                     ));
                 }
             };
@@ -367,6 +373,141 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(write.ghost_block.as_deref(), Some("write_*"));
         assert_eq!(write.conditions[0].action(), &ConditionAction::Deny("never write ssh keys".to_owned()));
         assert_eq!(write.effect, None);
+    }
+
+    /// `(line, column, message)` of the error `text` is refused with.
+    fn refused(text: &str) -> (usize, usize, String) {
+        let err = Policy::from_toml(text).unwrap_err();
+        (err.line, err.column, err.message)
+    }
+
+    const HEAD: &str = "version = 1\ndefault = \"allow\"\n";
+
+    #[test]
+    fn every_refusal_names_its_line_and_column() {
+        let h = |rest: &str| format!("{HEAD}{rest}");
+        let cases: Vec<(String, usize, usize, &str)> = vec![
+            // TOML syntax, unknown keys at every level, wrong types, unknown enum values.
+            (h("deny = [\"a\"\n"), 3, 12, "unclosed array, expected `]`"),
+            (h("colour = \"red\"\n"), 3, 1, "unknown field `colour`, expected one of `version`, `default`"),
+            (h("[tools.refund]\nescalte = \"x\"\n"), 4, 1, "unknown field `escalte`, expected one of `escalate`"),
+            (
+                h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nreason = \"y\"\n"),
+                6,
+                1,
+                "unknown field `reason`",
+            ),
+            ("default = \"allow\"\n".to_owned(), 1, 1, "missing field `version`"),
+            ("version = 1\n".to_owned(), 1, 1, "missing field `default`"),
+            ("version = 2\ndefault = \"allow\"\n".to_owned(), 1, 11, "unsupported policy version `2`, expected `1`"),
+            ("version = \"1\"\ndefault = \"allow\"\n".to_owned(), 1, 11, "invalid type: string \"1\", expected i64"),
+            (
+                "version = 1\ndefault = \"maybe\"\n".to_owned(),
+                2,
+                11,
+                "unknown variant `maybe`, expected `allow` or `deny`",
+            ),
+            (h("mode = \"loud\"\n"), 3, 8, "unknown variant `loud`, expected `enforce` or `observe`"),
+            (h("[tools.refund]\nghost = \"maybe\"\n"), 4, 9, "unknown variant `maybe`, expected `strip` or `block`"),
+            (h("[tools.refund]\nrate_per = \"galaxy\"\nrate = \"1/minute\"\n"), 4, 12, "unknown variant `galaxy`"),
+            // Globs: deny and allow lists, tool keys (even of an empty table).
+            (h("deny = [\"ok\", \"[\"]\n"), 3, 15, "invalid glob `[`: unclosed character class"),
+            ("version = 1\ndefault = \"deny\"\nallow = [\"a{\"]\n".to_owned(), 3, 10, "invalid glob `a{`"),
+            (h("[tools.\"[x\"]\n"), 3, 8, "invalid glob `[x`"),
+            (h("allow = [\"read_*\"]\n"), 3, 10, "`allow` lists only matter with `default = \"deny\"`"),
+            // Rates.
+            (
+                h("[tools.refund]\nrate = \"5/fortnight\"\n"),
+                4,
+                8,
+                "invalid rate `5/fortnight` for `refund`: unknown rate unit `fortnight`",
+            ),
+            (
+                h("[tools.refund]\nrate = \"0/minute\"\n"),
+                4,
+                8,
+                "invalid rate `0/minute` for `refund`: rate count must be at least 1",
+            ),
+            (h("[tools.refund]\nrate_per = \"thread\"\n"), 4, 12, "`rate_per` needs a `rate`"),
+            (
+                h("[tools.refund]\nrate = \"1/minute\"\nrate_shared = true\n"),
+                5,
+                15,
+                "`rate_shared = true` needs a shared store",
+            ),
+            // Masks, templates, pins, reasons.
+            (
+                h("[tools.refund]\nmask = \"pii,gossip\"\n"),
+                4,
+                8,
+                "invalid mask `pii,gossip` for `refund`: unknown mask set `gossip`",
+            ),
+            (
+                h("[tools.refund]\neffect = \"refund:{id\"\n"),
+                4,
+                10,
+                "invalid effect template `refund:{id` for `refund`: unclosed `{`",
+            ),
+            (h("[tools.refund]\neffect = \"refund\"\n"), 4, 10, "an effect template needs at least one `{parameter}`"),
+            (
+                h("[tools.\"re*\"]\npin = \"sha256:00\"\n"),
+                3,
+                8,
+                "invalid pin for `re*`: a pin needs an exact tool name, not a glob",
+            ),
+            (
+                h("[tools.refund]\npin = \" \"\n"),
+                4,
+                7,
+                "invalid pin for `refund`: the digest must be a non-empty string",
+            ),
+            (h("[tools.refund]\nescalate = \"  \"\n"), 4, 12, "escalation rule `refund` needs a non-empty reason"),
+            // Conditions: the column points inside the string where it can.
+            (h("[[tools.refund.when]]\nif = \"a > 1\"\n"), 3, 1, "a `when` rule needs exactly one of"),
+            (h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nescalate = \"y\"\n"), 3, 1, "exactly one of"),
+            (
+                h("[[tools.refund.when]]\nif = \"amount >> 5\"\ndeny = \"x\"\n"),
+                4,
+                15,
+                "invalid condition `amount >> 5` for `refund`: invalid value: expected value;",
+            ),
+            (
+                h("[[tools.refund.when]]\nif = \"amount ~ 5\"\ndeny = \"x\"\n"),
+                4,
+                14,
+                "expected an operator after the argument path",
+            ),
+            (h("[tools.refund]\nwhen = [{ if = 'path matches \"[\"', deny = \"x\" }]\n"), 4, 30, "invalid glob `[`"),
+            (
+                h("[[tools.refund.when]]\nif = \"path == \\\"a\\\" x\"\ndeny = \"x\"\n"),
+                4,
+                6,
+                "invalid value: trailing characters",
+            ),
+            (
+                h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"\"\n"),
+                5,
+                8,
+                "condition rule `refund when a > 1` needs a non-empty reason",
+            ),
+        ];
+        for (text, line, column, message) in cases {
+            let (got_line, got_column, got) = refused(&text);
+            assert!(got.contains(message), "{text:?}: {got}");
+            assert_eq!((got_line, got_column), (line, column), "{text:?}: {got}");
+            let display = Policy::from_toml(&text).unwrap_err().to_string();
+            assert_eq!(display, format!("line {line}, column {column}: {got}"));
+        }
+    }
+
+    #[test]
+    fn the_first_matching_effect_template_wins_in_file_order() {
+        let policy = Policy::from_toml(&format!(
+            "{HEAD}[tools.\"z*\"]\neffect = \"first:{{id}}\"\n[tools.\"*\"]\neffect = \"second:{{id}}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(policy.for_tool("zap").effect.unwrap().1.template(), "first:{id}");
+        assert_eq!(policy.for_tool("abc").effect.unwrap().1.template(), "second:{id}");
     }
 
     #[test]

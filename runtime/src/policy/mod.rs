@@ -122,7 +122,9 @@ impl PolicyEffect {
     /// The key for one call, from its admitted arguments, as [`EffectTemplate::render`](crate::EffectTemplate::render).
     pub fn render(&self, arguments: &Arguments) -> String {
         crate::tool::render_effect_key(
-            self.segments.iter().map(|(param, text)| if *param { Segment::Param(text) } else { Segment::Literal(text) }),
+            self.segments
+                .iter()
+                .map(|(param, text)| if *param { Segment::Param(text) } else { Segment::Literal(text) }),
             arguments,
             self.template.len(),
         )
@@ -269,6 +271,33 @@ impl Policy {
         &self.pins
     }
 
+    /// A summary for a person, one rule a line: mode, default, then each rule with its glob.
+    pub fn summary(&self) -> String {
+        let mut lines = vec![
+            format!("mode      {}", if self.observe { "observe (nothing refused)" } else { "enforce" }),
+            format!("default   {}", if self.default_deny { "deny" } else { "allow" }),
+        ];
+        lines.extend(self.deny.iter().map(|r| format!("deny      {}", r.pattern)));
+        lines.extend(self.allow.iter().map(|r| format!("allow     {}", r.pattern)));
+        lines.extend(self.escalate.iter().map(|r| format!("escalate  {}: {}", r.pattern, r.value)));
+        lines.extend(self.rate_limits.iter().map(|r| {
+            let per = match r.value.1 {
+                RateScope::PerTool => "",
+                RateScope::PerThread => " per thread",
+            };
+            format!("rate      {}: {}{per}", r.pattern, r.value.0)
+        }));
+        lines.extend(self.masks.iter().map(|r| format!("mask      {}: {}", r.pattern, r.value)));
+        lines.extend(self.ghost_block.iter().map(|r| format!("ghost     {}: block", r.pattern)));
+        lines.extend(self.effects.iter().map(|r| format!("effect    {}: {}", r.pattern, r.value.template)));
+        lines.extend(self.conditions.iter().map(|r| match &r.value.action {
+            ConditionAction::Deny(reason) => format!("deny      {}: {reason}", r.value.name),
+            ConditionAction::Escalate(reason) => format!("escalate  {}: {reason}", r.value.name),
+        }));
+        lines.extend(self.pins.iter().map(|(tool, digest)| format!("pin       {tool}: {digest}")));
+        lines.join("\n")
+    }
+
     /// What the policy says about the tool registered as `name`.
     pub fn for_tool(&self, name: &str) -> ToolPolicy {
         let denied_by = self.deny.iter().find(|r| r.matcher.is_match(name)).map(|r| r.pattern.clone()).or_else(|| {
@@ -413,10 +442,10 @@ impl PolicyBuilder {
     /// What happens to undeclared arguments of tools matching `glob`. [`GhostPolicy::Block`] refuses
     /// them; [`GhostPolicy::Strip`] adds nothing (a policy never loosens an author's `ghost = "block"`).
     pub fn ghost(mut self, glob: &str, ghost: GhostPolicy) -> Self {
-        if let Some(rule) = self.rule(glob, ()) {
-            if ghost == GhostPolicy::Block {
-                self.policy.ghost_block.push(rule);
-            }
+        if let Some(rule) = self.rule(glob, ())
+            && ghost == GhostPolicy::Block
+        {
+            self.policy.ghost_block.push(rule);
         }
         self
     }
@@ -454,10 +483,8 @@ impl PolicyBuilder {
     fn condition(mut self, glob: &str, condition: &str, action: ConditionAction) -> Self {
         let (ConditionAction::Deny(reason) | ConditionAction::Escalate(reason)) = &action;
         if reason.trim().is_empty() {
-            self.errors.push(PolicyError::EmptyConditionReason {
-                pattern: glob.to_owned(),
-                condition: condition.to_owned(),
-            });
+            self.errors
+                .push(PolicyError::EmptyConditionReason { pattern: glob.to_owned(), condition: condition.to_owned() });
             return self;
         }
         match Condition::parse(condition) {
