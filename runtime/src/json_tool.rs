@@ -58,7 +58,8 @@ pub struct JsonCall {
 pub type JsonFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
 
 /// How a [`JsonTool`]'s admitted calls run. Implemented for every `Fn(JsonCall) -> impl Future<Output =
-/// Result<Value, ToolError>>` closure; nothing runs until the dispatcher polls the future, after every gate.
+/// Result<Value, ToolError>>` closure. [`execute`](Self::execute) is called only once the call has passed
+/// every gate, when the dispatcher runs it (gate 8), so even a closure's body acts only for admitted calls.
 pub trait JsonExecutor: Send + Sync + 'static {
     /// Starts one admitted call.
     fn execute(&self, call: JsonCall) -> JsonFuture;
@@ -325,9 +326,11 @@ impl Tool for JsonTool {
         let Value::Object(arguments) = instance else { unreachable!("built as an object above") };
         let call =
             JsonCall { tool: invocation.tool.to_owned(), tool_call_id: invocation.tool_call_id.to_owned(), arguments };
-        let future = self.executor.execute(call);
+        // The executor is called when the dispatcher polls, after every gate: an executor that acts before
+        // returning its future (a closure's body) must not act for a call that is then refused.
+        let executor = Arc::clone(&self.executor);
         Ok(Prepared::new(Box::pin(async move {
-            match future.await {
+            match executor.execute(call).await {
                 Ok(value) => ToolOutput::Content(value),
                 Err(error) => ToolOutput::Failed(error),
             }

@@ -201,3 +201,206 @@ fn ghost_block_refuses_a_nested_ghost() {
     assert!(message.content.contains("`customer.idd`"), "{}", message.content);
     assert!(received.lock().unwrap().is_empty());
 }
+
+mod full_dispatch {
+    //! A run-time tool through every gate on one real redb file (approval ledger, effect records and audit
+    //! log together): escalation across an interrupt, the effect key from the admitted JSON, masking,
+    //! audit.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, verify};
+    use agent_airlock::effect::RedbEffectStore;
+    use agent_airlock::json_tool::{JsonCall, JsonTool};
+    use agent_airlock::ledger::RedbLedger;
+    use agent_airlock::mask::MaskSet;
+    use agent_airlock::{
+        CallContext, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall,
+        ToolError, ToolMessage,
+    };
+    use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
+    use agent_airlock_tests::{audit_test_key, block_on};
+    use serde_json::{Value, json};
+
+    struct Host {
+        _dir: tempfile::TempDir,
+        dispatcher: Dispatcher,
+        approvals: InterruptApprovals,
+        audit: Arc<AuditLog>,
+        runs: Arc<AtomicUsize>,
+        received: super::Received,
+    }
+
+    impl Host {
+        /// `refund` defined by a schema, escalated by its definition, `mail` escalated by the policy only.
+        fn new() -> Host {
+            let dir = tempfile::tempdir().unwrap();
+            let database = Arc::new(redb::Database::create(dir.path().join("airlock.redb")).unwrap());
+            let clock = Arc::new(ManualClock::new(START));
+            let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).unwrap());
+            let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).unwrap());
+            let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
+            let audit = Arc::new(AuditLog::with_database(database, config).unwrap().with_clock(Arc::clone(&clock)));
+            let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
+            let runs = Arc::new(AtomicUsize::new(0));
+            let received: super::Received = Arc::default();
+            let (counter, log) = (Arc::clone(&runs), Arc::clone(&received));
+            let upstream = Arc::new(move |call: JsonCall| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                log.lock().unwrap().push(call.clone());
+                async move {
+                    Ok::<Value, ToolError>(json!({
+                        "refunded": call.arguments.get("amount"),
+                        "contact": "alice@example.com",
+                        "tool": call.tool,
+                    }))
+                }
+            });
+            let refund = JsonTool::builder(
+                "refund",
+                "Refund a payment.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "payment_id": {"type": "string", "description": "The payment to refund."},
+                        "amount": {"type": "integer", "minimum": 1},
+                        "meta": {"type": "object", "properties": {"reason": {"type": "string"}}}
+                    },
+                    "required": ["payment_id", "amount"]
+                }),
+            )
+            .escalate("moves money")
+            .effect("refund:{payment_id}:{amount}")
+            .mask(MaskSet::ALL)
+            .build_shared(upstream.clone())
+            .unwrap();
+            let mail = JsonTool::builder(
+                "mail",
+                "Send a mail.",
+                json!({"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}),
+            )
+            .build_shared(upstream)
+            .unwrap();
+            let dispatcher = Dispatcher::builder()
+                .tool(refund)
+                .tool(mail)
+                .policy(Policy::builder().escalate("mail", "writes to people").build().unwrap())
+                .effects(effects)
+                .audit(Arc::clone(&audit))
+                .interrupt_approvals(approvals.clone())
+                .clock(clock)
+                .build()
+                .unwrap();
+            Host { _dir: dir, dispatcher, approvals, audit, runs, received }
+        }
+
+        fn dispatch(&self, call: ToolCall, resume: Option<&Value>) -> Outcome {
+            let context = CallContext::new().with_thread("t1");
+            let context = match resume {
+                Some(resume) => context.with_resume(resume.clone()),
+                None => context,
+            };
+            block_on(self.dispatcher.dispatch(call, &context))
+        }
+
+        /// The call's interrupt, approved: the request as shown to the human and the resume value.
+        fn approve(&self, call: &ToolCall) -> (Value, Value) {
+            let request = match self.dispatch(call.clone(), None) {
+                Outcome::Interrupt { request, .. } => request.into_value(),
+                other => panic!("expected an interrupt, got {other:?}"),
+            };
+            let resume = block_on(self.approvals.approve(&request, "alice")).unwrap().into_value();
+            (request, resume)
+        }
+
+        fn resume(&self, call: &ToolCall, resume: &Value) -> ToolMessage {
+            self.dispatch(call.clone(), Some(resume)).expect_message()
+        }
+
+        fn runs(&self) -> usize {
+            self.runs.load(Ordering::SeqCst)
+        }
+    }
+
+    fn refund(id: &str, arguments: Value) -> ToolCall {
+        ToolCall::new(id, "refund", arguments)
+    }
+
+    fn refused(message: &ToolMessage) -> RefusalKind {
+        assert_eq!(message.status, Status::Error, "{}", message.content);
+        message.refusal.as_ref().unwrap_or_else(|| panic!("not a refusal: {}", message.content)).kind
+    }
+
+    #[test]
+    fn an_approved_call_runs_once_with_its_effect_and_is_audited() {
+        let host = Host::new();
+        let call = refund(
+            "c1",
+            json!({"payment_id": "pi_1", "amount": 500, "meta": {"reason": "late", "force": true}, "sudo": 1}),
+        );
+        let (request, resume) = host.approve(&call);
+        assert_eq!(host.runs(), 0, "nothing runs before the approval is presented");
+        // The human approves the admitted arguments, ghosts already stripped.
+        assert_eq!(
+            request["airlock_approval"]["arguments"],
+            json!({"payment_id": "pi_1", "amount": 500, "meta": {"reason": "late"}})
+        );
+
+        let message = host.resume(&call, &resume);
+        assert_eq!(message.status, Status::Success, "{}", message.content);
+        assert_eq!(message.stripped_arguments, ["sudo", "meta.force"]);
+        assert!(!message.content.contains("alice@example.com"), "masked: {}", message.content);
+        assert!(message.content.contains("\"refunded\":500"), "{}", message.content);
+        assert_eq!(host.runs(), 1);
+        assert_eq!(
+            Value::Object(host.received.lock().unwrap()[0].arguments.clone()),
+            json!({"payment_id": "pi_1", "amount": 500, "meta": {"reason": "late"}})
+        );
+
+        // The same resume again: the effect is committed, so it is a duplicate and nothing runs.
+        assert_eq!(refused(&host.resume(&call, &resume)), RefusalKind::Duplicate);
+        // The same effect spelt differently (`500.0`, another id) is refused before a human is asked.
+        let respelt = refund("c2", json!({"payment_id": "pi_1", "amount": 500.0}));
+        assert_eq!(refused(&host.dispatch(respelt, None).expect_message()), RefusalKind::Duplicate);
+        assert_eq!(host.runs(), 1);
+
+        let records = host.audit.records(1, 100).unwrap();
+        let outcomes: Vec<AuditOutcome> = records.iter().map(|r| r.outcome.clone()).collect();
+        assert_eq!(outcomes[0], AuditOutcome::Interrupted);
+        assert!(outcomes.contains(&AuditOutcome::Approved) && outcomes.contains(&AuditOutcome::Executed));
+        assert!(records.iter().all(|r| r.tool == "refund"));
+        let report = verify(&host.audit, Some(&host.audit.export_head().unwrap())).unwrap();
+        assert_eq!(report.records, records.len() as u64);
+    }
+
+    #[test]
+    fn an_approval_binds_the_exact_arguments_and_survives_a_mismatch() {
+        let host = Host::new();
+        let approved = refund("c1", json!({"payment_id": "pi_2", "amount": 700}));
+        let (_, resume) = host.approve(&approved);
+        // A different amount is not what the human approved; the grant stays live for the call it binds.
+        let altered = refund("c1", json!({"payment_id": "pi_2", "amount": 7000}));
+        assert_eq!(refused(&host.resume(&altered, &resume)), RefusalKind::ApprovalInvalid);
+        assert_eq!(host.runs(), 0);
+        // A ghost is stripped before the binding is derived: the admitted call is the approved one.
+        let with_ghost = refund("c1", json!({"payment_id": "pi_2", "amount": 700, "ghost": true}));
+        let message = host.resume(&with_ghost, &resume);
+        assert_eq!(message.status, Status::Success, "{}", message.content);
+        assert_eq!(host.runs(), 1);
+    }
+
+    #[test]
+    fn a_policy_escalates_a_run_time_tool_by_its_name() {
+        let host = Host::new();
+        let call = ToolCall::new("m1", "mail", json!({"to": "bob", "cc": "eve"}));
+        let (request, resume) = host.approve(&call);
+        assert_eq!(request["airlock_approval"]["rule"], "mail");
+        assert_eq!(request["airlock_approval"]["arguments"], json!({"to": "bob"}));
+        assert_eq!(host.resume(&call, &resume).status, Status::Success);
+        assert_eq!(host.received.lock().unwrap()[0].tool, "mail");
+        // A spent approval is spent: without an effect to catch it, the replay is refused by the ledger.
+        assert_eq!(refused(&host.resume(&call, &resume)), RefusalKind::ApprovalInvalid);
+        assert_eq!(host.runs(), 1);
+    }
+}
