@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditLog};
-use agent_airlock::display::escape;
+use agent_airlock::approval::display::escape;
 use agent_airlock::effect::RedbEffectStore;
 use agent_airlock::integrations::mcp::McpApprovals;
 use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin};
