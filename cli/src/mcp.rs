@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::approval::display::escape;
+use agent_airlock::approval::{InterruptApprovals, KeyRing};
+use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::RedbEffectStore;
 use agent_airlock::integrations::mcp::McpApprovals;
 use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin};
-use agent_airlock::approval::{InterruptApprovals, KeyRing};
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::{RedbLedger, RedbOpenOptions, open_database};
 use agent_airlock::policy::PolicyMode;
@@ -108,8 +108,7 @@ async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Re
     let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?);
     let audit = Arc::new(AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?);
     let key = approval_key(args)?;
-    let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL)
-        .with_clock(Arc::new(SystemClock));
+    let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
 
     let command = upstream_command(&args.upstream)?;
     let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
@@ -128,7 +127,12 @@ async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Re
         .map_err(|e| e.to_string())?
         .with_approval_timeout(Duration::from_secs(args.approval_timeout_secs));
     let tools = gateway.tools();
-    eprintln!("airlock mcp: guarding `{}`; offering {} tool(s): {}", escape(&command.display()), tools.offered.len(), escape(&tools.offered.join(", ")));
+    eprintln!(
+        "airlock mcp: guarding `{}`; offering {} tool(s): {}",
+        escape(&command.display()),
+        tools.offered.len(),
+        escape(&tools.offered.join(", "))
+    );
     for name in &tools.changed_pins {
         eprintln!("airlock mcp: `{}` changed since it was pinned: hidden, its calls refused", escape(name));
     }

@@ -210,12 +210,12 @@ mod full_dispatch {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use agent_airlock::approval::InterruptApprovals;
     use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, verify};
     use agent_airlock::effect::RedbEffectStore;
     use agent_airlock::json_tool::{JsonCall, JsonTool};
     use agent_airlock::ledger::RedbLedger;
     use agent_airlock::mask::MaskSet;
-    use agent_airlock::approval::InterruptApprovals;
     use agent_airlock::{
         CallContext, Dispatcher, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError, ToolMessage,
     };

@@ -124,7 +124,10 @@ fn the_gateway_guards_a_python_sdk_server_for_a_python_sdk_client() {
     // The failed upstream call left its effect ambiguous, for an operator to resolve.
     let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
     let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
-    assert_eq!(effects.as_array().map(|e| e.iter().map(|r| r["key"].clone()).collect::<Vec<_>>()), Some(vec![json!("flaky:c.txt")]));
+    assert_eq!(
+        effects.as_array().map(|e| e.iter().map(|r| r["key"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!("flaky:c.txt")])
+    );
 }
 
 #[test]
@@ -141,8 +144,12 @@ fn sigterm_stops_the_gateway_and_its_upstream() {
         .arg(&policy)
         .arg("--")
         .args(scratch.upstream(&venv));
-    let mut gateway =
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the gateway starts");
+    let mut gateway = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
     let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
     let mut line = String::new();
     while !line.contains("offering") {

@@ -34,7 +34,8 @@ fn operator_policy(starter: &str) -> String {
             policy.push_str("escalate = \"changes a file\"\n");
         }
     }
-    policy.push_str("\n[[tools.write_file.when]]\nif = 'path matches \"**/.ssh/**\"'\ndeny = \"never write ssh keys\"\n");
+    policy
+        .push_str("\n[[tools.write_file.when]]\nif = 'path matches \"**/.ssh/**\"'\ndeny = \"never write ssh keys\"\n");
     policy
 }
 

@@ -210,7 +210,8 @@ impl ServedDispatcher {
 
 impl Served {
     fn new(dispatcher: Arc<Dispatcher>, tools: Vec<rmcp::model::Tool>) -> Self {
-        let offered: HashSet<String> = dispatcher.offered_tools().into_iter().map(|definition| definition.name).collect();
+        let offered: HashSet<String> =
+            dispatcher.offered_tools().into_iter().map(|definition| definition.name).collect();
         let tools = tools.into_iter().filter(|tool| offered.contains(tool.name.as_ref())).collect();
         Served { dispatcher, tools }
     }
@@ -238,7 +239,11 @@ impl GuardedMcpServer {
     /// with an empty host context, a fresh connection id, and this crate's name and version as the
     /// server's identity.
     pub fn new(dispatcher: Arc<Dispatcher>, approvals: McpApprovals) -> Self {
-        Self::with_capabilities(ServedDispatcher::new(dispatcher), approvals, ServerCapabilities::builder().enable_tools().build())
+        Self::with_capabilities(
+            ServedDispatcher::new(dispatcher),
+            approvals,
+            ServerCapabilities::builder().enable_tools().build(),
+        )
     }
 
     /// A server for whatever `served` holds when each request arrives: replacing its dispatcher
@@ -353,7 +358,9 @@ impl GuardedMcpServer {
                 Ok(resume) => resume.into_value(),
                 Err(error) => {
                     tracing::error!(target: "agent_airlock", %error, "recording an MCP approval failed");
-                    return self.close_unanswered(dispatcher, call, bound, &interrupt, "the approval could not be recorded").await;
+                    return self
+                        .close_unanswered(dispatcher, call, bound, &interrupt, "the approval could not be recorded")
+                        .await;
                 }
             },
             Decision::Deny { reason } => {
@@ -369,7 +376,9 @@ impl GuardedMcpServer {
                 };
                 return dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;
             }
-            Decision::Unavailable { reason } => return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await,
+            Decision::Unavailable { reason } => {
+                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+            }
         };
         if context.ct.is_cancelled() {
             // Cancelled between the answer and the run: the denial revokes the unspent grant.

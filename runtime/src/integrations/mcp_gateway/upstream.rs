@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use rmcp::ServiceExt as _;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest, ContentBlock, Implementation, InitializeRequestParams, JsonObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest,
+    ContentBlock, Implementation, InitializeRequestParams, JsonObject, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceError};
@@ -47,7 +48,11 @@ impl UpstreamCommand {
 
     /// The command line, for messages.
     pub fn display(&self) -> String {
-        std::iter::once(&self.program).chain(&self.args).map(|part| part.to_string_lossy()).collect::<Vec<_>>().join(" ")
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|part| part.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -87,7 +92,10 @@ pub struct Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("command", &self.command).field("pid", &self.child.id()).finish_non_exhaustive()
+        f.debug_struct("Upstream")
+            .field("command", &self.command)
+            .field("pid", &self.child.id())
+            .finish_non_exhaustive()
     }
 }
 
@@ -102,8 +110,7 @@ impl Upstream {
         }
         // A gateway that dies without shutting down must not leave the server running.
         process.kill_on_drop(true);
-        let mut child =
-            process.spawn().map_err(|source| UpstreamError::Spawn { command: display.clone(), source })?;
+        let mut child = process.spawn().map_err(|source| UpstreamError::Spawn { command: display.clone(), source })?;
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(UpstreamError::Spawn {
                 command: display,
