@@ -32,6 +32,8 @@ use agent_airlock::{
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use redb::Database;
+
+mod mcp;
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -111,6 +113,9 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Guard an MCP server: `airlock mcp --policy airlock.toml -- <command> [args…]` serves its tools on
+    /// stdio through the gates; `airlock mcp scan -- <command>` prints a starter policy for it.
+    Mcp(mcp::McpArgs),
     /// Deployment policy files.
     Policy {
         #[command(subcommand)]
@@ -303,6 +308,13 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if let Command::Policy { command: PolicyCommand::Check { file } } = &cli.command {
         return check_policy(file, cli.json);
     }
+    if let Command::Mcp(args) = &cli.command {
+        // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
+        let options = RedbOpenOptions::default()
+            .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
+            .wait_if_open(Duration::from_secs(cli.wait_secs));
+        return mcp::run(args, std::path::Path::new(&cli.db), &options);
+    }
     let storage = Storage::open(cli)?;
     let now = SystemClock.now();
     match &cli.command {
@@ -466,6 +478,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
+        // Handled before the database is opened.
+        Command::Mcp(_) => {}
         Command::Audit { command } => {
             let (key, anchor_path) = match command {
                 AuditCommand::Verify { key, anchor } => (key, anchor.as_ref()),
