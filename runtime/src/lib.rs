@@ -282,6 +282,7 @@ mod message;
 mod policy;
 mod rate;
 mod schema;
+pub mod store;
 mod tool;
 
 pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
