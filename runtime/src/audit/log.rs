@@ -17,7 +17,7 @@ use super::{
     CommitmentAlg, CommittedPart, VerifyError,
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
-use crate::ledger::{LedgerError, LedgerReply, RedbWriter};
+use crate::ledger::{LedgerError, RedbWriter};
 use crate::store::StoreHandle;
 
 /// The most records one write transaction takes; a larger queue is written in several.
@@ -209,18 +209,6 @@ impl AuditLog {
                 writer.op(move |tables| tables.append_audit(&append)).wait().map_err(AuditError::from_writer)
             }
             None => self.submit(entries),
-        }
-    }
-
-    /// Appends prepared records in one write, answering when it is durable: through the shared writer
-    /// if the log has one, otherwise at once.
-    pub(crate) fn append_reply(&self, entries: Vec<AuditEntry>) -> LedgerReply<Result<Vec<AuditReceipt>, AuditError>> {
-        match &self.writer {
-            Some(writer) => {
-                let append = self.appending(entries);
-                writer.op(move |tables| tables.append_audit(&append).map(Ok))
-            }
-            None => LedgerReply::ready(Ok(self.submit(entries))),
         }
     }
 

@@ -75,8 +75,8 @@ use crate::message::RefusalKind;
 
 pub use crate::keys::AuditKey;
 pub use anchor::{Anchor, AnchorError};
-pub use log::{AuditLog, ExportError};
 pub(crate) use log::{AuditAppend, AuditEntry};
+pub use log::{AuditLog, ExportError};
 pub use redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};
 

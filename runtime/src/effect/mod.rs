@@ -33,10 +33,12 @@ pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub(crate) use redb::EFFECTS_TABLE;
 pub use redb::RedbEffectStore;
-pub(crate) use redb::{decode as decode_record, encode as encode_record};
-pub(crate) use transition::{Settle, Step, reserve as reserve_step, settle as settle_step};
+pub(crate) use redb::{decode as decode_record, encode as encode_record, fault as writer_fault};
+#[cfg(feature = "postgres")]
+pub(crate) use transition::Step;
 #[cfg(feature = "postgres")]
 pub(crate) use transition::resolve as resolve_step;
+pub(crate) use transition::{Settle, reserve as reserve_step, settle as settle_step};
 
 use crate::store::StoreHandle;
 

@@ -48,6 +48,10 @@ use crate::store::StoreHandle;
 
 pub use self::memory::MemoryLedger;
 #[cfg(feature = "postgres")]
+pub(crate) use self::postgres::Shared as PostgresShared;
+#[cfg(feature = "postgres")]
+pub(crate) use self::postgres::decide as postgres_decide;
+#[cfg(feature = "postgres")]
 pub use self::postgres::{
     POSTGRES_SCHEMA_VERSION, PostgresEffectStore, PostgresLedger, PostgresOpenError, PostgresOptions,
 };
@@ -55,12 +59,8 @@ pub(crate) use self::redb::RedbWriter;
 pub use self::redb::{
     APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
 };
-#[cfg(feature = "postgres")]
-pub(crate) use self::postgres::Shared as PostgresShared;
-#[cfg(feature = "postgres")]
-pub(crate) use self::postgres::decide as postgres_decide;
-pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
 pub use self::reply::{LedgerReply, ReplySender};
+pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
 
 /// Stores approvals. Every write is atomic; [`ApprovalLedger::spend`] succeeds at most once per grant.
 ///

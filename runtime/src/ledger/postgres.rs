@@ -44,12 +44,12 @@ use crate::effect::{
 };
 
 use super::transitions::{self, LedgerTables};
-use crate::audit::{AuditAppend, AuditReceipt};
-use crate::store::{self, Decided, Decision, DecisionTables, NotDecided, StoreHandle};
 use super::{
     ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
     RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
+use crate::audit::{AuditAppend, AuditReceipt};
+use crate::store::{self, Decided, Decision, DecisionTables, NotDecided, StoreHandle};
 
 /// The newest schema version this build knows (the number of its last migration).
 pub const POSTGRES_SCHEMA_VERSION: i64 = 2;

@@ -45,8 +45,8 @@ use ::redb::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::audit::{AuditAppend, AuditError, AuditReceipt, HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 use crate::audit::Anchor;
+use crate::audit::{AuditAppend, AuditError, AuditReceipt, HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 use crate::effect::{
     EFFECTS_TABLE, EffectError, EffectRecord, EffectStore, RedbEffectStore, decode_record, encode_record,
 };
@@ -602,7 +602,9 @@ impl LedgerTables for WriteTables<'_> {
     fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError> {
         let bytes = encode("requests", &request.request_id, request)?;
         self.wrote = true;
-        opened_mut(&mut self.requests, "requests")?.insert(request.request_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.requests, "requests")?
+            .insert(request.request_id.as_str(), bytes.as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn status(&self, request_id: &str) -> Result<Option<RequestStatus>, LedgerError> {
@@ -620,13 +622,17 @@ impl LedgerTables for WriteTables<'_> {
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
         let bytes = encode("grants", &entry.grant.grant_id, entry)?;
         self.wrote = true;
-        opened_mut(&mut self.grants, "grants")?.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.grants, "grants")?
+            .insert(entry.grant.grant_id.as_str(), bytes.as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
         let (start, end) = (format!("{scope}\u{0}"), format!("{scope}\u{1}"));
         let mut found = Vec::new();
-        for item in opened(&self.pending, "pending")?.range(start.as_str()..end.as_str()).map_err(LedgerError::storage)? {
+        for item in
+            opened(&self.pending, "pending")?.range(start.as_str()..end.as_str()).map_err(LedgerError::storage)?
+        {
             let (key, expires_at) = item.map_err(LedgerError::storage)?;
             let request_id = key.value()[start.len()..].to_owned();
             let expires_at = Some(expires_at.value()).filter(|ms| *ms != u64::MAX).map(Duration::from_millis);
@@ -637,12 +643,16 @@ impl LedgerTables for WriteTables<'_> {
     fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
         let ms = expires_at.map_or(u64::MAX, |at| u64::try_from(at.as_millis()).unwrap_or(u64::MAX - 1));
         self.wrote = true;
-        opened_mut(&mut self.pending, "pending")?.insert(format!("{scope}\u{0}{request_id}").as_str(), ms).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.pending, "pending")?
+            .insert(format!("{scope}\u{0}{request_id}").as_str(), ms)
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
         self.wrote = true;
-        opened_mut(&mut self.pending, "pending")?.remove(format!("{scope}\u{0}{request_id}").as_str()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.pending, "pending")?
+            .remove(format!("{scope}\u{0}{request_id}").as_str())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
@@ -657,7 +667,9 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError> {
         self.wrote = true;
-        opened_mut(&mut self.effects, "effects")?.insert(record.key.as_str(), encode_record(record).as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.effects, "effects")?
+            .insert(record.key.as_str(), encode_record(record).as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {

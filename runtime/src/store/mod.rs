@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use crate::audit::{AuditAppend, AuditOutcome, AuditReceipt};
 use crate::effect::{self, EffectError, EffectRecord, Reservation, Settle};
-use crate::ledger::{EffectClaim, LedgerError, LedgerReply, LedgerTables, RedbWriter, SpendAttempt, SpentRecord};
 #[cfg(feature = "postgres")]
 use crate::ledger::PostgresShared;
+use crate::ledger::{EffectClaim, LedgerError, LedgerReply, LedgerTables, RedbWriter, SpendAttempt, SpentRecord};
 
 /// The durable store a ledger, an effect store or an audit log writes through: parts of a decision whose
 /// stores have the same handle are written in one transaction. Opaque; compare with [`same_store`](Self::same_store).
@@ -151,17 +151,15 @@ pub(crate) fn decide(
 ) -> Result<Result<Decided, NotDecided>, LedgerError> {
     let mut decided = Decided::default();
     match (&decision.spend, &decision.reserve) {
-        (Some(attempt), Some(claim)) => {
-            match crate::ledger::spend_and_reserve_in(tables, attempt.clone(), claim) {
-                Err(err) if err.is_fault() => return Err(err),
-                Err(refused) => return Ok(Err(NotDecided::Spend(refused))),
-                Ok(Err(refused)) => return Ok(Err(NotDecided::Effect(refused))),
-                Ok(Ok(both)) => {
-                    decided.spent = Some(both.spent);
-                    decided.reservation = Some(both.reservation);
-                }
+        (Some(attempt), Some(claim)) => match crate::ledger::spend_and_reserve_in(tables, attempt.clone(), claim) {
+            Err(err) if err.is_fault() => return Err(err),
+            Err(refused) => return Ok(Err(NotDecided::Spend(refused))),
+            Ok(Err(refused)) => return Ok(Err(NotDecided::Effect(refused))),
+            Ok(Ok(both)) => {
+                decided.spent = Some(both.spent);
+                decided.reservation = Some(both.reservation);
             }
-        }
+        },
         (Some(attempt), None) => match crate::ledger::spend_in(tables, attempt.clone()) {
             Err(err) if err.is_fault() => return Err(err),
             Err(refused) => return Ok(Err(NotDecided::Spend(refused))),
