@@ -349,8 +349,8 @@ impl Dispatcher {
             now,
             spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
             reserve: claim,
-            settle: None,
             audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
+            ..Decision::default()
         };
         let answer = self.decide(decision).await;
         let refused = |trail: &mut Trail, refused: Refused| {

@@ -2,14 +2,17 @@
 //! stores share one (see [`crate::store`]), awaited, never blocking the dispatch future on a disk.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::Dispatcher;
 use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
-use crate::effect::{EffectError, EffectRecord, EffectStore, Reservation, Settle};
+use crate::clock::Clock;
+use crate::effect::{EffectError, EffectGuard, EffectRecord, EffectStore, Reservation, Settle};
 use crate::ledger::{ApprovalLedger as _, LedgerError, LedgerReply, SpendReserved};
-use crate::store::{Decided, Decision, NotDecided, StoreHandle, name_grant};
+use crate::store::{Decided, Decision, NotDecided, ReservationNote, StoreHandle, name_grant};
 
 /// A decision's answer: written (`Ok(Ok)`), refused with nothing written (`Ok(Err)`), or a fault.
 pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
@@ -43,7 +46,7 @@ impl Dispatcher {
         };
         if let Some(store) = together {
             let audit = decision.audit.clone();
-            let answer = store.decide(decision).await;
+            let answer = self.watched(store, decision).await;
             if let Some(mut audit) = audit {
                 let decided = answer.as_ref().ok().and_then(|answer| answer.as_ref().ok());
                 name_grant(&mut audit, decided.and_then(|decided| decided.spent.as_ref()));
@@ -83,11 +86,25 @@ impl Dispatcher {
         Ok(Ok(decided))
     }
 
+    /// `decision` written by `store`, to await; if it reserves an effect and the dispatch is dropped
+    /// before the answer, the reservation it makes is marked ambiguous (the tool never ran, but the key
+    /// must neither look in flight until its lease lapses nor ever run again unseen).
+    fn watched(&self, store: &StoreHandle, mut decision: Decision) -> Admitting {
+        let watch = decision.reserve.is_some().then(ReservationNote::default);
+        decision.note.clone_from(&watch);
+        let reply = store.decide(decision);
+        Admitting {
+            reply: Some(reply),
+            watch: watch.zip(self.effects.clone()).map(|(note, effects)| (note, store.clone(), effects)),
+            clock: Arc::clone(&self.clock),
+        }
+    }
+
     /// The spend and effect steps of `decision` alone, in their own store.
     async fn decide_state(&self, decision: Decision) -> Answer {
         let store = if decision.spend.is_some() { self.stores.ledger.as_ref() } else { self.stores.effects.as_ref() };
         if let Some(store) = store {
-            return store.decide(decision).await;
+            return self.watched(store, decision).await;
         }
         // Stores without a handle (in memory, custom): their own methods, which answer at once.
         let mut decided = Decided::default();
@@ -175,5 +192,49 @@ fn settle_now(
         Settle::Commit => effects.commit(reservation, now),
         Settle::Fail => effects.fail(reservation, now),
         Settle::Ambiguous => effects.mark_ambiguous(reservation, now),
+    }
+}
+
+/// A write awaited by a dispatch. See [`Dispatcher::watched`].
+pub(super) struct Admitting {
+    reply: Option<LedgerReply<Result<Decided, NotDecided>>>,
+    /// Set if the write reserves an effect: where it notes the reservation, its store, the effect records.
+    watch: Option<(ReservationNote, StoreHandle, Arc<dyn EffectStore>)>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Future for Admitting {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let Some(reply) = self.reply.as_mut() else { return Poll::Ready(Err(LedgerError::WriterStopped)) };
+        match Pin::new(reply).poll(cx) {
+            Poll::Ready(answer) => {
+                self.reply = None;
+                Poll::Ready(answer)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Admitting {
+    fn drop(&mut self) {
+        let (Some(reply), Some((note, store, effects))) = (self.reply.take(), self.watch.take()) else { return };
+        if store.abandon(note, self.clock.now()) {
+            return;
+        }
+        let clock = Arc::clone(&self.clock);
+        // A destructor cannot await: a short-lived thread waits for the write and, if it reserved the
+        // key, hands the reservation to a guard that is dropped at once (marking it ambiguous).
+        let waiter = std::thread::Builder::new().name("airlock-cancelled-admission".into()).spawn(move || {
+            if let Ok(Ok(Decided { reservation: Some(reservation), .. })) = reply.wait() {
+                drop(EffectGuard::new(effects, reservation, clock));
+            }
+        });
+        if let Err(err) = waiter {
+            // The lease will lapse and the key become ambiguous: never silently re-runnable.
+            tracing::error!(target: "agent_airlock", error = %err, "cancelled admission not settled");
+        }
     }
 }

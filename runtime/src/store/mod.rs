@@ -22,7 +22,7 @@
 //! have no handle: the dispatcher runs each part through the store's own methods, in the same order and
 //! with the same rules (a memory ledger spends and reserves under one lock).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::audit::{AuditAppend, AuditOutcome, AuditReceipt};
@@ -80,6 +80,33 @@ impl StoreHandle {
         matches!(self.0, Backend::Redb(_))
     }
 
+    /// For a dispatch dropped before its admission answered: queues, behind that admission, a write that
+    /// marks the reservation it noted (if it made one) ambiguous, without waiting. `false` if this store
+    /// cannot order writes so (PostgreSQL runs transactions concurrently): the caller then waits for the
+    /// admission's answer elsewhere.
+    pub(crate) fn abandon(&self, note: ReservationNote, now: Duration) -> bool {
+        match &self.0 {
+            // One writer, first in first out: this write runs after the admission, in its transaction
+            // or a later one.
+            Backend::Redb(writer) => {
+                drop(writer.op(move |tables| {
+                    let held = note.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    let Some(reservation) = held else { return Ok(()) };
+                    tables.open_effects()?;
+                    let step =
+                        effect::settle_step(tables.effect(reservation.key())?, &reservation, Settle::Ambiguous, now);
+                    if let Some(record) = &step.write {
+                        tables.set_effect(record)?;
+                    }
+                    Ok(())
+                }));
+                true
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => false,
+        }
+    }
+
     /// Queues `decision` as one write; the reply answers once it is durable (or refused, or failed). The
     /// write is submitted before this returns: dropping the reply does not cancel it.
     pub(crate) fn decide(&self, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>> {
@@ -112,7 +139,13 @@ pub(crate) struct Decision {
     pub(crate) settle: Option<(Reservation, Settle)>,
     /// Audit records to append. An `approved` record without a detail names the grant spent.
     pub(crate) audit: Option<AuditAppend>,
+    /// Where the reservation made is noted as soon as it is written, for a dispatch cancelled before it
+    /// hears the answer ([`StoreHandle::abandon`]).
+    pub(crate) note: Option<ReservationNote>,
 }
+
+/// The reservation a decision made, noted inside its transaction.
+pub(crate) type ReservationNote = Arc<Mutex<Option<Reservation>>>;
 
 /// What a decision wrote.
 #[derive(Debug, Default)]
@@ -176,6 +209,9 @@ pub(crate) fn decide(
             }
         }
         (None, None) => {}
+    }
+    if let (Some(note), Some(reservation)) = (&decision.note, &decided.reservation) {
+        *note.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation.clone());
     }
     if let Some((reservation, how)) = &decision.settle {
         let step = effect::settle_step(tables.effect(reservation.key())?, reservation, *how, decision.now);
