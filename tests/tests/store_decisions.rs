@@ -1,0 +1,229 @@
+//! One transaction per decision (issue 12 §1), on a real redb file shared by the ledger, the effect
+//! records and the audit log:
+//!
+//! - a dispatch with everything on (escalated, effectful, audited) writes durably twice: admit (the
+//!   grant spent, the effect reserved, "approved" recorded) and settle (the effect committed, "executed"
+//!   recorded);
+//! - concurrent dispatches on a current-thread runtime share commits (the dispatch future awaits the
+//!   database's writer, it never blocks the one thread);
+//! - the admission is atomic: if its audit record cannot be written, nothing is spent or reserved.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog, AuditOutcome, HEAD_KEY, HEAD_TABLE, verify};
+use agent_airlock::effect::{EffectStatus, EffectStore};
+use agent_airlock::ledger::{ApprovalLedger, GrantState, RedbLedger, RedbOpenOptions, open_database};
+use agent_airlock::{
+    CallContext, Dispatcher, InterruptApprovals, ManualClock, Outcome, RefusalKind, State, Status, ToolCall,
+    airlock_tool, tool,
+};
+use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
+use redb::Database;
+use serde_json::{Value, json};
+
+/// What the payment provider was asked to do.
+#[derive(Default)]
+struct Provider {
+    paid: AtomicUsize,
+}
+
+/// Pay an invoice (escalated, once per invoice).
+#[airlock_tool(escalate = "moves money", effect = "pay:{invoice}")]
+async fn pay(
+    /// The invoice.
+    invoice: String,
+    #[inject] provider: State<Provider>,
+) -> String {
+    provider.paid.fetch_add(1, Ordering::SeqCst);
+    format!("paid {invoice}")
+}
+
+struct Host {
+    _dir: tempfile::TempDir,
+    database: Arc<Database>,
+    ledger: Arc<RedbLedger>,
+    audit: Arc<AuditLog>,
+    approvals: InterruptApprovals,
+    dispatcher: Arc<Dispatcher>,
+    provider: Arc<Provider>,
+}
+
+impl Host {
+    /// Ledger, effect records and audit log in one redb file, as DESIGN §8 suggests.
+    fn new() -> Host {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let database = Arc::new(
+            open_database(dir.path().join("airlock.redb"), &RedbOpenOptions::default()).expect("the file opens"),
+        );
+        let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).expect("the ledger opens"));
+        let config = AuditConfig { key: Some(AuditKey::new("audit", &[7; 32]).expect("a key")), ..Default::default() };
+        let audit = Arc::new(AuditLog::with_database(Arc::clone(&database), config).expect("the audit log opens"));
+        let clock = Arc::new(ManualClock::new(START));
+        let approvals =
+            InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(Arc::clone(&clock));
+        let dispatcher = Dispatcher::builder()
+            .tool(tool!(pay))
+            .interrupt_approvals(approvals.clone())
+            .audit(Arc::clone(&audit))
+            .clock(clock)
+            .build()
+            .expect("a valid dispatcher");
+        Host {
+            _dir: dir,
+            database,
+            ledger,
+            audit,
+            approvals,
+            dispatcher: Arc::new(dispatcher),
+            provider: Arc::new(Provider::default()),
+        }
+    }
+
+    fn context(&self, resume: Option<Value>) -> CallContext {
+        let context = CallContext::new().with_thread("t1").with_state_arc(Arc::clone(&self.provider));
+        match resume {
+            Some(resume) => context.with_resume(resume),
+            None => context,
+        }
+    }
+
+    fn commits(&self) -> u64 {
+        self.ledger.writer_stats().commits
+    }
+
+    /// Interrupts `call` and approves it: the resume value and the grant id.
+    async fn approved(&self, call: &ToolCall) -> (Value, String) {
+        let interrupt = match self.dispatcher.dispatch(call.clone(), &self.context(None)).await {
+            Outcome::Interrupt { request, .. } => request.into_value(),
+            other => panic!("expected an interrupt, got {other:?}"),
+        };
+        let resume = self.approvals.approve(&interrupt, "alice").await.expect("approved").into_value();
+        let grant_id = resume["airlock_grant"]["grant_id"].as_str().expect("a grant id").to_owned();
+        (resume, grant_id)
+    }
+
+    fn grant_state(&self, grant_id: &str) -> GrantState {
+        self.ledger.find_grant(grant_id).expect("the ledger reads").expect("the grant exists").state
+    }
+
+    fn outcomes(&self) -> Vec<AuditOutcome> {
+        self.audit.records(1, usize::MAX).expect("the log reads").into_iter().map(|record| record.outcome).collect()
+    }
+}
+
+fn pay_call(n: usize) -> ToolCall {
+    ToolCall::new(format!("c{n}"), "pay", json!({ "invoice": format!("inv-{n}") }))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_everything_on_dispatch_is_two_durable_writes() {
+    let host = Host::new();
+    let call = pay_call(1);
+
+    let before = host.commits();
+    let (resume, grant) = host.approved(&call).await;
+    // The first pass: the request recorded, then the interrupt recorded; the approval: the grant.
+    assert_eq!(host.commits() - before, 3, "request, interrupted record, grant");
+
+    let before = host.commits();
+    let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume))).await.expect_message();
+    assert_eq!(message.status, Status::Success, "{}", message.content);
+    assert_eq!(
+        host.commits() - before,
+        2,
+        "admit (spend + reserve + approved record) and settle (commit + executed record)"
+    );
+
+    assert!(matches!(host.grant_state(&grant), GrantState::Spent { .. }));
+    let effect = host.ledger.effects().get("pay:inv-1").expect("reads").expect("recorded");
+    assert_eq!(effect.status_at(START), EffectStatus::Committed);
+    assert_eq!(host.outcomes(), [AuditOutcome::Interrupted, AuditOutcome::Approved, AuditOutcome::Executed]);
+    let records = host.audit.records(2, 1).expect("the log reads");
+    let detail = records[0].detail.as_deref().unwrap_or_default();
+    assert_eq!(detail, format!("grant {grant} by alice"), "the approved record names the grant it spent");
+    assert_eq!(verify(&host.audit, None).expect("the chain verifies").records, 3);
+    assert_eq!(host.provider.paid.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_dispatches_on_one_thread_share_commits_and_each_runs_once() {
+    const CALLS: usize = 32;
+    let host = Arc::new(Host::new());
+    let mut approved = Vec::new();
+    for n in 0..CALLS {
+        let call = pay_call(n);
+        let (resume, grant) = host.approved(&call).await;
+        approved.push((call, resume, grant));
+    }
+
+    let before = host.commits();
+    let mut dispatches = tokio::task::JoinSet::new();
+    // Each approval resumed twice at once: a replay races its original.
+    for (call, resume, _) in approved.iter().chain(approved.iter()) {
+        let (host, call, resume) = (Arc::clone(&host), call.clone(), resume.clone());
+        dispatches.spawn(async move { host.dispatcher.dispatch(call, &host.context(Some(resume))).await });
+    }
+    let mut succeeded = 0;
+    while let Some(outcome) = dispatches.join_next().await {
+        let message = outcome.expect("the dispatch task ran").expect_message();
+        match message.status {
+            Status::Success => succeeded += 1,
+            Status::Error => {
+                let refusal = message.refusal.as_ref().unwrap_or_else(|| panic!("not a refusal: {}", message.content));
+                assert!(
+                    matches!(
+                        refusal.kind,
+                        RefusalKind::EffectInFlight | RefusalKind::Duplicate | RefusalKind::ApprovalInvalid
+                    ),
+                    "a replay is refused: {:?} {}",
+                    refusal.kind,
+                    message.content
+                );
+            }
+        }
+    }
+    let commits = host.commits() - before;
+    assert_eq!(succeeded, CALLS, "each approval ran exactly once");
+    assert_eq!(host.provider.paid.load(Ordering::SeqCst), CALLS);
+    assert!(
+        commits < CALLS as u64,
+        "{} concurrent dispatches took {commits} commits: their writes were not grouped",
+        2 * CALLS
+    );
+    for (_, _, grant) in &approved {
+        assert!(matches!(host.grant_state(grant), GrantState::Spent { .. }));
+    }
+    let executed = host.outcomes().into_iter().filter(|outcome| *outcome == AuditOutcome::Executed).count();
+    assert_eq!(executed, CALLS);
+    verify(&host.audit, None).expect("the chain verifies");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_nothing() {
+    let host = Host::new();
+    let call = pay_call(1);
+    let (resume, grant) = host.approved(&call).await;
+
+    // The log has no sequence number left: the next record cannot be chained.
+    let stored = host.audit.head().expect("the head reads");
+    let full = json!({
+        "format": "agent-airlock-audit-anchor/v1",
+        "seq": u64::MAX,
+        "hash": stored.hash,
+        "key_id": stored.key_id,
+        "mac": stored.mac,
+    });
+    let txn = host.database.begin_write().expect("a write transaction");
+    txn.open_table(HEAD_TABLE)
+        .expect("the head table")
+        .insert(HEAD_KEY, full.to_string().as_bytes())
+        .expect("the head is replaced");
+    txn.commit().expect("committed");
+
+    let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume))).await.expect_message();
+    assert_eq!(message.status, Status::Error, "{}", message.content);
+    assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool did not run");
+    assert_eq!(host.grant_state(&grant), GrantState::Live, "the spend was rolled back with the record");
+    assert_eq!(host.ledger.effects().get("pay:inv-1").expect("reads"), None, "nothing was reserved");
+}
