@@ -7,13 +7,18 @@
 //! - concurrent dispatches on a current-thread runtime share commits (the dispatch future awaits the
 //!   database's writer, it never blocks the one thread);
 //! - the admission is atomic: if its audit record cannot be written, nothing is spent or reserved.
+//!
+//! The same dispatch runs on the memory ledger and on PostgreSQL (with the audit log in memory there):
+//! the same records, in the same order, the grant spent once and the effect committed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog, AuditOutcome, HEAD_KEY, HEAD_TABLE, verify};
 use agent_airlock::effect::{EffectStatus, EffectStore};
-use agent_airlock::ledger::{ApprovalLedger, GrantState, RedbLedger, RedbOpenOptions, open_database};
+use agent_airlock::ledger::{
+    ApprovalLedger, GrantState, MemoryLedger, PostgresLedger, RedbLedger, RedbOpenOptions, open_database,
+};
 use agent_airlock::{
     CallContext, Dispatcher, InterruptApprovals, ManualClock, Outcome, RefusalKind, State, Status, ToolCall,
     airlock_tool, tool,
@@ -39,10 +44,17 @@ async fn pay(
     format!("paid {invoice}")
 }
 
+enum Backend {
+    Memory,
+    Redb,
+    Postgres,
+}
+
 struct Host {
     _dir: tempfile::TempDir,
-    database: Arc<Database>,
-    ledger: Arc<RedbLedger>,
+    database: Option<Arc<Database>>,
+    redb: Option<Arc<RedbLedger>>,
+    ledger: Arc<dyn ApprovalLedger>,
     audit: Arc<AuditLog>,
     approvals: InterruptApprovals,
     dispatcher: Arc<Dispatcher>,
@@ -50,15 +62,32 @@ struct Host {
 }
 
 impl Host {
-    /// Ledger, effect records and audit log in one redb file, as DESIGN §8 suggests.
+    /// On redb: ledger, effect records and audit log in one file, as DESIGN §8 suggests.
     fn new() -> Host {
+        Host::on(&Backend::Redb)
+    }
+
+    fn on(backend: &Backend) -> Host {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let database = Arc::new(
-            open_database(dir.path().join("airlock.redb"), &RedbOpenOptions::default()).expect("the file opens"),
-        );
-        let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).expect("the ledger opens"));
         let config = AuditConfig { key: Some(AuditKey::new("audit", &[7; 32]).expect("a key")), ..Default::default() };
-        let audit = Arc::new(AuditLog::with_database(Arc::clone(&database), config).expect("the audit log opens"));
+        let (database, redb, ledger, audit): (_, _, Arc<dyn ApprovalLedger>, _) = match backend {
+            Backend::Redb => {
+                let database = Arc::new(
+                    open_database(dir.path().join("airlock.redb"), &RedbOpenOptions::default())
+                        .expect("the file opens"),
+                );
+                let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).expect("the ledger opens"));
+                let audit = AuditLog::with_database(Arc::clone(&database), config).expect("the audit log opens");
+                (Some(database), Some(Arc::clone(&ledger)), ledger, audit)
+            }
+            Backend::Memory => (None, None, Arc::new(MemoryLedger::new()), AuditLog::in_memory(config)),
+            Backend::Postgres => {
+                let url = agent_airlock_tests::pg_server::shared().fresh_database();
+                let ledger = Arc::new(PostgresLedger::connect(&url).expect("a fresh PostgreSQL ledger"));
+                (None, None, ledger, AuditLog::in_memory(config))
+            }
+        };
+        let audit = Arc::new(audit);
         let clock = Arc::new(ManualClock::new(START));
         let approvals =
             InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(Arc::clone(&clock));
@@ -72,6 +101,7 @@ impl Host {
         Host {
             _dir: dir,
             database,
+            redb,
             ledger,
             audit,
             approvals,
@@ -88,8 +118,9 @@ impl Host {
         }
     }
 
+    /// Commits of the redb file's writer so far.
     fn commits(&self) -> u64 {
-        self.ledger.writer_stats().commits
+        self.redb.as_ref().expect("a redb host").writer_stats().commits
     }
 
     /// Interrupts `call` and approves it: the resume value and the grant id.
@@ -214,7 +245,7 @@ async fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_n
         "key_id": stored.key_id,
         "mac": stored.mac,
     });
-    let txn = host.database.begin_write().expect("a write transaction");
+    let txn = host.database.as_ref().expect("a redb host").begin_write().expect("a write transaction");
     txn.open_table(HEAD_TABLE)
         .expect("the head table")
         .insert(HEAD_KEY, full.to_string().as_bytes())
@@ -226,4 +257,30 @@ async fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_n
     assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool did not run");
     assert_eq!(host.grant_state(&grant), GrantState::Live, "the spend was rolled back with the record");
     assert_eq!(host.ledger.effects().get("pay:inv-1").expect("reads"), None, "nothing was reserved");
+}
+
+#[test]
+fn the_everything_on_dispatch_writes_the_same_facts_on_memory_and_postgres() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let host = Host::on(&backend);
+        agent_airlock_tests::block_on(async {
+            let call = pay_call(1);
+            let (resume, grant) = host.approved(&call).await;
+            let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume.clone()))).await;
+            assert_eq!(message.expect_message().status, Status::Success);
+            let replay = host.dispatcher.dispatch(call, &host.context(Some(resume))).await.expect_message();
+            assert_eq!(replay.refusal.map(|refusal| refusal.kind), Some(RefusalKind::Duplicate));
+
+            assert!(matches!(host.grant_state(&grant), GrantState::Spent { .. }));
+            let effect = host.ledger.effects().get("pay:inv-1").expect("reads").expect("recorded");
+            assert_eq!(effect.status_at(START), EffectStatus::Committed);
+            assert_eq!(
+                host.outcomes(),
+                [AuditOutcome::Interrupted, AuditOutcome::Approved, AuditOutcome::Executed, AuditOutcome::Duplicate]
+            );
+            let approved = host.audit.records(2, 1).expect("the log reads");
+            assert_eq!(approved[0].detail.as_deref(), Some(format!("grant {grant} by alice").as_str()));
+            assert_eq!(host.provider.paid.load(Ordering::SeqCst), 1);
+        });
+    }
 }
