@@ -26,9 +26,10 @@ const MAX_GROUP: usize = 512;
 /// A tamper-evident, hash-chained log of dispatch outcomes. Cheap to share behind an `Arc`; every method
 /// takes `&self` and may be called from many threads at once.
 ///
-/// Appends block for one durable commit. Call them from a blocking context (e.g.
+/// [`append`](Self::append) blocks for one durable commit: call it from a blocking context (e.g.
 /// `tokio::task::spawn_blocking`) where that matters, and never while holding a write transaction of the
-/// same redb database (the append would wait for it forever).
+/// same redb database (the append would wait for it forever). A dispatcher does not call it: it writes a
+/// call's records together with the call's other writes and awaits them.
 pub struct AuditLog {
     store: Box<dyn AuditStore>,
     store_raw: bool,

@@ -45,8 +45,7 @@ use ::redb::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::audit::Anchor;
-use crate::audit::{AuditAppend, AuditError, AuditReceipt, HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
+use crate::audit::{Anchor, AuditAppend, AuditError, AuditReceipt, HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 use crate::effect::{
     EFFECTS_TABLE, EffectError, EffectRecord, EffectStore, RedbEffectStore, decode_record, encode_record,
 };
@@ -554,20 +553,19 @@ impl<'txn> WriteTables<'txn> {
     pub(crate) fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
         open_in(self.txn, &mut self.audit_records, RECORDS_TABLE)?;
         open_in(self.txn, &mut self.audit_head, HEAD_TABLE)?;
-        let (Some(records), Some(heads)) = (&mut self.audit_records, &mut self.audit_head) else {
-            return Err(LedgerError::WriterStopped);
-        };
         let audit = |err: AuditError| LedgerError::storage(err);
+        let heads = opened_mut(&mut self.audit_head, "audit head")?;
         let head = match heads.get(HEAD_KEY).map_err(LedgerError::storage)? {
             Some(bytes) => Some(Anchor::decode_stored(bytes.value()).map_err(audit)?),
             None => None,
         };
         let (batch, receipts) = append.link(head).map_err(audit)?;
-        self.wrote = true;
+        heads.insert(HEAD_KEY, batch.head.encode_stored().as_slice()).map_err(LedgerError::storage)?;
+        let records = opened_mut(&mut self.audit_records, "audit records")?;
         for (seq, bytes) in &batch.records {
             records.insert(*seq, bytes.as_slice()).map_err(LedgerError::storage)?;
         }
-        heads.insert(HEAD_KEY, batch.head.encode_stored().as_slice()).map_err(LedgerError::storage)?;
+        self.wrote = true;
         Ok(receipts)
     }
 }

@@ -112,9 +112,10 @@ impl StoreHandle {
     pub(crate) fn decide(&self, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>> {
         match &self.0 {
             Backend::Redb(writer) => writer.op(move |tables| {
+                // The audit tables are opened by the append itself.
                 if decision.spend.is_some() {
                     tables.open_ledger()?;
-                } else {
+                } else if decision.reserve.is_some() || decision.settle.is_some() {
                     tables.open_effects()?;
                 }
                 decide(tables, &decision)
