@@ -284,3 +284,33 @@ fn the_everything_on_dispatch_writes_the_same_facts_on_memory_and_postgres() {
         });
     }
 }
+
+#[test]
+fn a_dispatch_dropped_while_its_admission_is_written_leaves_the_effect_ambiguous() {
+    for backend in [Backend::Redb, Backend::Postgres] {
+        let host = Host::on(&backend);
+        let call = pay_call(1);
+        agent_airlock_tests::block_on(async {
+            let (resume, _) = host.approved(&call).await;
+            let context = host.context(Some(resume));
+            // Poll the resumed dispatch once: it queues its admission and waits for it. Then drop it.
+            let mut dispatch = Box::pin(host.dispatcher.dispatch(call.clone(), &context));
+            let waker = std::task::Waker::noop();
+            let poll = dispatch.as_mut().poll(&mut std::task::Context::from_waker(waker));
+            assert!(poll.is_pending(), "the admission is being written");
+        });
+        // The admission lands, and the reservation it made is then marked ambiguous (not left in flight
+        // for its whole lease), without anyone awaiting it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let record = host.ledger.effects().get("pay:inv-1").expect("reads");
+            let status = record.as_ref().map(|record| record.status_at(START));
+            if status == Some(EffectStatus::Ambiguous) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the effect stayed {status:?}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool never ran");
+    }
+}
