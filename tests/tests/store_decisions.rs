@@ -50,6 +50,17 @@ enum Backend {
     Postgres,
 }
 
+/// Charge an order (once per order, no approval needed).
+#[airlock_tool(effect = "charge:{order}")]
+async fn charge(
+    /// The order.
+    order: String,
+    #[inject] provider: State<Provider>,
+) -> String {
+    provider.paid.fetch_add(1, Ordering::SeqCst);
+    format!("charged {order}")
+}
+
 struct Host {
     _dir: tempfile::TempDir,
     database: Option<Arc<Database>>,
@@ -93,6 +104,7 @@ impl Host {
             InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(Arc::clone(&clock));
         let dispatcher = Dispatcher::builder()
             .tool(tool!(pay))
+            .tool(tool!(charge))
             .interrupt_approvals(approvals.clone())
             .audit(Arc::clone(&audit))
             .clock(clock)
@@ -132,6 +144,24 @@ impl Host {
         let resume = self.approvals.approve(&interrupt, "alice").await.expect("approved").into_value();
         let grant_id = resume["airlock_grant"]["grant_id"].as_str().expect("a grant id").to_owned();
         (resume, grant_id)
+    }
+
+    /// Leaves the log no sequence number: the next record cannot be chained, so its write fails.
+    fn fill_the_audit_log(&self) {
+        let stored = self.audit.head().expect("the head reads");
+        let full = json!({
+            "format": "agent-airlock-audit-anchor/v1",
+            "seq": u64::MAX,
+            "hash": stored.hash,
+            "key_id": stored.key_id,
+            "mac": stored.mac,
+        });
+        let txn = self.database.as_ref().expect("a redb host").begin_write().expect("a write transaction");
+        txn.open_table(HEAD_TABLE)
+            .expect("the head table")
+            .insert(HEAD_KEY, full.to_string().as_bytes())
+            .expect("the head is replaced");
+        txn.commit().expect("committed");
     }
 
     fn grant_state(&self, grant_id: &str) -> GrantState {
@@ -236,22 +266,7 @@ async fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_n
     let call = pay_call(1);
     let (resume, grant) = host.approved(&call).await;
 
-    // The log has no sequence number left: the next record cannot be chained.
-    let stored = host.audit.head().expect("the head reads");
-    let full = json!({
-        "format": "agent-airlock-audit-anchor/v1",
-        "seq": u64::MAX,
-        "hash": stored.hash,
-        "key_id": stored.key_id,
-        "mac": stored.mac,
-    });
-    let txn = host.database.as_ref().expect("a redb host").begin_write().expect("a write transaction");
-    txn.open_table(HEAD_TABLE)
-        .expect("the head table")
-        .insert(HEAD_KEY, full.to_string().as_bytes())
-        .expect("the head is replaced");
-    txn.commit().expect("committed");
-
+    host.fill_the_audit_log();
     let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume))).await.expect_message();
     assert_eq!(message.status, Status::Error, "{}", message.content);
     assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool did not run");
@@ -313,4 +328,15 @@ fn a_dispatch_dropped_while_its_admission_is_written_leaves_the_effect_ambiguous
         }
         assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool never ran");
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_settlement_whose_audit_record_cannot_be_written_still_settles_the_effect() {
+    let host = Host::new();
+    host.fill_the_audit_log();
+    let call = ToolCall::new("c1", "charge", json!({ "order": "o-1" }));
+    let message = host.dispatcher.dispatch(call, &host.context(None)).await.expect_message();
+    assert_eq!(message.status, Status::Success, "{}", message.content);
+    let effect = host.ledger.effects().get("charge:o-1").expect("reads").expect("recorded");
+    assert_eq!(effect.status_at(START), EffectStatus::Committed, "the charge is not left in flight");
 }

@@ -167,8 +167,19 @@ impl Dispatcher {
             return;
         }
         let how = settle.as_ref().map(|(_, how)| *how);
-        let decision = Decision { now: self.clock.now(), settle, audit, ..Decision::default() };
-        match self.decide(decision).await {
+        let retry = settle.clone().filter(|_| audit.is_some());
+        let now = self.clock.now();
+        let answer = self.decide(Decision { now, settle, audit, ..Decision::default() }).await;
+        let answer = match (answer, retry) {
+            // The records could not be written, and with them went the settlement: the effect's outcome
+            // is worth keeping on its own.
+            (Err(fault), Some(settle)) => {
+                tracing::error!(target: "agent_airlock", error = %fault, "call's records not written; settling its effect alone");
+                self.decide(Decision { now, settle: Some(settle), ..Decision::default() }).await
+            }
+            (answer, _) => answer,
+        };
+        match answer {
             Ok(Ok(Decided { settled: Some(Err(err)), .. })) => {
                 // The lease will lapse and the key become ambiguous: never silently re-runnable.
                 tracing::error!(target: "agent_airlock", error = %err, settle = ?how, "effect record not settled");
