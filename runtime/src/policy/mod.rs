@@ -3,7 +3,7 @@
 //! author declared, never loosen it.
 //!
 //! A policy is built in code with [`PolicyBuilder`] or read from a TOML file with [`Policy::from_toml`]
-//! (the format is described in [`file`]); the file goes through the same builder, so both follow one set
+//! (the format is described in [`mod@file`]); the file goes through the same builder, so both follow one set
 //! of rules.
 
 pub mod condition;
@@ -247,7 +247,7 @@ impl Policy {
         PolicyBuilder::default()
     }
 
-    /// Reads a policy file (see [`file`] for the format). Every mistake is refused with its line and column.
+    /// Reads a policy file (see [`mod@file`] for the format). Every mistake is refused with its line and column.
     pub fn from_toml(text: &str) -> Result<Policy, PolicyFileError> {
         file::parse(text)
     }
