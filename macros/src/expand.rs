@@ -84,7 +84,7 @@ fn fallback(func: &ToolFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
         #vis struct #tool_ident {}
 
         impl #private::Tool for #tool_ident {
-            fn spec(&self) -> &'static #private::ToolSpec {
+            fn spec(&self) -> &#private::ToolSpec {
                 ::core::unreachable!()
             }
 
@@ -144,10 +144,15 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     let effect = match &attrs.effect {
         Some((segments, lit)) => {
             let segments = segments.iter().map(|segment| match segment {
-                EffectPiece::Literal(text) => quote!(#private::EffectSegment::Literal(#text)),
-                EffectPiece::Param(name) => quote!(#private::EffectSegment::Param(#name)),
+                EffectPiece::Literal(text) => quote!(#private::effect_literal(#text)),
+                EffectPiece::Param(name) => quote!(#private::effect_param(#name)),
             });
-            quote!(#private::effect_template(#lit, &[#(#segments),*]))
+            // A named constant: the segments own their text when built at run time, so a temporary array
+            // of them could not be dropped in a constant's initializer.
+            quote!({
+                const __AIRLOCK_EFFECT_SEGMENTS: &[#private::EffectSegment] = &[#(#segments),*];
+                #private::effect_template(#lit, __AIRLOCK_EFFECT_SEGMENTS)
+            })
         }
         None => quote!(),
     };
@@ -311,7 +316,7 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
             );
 
             impl #private::Tool for #tool_ident {
-                fn spec(&self) -> &'static #private::ToolSpec {
+                fn spec(&self) -> &#private::ToolSpec {
                     &__AIRLOCK_SPEC
                 }
 

@@ -37,8 +37,9 @@ pub(crate) enum ScreeningError {
 }
 
 /// Checks the shape, strips (or, with `ghost` [`GhostPolicy::Block`], refuses) undeclared keys at every
-/// depth the tool's canonical `schema` closes, refuses repeated items where it says `uniqueItems`, and
-/// drops top-level `null`s, which count as absent. `ghost` is the tool's own, or the policy's if stricter.
+/// depth the tool's canonical `schema` closes (the top level included), refuses repeated items where it
+/// says `uniqueItems`, and drops top-level `null`s, which count as absent. `ghost` is the tool's own, or
+/// the policy's if stricter.
 pub(crate) fn screen(
     arguments: Value,
     spec: &ToolSpec,
@@ -63,26 +64,14 @@ pub(crate) fn screen(
         discard(Value::Object(map));
         return Err(ScreeningError::TooDeep);
     }
-    let mut ghosts = Vec::new();
-    if map.keys().any(|k| spec.param(k).is_none()) {
-        map.retain(|key, _| {
-            let declared = spec.param(key).is_some();
-            if !declared {
-                let closest = nested::closest(key, spec.params().iter().map(|p| p.name()));
-                ghosts.push(Ghost { path: key.clone(), closest });
-            }
-            declared
-        });
-    }
-    map.retain(|_, value| !value.is_null());
+    // The top level is walked like any other object, so a schema that leaves it open (a tool defined by a
+    // schema may) keeps keys it does not declare; every typed tool's schema closes it.
     let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip);
-    let properties = schema.get("properties");
-    for (key, value) in map.iter_mut() {
-        if let Some(property) = properties.and_then(|p| p.get(key)) {
-            walk.value(value, &[property], &mut key.clone());
-        }
-    }
-    ghosts.append(&mut walk.ghosts);
+    walk.object(&mut map, &[schema], &mut String::new());
+    // `null` counts as absent, except for an argument that must be sent and may be `null` (a schema can
+    // say so; a typed parameter that accepts `null` is never required).
+    map.retain(|key, value| !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null()));
+    let ghosts = walk.ghosts;
     if ghost == GhostPolicy::Block && !ghosts.is_empty() {
         return Err(ScreeningError::Ghosts(ghosts));
     }

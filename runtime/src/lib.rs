@@ -328,6 +328,8 @@ mod echo;
 pub mod effect;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
+#[cfg(feature = "json-tool")]
+pub mod json_tool;
 pub mod keys;
 pub mod ledger;
 pub mod mask;
@@ -480,6 +482,16 @@ pub mod __private {
         visible: VisibleParam<T>,
     ) -> ParamSpec {
         ParamSpec::from_checked_parts(name, description, visible.schema, visible.accepts_null)
+    }
+
+    /// Literal text of a generated tool's effect template.
+    pub const fn effect_literal(text: &'static str) -> EffectSegment {
+        EffectSegment::Literal(std::borrow::Cow::Borrowed(text))
+    }
+
+    /// A parameter named in a generated tool's effect template.
+    pub const fn effect_param(name: &'static str) -> EffectSegment {
+        EffectSegment::Param(std::borrow::Cow::Borrowed(name))
     }
 
     /// The effect template of a generated tool, parsed by the macro.

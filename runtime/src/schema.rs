@@ -40,8 +40,12 @@ fn generator() -> SchemaGenerator {
         .into_generator()
 }
 
-/// The canonical schema of a tool's arguments.
+/// The canonical schema of a tool's arguments: generated from its parameters' types, or, for a tool defined
+/// by a schema ([`JsonTool`](crate::json_tool::JsonTool)), the schema it publishes.
 pub fn input_schema(spec: &ToolSpec) -> Value {
+    if let Some(given) = spec.given_input_schema() {
+        return given.clone();
+    }
     let mut generator = generator();
     let mut properties = Map::new();
     let mut required = Vec::new();

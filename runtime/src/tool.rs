@@ -113,13 +113,17 @@ impl ArgumentErrors {
     }
 }
 
-/// A guarded tool. `#[airlock_tool]` implements it; hand-written tools may too.
+/// A guarded tool. `#[airlock_tool]` implements it; hand-written tools and tools defined at run time
+/// ([`JsonTool`](crate::json_tool::JsonTool), feature `json-tool`) do too.
 pub trait Tool: Send + Sync + 'static {
     /// What the tool is: name, description, parameters and the author's declared risk. The same spec on
-    /// every call: the dispatcher reads it once, when it is built. `#[airlock_tool]` returns a `static`; a
-    /// hand-written tool keeps the [`ToolSpec::builder`]'s result in a `static` `LazyLock` (or leaks it
-    /// once with `Box::leak`).
-    fn spec(&self) -> &'static ToolSpec;
+    /// every call: the dispatcher reads it once, when it is built.
+    ///
+    /// The spec is borrowed from the tool, not `'static`: a tool defined at run time (an MCP upstream's
+    /// tool, re-listed whenever the upstream changes it) owns its spec and is dropped with it, where a
+    /// `&'static` contract would leak one spec per definition. `#[airlock_tool]` still returns a `static`,
+    /// and a hand-written tool may keep the [`ToolSpec::builder`]'s result in a field.
+    fn spec(&self) -> &ToolSpec;
 
     /// Deserializes every model-visible argument strictly and extracts every injected value, collecting all
     /// errors. Nothing runs until the returned future is polled, so the dispatcher can still refuse.
@@ -131,54 +135,53 @@ pub trait Tool: Send + Sync + 'static {
 /// The static description of a tool: what the model is offered and the author's declared risk.
 ///
 /// `#[airlock_tool]` generates one in a `static`. A hand-written tool builds one with
-/// [`ToolSpec::builder`], which checks what the attribute checks at compile time; since
-/// [`Tool::spec`] returns `&'static ToolSpec`, keep it in a `static` initialised once:
+/// [`ToolSpec::builder`], which checks what the attribute checks at compile time, and keeps it:
 ///
 /// ```
-/// use std::sync::LazyLock;
-///
 /// use agent_airlock::{ParamSpec, ToolSpec};
 ///
-/// static SPEC: LazyLock<ToolSpec> = LazyLock::new(|| {
-///     ToolSpec::builder("refund", "Refund a payment.")
-///         .param(ParamSpec::of::<String>("payment_id", Some("The payment to refund.")))
-///         .escalate("moves money")
-///         .rate("10/minute".parse().expect("a rate"))
-///         .effect("refund:{payment_id}")
-///         .build()
-///         .expect("a valid tool spec")
-/// });
+/// let spec = ToolSpec::builder("refund", "Refund a payment.")
+///     .param(ParamSpec::of::<String>("payment_id", Some("The payment to refund.")))
+///     .escalate("moves money")
+///     .rate("10/minute".parse().expect("a rate"))
+///     .effect("refund:{payment_id}")
+///     .build()
+///     .expect("a valid tool spec");
 ///
-/// assert_eq!(SPEC.name(), "refund");
-/// assert_eq!(SPEC.params()[0].name(), "payment_id");
+/// assert_eq!(spec.name(), "refund");
+/// assert_eq!(spec.params()[0].name(), "payment_id");
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ToolSpec {
-    name: &'static str,
-    description: &'static str,
+    name: Cow<'static, str>,
+    description: Cow<'static, str>,
     params: Cow<'static, [ParamSpec]>,
-    escalate: Option<&'static str>,
+    escalate: Option<Cow<'static, str>>,
     rate: Option<Rate>,
     ghost: GhostPolicy,
     effect: Option<EffectTemplate>,
     mask: MaskSet,
+    /// The published schema of a tool defined by one (a [`JsonTool`](crate::json_tool::JsonTool)); `None`
+    /// for a typed tool, whose schema is generated from its parameters' types.
+    input_schema: Option<Value>,
 }
 
 impl ToolSpec {
     /// A builder for a hand-written tool's spec named `name` (the strictest provider rule, see
     /// [`check_tool_name`]) with the description the model reads.
-    pub fn builder(name: &'static str, description: &'static str) -> ToolSpecBuilder {
+    pub fn builder(name: impl Into<Cow<'static, str>>, description: impl Into<Cow<'static, str>>) -> ToolSpecBuilder {
         ToolSpecBuilder {
             spec: ToolSpec {
-                name,
-                description,
+                name: name.into(),
+                description: description.into(),
                 params: Cow::Owned(Vec::new()),
                 escalate: None,
                 rate: None,
                 ghost: GhostPolicy::Strip,
                 effect: None,
                 mask: DEFAULT_TOOL_MASK,
+                input_schema: None,
             },
             effect: None,
         }
@@ -196,17 +199,31 @@ impl ToolSpec {
         effect: Option<EffectTemplate>,
         mask: MaskSet,
     ) -> ToolSpec {
-        ToolSpec { name, description, params: Cow::Borrowed(params), escalate, rate, ghost, effect, mask }
+        let escalate = match escalate {
+            Some(reason) => Some(Cow::Borrowed(reason)),
+            None => None,
+        };
+        ToolSpec {
+            name: Cow::Borrowed(name),
+            description: Cow::Borrowed(description),
+            params: Cow::Borrowed(params),
+            escalate,
+            rate,
+            ghost,
+            effect,
+            mask,
+            input_schema: None,
+        }
     }
 
     /// The registered name: what the model calls and what policy globs match.
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The description the model reads.
-    pub fn description(&self) -> &'static str {
-        self.description
+    pub fn description(&self) -> &str {
+        &self.description
     }
 
     /// The model-visible parameters (injected ones are not here), in declaration order.
@@ -220,8 +237,8 @@ impl ToolSpec {
     }
 
     /// Why a human must approve each call, if the author said so.
-    pub fn escalate(&self) -> Option<&'static str> {
-        self.escalate
+    pub fn escalate(&self) -> Option<&str> {
+        self.escalate.as_deref()
     }
 
     /// The author's rate limit for this tool.
@@ -243,6 +260,11 @@ impl ToolSpec {
     pub fn mask(&self) -> MaskSet {
         self.mask
     }
+
+    /// The schema the tool was defined by, if it was defined by one rather than by typed parameters.
+    pub(crate) fn given_input_schema(&self) -> Option<&Value> {
+        self.input_schema.as_ref()
+    }
 }
 
 /// Builds the [`ToolSpec`] of a hand-written tool; [`ToolSpecBuilder::build`] checks it.
@@ -250,7 +272,7 @@ impl ToolSpec {
 #[must_use]
 pub struct ToolSpecBuilder {
     spec: ToolSpec,
-    effect: Option<&'static str>,
+    effect: Option<Cow<'static, str>>,
 }
 
 impl ToolSpecBuilder {
@@ -261,8 +283,8 @@ impl ToolSpecBuilder {
     }
 
     /// Every call needs a human's approval, for this reason.
-    pub fn escalate(mut self, reason: &'static str) -> Self {
-        self.spec.escalate = Some(reason);
+    pub fn escalate(mut self, reason: impl Into<Cow<'static, str>>) -> Self {
+        self.spec.escalate = Some(reason.into());
         self
     }
 
@@ -279,8 +301,8 @@ impl ToolSpecBuilder {
     }
 
     /// The idempotency key template (`"refund:{payment_id}"`); every placeholder must name a parameter.
-    pub fn effect(mut self, template: &'static str) -> Self {
-        self.effect = Some(template);
+    pub fn effect(mut self, template: impl Into<Cow<'static, str>>) -> Self {
+        self.effect = Some(template.into());
         self
     }
 
@@ -290,28 +312,34 @@ impl ToolSpecBuilder {
         self
     }
 
+    /// The published schema of a tool defined by one; its parameters must be the schema's properties.
+    pub(crate) fn input_schema(mut self, schema: Value) -> Self {
+        self.spec.input_schema = Some(schema);
+        self
+    }
+
     /// The spec, or the first rule it breaks.
     pub fn build(self) -> Result<ToolSpec, ToolSpecError> {
         let ToolSpecBuilder { mut spec, effect } = self;
-        check_tool_name(spec.name)?;
+        check_tool_name(&spec.name)?;
         if spec.description.trim().is_empty() {
             return Err(ToolSpecError::EmptyDescription);
         }
-        if spec.escalate.is_some_and(|reason| reason.trim().is_empty()) {
+        if spec.escalate.as_ref().is_some_and(|reason| reason.trim().is_empty()) {
             return Err(ToolSpecError::EmptyEscalation);
         }
         for (index, param) in spec.params.iter().enumerate() {
             if spec.params[..index].iter().any(|earlier| earlier.name == param.name) {
-                return Err(ToolSpecError::DuplicateParam(param.name.to_owned()));
+                return Err(ToolSpecError::DuplicateParam(param.name.clone().into_owned()));
             }
         }
         if let Some(template) = effect {
             let mut segments = Vec::new();
-            for segment in parse_effect_template(template)? {
+            for segment in parse_effect_template(&template)? {
                 segments.push(match segment {
-                    Segment::Literal(text) => EffectSegment::Literal(text),
+                    Segment::Literal(text) => EffectSegment::Literal(Cow::Owned(text.to_owned())),
                     Segment::Param(name) => match spec.param(name) {
-                        Some(param) => EffectSegment::Param(param.name),
+                        Some(param) => EffectSegment::Param(param.name.clone()),
                         None => return Err(ToolSpecError::UnknownEffectParam(name.to_owned())),
                     },
                 });
@@ -353,28 +381,29 @@ pub const DEFAULT_TOOL_MASK: MaskSet = MaskSet::SECRETS;
 /// every placeholder names a model-visible parameter.
 #[derive(Debug, Clone)]
 pub struct EffectTemplate {
-    template: &'static str,
+    template: Cow<'static, str>,
     segments: Cow<'static, [EffectSegment]>,
 }
 
-/// One piece of an [`EffectTemplate`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One piece of an [`EffectTemplate`]: borrowed from the binary for `#[airlock_tool]`, owned for a tool
+/// defined at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EffectSegment {
     /// Text copied into the key.
-    Literal(&'static str),
+    Literal(Cow<'static, str>),
     /// The value of the named argument.
-    Param(&'static str),
+    Param(Cow<'static, str>),
 }
 
 impl EffectTemplate {
     /// A template the macro has already parsed and checked.
     pub(crate) const fn from_checked_parts(template: &'static str, segments: &'static [EffectSegment]) -> Self {
-        EffectTemplate { template, segments: Cow::Borrowed(segments) }
+        EffectTemplate { template: Cow::Borrowed(template), segments: Cow::Borrowed(segments) }
     }
 
     /// The template as written.
-    pub fn template(&self) -> &'static str {
-        self.template
+    pub fn template(&self) -> &str {
+        &self.template
     }
 
     /// Its pieces.
@@ -395,11 +424,10 @@ impl EffectTemplate {
             match segment {
                 EffectSegment::Literal(text) => key.push_str(text),
                 EffectSegment::Param(name) => {
-                    let value = values.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+                    let value = values.iter().find(|(n, _)| *n == name).map(|(_, v)| v);
                     let text = match value {
-                        Some(value) => {
-                            effect_text(value).map_err(|error| EffectKeyError { param: (*name).to_owned(), error })?
-                        }
+                        Some(value) => effect_text(value)
+                            .map_err(|error| EffectKeyError { param: name.clone().into_owned(), error })?,
                         None => None,
                     };
                     match text {
@@ -418,8 +446,8 @@ impl EffectTemplate {
     /// with no canonical form (nested too deep) is written as sent.
     pub fn render(&self, arguments: &Arguments) -> String {
         let segments = self.segments.iter().map(|segment| match segment {
-            EffectSegment::Literal(text) => Segment::Literal(text),
-            EffectSegment::Param(name) => Segment::Param(name),
+            EffectSegment::Literal(text) => Segment::Literal(text.as_ref()),
+            EffectSegment::Param(name) => Segment::Param(name.as_ref()),
         });
         render_effect_key(segments, arguments, self.template.len())
     }
@@ -528,16 +556,24 @@ fn percent_encode(text: &str, out: &mut String) {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ParamSpec {
-    name: &'static str,
-    description: Option<&'static str>,
-    schema: fn(&mut SchemaGenerator) -> Schema,
-    accepts_null: fn() -> bool,
+    name: Cow<'static, str>,
+    description: Option<Cow<'static, str>>,
+    kind: ParamKind,
+}
+
+/// Where a parameter's schema comes from.
+#[derive(Clone)]
+enum ParamKind {
+    /// A Rust type: its schema is generated, and it is required unless `null` deserializes into it.
+    Typed { schema: fn(&mut SchemaGenerator) -> Schema, accepts_null: fn() -> bool },
+    /// A property of a schema given at run time.
+    Json { schema: Value, required: bool, accepts_null: bool },
 }
 
 impl ParamSpec {
     /// A parameter named `name` whose value the model sends as a `T`, with its doc text.
     pub fn of<T: DeserializeOwned + JsonSchema>(name: &'static str, description: Option<&'static str>) -> ParamSpec {
-        ParamSpec { name, description, schema: param_schema::<T>, accepts_null: accepts_null::<T> }
+        ParamSpec::from_checked_parts(name, description, param_schema::<T>, accepts_null::<T>)
     }
 
     /// A parameter from what the macro generated for its type.
@@ -547,27 +583,65 @@ impl ParamSpec {
         schema: fn(&mut SchemaGenerator) -> Schema,
         accepts_null: fn() -> bool,
     ) -> ParamSpec {
-        ParamSpec { name, description, schema, accepts_null }
+        let description = match description {
+            Some(text) => Some(Cow::Borrowed(text)),
+            None => None,
+        };
+        ParamSpec { name: Cow::Borrowed(name), description, kind: ParamKind::Typed { schema, accepts_null } }
+    }
+
+    /// A property of a schema given at run time: its subschema, whether the schema requires it, and
+    /// whether `null` is one of its values.
+    #[cfg_attr(not(feature = "json-tool"), allow(dead_code))]
+    pub(crate) fn from_json_property(
+        name: String,
+        description: Option<String>,
+        schema: Value,
+        required: bool,
+        accepts_null: bool,
+    ) -> ParamSpec {
+        ParamSpec {
+            name: Cow::Owned(name),
+            description: description.map(Cow::Owned),
+            kind: ParamKind::Json { schema, required, accepts_null },
+        }
     }
 
     /// The argument's key.
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// The parameter's doc comment.
-    pub fn description(&self) -> Option<&'static str> {
-        self.description
+    /// The parameter's doc comment (for a tool defined by a schema, the property's `description`).
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
     }
 
-    /// The JSON schema of the parameter's type.
+    /// The JSON schema of the parameter's type (for a tool defined by a schema, the property's subschema,
+    /// whose `$ref`s resolve against the tool's whole schema).
     pub fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
-        (self.schema)(generator)
+        match &self.kind {
+            ParamKind::Typed { schema, .. } => schema(generator),
+            // The tool's schema compiled, so each property is an object or a boolean.
+            ParamKind::Json { schema, .. } => Schema::try_from(schema.clone()).unwrap_or_default(),
+        }
     }
 
-    /// Whether `null` (or absence) is a valid value: true for `Option<T>`.
+    /// Whether `null` is a valid value: true for `Option<T>`, and for a property whose schema allows it.
     pub fn accepts_null(&self) -> bool {
-        (self.accepts_null)()
+        match &self.kind {
+            ParamKind::Typed { accepts_null, .. } => accepts_null(),
+            ParamKind::Json { accepts_null, .. } => *accepts_null,
+        }
+    }
+
+    /// Whether the model must send the argument: for a typed parameter, unless `null` (absence) is valid;
+    /// for a property of a given schema, when the schema lists it in `required`.
+    pub fn is_required(&self) -> bool {
+        match &self.kind {
+            ParamKind::Typed { accepts_null, .. } => !accepts_null(),
+            ParamKind::Json { required, .. } => *required,
+        }
     }
 }
 
@@ -654,10 +728,10 @@ mod tests {
     const TEMPLATE: EffectTemplate = EffectTemplate::from_checked_parts(
         "refund:{a}:{b}",
         &[
-            EffectSegment::Literal("refund:"),
-            EffectSegment::Param("a"),
-            EffectSegment::Literal(":"),
-            EffectSegment::Param("b"),
+            EffectSegment::Literal(Cow::Borrowed("refund:")),
+            EffectSegment::Param(Cow::Borrowed("a")),
+            EffectSegment::Literal(Cow::Borrowed(":")),
+            EffectSegment::Param(Cow::Borrowed("b")),
         ],
     );
 
@@ -727,7 +801,10 @@ mod tests {
         assert_eq!(ok.escalate(), Some("moves money"));
         assert_eq!((ok.ghost(), ok.mask(), ok.rate()), (GhostPolicy::Block, MaskSet::ALL, None));
         let effect = ok.effect().unwrap();
-        assert_eq!(effect.segments(), [EffectSegment::Literal("refund:"), EffectSegment::Param("payment_id")]);
+        assert_eq!(
+            effect.segments(),
+            [EffectSegment::Literal("refund:".into()), EffectSegment::Param("payment_id".into())]
+        );
         assert_eq!(effect.render(json!({"payment_id": "pi_1"}).as_object().unwrap()), "refund:pi_1");
         assert_eq!(ToolSpec::builder("r", "d").build().unwrap().mask(), DEFAULT_TOOL_MASK);
 

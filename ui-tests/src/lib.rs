@@ -39,7 +39,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 ///
 /// If the dispatcher cannot be built or the outcome is not a message: both are bugs in the case.
 pub fn call(tool: impl Tool, arguments: Value, context: &CallContext) -> ToolMessage {
-    let name = tool.spec().name();
+    let name = tool.spec().name().to_owned();
     let dispatcher = match Dispatcher::builder().tool(tool).build() {
         Ok(dispatcher) => dispatcher,
         Err(err) => panic!("a dispatcher with one tool must build: {err}"),

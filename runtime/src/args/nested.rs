@@ -122,7 +122,8 @@ impl<'s> Walk<'s> {
         }
     }
 
-    fn object(&mut self, map: &mut Map<String, Value>, schemas: &[&'s Value], path: &mut String) {
+    /// Walks the object `map` at `path` (empty at the top level) against `schemas`.
+    pub(crate) fn object(&mut self, map: &mut Map<String, Value>, schemas: &[&'s Value], path: &mut String) {
         let Candidates::Some(all) = self.candidates(schemas) else { return };
         let objects: Vec<&Map<String, Value>> = all.into_iter().filter(|c| may_be(c, "object")).collect();
         if objects.is_empty() {
@@ -227,11 +228,16 @@ impl<'s> Walk<'s> {
     }
 }
 
-/// `#/$defs/<name>` within `root`.
+/// A reference within `root`, as a JSON pointer fragment: `#/$defs/<name>` as generated for typed tools, and
+/// what schemas written elsewhere use (`#/definitions/<name>`, `#/properties/a/items`, `#` for the root).
+/// Anything else (another document, an anchor, percent-encoding) does not resolve, and the walk treats the
+/// place as open.
 fn resolve<'s>(reference: &str, root: &'s Value) -> Option<&'s Value> {
-    let name = reference.strip_prefix("#/$defs/")?;
-    let name = name.replace("~1", "/").replace("~0", "~");
-    root.get("$defs")?.get(&name)
+    let pointer = reference.strip_prefix('#')?;
+    if pointer.contains('%') {
+        return None;
+    }
+    root.pointer(pointer)
 }
 
 /// Whether the alternative allows JSON values of `kind` (no `type` allows every kind).

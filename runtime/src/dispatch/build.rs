@@ -218,9 +218,11 @@ impl DispatcherBuilder {
             let (observed_buckets, observed_bucket_rules) = add_buckets(&mut limiter, observed_limits);
             let definition = ToolDefinition::of(&*tool);
             let (escalation_rules, escalation_reasons) = joined(&escalations);
-            order.push(spec.name());
+            let ghost_block = decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block);
+            let name = spec.name().to_owned();
+            order.push(name.clone());
             tools.insert(
-                spec.name(),
+                name,
                 Entry {
                     tool,
                     definition,
@@ -234,7 +236,7 @@ impl DispatcherBuilder {
                     observed_buckets,
                     observed_bucket_rules,
                     mask,
-                    ghost_block: decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block),
+                    ghost_block,
                     policy_effect,
                     conditions: decision.conditions,
                 },

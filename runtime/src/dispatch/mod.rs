@@ -46,8 +46,8 @@ use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
-    tools: HashMap<&'static str, Entry>,
-    order: Vec<&'static str>,
+    tools: HashMap<String, Entry>,
+    order: Vec<String>,
     limiter: RateLimiter,
     escalation: Escalation,
     clock: Arc<dyn Clock>,
@@ -97,7 +97,7 @@ impl Dispatcher {
     pub fn offered_tools(&self) -> Vec<ToolDefinition> {
         self.order
             .iter()
-            .filter_map(|name| self.tools.get(name))
+            .filter_map(|name| self.tools.get(name.as_str()))
             .filter(|entry| entry.denied_by.is_none() || self.observe)
             .map(|entry| entry.definition.clone())
             .collect()

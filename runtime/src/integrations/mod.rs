@@ -4,6 +4,8 @@
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "mcp-gateway")]
+pub mod mcp_gateway;
 #[cfg(feature = "rig")]
 pub mod rig;
 

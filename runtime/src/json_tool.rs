@@ -1,0 +1,617 @@
+//! Tools defined at run time by a name, a description and a JSON Schema (an MCP upstream's
+//! `inputSchema`), guarded by the [`Dispatcher`](crate::Dispatcher) exactly like `#[airlock_tool]` tools:
+//! policy, escalation, rate limits, effects, masking and audit apply unchanged.
+//!
+//! What differs is where the arguments' rules come from. A typed tool's schema is generated from its Rust
+//! types and serde enforces them; here the schema is given, compiled once by the `jsonschema` validator
+//! when the tool is made, and every call's arguments are validated by it after the dispatcher's screen has
+//! stripped (or, under [`GhostPolicy::Block`], refused) the keys it does not declare, at every depth the
+//! schema closes. The tool publishes the schema it enforces ([`Tool::spec`], [`ToolDefinition`](crate::ToolDefinition)),
+//! so what the model is shown and what the runtime admits are one schema.
+//!
+//! Many upstream schemas leave objects open (no `additionalProperties`), where nothing would be stripped.
+//! By default ([`Closing::Unstated`]) such objects are closed before the schema is published and
+//! enforced, which only ever narrows what the schema accepts (see [`Closing`]).
+//!
+//! The host says how a call runs ([`JsonExecutor`], any `async` closure taking a [`JsonCall`]): a gateway
+//! forwards the admitted arguments to its upstream.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use jsonschema::paths::LocationSegment;
+use jsonschema::{ValidationError, Validator, error::ValidationErrorKind};
+use serde_json::{Map, Value};
+
+use crate::args::MAX_LISTED;
+use crate::context::Invocation;
+use crate::mask::MaskSet;
+use crate::rate::Rate;
+use crate::tool::{
+    ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ParamSpec, Prepared, Tool, ToolError, ToolOutput, ToolSpec,
+    ToolSpecError,
+};
+
+/// How deep a given schema may nest. Deeper schemas are refused before they are compiled, so a hostile
+/// upstream cannot exhaust the stack of the compiler or of the walks over the schema.
+pub const MAX_SCHEMA_DEPTH: usize = 128;
+
+/// The field named by an error about the arguments object as a whole (a top-level `anyOf`, say).
+const WHOLE: &str = "arguments";
+
+/// One admitted call, as the executor receives it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JsonCall {
+    /// The registered name of the tool (one executor may serve many tools).
+    pub tool: String,
+    /// The model's id for this call.
+    pub tool_call_id: String,
+    /// The arguments after every gate: undeclared keys stripped, `null`s for optional ones dropped,
+    /// validated against the tool's schema.
+    pub arguments: Arguments,
+}
+
+/// What an executor returns: the result the model reads (masked by the dispatcher), or an error; a
+/// [`ToolError::not_executed`] settles the call's effect as not having happened.
+pub type JsonFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
+
+/// How a [`JsonTool`]'s admitted calls run. Implemented for every `Fn(JsonCall) -> impl Future<Output =
+/// Result<Value, ToolError>>` closure. [`execute`](Self::execute) is called only once the call has passed
+/// every gate, when the dispatcher runs it (gate 8), so even a closure's body acts only for admitted calls.
+pub trait JsonExecutor: Send + Sync + 'static {
+    /// Starts one admitted call.
+    fn execute(&self, call: JsonCall) -> JsonFuture;
+}
+
+impl<F, Fut> JsonExecutor for F
+where
+    F: Fn(JsonCall) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    fn execute(&self, call: JsonCall) -> JsonFuture {
+        Box::pin(self(call))
+    }
+}
+
+/// Which objects of a given schema are closed (take no keys beyond their `properties`), so that keys the
+/// model invents there are stripped (or refused) rather than forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Closing {
+    /// Every object subschema that lists `properties` and says nothing about other keys gets
+    /// `additionalProperties: false`, as typed tools' structs do. Only places where closing narrows what
+    /// the schema accepts are touched: the root, `properties`, `items`, `prefixItems`, map values and
+    /// `anyOf` branches, and `$defs`/`definitions` when nothing in the schema could combine or negate them
+    /// (`allOf`, `oneOf`, `not`, `if`, `dependentSchemas`, `unevaluatedProperties`, dynamic references).
+    /// An object beside `$ref`, `allOf`, `anyOf`, `oneOf`, `if`, `dependentSchemas` or `patternProperties`
+    /// is left as written, since those may declare its other keys.
+    #[default]
+    Unstated,
+    /// The schema as written: only objects it closes itself are closed.
+    AsWritten,
+}
+
+/// A tool that cannot be made from the definition given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonToolError {
+    /// The name, description, escalation reason or effect template breaks a rule of every tool.
+    #[error(transparent)]
+    Spec(#[from] ToolSpecError),
+    /// The schema's root is not a JSON object.
+    #[error("the input schema of `{tool}` must be a JSON object, not {found}")]
+    NotAnObject {
+        /// The tool.
+        tool: String,
+        /// What the root is (`an array`, `a boolean`, ...).
+        found: &'static str,
+    },
+    /// The schema's root does not describe an object (`"type": "object"`).
+    #[error("the input schema of `{tool}` must have `\"type\": \"object\"`: tool arguments are a JSON object")]
+    RootNotObjectType {
+        /// The tool.
+        tool: String,
+    },
+    /// The schema nests deeper than [`MAX_SCHEMA_DEPTH`].
+    #[error("the input schema of `{tool}` nests deeper than {MAX_SCHEMA_DEPTH} levels")]
+    TooDeep {
+        /// The tool.
+        tool: String,
+    },
+    /// The validator could not compile the schema (an unknown draft, a bad keyword value, an unresolvable
+    /// or remote `$ref`, a bad `pattern`).
+    #[error("the input schema of `{tool}` is not a schema the validator can compile: {message}")]
+    Invalid {
+        /// The tool.
+        tool: String,
+        /// What the validator said.
+        message: String,
+    },
+}
+
+/// A tool defined at run time by a name, a description and a JSON Schema, whose admitted calls run
+/// through a [`JsonExecutor`]. Register it like any tool:
+///
+/// ```
+/// use agent_airlock::json_tool::{JsonCall, JsonTool};
+/// use agent_airlock::{Dispatcher, ToolError};
+/// use serde_json::{Value, json};
+///
+/// let schema = json!({
+///     "type": "object",
+///     "properties": {"path": {"type": "string", "description": "The file to read."}},
+///     "required": ["path"]
+/// });
+/// let read_file = JsonTool::builder("read_file", "Read a file.", schema)
+///     .build(|call: JsonCall| async move {
+///         Ok::<Value, ToolError>(json!({"read": call.arguments["path"]}))
+///     })
+///     .expect("a valid definition");
+/// assert_eq!(read_file.definition_schema()["additionalProperties"], false);
+/// let dispatcher = Dispatcher::builder().tool(read_file).build().expect("a dispatcher");
+/// # drop(dispatcher);
+/// ```
+pub struct JsonTool {
+    spec: ToolSpec,
+    validator: Validator,
+    executor: Arc<dyn JsonExecutor>,
+}
+
+impl std::fmt::Debug for JsonTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonTool").field("spec", &self.spec).finish_non_exhaustive()
+    }
+}
+
+impl JsonTool {
+    /// A builder for the tool `name` (the strictest provider rule), described by `description`, whose
+    /// arguments `input_schema` describes.
+    pub fn builder(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> JsonToolBuilder {
+        JsonToolBuilder {
+            name: name.into(),
+            description: description.into(),
+            schema: input_schema,
+            escalate: None,
+            rate: None,
+            ghost: GhostPolicy::Strip,
+            effect: None,
+            mask: None,
+            closing: Closing::default(),
+        }
+    }
+
+    /// The schema the tool publishes and enforces (after [`Closing`]).
+    pub fn definition_schema(&self) -> &Value {
+        // Always set by the builder.
+        self.spec.given_input_schema().unwrap_or(&Value::Null)
+    }
+}
+
+/// Builds a [`JsonTool`]; [`JsonToolBuilder::build`] checks the definition and compiles the schema.
+#[derive(Debug)]
+#[must_use]
+pub struct JsonToolBuilder {
+    name: String,
+    description: String,
+    schema: Value,
+    escalate: Option<String>,
+    rate: Option<Rate>,
+    ghost: GhostPolicy,
+    effect: Option<String>,
+    mask: Option<MaskSet>,
+    closing: Closing,
+}
+
+impl JsonToolBuilder {
+    /// Every call needs a human's approval, for this reason.
+    pub fn escalate(mut self, reason: impl Into<String>) -> Self {
+        self.escalate = Some(reason.into());
+        self
+    }
+
+    /// The tool's own rate limit.
+    pub fn rate(mut self, rate: Rate) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// What happens to arguments the schema does not declare where it is closed (default
+    /// [`GhostPolicy::Strip`]).
+    pub fn ghost(mut self, ghost: GhostPolicy) -> Self {
+        self.ghost = ghost;
+        self
+    }
+
+    /// The idempotency key template (`"refund:{payment_id}"`); every placeholder must name a top-level
+    /// property of the schema. The key is rendered from the admitted JSON values in canonical form
+    /// ([`EffectTemplate::render`](crate::EffectTemplate::render)).
+    pub fn effect(mut self, template: impl Into<String>) -> Self {
+        self.effect = Some(template.into());
+        self
+    }
+
+    /// The result masking (default [`DEFAULT_TOOL_MASK`](crate::DEFAULT_TOOL_MASK)).
+    pub fn mask(mut self, mask: MaskSet) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// Which objects of the schema are closed (default [`Closing::Unstated`]).
+    pub fn closing(mut self, closing: Closing) -> Self {
+        self.closing = closing;
+        self
+    }
+
+    /// The tool, running admitted calls with `executor`.
+    pub fn build(self, executor: impl JsonExecutor) -> Result<JsonTool, JsonToolError> {
+        self.build_shared(Arc::new(executor))
+    }
+
+    /// The tool, running admitted calls with a shared `executor` (one upstream serving many tools).
+    pub fn build_shared(self, executor: Arc<dyn JsonExecutor>) -> Result<JsonTool, JsonToolError> {
+        let JsonToolBuilder { name, description, mut schema, escalate, rate, ghost, effect, mask, closing } = self;
+        let root = match &schema {
+            Value::Object(root) => root,
+            other => return Err(JsonToolError::NotAnObject { tool: name, found: kind(other) }),
+        };
+        let object_type = match root.get("type") {
+            Some(Value::String(t)) => t == "object",
+            Some(Value::Array(types)) => types.len() == 1 && types[0] == "object",
+            _ => false,
+        };
+        if !object_type {
+            return Err(JsonToolError::RootNotObjectType { tool: name });
+        }
+        if nests_deeper_than(&schema, MAX_SCHEMA_DEPTH) {
+            return Err(JsonToolError::TooDeep { tool: name });
+        }
+        let compile = |schema: &Value| {
+            jsonschema::options()
+                .offline()
+                .build(schema)
+                .map_err(|err| JsonToolError::Invalid { tool: name.clone(), message: err.to_string() })
+        };
+        // The schema as given must compile, before closing could hide a fault in it.
+        compile(&schema)?;
+        if closing == Closing::Unstated {
+            close_unstated(&mut schema);
+        }
+        let validator = compile(&schema)?;
+
+        let mut builder = ToolSpec::builder(name, description).ghost(ghost);
+        for param in params(&schema, &validator) {
+            builder = builder.param(param);
+        }
+        if let Some(reason) = escalate {
+            builder = builder.escalate(reason);
+        }
+        if let Some(rate) = rate {
+            builder = builder.rate(rate);
+        }
+        if let Some(template) = effect {
+            builder = builder.effect(template);
+        }
+        if let Some(mask) = mask {
+            builder = builder.mask(mask);
+        }
+        let spec = builder.input_schema(schema).build()?;
+        Ok(JsonTool { spec, validator, executor })
+    }
+}
+
+impl Tool for JsonTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn prepare(&self, arguments: &Arguments, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors> {
+        let instance = Value::Object(arguments.clone());
+        let mut errors = ArgumentErrors::new();
+        let mut found = self.validator.iter_errors(&instance);
+        for error in found.by_ref().take(MAX_LISTED) {
+            errors.push(argument_error(&error));
+        }
+        if found.next().is_some() {
+            errors.push(ArgumentError::Invalid {
+                field: WHOLE.to_owned(),
+                message: format!("more problems than the {MAX_LISTED} listed; fix these and call again"),
+            });
+        }
+        drop(found);
+        if !errors.errors().is_empty() {
+            return Err(errors);
+        }
+        let Value::Object(arguments) = instance else { unreachable!("built as an object above") };
+        let call =
+            JsonCall { tool: invocation.tool.to_owned(), tool_call_id: invocation.tool_call_id.to_owned(), arguments };
+        // The executor is called when the dispatcher polls, after every gate: an executor that acts before
+        // returning its future (a closure's body) must not act for a call that is then refused.
+        let executor = Arc::clone(&self.executor);
+        Ok(Prepared::new(Box::pin(async move {
+            match executor.execute(call).await {
+                Ok(value) => ToolOutput::Content(value),
+                Err(error) => ToolOutput::Failed(error),
+            }
+        })))
+    }
+}
+
+/// One validation error as an argument error: a required top-level property missing is
+/// [`ArgumentError::Missing`]; anything else is [`ArgumentError::Invalid`] at its path (`address.zip`,
+/// `items[2]`), with a nested missing key worded as serde words it (``missing field `zip` ``), so the
+/// refusal's hints treat both kinds of tool alike.
+fn argument_error(error: &ValidationError<'_>) -> ArgumentError {
+    let path = field_path(error);
+    if let ValidationErrorKind::Required { property } = error.kind() {
+        let key = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
+        return match path {
+            None => ArgumentError::Missing { field: key },
+            Some(field) => ArgumentError::Invalid { field, message: format!("missing field `{key}`") },
+        };
+    }
+    // The refusal caps and escapes the text (`echo::message`); the instance it quotes is model input.
+    ArgumentError::Invalid { field: path.unwrap_or_else(|| WHOLE.to_owned()), message: error.to_string() }
+}
+
+/// The error's place in the arguments as a path (`address.zip`, `items[2]`), or `None` for the object
+/// itself.
+fn field_path(error: &ValidationError<'_>) -> Option<String> {
+    let mut path = String::new();
+    for segment in error.instance_path().segments() {
+        match segment {
+            LocationSegment::Property(key) => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&key);
+            }
+            LocationSegment::Index(index) => {
+                path.push('[');
+                path.push_str(&index.to_string());
+                path.push(']');
+            }
+        }
+    }
+    (!path.is_empty()).then_some(path)
+}
+
+/// The top-level properties of `schema` as parameters: described by their `description`, required when
+/// `required` lists them, and accepting `null` when the validator accepts it there.
+fn params(schema: &Value, validator: &Validator) -> Vec<ParamSpec> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Vec::new() };
+    let required: Vec<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let description = property.get("description").and_then(Value::as_str).map(str::to_owned);
+            let mut probe = Map::new();
+            probe.insert(name.clone(), Value::Null);
+            let probe = Value::Object(probe);
+            let accepts_null = !validator.iter_errors(&probe).any(|error| {
+                matches!(error.instance_path().segments().next(), Some(LocationSegment::Property(key)) if key == name.as_str())
+            });
+            ParamSpec::from_json_property(
+                name.clone(),
+                description,
+                property.clone(),
+                required.contains(&name.as_str()),
+                accepts_null,
+            )
+        })
+        .collect()
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "`null`",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Iterative, so the check itself cannot overflow on what it refuses.
+fn nests_deeper_than(value: &Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 0)];
+    while let Some((value, depth)) = stack.pop() {
+        if depth > limit {
+            return true;
+        }
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Keywords that can combine, negate or extend a subschema from elsewhere: where any appears, a
+/// definition may be used in a way closing it would widen or break, so definitions are left as written.
+const COMBINING: &[&str] = &[
+    "allOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+/// Keywords beside which an object's other keys may be declared elsewhere, or are stated already.
+const KEEP_OPEN: &[&str] = &[
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "$ref",
+    "$dynamicRef",
+    "$recursiveRef",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependencies",
+];
+
+/// [`Closing::Unstated`]: closes the objects where closing narrows what `schema` accepts.
+fn close_unstated(schema: &mut Value) {
+    let definitions_too = !uses_any(schema, COMBINING);
+    close(schema, definitions_too);
+}
+
+/// Whether any schema position in `schema` uses one of `keywords`, or a `$ref` beside `properties` (which
+/// applies both, as `allOf` would). Property names and the values of `const`, `enum`, `default` and
+/// `examples` are not keywords.
+fn uses_any(schema: &Value, keywords: &[&str]) -> bool {
+    let Value::Object(map) = schema else { return false };
+    if keywords.iter().any(|keyword| map.contains_key(*keyword))
+        || (map.contains_key("$ref") && map.contains_key("properties"))
+    {
+        return true;
+    }
+    subschemas(map).any(|child| uses_any(child, keywords))
+}
+
+/// Every subschema directly inside a schema object, in any keyword that holds schemas.
+fn subschemas(map: &Map<String, Value>) -> impl Iterator<Item = &Value> {
+    map.iter().flat_map(|(keyword, value)| -> Box<dyn Iterator<Item = &Value> + '_> {
+        match keyword.as_str() {
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                Box::new(value.as_object().into_iter().flat_map(|named| named.values()))
+            }
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => Box::new(value.as_array().into_iter().flatten()),
+            "items" => match value {
+                Value::Array(items) => Box::new(items.iter()),
+                other => Box::new(std::iter::once(other)),
+            },
+            "additionalProperties"
+            | "additionalItems"
+            | "unevaluatedItems"
+            | "unevaluatedProperties"
+            | "contains"
+            | "propertyNames"
+            | "not"
+            | "if"
+            | "then"
+            | "else" => Box::new(std::iter::once(value)),
+            _ => Box::new(std::iter::empty()),
+        }
+    })
+}
+
+/// Closes `schema` if it is an object schema that lists `properties` and states nothing else about other
+/// keys, then the subschemas where closing narrows (see [`Closing::Unstated`]).
+fn close(schema: &mut Value, definitions_too: bool) {
+    let Value::Object(map) = schema else { return };
+    let describes_object = match map.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
+        Some(_) => false,
+    };
+    if describes_object
+        && map.get("properties").is_some_and(Value::is_object)
+        && !KEEP_OPEN.iter().any(|keyword| map.contains_key(*keyword))
+    {
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
+    for (keyword, value) in map.iter_mut() {
+        match keyword.as_str() {
+            "properties" => {
+                value.as_object_mut().into_iter().flat_map(|p| p.values_mut()).for_each(|s| close(s, definitions_too))
+            }
+            "$defs" | "definitions" if definitions_too => {
+                value.as_object_mut().into_iter().flat_map(|d| d.values_mut()).for_each(|s| close(s, definitions_too));
+            }
+            "anyOf" | "prefixItems" => {
+                value.as_array_mut().into_iter().flatten().for_each(|s| close(s, definitions_too));
+            }
+            "items" => match value {
+                Value::Array(items) => items.iter_mut().for_each(|s| close(s, definitions_too)),
+                other => close(other, definitions_too),
+            },
+            "additionalProperties" => close(value, definitions_too),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn closes_only_where_closing_narrows() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "object", "properties": {"x": {"type": "integer"}}},
+                "b": {"type": "array", "items": {"properties": {"y": {}}}},
+                "c": {"anyOf": [{"type": "object", "properties": {"z": {}}}, {"type": "null"}]},
+                "d": {"type": "object", "properties": {"w": {}}, "additionalProperties": true},
+                "e": {"$ref": "#/$defs/E", "properties": {"v": {}}},
+                "const": {"const": {"properties": {}}}
+            },
+            "$defs": {"E": {"type": "object", "properties": {"u": {}}}}
+        });
+        close_unstated(&mut schema);
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["properties"]["a"]["additionalProperties"], false);
+        assert_eq!(schema["properties"]["b"]["items"]["additionalProperties"], false);
+        assert_eq!(schema["properties"]["c"]["anyOf"][0]["additionalProperties"], false);
+        assert_eq!(schema["properties"]["d"]["additionalProperties"], true);
+        assert!(schema["properties"]["e"].get("additionalProperties").is_none());
+        // `E` is applied beside `e`'s own properties: closing it would refuse `v`.
+        assert!(schema["$defs"]["E"].get("additionalProperties").is_none());
+        assert_eq!(schema["properties"]["const"], json!({"const": {"properties": {}}}));
+
+        let mut referenced = json!({
+            "type": "object",
+            "properties": {"e": {"$ref": "#/$defs/E"}},
+            "$defs": {"E": {"type": "object", "properties": {"u": {}}}}
+        });
+        close_unstated(&mut referenced);
+        assert_eq!(referenced["$defs"]["E"]["additionalProperties"], false);
+
+        // A `not` anywhere: definitions may be negated, so they stay as written; inline objects still close.
+        let mut negated = json!({
+            "type": "object",
+            "properties": {"a": {"not": {"$ref": "#/$defs/E"}}, "b": {"properties": {"x": {}}}},
+            "$defs": {"E": {"type": "object", "properties": {"u": {}}}}
+        });
+        close_unstated(&mut negated);
+        assert!(negated["$defs"]["E"].get("additionalProperties").is_none());
+        assert_eq!(negated["properties"]["b"]["additionalProperties"], false);
+    }
+
+    #[test]
+    fn paths_name_nested_places() {
+        let validator = jsonschema::validator_for(&json!({
+            "type": "object",
+            "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}},
+            "required": ["items", "other"]
+        }))
+        .unwrap();
+        let instance = json!({"items": [{"n": 1}, {"n": "2"}, {}]});
+        let errors: Vec<ArgumentError> = validator.iter_errors(&instance).map(|e| argument_error(&e)).collect();
+        assert!(errors.contains(&ArgumentError::Missing { field: "other".into() }), "{errors:?}");
+        assert!(errors.iter().any(|e| matches!(e, ArgumentError::Invalid { field, .. } if field == "items[1].n")));
+        assert!(
+            errors.contains(&ArgumentError::Invalid { field: "items[2]".into(), message: "missing field `n`".into() })
+        );
+    }
+}
