@@ -21,7 +21,6 @@ mod refusal;
 mod trail;
 mod writes;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -288,31 +287,21 @@ impl Dispatcher {
             self.would_refuse(refusal::would_escalate(name, &rules, &reasons), name, id, context, trail);
         }
         let mut resumed = None;
-        let escalations: Cow<'_, [EscalationReason]> = if met.is_empty() {
-            Cow::Borrowed(&entry.escalations)
+        // The tool's escalations as joined at build time, or with the conditions this call met.
+        let with_met;
+        let (escalations, rules, reasons) = if met.is_empty() {
+            (&entry.escalations, &entry.escalation_rules, &entry.escalation_reasons)
         } else {
-            Cow::Owned(entry.escalations.iter().cloned().chain(met).collect())
+            let all: Vec<EscalationReason> = entry.escalations.iter().cloned().chain(met).collect();
+            let (rules, reasons) = escalation::joined(&all);
+            with_met = (all, rules, reasons);
+            (&with_met.0, &with_met.1, &with_met.2)
         };
         if !escalations.is_empty() {
-            let (rules, reasons) = if escalations.len() == entry.escalations.len() {
-                (Cow::Borrowed(entry.escalation_rules.as_str()), Cow::Borrowed(entry.escalation_reasons.as_str()))
-            } else {
-                let (rules, reasons) = escalation::joined(&escalations);
-                (Cow::Owned(rules), Cow::Owned(reasons))
-            };
-            let rules = rules.as_ref();
-            trail.rule = Some(rules.to_owned());
+            trail.rule = Some(rules.clone());
             self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
-            let call = EscalatedCall {
-                entry,
-                id,
-                name,
-                arguments: &screened.arguments,
-                context,
-                escalations: &escalations,
-                rules,
-                reasons: &reasons,
-            };
+            let call =
+                EscalatedCall { entry, id, name, arguments: &screened.arguments, context, escalations, rules, reasons };
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
                 Escalated::Approved { detail } => {
                     trail.detail = Some(detail);
@@ -384,7 +373,7 @@ impl Dispatcher {
         arguments: &Arguments,
         id: &str,
         context: &CallContext,
-        trail: &mut Trail,
+        trail: &Trail,
     ) -> Result<Vec<EscalationReason>, Refused> {
         let mut escalations = Vec::new();
         for rule in &entry.conditions {

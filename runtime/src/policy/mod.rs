@@ -3,7 +3,7 @@
 //! author declared, never loosen it.
 //!
 //! A policy is built in code with [`PolicyBuilder`] or read from a TOML file with [`Policy::from_toml`]
-//! (the format is described in [`file`]); the file goes through the same builder, so both follow one set
+//! (the format is described in [`mod@file`]); the file goes through the same builder, so both follow one set
 //! of rules.
 
 pub mod condition;
@@ -140,6 +140,7 @@ struct Rule<T> {
 
 /// What the policy says about one tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ToolPolicy {
     /// The deny glob that matched, or `not in allow list` when allow globs exist and none matched.
     pub denied_by: Option<String>,
@@ -246,7 +247,7 @@ impl Policy {
         PolicyBuilder::default()
     }
 
-    /// Reads a policy file (see [`file`] for the format). Every mistake is refused with its line and column.
+    /// Reads a policy file (see [`mod@file`] for the format). Every mistake is refused with its line and column.
     pub fn from_toml(text: &str) -> Result<Policy, PolicyFileError> {
         file::parse(text)
     }
@@ -548,6 +549,47 @@ mod tests {
         assert_eq!(errors.len(), 3);
         assert!(errors[0].to_string().starts_with("invalid glob `[`"));
         assert!(errors[1].to_string().contains("fortnight"));
+    }
+
+    #[test]
+    fn the_builder_checks_what_the_file_checks_and_collects_every_error() {
+        let errors = Policy::builder()
+            .deny_when("write_*", "path matches \"[\"", "bad glob")
+            .escalate_when("refund", "amount >", "no value")
+            .deny_when("refund", "amount > 1", " ")
+            .effect("refund", "refund")
+            .pin("re*", "sha256:00")
+            .pin("refund", "")
+            .build()
+            .unwrap_err();
+        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            messages,
+            [
+                "invalid condition `path matches \"[\"` for `write_*`: invalid glob `[`: unclosed character class; missing ']'",
+                "invalid condition `amount >` for `refund`: expected a value after `>`",
+                "condition rule `refund when amount > 1` needs a non-empty reason",
+                "invalid effect template `refund` for `refund`: an effect template needs at least one `{parameter}`, or every call would share one key",
+                "invalid pin for `re*`: a pin needs an exact tool name, not a glob",
+                "invalid pin for `refund`: the digest must be a non-empty string without spaces",
+            ]
+        );
+
+        let policy = Policy::builder()
+            .ghost("write_*", GhostPolicy::Block)
+            .ghost("read_*", GhostPolicy::Strip)
+            .escalate_when("refund", "amount > 10000", "large refund")
+            .pin("refund", "sha256:00")
+            .default_deny()
+            .mode(PolicyMode::Observe)
+            .build()
+            .unwrap();
+        assert_eq!(policy.for_tool("write_file").ghost_block.as_deref(), Some("write_*"));
+        assert_eq!(policy.for_tool("read_file").ghost_block, None);
+        assert_eq!(policy.for_tool("refund").conditions[0].name(), "refund when amount > 10000");
+        assert_eq!((policy.pin("refund"), policy.pin("other")), (Some("sha256:00"), None));
+        assert_eq!(policy.mode(), PolicyMode::Observe);
+        assert_eq!(policy.for_tool("refund").denied_by.as_deref(), Some("default deny"));
     }
 
     #[test]
