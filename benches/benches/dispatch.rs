@@ -6,7 +6,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool,
+    CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool,
+    approval::{ApprovalRequest, Decision},
+    tool,
 };
 use agent_airlock_benches::run_ready;
 use criterion::{Criterion, criterion_group, criterion_main};

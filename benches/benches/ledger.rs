@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_airlock::InterruptApprovals;
+use agent_airlock::approval::InterruptApprovals;
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger};
 use agent_airlock_benches::{
     BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, request_all, seed_spend_tables,

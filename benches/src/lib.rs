@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::{
-    ApprovalKey, BindingInput, CallContext, Clock, InterruptApprovals, KeyRing, ManualClock, ToolCall,
+    CallContext, Clock, ManualClock, ToolCall,
+    approval::{BindingInput, InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
 };
 use futures_util::future::join_all;
 use serde_json::{Map, Value, json};

@@ -3,68 +3,35 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
-use agent_airlock::ledger::RedbLedger;
-use agent_airlock::{AdmitError, ApprovalKey, BindingInput, Clock, InterruptApprovals, KeyRing, SystemClock};
+use agent_airlock::{
+    Clock, SystemClock,
+    approval::{AdmitError, BindingInput},
+};
 use serde_json::{Map, Value, json};
 
-const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+mod support;
 
-fn airlock(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .output()
-        .unwrap()
-}
+use support::{Calls, SECRET, TTL, airlock, approvals, stdout_json};
 
-fn stdout_json(output: &Output) -> Value {
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
+/// `refund` calls, numbered by amount.
+const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
 
-fn approvals(db: &Path) -> InterruptApprovals {
-    let ledger = Arc::new(RedbLedger::open(db).unwrap());
-    let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
-    InterruptApprovals::new(KeyRing::new(key), ledger, Duration::from_secs(600)).with_clock(Arc::new(SystemClock))
-}
-
-fn arguments(amount: u64) -> Map<String, Value> {
+fn refund_arguments(amount: u64) -> Map<String, Value> {
     json!({"payment_id": "pi_1", "amount": amount}).as_object().unwrap().clone()
-}
-
-/// Runs `f` with the refund call of `amount` as the dispatcher would bind it.
-fn with_call<R>(amount: u64, f: impl FnOnce(&BindingInput<'_>) -> R) -> R {
-    let checkpoint = [(String::new(), "c1".to_owned())].into();
-    let args = arguments(amount);
-    let call = BindingInput {
-        thread_id: "t1",
-        checkpoint_ns: "",
-        checkpoint: &checkpoint,
-        tool_call_id: &format!("call_{amount}"),
-        tool: "refund",
-        arguments: &args,
-    };
-    f(&call)
 }
 
 /// Records a pending request for a refund of `amount` (as the dispatcher's first pass would), then closes
 /// the file so the CLI can open it.
 fn pending_request(db: &Path, amount: u64) -> String {
-    let approvals = approvals(db);
-    with_call(amount, |call| {
-        approvals.request_blocking(call, "attribute", "moves money").unwrap().request_id().to_owned()
-    })
+    REFUND.request(db, amount, "moves money")
 }
 
 fn admit(db: &Path, amount: u64, resume: &Value) -> Result<(), AdmitError> {
-    with_call(amount, |call| approvals(db).admit_blocking(call, resume).map(|_| ()))
+    REFUND.admit(db, amount, resume)
 }
 
 #[test]
@@ -260,7 +227,7 @@ fn requests_are_shown_only_from_their_verified_seal() {
 fn approve_shows_the_call_and_asks_unless_told_yes() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");
-    let approvals = approvals(&db);
+    let approvals = approvals(&db, TTL);
     let checkpoint = [(String::new(), "c1".to_owned())].into();
     let args = json!({"payment_id": "pi_1\u{202E}9ip", "amount": 5}).as_object().unwrap().clone();
     let call = BindingInput {

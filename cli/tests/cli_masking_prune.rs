@@ -2,71 +2,29 @@
 //! settled approval records from a real database file while pending requests and live grants stay usable.
 
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::Arc;
 use std::time::Duration;
 
+use agent_airlock::approval::AdmitError;
 use agent_airlock::ledger::{ApprovalLedger, RedbLedger, RequestRecord};
-use agent_airlock::{AdmitError, ApprovalKey, BindingInput, InterruptApprovals, KeyRing, SystemClock};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use serde_json::{Map, Value, json};
 
-const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+mod support;
+
+use support::{Calls, airlock, stdout, stdout_json};
+
 const PASSWORD: &str = "Tr0ub4dor&3-correct-horse";
 
-fn airlock(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .output()
-        .unwrap()
-}
+/// `rotate` calls, numbered; each passes the same secret.
+const ROTATE: Calls = Calls { tool: "rotate", arguments: rotate_arguments };
 
-fn stdout(output: &Output) -> String {
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stdout_json(output: &Output) -> Value {
-    serde_json::from_str(&stdout(output)).unwrap()
-}
-
-fn approvals(db: &Path, grant_ttl: Duration) -> InterruptApprovals {
-    let ledger = Arc::new(RedbLedger::open(db).unwrap());
-    let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
-    // Five requests of one tool wait in one thread here: more than the default pending limit.
-    InterruptApprovals::new(KeyRing::new(key), ledger, grant_ttl)
-        .with_clock(Arc::new(SystemClock))
-        .with_max_pending(None)
-}
-
-fn arguments(n: u64) -> Map<String, Value> {
+fn rotate_arguments(n: u64) -> Map<String, Value> {
     json!({"user": "app", "db_password": PASSWORD, "n": n}).as_object().unwrap().clone()
-}
-
-/// Runs `f` with call number `n` as the dispatcher would bind it.
-fn with_call<R>(n: u64, f: impl FnOnce(&BindingInput<'_>) -> R) -> R {
-    let checkpoint = [(String::new(), "c1".to_owned())].into();
-    let args = arguments(n);
-    let call = BindingInput {
-        thread_id: "t1",
-        checkpoint_ns: "",
-        checkpoint: &checkpoint,
-        tool_call_id: &format!("call_{n}"),
-        tool: "rotate",
-        arguments: &args,
-    };
-    f(&call)
 }
 
 /// Records a request for call `n` (closing the file afterwards so the CLI can open it); returns its id.
 fn request(db: &Path, n: u64) -> String {
-    let approvals = approvals(db, Duration::from_secs(600));
-    with_call(n, |call| approvals.request_blocking(call, "attribute", "rotates a password").unwrap())
-        .request_id()
-        .to_owned()
+    ROTATE.request(db, n, "rotates a password")
 }
 
 fn approve(db: &Path, request_id: &str) -> Value {
@@ -74,7 +32,7 @@ fn approve(db: &Path, request_id: &str) -> Value {
 }
 
 fn admit(db: &Path, n: u64, resume: &Value) -> Result<(), AdmitError> {
-    with_call(n, |call| approvals(db, Duration::from_secs(600)).admit_blocking(call, resume).map(|_| ()))
+    ROTATE.admit(db, n, resume)
 }
 
 #[test]

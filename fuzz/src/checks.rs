@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use agent_airlock::ledger::MemoryLedger;
 use agent_airlock::{
-    AdmitError, ApprovalKey, BindingInput, CallContext, DecisionError, Dispatcher, InterruptApprovals,
-    InterruptRequest, KeyRing, ManualClock, MaskConfig, MaskSet, MaskStrategy, Masker, Policy, Status, ToolCall,
-    ToolMessage, airlock_tool, tool,
+    CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolMessage, airlock_tool,
+    approval::{AdmitError, BindingInput, DecisionError, InterruptApprovals, InterruptRequest, KeyRing},
+    keys::ApprovalKey,
+    mask::{MaskConfig, MaskSet, MaskStrategy, Masker},
+    tool,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

@@ -2,7 +2,10 @@
 
 use std::hint::black_box;
 
-use agent_airlock::{HashKey, MaskConfig, MaskSet, MaskStrategy, Masker};
+use agent_airlock::{
+    keys::HashKey,
+    mask::{MaskConfig, MaskSet, MaskStrategy, Masker},
+};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// One record of the kind a CRM or order tool returns: ids, timestamps, prices, versions, hashes, prose.

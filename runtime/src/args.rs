@@ -36,10 +36,16 @@ pub(crate) enum ScreeningError {
     Duplicates(Vec<Duplicate>),
 }
 
-/// Checks the shape, strips (or refuses) undeclared keys at every depth the tool's canonical `schema`
-/// closes (the top level included), refuses repeated items where it says `uniqueItems`, and drops
-/// top-level `null`s, which count as absent.
-pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Result<Screened, ScreeningError> {
+/// Checks the shape, strips (or, with `ghost` [`GhostPolicy::Block`], refuses) undeclared keys at every
+/// depth the tool's canonical `schema` closes (the top level included), refuses repeated items where it
+/// says `uniqueItems`, and drops top-level `null`s, which count as absent. `ghost` is the tool's own, or
+/// the policy's if stricter.
+pub(crate) fn screen(
+    arguments: Value,
+    spec: &ToolSpec,
+    schema: &Value,
+    ghost: GhostPolicy,
+) -> Result<Screened, ScreeningError> {
     let mut map = match arguments {
         Value::Object(map) => map,
         // Some providers send no arguments at all for a tool without parameters.
@@ -60,13 +66,13 @@ pub(crate) fn screen(arguments: Value, spec: &ToolSpec, schema: &Value) -> Resul
     }
     // The top level is walked like any other object, so a schema that leaves it open (a tool defined by a
     // schema may) keeps keys it does not declare; every typed tool's schema closes it.
-    let mut walk = nested::Walk::new(schema, spec.ghost() == GhostPolicy::Strip);
+    let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip);
     walk.object(&mut map, &[schema], &mut String::new());
     // `null` counts as absent, except for an argument that must be sent and may be `null` (a schema can
     // say so; a typed parameter that accepts `null` is never required).
     map.retain(|key, value| !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null()));
     let ghosts = walk.ghosts;
-    if spec.ghost() == GhostPolicy::Block && !ghosts.is_empty() {
+    if ghost == GhostPolicy::Block && !ghosts.is_empty() {
         return Err(ScreeningError::Ghosts(ghosts));
     }
     if !walk.duplicates.is_empty() {

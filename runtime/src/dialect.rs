@@ -16,7 +16,7 @@
 //! say at all (a map under OpenAI strict mode, a recursive type under Gemini) is an error.
 //!
 //! ```
-//! use agent_airlock::{airlock_tool, tool, Dialect, Tool, ToolDefinition, ToolError};
+//! use agent_airlock::{airlock_tool, tool, Tool, ToolDefinition, ToolError, dialect::Dialect};
 //!
 //! /// Look up an order.
 //! #[airlock_tool]

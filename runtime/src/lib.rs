@@ -19,6 +19,16 @@
 //!
 //! Each section below shows one concept with an example that runs as a doc-test.
 //!
+//! ## Where the names are
+//!
+//! One rule: the crate root holds the path of one call, which every user needs — the macros, the tool
+//! contract ([`Tool`], [`ToolSpec`], [`ToolError`]), the injected context ([`CallContext`], [`State`]),
+//! the [`Dispatcher`] and its [`Policy`] and [`Rate`]s, the clocks, and what a dispatch returns
+//! ([`Outcome`], [`ToolMessage`], [`Refusal`]). Each subsystem that a deployment switches on and chooses
+//! a backend or a setting for is a public module, and its names live only there: [`approval`] (approvers
+//! and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`mask`],
+//! [`dialect`], [`keys`], [`canonical`] and [`integrations`]. No name is reachable by two paths.
+//!
 //! ## A tool and a dispatch
 //!
 //! The function's doc comments become the tool's description and parameter descriptions; the model sees
@@ -64,7 +74,7 @@
 //! # #[airlock_tool] fn read_file(/** The path. */ path: String) -> Result<String, ToolError> { Ok(path) }
 //! # /// Delete a file.
 //! # #[airlock_tool] fn delete_file(/** The path. */ path: String) -> Result<String, ToolError> { Ok(path) }
-//! use agent_airlock::{tool, CallContext, Dialect, Dispatcher, Policy, RefusalKind, ToolCall};
+//! use agent_airlock::{tool, CallContext, Dispatcher, Policy, RefusalKind, ToolCall, dialect::Dialect};
 //! use serde_json::json;
 //!
 //! let policy = Policy::builder()
@@ -88,6 +98,34 @@
 //! # });
 //! ```
 //!
+//! The same policy can live in a file ([`Policy::from_toml`], format in [`policy::file`]), with argument
+//! conditions ([`policy::condition`]) and an observe mode that refuses nothing and reports what it would:
+//!
+//! ```
+//! use agent_airlock::Policy;
+//! use serde_json::json;
+//!
+//! let policy = Policy::from_toml(
+//!     r#"
+//! version = 1
+//! default = "allow"
+//! deny = ["delete_*"]
+//!
+//! [[tools.write_file.when]]
+//! if = 'path matches "**/.ssh/**"'
+//! deny = "never write ssh keys"
+//! "#,
+//! )
+//! .unwrap();
+//! let rule = &policy.for_tool("write_file").conditions[0];
+//! assert!(rule.evaluate(json!({"path": "/home/me/.ssh/id"}).as_object().unwrap()).applies());
+//! // A missing argument applies a rule too (fail closed).
+//! assert!(rule.evaluate(&Default::default()).applies());
+//!
+//! let err = Policy::from_toml("version = 1\ndefault = \"allow\"\ndeny = [\"[\"]\n").unwrap_err();
+//! assert_eq!(err.to_string(), "line 3, column 9: invalid glob `[`: unclosed character class; missing ']'");
+//! ```
+//!
 //! ## An approver
 //!
 //! A tool declared with `escalate = "..."` (or matched by a policy `escalate` glob) runs only once a human
@@ -95,7 +133,8 @@
 //! to a future of a [`Decision`]. Without one, escalated calls are refused.
 //!
 //! ```
-//! use agent_airlock::{airlock_tool, tool, ApprovalRequest, CallContext, Decision, Dispatcher, RefusalKind};
+//! use agent_airlock::approval::{ApprovalRequest, Decision};
+//! use agent_airlock::{airlock_tool, tool, CallContext, Dispatcher, RefusalKind};
 //! use agent_airlock::{ToolCall, ToolError};
 //! use serde_json::json;
 //!
@@ -138,8 +177,10 @@
 //! #     Ok(format!("refunded {payment_id}"))
 //! # }
 //! use std::{sync::Arc, time::Duration};
-//! use agent_airlock::{ledger::MemoryLedger, tool, ApprovalKey, CallContext, Dispatcher, InterruptApprovals};
-//! use agent_airlock::{KeyRing, Outcome, RefusalKind, SystemClock, ToolCall};
+//! use agent_airlock::approval::{InterruptApprovals, KeyRing};
+//! use agent_airlock::keys::ApprovalKey;
+//! use agent_airlock::ledger::MemoryLedger;
+//! use agent_airlock::{tool, CallContext, Dispatcher, Outcome, RefusalKind, SystemClock, ToolCall};
 //! use serde_json::json;
 //!
 //! let keys = KeyRing::new(ApprovalKey::new("k1", &[7u8; 32]).unwrap());
@@ -192,7 +233,7 @@
 //! result before the model sees it. A [`Masker`] does the same for any text or JSON value.
 //!
 //! ```
-//! use agent_airlock::{airlock_tool, tool, CallContext, Dispatcher, MaskSet, Masker, ToolCall, ToolError};
+//! use agent_airlock::{airlock_tool, tool, CallContext, Dispatcher, ToolCall, ToolError, mask::{MaskSet, Masker}};
 //! use serde_json::json;
 //!
 //! let masker = Masker::default();
@@ -247,7 +288,7 @@
 //! retired ones, so keys rotate without invalidating what is pending.
 //!
 //! ```
-//! use agent_airlock::{ApprovalKey, KeyRing};
+//! use agent_airlock::{keys::ApprovalKey, approval::KeyRing};
 //!
 //! let old = ApprovalKey::from_hex("k1", &"ab".repeat(32)).unwrap();
 //! let new = ApprovalKey::from_hex("k2", &"cd".repeat(32)).unwrap();
@@ -259,6 +300,18 @@
 //! assert!(ApprovalKey::from_hex("k3", "abcd").is_err());
 //! assert!(ApprovalKey::from_hex("k3", &"zz".repeat(32)).is_err());
 //! ```
+//!
+//! [`ApprovalKey`]: crate::keys::ApprovalKey
+//! [`ApprovalRequest`]: crate::approval::ApprovalRequest
+//! [`Approver`]: crate::approval::Approver
+//! [`Decision`]: crate::approval::Decision
+//! [`Dialect`]: crate::dialect::Dialect
+//! [`DialectOffer`]: crate::dialect::DialectOffer
+//! [`InterruptApprovals`]: crate::approval::InterruptApprovals
+//! [`InterruptApprovals::approve`]: crate::approval::InterruptApprovals::approve
+//! [`KeyRing`]: crate::approval::KeyRing
+//! [`Masker`]: crate::mask::Masker
+//! [`ResumeValue`]: crate::approval::ResumeValue
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 #![warn(missing_docs)]
@@ -281,7 +334,7 @@ pub mod keys;
 pub mod ledger;
 pub mod mask;
 mod message;
-mod policy;
+pub mod policy;
 mod rate;
 mod schema;
 mod tool;
@@ -330,22 +383,10 @@ pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_nam
 /// ```
 pub use agent_airlock_macros::airlock_tool;
 pub use agent_airlock_macros::tool;
-pub use approval::display;
-pub use approval::protocol::{
-    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
-    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
-};
-pub use approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use args::MAX_ARGUMENT_DEPTH;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
-pub use dialect::{Dialect, DialectError, DialectOffer, Inexpressible, definitions_for, offer_in};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
-pub use keys::{ApprovalKey, HashKey, KeyError};
-pub use mask::{
-    Detection, FULL_MASK, HASH_HEX_LEN, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskSetParseError,
-    MaskStrategy, Masker,
-};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
@@ -371,7 +412,8 @@ pub mod __private {
     use crate::message::HostCommand;
     use crate::tool::ArgumentError;
     pub use crate::tool::ArgumentErrors;
-    pub use crate::tool::{Arguments, Prepared, PreparedCall};
+    use crate::tool::PreparedCall;
+    pub use crate::tool::{Arguments, Prepared};
     use crate::tool::{ToolError, ToolOutput};
     use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -398,11 +440,11 @@ pub mod __private {
         VisibleParam { schema: param_schema::<T>, accepts_null: accepts_null::<T>, argument: argument::<T> }
     }
 
-    pub fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
+    fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
         crate::tool::param_schema::<T>(generator)
     }
 
-    pub fn accepts_null<T: ToolArgument>() -> bool {
+    fn accepts_null<T: ToolArgument>() -> bool {
         crate::tool::accepts_null::<T>()
     }
 

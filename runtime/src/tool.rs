@@ -446,22 +446,35 @@ impl EffectTemplate {
     /// number spelling and key order do not matter but a field the parameter's type ignores does. A value
     /// with no canonical form (nested too deep) is written as sent.
     pub fn render(&self, arguments: &Arguments) -> String {
-        let mut key = String::with_capacity(self.template.len() + 16);
-        for segment in self.segments.iter() {
-            match segment {
-                EffectSegment::Literal(text) => key.push_str(text),
-                EffectSegment::Param(name) => match arguments.get(name.as_ref()) {
-                    Some(value) => match effect_text(value) {
-                        Ok(Some(text)) => percent_encode(&text, &mut key),
-                        Ok(None) => key.push('~'),
-                        Err(_) => percent_encode(&value.to_string(), &mut key),
-                    },
-                    None => key.push('~'),
-                },
-            }
-        }
-        key
+        let segments = self.segments.iter().map(|segment| match segment {
+            EffectSegment::Literal(text) => Segment::Literal(text.as_ref()),
+            EffectSegment::Param(name) => Segment::Param(name.as_ref()),
+        });
+        render_effect_key(segments, arguments, self.template.len())
     }
+}
+
+/// [`EffectTemplate::render`] over any template's segments: a policy's templates are not `'static`.
+pub(crate) fn render_effect_key<'a>(
+    segments: impl Iterator<Item = Segment<'a>>,
+    arguments: &Arguments,
+    template_len: usize,
+) -> String {
+    let mut key = String::with_capacity(template_len + 16);
+    for segment in segments {
+        match segment {
+            Segment::Literal(text) => key.push_str(text),
+            Segment::Param(name) => match arguments.get(name) {
+                Some(value) => match effect_text(value) {
+                    Ok(Some(text)) => percent_encode(&text, &mut key),
+                    Ok(None) => key.push('~'),
+                    Err(_) => percent_encode(&value.to_string(), &mut key),
+                },
+                None => key.push('~'),
+            },
+        }
+    }
+    key
 }
 
 /// A parameter value that cannot be part of an effect key.

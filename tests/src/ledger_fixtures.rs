@@ -5,7 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::ApprovalLedger;
-use agent_airlock::{Admission, AdmitError, ApprovalKey, BindingInput, InterruptApprovals, KeyRing, ManualClock};
+use agent_airlock::{
+    ManualClock,
+    approval::{Admission, AdmitError, BindingInput, InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::{
-    CallContext, Dispatcher, InterruptApprovals, ManualClock, Policy, State, ToolCall, ToolError, airlock_tool, tool,
+    CallContext, Dispatcher, ManualClock, Policy, State, ToolCall, ToolError, airlock_tool,
+    approval::InterruptApprovals, tool,
 };
 use serde_json::{Value, json};
 

@@ -12,8 +12,10 @@ use agent_airlock::ledger::{
     ApprovalLedger, EffectClaim, GrantState, LedgerError, MemoryLedger, PostgresLedger, RedbLedger, SpendAttempt,
 };
 use agent_airlock::{
-    ApprovalRequest, BuildError, CallContext, Decision, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy,
-    RefusalKind, State, Status, ToolCall, ToolError, ToolMessage, airlock_tool, tool,
+    BuildError, CallContext, Dispatcher, ManualClock, Outcome, Policy, RefusalKind, State, Status, ToolCall, ToolError,
+    ToolMessage, airlock_tool,
+    approval::{ApprovalRequest, Decision, InterruptApprovals},
+    tool,
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};

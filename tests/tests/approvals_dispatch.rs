@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use agent_airlock::ledger::{ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
 use agent_airlock::{
-    ApprovalKey, InterruptApprovals, KeyRing, ManualClock, Outcome, Policy, RefusalKind, RetiredKeys, Status, ToolCall,
-    ToolMessage,
+    ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
+    approval::{InterruptApprovals, KeyRing, RetiredKeys},
+    keys::ApprovalKey,
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, KEY_ENV, SECRET_HEX, START, key_ring};
@@ -466,7 +467,7 @@ fn a_model_calling_in_a_loop_gets_a_few_requests_and_then_refusals_that_say_when
     let host = Host::new();
     let outcomes: Vec<Outcome> = (0..200).map(|_| host.dispatch(refund_call(500), "c1", None)).collect();
     let interrupts = outcomes.iter().filter(|o| matches!(o, Outcome::Interrupt { .. })).count();
-    assert_eq!(interrupts, agent_airlock::DEFAULT_MAX_PENDING as usize);
+    assert_eq!(interrupts, agent_airlock::approval::DEFAULT_MAX_PENDING as usize);
     assert_eq!(host.ledger.list_requests().unwrap().len(), interrupts, "a refused call stores nothing");
     let refused = outcomes.into_iter().last().unwrap().expect_message();
     let refusal = refused.refusal.unwrap();
@@ -477,4 +478,30 @@ fn a_model_calling_in_a_loop_gets_a_few_requests_and_then_refusals_that_say_when
     );
     assert_eq!(refusal.retry_after, None, "these requests never expire");
     assert_eq!(host.executions(), 0);
+}
+
+#[test]
+fn a_policy_condition_joins_the_request_and_its_resume_runs_once() {
+    let host = Host::new();
+    let policy = Policy::builder().escalate_when("refund", "amount > 10000", "large refund").build().unwrap();
+    let interrupt = match host.dispatch_with(policy.clone(), refund_call(20_000), "c1", None) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    let request = &interrupt["airlock_approval"];
+    assert_eq!(request["rule"], "attribute, refund when amount > 10000");
+    assert_eq!(request["reason"], "moves money; large refund");
+    // Below the bound only the author's rule asks.
+    match host.dispatch_with(policy.clone(), refund_call(500), "c2", None) {
+        Outcome::Interrupt { request, .. } => assert_eq!(request.into_value()["airlock_approval"]["rule"], "attribute"),
+        other => panic!("expected an interrupt, got {other:?}"),
+    }
+
+    let resume = host.approve(&interrupt);
+    executed(host.dispatch_with(policy.clone(), refund_call(20_000), "c1", Some(resume.clone())));
+    assert_eq!(
+        kind(host.dispatch_with(policy, refund_call(20_000), "c1", Some(resume))),
+        Some(RefusalKind::ApprovalInvalid)
+    );
+    assert_eq!(host.executions(), 1);
 }

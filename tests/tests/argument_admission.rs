@@ -114,8 +114,8 @@ fn sets_refuse_repeated_items_as_their_schema_says() {
     assert_eq!(schema["properties"]["labels"]["uniqueItems"], true);
     // Dialects without `uniqueItems` say it in the description.
     let only_labels = json!({"type": "object", "properties": {"labels": schema["properties"]["labels"]}});
-    let openai = agent_airlock::Dialect::OpenAi.schema(&only_labels).unwrap();
-    let gemini = agent_airlock::Dialect::Gemini.schema(&only_labels).unwrap();
+    let openai = agent_airlock::dialect::Dialect::OpenAi.schema(&only_labels).unwrap();
+    let gemini = agent_airlock::dialect::Dialect::Gemini.schema(&only_labels).unwrap();
     for labels in [&openai["properties"]["labels"], &gemini["properties"]["labels"]] {
         assert!(labels.get("uniqueItems").is_none(), "{labels}");
         assert_eq!(labels["description"], "Labels to print. Items must be unique.", "{labels}");

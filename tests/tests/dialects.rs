@@ -6,14 +6,18 @@
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/schema_node.rs"]
+mod schema_node;
 #[path = "support/validators.rs"]
 mod validators;
 
 use agent_airlock::{
-    CallContext, Dialect, DialectError, Dispatcher, Inexpressible, Policy, Status, ToolCall, ToolDefinition,
-    definitions_for, offer_in, tool,
+    CallContext, Dispatcher, Policy, Status, ToolCall, ToolDefinition,
+    dialect::{Dialect, DialectError, Inexpressible, definitions_for, offer_in},
+    tool,
 };
 use agent_airlock_tests::block_on;
+use schema_node::SchemaNode;
 use serde_json::{Value, json};
 
 /// What each corpus tool is expected to do in each dialect: `None` converts, `Some((kind, pointer))` fails.
@@ -534,25 +538,12 @@ fn the_anthropic_and_mcp_validators_reject_what_those_apis_reject() {
 /// A value a model could produce under `schema`. `prefer_null` takes `null` wherever the schema allows it;
 /// `last` picks the last alternative or enum value instead of the first and fills arrays.
 fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: usize) -> Value {
-    let Some(map) = schema.as_object() else {
+    let Some(node) = SchemaNode::of(schema, root) else {
         return json!("anything");
     };
-    if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
-        let target = if reference == "#" { root } else { &root["$defs"][reference.trim_start_matches("#/$defs/")] };
-        return instance(target, root, prefer_null, last, depth + 1);
-    }
-    let types: Vec<&str> = match map.get("type") {
-        Some(Value::String(t)) => vec![t.as_str()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    };
-    let branches: Vec<&Value> =
-        ["anyOf", "oneOf"].iter().filter_map(|k| map.get(*k)).filter_map(Value::as_array).flatten().collect();
-    let null_allowed = types.contains(&"null")
-        || map.get("nullable") == Some(&Value::Bool(true))
-        || branches.iter().any(|b| b.get("type") == Some(&json!("null")));
+    let map = node.map;
     // Deep in a recursive type, stop where the schema lets the model stop.
-    if null_allowed && (prefer_null || depth > 4) {
+    if node.null_allowed && (prefer_null || depth > 4) {
         return Value::Null;
     }
     if let Some(value) = map.get("const") {
@@ -563,12 +554,12 @@ fn instance(schema: &Value, root: &Value, prefer_null: bool, last: bool, depth: 
         let picked = if last { values.next_back() } else { values.next() };
         return picked.cloned().unwrap_or(Value::Null);
     }
-    let non_null: Vec<&&Value> = branches.iter().filter(|b| b.get("type") != Some(&json!("null"))).collect();
+    let non_null = node.non_null_branches();
     if !non_null.is_empty() {
         let branch = if last { non_null[non_null.len() - 1] } else { non_null[0] };
         return instance(branch, root, prefer_null, last, depth);
     }
-    match types.iter().find(|t| **t != "null").copied() {
+    match node.kind() {
         Some("string") => {
             let format = map.get("format").and_then(Value::as_str).unwrap_or_default();
             let described = map.get("description").and_then(Value::as_str).unwrap_or_default();

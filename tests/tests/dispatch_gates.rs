@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, HostCommand, ManualClock, Outcome, Policy, RefusalKind, State,
-    Status, ToolCall, ToolCallId, ToolError, ToolMessage, airlock_tool, tool,
+    CallContext, Dispatcher, HostCommand, ManualClock, Outcome, Policy, RefusalKind, State, Status, ToolCall,
+    ToolCallId, ToolError, ToolMessage, airlock_tool,
+    approval::{ApprovalRequest, Decision},
+    tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};

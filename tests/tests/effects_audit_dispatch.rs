@@ -9,8 +9,8 @@ use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, verify};
 use agent_airlock::effect::{EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::RedbLedger;
 use agent_airlock::{
-    BuildError, CallContext, Clock, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy, RefusalKind, State,
-    Status, ToolCall, ToolError, ToolMessage, airlock_tool, tool,
+    BuildError, CallContext, Clock, Dispatcher, ManualClock, Outcome, Policy, RefusalKind, State, Status, ToolCall,
+    ToolError, ToolMessage, airlock_tool, approval::InterruptApprovals, tool,
 };
 use agent_airlock_tests::audit_test_key;
 use agent_airlock_tests::block_on;

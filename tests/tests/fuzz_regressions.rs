@@ -113,8 +113,8 @@ fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is
     let glued = "AKIAIOSFODNN7EXAMPLE".repeat(18);
     checks::check_mask_value(&json!({"payload": [glued.clone(), {"name": []}]}), Some(0));
     checks::check_mask_text(&glued, Some(0));
-    let masked =
-        agent_airlock::Masker::default().mask_text("key AKIAIOSFODNN7EXAMPLE here", agent_airlock::MaskSet::ALL);
+    let masked = agent_airlock::mask::Masker::default()
+        .mask_text("key AKIAIOSFODNN7EXAMPLE here", agent_airlock::mask::MaskSet::ALL);
     assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE"), "{masked}");
 }
 
@@ -131,8 +131,8 @@ fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is
 fn masking_glued_dotted_quads_is_idempotent() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/masking_glued_dotted_quads.txt");
     let text = std::fs::read_to_string(path).expect("the regression input is readable");
-    let masker = agent_airlock::Masker::default();
-    let once = masker.mask_text(&text, agent_airlock::MaskSet::ALL).into_owned();
-    let twice = masker.mask_text(&once, agent_airlock::MaskSet::ALL);
+    let masker = agent_airlock::mask::Masker::default();
+    let once = masker.mask_text(&text, agent_airlock::mask::MaskSet::ALL).into_owned();
+    let twice = masker.mask_text(&once, agent_airlock::mask::MaskSet::ALL);
     assert_eq!(twice, once);
 }

@@ -210,14 +210,14 @@ mod full_dispatch {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use agent_airlock::approval::InterruptApprovals;
     use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, verify};
     use agent_airlock::effect::RedbEffectStore;
     use agent_airlock::json_tool::{JsonCall, JsonTool};
     use agent_airlock::ledger::RedbLedger;
     use agent_airlock::mask::MaskSet;
     use agent_airlock::{
-        CallContext, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall,
-        ToolError, ToolMessage,
+        CallContext, Dispatcher, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError, ToolMessage,
     };
     use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
     use agent_airlock_tests::{audit_test_key, block_on};

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::{ApprovalLedger, GrantState, OpenError, RedbLedger, RequestStatus};
-use agent_airlock::{AdmitError, InterruptApprovals, ManualClock};
+use agent_airlock::{
+    ManualClock,
+    approval::{AdmitError, InterruptApprovals},
+};
 use agent_airlock_tests::ledger_fixtures::{KEY_ENV, OwnedCall, SECRET_HEX, START, approvals};
 use serde_json::Value;
 

@@ -10,8 +10,12 @@ use agent_airlock::ledger::{
     RequestRecord, RequestStatus, SpendAttempt,
 };
 use agent_airlock::{
-    AdmitError, ApprovalKey, BindingField, DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ManualClock,
-    RequestError, ResumeValue, RetiredKeys,
+    ManualClock,
+    approval::{
+        AdmitError, BindingField, DecisionError, InterruptApprovals, InterruptRequest, KeyRing, RequestError,
+        ResumeValue, RetiredKeys,
+    },
+    keys::ApprovalKey,
 };
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring};
 use serde_json::{Value, json};
@@ -584,7 +588,7 @@ fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
     let mut looping = call.clone();
     looping.thread_id = "a model in a loop".into();
     let recorded = (0..200).filter(|_| default.request_blocking(&looping.input(), "attribute", "x").is_ok()).count();
-    assert_eq!(recorded, agent_airlock::DEFAULT_MAX_PENDING as usize);
+    assert_eq!(recorded, agent_airlock::approval::DEFAULT_MAX_PENDING as usize);
 }
 
 fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, PostgresLedger, PruneReport, RedbLedger};
-use agent_airlock::{AdmitError, DecisionError, InterruptApprovals, ManualClock};
+use agent_airlock::{
+    ManualClock,
+    approval::{AdmitError, DecisionError, InterruptApprovals},
+};
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, approvals};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use serde_json::Value;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ManualClock;
+use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::ledger::{
     ApprovalLedger, GrantRecord, LedgerError, OpenError, RedbLedger, RedbOpenOptions, RequestRecord, RequestStatus,
     SpendAttempt, open_database,
 };
-use agent_airlock::{AdmitError, InterruptApprovals};
 use agent_airlock_tests::ledger_fixtures::{OwnedCall, START, approvals};
 use redb::{ReadableDatabase, TableDefinition};
 use serde_json::{Value, json};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use agent_airlock::ledger::{ApprovalLedger, RedbLedger};
 use agent_airlock::{
-    CallContext, Dispatcher, InterruptApprovals, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall,
-    airlock_tool, tool,
+    CallContext, Dispatcher, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, airlock_tool,
+    approval::InterruptApprovals, tool,
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};

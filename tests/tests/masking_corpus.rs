@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 use agent_airlock::{
-    Detection, FULL_MASK, HashKey, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskStrategy, Masker,
+    keys::HashKey,
+    mask::{Detection, FULL_MASK, MASK_SET_NAMES, MaskConfig, MaskKind, MaskReport, MaskSet, MaskStrategy, Masker},
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

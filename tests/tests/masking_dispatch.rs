@@ -1,8 +1,9 @@
 //! Results are masked before the model sees them: the author's choice, plus what the policy adds.
 
 use agent_airlock::{
-    CallContext, Dispatcher, HostCommand, MaskConfig, MaskStrategy, Masker, Outcome, Policy, Status, ToolCall,
-    ToolError, ToolMessage, airlock_tool, tool,
+    CallContext, Dispatcher, HostCommand, Outcome, Policy, Status, ToolCall, ToolError, ToolMessage, airlock_tool,
+    mask::{MaskConfig, MaskStrategy, Masker},
+    tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};

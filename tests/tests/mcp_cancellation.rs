@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RequestStatus};
-use agent_airlock::{Dispatcher, InterruptApprovals, ManualClock, airlock_tool, tool};
+use agent_airlock::{Dispatcher, ManualClock, airlock_tool, approval::InterruptApprovals, tool};
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
 use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
@@ -166,14 +166,14 @@ async fn a_cancelled_call_waiting_for_bound_elicitation_never_runs_and_nothing_i
 async fn a_cancelled_call_waiting_for_the_dispatchers_approver_never_runs() {
     let (asked, answer_later) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
     let asked = Arc::new(tokio::sync::Mutex::new(asked));
-    let operator = move |_request: agent_airlock::ApprovalRequest| {
+    let operator = move |_request: agent_airlock::approval::ApprovalRequest| {
         let asked = Arc::clone(&asked);
         async move {
             let (yes, later) = tokio::sync::oneshot::channel();
             let _ = asked.lock().await.send(yes);
             // The operator answers yes whenever the test says so.
             let _ = later.await;
-            agent_airlock::Decision::Approve
+            agent_airlock::approval::Decision::Approve
         }
     };
     let dispatcher = Dispatcher::builder().tool(tool!(purge)).approver(operator).build().unwrap();

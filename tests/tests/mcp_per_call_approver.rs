@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_airlock::{
-    ApprovalRequest, Approver, CallContext, Decision, Dispatcher, RefusalKind, Status, ToolCall, airlock_tool, tool,
+    CallContext, Dispatcher, RefusalKind, Status, ToolCall, airlock_tool,
+    approval::{ApprovalRequest, Approver, Decision},
+    tool,
 };
 use agent_airlock_tests::block_on;
 use serde_json::json;
@@ -96,7 +98,10 @@ fn an_approver_renders_the_call_in_full_and_escaped() {
         tool: "wipe".into(),
         tool_call_id: "1".into(),
         thread_id: None,
-        reasons: vec![agent_airlock::EscalationReason { rule: "attribute".into(), reason: "destroys data".into() }],
+        reasons: vec![agent_airlock::approval::EscalationReason {
+            rule: "attribute".into(),
+            reason: "destroys data".into(),
+        }],
         arguments: json!({"disk": "sda\u{202E}bds", "note": "x".repeat(5000)}),
     };
     let text = request.render().unwrap();

@@ -6,8 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use agent_airlock::integrations::mcp::{BOUND_APPROVAL_META_KEY, CALL_META_KEY, GuardedMcpServer, McpApprovals};
 use agent_airlock::ledger::{ApprovalLedger, RedbLedger, RequestStatus};
-use agent_airlock::{ApprovalRequest, CallContext, Decision, Dispatcher, ToolCallId, airlock_tool, tool};
-use agent_airlock::{InterruptApprovals, ManualClock};
+use agent_airlock::{
+    CallContext, Dispatcher, ToolCallId, airlock_tool,
+    approval::{ApprovalRequest, Decision},
+    tool,
+};
+use agent_airlock::{ManualClock, approval::InterruptApprovals};
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -335,7 +339,7 @@ async fn a_call_too_long_to_show_in_full_is_refused_without_asking() {
     let client = ApprovingClient::default();
     let asked = Arc::clone(&client.asked);
     let client = connect(mail_server(), client).await;
-    let body = "x".repeat(agent_airlock::display::MAX_DISPLAY_BYTES);
+    let body = "x".repeat(agent_airlock::approval::display::MAX_DISPLAY_BYTES);
     let result = call(&client, "send_mail", json!({"body": body, "to": "a@example.com"})).await;
     assert_eq!(result.is_error, Some(true));
     assert!(text(&result).contains("could not be obtained: the call is too long to show in full"), "{}", text(&result));

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use agent_airlock::integrations::rig::{GuardReport, GuardedRigTools, RigThreadId};
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, Policy, RefusalKind, State, ToolError, airlock_tool, tool,
+    CallContext, Dispatcher, Policy, RefusalKind, State, ToolError, airlock_tool,
+    approval::{ApprovalRequest, Decision},
+    tool,
 };
 use rig_agent::AgentBuilder;
 use rig_agent::agent::{AgentHook, HookContext};

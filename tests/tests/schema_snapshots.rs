@@ -11,7 +11,7 @@ mod diff;
 
 use std::path::{Path, PathBuf};
 
-use agent_airlock::{Dialect, ToolDefinition};
+use agent_airlock::{ToolDefinition, dialect::Dialect};
 use serde_json::{Value, json};
 
 fn snapshot_dir() -> PathBuf {

@@ -6,12 +6,15 @@
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/schema_node.rs"]
+mod schema_node;
 
 use std::sync::OnceLock;
 
-use agent_airlock::{CallContext, Dialect, Dispatcher, Status, ToolCall, ToolDefinition, ToolMessage};
+use agent_airlock::{CallContext, Dispatcher, Status, ToolCall, ToolDefinition, ToolMessage, dialect::Dialect};
 use agent_airlock_tests::block_on;
 use proptest::prelude::*;
+use schema_node::SchemaNode;
 use serde_json::{Map, Value, json};
 
 /// A small deterministic generator (SplitMix64): proptest chooses the seed, the schema walk the rest.
@@ -85,28 +88,12 @@ impl Generator<'_> {
     }
 
     fn value(&mut self, schema: &Value, depth: usize) -> Value {
-        let Some(map) = schema.as_object() else {
+        let Some(node) = SchemaNode::of(schema, self.root) else {
             return self.any_json(depth);
         };
-        if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
-            let target = match reference {
-                "#" => self.root,
-                other => &self.root["$defs"][other.trim_start_matches("#/$defs/")],
-            };
-            return self.value(target, depth + 1);
-        }
-        let types: Vec<&str> = match map.get("type") {
-            Some(Value::String(t)) => vec![t.as_str()],
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        let branches: Vec<&Value> =
-            ["anyOf", "oneOf"].iter().filter_map(|k| map.get(*k)).filter_map(Value::as_array).flatten().collect();
-        let is_null = |b: &&Value| b.get("type") == Some(&json!("null"));
-        let null_allowed =
-            types.contains(&"null") || map.get("nullable") == Some(&json!(true)) || branches.iter().any(is_null);
+        let map = node.map;
         // Deep in a recursive type, stop where the schema lets the model stop.
-        if null_allowed && (self.rng.chance(4) || depth > 5) {
+        if node.null_allowed && (self.rng.chance(4) || depth > 5) {
             return Value::Null;
         }
         if let Some(value) = map.get("const") {
@@ -116,12 +103,12 @@ impl Generator<'_> {
             let values: Vec<&Value> = values.iter().filter(|v| !v.is_null()).collect();
             return values.get(self.rng.below(values.len())).map_or(Value::Null, |v| (*v).clone());
         }
-        let non_null: Vec<&Value> = branches.iter().copied().filter(|b| !is_null(b)).collect();
+        let non_null = node.non_null_branches();
         if !non_null.is_empty() {
             let branch = non_null[self.rng.below(non_null.len())];
             return self.value(branch, depth);
         }
-        let kind = types.iter().copied().find(|t| *t != "null");
+        let kind = node.kind();
         if matches!(kind, Some("string" | "integer" | "number" | "boolean")) && self.mutate_here(Mutation::WrongType) {
             return match kind {
                 Some("string") => json!(5),

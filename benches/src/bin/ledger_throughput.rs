@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt as _;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use agent_airlock::AdmitError;
+use agent_airlock::approval::AdmitError;
 use agent_airlock::ledger::{ApprovalLedger, GrantState, RedbLedger};
 use agent_airlock_benches::{
     BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, percentiles, request_all,
@@ -248,7 +248,7 @@ fn ledger_spends(dir: &std::path::Path, resumers: u64, ops: u64) -> Row {
     let approved = approved_calls(&approvals, 0, per * resumers);
     let before = ledger.writer_stats();
     let mut remaining = approved.clone();
-    let slices: Vec<(agent_airlock::InterruptApprovals, Vec<(BenchCall, Value)>)> =
+    let slices: Vec<(agent_airlock::approval::InterruptApprovals, Vec<(BenchCall, Value)>)> =
         (0..resumers).map(|_| (approvals.clone(), remaining.drain(..per as usize).collect())).collect();
     let (elapsed, latencies) = concurrently(slices, |(approvals, calls)| {
         calls

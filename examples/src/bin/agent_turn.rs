@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use agent_airlock::{
-    ApprovalRequest, CallContext, Decision, Dispatcher, Outcome, Policy, State, ToolCall, ToolError, airlock_tool, tool,
+    CallContext, Dispatcher, Outcome, Policy, State, ToolCall, ToolError, airlock_tool,
+    approval::{ApprovalRequest, Decision},
+    tool,
 };
 use serde_json::json;
 

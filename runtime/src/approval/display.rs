@@ -1,7 +1,7 @@
 //! What a human is shown of a call: every argument in full, nothing that can display as something else.
 //!
 //! One renderer for every place a person decides about a call: the MCP approval prompt, an approver
-//! callback ([`ApprovalRequest::render`](crate::ApprovalRequest::render)) and the `airlock` command line.
+//! callback ([`ApprovalRequest::render`](crate::approval::ApprovalRequest::render)) and the `airlock` command line.
 //!
 //! - **Every argument, whole.** Arguments are listed one per line, shortest first, so a long value cannot
 //!   push a short one (a recipient, a path) out of view; no value is ever cut. Each value is shown as JSON

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::escalation::Escalation;
+use super::escalation::{Escalation, joined};
 use super::{Dispatcher, Entry};
 use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
@@ -12,10 +12,10 @@ use crate::audit::AuditLog;
 use crate::clock::{Clock, SystemClock};
 use crate::effect::EffectStore;
 use crate::mask::Masker;
-use crate::policy::Policy;
-use crate::rate::{Rate, RateLimiter, RateScope};
+use crate::policy::{Policy, PolicyMode};
+use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
-use crate::tool::Tool;
+use crate::tool::{GhostPolicy, Tool};
 
 /// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
 pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
@@ -36,6 +36,16 @@ pub enum BuildError {
         "tool `{0}` needs approval and declares an effect, but the effect store is not the approval ledger's; use `ledger.effects()` (or one redb database for both)"
     )]
     EffectsApartFromLedger(String),
+    /// A policy effect template names a parameter the tool it matches does not declare.
+    #[error("policy effect template `{template}` for tool `{tool}` names `{param}`, which the tool does not declare")]
+    UnknownEffectParam {
+        /// The tool.
+        tool: String,
+        /// The template.
+        template: String,
+        /// The placeholder.
+        param: String,
+    },
 }
 
 /// Builds a [`Dispatcher`].
@@ -151,23 +161,44 @@ impl DispatcherBuilder {
             _ => None,
         };
         let effects = self.effects.clone().or_else(|| ledger_effects.clone());
+        let observe = self.policy.mode() == PolicyMode::Observe;
         for tool in self.tools {
             let spec = tool.spec();
             if tools.contains_key(spec.name()) {
                 return Err(BuildError::DuplicateTool(spec.name().to_owned()));
             }
-            if spec.effect().is_some() && effects.is_none() {
+            let decision = self.policy.for_tool(spec.name());
+            // A policy's effect template applies to tools whose author declared none.
+            let policy_effect = decision.effect.filter(|_| spec.effect().is_none()).map(|(_, effect)| effect);
+            if let Some(effect) = &policy_effect
+                && let Some(param) = effect.params().find(|param| spec.param(param).is_none())
+            {
+                return Err(BuildError::UnknownEffectParam {
+                    tool: spec.name().to_owned(),
+                    template: effect.template().to_owned(),
+                    param: param.to_owned(),
+                });
+            }
+            // In observe mode the policy's own template is only checked, never reserved.
+            let reserves_effect = spec.effect().is_some() || (policy_effect.is_some() && !observe);
+            if reserves_effect && effects.is_none() {
                 return Err(BuildError::NoEffectStore(spec.name().to_owned()));
             }
-            let decision = self.policy.for_tool(spec.name());
             let mask = spec.mask() | decision.mask;
             let mut escalations = Vec::new();
             if let Some(reason) = spec.escalate() {
                 escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
             }
-            escalations
-                .extend(decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason }));
-            if spec.effect().is_some()
+            let policy_escalations =
+                decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason });
+            // In observe mode what the policy adds is evaluated and reported, not enforced.
+            let mut observed_escalations = Vec::new();
+            if observe {
+                observed_escalations.extend(policy_escalations);
+            } else {
+                escalations.extend(policy_escalations);
+            }
+            if reserves_effect
                 && !escalations.is_empty()
                 && let (Some(ledger), Some(store)) = (&ledger_effects, &effects)
                 && (ledger.storage_id().is_none() || ledger.storage_id() != store.storage_id())
@@ -177,10 +208,17 @@ impl DispatcherBuilder {
             // Every applicable limit gets its own bucket, so the stricter one always binds.
             let mut limits: Vec<(String, Rate, RateScope)> =
                 spec.rate().map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
-            limits.extend(decision.rate_limits);
-            let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
-            let bucket_rules = limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect();
+            let mut observed_limits = Vec::new();
+            if observe {
+                observed_limits = decision.rate_limits;
+            } else {
+                limits.extend(decision.rate_limits);
+            }
+            let (buckets, bucket_rules) = add_buckets(&mut limiter, limits);
+            let (observed_buckets, observed_bucket_rules) = add_buckets(&mut limiter, observed_limits);
             let definition = ToolDefinition::of(&*tool);
+            let (escalation_rules, escalation_reasons) = joined(&escalations);
+            let ghost_block = decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block);
             let name = spec.name().to_owned();
             order.push(name.clone());
             tools.insert(
@@ -189,12 +227,18 @@ impl DispatcherBuilder {
                     tool,
                     definition,
                     denied_by: decision.denied_by,
-                    escalation_rules: escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", "),
-                    escalation_reasons: escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; "),
+                    escalation_rules,
+                    escalation_reasons,
                     escalations,
+                    observed_escalations,
                     buckets,
                     bucket_rules,
+                    observed_buckets,
+                    observed_bucket_rules,
                     mask,
+                    ghost_block,
+                    policy_effect,
+                    conditions: decision.conditions,
                 },
             );
         }
@@ -208,6 +252,17 @@ impl DispatcherBuilder {
             effect_lease: self.effect_lease,
             audit: self.audit,
             masker: self.masker.unwrap_or_default(),
+            observe,
         })
     }
+}
+
+/// One bucket per limit (so the stricter one always binds), in ascending id order, and the rule and rate
+/// each enforces at the same positions.
+fn add_buckets(
+    limiter: &mut RateLimiter,
+    limits: Vec<(String, Rate, RateScope)>,
+) -> (Vec<BucketId>, Vec<(String, Rate)>) {
+    let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
+    (buckets, limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect())
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::refusal::{self, Refused};
 use super::{Dispatcher, Entry};
 use crate::approval::protocol::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
-use crate::approval::{ApprovalRequest, Approver, Decision};
+use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::ledger::LedgerError;
 use crate::tool::Arguments;
@@ -55,8 +55,12 @@ pub(super) struct EscalatedCall<'a> {
     pub(super) name: &'a str,
     pub(super) arguments: &'a Arguments,
     pub(super) context: &'a CallContext,
-    /// The rules that asked for approval, comma-separated.
+    /// Every rule that asked for approval: the tool's, and the policy conditions this call met.
+    pub(super) escalations: &'a [EscalationReason],
+    /// Their rules, comma-separated.
     pub(super) rules: &'a str,
+    /// Their reasons, `; `-separated.
+    pub(super) reasons: &'a str,
 }
 
 impl EscalatedCall<'_> {
@@ -71,6 +75,14 @@ impl EscalatedCall<'_> {
             arguments: self.arguments,
         }
     }
+}
+
+/// The rules of `escalations`, comma-separated, and their reasons, `; `-separated: what a refusal, an
+/// audit record and an approval request name.
+pub(super) fn joined(escalations: &[EscalationReason]) -> (String, String) {
+    let rules = escalations.iter().map(|e| e.rule.as_str()).collect::<Vec<_>>().join(", ");
+    let reasons = escalations.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>().join("; ");
+    (rules, reasons)
 }
 
 impl Dispatcher {
@@ -99,13 +111,7 @@ impl Dispatcher {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
                     return match approvals
-                        .request_masked(
-                            &binding,
-                            call.rules,
-                            &call.entry.escalation_reasons,
-                            &self.masker,
-                            call.entry.mask,
-                        )
+                        .request_masked(&binding, call.rules, call.reasons, &self.masker, call.entry.mask)
                         .await
                     {
                         Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),
@@ -139,7 +145,7 @@ async fn ask(approver: &dyn Approver, call: &EscalatedCall<'_>) -> Result<Escala
         tool: call.name.to_owned(),
         tool_call_id: call.id.to_owned(),
         thread_id: call.context.thread_id().map(str::to_owned),
-        reasons: call.entry.escalations.clone(),
+        reasons: call.escalations.to_vec(),
         arguments: Value::Object(call.arguments.clone()),
     };
     match approver.review(request).await {

@@ -15,6 +15,7 @@ mod escalation;
 mod refusal;
 mod trail;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -39,9 +40,10 @@ use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
 use crate::ledger::EffectClaim;
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
+use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
 use crate::rate::{BucketId, Rate, RateLimiter};
 use crate::schema::ToolDefinition;
-use crate::tool::{Tool, ToolOutput};
+use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
@@ -54,6 +56,8 @@ pub struct Dispatcher {
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
     masker: Arc<Masker>,
+    /// The policy is in observe mode: what it alone would refuse is traced and audited, not refused.
+    observe: bool,
 }
 
 /// One registered tool with everything the policy decided about it, computed once at build time.
@@ -72,6 +76,17 @@ struct Entry {
     escalation_reasons: String,
     /// The author's masking plus the policy's.
     mask: MaskSet,
+    /// In observe mode, the policy's escalations, rate limits (buckets and rules as above): reported, not
+    /// enforced. Empty otherwise (they are in `escalations` and `buckets` then).
+    observed_escalations: Vec<EscalationReason>,
+    observed_buckets: Vec<BucketId>,
+    observed_bucket_rules: Vec<(String, Rate)>,
+    /// The policy glob that says `ghost = "block"`, where the author's tool strips.
+    ghost_block: Option<String>,
+    /// The policy's idempotency key template, for a tool whose author declared none.
+    policy_effect: Option<PolicyEffect>,
+    /// The policy's argument conditions for this tool, in order.
+    conditions: Vec<ConditionRule>,
 }
 
 /// A refusal and the argument keys stripped before it.
@@ -84,7 +99,7 @@ impl Dispatcher {
         self.order
             .iter()
             .filter_map(|name| self.tools.get(name.as_str()))
-            .filter(|entry| entry.denied_by.is_none())
+            .filter(|entry| entry.denied_by.is_none() || self.observe)
             .map(|entry| entry.definition.clone())
             .collect()
     }
@@ -190,12 +205,16 @@ impl Dispatcher {
 
         // 2. Policy on the registered name. Deny beats everything, approvals included.
         if let Some(rule) = &entry.denied_by {
-            args::discard(arguments);
-            return Err(refuse(refusal::denied(name, rule)));
+            if !self.observe {
+                args::discard(arguments);
+                return Err(refuse(refusal::denied(name, rule)));
+            }
+            self.would_refuse(refusal::denied(name, rule), name, id, context, trail);
         }
 
-        // 3. Ghost arguments.
-        let screened = args::screen(arguments, spec, &entry.definition.input_schema)
+        // 3. Ghost arguments: the author's mode, or the policy's `block` (observed only, in observe mode).
+        let ghost = if entry.ghost_block.is_some() && !self.observe { GhostPolicy::Block } else { spec.ghost() };
+        let screened = args::screen(arguments, spec, &entry.definition.input_schema, ghost)
             .map_err(|err| refuse(refusal::screening(name, spec, err)))?;
         if !screened.stripped.is_empty() {
             tracing::warn!(target: "agent_airlock", stripped = ?screened.stripped, "undeclared arguments stripped");
@@ -204,6 +223,17 @@ impl Dispatcher {
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         if self.audit.is_some() {
             trail.arguments = Some(Value::Object(screened.arguments.clone()));
+        }
+        if let Some(rule) = &entry.ghost_block
+            && self.observe
+            && !stripped.is_empty()
+        {
+            let refused = Refused::new(
+                RefusalKind::MalformedArguments,
+                format!("the arguments for `{name}` carry undeclared keys: {}", stripped.join(", ")),
+            )
+            .rule(format!("{rule}: ghost = block"));
+            self.would_refuse(refused, name, id, context, trail);
         }
 
         // 4. Validation and injection: the future is built but not polled.
@@ -226,18 +256,58 @@ impl Dispatcher {
                 return Err(with_stripped(refused));
             }
         };
-        // The key comes from the typed values (hand-written tools may leave it to the template).
-        let effect_key =
-            spec.effect().map(|template| effect_key.unwrap_or_else(|| template.render(&screened.arguments)));
+        // The key comes from the typed values (hand-written tools may leave it to the template), or from
+        // the policy's template over the admitted arguments.
+        let effect_key = match spec.effect() {
+            Some(template) => Some(effect_key.unwrap_or_else(|| template.render(&screened.arguments))),
+            None => entry.policy_effect.as_ref().map(|template| template.render(&screened.arguments)),
+        };
+        let effect_key = match effect_key {
+            Some(key) if spec.effect().is_none() && self.observe => {
+                if let Err(refused) = self.effect_refusal(name, &key) {
+                    self.would_refuse(refused, name, id, context, trail);
+                }
+                None
+            }
+            key => key,
+        };
+
+        // 4b. The policy's argument conditions, on the screened arguments. A deny rule refuses at once
+        //     (deny beats everything); an escalation rule joins the tool's escalations.
+        let met = self.conditions_met(entry, name, &screened.arguments, id, context, trail).map_err(with_stripped)?;
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
+        if !entry.observed_escalations.is_empty() {
+            let (rules, reasons) = escalation::joined(&entry.observed_escalations);
+            self.would_refuse(refusal::would_escalate(name, &rules, &reasons), name, id, context, trail);
+        }
         let mut resumed = None;
-        if !entry.escalations.is_empty() {
-            let rules = entry.escalation_rules.as_str();
+        let escalations: Cow<'_, [EscalationReason]> = if met.is_empty() {
+            Cow::Borrowed(&entry.escalations)
+        } else {
+            Cow::Owned(entry.escalations.iter().cloned().chain(met).collect())
+        };
+        if !escalations.is_empty() {
+            let (rules, reasons) = if escalations.len() == entry.escalations.len() {
+                (Cow::Borrowed(entry.escalation_rules.as_str()), Cow::Borrowed(entry.escalation_reasons.as_str()))
+            } else {
+                let (rules, reasons) = escalation::joined(&escalations);
+                (Cow::Owned(rules), Cow::Owned(reasons))
+            };
+            let rules = rules.as_ref();
             trail.rule = Some(rules.to_owned());
             self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
-            let call = EscalatedCall { entry, id, name, arguments: &screened.arguments, context, rules };
+            let call = EscalatedCall {
+                entry,
+                id,
+                name,
+                arguments: &screened.arguments,
+                context,
+                escalations: &escalations,
+                rules,
+                reasons: &reasons,
+            };
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
                 Escalated::Approved { detail } => {
                     trail.detail = Some(detail);
@@ -259,6 +329,14 @@ impl Dispatcher {
             let (rule, rate) = entry.bucket_rules[position].clone();
             return Err(with_stripped(refusal::rate_limited(name, rule, rate, wait)));
         }
+        let observed_taken = match self.limiter.acquire(&entry.observed_buckets, thread, self.clock.now()) {
+            Ok(()) => true,
+            Err((wait, position)) => {
+                let (rule, rate) = entry.observed_bucket_rules[position].clone();
+                self.would_refuse(refusal::rate_limited(name, rule, rate, wait), name, id, context, trail);
+                false
+            }
+        };
 
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
         //    refusal here gives the rate tokens back and leaves the grant live.
@@ -266,6 +344,9 @@ impl Dispatcher {
             Ok(reservation) => reservation,
             Err(refused) => {
                 self.limiter.refund(&entry.buckets, thread, self.clock.now());
+                if observed_taken {
+                    self.limiter.refund(&entry.observed_buckets, thread, self.clock.now());
+                }
                 return Err(with_stripped(refused));
             }
         };
@@ -287,6 +368,91 @@ impl Dispatcher {
         Ok(self.settle(output, entry, id, name, stripped, effect.as_mut(), trail))
     }
 
+    /// Gate 4b: the escalations of every argument condition the call meets (or cannot be shown not to
+    /// meet); a deny condition refuses. In observe mode each is reported instead.
+    fn conditions_met(
+        &self,
+        entry: &Entry,
+        name: &str,
+        arguments: &Arguments,
+        id: &str,
+        context: &CallContext,
+        trail: &mut Trail,
+    ) -> Result<Vec<EscalationReason>, Refused> {
+        let mut escalations = Vec::new();
+        for rule in &entry.conditions {
+            let evaluation = rule.evaluate(arguments);
+            if !evaluation.applies() {
+                continue;
+            }
+            let why = match &evaluation {
+                Evaluation::FailedClosed(why) => Some(why.as_str()),
+                _ => None,
+            };
+            match rule.action() {
+                ConditionAction::Deny(reason) => {
+                    let refused = refusal::condition_denied(name, rule.name(), reason, why);
+                    if !self.observe {
+                        return Err(refused);
+                    }
+                    self.would_refuse(refused, name, id, context, trail);
+                }
+                ConditionAction::Escalate(reason) => {
+                    let reason = match why {
+                        Some(why) => format!("{reason} ({why}, so the rule applies)"),
+                        None => reason.clone(),
+                    };
+                    if self.observe {
+                        self.would_refuse(
+                            refusal::would_escalate(name, rule.name(), &reason),
+                            name,
+                            id,
+                            context,
+                            trail,
+                        );
+                    } else {
+                        escalations.push(EscalationReason { rule: rule.name().to_owned(), reason });
+                    }
+                }
+            }
+        }
+        Ok(escalations)
+    }
+
+    /// Observe mode: a refusal the policy alone would make, traced and audited as "would refuse", not
+    /// enforced.
+    fn would_refuse(&self, refused: Refused, name: &str, id: &str, context: &CallContext, trail: &Trail) {
+        tracing::warn!(
+            target: "agent_airlock",
+            outcome = "would_refuse",
+            kind = ?refused.kind,
+            rule = refused.rule.as_deref().unwrap_or(""),
+            text = %refused.text,
+            "observe mode: the policy would refuse this call; not enforced"
+        );
+        let observed = Trail {
+            rule: refused.rule,
+            detail: Some(format!("observe mode: would refuse, not enforced: {}", refused.text)),
+            arguments: trail.arguments.clone(),
+            ..Trail::default()
+        };
+        self.record(name, id, context, audit_outcome_of(refused.kind), &observed);
+    }
+
+    /// Whether reserving `key` now would be refused (a duplicate, an ambiguous or running effect), without
+    /// reserving it. A storage fault is not a refusal here.
+    fn effect_refusal(&self, name: &str, key: &str) -> Result<(), Refused> {
+        let Some(store) = &self.effects else { return Ok(()) };
+        let now = self.clock.now();
+        match store.get(key) {
+            Ok(current) => crate::effect::reserve_step(current, key, self.effect_lease, now)
+                .answer
+                .map(|_| ())
+                .map_err(|err| refusal::effect(name, err, now)),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// Gate 5's first step: the refusals no human can change, checked without taking anything.
     fn refusal_before_asking(
         &self,
@@ -300,15 +466,11 @@ impl Dispatcher {
             let (rule, rate) = entry.bucket_rules[position].clone();
             return Err(refusal::rate_limited(name, rule, rate, wait));
         }
-        if let Some((key, store)) = effect_key.zip(self.effects.as_ref()) {
-            // A storage fault here is not a refusal: gate 7 reports it if it persists.
-            if let Ok(current) = store.get(key)
-                && let Err(err) = crate::effect::reserve_step(current, key, self.effect_lease, now).answer
-            {
-                return Err(refusal::effect(name, err, now));
-            }
+        // A storage fault here is not a refusal: gate 7 reports it if it persists.
+        match effect_key {
+            Some(key) => self.effect_refusal(name, key),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Gate 7: spends a verified approval and reserves the effect key, in one write when both apply.

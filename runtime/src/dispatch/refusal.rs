@@ -54,6 +54,26 @@ pub(super) fn denied(name: &str, rule: &str) -> Refused {
         .hint("do not retry this tool; find another way or tell the user it is not permitted")
 }
 
+/// Gate 4b: a policy condition denies the call. `why` says how a missing or mistyped argument applied it.
+pub(super) fn condition_denied(name: &str, rule: &str, reason: &str, why: Option<&str>) -> Refused {
+    let why = why.map(|why| format!(" ({why}, so the rule applies)")).unwrap_or_default();
+    Refused::new(
+        RefusalKind::Denied,
+        format!("tool `{name}` is not permitted with these arguments: policy rule `{rule}`: {reason}{why}"),
+    )
+    .rule(rule)
+    .hint("do not retry with the same arguments; change them or tell the user the call is not permitted")
+}
+
+/// Observe mode: the policy would ask a human (and, with nobody to ask, refuse).
+pub(super) fn would_escalate(name: &str, rules: &str, reasons: &str) -> Refused {
+    Refused::new(
+        RefusalKind::ApprovalUnavailable,
+        format!("tool `{name}` needs a human's approval under policy rule `{rules}`: {reasons}"),
+    )
+    .rule(rules)
+}
+
 /// Gate 3: the arguments are not an object, nest too deep, or carry ghosts under `ghost = "block"`.
 pub(super) fn screening(name: &str, spec: &ToolSpec, err: ScreeningError) -> Refused {
     match err {

@@ -41,7 +41,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, Either, select};
@@ -51,7 +51,9 @@ use rmcp::model::{
     Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestId,
     RequestMetaObject, ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
 };
-use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext, RoleServer, ServerInitializeError};
+use rmcp::service::{
+    ElicitationMode, NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleServer, ServerInitializeError,
+};
 use rmcp::{ErrorData, ServerHandler, ServiceError, ServiceExt as _};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -119,8 +121,7 @@ pub enum McpApprovals {
 /// refusals, not a stack of popups), and a call the client cancels (`notifications/cancelled`) stops
 /// waiting: the elicitation is withdrawn, nothing is granted or spent, and the call never runs.
 pub struct GuardedMcpServer {
-    dispatcher: Arc<Dispatcher>,
-    tools: Arc<[rmcp::model::Tool]>,
+    served: ServedDispatcher,
     /// The host's context as given, without the thread.
     host_context: CallContext,
     /// The host's context with this connection as its thread: what every call runs with.
@@ -131,6 +132,99 @@ pub struct GuardedMcpServer {
     approval_timeout: Duration,
     /// The tools with an approval elicitation waiting on this connection.
     eliciting: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The dispatcher a [`GuardedMcpServer`] serves and the tools it lists, shared by the servers of every
+/// connection made from it ([`GuardedMcpServer::for_new_connection`]) and replaceable while they serve: a
+/// gateway whose upstream changed its tools builds a new dispatcher and [`replace`](Self::replace)s the old.
+///
+/// A call is served to its end by the dispatcher it arrived at; later calls and lists see the new one.
+#[derive(Clone)]
+pub struct ServedDispatcher {
+    inner: Arc<ServedInner>,
+}
+
+struct ServedInner {
+    current: RwLock<Arc<Served>>,
+    /// The clients connected through servers of this value, told when the tools change.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+/// One generation of what is served.
+struct Served {
+    dispatcher: Arc<Dispatcher>,
+    tools: Arc<[rmcp::model::Tool]>,
+}
+
+impl ServedDispatcher {
+    /// Serves `dispatcher`, listing the tools it offers ([`Dispatcher::offered_tools`]).
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+        let tools = offered_mcp_tools(&dispatcher);
+        Self::with_tools(dispatcher, tools)
+    }
+
+    /// Serves `dispatcher`, listing `tools`: definitions its host made for MCP (an upstream's own, for
+    /// instance), each of which the dispatcher must offer under the same name. A listed tool the dispatcher
+    /// does not offer is dropped from the list rather than listed and refused.
+    pub fn with_tools(dispatcher: Arc<Dispatcher>, tools: Vec<rmcp::model::Tool>) -> Self {
+        let served = Served::new(dispatcher, tools);
+        ServedDispatcher {
+            inner: Arc::new(ServedInner { current: RwLock::new(Arc::new(served)), peers: Mutex::default() }),
+        }
+    }
+
+    /// Serves `dispatcher` listing `tools` (as in [`with_tools`](Self::with_tools)) from now on, and sends
+    /// `notifications/tools/list_changed` to every client connected through this value.
+    pub async fn replace(&self, dispatcher: Arc<Dispatcher>, tools: Vec<rmcp::model::Tool>) {
+        let served = Arc::new(Served::new(dispatcher, tools));
+        *self.inner.current.write().unwrap_or_else(PoisonError::into_inner) = served;
+        let peers = self.inner.peers.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for peer in peers.iter().filter(|peer| !peer.is_transport_closed()) {
+            if let Err(error) = peer.notify_tool_list_changed().await {
+                tracing::debug!(target: "agent_airlock", %error, "a client was not told the tools changed");
+            }
+        }
+        self.inner.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|peer| !peer.is_transport_closed());
+    }
+
+    /// The dispatcher served now.
+    pub fn dispatcher(&self) -> Arc<Dispatcher> {
+        Arc::clone(&self.current().dispatcher)
+    }
+
+    /// The names of the tools listed now, in list order.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.current().tools.iter().map(|tool| tool.name.to_string()).collect()
+    }
+
+    fn current(&self) -> Arc<Served> {
+        Arc::clone(&self.inner.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn connected(&self, peer: Peer<RoleServer>) {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        peers.retain(|peer| !peer.is_transport_closed());
+        peers.push(peer);
+    }
+}
+
+impl Served {
+    fn new(dispatcher: Arc<Dispatcher>, tools: Vec<rmcp::model::Tool>) -> Self {
+        let offered: HashSet<String> =
+            dispatcher.offered_tools().into_iter().map(|definition| definition.name).collect();
+        let tools = tools.into_iter().filter(|tool| offered.contains(tool.name.as_ref())).collect();
+        Served { dispatcher, tools }
+    }
+}
+
+impl std::fmt::Debug for ServedDispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedDispatcher").field("tools", &self.tool_names()).finish_non_exhaustive()
+    }
+}
+
+fn offered_mcp_tools(dispatcher: &Dispatcher) -> Vec<rmcp::model::Tool> {
+    dispatcher.offered_tools().iter().map(mcp_tool).collect()
 }
 
 /// The `_meta` key of a bound approval elicitation: the sealed `{"airlock_approval": {...}}` request, with
@@ -145,13 +239,28 @@ impl GuardedMcpServer {
     /// with an empty host context, a fresh connection id, and this crate's name and version as the
     /// server's identity.
     pub fn new(dispatcher: Arc<Dispatcher>, approvals: McpApprovals) -> Self {
-        let tools = dispatcher.offered_tools().iter().map(mcp_tool).collect::<Arc<[_]>>();
+        Self::with_capabilities(
+            ServedDispatcher::new(dispatcher),
+            approvals,
+            ServerCapabilities::builder().enable_tools().build(),
+        )
+    }
+
+    /// A server for whatever `served` holds when each request arrives: replacing its dispatcher
+    /// ([`ServedDispatcher::replace`]) changes the tools listed and called, and tells every client connected
+    /// through it (`notifications/tools/list_changed`, declared in the server's capabilities). Otherwise as
+    /// [`new`](Self::new).
+    pub fn serving(served: ServedDispatcher, approvals: McpApprovals) -> Self {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        Self::with_capabilities(served, approvals, capabilities)
+    }
+
+    fn with_capabilities(served: ServedDispatcher, approvals: McpApprovals, capabilities: ServerCapabilities) -> Self {
         let connection_id = new_connection_id();
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let config = ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")));
         GuardedMcpServer {
-            dispatcher,
-            tools,
+            served,
             host_context: CallContext::new(),
             context: CallContext::new().with_thread(&*connection_id),
             connection_id,
@@ -196,8 +305,7 @@ impl GuardedMcpServer {
     pub fn for_new_connection(&self) -> Self {
         let connection_id = new_connection_id();
         GuardedMcpServer {
-            dispatcher: Arc::clone(&self.dispatcher),
-            tools: Arc::clone(&self.tools),
+            served: self.served.clone(),
             host_context: self.host_context.clone(),
             context: self.host_context.clone().with_thread(&*connection_id),
             connection_id,
@@ -219,15 +327,16 @@ impl GuardedMcpServer {
     /// Interrupt, ask the client's human, record the answer bound to the call, resume with it.
     async fn dispatch_bound(
         &self,
+        dispatcher: &Dispatcher,
         call: ToolCall,
         context: &RequestContext<RoleServer>,
         bound: &InterruptApprovals,
     ) -> Outcome {
         let Some(approver) = self.approver_for(context) else {
             // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
-            return self.dispatcher.dispatch_with_approver(call, &self.context, None).await;
+            return dispatcher.dispatch_with_approver(call, &self.context, None).await;
         };
-        let request = match self.dispatcher.dispatch(call.clone(), &self.context).await {
+        let request = match dispatcher.dispatch(call.clone(), &self.context).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -243,13 +352,15 @@ impl GuardedMcpServer {
         let by = format!("mcp-client:{}", self.connection_id);
         let resume = match approver.ask(question, Some(&interrupt)).await {
             Decision::Approve if context.ct.is_cancelled() => {
-                return self.close_unanswered(call, bound, &interrupt, CANCELLED).await;
+                return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
             }
             Decision::Approve => match bound.approve(&interrupt, &by).await {
                 Ok(resume) => resume.into_value(),
                 Err(error) => {
                     tracing::error!(target: "agent_airlock", %error, "recording an MCP approval failed");
-                    return self.close_unanswered(call, bound, &interrupt, "the approval could not be recorded").await;
+                    return self
+                        .close_unanswered(dispatcher, call, bound, &interrupt, "the approval could not be recorded")
+                        .await;
                 }
             },
             Decision::Deny { reason } => {
@@ -259,19 +370,21 @@ impl GuardedMcpServer {
                     Err(error) => {
                         tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
                         return self
-                            .close_unanswered(call, bound, &interrupt, "the denial could not be recorded")
+                            .close_unanswered(dispatcher, call, bound, &interrupt, "the denial could not be recorded")
                             .await;
                     }
                 };
-                return self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;
+                return dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;
             }
-            Decision::Unavailable { reason } => return self.close_unanswered(call, bound, &interrupt, &reason).await,
+            Decision::Unavailable { reason } => {
+                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+            }
         };
         if context.ct.is_cancelled() {
             // Cancelled between the answer and the run: the denial revokes the unspent grant.
-            return self.close_unanswered(call, bound, &interrupt, CANCELLED).await;
+            return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
         }
-        self.dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
+        dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
     }
 
     /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
@@ -279,6 +392,7 @@ impl GuardedMcpServer {
     /// unavailable, through the dispatcher and its audit log.
     async fn close_unanswered(
         &self,
+        dispatcher: &Dispatcher,
         call: ToolCall,
         bound: &InterruptApprovals,
         interrupt: &Value,
@@ -289,7 +403,7 @@ impl GuardedMcpServer {
             tracing::error!(target: "agent_airlock", %error, "closing an unanswered MCP approval request failed");
         }
         let unavailable = Unavailable(reason.to_owned());
-        self.dispatcher.dispatch_with_approver(call, &self.context, Some(&unavailable)).await
+        dispatcher.dispatch_with_approver(call, &self.context, Some(&unavailable)).await
     }
 
     /// The approver for one request: its client's human, if the client can be asked.
@@ -332,7 +446,7 @@ impl std::fmt::Debug for GuardedMcpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GuardedMcpServer")
             .field("connection_id", &self.connection_id)
-            .field("tools", &self.tools.len())
+            .field("tools", &self.served.current().tools.len())
             .field("approvals", &self.approvals)
             .field("approval_timeout", &self.approval_timeout)
             .finish_non_exhaustive()
@@ -356,6 +470,10 @@ impl ServerHandler for GuardedMcpServer {
         self.config.clone()
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.served.connected(context.peer);
+    }
+
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         // Elicitation needs a server-to-client request, which 2026-07-28 forbids.
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
@@ -366,7 +484,7 @@ impl ServerHandler for GuardedMcpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+        Ok(ListToolsResult::with_all_items(self.served.current().tools.to_vec()))
     }
 
     async fn call_tool(
@@ -376,11 +494,14 @@ impl ServerHandler for GuardedMcpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(request_id_text(&context.id), request.name, arguments);
+        // The dispatcher of the moment the call arrived serves it to the end, even if it is replaced meanwhile.
+        let served = self.served.current();
+        let dispatcher = &*served.dispatcher;
         let outcome = match &self.approvals {
-            McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(call, &context, bound).await,
+            McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(dispatcher, call, &context, bound).await,
             McpApprovals::ClientElicitation => {
                 let approver = self.approver_for(&context);
-                self.dispatcher
+                dispatcher
                     .dispatch_with_approver(call, &self.context, approver.as_ref().map(|a| a as &dyn Approver))
                     .await
             }
@@ -389,7 +510,7 @@ impl ServerHandler for GuardedMcpServer {
                 // there, before anything is spent or run. Cancelled later, the dispatch is dropped as the
                 // protocol asks (a tool already running stops; its effect, if any, is left ambiguous).
                 let cancelled = context.ct.clone();
-                let dispatch = self.dispatcher.dispatch(call.clone(), &self.context);
+                let dispatch = dispatcher.dispatch(call.clone(), &self.context);
                 match select(pin!(cancelled.cancelled()), pin!(dispatch)).await {
                     Either::Left(((), _)) => cancelled_outcome(&call),
                     Either::Right((outcome, _)) => outcome,

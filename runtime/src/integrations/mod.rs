@@ -4,6 +4,8 @@
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "mcp-gateway")]
+pub mod mcp_gateway;
 #[cfg(feature = "rig")]
 pub mod rig;
 
@@ -23,7 +25,7 @@ pub(crate) fn model_text(message: &ToolMessage) -> String {
 }
 
 /// What the model reads when a call paused for an approval that this host cannot resume in-band.
-pub(crate) fn pending_approval_text(request: &crate::InterruptRequest) -> String {
+pub(crate) fn pending_approval_text(request: &crate::approval::InterruptRequest) -> String {
     format!(
         "tool `{}` needs a human's approval ({}); the request `{}` is waiting for an operator. Do not retry now; \
          tell the user the action awaits approval.",

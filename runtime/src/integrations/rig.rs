@@ -3,7 +3,7 @@
 //! [`GuardedRigTools::tools`] turns every tool a [`Dispatcher`] offers into an ordinary rig tool
 //! ([`DynamicTool`], registered with rig-agent's `AgentBuilder::dynamic_tools`). Each call the model makes goes
 //! through [`Dispatcher::dispatch`] with all its gates, escalation through the dispatcher's
-//! [`Approver`](crate::Approver) included. What the model reads back:
+//! [`Approver`](crate::approval::Approver) included. What the model reads back:
 //!
 //! - a result: the tool's content, as text;
 //! - a refusal: a failed rig tool result whose model output is the refusal text and its hints. Policy and

@@ -6,19 +6,19 @@
 //!
 //! | alias | purpose | used by |
 //! |---|---|---|
-//! | [`ApprovalKey`] | [`purpose::Approval`] | [`KeyRing`](crate::KeyRing): bindings, seals and tokens of approvals |
+//! | [`ApprovalKey`] | [`purpose::Approval`] | [`KeyRing`](crate::approval::KeyRing): bindings, seals and tokens of approvals |
 //! | [`AuditKey`] | [`purpose::Audit`] | [`AuditConfig`](crate::audit::AuditConfig): commitments and record MACs |
-//! | [`HashKey`] | [`purpose::MaskHash`] | [`MaskStrategy::KeyedHash`](crate::MaskStrategy::KeyedHash) |
+//! | [`HashKey`] | [`purpose::MaskHash`] | [`MaskStrategy::KeyedHash`](crate::mask::MaskStrategy::KeyedHash) |
 //!
 //! ```
-//! use agent_airlock::{ApprovalKey, KeyRing};
+//! use agent_airlock::{keys::ApprovalKey, approval::KeyRing};
 //!
 //! let ring = KeyRing::new(ApprovalKey::new("k1", &[7u8; 32]).unwrap());
 //! assert_eq!(ring.current().id(), "k1");
 //! ```
 //!
 //! ```compile_fail
-//! use agent_airlock::{KeyRing, audit::AuditKey};
+//! use agent_airlock::{audit::AuditKey, approval::KeyRing};
 //!
 //! // An audit key is not an approval key, even with the same secret.
 //! let ring = KeyRing::new(AuditKey::new("k1", &[7u8; 32]).unwrap());
@@ -51,7 +51,7 @@ pub type ApprovalKey = Key<purpose::Approval>;
 /// A secret for the audit log, with an id recorded next to what it signs. See [`Key`] for loading one.
 pub type AuditKey = Key<purpose::Audit>;
 
-/// A secret for [`MaskStrategy::KeyedHash`](crate::MaskStrategy::KeyedHash). See [`Key`] for loading one.
+/// A secret for [`MaskStrategy::KeyedHash`](crate::mask::MaskStrategy::KeyedHash). See [`Key`] for loading one.
 pub type HashKey = Key<purpose::MaskHash>;
 
 /// What a key is for, as a type parameter of [`Key`]. Sealed: the crate's purposes are the only ones.
@@ -132,7 +132,7 @@ impl fmt::Display for KeyPurpose {
 /// A secret key for one purpose, with an id. Cloning is cheap (the keyed state is shared).
 ///
 /// ```
-/// use agent_airlock::ApprovalKey;
+/// use agent_airlock::keys::ApprovalKey;
 ///
 /// let key = ApprovalKey::from_hex("k1", "00112233445566778899AABBCCDDEEFF").unwrap();
 /// assert_eq!(key.id(), "k1");

@@ -7,7 +7,7 @@
 //! are left alone. JSON results are masked leaf by leaf and keep their shape.
 //!
 //! ```
-//! use agent_airlock::{MaskConfig, MaskKind, MaskSet, MaskStrategy, Masker};
+//! use agent_airlock::{mask::{MaskConfig, MaskKind, MaskSet, MaskStrategy, Masker}};
 //! use serde_json::json;
 //!
 //! let masker = Masker::new(MaskConfig::new(MaskStrategy::TypeTag));
@@ -121,7 +121,7 @@ impl Masker {
     /// first free suffix `#2`, `#3`, … (`{"[EMAIL]": …, "[EMAIL]#2": …}`), so no member is dropped.
     ///
     /// ```
-    /// use agent_airlock::{MaskSet, Masker};
+    /// use agent_airlock::{mask::{MaskSet, Masker}};
     /// use serde_json::json;
     ///
     /// let mut value = json!({

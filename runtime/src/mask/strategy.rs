@@ -47,7 +47,7 @@ fn digest_hex(key: &HashKey, kind: MaskKind, value: &[u8], out: &mut String) {
 /// The strategy for each kind: one default, with overrides per kind or family.
 ///
 /// ```
-/// use agent_airlock::{MaskConfig, MaskKind, MaskSet, MaskStrategy};
+/// use agent_airlock::{mask::{MaskConfig, MaskKind, MaskSet, MaskStrategy}};
 ///
 /// let config = MaskConfig::new(MaskStrategy::TypeTag)
 ///     .with(MaskSet::of(MaskKind::PaymentCard), MaskStrategy::Partial);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions};
-use agent_airlock::{ApprovalKey, ManualClock, Outcome, Policy, Status};
+use agent_airlock::{ManualClock, Outcome, Policy, Status, keys::ApprovalKey};
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{KEY_ENV, SECRET_HEX, START};
 use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher, refund_call};

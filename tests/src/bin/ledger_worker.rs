@@ -24,7 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions};
-use agent_airlock::{ApprovalKey, InterruptApprovals, KeyRing, ManualClock};
+use agent_airlock::{
+    ManualClock,
+    approval::{InterruptApprovals, KeyRing},
+    keys::ApprovalKey,
+};
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, KEY_ENV, OwnedCall, START, outcome_word};
 use serde_json::Value;
 

@@ -25,7 +25,7 @@
 //!   annotations?}; `inputSchema` is a JSON Schema object with `type: "object"`, `properties` an object,
 //!   `required` a list of strings; names of 1 to 128 characters from A-Z a-z 0-9 `_` `-` `.`.
 
-use agent_airlock::Dialect;
+use agent_airlock::dialect::Dialect;
 use serde_json::{Map, Value};
 
 /// Every rule `definition` breaks in `dialect`.

@@ -1,0 +1,260 @@
+//! `airlock mcp`: the guard in front of an MCP server nobody here wrote.
+//!
+//! `airlock mcp --policy airlock.toml -- <command> [args…]` starts the upstream server as a child process,
+//! speaks MCP to the client on stdin and stdout (nothing else is written to stdout; logs go to stderr), and
+//! runs every `tools/call` through the gates of the policy file before forwarding it. Approvals are asked
+//! of the client's human by elicitation, bound to the exact call and spent once through the ledger in
+//! `--db`. The child is shut down when the client goes away or on SIGTERM/SIGINT.
+//!
+//! `airlock mcp scan -- <command> [args…]` prints a starter policy for that server: deny by default, every
+//! tool listed with its definition pin.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::approval::display::escape;
+use agent_airlock::approval::{InterruptApprovals, KeyRing};
+use agent_airlock::audit::{AuditConfig, AuditLog};
+use agent_airlock::effect::RedbEffectStore;
+use agent_airlock::integrations::mcp::McpApprovals;
+use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin};
+use agent_airlock::keys::ApprovalKey;
+use agent_airlock::ledger::{RedbLedger, RedbOpenOptions, open_database};
+use agent_airlock::policy::PolicyMode;
+use agent_airlock::{Dispatcher, Policy, SystemClock, check_tool_name};
+use clap::{Args, Subcommand};
+
+/// `airlock mcp …`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct McpArgs {
+    #[command(subcommand)]
+    command: Option<McpCommand>,
+    #[command(flatten)]
+    run: GatewayArgs,
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Print a starter policy for an MCP server: deny by default, every tool listed with its definition pin.
+    Scan {
+        /// The upstream server's command line, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        upstream: Vec<OsString>,
+    },
+}
+
+/// Running the gateway.
+#[derive(Args)]
+struct GatewayArgs {
+    /// The policy file (TOML, see `airlock policy check`); `airlock mcp scan` writes a starter.
+    #[arg(long, required = true)]
+    policy: Option<PathBuf>,
+    /// A file holding the approval key's secret as hex; without it (and without `--key-env`'s variable)
+    /// the gateway makes a key for this run, and approvals do not outlive it.
+    #[arg(long, conflicts_with = "key_env")]
+    key_file: Option<PathBuf>,
+    /// An environment variable holding the approval key's secret as hex.
+    #[arg(long, default_value = "AIRLOCK_APPROVAL_KEY")]
+    key_env: String,
+    /// How long the client's human has to answer an approval request, in seconds.
+    #[arg(long, default_value_t = 600)]
+    approval_timeout_secs: u64,
+    /// The upstream server's command line, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    upstream: Vec<OsString>,
+}
+
+/// The approval key's id in the gateway's ledger.
+const KEY_ID: &str = "airlock-mcp";
+
+/// How long a grant stays valid: the gateway spends it right after the human's yes.
+const GRANT_TTL: Duration = Duration::from_secs(600);
+
+/// Runs `airlock mcp …`.
+pub(crate) fn run(args: &McpArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let result = match &args.command {
+        Some(McpCommand::Scan { upstream }) => runtime.block_on(scan(upstream)),
+        None => runtime.block_on(gateway(&args.run, db, options)),
+    };
+    // Standard input is read by a blocking thread that nothing but input ends; do not wait for it.
+    runtime.shutdown_background();
+    result
+}
+
+fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
+    let (program, args) = parts.split_first().ok_or("give the upstream server's command after `--`")?;
+    Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()))
+}
+
+async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
+    let stop = termination();
+    let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
+    let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
+    let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
+    let pins: ToolPins = policy.pins().iter().map(|(tool, pin)| (tool.clone(), pin.clone())).collect();
+    let observe = policy.mode() == PolicyMode::Observe;
+
+    let database = Arc::new(open_database(db, options).map_err(|e| format!("{}: {e}", db.display()))?);
+    let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?);
+    let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?);
+    let audit = Arc::new(AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?);
+    let key = approval_key(args)?;
+    let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
+
+    let command = upstream_command(&args.upstream)?;
+    let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+    let setup = {
+        let approvals = approvals.clone();
+        move || {
+            Dispatcher::builder()
+                .policy(policy.clone())
+                .interrupt_approvals(approvals.clone())
+                .effects(Arc::clone(&effects))
+                .audit(Arc::clone(&audit))
+        }
+    };
+    let gateway = McpGateway::start(upstream, pins, setup)
+        .await
+        .map_err(|e| e.to_string())?
+        .with_approval_timeout(Duration::from_secs(args.approval_timeout_secs));
+    let tools = gateway.tools();
+    eprintln!(
+        "airlock mcp: guarding `{}`; offering {} tool(s): {}",
+        escape(&command.display()),
+        tools.offered.len(),
+        escape(&tools.offered.join(", "))
+    );
+    for name in &tools.changed_pins {
+        eprintln!("airlock mcp: `{}` changed since it was pinned: hidden, its calls refused", escape(name));
+    }
+    for (name, why) in &tools.unusable {
+        eprintln!("airlock mcp: `{}` cannot be guarded ({}): hidden", escape(name), escape(why));
+    }
+    if observe {
+        eprintln!("airlock mcp: OBSERVE MODE: the policy refuses nothing; what it would refuse is audited and logged");
+    }
+    let approvals = McpApprovals::BoundClientElicitation(Box::new(approvals));
+    gateway.serve_stdio(approvals, stop).await.map_err(|e| e.to_string())
+}
+
+fn approval_key(args: &GatewayArgs) -> Result<ApprovalKey, String> {
+    if let Some(path) = &args.key_file {
+        crate::warn_if_others_can_read(path);
+        return ApprovalKey::from_file(KEY_ID, path).map_err(|e| e.to_string());
+    }
+    if std::env::var_os(&args.key_env).is_some() {
+        return ApprovalKey::from_env(KEY_ID, &args.key_env).map_err(|e| e.to_string());
+    }
+    let (key, _) = ApprovalKey::generate(KEY_ID).map_err(|e| e.to_string())?;
+    Ok(key)
+}
+
+/// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere). The handlers are
+/// installed when this is called, so a signal that arrives before the future is first polled still counts.
+fn termination() -> impl Future<Output = ()> + Send {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let handlers = signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
+        async move {
+            match handlers {
+                Ok((mut terminate, mut interrupt)) => {
+                    let name = tokio::select! {
+                        _ = terminate.recv() => "SIGTERM",
+                        _ = interrupt.recv() => "SIGINT",
+                    };
+                    eprintln!("airlock mcp: {name}, shutting down");
+                }
+                // Without signal handlers the gateway still stops when the client goes.
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async move {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => eprintln!("airlock mcp: interrupted, shutting down"),
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// Prints the starter policy for the server `parts` names.
+async fn scan(parts: &[OsString]) -> Result<(), String> {
+    let command = upstream_command(parts)?;
+    let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+    let listed = upstream.list_tools().await;
+    upstream.shutdown(agent_airlock::integrations::mcp_gateway::DEFAULT_SHUTDOWN_GRACE).await;
+    let tools = listed.map_err(|e| e.to_string())?;
+    print!("{}", starter_policy(&command.display(), &tools));
+    Ok(())
+}
+
+/// A policy that denies everything, with each tool's pin and description, to allow tool by tool.
+fn starter_policy(command: &str, tools: &[agent_airlock::integrations::mcp::rmcp::model::Tool]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("# Starter policy for `{}`, written by `airlock mcp scan`.\n", comment(command)));
+    out.push_str("# Everything is denied: add the tools you want to `allow`, after reading what each says it does.\n");
+    out.push_str("# A pin is the digest of the tool's name, description and input schema: if the server changes the\n");
+    out.push_str("# tool, the gateway hides it and refuses its calls until you review it and pin it again.\n");
+    out.push_str("version = 1\ndefault = \"deny\"\nallow = []\n");
+    for tool in tools {
+        let name = tool.name.as_ref();
+        out.push('\n');
+        if let Err(error) = check_tool_name(name) {
+            out.push_str(&format!("# `{}` cannot be guarded: {}\n", comment(name), comment(&error.to_string())));
+            continue;
+        }
+        for line in tool.description.as_deref().unwrap_or("(no description)").lines().filter(|l| !l.trim().is_empty()) {
+            out.push_str(&format!("# {}\n", comment(line.trim())));
+        }
+        // A checked name is letters, digits, `_` and `-`: a bare TOML key, nothing to escape.
+        out.push_str(&format!("[tools.{name}]\n"));
+        match tool_pin(tool) {
+            Ok(pin) => out.push_str(&format!("pin = \"{pin}\"\n")),
+            Err(error) => out.push_str(&format!("# no pin: {}\n", comment(&error.to_string()))),
+        }
+    }
+    out
+}
+
+/// Text shown in a TOML comment: one line, hidden characters escaped.
+fn comment(text: &str) -> String {
+    escape(text).replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agent_airlock::integrations::mcp::rmcp::model::Tool;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_starter_policy_parses_denies_everything_and_pins_every_tool() {
+        let schema = |v: serde_json::Value| Arc::new(v.as_object().cloned().unwrap());
+        let tools = [
+            Tool::new("read_file", "Read a file.\n\nReturns its text.", schema(json!({"type": "object"}))),
+            Tool::new("bad name\n[tools.x]", "Sneaky.", schema(json!({"type": "object"}))),
+        ];
+        let text = starter_policy("srv --root /", &tools);
+        let policy = Policy::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(policy.pin("read_file"), Some(tool_pin(&tools[0]).unwrap().as_str()));
+        assert_eq!(policy.pins().len(), 1, "{text}");
+        assert!(policy.for_tool("read_file").denied_by.is_some());
+        assert!(text.contains("# Returns its text."));
+    }
+}

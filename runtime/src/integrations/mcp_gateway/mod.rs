@@ -1,0 +1,314 @@
+//! A gateway that puts the guard in front of an MCP server nobody here wrote (feature `mcp-gateway`).
+//!
+//! The upstream server runs as a child process ([`Upstream`]). Each tool it lists becomes a guarded tool
+//! defined by its JSON Schema ([`JsonTool`](crate::json_tool::JsonTool)) whose execution forwards the admitted
+//! call upstream ([`UpstreamCaller`]); a [`Dispatcher`] holds them with the deployment's policy, approvals,
+//! effects and audit log; a [`GuardedMcpServer`] offers them downstream. So every call a client makes goes
+//! through the same gates as a `#[airlock_tool]` tool: policy (denied tools are not even listed), ghost
+//! stripping and validation against the upstream's own schema, escalation to the client's human, rate
+//! limits, effect reservation, then the upstream, then masking and the audit record. An argument the
+//! schema does not declare never reaches the upstream.
+//!
+//! - **Pins.** The policy can pin each tool's definition ([`tool_pin`]). A pinned tool whose definition the
+//!   upstream changed is hidden and its calls refused until it is pinned again; unpinned tools follow the
+//!   policy's default.
+//! - **Changes.** When the upstream sends `notifications/tools/list_changed`, the gateway lists its tools
+//!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
+//! - **Settling effects.** A result commits the call's effect; a request that never left (the upstream is
+//!   gone) fails it (a retry is safe); an `isError` result, a JSON-RPC error or a connection lost after the
+//!   request was sent leave it ambiguous, for an operator to resolve.
+//!
+//! ```no_run
+//! use agent_airlock::Dispatcher;
+//! use agent_airlock::integrations::mcp::McpApprovals;
+//! use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let upstream = Upstream::spawn(&UpstreamCommand::new("npx", ["-y", "@modelcontextprotocol/server-filesystem", "/srv"])).await?;
+//! let gateway = McpGateway::start(upstream, ToolPins::new(), Dispatcher::builder).await?;
+//! gateway.serve_stdio(McpApprovals::ClientElicitation, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod pin;
+mod upstream;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};
+pub use upstream::{DEFAULT_SHUTDOWN_GRACE, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError};
+
+use rmcp::ServiceExt as _;
+use rmcp::transport::IntoTransport;
+
+use crate::dispatch::{BuildError, Dispatcher, DispatcherBuilder};
+use crate::integrations::mcp::{DEFAULT_APPROVAL_TIMEOUT, GuardedMcpServer, McpApprovals, ServedDispatcher};
+use crate::json_tool::{JsonCall, JsonTool};
+use serde_json::Value;
+
+/// Makes a dispatcher builder with everything but the tools: policy, approvals, effects, audit, masker.
+/// Called again for every new list of upstream tools.
+pub type DispatcherSetup = Arc<dyn Fn() -> DispatcherBuilder + Send + Sync>;
+
+/// A gateway that could not start or serve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The upstream server failed.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// The dispatcher for the upstream's tools could not be built.
+    #[error("the gateway's dispatcher could not be built: {0}")]
+    Build(#[from] BuildError),
+    /// The downstream client did not complete the MCP handshake.
+    #[error("the downstream MCP session did not start: {0}")]
+    Downstream(String),
+}
+
+/// What one listing of the upstream's tools became.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GatewayTools {
+    /// The tools offered downstream (those the policy does not deny), in the upstream's order.
+    pub offered: Vec<String>,
+    /// Pinned tools whose definition changed: hidden, their calls refused.
+    pub changed_pins: Vec<String>,
+    /// Tools that cannot be guarded (a name no provider accepts, a schema that does not compile), with why:
+    /// hidden.
+    pub unusable: Vec<(String, String)>,
+}
+
+/// The gateway: an upstream, the guarded tools standing for its tools, and the dispatcher serving them.
+pub struct McpGateway {
+    upstream: Upstream,
+    served: ServedDispatcher,
+    setup: DispatcherSetup,
+    pins: ToolPins,
+    tools: GatewayTools,
+    approval_timeout: Duration,
+}
+
+impl std::fmt::Debug for McpGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpGateway")
+            .field("upstream", &self.upstream)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpGateway {
+    /// Lists `upstream`'s tools and builds the dispatcher guarding them: `setup` gives a builder with the
+    /// deployment's policy, approvals, effects and audit log; `pins` are the policy's definition pins.
+    pub async fn start(
+        upstream: Upstream,
+        pins: ToolPins,
+        setup: impl Fn() -> DispatcherBuilder + Send + Sync + 'static,
+    ) -> Result<McpGateway, GatewayError> {
+        let setup: DispatcherSetup = Arc::new(setup);
+        let listed = upstream.list_tools().await?;
+        let (dispatcher, offered, tools) = build(&upstream, &pins, &setup, listed)?;
+        let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
+        let tools = GatewayTools { offered: served.tool_names(), ..tools };
+        Ok(McpGateway { upstream, served, setup, pins, tools, approval_timeout: DEFAULT_APPROVAL_TIMEOUT })
+    }
+
+    /// How long an approval elicitation waits for the client's human ([`DEFAULT_APPROVAL_TIMEOUT`]).
+    #[must_use]
+    pub fn with_approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// What the last listing of the upstream's tools became.
+    pub fn tools(&self) -> &GatewayTools {
+        &self.tools
+    }
+
+    /// The dispatcher and tool list served now, shared by every server made from this gateway.
+    pub fn served(&self) -> &ServedDispatcher {
+        &self.served
+    }
+
+    /// The upstream.
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    /// A guarded MCP server for one downstream connection, serving this gateway's tools; escalated calls are
+    /// decided as `approvals` says.
+    pub fn server(&self, approvals: McpApprovals) -> GuardedMcpServer {
+        GuardedMcpServer::serving(self.served.clone(), approvals)
+            .with_server_info("agent-airlock-gateway", env!("CARGO_PKG_VERSION"))
+            .with_approval_timeout(self.approval_timeout)
+    }
+
+    /// Lists the upstream's tools again and serves the new list, telling connected clients. A list whose
+    /// dispatcher cannot be built leaves the current one in place.
+    pub async fn refresh(&mut self) -> Result<&GatewayTools, GatewayError> {
+        let listed = self.upstream.list_tools().await?;
+        let (dispatcher, offered, tools) = build(&self.upstream, &self.pins, &self.setup, listed)?;
+        self.served.replace(Arc::new(dispatcher), offered).await;
+        self.tools = GatewayTools { offered: self.served.tool_names(), ..tools };
+        Ok(&self.tools)
+    }
+
+    /// Serves one client on standard input and output; see [`serve`](Self::serve).
+    pub async fn serve_stdio(
+        self,
+        approvals: McpApprovals,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), GatewayError> {
+        self.serve(approvals, rmcp::transport::stdio(), shutdown).await
+    }
+
+    /// Serves one client on `transport` until it disconnects, the upstream exits, or `shutdown` completes;
+    /// re-lists the upstream's tools whenever it says they changed. Then shuts the upstream down (its stdin
+    /// closed, then SIGTERM, then SIGKILL, [`DEFAULT_SHUTDOWN_GRACE`] apart).
+    pub async fn serve<T, E, A>(
+        mut self,
+        approvals: McpApprovals,
+        transport: T,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), GatewayError>
+    where
+        T: IntoTransport<rmcp::RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let server = self.server(approvals);
+        let mut shutdown = std::pin::pin!(shutdown);
+        // A client that never completes the handshake must not keep the gateway from stopping.
+        let handshake = tokio::select! {
+            handshake = server.serve(transport) => Some(handshake),
+            () = &mut shutdown => None,
+        };
+        let running = match handshake {
+            Some(Ok(running)) => running,
+            Some(Err(error)) => {
+                self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+                return Err(GatewayError::Downstream(error.to_string()));
+            }
+            None => {
+                self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+                return Ok(());
+            }
+        };
+        let stop = running.cancellation_token();
+        let mut session = std::pin::pin!(running.waiting());
+        let mut changed = self.upstream.tools_changed();
+        let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
+        loop {
+            tokio::select! {
+                ended = &mut session => {
+                    if let Err(error) = ended {
+                        tracing::warn!(target: "agent_airlock", %error, "the downstream session ended abnormally");
+                    }
+                    break;
+                }
+                () = &mut shutdown => {
+                    tracing::info!(target: "agent_airlock", "shutting down on request");
+                    stop.cancel();
+                    let _ = session.await;
+                    break;
+                }
+                () = &mut upstream_gone => {
+                    tracing::error!(target: "agent_airlock", "the upstream server closed the connection; stopping");
+                    stop.cancel();
+                    let _ = session.await;
+                    break;
+                }
+                Ok(()) = changed.changed() => {
+                    match self.refresh().await {
+                        Ok(tools) => tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed"),
+                        Err(error) => tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay"),
+                    }
+                }
+            }
+        }
+        self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+        Ok(())
+    }
+}
+
+/// Completes once the upstream's connection is closed.
+async fn watch_closed(caller: UpstreamCaller) {
+    loop {
+        if caller.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The dispatcher for one listing of the upstream's tools, the MCP definitions to offer, and the report.
+fn build(
+    upstream: &Upstream,
+    pins: &ToolPins,
+    setup: &DispatcherSetup,
+    listed: Vec<rmcp::model::Tool>,
+) -> Result<(Dispatcher, Vec<rmcp::model::Tool>, GatewayTools), GatewayError> {
+    let mut report = GatewayTools::default();
+    let mut builder = setup();
+    let mut seen = HashSet::new();
+    let mut offered = Vec::new();
+    for tool in listed {
+        let name = tool.name.to_string();
+        if !seen.insert(name.clone()) {
+            report.unusable.push((name, "the upstream lists it twice".to_owned()));
+            continue;
+        }
+        if let PinCheck::Changed { pinned, now } = pins.check(&tool) {
+            tracing::warn!(
+                target: "agent_airlock", tool = %name, %pinned, %now,
+                "the upstream changed a pinned tool's definition: hidden and refused until it is pinned again"
+            );
+            report.changed_pins.push(name);
+            continue;
+        }
+        match guarded_tool(&tool, upstream.caller()) {
+            Ok(guarded) => {
+                offered.push(downstream_definition(tool, &guarded));
+                builder = builder.tool(guarded);
+            }
+            Err(why) => {
+                tracing::warn!(target: "agent_airlock", tool = %name, %why, "an upstream tool cannot be guarded: hidden");
+                report.unusable.push((name, why));
+            }
+        }
+    }
+    Ok((builder.build()?, offered, report))
+}
+
+/// The upstream's definition as offered downstream: its name, title, annotations and description as the
+/// upstream wrote them, its input schema as the guard enforces it (objects the upstream left open closed,
+/// see [`Closing`](crate::json_tool::Closing)), and no output schema (a guarded result is the text of the
+/// upstream's, masked, so structured content is not passed on).
+fn downstream_definition(mut tool: rmcp::model::Tool, guarded: &JsonTool) -> rmcp::model::Tool {
+    if let Value::Object(schema) = guarded.definition_schema() {
+        tool.input_schema = Arc::new(schema.clone());
+    }
+    tool.output_schema = None;
+    tool
+}
+
+/// The guarded tool standing for an upstream tool: its JSON Schema validates and screens the arguments, and
+/// admitted calls are forwarded to the upstream.
+fn guarded_tool(tool: &rmcp::model::Tool, caller: UpstreamCaller) -> Result<JsonTool, String> {
+    // Every guarded tool has a description; for an upstream tool without one, say so rather than hide it.
+    let description = match (tool.description.as_deref(), &tool.title) {
+        (Some(description), _) if !description.trim().is_empty() => description.to_owned(),
+        (_, Some(title)) if !title.trim().is_empty() => title.clone(),
+        _ => format!("`{}` (the upstream server gives no description)", tool.name),
+    };
+    let schema = Value::Object((*tool.input_schema).clone());
+    JsonTool::builder(tool.name.to_string(), description, schema)
+        .build(move |call: JsonCall| {
+            let caller = caller.clone();
+            async move { caller.call(&call.tool, call.arguments).await }
+        })
+        .map_err(|error| error.to_string())
+}

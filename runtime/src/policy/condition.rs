@@ -1,0 +1,513 @@
+//! Argument conditions: `PATH OP VALUE` over a call's screened arguments, e.g. `amount > 10000` or
+//! `path matches "**/.ssh/**"`.
+//!
+//! - `PATH` is an argument name followed by `.field` and `[index]` steps (`address.zip`, `items[0].sku`).
+//! - `OP` is one of `==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `matches` (a glob on a string, `/` is a
+//!   separator) and `starts_with` (a prefix of a string).
+//! - `VALUE` is a JSON literal: a number, a `"string"`, `true` or `false`, or for `in` a non-empty list of
+//!   scalars of one type. Its type is the type the argument must have.
+//!
+//! A condition is typed: `amount > 10000` holds for the number `20000` and not for `5`. An argument that is
+//! missing, or whose type is not the literal's, makes the condition *hold* (fail closed): a deny rule then
+//! denies and an escalation rule escalates, so a model cannot slip past a rule by leaving an argument out or
+//! sending `"20000"` as a string. Strings are matched as sent, without path normalisation.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use globset::{GlobBuilder, GlobMatcher};
+use serde_json::{Number, Value};
+
+use crate::tool::Arguments;
+
+/// A parsed argument condition.
+#[derive(Debug, Clone)]
+pub struct Condition {
+    source: String,
+    path: Vec<Step>,
+    test: Test,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Test {
+    Equal(Scalar),
+    NotEqual(Scalar),
+    Compare(Ordering, bool, Number),
+    In(Vec<Scalar>),
+    Matches(GlobMatcher),
+    StartsWith(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Scalar {
+    Bool(bool),
+    Number(Number),
+    String(String),
+}
+
+/// A condition that did not parse: what is wrong and where, as a character offset into the condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionError {
+    /// Characters before the offending token.
+    pub offset: usize,
+    /// What is wrong, lower-case.
+    pub message: String,
+}
+
+impl fmt::Display for ConditionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConditionError {}
+
+/// Whether a condition holds for one call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evaluation {
+    /// The argument has the literal's type and the test holds.
+    Holds,
+    /// The argument has the literal's type and the test does not hold.
+    DoesNotHold,
+    /// The argument is missing or of another type: treated as holding. The text says why.
+    FailedClosed(String),
+}
+
+impl Evaluation {
+    /// Whether the rule applies: the test held, or it could not be decided.
+    pub fn applies(&self) -> bool {
+        !matches!(self, Evaluation::DoesNotHold)
+    }
+}
+
+const OPERATORS: &str = "`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `matches`, `starts_with`";
+
+impl Condition {
+    /// Parses `PATH OP VALUE`.
+    pub fn parse(source: &str) -> Result<Condition, ConditionError> {
+        let mut cursor = Cursor { text: source, at: 0 };
+        cursor.skip_space();
+        let path = cursor.path()?;
+        cursor.skip_space();
+        let op_at = cursor.at;
+        let op = cursor.operator().ok_or_else(|| ConditionError {
+            offset: cursor.offset(op_at),
+            message: format!("expected an operator after the argument path, one of {OPERATORS}"),
+        })?;
+        cursor.skip_space();
+        let value_at = cursor.at;
+        let rest = &source[value_at..];
+        if rest.trim().is_empty() {
+            return Err(ConditionError {
+                offset: cursor.offset(value_at),
+                message: format!("expected a value after `{op}`"),
+            });
+        }
+        let value: Value = serde_json::from_str(rest).map_err(|err| ConditionError {
+            offset: cursor.offset(value_at) + json_error_offset(rest, &err),
+            message: format!(
+                "invalid value: {}; write a JSON literal such as `10000`, `\"text\"` or `true`",
+                json_error_text(&err)
+            ),
+        })?;
+        let at = cursor.offset(value_at);
+        let fail = |message: String| ConditionError { offset: at, message };
+        let test = match op {
+            "==" => {
+                Test::Equal(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
+            }
+            "!=" => {
+                Test::NotEqual(scalar(&value).ok_or_else(|| fail(format!("`{op}` needs a number, string or boolean")))?)
+            }
+            "<" | "<=" | ">" | ">=" => {
+                let Value::Number(number) = value else {
+                    return Err(fail(format!("`{op}` compares numbers; give a number such as `10000`")));
+                };
+                let (ordering, or_equal) = match op {
+                    "<" => (Ordering::Less, false),
+                    "<=" => (Ordering::Less, true),
+                    ">" => (Ordering::Greater, false),
+                    _ => (Ordering::Greater, true),
+                };
+                Test::Compare(ordering, or_equal, number)
+            }
+            "in" => {
+                let Value::Array(items) = value else {
+                    return Err(fail("`in` needs a list such as `[\"usd\", \"eur\"]`".to_owned()));
+                };
+                if items.is_empty() {
+                    return Err(fail("`in` needs a non-empty list".to_owned()));
+                }
+                let scalars =
+                    items.iter().map(scalar).collect::<Option<Vec<_>>>().ok_or_else(|| {
+                        fail("the items of an `in` list must be numbers, strings or booleans".to_owned())
+                    })?;
+                if scalars.iter().any(|s| s.kind() != scalars[0].kind()) {
+                    return Err(fail("the items of an `in` list must all have one type".to_owned()));
+                }
+                Test::In(scalars)
+            }
+            "matches" => {
+                let Value::String(pattern) = value else {
+                    return Err(fail("`matches` needs a glob string such as `\"**/.ssh/**\"`".to_owned()));
+                };
+                let glob = GlobBuilder::new(&pattern)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|err| fail(format!("invalid glob `{pattern}`: {}", err.kind())))?;
+                Test::Matches(glob.compile_matcher())
+            }
+            _ => {
+                let Value::String(prefix) = value else {
+                    return Err(fail("`starts_with` needs a string such as `\"/etc/\"`".to_owned()));
+                };
+                Test::StartsWith(prefix)
+            }
+        };
+        Ok(Condition { source: source.trim().to_owned(), path, test })
+    }
+
+    /// The condition as written (trimmed).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates the condition against a call's screened arguments.
+    pub fn evaluate(&self, arguments: &Arguments) -> Evaluation {
+        let Some(value) = self.lookup(arguments) else {
+            return Evaluation::FailedClosed(format!("argument `{}` is missing", self.path_text()));
+        };
+        let decided = match &self.test {
+            Test::Equal(expected) => typed(value, expected.kind()).map(|actual| actual.same(expected)),
+            Test::NotEqual(expected) => typed(value, expected.kind()).map(|actual| !actual.same(expected)),
+            Test::Compare(ordering, or_equal, bound) => match value {
+                Value::Number(actual) => compare_numbers(actual, bound)
+                    .map(|found| found == *ordering || (*or_equal && found == Ordering::Equal)),
+                _ => None,
+            },
+            Test::In(items) => typed(value, items[0].kind()).map(|actual| items.iter().any(|item| actual.same(item))),
+            Test::Matches(glob) => value.as_str().map(|text| glob.is_match(text)),
+            Test::StartsWith(prefix) => value.as_str().map(|text| text.starts_with(prefix.as_str())),
+        };
+        match decided {
+            Some(true) => Evaluation::Holds,
+            Some(false) => Evaluation::DoesNotHold,
+            None => Evaluation::FailedClosed(format!(
+                "argument `{}` is {}, not {}",
+                self.path_text(),
+                kind_of(value),
+                self.expected_kind()
+            )),
+        }
+    }
+
+    fn lookup<'a>(&self, arguments: &'a Arguments) -> Option<&'a Value> {
+        let (Step::Key(first), rest) = self.path.split_first()? else { return None };
+        let mut value = arguments.get(first)?;
+        for step in rest {
+            value = match step {
+                Step::Key(key) => value.as_object()?.get(key)?,
+                Step::Index(index) => value.as_array()?.get(*index)?,
+            };
+        }
+        // A `null` inside the arguments is as good as missing.
+        (!value.is_null()).then_some(value)
+    }
+
+    fn path_text(&self) -> String {
+        let mut text = String::new();
+        for step in &self.path {
+            match step {
+                Step::Key(key) if text.is_empty() => text.push_str(key),
+                Step::Key(key) => {
+                    text.push('.');
+                    text.push_str(key);
+                }
+                Step::Index(index) => text.push_str(&format!("[{index}]")),
+            }
+        }
+        text
+    }
+
+    fn expected_kind(&self) -> &'static str {
+        match &self.test {
+            Test::Equal(s) | Test::NotEqual(s) => s.kind(),
+            Test::In(items) => items[0].kind(),
+            Test::Compare(..) => "a number",
+            Test::Matches(_) | Test::StartsWith(_) => "a string",
+        }
+    }
+}
+
+/// Two conditions are the same if they are written the same.
+impl PartialEq for Condition {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Condition {}
+
+impl fmt::Display for Condition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl Scalar {
+    fn kind(&self) -> &'static str {
+        match self {
+            Scalar::Bool(_) => "a boolean",
+            Scalar::Number(_) => "a number",
+            Scalar::String(_) => "a string",
+        }
+    }
+
+    fn same(&self, other: &Scalar) -> bool {
+        match (self, other) {
+            (Scalar::Number(a), Scalar::Number(b)) => compare_numbers(a, b) == Some(Ordering::Equal),
+            (a, b) => a == b,
+        }
+    }
+}
+
+fn scalar(value: &Value) -> Option<Scalar> {
+    match value {
+        Value::Bool(b) => Some(Scalar::Bool(*b)),
+        Value::Number(n) => Some(Scalar::Number(n.clone())),
+        Value::String(s) => Some(Scalar::String(s.clone())),
+        _ => None,
+    }
+}
+
+/// The argument as a scalar of the expected kind, or `None` (mistyped).
+fn typed(value: &Value, kind: &'static str) -> Option<Scalar> {
+    scalar(value).filter(|actual| actual.kind() == kind)
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Integers compare exactly; anything else as `f64`. `None` for a NaN, which JSON cannot carry.
+fn compare_numbers(a: &Number, b: &Number) -> Option<Ordering> {
+    let exact = |n: &Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
+    match (exact(a), exact(b)) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
+}
+
+/// serde_json's message without its position (the caller reports the position itself).
+fn json_error_text(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+/// The character offset inside `text` that a serde_json error points at.
+fn json_error_offset(text: &str, err: &serde_json::Error) -> usize {
+    let mut line = 1;
+    for (offset, c) in text.chars().enumerate() {
+        if line == err.line() {
+            return offset + err.column().saturating_sub(1);
+        }
+        if c == '\n' {
+            line += 1;
+        }
+    }
+    text.chars().count()
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    /// Byte position.
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn offset(&self, byte: usize) -> usize {
+        self.text[..byte].chars().count()
+    }
+
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn ident(&mut self) -> Option<String> {
+        let rest = self.rest();
+        let mut end = 0;
+        for (i, c) in rest.char_indices() {
+            let ok = if i == 0 {
+                c.is_ascii_alphabetic() || c == '_'
+            } else {
+                c.is_ascii_alphanumeric() || c == '_' || c == '-'
+            };
+            if !ok {
+                break;
+            }
+            end = i + c.len_utf8();
+        }
+        let ident = rest[..end].to_owned();
+        self.at += end;
+        (end > 0).then_some(ident)
+    }
+
+    fn path(&mut self) -> Result<Vec<Step>, ConditionError> {
+        let start = self.at;
+        let Some(first) = self.ident() else {
+            return Err(ConditionError {
+                offset: self.offset(start),
+                message: "expected an argument name, e.g. `amount` or `address.zip`".to_owned(),
+            });
+        };
+        let mut path = vec![Step::Key(first)];
+        loop {
+            if self.rest().starts_with('.') {
+                self.at += 1;
+                let at = self.at;
+                let key = self.ident().ok_or_else(|| ConditionError {
+                    offset: self.offset(at),
+                    message: "expected a field name after `.`".to_owned(),
+                })?;
+                path.push(Step::Key(key));
+            } else if self.rest().starts_with('[') {
+                let at = self.at;
+                let close = self.rest().find(']');
+                let index = close.and_then(|close| self.rest()[1..close].trim().parse::<usize>().ok());
+                let (Some(close), Some(index)) = (close, index) else {
+                    return Err(ConditionError {
+                        offset: self.offset(at),
+                        message: "expected a list index such as `[0]`".to_owned(),
+                    });
+                };
+                self.at += close + 1;
+                path.push(Step::Index(index));
+            } else {
+                return Ok(path);
+            }
+        }
+    }
+
+    fn operator(&mut self) -> Option<&'static str> {
+        const SYMBOLS: [&str; 6] = ["==", "!=", "<=", ">=", "<", ">"];
+        const WORDS: [&str; 3] = ["in", "matches", "starts_with"];
+        let rest = self.rest();
+        let op = SYMBOLS.into_iter().find(|op| rest.starts_with(op)).or_else(|| {
+            WORDS.into_iter().find(|word| {
+                rest.strip_prefix(word)
+                    .is_some_and(|after| after.is_empty() || after.starts_with([' ', '\t', '\n', '[', '"']))
+            })
+        })?;
+        self.at += op.len();
+        Some(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn args(value: Value) -> Arguments {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!("test arguments are objects"),
+        }
+    }
+
+    fn eval(condition: &str, value: Value) -> Evaluation {
+        Condition::parse(condition).unwrap().evaluate(&args(value))
+    }
+
+    #[test]
+    fn comparisons_are_typed_and_exact() {
+        assert_eq!(eval("amount > 10000", json!({"amount": 10001})), Evaluation::Holds);
+        assert_eq!(eval("amount > 10000", json!({"amount": 10000})), Evaluation::DoesNotHold);
+        assert_eq!(eval("amount >= 10000", json!({"amount": 10000.0})), Evaluation::Holds);
+        assert_eq!(eval("amount < 1.5", json!({"amount": 1})), Evaluation::Holds);
+        assert_eq!(eval("amount <= -1", json!({"amount": -2})), Evaluation::Holds);
+        assert_eq!(eval("id == 18446744073709551615", json!({"id": u64::MAX})), Evaluation::Holds);
+        assert_eq!(eval("id == 18446744073709551615", json!({"id": u64::MAX - 1})), Evaluation::DoesNotHold);
+        assert_eq!(eval("currency != \"usd\"", json!({"currency": "eur"})), Evaluation::Holds);
+        assert_eq!(eval("force == true", json!({"force": false})), Evaluation::DoesNotHold);
+        assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "eur"})), Evaluation::Holds);
+        assert_eq!(eval("currency in [\"usd\", \"eur\"]", json!({"currency": "gbp"})), Evaluation::DoesNotHold);
+        assert_eq!(eval("path starts_with \"/etc/\"", json!({"path": "/etc/passwd"})), Evaluation::Holds);
+        assert_eq!(eval("currency in[\"usd\"]", json!({"currency": "usd"})), Evaluation::Holds);
+        assert_eq!(eval("path matches\"/a/*\"", json!({"path": "/a/b"})), Evaluation::Holds);
+        assert_eq!(
+            eval("to.address.zip == \"10115\"", json!({"to": {"address": {"zip": "10115"}}})),
+            Evaluation::Holds
+        );
+        assert_eq!(eval("items[1].sku == \"b\"", json!({"items": [{"sku": "a"}, {"sku": "b"}]})), Evaluation::Holds);
+    }
+
+    #[test]
+    fn globs_separate_path_components() {
+        let ssh = |path: &str| eval("path matches \"**/.ssh/**\"", json!({ "path": path }));
+        assert_eq!(ssh("/home/me/.ssh/id_ed25519"), Evaluation::Holds);
+        assert_eq!(ssh(".ssh/authorized_keys"), Evaluation::Holds);
+        assert_eq!(ssh("/home/me/notes.txt"), Evaluation::DoesNotHold);
+        assert_eq!(eval("path matches \"/tmp/*\"", json!({"path": "/tmp/a/b"})), Evaluation::DoesNotHold);
+    }
+
+    #[test]
+    fn missing_and_mistyped_arguments_fail_closed() {
+        let missing = eval("amount > 10000", json!({}));
+        assert_eq!(missing, Evaluation::FailedClosed("argument `amount` is missing".to_owned()));
+        assert!(missing.applies());
+        assert_eq!(
+            eval("amount > 10000", json!({"amount": "20000"})),
+            Evaluation::FailedClosed("argument `amount` is a string, not a number".to_owned())
+        );
+        assert!(eval("path matches \"**\"", json!({"path": ["a"]})).applies());
+        assert!(eval("currency != \"usd\"", json!({"currency": 1})).applies());
+        assert!(eval("a.b == 1", json!({"a": 1})).applies());
+        assert!(eval("a[3] == 1", json!({"a": [1]})).applies());
+        assert!(eval("a.b == 1", json!({"a": {"b": null}})).applies());
+        assert!(!eval("amount > 10000", json!({"amount": 1})).applies());
+    }
+
+    #[test]
+    fn refuses_each_malformed_condition_with_its_offset() {
+        let err = |c: &str| Condition::parse(c).unwrap_err();
+        assert_eq!(err("> 5").offset, 0);
+        assert!(err("> 5").message.starts_with("expected an argument name"));
+        assert_eq!(err("amount ~ 5").offset, 7);
+        assert!(err("amount ~ 5").message.contains("one of `==`"));
+        assert_eq!(err("amount >").message, "expected a value after `>`");
+        assert_eq!(err("amount > \"5\"").offset, 9);
+        assert!(err("amount > \"5\"").message.contains("compares numbers"));
+        assert_eq!(err("amount > 5 6").offset, 11);
+        assert!(err("x in []").message.contains("non-empty"));
+        assert!(err("x in [1, \"a\"]").message.contains("one type"));
+        assert!(err("x == null").message.contains("needs a number, string or boolean"));
+        assert!(err("path matches \"[\"").message.starts_with("invalid glob `[`"));
+        assert!(err("path starts_with 5").message.contains("needs a string"));
+        assert_eq!(err("a. == 1").offset, 2);
+        assert_eq!(err("a[x] == 1").offset, 1);
+        assert_eq!(err("inx 5").offset, 4);
+    }
+}

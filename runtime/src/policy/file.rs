@@ -1,0 +1,522 @@
+//! The policy file: one strict, versioned TOML format, read by [`Policy::from_toml`].
+//!
+//! ```toml
+//! version = 1                 # required; the only version so far
+//! default = "deny"            # required: "allow" (everything not denied) or "deny" (only what `allow` matches)
+//! mode = "enforce"            # or "observe": evaluate, audit and trace, refuse nothing the policy decides
+//! deny = ["delete_*"]         # tool-name globs; deny beats everything
+//! allow = ["read_*", "refund", "write_file"]   # only with default = "deny"
+//!
+//! [tools.refund]              # a tool name or a glob; every key is optional
+//! escalate = "moves money"    # a human must approve, for this reason
+//! rate = "10/minute"          # N/second, minute, hour or day
+//! rate_per = "thread"         # "tool" (one bucket, the default) or "thread" (one per conversation)
+//! mask = "pii"                # result masking added to the author's
+//! ghost = "block"             # refuse undeclared arguments instead of stripping them
+//! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
+//! pin = "sha256:…"            # the tool definition's digest (exact names only), enforced by a gateway
+//!
+//! [[tools.refund.when]]       # argument conditions, see `policy::condition`
+//! if = "amount > 10000"
+//! escalate = "refunds above 100 dollars need a human"
+//!
+//! [[tools.write_file.when]]
+//! if = 'path matches "**/.ssh/**"'
+//! deny = "never write ssh keys"
+//! ```
+//!
+//! Unknown keys, wrong types, bad globs, rates, masks, templates, conditions and versions are refused
+//! with the line and column of the offending value. `rate_shared = true` (one bucket shared by several
+//! hosts through the store) is refused until the store supports shared rate buckets.
+//!
+//! The file is applied through [`PolicyBuilder`]: a file and code follow one set of rules.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Policy, PolicyBuilder, PolicyError, PolicyMode};
+use crate::rate::RateScope;
+use crate::tool::GhostPolicy;
+
+/// The version this crate reads.
+pub const POLICY_FILE_VERSION: i64 = 1;
+
+/// A policy file that was refused: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct PolicyFileError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// What is wrong, lower-case.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    version: Spanned<i64>,
+    default: Spanned<DefaultRule>,
+    #[serde(default)]
+    mode: Option<Spanned<Mode>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    tools: BTreeMap<Spanned<String>, RawTool>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum DefaultRule {
+    Allow,
+    Deny,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Enforce,
+    Observe,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum RatePer {
+    Tool,
+    Thread,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Ghost {
+    Strip,
+    Block,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    escalate: Option<Spanned<String>>,
+    rate: Option<Spanned<String>>,
+    rate_per: Option<Spanned<RatePer>>,
+    rate_shared: Option<Spanned<bool>>,
+    mask: Option<Spanned<String>>,
+    ghost: Option<Spanned<Ghost>>,
+    effect: Option<Spanned<String>>,
+    pin: Option<Spanned<String>>,
+    #[serde(default)]
+    when: Vec<Spanned<RawWhen>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWhen {
+    #[serde(rename = "if")]
+    condition: Spanned<String>,
+    deny: Option<Spanned<String>>,
+    escalate: Option<Spanned<String>>,
+}
+
+/// Reads a policy file; the first mistake, in file order, is the error.
+pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
+    let at = |span: Range<usize>, message: String| locate(text, span.start, message);
+    let raw: RawPolicy = toml::from_str(text).map_err(|err| {
+        let message = err.message().trim_end_matches('\n').trim_end_matches('.').to_owned();
+        locate(text, err.span().map_or(0, |span| span.start), message)
+    })?;
+    if *raw.version.get_ref() != POLICY_FILE_VERSION {
+        return Err(at(
+            raw.version.span(),
+            format!("unsupported policy version `{}`, expected `{POLICY_FILE_VERSION}`", raw.version.get_ref()),
+        ));
+    }
+    let mut file = FileBuilder { text, builder: Policy::builder() };
+    if *raw.default.get_ref() == DefaultRule::Deny {
+        file.builder = file.builder.default_deny();
+    } else if let Some(first) = raw.allow.first() {
+        return Err(at(
+            first.span(),
+            "`allow` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every tool not denied runs"
+                .to_owned(),
+        ));
+    }
+    if raw.mode.as_ref().is_some_and(|mode| *mode.get_ref() == Mode::Observe) {
+        file.builder = file.builder.mode(PolicyMode::Observe);
+    }
+    for glob in &raw.deny {
+        file.apply(|b| b.deny(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.allow {
+        file.apply(|b| b.allow(glob.get_ref()), &[glob.span()])?;
+    }
+    // Rules apply in file order (the first matching effect template wins).
+    let mut tools: Vec<_> = raw.tools.into_iter().collect();
+    tools.sort_by_key(|(glob, _)| glob.span().start);
+    for (glob, tool) in &tools {
+        file.tool(glob, tool)?;
+    }
+    // Each builder error was located as it happened; this only guards against one that was not.
+    file.builder
+        .build()
+        .map_err(|errors| locate(text, 0, errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+}
+
+struct FileBuilder<'a> {
+    text: &'a str,
+    builder: PolicyBuilder,
+}
+
+impl FileBuilder<'_> {
+    /// Applies one builder call; a new error is located at the span of the value it is about (`spans[0]`
+    /// for the glob, `spans[1]` for the value, `spans[2]` for a reason).
+    fn apply(
+        &mut self,
+        call: impl FnOnce(PolicyBuilder) -> PolicyBuilder,
+        spans: &[Range<usize>],
+    ) -> Result<(), PolicyFileError> {
+        let before = self.builder.errors.len();
+        self.builder = call(std::mem::take(&mut self.builder));
+        let Some(error) = self.builder.errors.get(before) else { return Ok(()) };
+        let pick = |index: usize| spans.get(index).or(spans.first()).cloned().unwrap_or(0..0);
+        let (span, offset) = match error {
+            PolicyError::Glob { .. } => (pick(0), None),
+            PolicyError::Pin { message, .. } if message.contains("glob") => (pick(0), None),
+            PolicyError::EmptyReason { .. } | PolicyError::EmptyConditionReason { .. } => (pick(2), None),
+            PolicyError::Condition { error, .. } => (pick(1), Some(error.offset)),
+            _ => (pick(1), None),
+        };
+        let message = error.to_string();
+        let start = match offset {
+            Some(offset) => inside_string(self.text, &span, offset),
+            None => span.start,
+        };
+        Err(locate(self.text, start, message))
+    }
+
+    fn tool(&mut self, glob: &Spanned<String>, tool: &RawTool) -> Result<(), PolicyFileError> {
+        let name = glob.get_ref().as_str();
+        let key = glob.span();
+        // The glob is checked even when its table sets nothing.
+        if let Err(err) = globset::Glob::new(name) {
+            let error = PolicyError::Glob { pattern: name.to_owned(), message: err.kind().to_string() };
+            return Err(locate(self.text, key.start, error.to_string()));
+        }
+        if let Some(reason) = &tool.escalate {
+            self.apply(|b| b.escalate(name, reason.get_ref()), &[key.clone(), reason.span(), reason.span()])?;
+        }
+        if let Some(shared) = &tool.rate_shared
+            && *shared.get_ref()
+        {
+            return Err(locate(
+                self.text,
+                shared.span().start,
+                "`rate_shared = true` needs a shared store, which does not hold rate buckets yet; \
+                 remove it for a limit per host"
+                    .to_owned(),
+            ));
+        }
+        match (&tool.rate, &tool.rate_per) {
+            (Some(rate), per) => {
+                let scope = match per.as_ref().map(|p| *p.get_ref()) {
+                    Some(RatePer::Thread) => RateScope::PerThread,
+                    _ => RateScope::PerTool,
+                };
+                self.apply(
+                    |b| match scope {
+                        RateScope::PerTool => b.rate_limit(name, rate.get_ref()),
+                        RateScope::PerThread => b.rate_limit_per_thread(name, rate.get_ref()),
+                    },
+                    &[key.clone(), rate.span()],
+                )?;
+            }
+            (None, Some(per)) => {
+                return Err(locate(self.text, per.span().start, "`rate_per` needs a `rate`".to_owned()));
+            }
+            (None, None) => {}
+        }
+        if let Some(mask) = &tool.mask {
+            self.apply(|b| b.mask(name, mask.get_ref()), &[key.clone(), mask.span()])?;
+        }
+        if let Some(ghost) = &tool.ghost {
+            let ghost = match ghost.get_ref() {
+                Ghost::Strip => GhostPolicy::Strip,
+                Ghost::Block => GhostPolicy::Block,
+            };
+            self.apply(|b| b.ghost(name, ghost), std::slice::from_ref(&key))?;
+        }
+        if let Some(template) = &tool.effect {
+            self.apply(|b| b.effect(name, template.get_ref()), &[key.clone(), template.span()])?;
+        }
+        if let Some(pin) = &tool.pin {
+            self.apply(|b| b.pin(name, pin.get_ref()), &[key.clone(), pin.span()])?;
+        }
+        for when in &tool.when {
+            let rule = when.get_ref();
+            let condition = rule.condition.get_ref();
+            let (reason, escalate) = match (&rule.deny, &rule.escalate) {
+                (Some(reason), None) => (reason, false),
+                (None, Some(reason)) => (reason, true),
+                _ => {
+                    return Err(locate(
+                        self.text,
+                        when.span().start,
+                        "a `when` rule needs exactly one of `deny = \"reason\"` or `escalate = \"reason\"`".to_owned(),
+                    ));
+                }
+            };
+            self.apply(
+                |b| {
+                    if escalate {
+                        b.escalate_when(name, condition, reason.get_ref())
+                    } else {
+                        b.deny_when(name, condition, reason.get_ref())
+                    }
+                },
+                &[key.clone(), rule.condition.span(), reason.span()],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The byte position of character `offset` inside the string value at `span`, when the string is written
+/// on one line without escapes (so its characters are the file's); otherwise the string's start.
+fn inside_string(text: &str, span: &Range<usize>, offset: usize) -> usize {
+    let Some(raw) = text.get(span.clone()) else { return span.start };
+    let quote = if raw.starts_with("\"\"\"") || raw.starts_with("'''") {
+        return span.start;
+    } else if raw.starts_with('"') {
+        '"'
+    } else if raw.starts_with('\'') {
+        '\''
+    } else {
+        return span.start;
+    };
+    let inner = &raw[1..raw.len().saturating_sub(1)];
+    if quote == '"' && inner.contains('\\') {
+        return span.start;
+    }
+    let within = inner.char_indices().nth(offset).map_or(inner.len(), |(byte, _)| byte);
+    span.start + 1 + within
+}
+
+/// `message` at the line and column of byte `at`.
+fn locate(text: &str, at: usize, message: String) -> PolicyFileError {
+    let at = at.min(text.len());
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    PolicyFileError { line, column, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::policy::{ConditionAction, Evaluation};
+
+    const EXAMPLE: &str = r#"
+version = 1
+default = "deny"
+deny = ["delete_*"]
+allow = ["read_*", "refund", "write_file", "delete_all"]
+
+[tools.refund]
+escalate = "moves money"
+rate = "10/minute"
+rate_per = "thread"
+mask = "pii"
+effect = "refund:{payment_id}"
+pin = "sha256:abc"
+
+[[tools.refund.when]]
+if = "amount > 10000"
+escalate = "large refund"
+
+[tools."write_*"]
+ghost = "block"
+when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
+"#;
+
+    #[test]
+    fn reads_every_rule_through_the_builder() {
+        let policy = Policy::from_toml(EXAMPLE).unwrap();
+        assert!(policy.is_default_deny());
+        assert_eq!(policy.mode(), PolicyMode::Enforce);
+        assert_eq!(policy.for_tool("read_file").denied_by, None);
+        assert_eq!(policy.for_tool("delete_all").denied_by.as_deref(), Some("delete_*"));
+        assert_eq!(policy.for_tool("send_mail").denied_by.as_deref(), Some("not in allow list"));
+
+        let refund = policy.for_tool("refund");
+        assert_eq!(refund.escalations, vec![("refund".to_owned(), "moves money".to_owned())]);
+        assert_eq!(refund.rate_limits.len(), 1);
+        assert_eq!(refund.rate_limits[0].2, RateScope::PerThread);
+        assert_eq!(refund.mask, "pii".parse().unwrap());
+        assert_eq!(refund.effect.as_ref().map(|(_, e)| e.template()), Some("refund:{payment_id}"));
+        assert_eq!(refund.pin.as_deref(), Some("sha256:abc"));
+        assert_eq!(policy.pin("refund"), Some("sha256:abc"));
+        assert_eq!(refund.conditions.len(), 1);
+        assert_eq!(refund.conditions[0].name(), "refund when amount > 10000");
+        assert_eq!(refund.conditions[0].action(), &ConditionAction::Escalate("large refund".to_owned()));
+        let big = json!({"amount": 20000});
+        assert_eq!(refund.conditions[0].evaluate(big.as_object().unwrap()), Evaluation::Holds);
+
+        let write = policy.for_tool("write_file");
+        assert_eq!(write.ghost_block.as_deref(), Some("write_*"));
+        assert_eq!(write.conditions[0].action(), &ConditionAction::Deny("never write ssh keys".to_owned()));
+        assert_eq!(write.effect, None);
+    }
+
+    /// `(line, column, message)` of the error `text` is refused with.
+    fn refused(text: &str) -> (usize, usize, String) {
+        let err = Policy::from_toml(text).unwrap_err();
+        (err.line, err.column, err.message)
+    }
+
+    const HEAD: &str = "version = 1\ndefault = \"allow\"\n";
+
+    #[test]
+    fn every_refusal_names_its_line_and_column() {
+        let h = |rest: &str| format!("{HEAD}{rest}");
+        let cases: Vec<(String, usize, usize, &str)> = vec![
+            // TOML syntax, unknown keys at every level, wrong types, unknown enum values.
+            (h("deny = [\"a\"\n"), 3, 12, "unclosed array, expected `]`"),
+            (h("colour = \"red\"\n"), 3, 1, "unknown field `colour`, expected one of `version`, `default`"),
+            (h("[tools.refund]\nescalte = \"x\"\n"), 4, 1, "unknown field `escalte`, expected one of `escalate`"),
+            (
+                h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nreason = \"y\"\n"),
+                6,
+                1,
+                "unknown field `reason`",
+            ),
+            ("default = \"allow\"\n".to_owned(), 1, 1, "missing field `version`"),
+            ("version = 1\n".to_owned(), 1, 1, "missing field `default`"),
+            ("version = 2\ndefault = \"allow\"\n".to_owned(), 1, 11, "unsupported policy version `2`, expected `1`"),
+            ("version = \"1\"\ndefault = \"allow\"\n".to_owned(), 1, 11, "invalid type: string \"1\", expected i64"),
+            (
+                "version = 1\ndefault = \"maybe\"\n".to_owned(),
+                2,
+                11,
+                "unknown variant `maybe`, expected `allow` or `deny`",
+            ),
+            (h("mode = \"loud\"\n"), 3, 8, "unknown variant `loud`, expected `enforce` or `observe`"),
+            (h("[tools.refund]\nghost = \"maybe\"\n"), 4, 9, "unknown variant `maybe`, expected `strip` or `block`"),
+            (h("[tools.refund]\nrate_per = \"galaxy\"\nrate = \"1/minute\"\n"), 4, 12, "unknown variant `galaxy`"),
+            // Globs: deny and allow lists, tool keys (even of an empty table).
+            (h("deny = [\"ok\", \"[\"]\n"), 3, 15, "invalid glob `[`: unclosed character class"),
+            ("version = 1\ndefault = \"deny\"\nallow = [\"a{\"]\n".to_owned(), 3, 10, "invalid glob `a{`"),
+            (h("[tools.\"[x\"]\n"), 3, 8, "invalid glob `[x`"),
+            (h("allow = [\"read_*\"]\n"), 3, 10, "`allow` lists only matter with `default = \"deny\"`"),
+            // Rates.
+            (
+                h("[tools.refund]\nrate = \"5/fortnight\"\n"),
+                4,
+                8,
+                "invalid rate `5/fortnight` for `refund`: unknown rate unit `fortnight`",
+            ),
+            (
+                h("[tools.refund]\nrate = \"0/minute\"\n"),
+                4,
+                8,
+                "invalid rate `0/minute` for `refund`: rate count must be at least 1",
+            ),
+            (h("[tools.refund]\nrate_per = \"thread\"\n"), 4, 12, "`rate_per` needs a `rate`"),
+            (
+                h("[tools.refund]\nrate = \"1/minute\"\nrate_shared = true\n"),
+                5,
+                15,
+                "`rate_shared = true` needs a shared store",
+            ),
+            // Masks, templates, pins, reasons.
+            (
+                h("[tools.refund]\nmask = \"pii,gossip\"\n"),
+                4,
+                8,
+                "invalid mask `pii,gossip` for `refund`: unknown mask set `gossip`",
+            ),
+            (
+                h("[tools.refund]\neffect = \"refund:{id\"\n"),
+                4,
+                10,
+                "invalid effect template `refund:{id` for `refund`: unclosed `{`",
+            ),
+            (h("[tools.refund]\neffect = \"refund\"\n"), 4, 10, "an effect template needs at least one `{parameter}`"),
+            (
+                h("[tools.\"re*\"]\npin = \"sha256:00\"\n"),
+                3,
+                8,
+                "invalid pin for `re*`: a pin needs an exact tool name, not a glob",
+            ),
+            (
+                h("[tools.refund]\npin = \" \"\n"),
+                4,
+                7,
+                "invalid pin for `refund`: the digest must be a non-empty string",
+            ),
+            (h("[tools.refund]\nescalate = \"  \"\n"), 4, 12, "escalation rule `refund` needs a non-empty reason"),
+            // Conditions: the column points inside the string where it can.
+            (h("[[tools.refund.when]]\nif = \"a > 1\"\n"), 3, 1, "a `when` rule needs exactly one of"),
+            (h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nescalate = \"y\"\n"), 3, 1, "exactly one of"),
+            (
+                h("[[tools.refund.when]]\nif = \"amount >> 5\"\ndeny = \"x\"\n"),
+                4,
+                15,
+                "invalid condition `amount >> 5` for `refund`: invalid value: expected value;",
+            ),
+            (
+                h("[[tools.refund.when]]\nif = \"amount ~ 5\"\ndeny = \"x\"\n"),
+                4,
+                14,
+                "expected an operator after the argument path",
+            ),
+            (h("[tools.refund]\nwhen = [{ if = 'path matches \"[\"', deny = \"x\" }]\n"), 4, 30, "invalid glob `[`"),
+            (
+                h("[[tools.refund.when]]\nif = \"path == \\\"a\\\" x\"\ndeny = \"x\"\n"),
+                4,
+                6,
+                "invalid value: trailing characters",
+            ),
+            (
+                h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"\"\n"),
+                5,
+                8,
+                "condition rule `refund when a > 1` needs a non-empty reason",
+            ),
+        ];
+        for (text, line, column, message) in cases {
+            let (got_line, got_column, got) = refused(&text);
+            assert!(got.contains(message), "{text:?}: {got}");
+            assert_eq!((got_line, got_column), (line, column), "{text:?}: {got}");
+            let display = Policy::from_toml(&text).unwrap_err().to_string();
+            assert_eq!(display, format!("line {line}, column {column}: {got}"));
+        }
+    }
+
+    #[test]
+    fn the_first_matching_effect_template_wins_in_file_order() {
+        let policy = Policy::from_toml(&format!(
+            "{HEAD}[tools.\"z*\"]\neffect = \"first:{{id}}\"\n[tools.\"*\"]\neffect = \"second:{{id}}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(policy.for_tool("zap").effect.unwrap().1.template(), "first:{id}");
+        assert_eq!(policy.for_tool("abc").effect.unwrap().1.template(), "second:{id}");
+    }
+
+    #[test]
+    fn observe_mode_and_default_allow() {
+        let policy = Policy::from_toml("version = 1\ndefault = \"allow\"\nmode = \"observe\"\n").unwrap();
+        assert_eq!(policy.mode(), PolicyMode::Observe);
+        assert!(!policy.is_default_deny());
+        assert_eq!(policy.for_tool("anything").denied_by, None);
+        let closed = Policy::from_toml("version = 1\ndefault = \"deny\"\n").unwrap();
+        assert_eq!(closed.for_tool("anything").denied_by.as_deref(), Some("default deny"));
+    }
+}

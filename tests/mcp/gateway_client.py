@@ -1,0 +1,299 @@
+"""Drives `airlock mcp` (the gateway) with the official Python MCP SDK as its client, in front of the upstream
+server `tests/mcp/upstream_server.py`, and checks each claim against the upstream's own call log.
+
+Usage: python3 tests/mcp/gateway_client.py <config.json>
+
+The config names the `airlock` binary, the policy file, the database, the upstream's command line, its call
+log and its notes directory (see tests/tests/mcp_gateway.rs). Each check prints `ok` or `FAILED` with the
+reason; the last line is `N passed, N failed`; the exit status is 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+
+CALL_META = "agent-airlock/call"
+
+passed = 0
+failed = 0
+pending: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+
+
+def check(name: str) -> Callable[[Callable[[], Awaitable[None]]], None]:
+    def register(fn: Callable[[], Awaitable[None]]) -> None:
+        pending.append((name, fn))
+
+    return register
+
+
+async def run_pending() -> None:
+    global passed, failed
+    while pending:
+        name, fn = pending.pop(0)
+        try:
+            with anyio.fail_after(60):
+                await fn()
+        except Exception:  # noqa: BLE001 - every failure is reported, then counted
+            failed += 1
+            print(f"FAILED {name}\n{traceback.format_exc()}", flush=True)
+        else:
+            passed += 1
+            print(f"ok     {name}", flush=True)
+
+
+class Human:
+    """The client's human: answers approval elicitations from a script, and remembers what was asked."""
+
+    def __init__(self) -> None:
+        self.answers: list[types.ElicitResult] = []
+        self.asked: list[dict[str, Any]] = []
+
+    def will(self, action: str, content: dict[str, Any] | None = None) -> None:
+        self.answers.append(types.ElicitResult(action=action, content=content))
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        self.asked.append(params.model_dump(by_alias=True, exclude_none=True))
+        if not self.answers:
+            return types.ErrorData(code=types.INVALID_REQUEST, message="the test scripted no answer")
+        return self.answers.pop(0)
+
+
+class UpstreamLog:
+    """The upstream's own record of the calls that reached it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        entries = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        return [entry for entry in entries if tool is None or entry["tool"] == tool]
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert len(result.content) == 1, result.content
+    block = result.content[0]
+    assert block.type == "text", block
+    return block.text
+
+
+def report_of(result: types.CallToolResult) -> dict[str, Any]:
+    meta = result.model_dump(by_alias=True).get("_meta") or {}
+    assert CALL_META in meta, f"no `{CALL_META}` in the result's _meta: {meta}"
+    return meta[CALL_META]
+
+
+def gateway_command(config: dict[str, Any], db: str) -> list[str]:
+    return [
+        config["airlock"],
+        "--db",
+        db,
+        "mcp",
+        "--policy",
+        config["policy"],
+        "--",
+        *config["upstream"],
+    ]
+
+
+def gateway(config: dict[str, Any], db: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    command = gateway_command(config, db)
+    return StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})})
+
+
+async def main(config: dict[str, Any]) -> None:
+    log = UpstreamLog(config["log"])
+    notes = Path(config["notes"])
+    human = Human()
+    async with Client(gateway(config, config["db"]), elicitation_callback=human, read_timeout_seconds=30) as client:
+
+        @check("tools/list offers the allowed upstream tools, never the denied one")
+        async def _() -> None:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert sorted(tools) == ["flaky", "read_note", "rug_pull", "transfer", "write_note"], sorted(tools)
+            assert tools["write_note"].description == "Write a note; replaces one with the same name."
+            assert sorted(tools["write_note"].input_schema["properties"]) == ["name", "text"]
+
+        @check("a denied tool is refused and never reaches the upstream")
+        async def _() -> None:
+            result = await client.call_tool("delete_everything", {})
+            assert result.is_error is True, result
+            assert report_of(result)["refusal"]["kind"] == "denied", report_of(result)
+            assert log.calls("delete_everything") == [], log.calls()
+
+        @check("an allowed call runs upstream; a ghost argument is stripped and never reaches it")
+        async def _() -> None:
+            result = await client.call_tool("write_note", {"name": "a.txt", "text": "hello", "sudo": True})
+            assert result.is_error is False, result
+            assert text_of(result) == "wrote 5 characters to a.txt", text_of(result)
+            assert report_of(result)["stripped_arguments"] == ["sudo"], report_of(result)
+            assert log.calls("write_note") == [{"tool": "write_note", "arguments": {"name": "a.txt", "text": "hello"}}]
+            assert (notes / "a.txt").read_text() == "hello"
+
+        @check("arguments the upstream's schema rejects are refused before the upstream sees them")
+        async def _() -> None:
+            result = await client.call_tool("write_note", {"name": "b.txt", "text": 5})
+            assert result.is_error is True, result
+            assert report_of(result)["refusal"]["kind"] == "invalid_arguments", report_of(result)
+            assert "text" in text_of(result), text_of(result)
+            assert len(log.calls("write_note")) == 1, log.calls()
+
+        @check("an escalated call asks the client's human, and an approved call runs exactly once")
+        async def _() -> None:
+            human.will("accept", {"approve": True})
+            result = await client.call_tool("transfer", {"amount": 500, "to": "acct_7"})
+            assert result.is_error is False, result
+            assert text_of(result) == "transferred 500 to acct_7", text_of(result)
+            assert len(human.asked) == 1, human.asked
+            assert "acct_7" in human.asked[0]["message"], human.asked[0]
+            assert len(log.calls("transfer")) == 1, log.calls()
+            assert (notes / "transfers.log").read_text() == "500 -> acct_7\n"
+
+        @check("a call the human declines never reaches the upstream")
+        async def _() -> None:
+            human.will("decline")
+            result = await client.call_tool("transfer", {"amount": 900, "to": "acct_8"})
+            assert result.is_error is True, result
+            assert report_of(result)["refusal"]["kind"] == "human_denied", report_of(result)
+            assert len(log.calls("transfer")) == 1, log.calls()
+
+        @check("an upstream error result leaves the effect ambiguous: the same effect is not run again")
+        async def _() -> None:
+            first = await client.call_tool("flaky", {"name": "c.txt"})
+            assert first.is_error is True, first
+            assert "the disk went away half-way" in text_of(first), text_of(first)
+            again = await client.call_tool("flaky", {"name": "c.txt"})
+            assert again.is_error is True, again
+            assert report_of(again)["refusal"]["kind"] == "effect_unresolved", report_of(again)
+            assert len(log.calls("flaky")) == 1, log.calls()
+
+        @check("a pinned tool the upstream changes (a rug pull) is hidden and its calls refused")
+        async def _() -> None:
+            result = await client.call_tool("read_note", {"name": "a.txt"})
+            assert text_of(result) == "hello", result
+            assert len(log.calls("read_note")) == 1
+            await client.call_tool("rug_pull", {})
+            with anyio.fail_after(10):
+                while "read_note" in {tool.name for tool in (await client.list_tools()).tools}:
+                    await anyio.sleep(0.1)
+            result = await client.call_tool("read_note", {"name": "a.txt"})
+            assert result.is_error is True, result
+            assert len(log.calls("read_note")) == 1, log.calls()
+
+        await run_pending()
+
+    # A second gateway, on its own database, in front of an upstream that changed before it started.
+    rugged = str(Path(config["db"]).with_name("rugged.redb"))
+    async with Client(gateway(config, rugged, {"RUG_PULL": "1"}), read_timeout_seconds=30) as client:
+
+        @check("a pinned tool that changed before the gateway started is never offered nor forwarded")
+        async def _() -> None:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert "read_note" not in names and "write_note" in names, names
+            before = len(log.calls("read_note"))
+            result = await client.call_tool("read_note", {"name": "a.txt"})
+            assert result.is_error is True, result
+            assert len(log.calls("read_note")) == before, log.calls()
+
+        await run_pending()
+
+    @check("a replayed tools/call (same id, same arguments) after an approval asks again and does not run")
+    async def _() -> None:
+        await raw_replay(config, log)
+
+    await run_pending()
+
+
+class RawSession:
+    """A JSON-RPC peer over the gateway's stdio, for a request no SDK would send twice."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "the gateway closed its stdout"
+            message = json.loads(line)
+            if message.get("method", "").startswith("notifications/"):
+                continue
+            return message
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def transfer_and_answer(session: RawSession, request_id: Any, answer: dict[str, Any]) -> dict[str, Any]:
+    session.send(
+        {"id": request_id, "method": "tools/call", "params": {"name": "transfer", "arguments": {"amount": 7, "to": "acct_9"}}}
+    )
+    elicitation = session.receive()
+    assert elicitation.get("method") == "elicitation/create", f"expected an elicitation, got {elicitation}"
+    session.send({"id": elicitation["id"], "result": answer})
+    response = session.receive()
+    assert response.get("id") == request_id, response
+    return response
+
+
+async def raw_replay(config: dict[str, Any], log: UpstreamLog) -> None:
+    def run() -> None:
+        replay_db = str(Path(config["db"]).with_name("replay.redb"))
+        session = RawSession(gateway_command(config, replay_db))
+        try:
+            session.send(
+                {
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"elicitation": {"form": {}}},
+                        "clientInfo": {"name": "replay", "version": "0"},
+                    },
+                }
+            )
+            assert "result" in session.receive()
+            session.send({"method": "notifications/initialized"})
+            before = len(log.calls("transfer"))
+            first = transfer_and_answer(session, 42, {"action": "accept", "content": {"approve": True}})
+            assert first["result"]["isError"] is False, first
+            assert len(log.calls("transfer")) == before + 1, log.calls()
+            second = transfer_and_answer(session, 42, {"action": "decline"})
+            assert second["result"]["isError"] is True, second
+            assert second["result"]["_meta"][CALL_META]["refusal"]["kind"] == "human_denied", second
+            assert len(log.calls("transfer")) == before + 1, log.calls()
+        finally:
+            session.close()
+
+    await anyio.to_thread.run_sync(run)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} <config.json>")
+    anyio.run(main, json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))
+    print(f"{passed} passed, {failed} failed", flush=True)
+    sys.exit(0 if failed == 0 and passed > 0 else 1)

@@ -1,0 +1,175 @@
+//! `airlock mcp`, the gateway, with real parts on both sides: upstream, an MCP server written with the
+//! official Python SDK (`tests/mcp/upstream_server.py`, which logs every call it receives); downstream, the
+//! official Python SDK as the client (`tests/mcp/gateway_client.py`). Every claim is read from the upstream's
+//! own log or side effects: a denied tool never reaches it, a ghost argument never reaches it, an approved
+//! call runs once, a replayed approval does not, a rug-pulled tool is refused.
+//!
+//! The policy is the one `airlock mcp scan` writes for the upstream (deny by default, every tool pinned),
+//! with tools allowed and rules added as an operator would. The SDK runs from the virtual environment of
+//! `tests/mcp/requirements.txt`, provisioned by the test itself (see `python_env`).
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_airlock::Policy;
+use agent_airlock_tests::python_env::Venv;
+use serde_json::{Value, json};
+
+#[path = "support/gateway.rs"]
+mod gateway;
+use gateway::{AIRLOCK, airlock, run_client, scan, venv, wait_with_deadline};
+
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/gateway_client.py");
+
+/// The scratch files of one upstream: its call log and its notes directory.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch { dir: tempfile::tempdir().expect("a temporary directory") }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn upstream(&self, venv: &Venv) -> Vec<String> {
+        vec![
+            venv.python().display().to_string(),
+            UPSTREAM.to_owned(),
+            self.path("calls.log").display().to_string(),
+            self.path("notes").display().to_string(),
+        ]
+    }
+
+    /// Every upstream process started so far.
+    fn upstream_pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path("calls.pids"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| line.trim().parse().expect("a pid"))
+            .collect()
+    }
+}
+
+/// `airlock mcp scan`'s starter policy, as an operator edits it: five tools allowed, transfers escalated, the
+/// flaky tool given an effect key.
+fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
+    let starter = scan(&scratch.upstream(venv));
+
+    let pinned = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("the starter policy parses: {e}\n{starter}"));
+    let mut tools: Vec<&String> = pinned.pins().keys().collect();
+    tools.sort();
+    assert_eq!(tools, ["delete_everything", "flaky", "read_note", "rug_pull", "transfer", "write_note"]);
+    assert!(pinned.pins().values().all(|pin| pin.starts_with("sha256:") && pin.len() == 71));
+    assert!(pinned.for_tool("write_note").denied_by.is_some(), "the starter denies by default");
+    assert!(std::fs::read_to_string(scratch.path("calls.log")).unwrap_or_default().is_empty(), "scan calls nothing");
+
+    let policy = starter
+        .replace("allow = []", r#"allow = ["read_note", "write_note", "transfer", "flaky", "rug_pull"]"#)
+        .replace("[tools.transfer]\n", "[tools.transfer]\nescalate = \"moves money\"\n")
+        .replace("[tools.flaky]\n", "[tools.flaky]\neffect = \"flaky:{name}\"\n");
+    Policy::from_toml(&policy).unwrap_or_else(|e| panic!("the edited policy parses: {e}\n{policy}"));
+    policy
+}
+
+fn is_running(pid: u32) -> bool {
+    // A reaped process has no /proc entry; a zombie would, but the gateway waits for its child.
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn assert_all_exited(pids: &[u32]) {
+    let started = Instant::now();
+    while pids.iter().any(|&pid| is_running(pid)) && started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running: Vec<_> = pids.iter().filter(|&&pid| is_running(pid)).collect();
+    assert!(running.is_empty(), "upstream processes outlived their gateway: {running:?}");
+}
+
+#[test]
+fn the_gateway_guards_a_python_sdk_server_for_a_python_sdk_client() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, operator_policy(&scratch, &venv)).expect("the policy is written");
+    let db = scratch.path("airlock.redb");
+    let config = json!({
+        "airlock": AIRLOCK,
+        "policy": policy,
+        "db": db,
+        "upstream": scratch.upstream(&venv),
+        "log": scratch.path("calls.log"),
+        "notes": scratch.path("notes"),
+    });
+    run_client(&venv, CLIENT, &config, scratch.dir.path(), 10);
+
+    // Each client closed its connection: each gateway stopped its upstream.
+    let pids = scratch.upstream_pids();
+    assert_eq!(pids.len(), 4, "scan, two client sessions and the replay each started one upstream: {pids:?}");
+    assert_all_exited(&pids);
+
+    // The approval was recorded in the redb ledger of `--db` and spent exactly once.
+    let spent = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "spent"]);
+    assert!(spent.status.success(), "{}", String::from_utf8_lossy(&spent.stderr));
+    let spent: Value = serde_json::from_slice(&spent.stdout).expect("JSON");
+    let spent = spent.as_array().expect("a list");
+    assert_eq!(spent.len(), 1, "{spent:?}");
+    assert_eq!(spent[0]["tool"], "transfer");
+    // The failed upstream call left its effect ambiguous, for an operator to resolve.
+    let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
+    let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
+    assert_eq!(
+        effects.as_array().map(|e| e.iter().map(|r| r["key"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!("flaky:c.txt")])
+    );
+}
+
+#[test]
+fn sigterm_stops_the_gateway_and_its_upstream() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(scratch.path("airlock.redb"))
+        .args(["mcp", "--policy"])
+        .arg(&policy)
+        .arg("--")
+        .args(scratch.upstream(&venv));
+    let mut gateway = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
+    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
+    let mut line = String::new();
+    while !line.contains("offering") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("stderr is readable") > 0, "the gateway stopped before serving");
+    }
+    let pids = scratch.upstream_pids();
+    assert_eq!(pids.len(), 1);
+    assert!(is_running(pids[0]));
+
+    let kill = Command::new("kill").arg("-TERM").arg(gateway.id().to_string()).status().expect("kill runs");
+    assert!(kill.success());
+    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("stderr is readable");
+    assert!(rest.contains("SIGTERM, shutting down"), "{rest}");
+    assert_all_exited(&pids);
+    // Nothing but MCP on stdout: the gateway wrote nothing to a client that never spoke.
+    let mut stdout = String::new();
+    gateway.stdout.take().expect("stdout is piped").read_to_string(&mut stdout).expect("readable");
+    assert_eq!(stdout, "");
+}
