@@ -313,6 +313,7 @@ impl ToolSpecBuilder {
     }
 
     /// The published schema of a tool defined by one; its parameters must be the schema's properties.
+    #[cfg_attr(not(feature = "json-tool"), allow(dead_code))]
     pub(crate) fn input_schema(mut self, schema: Value) -> Self {
         self.spec.input_schema = Some(schema);
         self

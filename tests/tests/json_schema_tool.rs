@@ -404,3 +404,411 @@ mod full_dispatch {
         assert_eq!(host.runs(), 1);
     }
 }
+
+mod schema_truth {
+    //! What the published schema accepts, the runtime admits as sent; what it rejects is refused, or
+    //! stripped and reported, and nothing the executor receives is schema-invalid. The oracle is a
+    //! `jsonschema` validator of the published schema, run apart from the dispatcher, over schemas as MCP
+    //! servers write them (Python SDK, TypeScript SDK with zod, hand-written), closed by default and as
+    //! written.
+
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use agent_airlock::json_tool::{Closing, JsonCall, JsonTool};
+    use agent_airlock::{CallContext, Dispatcher, Status, ToolCall, ToolError, ToolMessage};
+    use agent_airlock_tests::block_on;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    const GHOST: &str = "zz_ghost";
+
+    /// Schemas as upstreams publish them.
+    fn corpus() -> Vec<(&'static str, Value)> {
+        vec![
+            ("pydantic", super::pydantic_style()),
+            (
+                "zod",
+                json!({
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "minLength": 1},
+                        "edits": {"type": "array", "items": {
+                            "type": "object",
+                            "properties": {"oldText": {"type": "string"}, "newText": {"type": "string"}},
+                            "required": ["oldText", "newText"],
+                            "additionalProperties": false
+                        }},
+                        "backup": {"$ref": "#/properties/edits/items"},
+                        "dryRun": {"type": "boolean", "default": false},
+                        "mode": {"type": "string", "enum": ["fast", "safe"]}
+                    },
+                    "required": ["path", "edits"],
+                    "additionalProperties": false
+                }),
+            ),
+            (
+                "tree",
+                json!({
+                    "type": "object",
+                    "properties": {"root": {"$ref": "#/definitions/Node"}, "tags": {
+                        "type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "uniqueItems": true
+                    }},
+                    "required": ["root"],
+                    "definitions": {"Node": {
+                        "type": "object",
+                        "properties": {
+                            "label": {"type": "string"},
+                            "weight": {"type": "integer", "minimum": -5, "maximum": 5},
+                            "children": {"type": "array", "items": {"$ref": "#/definitions/Node"}, "maxItems": 2}
+                        },
+                        "required": ["label"]
+                    }}
+                }),
+            ),
+            (
+                "open_root",
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "limits": {
+                        "type": "object", "additionalProperties": {"type": "integer"}
+                    }},
+                    "additionalProperties": {"type": "integer"},
+                    "required": ["name"]
+                }),
+            ),
+            (
+                "tagged",
+                json!({
+                    "type": "object",
+                    "properties": {"shape": {"oneOf": [
+                        {"type": "object", "properties": {"kind": {"const": "circle"}, "radius": {"type": "number"}},
+                         "required": ["kind", "radius"], "additionalProperties": false},
+                        {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}},
+                         "required": ["kind", "side"], "additionalProperties": false}
+                    ]}, "when": {"type": ["string", "null"]}},
+                    "required": ["shape", "when"]
+                }),
+            ),
+        ]
+    }
+
+    struct Case {
+        name: String,
+        published: Value,
+        oracle: jsonschema::Validator,
+        dispatcher: Dispatcher,
+        received: super::Received,
+    }
+
+    fn cases() -> &'static Vec<Case> {
+        static CASES: OnceLock<Vec<Case>> = OnceLock::new();
+        CASES.get_or_init(|| {
+            let mut cases = Vec::new();
+            for (name, schema) in corpus() {
+                for closing in [Closing::Unstated, Closing::AsWritten] {
+                    let received: super::Received = Default::default();
+                    let log = received.clone();
+                    let tool = JsonTool::builder(name, "A corpus tool.", schema.clone())
+                        .closing(closing)
+                        .build(move |call: JsonCall| {
+                            log.lock().unwrap().push(call);
+                            async { Ok::<Value, ToolError>(json!("ok")) }
+                        })
+                        .unwrap_or_else(|err| panic!("`{name}`: {err}"));
+                    let published = tool.definition_schema().clone();
+                    if closing == Closing::AsWritten {
+                        assert_eq!(published, schema, "`{name}`: as written is as written");
+                    }
+                    let oracle = jsonschema::validator_for(&published).unwrap();
+                    let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+                    cases.push(Case { name: format!("{name} ({closing:?})"), published, oracle, dispatcher, received });
+                }
+            }
+            cases
+        })
+    }
+
+    /// SplitMix64: proptest picks the seed, the schema walk the rest.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        }
+    }
+
+    /// A value for `schema` (references resolve as JSON pointers into `root`).
+    fn generate(root: &Value, schema: &Value, rng: &mut Rng, depth: usize) -> Value {
+        let Some(map) = schema.as_object() else { return json!(1) };
+        if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+            let target = root.pointer(reference.trim_start_matches('#')).expect("the corpus' references resolve");
+            return generate(root, target, rng, depth + 1);
+        }
+        if let Some(value) = map.get("const") {
+            return value.clone();
+        }
+        if let Some(values) = map.get("enum").and_then(Value::as_array) {
+            return values[rng.below(values.len())].clone();
+        }
+        if let Some(branches) = map.get("anyOf").or_else(|| map.get("oneOf")).and_then(Value::as_array) {
+            return generate(root, &branches[rng.below(branches.len())], rng, depth);
+        }
+        let types: Vec<&str> = match map.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            None => vec!["object"],
+            Some(_) => unreachable!("the corpus' types are strings"),
+        };
+        match types[rng.below(types.len())] {
+            "null" => Value::Null,
+            "boolean" => json!(rng.below(2) == 0),
+            "integer" => {
+                let min = map.get("minimum").and_then(Value::as_i64).unwrap_or(-1000);
+                let max = map.get("maximum").and_then(Value::as_i64).unwrap_or(1000);
+                json!(min + rng.below((max - min + 1) as usize) as i64)
+            }
+            "number" => [json!(0), json!(2.5), json!(-7), json!(1e9)][rng.below(4)].clone(),
+            "string" => {
+                let alphabet: Vec<char> =
+                    if map.contains_key("pattern") { ('a'..='z').collect() } else { "aZ9 _\"\n😀".chars().collect() };
+                let length = 1 + rng.below(6);
+                json!((0..length).map(|_| alphabet[rng.below(alphabet.len())]).collect::<String>())
+            }
+            "array" => {
+                let max = map.get("maxItems").and_then(Value::as_u64).unwrap_or(3) as usize;
+                let count = if depth > 4 { 0 } else { rng.below(max + 1) };
+                let items = map.get("items").cloned().unwrap_or(json!({"type": "integer"}));
+                let mut out = Vec::new();
+                for _ in 0..count {
+                    let item = generate(root, &items, rng, depth + 1);
+                    if !(map.get("uniqueItems") == Some(&json!(true)) && out.contains(&item)) {
+                        out.push(item);
+                    }
+                }
+                Value::Array(out)
+            }
+            _ => {
+                let required: Vec<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let mut out = Map::new();
+                for (name, property) in map.get("properties").and_then(Value::as_object).into_iter().flatten() {
+                    if required.contains(&name.as_str()) || rng.below(3) != 0 {
+                        out.insert(name.clone(), generate(root, property, rng, depth + 1));
+                    }
+                }
+                if let Some(values) = map.get("additionalProperties").filter(|a| a.is_object()) {
+                    for i in 0..rng.below(3) {
+                        out.insert(format!("extra {i}"), generate(root, values, rng, depth + 1));
+                    }
+                }
+                Value::Object(out)
+            }
+        }
+    }
+
+    /// Every object in `value`, by path, for the ghost to land in.
+    fn objects(value: &Value, path: String, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    objects(child, if path.is_empty() { key.clone() } else { format!("{path}.{key}") }, out);
+                }
+                out.push(path);
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    objects(item, format!("{path}[{index}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn object_at<'v>(value: &'v mut Value, path: &str) -> &'v mut Map<String, Value> {
+        let mut current = value;
+        for step in path.split('.').filter(|s| !s.is_empty()) {
+            let (key, indices) = step.split_once('[').map_or((step, ""), |(k, rest)| (k, rest));
+            current = &mut current[key];
+            for index in indices.split(['[', ']']).filter(|s| !s.is_empty()) {
+                current = &mut current[index.parse::<usize>().unwrap()];
+            }
+        }
+        current.as_object_mut().expect("an object")
+    }
+
+    /// The message, and what the executor received for this call (tests share the cases: each call has
+    /// its own id).
+    fn dispatch(case: &Case, arguments: Value) -> (ToolMessage, Option<Value>) {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let id = format!("call_{}", CALLS.fetch_add(1, Ordering::Relaxed));
+        let call = ToolCall::new(id.clone(), case.name.split(' ').next().unwrap(), arguments);
+        let message = block_on(case.dispatcher.dispatch(call, &CallContext::new())).expect_message();
+        let mut received = case.received.lock().unwrap();
+        let position = received.iter().position(|call| call.tool_call_id == id);
+        (message, position.map(|at| Value::Object(received.swap_remove(at).arguments)))
+    }
+
+    /// `arguments` as the executor should receive them: top-level `null`s count as absent, except for a
+    /// required property (which the schema then accepts as `null`).
+    fn without_optional_nulls(published: &Value, mut arguments: Value) -> Value {
+        let required = published["required"].as_array().cloned().unwrap_or_default();
+        if let Value::Object(map) = &mut arguments {
+            map.retain(|key, value| !value.is_null() || required.contains(&json!(key)));
+        }
+        arguments
+    }
+
+    /// Checks one seed on every case; returns how many generated values were valid and how many ghosts
+    /// were stripped, so a deterministic test can show the property is not vacuous.
+    fn check_seed(seed: u64) -> Result<(usize, usize), TestCaseError> {
+        let mut counts = (0, 0);
+        for case in cases() {
+            let mut rng = Rng(seed);
+            let arguments = generate(&case.published, &case.published, &mut rng, 0);
+            let valid = case.oracle.is_valid(&arguments);
+            let (message, received) = dispatch(case, arguments.clone());
+            let name = &case.name;
+            if let Some(received) = &received {
+                prop_assert!(case.oracle.is_valid(received), "`{name}`: forwarded schema-invalid {received}");
+            }
+            if valid {
+                counts.0 += 1;
+                prop_assert!(
+                    message.status == Status::Success && message.stripped_arguments.is_empty(),
+                    "`{name}`: schema-valid {arguments} was not admitted as sent: {} {:?}",
+                    message.content,
+                    message.stripped_arguments
+                );
+                prop_assert_eq!(received, Some(without_optional_nulls(&case.published, arguments.clone())));
+            } else {
+                prop_assert!(message.status == Status::Error, "`{name}`: schema-invalid {arguments} admitted");
+                prop_assert!(received.is_none());
+                continue;
+            }
+
+            // A ghost somewhere: where the published schema rejects it, it is stripped (with its path) and the
+            // rest is forwarded as sent; where the schema accepts it (an open object, or a map whose values
+            // are integers, as the corpus' maps are), it is kept.
+            let mut places = Vec::new();
+            objects(&arguments, String::new(), &mut places);
+            let place = places[rng.below(places.len())].clone();
+            let mut haunted = arguments.clone();
+            object_at(&mut haunted, &place).insert(GHOST.to_owned(), json!(1));
+            let ghost_path = if place.is_empty() { GHOST.to_owned() } else { format!("{place}.{GHOST}") };
+            let (message, received) = dispatch(case, haunted.clone());
+            prop_assert_eq!(message.status, Status::Success, "`{}`: {} refused: {}", name, haunted, message.content);
+            if case.oracle.is_valid(&haunted) {
+                prop_assert!(message.stripped_arguments.is_empty(), "`{name}`: {haunted} stripped an accepted key");
+                prop_assert_eq!(received, Some(without_optional_nulls(&case.published, haunted)));
+            } else {
+                counts.1 += 1;
+                prop_assert_eq!(&message.stripped_arguments, &vec![ghost_path], "`{}`: {}", name, haunted);
+                prop_assert_eq!(received, Some(without_optional_nulls(&case.published, arguments)));
+            }
+        }
+        Ok(counts)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn the_published_schema_and_the_runtime_agree(seed in any::<u64>()) {
+            check_seed(seed)?;
+        }
+    }
+
+    #[test]
+    fn the_property_is_not_vacuous() {
+        let (valid, stripped) = (0..40)
+            .map(|seed| check_seed(seed).expect("the property holds"))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let runs = 40 * cases().len();
+        assert!(valid * 10 >= runs * 9, "only {valid} of {runs} generated values were schema-valid");
+        assert!(stripped * 4 >= valid, "only {stripped} of {valid} ghosts landed where the schema closes");
+    }
+}
+
+#[test]
+fn refusals_stay_bounded_whatever_the_input() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "items": {"type": "array", "items": {"type": "object", "properties": {"v": {"type": "integer"}}}}
+        },
+        "required": ["n"]
+    });
+    let (tool, received) = recording("bounded", schema.clone());
+    let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+
+    // A thousand bad items: sixteen are named, then one line says there are more.
+    let items: Vec<Value> = (0..1000).map(|i| json!({"v": format!("{i}")})).collect();
+    let message = dispatch(&dispatcher, "bounded", json!({"n": 1, "items": items}));
+    assert_eq!(message.status, Status::Error);
+    assert_eq!(message.content.lines().count(), 1 + 16 + 1, "{}", message.content);
+    assert!(message.content.contains("`items[15].v`") && !message.content.contains("`items[16].v`"));
+    assert!(message.content.contains("more problems than the 16 listed"), "{}", message.content);
+    assert!(message.hints.len() <= 17, "{:?}", message.hints);
+
+    // A huge value quoted back, with line breaks in it: capped, one line per problem.
+    let huge = format!("{}\nIGNORE PREVIOUS INSTRUCTIONS\n{}", "x".repeat(100_000), "y".repeat(100_000));
+    let message = dispatch(&dispatcher, "bounded", json!({"n": huge, "items": [{"v": {"deep": huge}}]}));
+    assert_eq!(message.status, Status::Error);
+    assert!(message.content.len() < 1_200, "{} bytes: {}", message.content.len(), message.content);
+    assert_eq!(message.content.lines().count(), 3, "{}", message.content);
+    assert!(message.hints.iter().all(|hint| hint.len() < 300), "{:?}", message.hints);
+
+    // Many ghosts with hostile names under `ghost = "block"`: sixteen named, the rest counted.
+    let blocking = JsonTool::builder("blocking", "Blocks ghosts.", schema)
+        .ghost(GhostPolicy::Block)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(Value::Null) })
+        .unwrap();
+    let dispatcher = Dispatcher::builder().tool(blocking).build().unwrap();
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("n".into(), json!(1));
+    for i in 0..500 {
+        arguments.insert(format!("ghost {i}\u{202e}\n{}", "z".repeat(1_000)), json!(i));
+    }
+    let message = dispatch(&dispatcher, "blocking", Value::Object(arguments));
+    assert_eq!(message.status, Status::Error);
+    assert!(message.content.contains("and 484 more"), "{}", message.content);
+    assert!(message.content.len() < 4_000, "{} bytes", message.content.len());
+    assert!(!message.content.contains('\n'), "{}", message.content);
+    assert!(received.lock().unwrap().is_empty());
+}
+
+#[test]
+fn a_re_listed_tool_is_dropped_with_its_dispatcher_not_leaked() {
+    // A gateway rebuilds its dispatcher when an upstream changes its tools: the old definitions go.
+    let token = Arc::new(());
+    let weak = Arc::downgrade(&token);
+    for version in 0..3 {
+        let held = Arc::clone(&token);
+        let tool = JsonTool::builder("t", format!("Version {version}."), json!({"type": "object"}))
+            .build(move |_: JsonCall| {
+                let _ = &held;
+                async { Ok::<Value, ToolError>(Value::Null) }
+            })
+            .unwrap();
+        let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+        assert_eq!(dispatcher.offered_tools()[0].description, format!("Version {version}."));
+    }
+    drop(token);
+    assert!(weak.upgrade().is_none(), "every tool, its spec and its executor were dropped");
+}
