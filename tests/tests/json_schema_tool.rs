@@ -366,7 +366,7 @@ mod full_dispatch {
         assert_eq!(host.runs(), 1);
 
         let records = host.audit.records(1, 100).unwrap();
-        let outcomes: Vec<AuditOutcome> = records.iter().map(|r| r.outcome.clone()).collect();
+        let outcomes: Vec<AuditOutcome> = records.iter().map(|r| r.outcome).collect();
         assert_eq!(outcomes[0], AuditOutcome::Interrupted);
         assert!(outcomes.contains(&AuditOutcome::Approved) && outcomes.contains(&AuditOutcome::Executed));
         assert!(records.iter().all(|r| r.tool == "refund"));
