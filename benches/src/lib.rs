@@ -70,7 +70,8 @@ pub fn key_ring() -> KeyRing {
 /// Interrupt approvals over `ledger`, on a manual clock fixed at [`START`].
 pub fn approvals(ledger: Arc<dyn ApprovalLedger>) -> InterruptApprovals {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(START));
-    InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(clock)
+    // The benches leave thousands of requests pending in one thread: no pending limit.
+    InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(clock).with_max_pending(None)
 }
 
 /// An escalated call as a host makes it, owned, so many can be prepared before a measurement.

@@ -1,5 +1,6 @@
-//! `airlock`: the operator's command line for an agent-airlock database (one redb file holding the
-//! approval ledger, the effect records and the audit log).
+//! `airlock`: the operator's command line for an agent-airlock database: one redb file holding the
+//! approval ledger, the effect records and the audit log, or a PostgreSQL database that several hosts
+//! share (`--db postgres://…`), holding the ledger and the effect records.
 //!
 //! Keys are read from a file or an environment variable, never from the command line (where `ps` and shell
 //! history would show them). Output is for a person; `--json` prints one JSON document for a program.
@@ -20,7 +21,8 @@ use agent_airlock::approval::display::{escape, render_call, value_text};
 use agent_airlock::audit::{Anchor, AuditConfig, AuditKey, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{
-    ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus, open_database,
+    ApprovalLedger, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions, RequestEntry, RequestStatus,
+    open_database,
 };
 use agent_airlock::{
     Clock, SystemClock,
@@ -29,6 +31,7 @@ use agent_airlock::{
     mask::{MaskSet, Masker},
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use redb::Database;
 
 mod mcp;
 use serde_json::{Value, json};
@@ -36,9 +39,10 @@ use serde_json::{Value, json};
 #[derive(Parser)]
 #[command(name = "airlock", version, about = "Operate an agent-airlock database: approvals, effects, audit log")]
 struct Cli {
-    /// The airlock database (redb file) shared by the ledger, effect records and audit log.
-    #[arg(long, env = "AIRLOCK_DB", global = true, default_value = "airlock.redb")]
-    db: PathBuf,
+    /// The airlock database: a redb file shared by the ledger, effect records and audit log, or a
+    /// PostgreSQL URL (`postgres://…` or `postgresql://…`) for the ledger and effect records of many hosts.
+    #[arg(long, env = "AIRLOCK_DB", global = true, default_value = "airlock.redb", value_name = "PATH|URL")]
+    db: String,
     /// Open the file in multi-process mode (every process using the file must).
     #[arg(long, global = true)]
     multi_process: bool,
@@ -250,23 +254,72 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where the records are.
+enum Storage {
+    /// A redb file.
+    Redb(Arc<Database>),
+    /// A PostgreSQL database.
+    Postgres(Arc<PostgresLedger>),
+}
+
+impl Storage {
+    fn open(cli: &Cli) -> Result<Storage, Failure> {
+        if cli.db.starts_with("postgres://") || cli.db.starts_with("postgresql://") {
+            // The URL may hold a password: errors name the database by its kind only.
+            let ledger = PostgresLedger::connect(&cli.db).map_err(|e| format!("the PostgreSQL database: {e}"))?;
+            return Ok(Storage::Postgres(Arc::new(ledger)));
+        }
+        let options = RedbOpenOptions::default()
+            .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
+            .wait_if_open(Duration::from_secs(cli.wait_secs));
+        Ok(Storage::Redb(Arc::new(open_database(&cli.db, &options).map_err(|e| format!("{}: {e}", cli.db))?)))
+    }
+
+    fn ledger(&self) -> Result<Arc<dyn ApprovalLedger>, Failure> {
+        Ok(match self {
+            Storage::Redb(database) => {
+                Arc::new(RedbLedger::from_database(Arc::clone(database)).map_err(|e| e.to_string())?)
+            }
+            Storage::Postgres(ledger) => Arc::clone(ledger) as Arc<dyn ApprovalLedger>,
+        })
+    }
+
+    fn effects(&self) -> Result<Arc<dyn EffectStore>, Failure> {
+        Ok(match self {
+            Storage::Redb(database) => Arc::new(RedbEffectStore::new(Arc::clone(database)).map_err(|e| e.to_string())?),
+            Storage::Postgres(ledger) => Arc::new(ledger.effect_store()),
+        })
+    }
+
+    fn audit(&self, config: AuditConfig) -> Result<AuditLog, Failure> {
+        match self {
+            Storage::Redb(database) => AuditLog::with_database(Arc::clone(database), config).map_err(|e| e.to_string()),
+            Storage::Postgres(_) => {
+                Err("the audit log is kept in a redb file; PostgreSQL holds only the ledger and the effect records: \
+                     pass the audit log's file with `--db`"
+                    .to_owned())
+            }
+        }
+    }
+}
+
 fn run(cli: &Cli) -> Result<(), Failure> {
     // A policy file needs no database.
     if let Command::Policy { command: PolicyCommand::Check { file } } = &cli.command {
         return check_policy(file, cli.json);
     }
-    let options = RedbOpenOptions::default()
-        .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
-        .wait_if_open(Duration::from_secs(cli.wait_secs));
     if let Command::Mcp(args) = &cli.command {
         // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
-        return mcp::run(args, &cli.db, &options);
+        let options = RedbOpenOptions::default()
+            .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
+            .wait_if_open(Duration::from_secs(cli.wait_secs));
+        return mcp::run(args, std::path::Path::new(&cli.db), &options);
     }
-    let database = Arc::new(open_database(&cli.db, &options).map_err(|e| format!("{}: {e}", cli.db.display()))?);
+    let storage = Storage::open(cli)?;
     let now = SystemClock.now();
     match &cli.command {
         Command::Requests { command } => {
-            let ledger = Arc::new(RedbLedger::from_database(database).map_err(|e| e.to_string())?);
+            let ledger = storage.ledger()?;
             match command {
                 RequestsCommand::List { pending, key } => {
                     let entries = ledger.list_requests().map_err(|e| e.to_string())?;
@@ -323,7 +376,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         Command::Approve { request_id, yes, approver, ttl_secs, key } => {
-            let ledger = Arc::new(RedbLedger::from_database(database).map_err(|e| e.to_string())?);
+            let ledger = storage.ledger()?;
             let entry = find(&*ledger, request_id)?;
             let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(*ttl_secs))?;
             let request = approvals
@@ -336,7 +389,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             print_resume(cli, resume.as_value(), "approved");
         }
         Command::Deny { request_id, by, reason, key } => {
-            let ledger = Arc::new(RedbLedger::from_database(database).map_err(|e| e.to_string())?);
+            let ledger = storage.ledger()?;
             let entry = find(&*ledger, request_id)?;
             let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
             let resume =
@@ -344,7 +397,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             print_resume(cli, resume.as_value(), "denied");
         }
         Command::Spent => {
-            let ledger = RedbLedger::from_database(database).map_err(|e| e.to_string())?;
+            let ledger = storage.ledger()?;
             let spent: Vec<Value> = ledger
                 .list_requests()
                 .map_err(|e| e.to_string())?
@@ -377,7 +430,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         Command::Prune { older_than } => {
-            let ledger = RedbLedger::from_database(database).map_err(|e| e.to_string())?;
+            let ledger = storage.ledger()?;
             let cutoff = now.saturating_sub(*older_than);
             let report = ledger.prune(cutoff, now).wait().map_err(|e| e.to_string())?;
             if cli.json {
@@ -396,7 +449,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         Command::Effects { command } => {
-            let store = RedbEffectStore::new(database).map_err(|e| e.to_string())?;
+            let store = storage.effects()?;
             match command {
                 EffectsCommand::List { ambiguous } => {
                     let filter = if *ambiguous { EffectFilter::ambiguous() } else { EffectFilter::all() };
@@ -433,7 +486,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 AuditCommand::ExportHead { key, .. } => (key, None),
             };
             let config = AuditConfig { key: audit_key(key)?, ..AuditConfig::default() };
-            let log = AuditLog::with_database(database, config).map_err(|e| e.to_string())?;
+            let log = storage.audit(config)?;
             match command {
                 AuditCommand::Verify { .. } => {
                     let anchor = anchor_path
@@ -482,7 +535,7 @@ enum Sealed {
 
 /// Checks seals with the operator's key, if one was given.
 struct Verifier {
-    source: Option<(Arc<RedbLedger>, ApprovalKeySecret)>,
+    source: Option<(Arc<dyn ApprovalLedger>, ApprovalKeySecret)>,
 }
 
 /// Where the key's secret is, to be loaded under the key id a request names.
@@ -492,7 +545,7 @@ enum ApprovalKeySecret {
 }
 
 impl Verifier {
-    fn new(ledger: Arc<RedbLedger>, source: &KeySource) -> Result<Self, Failure> {
+    fn new(ledger: Arc<dyn ApprovalLedger>, source: &KeySource) -> Result<Self, Failure> {
         let secret = match &source.key_file {
             Some(path) => Some(ApprovalKeySecret::File(path.clone())),
             None if std::env::var_os(&source.key_env).is_some() => Some(ApprovalKeySecret::Env(source.key_env.clone())),
@@ -588,7 +641,7 @@ fn find(ledger: &dyn ApprovalLedger, request_id: &str) -> Result<RequestEntry, F
 }
 
 fn approvals(
-    ledger: Arc<RedbLedger>,
+    ledger: Arc<dyn ApprovalLedger>,
     source: &KeySource,
     key_id: &str,
     ttl: Duration,

@@ -337,6 +337,7 @@ mod message;
 pub mod policy;
 mod rate;
 mod schema;
+pub mod store;
 mod tool;
 
 pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};

@@ -10,6 +10,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RequestStatus};
+use agent_airlock_tests::pg_server;
 use serde_json::{Value, json};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_example_mcp_server");
@@ -26,10 +28,19 @@ struct Session {
 
 impl Session {
     fn start(folder: &Path, tmpdir: &Path) -> Self {
-        let mut child = Command::new(SERVER)
+        Self::start_with_ledger(folder, tmpdir, None)
+    }
+
+    /// Starts the server with `$AIRLOCK_MCP_LEDGER` set to `ledger`, or unset.
+    fn start_with_ledger(folder: &Path, tmpdir: &Path, ledger: Option<&str>) -> Self {
+        let mut command = Command::new(SERVER);
+        match ledger {
+            Some(ledger) => command.env("AIRLOCK_MCP_LEDGER", ledger),
+            None => command.env_remove("AIRLOCK_MCP_LEDGER"),
+        };
+        let mut child = command
             .current_dir(folder)
             .env("TMPDIR", tmpdir)
-            .env_remove("AIRLOCK_MCP_LEDGER")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -62,6 +73,19 @@ impl Session {
             let line = self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("no response to request {id}"));
             let message: Value = serde_json::from_str(&line).expect("every stdout line is JSON-RPC");
             if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// The next request the server sends with `method` (an elicitation, say), skipping everything else.
+    fn request_from_server(&self, method: &str) -> Value {
+        let until = Instant::now() + DEADLINE;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| panic!("no `{method}` request"));
+            let message: Value = serde_json::from_str(&line).expect("every stdout line is JSON-RPC");
+            if message["method"] == method && message.get("id").is_some() {
                 return message;
             }
         }
@@ -230,4 +254,55 @@ fn the_readme_mcp_configurations_do_not_depend_on_the_folder() {
         });
         assert!(found, "the workspace has no package `{package}` with a binary `{bin}`");
     }
+}
+
+#[test]
+fn with_its_ledger_in_postgres_an_approved_delete_is_recorded_and_spent_in_the_database() {
+    let connection = pg_server::shared().fresh_database();
+    let field = |name: &str| {
+        connection.split_whitespace().find_map(|pair| pair.strip_prefix(&format!("{name}="))).unwrap().to_owned()
+    };
+    // The form a deployment passes: a URL (the socket directory percent-encoded as the host).
+    let url = format!(
+        "postgresql://{}@{}:{}/{}",
+        field("user"),
+        field("host").replace('/', "%2F"),
+        field("port"),
+        field("dbname")
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let tmpdir = tempfile::tempdir().unwrap();
+    let mut session = Session::start_with_ledger(folder.path(), tmpdir.path(), Some(&url));
+    session.send(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "hand-written", "version": "0"},
+        },
+    }));
+    let initialized = session.response(1);
+    assert_eq!(initialized["result"]["serverInfo"]["name"], "agent-airlock-example", "{initialized}");
+    session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    session.send(&json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "delete_file", "arguments": {"path": "notes.txt"}},
+    }));
+    let asked = session.request_from_server("elicitation/create");
+    session.send(&json!({
+        "jsonrpc": "2.0", "id": asked["id"].clone(),
+        "result": {"action": "accept", "content": {"approve": true}},
+    }));
+    let called = session.response(2);
+    assert_eq!(called["result"]["isError"], false, "{called}");
+    assert_eq!(called["result"]["content"][0]["text"], "deleted notes.txt", "{called}");
+    assert!(session.finish().success());
+
+    // The host's ledger is the database: the request, its grant, and the grant spent once.
+    let ledger = PostgresLedger::connect(&connection).unwrap();
+    let requests = ledger.list_requests().unwrap();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].request.tool, "delete_file");
+    assert!(matches!(requests[0].status, RequestStatus::Spent(_)), "{:?}", requests[0].status);
+    assert_eq!(entries(tmpdir.path()), Vec::<String>::new(), "nothing is left in the temporary directory");
 }

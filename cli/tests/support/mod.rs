@@ -1,6 +1,9 @@
 //! What the CLI tests share: running the `airlock` binary on a database file, and recording or admitting
 //! calls as a dispatcher would, against the same file.
 
+// Each test binary uses its own part of this module.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -9,7 +12,7 @@ use std::time::Duration;
 use agent_airlock::SystemClock;
 use agent_airlock::approval::{AdmitError, BindingInput, InterruptApprovals, KeyRing};
 use agent_airlock::keys::ApprovalKey;
-use agent_airlock::ledger::RedbLedger;
+use agent_airlock::ledger::{ApprovalLedger, RedbLedger};
 use serde_json::{Map, Value};
 
 /// The approval key, given to the binary through `AIRLOCK_APPROVAL_KEY`.
@@ -43,7 +46,11 @@ pub(crate) fn stdout_json(output: &Output) -> Value {
 /// Interrupt approvals on the file at `db` with the test key and no limit on pending requests; the file
 /// is closed again when the value is dropped, so the CLI can open it.
 pub(crate) fn approvals(db: &Path, grant_ttl: Duration) -> InterruptApprovals {
-    let ledger = Arc::new(RedbLedger::open(db).unwrap());
+    approvals_on(Arc::new(RedbLedger::open(db).unwrap()), grant_ttl)
+}
+
+/// Interrupt approvals on `ledger` with the test key and no limit on pending requests.
+pub(crate) fn approvals_on(ledger: Arc<dyn ApprovalLedger>, grant_ttl: Duration) -> InterruptApprovals {
     let key = ApprovalKey::from_hex("k1", SECRET).unwrap();
     InterruptApprovals::new(KeyRing::new(key), ledger, grant_ttl)
         .with_clock(Arc::new(SystemClock))
@@ -78,7 +85,12 @@ impl Calls {
     /// Records a pending request for call `n` under the rule `attribute`, then closes the file; returns
     /// the request id.
     pub(crate) fn request(&self, db: &Path, n: u64, reason: &str) -> String {
-        let approvals = approvals(db, TTL);
+        self.request_in(&approvals(db, TTL), n, reason)
+    }
+
+    /// Records a pending request for call `n` under the rule `attribute` through `approvals`; returns the
+    /// request id.
+    pub(crate) fn request_in(&self, approvals: &InterruptApprovals, n: u64, reason: &str) -> String {
         self.with(n, |call| approvals.request_blocking(call, "attribute", reason).unwrap()).request_id().to_owned()
     }
 

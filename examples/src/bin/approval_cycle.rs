@@ -10,7 +10,9 @@
 //! ```
 //!
 //! The checkpoint file stands for the host's checkpoint store (untrusted: it holds the call and the
-//! interrupt); the approval key and the ledger (`airlock.redb`) live apart from it.
+//! interrupt); the approval key and the ledger (`airlock.redb`) live apart from it. With
+//! `--db postgresql://…` (on both steps, and to the CLI) the ledger lives in a PostgreSQL database that
+//! hosts share, and the audit log in `DIR/audit.redb`.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditLog};
-use agent_airlock::ledger::RedbLedger;
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
 use agent_airlock::{
     CallContext, Dispatcher, Outcome, State, SystemClock, ToolCall, ToolError, airlock_tool,
     approval::{InterruptApprovals, KeyRing},
@@ -54,15 +56,14 @@ fn refund(
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = match args.iter().position(|a| a == "--dir") {
-        Some(i) => args.get(i + 1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("demo")),
-        None => PathBuf::from("demo"),
-    };
-    let result = match args.first().map(String::as_str) {
-        Some("start") => start(&dir),
-        Some("resume") => resume(&dir),
-        _ => Err("usage: approval_cycle start|resume [--dir DIR]".to_owned()),
-    };
+    let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let dir = option("--dir").map_or_else(|| PathBuf::from("demo"), PathBuf::from);
+    let result =
+        stores(&dir, option("--db").map(String::as_str)).and_then(|stores| match args.first().map(String::as_str) {
+            Some("start") => start(&dir, stores),
+            Some("resume") => resume(&dir, stores),
+            _ => Err("usage: approval_cycle start|resume [--dir DIR] [--db postgresql://…]".to_owned()),
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -91,16 +92,38 @@ fn write_key_file(path: &Path, hex: &str) -> std::io::Result<()> {
     options.open(path)?.write_all(hex.as_bytes())
 }
 
-fn host(dir: &Path) -> Result<Dispatcher, String> {
-    let database = Arc::new(redb::Database::create(dir.join("airlock.redb")).map_err(|e| e.to_string())?);
-    let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?);
-    let audit = AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?;
-    let approvals = InterruptApprovals::new(KeyRing::new(key(dir)?), ledger, Duration::from_secs(3_600))
+/// The ledger and the audit log: both in `DIR/airlock.redb`, or the ledger in PostgreSQL (`--db URL`) and
+/// the audit log in `DIR/audit.redb`. Opened before the async runtime starts (connecting blocks).
+struct Stores {
+    ledger: Arc<dyn ApprovalLedger>,
+    audit: AuditLog,
+}
+
+fn stores(dir: &Path, db: Option<&str>) -> Result<Stores, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    match db {
+        Some(url) => {
+            // The URL may hold a password: the error does not repeat it.
+            let ledger = PostgresLedger::connect(url).map_err(|e| format!("the PostgreSQL database: {e}"))?;
+            let audit = AuditLog::open(dir.join("audit.redb"), AuditConfig::default()).map_err(|e| e.to_string())?;
+            Ok(Stores { ledger: Arc::new(ledger), audit })
+        }
+        None => {
+            let database = Arc::new(redb::Database::create(dir.join("airlock.redb")).map_err(|e| e.to_string())?);
+            let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?);
+            let audit = AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?;
+            Ok(Stores { ledger, audit })
+        }
+    }
+}
+
+fn host(dir: &Path, stores: Stores) -> Result<Dispatcher, String> {
+    let approvals = InterruptApprovals::new(KeyRing::new(key(dir)?), stores.ledger, Duration::from_secs(3_600))
         .with_clock(Arc::new(SystemClock));
     Dispatcher::builder()
         .tool(tool!(refund))
         .interrupt_approvals(approvals)
-        .audit(Arc::new(audit))
+        .audit(Arc::new(stores.audit))
         .build()
         .map_err(|e| e.to_string())
 }
@@ -122,9 +145,8 @@ fn context(dir: &Path, resume: Option<Value>) -> CallContext {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn start(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let dispatcher = host(dir)?;
+async fn start(dir: &Path, stores: Stores) -> Result<(), String> {
+    let dispatcher = host(dir, stores)?;
     match dispatcher.dispatch(the_call(), &context(dir, None)).await {
         Outcome::Interrupt { request, .. } => {
             let value = request.into_value();
@@ -147,7 +169,7 @@ async fn start(dir: &Path) -> Result<(), String> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn resume(dir: &Path) -> Result<(), String> {
+async fn resume(dir: &Path, stores: Stores) -> Result<(), String> {
     let checkpoint: Value = serde_json::from_slice(
         &std::fs::read(dir.join("checkpoint.json")).map_err(|e| format!("no checkpoint: run `start` first ({e})"))?,
     )
@@ -156,7 +178,7 @@ async fn resume(dir: &Path) -> Result<(), String> {
     let resume_text = std::fs::read_to_string(dir.join("resume.json"))
         .map_err(|e| format!("no resume value: approve with the `airlock` CLI into resume.json ({e})"))?;
     let resume: Value = serde_json::from_str(&resume_text).map_err(|e| e.to_string())?;
-    let dispatcher = host(dir)?;
+    let dispatcher = host(dir, stores)?;
     match dispatcher.dispatch(call, &context(dir, Some(resume))).await {
         Outcome::Message(message) => {
             println!("{:?}: {}", message.status, message.content);

@@ -3,7 +3,8 @@
 //! client's human is asked through MCP elicitation) and `admin_shell` (denied by the policy, so not listed).
 //!
 //! Every approval is bound with HMAC to the exact call (thread = this connection, tool call id = the
-//! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER`, or a fresh file in a
+//! JSON-RPC request id) and recorded in an approval ledger: `$AIRLOCK_MCP_LEDGER` (a redb file, or a
+//! `postgresql://…` URL for a PostgreSQL database that hosts share), or a fresh file in a
 //! directory of its own under the temporary directory (`$TMPDIR`), removed when the server exits (the client
 //! closed stdin, or the session ended) or is stopped by SIGTERM or SIGINT. The key is minted per process:
 //! approvals are given in-band, within one request, so that ledger is worth nothing after the process.
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use agent_airlock::integrations::mcp::{GuardedMcpServer, McpApprovals};
-use agent_airlock::ledger::RedbLedger;
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
 use agent_airlock::{
     CallContext, Dispatcher, Policy, State, SystemClock, ToolError, airlock_tool,
     approval::{InterruptApprovals, KeyRing},
@@ -130,6 +131,25 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The ledger at `place`: a PostgreSQL database for a `postgres://` or `postgresql://` URL, else a redb file.
+async fn open_ledger(place: &Path) -> Result<Arc<dyn ApprovalLedger>, String> {
+    match place.to_str().filter(|p| p.starts_with("postgres://") || p.starts_with("postgresql://")) {
+        Some(url) => {
+            let url = url.to_owned();
+            // Connecting blocks; the URL may hold a password, so the error does not repeat it.
+            let connected = tokio::task::spawn_blocking(move || PostgresLedger::connect(&url))
+                .await
+                .map_err(|error| error.to_string())?
+                .map_err(|error| format!("cannot open the approval ledger in PostgreSQL: {error}"))?;
+            Ok(Arc::new(connected))
+        }
+        None => Ok(Arc::new(
+            RedbLedger::open(place)
+                .map_err(|error| format!("cannot open the approval ledger `{}`: {error}", place.display()))?,
+        )),
+    }
+}
+
 /// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere), naming the signal.
 async fn termination() -> &'static str {
     #[cfg(unix)]
@@ -154,10 +174,7 @@ async fn termination() -> &'static str {
 }
 
 async fn serve(ledger_path: &Path) -> Result<(), String> {
-    let ledger = Arc::new(
-        RedbLedger::open(ledger_path)
-            .map_err(|error| format!("cannot open the approval ledger `{}`: {error}", ledger_path.display()))?,
-    );
+    let ledger = open_ledger(ledger_path).await?;
     let (key, _) = ApprovalKey::generate("mcp-session").map_err(|error| error.to_string())?;
     let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, std::time::Duration::from_secs(600))
         .with_clock(Arc::new(SystemClock));

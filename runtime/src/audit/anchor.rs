@@ -89,11 +89,11 @@ impl Anchor {
         Anchor::from_json(&std::fs::read_to_string(path)?)
     }
 
-    pub(super) fn encode_stored(&self) -> Vec<u8> {
+    pub(crate) fn encode_stored(&self) -> Vec<u8> {
         self.to_json().into_bytes()
     }
 
-    pub(super) fn decode_stored(bytes: &[u8]) -> Result<Anchor, AuditError> {
+    pub(crate) fn decode_stored(bytes: &[u8]) -> Result<Anchor, AuditError> {
         serde_json::from_slice(bytes)
             .map_err(|err| AuditError::Corrupt { seq: 0, reason: format!("the stored head is not valid: {err}") })
     }

@@ -17,6 +17,8 @@ use super::{
     CommitmentAlg, CommittedPart, VerifyError,
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
+use crate::ledger::{LedgerError, RedbWriter};
+use crate::store::StoreHandle;
 
 /// The most records one write transaction takes; a larger queue is written in several.
 const MAX_GROUP: usize = 512;
@@ -24,40 +26,60 @@ const MAX_GROUP: usize = 512;
 /// A tamper-evident, hash-chained log of dispatch outcomes. Cheap to share behind an `Arc`; every method
 /// takes `&self` and may be called from many threads at once.
 ///
-/// Appends block for one durable commit. Call them from a blocking context (e.g.
+/// [`append`](Self::append) blocks for one durable commit: call it from a blocking context (e.g.
 /// `tokio::task::spawn_blocking`) where that matters, and never while holding a write transaction of the
-/// same redb database (the append would wait for it forever).
+/// same redb database (the append would wait for it forever). A dispatcher does not call it: it writes a
+/// call's records together with the call's other writes and awaits them.
 pub struct AuditLog {
     store: Box<dyn AuditStore>,
     store_raw: bool,
-    signing: Option<DerivedKeys>,
+    chain: Arc<Chain>,
     keys: HashMap<String, DerivedKeys>,
-    clock: Arc<dyn Clock>,
     group: GroupCommit,
+    /// On redb: the database's one writer, which appends records in the same transactions as the
+    /// ledger's and the effect records' writes.
+    writer: Option<Arc<RedbWriter>>,
+}
+
+/// What chains records: the signing key and the clock that stamps them. Shared with the writer that
+/// appends them, so records are dated and chained inside the transaction that writes them.
+pub(crate) struct Chain {
+    signing: Option<DerivedKeys>,
+    clock: Arc<dyn Clock>,
+}
+
+/// Prepared records to append in one transaction, and how to chain them.
+#[derive(Clone)]
+pub(crate) struct AuditAppend {
+    chain: Arc<Chain>,
+    pub(crate) entries: Vec<AuditEntry>,
 }
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog")
             .field("store_raw", &self.store_raw)
-            .field("signing_key", &self.signing.as_ref().map(|k| &k.id))
+            .field("signing_key", &self.chain.signing.as_ref().map(|k| &k.id))
             .finish_non_exhaustive()
     }
 }
 
 /// A record as the appending thread prepares it: everything but its position, time and hashes.
-struct Prepared {
+#[derive(Clone)]
+pub(crate) struct AuditEntry {
     tool: String,
     tool_call_id: String,
     thread_id: Option<String>,
-    outcome: AuditOutcome,
+    pub(crate) outcome: AuditOutcome,
     rule: Option<String>,
-    detail: Option<String>,
+    pub(crate) detail: Option<String>,
     arguments: Option<Commitment>,
     result: Option<Commitment>,
     raw_arguments: Option<String>,
     raw_result: Option<String>,
 }
+
+type Prepared = AuditEntry;
 
 #[derive(Default)]
 struct GroupCommit {
@@ -68,9 +90,9 @@ struct GroupCommit {
 #[derive(Default)]
 struct Queue {
     next_ticket: u64,
-    pending: Vec<(u64, Prepared)>,
+    pending: Vec<(u64, Vec<Prepared>)>,
     committing: bool,
-    done: HashMap<u64, Result<AuditReceipt, AuditError>>,
+    done: HashMap<u64, Result<Vec<AuditReceipt>, AuditError>>,
 }
 
 impl GroupCommit {
@@ -112,8 +134,16 @@ impl AuditLog {
     }
 
     /// The audit log in a shared redb database (its tables are created if missing).
+    ///
+    /// Appends go through the database's one writer thread, shared with a [`RedbLedger`](crate::ledger::RedbLedger)
+    /// and [`RedbEffectStore`](crate::effect::RedbEffectStore) of the same `Arc<Database>`: concurrent
+    /// writes of all three share commits, and a dispatcher writes a call's records in the same
+    /// transaction as its grant spend and effect steps.
     pub fn with_database(db: Arc<Database>, config: AuditConfig) -> Result<AuditLog, AuditError> {
-        Ok(AuditLog::with_store(Box::new(RedbAuditStore::new(db)?), config))
+        let writer = RedbWriter::for_database(&db).map_err(|err| AuditError::Write(Arc::new(err)))?;
+        let mut log = AuditLog::with_store(Box::new(RedbAuditStore::new(db)?), config);
+        log.writer = Some(writer);
+        Ok(log)
     }
 
     /// An audit log in memory, lost when dropped.
@@ -131,27 +161,56 @@ impl AuditLog {
         AuditLog {
             store,
             store_raw: config.store_raw,
-            signing,
+            chain: Arc::new(Chain { signing, clock: Arc::new(SystemClock) }),
             keys,
-            clock: Arc::new(SystemClock),
             group: GroupCommit::default(),
+            writer: None,
         }
     }
 
     /// The clock that stamps records (tests use a [`ManualClock`](crate::ManualClock)).
     pub fn with_clock(mut self, clock: impl Clock) -> AuditLog {
-        self.clock = Arc::new(clock);
+        self.chain = Arc::new(Chain { signing: self.chain.signing.clone(), clock: Arc::new(clock) });
         self
     }
 
     /// Appends one record, durably, and emits it as a `tracing` event (target `agent_airlock::audit`).
-    /// Concurrent appends share commits.
+    /// Concurrent appends share commits. Blocks for the commit: async code appends through a dispatcher,
+    /// which awaits it instead.
     pub fn append(&self, event: AuditEvent<'_>) -> Result<AuditReceipt, AuditError> {
         let prepared = self.prepare(&event);
-        let commitments = (prepared.arguments, prepared.result);
-        let result = self.submit(prepared);
-        trace(&event, commitments, &result);
+        let result = match &self.writer {
+            Some(writer) => {
+                let append = self.appending(vec![prepared.clone()]);
+                writer.op(move |tables| tables.append_audit(&append)).wait().map_err(AuditError::from_writer)
+            }
+            None => self.submit(vec![prepared.clone()]),
+        }
+        .and_then(|mut receipts| receipts.pop().ok_or(AuditError::Abandoned));
+        trace(&prepared, &result);
         result
+    }
+
+    /// The store this log writes through, if its writes can share a transaction with other stores'.
+    pub(crate) fn store_handle(&self) -> Option<StoreHandle> {
+        self.writer.clone().map(StoreHandle::redb)
+    }
+
+    /// `entries`, to append in one transaction of this log's chain.
+    pub(crate) fn appending(&self, entries: Vec<AuditEntry>) -> AuditAppend {
+        AuditAppend { chain: Arc::clone(&self.chain), entries }
+    }
+
+    /// Appends prepared records in one write, on the calling thread: for logs without a shared writer
+    /// (in memory), whose appends do not wait for a disk.
+    pub(crate) fn append_now(&self, entries: Vec<AuditEntry>) -> Result<Vec<AuditReceipt>, AuditError> {
+        match &self.writer {
+            Some(writer) => {
+                let append = self.appending(entries);
+                writer.op(move |tables| tables.append_audit(&append)).wait().map_err(AuditError::from_writer)
+            }
+            None => self.submit(entries),
+        }
     }
 
     /// The stored head: the last record's position and hash, signed if the log has a key. An empty log's
@@ -159,7 +218,7 @@ impl AuditLog {
     pub fn head(&self) -> Result<Anchor, AuditError> {
         match self.store.head()? {
             Some(head) => Ok(head),
-            None => Ok(self.sign_head(0, GENESIS)),
+            None => Ok(self.chain.sign_head(0, GENESIS)),
         }
     }
 
@@ -233,21 +292,14 @@ impl AuditLog {
     }
 
     pub(super) fn signing_key(&self) -> Option<&DerivedKeys> {
-        self.signing.as_ref()
-    }
-
-    fn sign_head(&self, seq: u64, hash: super::Digest) -> Anchor {
-        match &self.signing {
-            Some(keys) => Anchor::new(seq, hash, Some(keys.id.clone()), Some(keys.head_mac(seq, &hash))),
-            None => Anchor::new(seq, hash, None, None),
-        }
+        self.chain.signing.as_ref()
     }
 
     fn commit(&self, part: CommittedPart, value: Option<&Value>) -> (Option<Commitment>, Option<String>) {
         let Some(value) = value else { return (None, None) };
         let mut canonical = Vec::new();
         crypto::canonical_json(value, &mut canonical);
-        let commitment = match &self.signing {
+        let commitment = match &self.chain.signing {
             Some(keys) => Commitment { alg: CommitmentAlg::HmacSha256, digest: keys.commitment(part, &canonical) },
             None => Commitment { alg: CommitmentAlg::Sha256, digest: crypto::plain_commitment(part, &canonical) },
         };
@@ -256,7 +308,8 @@ impl AuditLog {
         (Some(commitment), raw)
     }
 
-    fn prepare(&self, event: &AuditEvent<'_>) -> Prepared {
+    /// The record of `event`, with its commitments, ready to be chained.
+    pub(crate) fn prepare(&self, event: &AuditEvent<'_>) -> Prepared {
         let (arguments, raw_arguments) = self.commit(CommittedPart::Arguments, event.arguments);
         let (result, raw_result) = self.commit(CommittedPart::Result, event.result);
         Prepared {
@@ -273,13 +326,14 @@ impl AuditLog {
         }
     }
 
-    /// Queues `prepared` and waits for the commit that writes it. The first waiting thread commits for
-    /// everyone queued at that moment; the others wait for it and the next one takes the queue.
-    fn submit(&self, prepared: Prepared) -> Result<AuditReceipt, AuditError> {
+    /// Queues `entries` (written together, in order) and waits for the commit that writes them. The first
+    /// waiting thread commits for everyone queued at that moment; the others wait for it and the next one
+    /// takes the queue.
+    fn submit(&self, entries: Vec<Prepared>) -> Result<Vec<AuditReceipt>, AuditError> {
         let mut queue = self.group.lock();
         let ticket = queue.next_ticket;
         queue.next_ticket = queue.next_ticket.wrapping_add(1);
-        queue.pending.push((ticket, prepared));
+        queue.pending.push((ticket, entries));
         loop {
             if let Some(result) = queue.done.remove(&ticket) {
                 return result;
@@ -290,7 +344,7 @@ impl AuditLog {
             }
             queue.committing = true;
             let take = queue.pending.len().min(MAX_GROUP);
-            let group: Vec<(u64, Prepared)> = queue.pending.drain(..take).collect();
+            let group: Vec<(u64, Vec<Prepared>)> = queue.pending.drain(..take).collect();
             drop(queue);
 
             let mut guard = CommitterGuard {
@@ -309,66 +363,124 @@ impl AuditLog {
         }
     }
 
-    /// Writes a group in one transaction; every ticket gets its receipt, or all get the same error.
-    fn write_group(&self, group: Vec<(u64, Prepared)>) -> Vec<(u64, Result<AuditReceipt, AuditError>)> {
-        let time_ns = duration_nanos(self.clock.now());
-        let mut receipts = Vec::with_capacity(group.len());
+    /// Writes a group in one transaction; every ticket gets its receipts, or all get the same error.
+    fn write_group(&self, group: Vec<(u64, Vec<Prepared>)>) -> Vec<(u64, Result<Vec<AuditReceipt>, AuditError>)> {
+        let mut receipts = Vec::new();
         let written = self.store.append(&mut |head| {
+            let time_ns = duration_nanos(self.chain.clock.now());
+            let mut anchor = head;
             receipts.clear();
-            let (mut seq, mut prev) = head.map_or((0, GENESIS), |head| (head.seq, head.hash));
-            let mut records = Vec::with_capacity(group.len());
-            for (ticket, entry) in &group {
-                seq = seq.checked_add(1).ok_or(AuditError::Exhausted)?;
-                let body = Body {
-                    seq,
-                    prev,
-                    time_ns,
-                    tool: entry.tool.clone(),
-                    tool_call_id: entry.tool_call_id.clone(),
-                    thread_id: entry.thread_id.clone(),
-                    outcome: entry.outcome,
-                    rule: entry.rule.clone(),
-                    detail: entry.detail.clone(),
-                    arguments: entry.arguments,
-                    result: entry.result,
-                    raw_arguments: entry.raw_arguments.clone(),
-                    raw_result: entry.raw_result.clone(),
-                    key_id: self.signing.as_ref().map(|keys| keys.id.clone()),
-                };
-                let bytes = body.encode();
-                let hash = crypto::record_hash(&prev, &bytes);
-                let mac = self.signing.as_ref().map(|keys| keys.record_mac(seq, &hash));
-                records.push((seq, record::encode_frame(&hash, mac.as_ref(), &bytes)));
-                receipts.push((*ticket, AuditReceipt { seq, hash }));
-                prev = hash;
+            let mut records = Vec::new();
+            for (ticket, entries) in &group {
+                let (batch, chained) = self.chain.link(anchor, entries, time_ns)?;
+                records.extend(batch.records);
+                anchor = Some(batch.head);
+                receipts.push((*ticket, chained));
             }
-            Ok(Batch { records, head: self.sign_head(seq, prev) })
+            let head = anchor.unwrap_or_else(|| self.chain.sign_head(0, GENESIS));
+            Ok(Batch { records, head })
         });
         match written {
-            Ok(()) => receipts.into_iter().map(|(ticket, receipt)| (ticket, Ok(receipt))).collect(),
+            Ok(()) => receipts.into_iter().map(|(ticket, receipts)| (ticket, Ok(receipts))).collect(),
             Err(err) => group.into_iter().map(|(ticket, _)| (ticket, Err(err.clone()))).collect(),
         }
     }
 }
 
+impl Chain {
+    fn sign_head(&self, seq: u64, hash: super::Digest) -> Anchor {
+        match &self.signing {
+            Some(keys) => Anchor::new(seq, hash, Some(keys.id.clone()), Some(keys.head_mac(seq, &hash))),
+            None => Anchor::new(seq, hash, None, None),
+        }
+    }
+
+    /// Chains `entries` after `head`, all stamped `time_ns`: the records to write, the new head, and a
+    /// receipt per entry.
+    fn link(
+        &self,
+        head: Option<Anchor>,
+        entries: &[Prepared],
+        time_ns: u64,
+    ) -> Result<(Batch, Vec<AuditReceipt>), AuditError> {
+        let (mut seq, mut prev) = head.map_or((0, GENESIS), |head| (head.seq, head.hash));
+        let mut records = Vec::with_capacity(entries.len());
+        let mut receipts = Vec::with_capacity(entries.len());
+        for entry in entries {
+            seq = seq.checked_add(1).ok_or(AuditError::Exhausted)?;
+            let body = Body {
+                seq,
+                prev,
+                time_ns,
+                tool: entry.tool.clone(),
+                tool_call_id: entry.tool_call_id.clone(),
+                thread_id: entry.thread_id.clone(),
+                outcome: entry.outcome,
+                rule: entry.rule.clone(),
+                detail: entry.detail.clone(),
+                arguments: entry.arguments,
+                result: entry.result,
+                raw_arguments: entry.raw_arguments.clone(),
+                raw_result: entry.raw_result.clone(),
+                key_id: self.signing.as_ref().map(|keys| keys.id.clone()),
+            };
+            let bytes = body.encode();
+            let hash = crypto::record_hash(&prev, &bytes);
+            let mac = self.signing.as_ref().map(|keys| keys.record_mac(seq, &hash));
+            records.push((seq, record::encode_frame(&hash, mac.as_ref(), &bytes)));
+            receipts.push(AuditReceipt { seq, hash });
+            prev = hash;
+        }
+        Ok((Batch { records, head: self.sign_head(seq, prev) }, receipts))
+    }
+}
+
+impl AuditAppend {
+    /// The records to write after `head` (read in the writing transaction), the new head, and the
+    /// receipts, stamped now.
+    pub(crate) fn link(&self, head: Option<Anchor>) -> Result<(Batch, Vec<AuditReceipt>), AuditError> {
+        self.chain.link(head, &self.entries, duration_nanos(self.chain.clock.now()))
+    }
+
+    /// Emits each record as a `tracing` event, with its receipt or the error that lost it.
+    pub(crate) fn trace(&self, result: &Result<Vec<AuditReceipt>, AuditError>) {
+        for (index, entry) in self.entries.iter().enumerate() {
+            let one = match result {
+                Ok(receipts) => receipts.get(index).copied().ok_or(AuditError::Abandoned),
+                Err(err) => Err(err.clone()),
+            };
+            trace(entry, &one);
+        }
+    }
+}
+
+impl AuditError {
+    /// A fault of the shared writer, as an audit error.
+    pub(crate) fn from_writer(err: LedgerError) -> AuditError {
+        match err {
+            LedgerError::Storage(source) => match source.downcast_ref::<AuditError>() {
+                Some(audit) => audit.clone(),
+                None => AuditError::Write(source),
+            },
+            other => AuditError::Write(Arc::new(other)),
+        }
+    }
+}
+
 /// The record as a `tracing` event: the same facts, commitments only (raw values never go to traces).
-fn trace(
-    entry: &AuditEvent<'_>,
-    (arguments, result_digest): (Option<Commitment>, Option<Commitment>),
-    result: &Result<AuditReceipt, AuditError>,
-) {
-    let arguments = arguments.map(|c| c.digest.to_hex());
-    let result_digest = result_digest.map(|c| c.digest.to_hex());
+fn trace(entry: &Prepared, result: &Result<AuditReceipt, AuditError>) {
+    let arguments = entry.arguments.map(|c| c.digest.to_hex());
+    let result_digest = entry.result.map(|c| c.digest.to_hex());
     match result {
         Ok(receipt) => tracing::info!(
             target: "agent_airlock::audit",
             seq = receipt.seq,
             tool = %entry.tool,
             tool_call_id = %entry.tool_call_id,
-            thread_id = entry.thread_id,
+            thread_id = entry.thread_id.as_deref(),
             outcome = %entry.outcome,
-            rule = entry.rule,
-            detail = entry.detail,
+            rule = entry.rule.as_deref(),
+            detail = entry.detail.as_deref(),
             arguments = arguments.as_deref(),
             result = result_digest.as_deref(),
             hash = %receipt.hash,
@@ -378,10 +490,10 @@ fn trace(
             target: "agent_airlock::audit",
             tool = %entry.tool,
             tool_call_id = %entry.tool_call_id,
-            thread_id = entry.thread_id,
+            thread_id = entry.thread_id.as_deref(),
             outcome = %entry.outcome,
-            rule = entry.rule,
-            detail = entry.detail,
+            rule = entry.rule.as_deref(),
+            detail = entry.detail.as_deref(),
             arguments = arguments.as_deref(),
             result = result_digest.as_deref(),
             error = %err,

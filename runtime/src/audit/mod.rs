@@ -48,7 +48,10 @@
 //!
 //! [`AuditLog::append`] is durable when it returns (redb, [`Durability::Immediate`](::redb::Durability)):
 //! one write transaction writes the records and the head. Concurrent appends are grouped: while one
-//! thread commits, the others queue, and the next commit writes all of them at once.
+//! thread commits, the others queue, and the next commit writes all of them at once. On redb the
+//! grouping is done by the database's one writer thread, shared with the approval ledger and the effect
+//! records of the same `Arc<Database>`, so a dispatcher appends a call's record in the same transaction
+//! as its grant spend or effect settlement, and awaits it instead of blocking.
 //!
 //! The same facts go out as `tracing` events with target `agent_airlock::audit`.
 
@@ -72,6 +75,7 @@ use crate::message::RefusalKind;
 
 pub use crate::keys::AuditKey;
 pub use anchor::{Anchor, AnchorError};
+pub(crate) use log::{AuditAppend, AuditEntry};
 pub use log::{AuditLog, ExportError};
 pub use redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};
@@ -390,6 +394,9 @@ pub enum AuditError {
     /// The thread committing this append's group panicked; whether the record was written is unknown.
     #[error("the audit append was abandoned: the committing thread panicked")]
     Abandoned,
+    /// The database's shared writer failed or stopped (see the source); the record was not written.
+    #[error("audit storage failed: {0}")]
+    Write(Arc<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 impl AuditError {

@@ -5,9 +5,9 @@ use std::ops::ControlFlow;
 use super::{Anchor, AuditError};
 
 /// Records to write in one transaction, and the head after them.
-pub(super) struct Batch {
-    pub(super) records: Vec<(u64, Vec<u8>)>,
-    pub(super) head: Anchor,
+pub(crate) struct Batch {
+    pub(crate) records: Vec<(u64, Vec<u8>)>,
+    pub(crate) head: Anchor,
 }
 
 /// A storage backend of the audit log. Implementations write a batch and its head atomically, and scan

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::escalation::{Escalation, joined};
+use super::writes::Stores;
 use super::{Dispatcher, Entry};
 use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
@@ -135,8 +136,9 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Appends every dispatch outcome to a tamper-evident audit log. An append is a durable commit on the
-    /// dispatching thread.
+    /// Appends every dispatch outcome to a tamper-evident audit log. On redb, records are written by the
+    /// database's writer, in the same transaction as the call's spend or effect step when the ledger and
+    /// the effect records share the log's `Arc<Database>`, and awaited.
     pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
         self.audit = Some(log);
         self
@@ -242,7 +244,16 @@ impl DispatcherBuilder {
                 },
             );
         }
+        let stores = Stores {
+            ledger: match &self.escalation {
+                Escalation::Interrupt(approvals) => approvals.ledger().store_handle(),
+                _ => None,
+            },
+            effects: effects.as_ref().and_then(|store| store.store_handle()),
+            audit: self.audit.as_ref().and_then(|log| log.store_handle()),
+        };
         Ok(Dispatcher {
+            stores,
             tools,
             order,
             limiter,

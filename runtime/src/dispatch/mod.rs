@@ -3,17 +3,23 @@
 //!
 //! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it:
 //! building (`build`), escalation (`escalation`), what each refusal says (`refusal`) and the audit trail
-//! (`trail`). A reserved effect is held by an [`EffectGuard`](crate::effect::EffectGuard).
+//! (`trail`) and the durable writes (`writes`). A reserved effect is held by an
+//! [`EffectGuard`](crate::effect::EffectGuard) while the tool runs.
 //!
 //! The order matters for what a human's approval is worth: every gate that can refuse runs before the
 //! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
 //! refusal by the rate limit or the effect record leaves the approval live.
+//!
+//! **Two durable writes at most.** Admission (the spend, the reservation and the "approved" record) is
+//! one write; settlement (the effect's outcome and the call's record) another. Both are awaited: on redb
+//! they are queued to the database's writer thread and share commits with concurrent dispatches.
 
 mod argument_refusal;
 mod build;
 mod escalation;
 mod refusal;
 mod trail;
+mod writes;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,6 +35,7 @@ pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
 use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
+use self::writes::Stores;
 use crate::approval::protocol::PreparedAdmission;
 use crate::approval::{Approver, EscalationReason};
 use crate::args;
@@ -37,12 +44,13 @@ use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
-use crate::ledger::EffectClaim;
+use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
 use crate::rate::{BucketId, Rate, RateLimiter};
 use crate::schema::ToolDefinition;
+use crate::store::{Decision, NotDecided};
 use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
@@ -55,6 +63,7 @@ pub struct Dispatcher {
     effects: Option<Arc<dyn EffectStore>>,
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
+    stores: Stores,
     masker: Arc<Masker>,
     /// The policy is in observe mode: what it alone would refuse is traced and audited, not refused.
     observe: bool,
@@ -171,17 +180,13 @@ impl Dispatcher {
                 })
             }
         };
-        if let Some(outcome) = trail.outcome {
-            self.record(&name, &id, context, outcome, &trail);
+        // The second durable write: the effect settled and the records, together.
+        let mut entries = std::mem::take(&mut trail.pending);
+        if let (Some(audited), Some(log)) = (trail.outcome, &self.audit) {
+            entries.push(trail.entry(log, &name, &id, context, audited));
         }
+        self.settle_and_record(trail.settle.take(), entries).await;
         outcome
-    }
-
-    /// Appends one audit record, if an audit log is configured.
-    fn record(&self, tool: &str, id: &str, context: &CallContext, outcome: AuditOutcome, trail: &Trail) {
-        if let Some(log) = &self.audit {
-            trail.record(log, tool, id, context, outcome);
-        }
     }
 
     /// The gates, in order. Every `return Err` is a refusal; nothing runs until gate 8.
@@ -311,7 +316,11 @@ impl Dispatcher {
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
                 Escalated::Approved { detail } => {
                     trail.detail = Some(detail);
-                    self.record(name, id, context, AuditOutcome::Approved, trail);
+                    // Written with the admission, or with the settlement if nothing is admitted durably.
+                    if let Some(log) = &self.audit {
+                        let approved = trail.entry(log, name, id, context, AuditOutcome::Approved);
+                        trail.pending.push(approved);
+                    }
                 }
                 Escalated::Resumed(admission) => resumed = Some(admission),
                 Escalated::Interrupt(request) => {
@@ -357,9 +366,7 @@ impl Dispatcher {
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
             tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
-            if let Some(guard) = &mut effect {
-                guard.settle(Settle::Ambiguous);
-            }
+            trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
             trail.outcome = Some(AuditOutcome::Panicked);
             return Ok(Outcome::Message(message(id, name, Status::Error, format!("tool `{name}` failed"), stripped)));
         };
@@ -421,7 +428,7 @@ impl Dispatcher {
 
     /// Observe mode: a refusal the policy alone would make, traced and audited as "would refuse", not
     /// enforced.
-    fn would_refuse(&self, refused: Refused, name: &str, id: &str, context: &CallContext, trail: &Trail) {
+    fn would_refuse(&self, refused: Refused, name: &str, id: &str, context: &CallContext, trail: &mut Trail) {
         tracing::warn!(
             target: "agent_airlock",
             outcome = "would_refuse",
@@ -430,13 +437,16 @@ impl Dispatcher {
             text = %refused.text,
             "observe mode: the policy would refuse this call; not enforced"
         );
-        let observed = Trail {
-            rule: refused.rule,
-            detail: Some(format!("observe mode: would refuse, not enforced: {}", refused.text)),
-            arguments: trail.arguments.clone(),
-            ..Trail::default()
-        };
-        self.record(name, id, context, audit_outcome_of(refused.kind), &observed);
+        if let Some(log) = &self.audit {
+            let observed = Trail {
+                rule: refused.rule,
+                detail: Some(format!("observe mode: would refuse, not enforced: {}", refused.text)),
+                arguments: trail.arguments.clone(),
+                ..Trail::default()
+            };
+            // Written with the dispatch's next durable write, like a human's approval.
+            trail.pending.push(observed.entry(log, name, id, context, audit_outcome_of(refused.kind)));
+        }
     }
 
     /// Whether reserving `key` now would be refused (a duplicate, an ambiguous or running effect), without
@@ -473,7 +483,8 @@ impl Dispatcher {
         }
     }
 
-    /// Gate 7: spends a verified approval and reserves the effect key, in one write when both apply.
+    /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
+    /// approval, all or nothing.
     async fn admit(
         &self,
         name: &str,
@@ -484,18 +495,51 @@ impl Dispatcher {
         trail: &mut Trail,
     ) -> Result<Option<Reservation>, Refused> {
         let now = self.clock.now();
-        let claim = effect_key.map(|key| EffectClaim { key, lease: self.effect_lease });
-        let Some((resumed, approvals)) = resumed.zip(self.interrupt_approvals()) else {
-            return match (claim, &self.effects) {
-                (Some(claim), Some(store)) => {
-                    store.reserve(&claim.key, claim.lease, now).map(Some).map_err(|err| refusal::effect(name, err, now))
+        let claim =
+            effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
+        let resumed = resumed.zip(self.interrupt_approvals());
+        if claim.is_none() && resumed.is_none() {
+            // Nothing to write durably yet: a human's approval is recorded with the settlement.
+            return Ok(None);
+        }
+        let earlier = std::mem::take(&mut trail.pending);
+        let mut entries = earlier.clone();
+        if resumed.is_some()
+            && let Some(log) = &self.audit
+        {
+            // Its detail names the grant, once the write has spent it.
+            entries.push(trail.entry(log, name, id, context, AuditOutcome::Approved));
+        }
+        let decision = Decision {
+            now,
+            spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
+            reserve: claim,
+            audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
+            ..Decision::default()
+        };
+        let answer = self.decide(decision).await;
+        let refused = |trail: &mut Trail, refused: Refused| {
+            // Nothing was written: what happened before the admission is recorded with the refusal.
+            trail.pending = earlier.clone();
+            Err(refused)
+        };
+        let Some((prepared, _)) = resumed else {
+            return match answer {
+                Ok(Ok(decided)) => Ok(decided.reservation),
+                Ok(Err(NotDecided::Effect(err))) => refused(trail, refusal::effect(name, err, now)),
+                Ok(Err(NotDecided::Spend(err))) | Err(err) => {
+                    refused(trail, refusal::effect(name, crate::effect::writer_fault(err), now))
                 }
-                _ => Ok(None),
             };
         };
         let rules = trail.rule.clone().unwrap_or_default();
-        match approvals.spend_verified(resumed, claim).await {
-            Ok(Ok((admission, reservation))) => {
+        let (spent, reservation) = match answer {
+            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation),
+            Ok(Err(NotDecided::Effect(err))) => return refused(trail, refusal::effect(name, err, now)),
+            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None),
+        };
+        match prepared.admitted(spent) {
+            Ok(admission) => {
                 tracing::info!(
                     target: "agent_airlock",
                     rules = %rules,
@@ -504,16 +548,14 @@ impl Dispatcher {
                     "approval spent"
                 );
                 trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
-                self.record(name, id, context, AuditOutcome::Approved, trail);
                 Ok(reservation)
             }
-            Ok(Err(effect_refused)) => Err(refusal::effect(name, effect_refused, now)),
-            Err(not_admitted) => Err(refusal::not_admitted(name, &rules, not_admitted)),
+            Err(not_admitted) => refused(trail, refusal::not_admitted(name, &rules, not_admitted)),
         }
     }
 
-    /// Gate 9: the tool's output as a message (masked) or a host command (untouched), with its effect
-    /// settled and its audit facts noted.
+    /// Gate 9: the tool's output as a message (masked) or a host command (untouched), with how its
+    /// effect settles and its audit facts noted (written after the gates, in one write).
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &self,
@@ -530,9 +572,7 @@ impl Dispatcher {
             ToolOutput::Content(mut value) => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
                 self.mask(&mut value, entry.mask);
-                if let Some(guard) = effect {
-                    guard.settle(Settle::Commit);
-                }
+                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
                 trail.outcome = Some(AuditOutcome::Executed);
                 if audited {
                     trail.result = Some(value.clone());
@@ -541,9 +581,7 @@ impl Dispatcher {
             }
             ToolOutput::Command(command) => {
                 tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
-                if let Some(guard) = effect {
-                    guard.settle(Settle::Commit);
-                }
+                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
                 trail.outcome = Some(AuditOutcome::Executed);
                 if audited {
                     trail.result = serde_json::to_value(&command).ok();
@@ -555,9 +593,8 @@ impl Dispatcher {
                 // Error text can carry secrets too (a connection string in a driver's message).
                 let text = self.masker.mask_text(error.message(), entry.mask).into_owned();
                 tracing::info!(target: "agent_airlock", outcome = "failed", not_executed, "tool returned an error");
-                if let Some(guard) = effect {
-                    guard.settle(if not_executed { Settle::Fail } else { Settle::Ambiguous });
-                }
+                let how = if not_executed { Settle::Fail } else { Settle::Ambiguous };
+                trail.settle = effect.and_then(|guard| guard.take(how));
                 trail.outcome = Some(AuditOutcome::Failed { not_executed });
                 if audited {
                     trail.result = Some(Value::String(text.clone()));

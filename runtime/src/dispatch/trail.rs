@@ -1,12 +1,13 @@
-//! The facts of one dispatch, gathered along the gates for its audit record.
+//! The facts of one dispatch, gathered along the gates for its audit records and its settlement.
 
 use serde_json::Value;
 
-use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
+use crate::audit::{AuditEntry, AuditEvent, AuditLog, AuditOutcome};
 use crate::context::CallContext;
+use crate::effect::{Reservation, Settle};
 use crate::message::RefusalKind;
 
-/// What the audit record of one dispatch says.
+/// What the audit record of one dispatch says, and what is still to be written.
 #[derive(Default)]
 pub(super) struct Trail {
     pub(super) outcome: Option<AuditOutcome>,
@@ -14,11 +15,23 @@ pub(super) struct Trail {
     pub(super) detail: Option<String>,
     pub(super) arguments: Option<Value>,
     pub(super) result: Option<Value>,
+    /// Records prepared along the way (a human's approval during the call) and written with the next
+    /// durable write of the dispatch: its admission, or its settlement.
+    pub(super) pending: Vec<AuditEntry>,
+    /// The reserved effect and how the tool's outcome settles it, written with the final record.
+    pub(super) settle: Option<(Reservation, Settle)>,
 }
 
 impl Trail {
-    /// Appends one record to `log`. A failed append is logged, never hidden.
-    pub(super) fn record(&self, log: &AuditLog, tool: &str, id: &str, context: &CallContext, outcome: AuditOutcome) {
+    /// The record of this dispatch with `outcome`, as it stands now, prepared for `log`.
+    pub(super) fn entry(
+        &self,
+        log: &AuditLog,
+        tool: &str,
+        id: &str,
+        context: &CallContext,
+        outcome: AuditOutcome,
+    ) -> AuditEntry {
         let mut event = AuditEvent::new(tool, id, outcome)
             .thread_id(context.thread_id())
             .rule(self.rule.as_deref())
@@ -29,9 +42,7 @@ impl Trail {
         if let Some(result) = &self.result {
             event = event.result(result);
         }
-        if let Err(err) = log.append(event) {
-            tracing::error!(target: "agent_airlock", error = %err, "audit append failed");
-        }
+        log.prepare(&event)
     }
 }
 

@@ -1,45 +1,51 @@
-//! A reserved effect held by a running call: settled from the tool's outcome, or marked ambiguous if the
-//! call is cancelled (the dispatch future dropped while the tool ran).
+//! A reserved effect held by a running call: handed back to be settled with the call's audit record, or
+//! marked ambiguous if the call is cancelled (the dispatch future dropped while the tool ran).
 
 use std::sync::Arc;
 
 use super::transition::Settle;
 use super::{EffectStore, Reservation};
 use crate::clock::Clock;
+use crate::store::{Decision, StoreHandle};
 
-/// Settles its reservation exactly once: explicitly, or as ambiguous when dropped unsettled.
+/// Holds a reservation until the dispatcher takes it to settle; dropped still holding it, it marks the
+/// effect ambiguous.
 pub(crate) struct EffectGuard {
     store: Arc<dyn EffectStore>,
-    reservation: Reservation,
+    handle: Option<StoreHandle>,
+    reservation: Option<Reservation>,
     clock: Arc<dyn Clock>,
-    settled: bool,
 }
 
 impl EffectGuard {
     pub(crate) fn new(store: Arc<dyn EffectStore>, reservation: Reservation, clock: Arc<dyn Clock>) -> Self {
-        EffectGuard { store, reservation, clock, settled: false }
+        EffectGuard { handle: store.store_handle(), store, reservation: Some(reservation), clock }
     }
 
-    pub(crate) fn settle(&mut self, how: Settle) {
-        self.settled = true;
-        let now = self.clock.now();
-        let result = match how {
-            Settle::Commit => self.store.commit(&self.reservation, now),
-            Settle::Fail => self.store.fail(&self.reservation, now),
-            Settle::Ambiguous => self.store.mark_ambiguous(&self.reservation, now),
-        };
-        if let Err(err) = result {
-            // The lease will lapse and the key become ambiguous: never silently re-runnable.
-            tracing::error!(target: "agent_airlock", error = %err, settle = ?how, "effect record not settled");
-        }
+    /// The reservation, to settle `how`: the guard no longer settles it.
+    pub(crate) fn take(&mut self, how: Settle) -> Option<(Reservation, Settle)> {
+        self.reservation.take().map(|reservation| (reservation, how))
     }
 }
 
 impl Drop for EffectGuard {
     fn drop(&mut self) {
-        if !self.settled {
-            tracing::warn!(target: "agent_airlock", key = %self.reservation.key(), "call cancelled while its effect ran");
-            self.settle(Settle::Ambiguous);
+        let Some(reservation) = self.reservation.take() else { return };
+        tracing::warn!(target: "agent_airlock", key = %reservation.key(), "call cancelled while its effect ran");
+        let now = self.clock.now();
+        match &self.handle {
+            // Queued, not awaited (a destructor cannot wait): the writer applies it all the same, and if
+            // it fails the lease lapses and the key becomes ambiguous, never silently re-runnable.
+            Some(handle) => drop(handle.decide(Decision {
+                now,
+                settle: Some((reservation, Settle::Ambiguous)),
+                ..Decision::default()
+            })),
+            None => {
+                if let Err(err) = self.store.mark_ambiguous(&reservation, now) {
+                    tracing::error!(target: "agent_airlock", error = %err, "effect record not settled");
+                }
+            }
         }
     }
 }

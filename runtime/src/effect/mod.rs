@@ -33,10 +33,14 @@ pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
 pub(crate) use redb::EFFECTS_TABLE;
 pub use redb::RedbEffectStore;
-pub(crate) use redb::{decode as decode_record, encode as encode_record};
-pub(crate) use transition::{Settle, reserve as reserve_step};
+pub(crate) use redb::{decode as decode_record, encode as encode_record, fault as writer_fault};
 #[cfg(feature = "postgres")]
-pub(crate) use transition::{Step, resolve as resolve_step, settle as settle_step};
+pub(crate) use transition::Step;
+#[cfg(feature = "postgres")]
+pub(crate) use transition::resolve as resolve_step;
+pub(crate) use transition::{Settle, reserve as reserve_step, settle as settle_step};
+
+use crate::store::StoreHandle;
 
 /// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the
 /// ledger's atomic spend-and-reserve writes the same records it settles.
@@ -85,6 +89,13 @@ pub trait EffectStore: Send + Sync + 'static {
     fn storage_id(&self) -> Option<StorageId> {
         None
     }
+
+    /// The durable store these records are written through, if a dispatcher can write an effect step
+    /// together with the call's audit record there, awaiting it (redb, PostgreSQL). Custom stores keep
+    /// the default, `None`: a dispatcher then calls the methods above.
+    fn store_handle(&self) -> Option<StoreHandle> {
+        None
+    }
 }
 
 impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
@@ -111,6 +122,9 @@ impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
     }
     fn storage_id(&self) -> Option<StorageId> {
         (**self).storage_id()
+    }
+    fn store_handle(&self) -> Option<StoreHandle> {
+        (**self).store_handle()
     }
 }
 

@@ -4,20 +4,25 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, TableDefinition};
 
 use super::transition::{self, Settle, Step};
 use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, StorageId};
+use crate::ledger::{LedgerError, LedgerTables, RedbWriter};
+use crate::store::StoreHandle;
 
 /// The records: effect key → JSON of its [`EffectRecord`].
 pub(crate) const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
     TableDefinition::new("agent_airlock_effects");
 
-/// Effect records in a redb database. Every step is one write transaction with redb's default
-/// [`Durability::Immediate`](redb::Durability): a reservation is on disk before the tool runs, so a crash
-/// can never make an effect silently runnable again.
+/// Effect records in a redb database. Every step is written with [`Durability::Immediate`](redb::Durability)
+/// by the database's one writer thread (shared with the approval ledger and the audit log of the same
+/// `Arc<Database>`, so concurrent steps share commits): a reservation is on disk before the tool runs, so
+/// a crash can never make an effect silently runnable again. The methods wait for the commit; a
+/// dispatcher awaits it instead.
 pub struct RedbEffectStore {
     db: Arc<Database>,
+    writer: Arc<RedbWriter>,
 }
 
 impl std::fmt::Debug for RedbEffectStore {
@@ -40,12 +45,13 @@ impl RedbEffectStore {
         let txn = db.begin_write().map_err(EffectError::storage)?;
         txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
         txn.commit().map_err(EffectError::storage)?;
-        Ok(RedbEffectStore { db })
+        let writer = RedbWriter::for_database(&db).map_err(|err| EffectError::Database(Arc::new(err)))?;
+        Ok(RedbEffectStore { db, writer })
     }
 
     /// The effect records in a database whose schema already has the table (the approval ledger's).
-    pub(crate) fn shared(db: Arc<Database>) -> RedbEffectStore {
-        RedbEffectStore { db }
+    pub(crate) fn shared(db: Arc<Database>, writer: Arc<RedbWriter>) -> RedbEffectStore {
+        RedbEffectStore { db, writer }
     }
 
     /// The database, e.g. to close it before another process takes its turn.
@@ -53,27 +59,34 @@ impl RedbEffectStore {
         &self.db
     }
 
-    /// Reads `key`'s record, runs `run` on it and writes what it returns, in one write transaction.
-    fn step<T>(&self, key: &str, run: impl FnOnce(Option<EffectRecord>) -> Step<T>) -> Result<T, EffectError> {
-        let txn = self.db.begin_write().map_err(EffectError::storage)?;
-        let step = {
-            let mut table = txn.open_table(EFFECTS_TABLE).map_err(EffectError::storage)?;
-            let current = match table.get(key).map_err(EffectError::storage)? {
-                Some(bytes) => Some(decode(key, bytes.value())?),
-                None => None,
-            };
-            let step = run(current);
-            if let Some(record) = &step.write {
-                table.insert(record.key.as_str(), encode(record).as_slice()).map_err(EffectError::storage)?;
-            }
-            step
-        };
-        if step.write.is_some() {
-            txn.commit().map_err(EffectError::storage)?;
-        } else {
-            txn.abort().map_err(EffectError::storage)?;
-        }
-        step.answer
+    /// Reads `key`'s record, runs `run` on it and writes what it returns, in one write of the shared
+    /// writer; waits for the commit.
+    fn step<T: Send + 'static>(
+        &self,
+        key: &str,
+        run: impl Fn(Option<EffectRecord>) -> Step<T> + Send + 'static,
+    ) -> Result<T, EffectError> {
+        let key = key.to_owned();
+        self.writer
+            .op(move |tables| {
+                tables.open_effects()?;
+                let step = run(tables.effect(&key)?);
+                if let Some(record) = &step.write {
+                    tables.set_effect(record)?;
+                }
+                Ok(step.answer)
+            })
+            .wait()
+            .map_err(fault)?
+    }
+}
+
+/// A fault of the shared writer, as an effect-store fault.
+pub(crate) fn fault(err: LedgerError) -> EffectError {
+    match err {
+        LedgerError::CorruptRecord { key, detail, .. } => EffectError::Corrupt { key, reason: detail },
+        LedgerError::Storage(source) => EffectError::Database(source),
+        other => EffectError::Database(Arc::new(other)),
     }
 }
 
@@ -96,19 +109,23 @@ pub(crate) fn decode(key: &str, bytes: &[u8]) -> Result<EffectRecord, EffectErro
 
 impl EffectStore for RedbEffectStore {
     fn reserve(&self, key: &str, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
-        self.step(key, |current| transition::reserve(current, key, lease, now))
+        let owned = key.to_owned();
+        self.step(key, move |current| transition::reserve(current, &owned, lease, now))
     }
 
     fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Commit, now))
+        let held = reservation.clone();
+        self.step(reservation.key(), move |current| transition::settle(current, &held, Settle::Commit, now))
     }
 
     fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Fail, now))
+        let held = reservation.clone();
+        self.step(reservation.key(), move |current| transition::settle(current, &held, Settle::Fail, now))
     }
 
     fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        self.step(reservation.key(), |current| transition::settle(current, reservation, Settle::Ambiguous, now))
+        let held = reservation.clone();
+        self.step(reservation.key(), move |current| transition::settle(current, &held, Settle::Ambiguous, now))
     }
 
     fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
@@ -144,10 +161,15 @@ impl EffectStore for RedbEffectStore {
     }
 
     fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
-        self.step(key, |current| transition::resolve(current, key, resolution, now))
+        let owned = key.to_owned();
+        self.step(key, move |current| transition::resolve(current, &owned, resolution, now))
     }
 
     fn storage_id(&self) -> Option<StorageId> {
         Some(StorageId::of(&self.db))
+    }
+
+    fn store_handle(&self) -> Option<StoreHandle> {
+        Some(StoreHandle::redb(Arc::clone(&self.writer)))
     }
 }

@@ -44,16 +44,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::effect::{EffectError, EffectStore, Reservation};
+use crate::store::StoreHandle;
 
 pub use self::memory::MemoryLedger;
+#[cfg(feature = "postgres")]
+pub(crate) use self::postgres::Shared as PostgresShared;
+#[cfg(feature = "postgres")]
+pub(crate) use self::postgres::decide as postgres_decide;
 #[cfg(feature = "postgres")]
 pub use self::postgres::{
     POSTGRES_SCHEMA_VERSION, PostgresEffectStore, PostgresLedger, PostgresOpenError, PostgresOptions,
 };
+pub(crate) use self::redb::RedbWriter;
 pub use self::redb::{
     APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
 };
 pub use self::reply::{LedgerReply, ReplySender};
+pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
 
 /// Stores approvals. Every write is atomic; [`ApprovalLedger::spend`] succeeds at most once per grant.
 ///
@@ -108,6 +115,13 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// never a request with a grant that could still be spent. Afterwards the removed ids are unknown: a
     /// removed grant admits nothing.
     fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport>;
+
+    /// The durable store this ledger writes through, if a dispatcher can write a call's spend together
+    /// with its effect step and audit record there (redb, PostgreSQL). Custom ledgers keep the default,
+    /// `None`: a dispatcher then writes each part on its own.
+    fn store_handle(&self) -> Option<StoreHandle> {
+        None
+    }
 }
 
 impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
@@ -144,6 +158,9 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     }
     fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
         (**self).prune(cutoff, now)
+    }
+    fn store_handle(&self) -> Option<StoreHandle> {
+        (**self).store_handle()
     }
 }
 

@@ -48,6 +48,8 @@ use super::{
     ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
     RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
+use crate::audit::{AuditAppend, AuditReceipt};
+use crate::store::{self, Decided, Decision, DecisionTables, NotDecided, StoreHandle};
 
 /// The newest schema version this build knows (the number of its last migration).
 pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
@@ -146,7 +148,7 @@ pub enum PostgresOpenError {
 }
 
 /// What the ledger and its effect store share: the pool and the runtime that drives it.
-struct Shared {
+pub(crate) struct Shared {
     pool: Pool,
     handle: Handle,
     runtime: Option<tokio::runtime::Runtime>,
@@ -236,6 +238,11 @@ impl PostgresLedger {
         self.shared.handle.spawn(async move { sender.send(future.await) });
         reply.wait()
     }
+}
+
+/// Applies a dispatcher's decision (spend, reservation, settlement) in one transaction, like every write.
+pub(crate) fn decide(shared: &Arc<Shared>, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>> {
+    write(shared, move |tables| store::decide(tables, &decision))
 }
 
 /// Runs `op` in one transaction on a blocking thread of the ledger's runtime, retrying it from the start
@@ -549,6 +556,18 @@ impl LedgerTables for PgTables<'_, '_> {
     }
 }
 
+impl DecisionTables for PgTables<'_, '_> {
+    fn append_audit(&mut self, _append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
+        // A dispatcher sends audit records to the audit log's own store when the ledger is on PostgreSQL.
+        Err(LedgerError::storage(NoAuditLog))
+    }
+}
+
+/// The PostgreSQL backend keeps no audit log.
+#[derive(Debug, thiserror::Error)]
+#[error("the PostgreSQL store keeps no audit log; audit records go to the audit log's own store")]
+struct NoAuditLog;
+
 fn encode_record_text(record: &EffectRecord) -> String {
     String::from_utf8(encode_record(record)).unwrap_or_default()
 }
@@ -580,6 +599,10 @@ impl ApprovalLedger for PostgresLedger {
 
     fn effects(&self) -> Arc<dyn EffectStore> {
         Arc::new(self.effect_store())
+    }
+
+    fn store_handle(&self) -> Option<StoreHandle> {
+        Some(StoreHandle::postgres(Arc::clone(&self.shared)))
     }
 
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
@@ -775,5 +798,9 @@ impl EffectStore for PostgresEffectStore {
 
     fn storage_id(&self) -> Option<StorageId> {
         Some(StorageId::of(&self.shared))
+    }
+
+    fn store_handle(&self) -> Option<StoreHandle> {
+        Some(StoreHandle::postgres(Arc::clone(&self.shared)))
     }
 }

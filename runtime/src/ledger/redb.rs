@@ -12,6 +12,12 @@
 //! refused (a replayed spend, a second approval of a live grant) changed nothing: it is aborted instead of
 //! committed, so a replay costs no disk flush.
 //!
+//! **One writer per database.** The writer belongs to the `Arc<Database>`, not to the ledger: a
+//! [`RedbEffectStore`] and an [`AuditLog`](crate::audit::AuditLog) opened on the same `Arc<Database>`
+//! hand their writes to the same thread, so every write to the file is group-committed, and a
+//! dispatcher's decision (a spend, an effect reservation and its audit record) is one write of one
+//! transaction. Callers await the answer; nothing blocks an async executor.
+//!
 //! **Processes.** redb 4.6 offers three concurrency modes (`redb::ConcurrencyMode`, since 4.5):
 //! `ExclusiveWriter` (the default: the whole file is locked by one process; any other open fails with
 //! `DatabaseAlreadyOpen`), `SingleWriter` (one writing process, any number of read-only ones following
@@ -28,7 +34,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, Weak, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,9 +45,11 @@ use ::redb::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::audit::{Anchor, AuditAppend, AuditError, AuditReceipt, HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 use crate::effect::{
     EFFECTS_TABLE, EffectError, EffectRecord, EffectStore, RedbEffectStore, decode_record, encode_record,
 };
+use crate::store::{DecisionTables, StoreHandle};
 
 use super::transitions::{self, LedgerTables};
 use super::{
@@ -266,9 +274,7 @@ struct SharedStats {
 /// run on the caller's thread. Dropping the ledger lets queued writes finish, then stops the writer.
 pub struct RedbLedger {
     database: Arc<Database>,
-    jobs: Option<mpsc::Sender<Job>>,
-    writer: Option<JoinHandle<()>>,
-    stats: Arc<SharedStats>,
+    writer: Arc<RedbWriter>,
 }
 
 impl std::fmt::Debug for RedbLedger {
@@ -296,19 +302,13 @@ impl RedbLedger {
 
     /// A ledger in a database that other stores (audit log, effect records) share. Creates the approval
     /// tables if they are missing.
+    ///
+    /// The ledger writes through the database's one writer thread, which the effect records and the
+    /// audit log of the same `Arc<Database>` share.
     pub fn from_database(database: Arc<Database>) -> Result<Self, OpenError> {
         prepare_schema(&database)?;
-        let (jobs, queue) = mpsc::channel();
-        let stats = Arc::new(SharedStats::default());
-        let writer = {
-            let database = database.clone();
-            let stats = stats.clone();
-            std::thread::Builder::new()
-                .name("airlock-ledger-writer".into())
-                .spawn(move || run_writer(&database, &queue, &stats))
-                .map_err(OpenError::WriterThread)?
-        };
-        Ok(RedbLedger { database, jobs: Some(jobs), writer: Some(writer), stats })
+        let writer = RedbWriter::for_database(&database).map_err(OpenError::WriterThread)?;
+        Ok(RedbLedger { database, writer })
     }
 
     /// The database, to share with other stores.
@@ -316,22 +316,20 @@ impl RedbLedger {
         &self.database
     }
 
-    /// How many commits carried how many writes so far.
+    /// How many commits carried how many writes so far: the database's writer, so the writes of effect
+    /// stores and audit logs sharing the database count too.
     pub fn writer_stats(&self) -> WriterStats {
-        WriterStats {
-            commits: self.stats.commits.load(Ordering::Relaxed),
-            writes: self.stats.writes.load(Ordering::Relaxed),
-            largest_batch: self.stats.largest_batch.load(Ordering::Relaxed),
-        }
+        self.writer.stats()
     }
 
-    fn submit<T>(&self, make: impl FnOnce(ReplySender<T>) -> Job) -> LedgerReply<T> {
-        let (sender, reply) = LedgerReply::channel();
-        if let Some(jobs) = &self.jobs {
-            // A failed send drops the job and its sender, which answers `WriterStopped`.
-            let _ = jobs.send(make(sender));
-        }
-        reply
+    fn submit<T: Send + 'static>(
+        &self,
+        mut run: impl FnMut(&mut WriteTables<'_>) -> Result<T, LedgerError> + Send + 'static,
+    ) -> LedgerReply<T> {
+        self.writer.op(move |tables| {
+            tables.open_ledger()?;
+            run(tables)
+        })
     }
 
     fn read<T>(&self, read: impl FnOnce(&ReadTables) -> Result<T, LedgerError>) -> Result<T, LedgerError> {
@@ -345,31 +343,21 @@ impl RedbLedger {
     }
 }
 
-impl Drop for RedbLedger {
-    fn drop(&mut self) {
-        // Closing the channel lets the writer finish what is queued and return.
-        drop(self.jobs.take());
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
-}
-
 impl ApprovalLedger for RedbLedger {
     fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
-        self.submit(|reply| Job::Record { request, max_pending, reply })
+        self.submit(move |tables| transitions::record_request(tables, request.clone(), max_pending))
     }
 
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
-        self.submit(|reply| Job::Grant { grant, now, reply })
+        self.submit(move |tables| transitions::grant(tables, grant.clone(), now))
     }
 
     fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
-        self.submit(|reply| Job::Deny { denial, reply })
+        self.submit(move |tables| transitions::deny(tables, denial.clone()))
     }
 
     fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
-        self.submit(|reply| Job::Spend { attempt, reply })
+        self.submit(move |tables| transitions::spend(tables, attempt.clone()))
     }
 
     fn spend_and_reserve(
@@ -377,11 +365,15 @@ impl ApprovalLedger for RedbLedger {
         attempt: SpendAttempt,
         claim: EffectClaim,
     ) -> LedgerReply<Result<SpendReserved, EffectError>> {
-        self.submit(|reply| Job::SpendReserve { attempt, claim, reply })
+        self.submit(move |tables| transitions::spend_and_reserve(tables, attempt.clone(), &claim))
     }
 
     fn effects(&self) -> Arc<dyn EffectStore> {
-        Arc::new(RedbEffectStore::shared(Arc::clone(&self.database)))
+        Arc::new(RedbEffectStore::shared(Arc::clone(&self.database), Arc::clone(&self.writer)))
+    }
+
+    fn store_handle(&self) -> Option<StoreHandle> {
+        Some(StoreHandle::redb(Arc::clone(&self.writer)))
     }
 
     fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
@@ -416,7 +408,7 @@ impl ApprovalLedger for RedbLedger {
     }
 
     fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
-        self.submit(|reply| Job::Prune { cutoff, now, reply })
+        self.submit(move |tables| transitions::prune(tables, cutoff, now))
     }
 }
 
@@ -499,61 +491,146 @@ struct ReadTables {
     grants: ::redb::ReadOnlyTable<&'static str, &'static [u8]>,
 }
 
-struct WriteTables<'txn> {
-    requests: Table<'txn, &'static str, &'static [u8]>,
-    status: Table<'txn, &'static str, &'static [u8]>,
-    grants: Table<'txn, &'static str, &'static [u8]>,
-    pending: Table<'txn, &'static str, u64>,
-    effects: Table<'txn, &'static str, &'static [u8]>,
+/// The tables of one write transaction, opened when a job first touches them (a file holding only an
+/// audit log never gets approval tables, and the other way round).
+pub(crate) struct WriteTables<'txn> {
+    txn: &'txn WriteTransaction,
+    requests: Option<Table<'txn, &'static str, &'static [u8]>>,
+    status: Option<Table<'txn, &'static str, &'static [u8]>>,
+    grants: Option<Table<'txn, &'static str, &'static [u8]>>,
+    pending: Option<Table<'txn, &'static str, u64>>,
+    effects: Option<Table<'txn, &'static str, &'static [u8]>>,
+    audit_records: Option<Table<'txn, u64, &'static [u8]>>,
+    audit_head: Option<Table<'txn, &'static str, &'static [u8]>>,
     /// Whether any job of the batch wrote: a batch of refusals has nothing to commit.
     wrote: bool,
 }
 
+/// Opens `definition` into `slot` on first use. Reads take `&self` (the transitions' tables are read
+/// through `&self`), so a job opens the tables it uses before it runs (`open_ledger`, `open_effects`).
+fn open_in<'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+    txn: &'txn WriteTransaction,
+    slot: &mut Option<Table<'txn, K, V>>,
+    definition: TableDefinition<'static, K, V>,
+) -> Result<(), LedgerError> {
+    if slot.is_none() {
+        *slot = Some(txn.open_table(definition).map_err(LedgerError::storage)?);
+    }
+    Ok(())
+}
+
 impl<'txn> WriteTables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, LedgerError> {
-        Ok(WriteTables {
-            requests: txn.open_table(REQUESTS).map_err(LedgerError::storage)?,
-            status: txn.open_table(STATUS).map_err(LedgerError::storage)?,
-            grants: txn.open_table(GRANTS).map_err(LedgerError::storage)?,
-            pending: txn.open_table(PENDING).map_err(LedgerError::storage)?,
-            effects: txn.open_table(EFFECTS_TABLE).map_err(LedgerError::storage)?,
+    fn open(txn: &'txn WriteTransaction) -> Self {
+        WriteTables {
+            txn,
+            requests: None,
+            status: None,
+            grants: None,
+            pending: None,
+            effects: None,
+            audit_records: None,
+            audit_head: None,
             wrote: false,
-        })
+        }
+    }
+
+    /// Opens the approval tables and the effect records, which the ledger's transitions read through
+    /// `&self`.
+    pub(crate) fn open_ledger(&mut self) -> Result<(), LedgerError> {
+        open_in(self.txn, &mut self.requests, REQUESTS)?;
+        open_in(self.txn, &mut self.status, STATUS)?;
+        open_in(self.txn, &mut self.grants, GRANTS)?;
+        open_in(self.txn, &mut self.pending, PENDING)?;
+        open_in(self.txn, &mut self.effects, EFFECTS_TABLE)
+    }
+
+    /// Opens the effect records alone.
+    pub(crate) fn open_effects(&mut self) -> Result<(), LedgerError> {
+        open_in(self.txn, &mut self.effects, EFFECTS_TABLE)
+    }
+
+    /// Appends prepared audit records after the stored head, and the new head, in this transaction.
+    pub(crate) fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
+        open_in(self.txn, &mut self.audit_records, RECORDS_TABLE)?;
+        open_in(self.txn, &mut self.audit_head, HEAD_TABLE)?;
+        let audit = |err: AuditError| LedgerError::storage(err);
+        let heads = opened_mut(&mut self.audit_head, "audit head")?;
+        let head = match heads.get(HEAD_KEY).map_err(LedgerError::storage)? {
+            Some(bytes) => Some(Anchor::decode_stored(bytes.value()).map_err(audit)?),
+            None => None,
+        };
+        let (batch, receipts) = append.link(head).map_err(audit)?;
+        heads.insert(HEAD_KEY, batch.head.encode_stored().as_slice()).map_err(LedgerError::storage)?;
+        let records = opened_mut(&mut self.audit_records, "audit records")?;
+        for (seq, bytes) in &batch.records {
+            records.insert(*seq, bytes.as_slice()).map_err(LedgerError::storage)?;
+        }
+        self.wrote = true;
+        Ok(receipts)
+    }
+}
+
+/// A table opened by `open_ledger`/`open_effects` (every job opens the tables it uses first).
+fn opened<'a, T>(slot: &'a Option<T>, table: &'static str) -> Result<&'a T, LedgerError> {
+    slot.as_ref().ok_or(LedgerError::CorruptRecord {
+        table,
+        key: String::new(),
+        detail: "the table was read before it was opened".to_owned(),
+    })
+}
+
+fn opened_mut<'a, T>(slot: &'a mut Option<T>, table: &'static str) -> Result<&'a mut T, LedgerError> {
+    slot.as_mut().ok_or(LedgerError::CorruptRecord {
+        table,
+        key: String::new(),
+        detail: "the table was written before it was opened".to_owned(),
+    })
+}
+
+impl DecisionTables for WriteTables<'_> {
+    fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
+        WriteTables::append_audit(self, append)
     }
 }
 
 impl LedgerTables for WriteTables<'_> {
     fn request(&self, request_id: &str) -> Result<Option<RequestRecord>, LedgerError> {
-        get(&self.requests, "requests", request_id)
+        get(opened(&self.requests, "requests")?, "requests", request_id)
     }
     fn insert_request(&mut self, request: &RequestRecord) -> Result<(), LedgerError> {
         let bytes = encode("requests", &request.request_id, request)?;
         self.wrote = true;
-        self.requests.insert(request.request_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.requests, "requests")?
+            .insert(request.request_id.as_str(), bytes.as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn status(&self, request_id: &str) -> Result<Option<RequestStatus>, LedgerError> {
-        get(&self.status, "status", request_id)
+        get(opened(&self.status, "status")?, "status", request_id)
     }
     fn set_status(&mut self, request_id: &str, status: &RequestStatus) -> Result<(), LedgerError> {
         let bytes = encode("status", request_id, status)?;
         self.wrote = true;
-        self.status.insert(request_id, bytes.as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.status, "status")?.insert(request_id, bytes.as_slice()).map_err(LedgerError::storage)?;
         Ok(())
     }
     fn grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
-        get(&self.grants, "grants", grant_id)
+        get(opened(&self.grants, "grants")?, "grants", grant_id)
     }
     fn set_grant(&mut self, entry: &GrantEntry) -> Result<(), LedgerError> {
         let bytes = encode("grants", &entry.grant.grant_id, entry)?;
         self.wrote = true;
-        self.grants.insert(entry.grant.grant_id.as_str(), bytes.as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.grants, "grants")?
+            .insert(entry.grant.grant_id.as_str(), bytes.as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn pending_in(&self, scope: &str) -> Result<Vec<(String, Option<Duration>)>, LedgerError> {
         let (start, end) = (format!("{scope}\u{0}"), format!("{scope}\u{1}"));
         let mut found = Vec::new();
-        for item in self.pending.range(start.as_str()..end.as_str()).map_err(LedgerError::storage)? {
+        for item in
+            opened(&self.pending, "pending")?.range(start.as_str()..end.as_str()).map_err(LedgerError::storage)?
+        {
             let (key, expires_at) = item.map_err(LedgerError::storage)?;
             let request_id = key.value()[start.len()..].to_owned();
             let expires_at = Some(expires_at.value()).filter(|ms| *ms != u64::MAX).map(Duration::from_millis);
@@ -564,16 +641,20 @@ impl LedgerTables for WriteTables<'_> {
     fn add_pending(&mut self, scope: &str, request_id: &str, expires_at: Option<Duration>) -> Result<(), LedgerError> {
         let ms = expires_at.map_or(u64::MAX, |at| u64::try_from(at.as_millis()).unwrap_or(u64::MAX - 1));
         self.wrote = true;
-        self.pending.insert(format!("{scope}\u{0}{request_id}").as_str(), ms).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.pending, "pending")?
+            .insert(format!("{scope}\u{0}{request_id}").as_str(), ms)
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn remove_pending(&mut self, scope: &str, request_id: &str) -> Result<(), LedgerError> {
         self.wrote = true;
-        self.pending.remove(format!("{scope}\u{0}{request_id}").as_str()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.pending, "pending")?
+            .remove(format!("{scope}\u{0}{request_id}").as_str())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
-        match self.effects.get(key).map_err(LedgerError::storage)? {
+        match opened(&self.effects, "effects")?.get(key).map_err(LedgerError::storage)? {
             Some(bytes) => decode_record(key, bytes.value()).map(Some).map_err(|err| LedgerError::CorruptRecord {
                 table: "effects",
                 key: key.to_owned(),
@@ -584,12 +665,14 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError> {
         self.wrote = true;
-        self.effects.insert(record.key.as_str(), encode_record(record).as_slice()).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.effects, "effects")?
+            .insert(record.key.as_str(), encode_record(record).as_slice())
+            .map_err(LedgerError::storage)?;
         Ok(())
     }
     fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
         let mut statuses = Vec::new();
-        for item in self.status.iter().map_err(LedgerError::storage)? {
+        for item in opened(&self.status, "status")?.iter().map_err(LedgerError::storage)? {
             let (key, value) = item.map_err(LedgerError::storage)?;
             statuses.push((key.value().to_owned(), decode("status", key.value(), value.value())?));
         }
@@ -597,7 +680,7 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn grants(&self) -> Result<Vec<GrantEntry>, LedgerError> {
         let mut grants = Vec::new();
-        for item in self.grants.iter().map_err(LedgerError::storage)? {
+        for item in opened(&self.grants, "grants")?.iter().map_err(LedgerError::storage)? {
             let (key, value) = item.map_err(LedgerError::storage)?;
             grants.push(decode("grants", key.value(), value.value())?);
         }
@@ -605,91 +688,141 @@ impl LedgerTables for WriteTables<'_> {
     }
     fn remove_request(&mut self, request_id: &str) -> Result<(), LedgerError> {
         self.wrote = true;
-        self.requests.remove(request_id).map_err(LedgerError::storage)?;
-        self.status.remove(request_id).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.requests, "requests")?.remove(request_id).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.status, "status")?.remove(request_id).map_err(LedgerError::storage)?;
         Ok(())
     }
     fn remove_grant(&mut self, grant_id: &str) -> Result<(), LedgerError> {
         self.wrote = true;
-        self.grants.remove(grant_id).map_err(LedgerError::storage)?;
+        opened_mut(&mut self.grants, "grants")?.remove(grant_id).map_err(LedgerError::storage)?;
         Ok(())
     }
 }
 
 // ---- the writer ----
 
-enum Job {
-    Record { request: RequestRecord, max_pending: Option<u32>, reply: ReplySender<()> },
-    Grant { grant: GrantRecord, now: Duration, reply: ReplySender<GrantRecord> },
-    Deny { denial: DenialRecord, reply: ReplySender<DenialRecord> },
-    Spend { attempt: SpendAttempt, reply: ReplySender<SpentRecord> },
-    SpendReserve { attempt: SpendAttempt, claim: EffectClaim, reply: ReplySender<Result<SpendReserved, EffectError>> },
-    Prune { cutoff: Duration, now: Duration, reply: ReplySender<PruneReport> },
+/// One write handed to the writer: run inside a batch's transaction (perhaps again, alone, if the batch
+/// failed), then answered once the batch committed.
+pub(crate) trait WriteJob: Send {
+    /// Applies the write. `Err` is a fault, which aborts the transaction; a refusal by the rules is an
+    /// outcome kept for [`answer`](Self::answer) (and writes nothing).
+    fn run(&mut self, tables: &mut WriteTables<'_>) -> Result<(), LedgerError>;
+    /// Answers with the outcome of the last `run`, after the commit.
+    fn answer(self: Box<Self>);
+    /// Answers with a fault: nothing of this job was committed.
+    fn fail(self: Box<Self>, error: LedgerError);
 }
 
-enum Outcome {
-    Record(Result<(), LedgerError>),
-    Grant(Result<GrantRecord, LedgerError>),
-    Deny(Result<DenialRecord, LedgerError>),
-    Spend(Result<SpentRecord, LedgerError>),
-    SpendReserve(Result<Result<SpendReserved, EffectError>, LedgerError>),
-    Prune(Result<PruneReport, LedgerError>),
+/// A write as a closure: `run` returns the answer, or a refusal (a non-fault [`LedgerError`]), or a fault.
+struct Op<R, F> {
+    run: F,
+    outcome: Option<Result<R, LedgerError>>,
+    reply: ReplySender<R>,
 }
 
-/// A refusal by the rules is an outcome to report; a fault aborts the transaction.
-fn outcome<T>(
-    result: Result<T, LedgerError>,
-    wrap: fn(Result<T, LedgerError>) -> Outcome,
-) -> Result<Outcome, LedgerError> {
-    match result {
-        Err(err) if err.is_fault() => Err(err),
-        result => Ok(wrap(result)),
-    }
-}
-
-impl Job {
-    fn run(&self, tables: &mut WriteTables<'_>) -> Result<Outcome, LedgerError> {
-        match self {
-            Job::Record { request, max_pending, .. } => {
-                outcome(transitions::record_request(tables, request.clone(), *max_pending), Outcome::Record)
+impl<R, F> WriteJob for Op<R, F>
+where
+    R: Send,
+    F: FnMut(&mut WriteTables<'_>) -> Result<R, LedgerError> + Send,
+{
+    fn run(&mut self, tables: &mut WriteTables<'_>) -> Result<(), LedgerError> {
+        match (self.run)(tables) {
+            Err(err) if err.is_fault() => Err(err),
+            outcome => {
+                self.outcome = Some(outcome);
+                Ok(())
             }
-            Job::Grant { grant, now, .. } => outcome(transitions::grant(tables, grant.clone(), *now), Outcome::Grant),
-            Job::Deny { denial, .. } => outcome(transitions::deny(tables, denial.clone()), Outcome::Deny),
-            Job::Spend { attempt, .. } => outcome(transitions::spend(tables, attempt.clone()), Outcome::Spend),
-            Job::SpendReserve { attempt, claim, .. } => {
-                outcome(transitions::spend_and_reserve(tables, attempt.clone(), claim), Outcome::SpendReserve)
-            }
-            Job::Prune { cutoff, now, .. } => outcome(transitions::prune(tables, *cutoff, *now), Outcome::Prune),
         }
     }
 
-    fn answer(self, outcome: Outcome) {
-        match (self, outcome) {
-            (Job::Record { reply, .. }, Outcome::Record(result)) => reply.send(result),
-            (Job::Grant { reply, .. }, Outcome::Grant(result)) => reply.send(result),
-            (Job::Deny { reply, .. }, Outcome::Deny(result)) => reply.send(result),
-            (Job::Spend { reply, .. }, Outcome::Spend(result)) => reply.send(result),
-            (Job::SpendReserve { reply, .. }, Outcome::SpendReserve(result)) => reply.send(result),
-            (Job::Prune { reply, .. }, Outcome::Prune(result)) => reply.send(result),
-            // `run` answers each job with its own kind of outcome; were it not so, dropping the job
-            // answers `WriterStopped` rather than a wrong result.
-            (job, _) => drop(job),
+    fn answer(self: Box<Self>) {
+        let Op { outcome, reply, .. } = *self;
+        // Without an outcome the sender is dropped unanswered, which reads as `WriterStopped`.
+        if let Some(outcome) = outcome {
+            reply.send(outcome);
         }
     }
 
-    fn fail(self, error: LedgerError) {
-        match self {
-            Job::Record { reply, .. } => reply.send(Err(error)),
-            Job::Grant { reply, .. } => reply.send(Err(error)),
-            Job::Deny { reply, .. } => reply.send(Err(error)),
-            Job::Spend { reply, .. } => reply.send(Err(error)),
-            Job::SpendReserve { reply, .. } => reply.send(Err(error)),
-            Job::Prune { reply, .. } => reply.send(Err(error)),
+    fn fail(self: Box<Self>, error: LedgerError) {
+        self.reply.send(Err(error));
+    }
+}
+
+/// The writer thread of one redb database: every write to the file from this process goes through it,
+/// batched into shared durable commits (see the module docs). Shared by the ledger, the effect records and
+/// the audit log of one `Arc<Database>`; the thread stops when the last of them is dropped, after the
+/// queued writes.
+pub(crate) struct RedbWriter {
+    database: Arc<Database>,
+    jobs: Option<mpsc::Sender<Box<dyn WriteJob>>>,
+    thread: Option<JoinHandle<()>>,
+    stats: Arc<SharedStats>,
+}
+
+/// The live writers, by database: stores opened on one `Arc<Database>` find the same writer.
+static WRITERS: Mutex<Vec<Weak<RedbWriter>>> = Mutex::new(Vec::new());
+
+impl RedbWriter {
+    /// The writer of `database`, started if it has none yet.
+    pub(crate) fn for_database(database: &Arc<Database>) -> Result<Arc<RedbWriter>, std::io::Error> {
+        // Nothing under this lock can panic halfway: a poisoned list is whole.
+        let mut writers = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
+        writers.retain(|writer| writer.strong_count() > 0);
+        // A live writer holds its database, so a matching address is this very database.
+        if let Some(writer) =
+            writers.iter().filter_map(Weak::upgrade).find(|writer| Arc::ptr_eq(&writer.database, database))
+        {
+            return Ok(writer);
+        }
+        let (jobs, queue) = mpsc::channel();
+        let stats = Arc::new(SharedStats::default());
+        let thread = {
+            let database = Arc::clone(database);
+            let stats = Arc::clone(&stats);
+            std::thread::Builder::new()
+                .name("airlock-redb-writer".into())
+                .spawn(move || run_writer(&database, &queue, &stats))?
+        };
+        let writer =
+            Arc::new(RedbWriter { database: Arc::clone(database), jobs: Some(jobs), thread: Some(thread), stats });
+        writers.push(Arc::downgrade(&writer));
+        Ok(writer)
+    }
+
+    /// Queues `run` as one write; the reply answers once it is durable (or refused, or failed).
+    pub(crate) fn op<R: Send + 'static>(
+        &self,
+        run: impl FnMut(&mut WriteTables<'_>) -> Result<R, LedgerError> + Send + 'static,
+    ) -> LedgerReply<R> {
+        let (reply, answer) = LedgerReply::channel();
+        if let Some(jobs) = &self.jobs {
+            // A failed send drops the job and its sender, which answers `WriterStopped`.
+            let _ = jobs.send(Box::new(Op { run, outcome: None, reply }));
+        }
+        answer
+    }
+
+    /// How many commits carried how many writes so far.
+    pub(crate) fn stats(&self) -> WriterStats {
+        WriterStats {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            writes: self.stats.writes.load(Ordering::Relaxed),
+            largest_batch: self.stats.largest_batch.load(Ordering::Relaxed),
         }
     }
 }
 
-fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedStats) {
+impl Drop for RedbWriter {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued and return.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run_writer(database: &Database, queue: &mpsc::Receiver<Box<dyn WriteJob>>, stats: &SharedStats) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -698,11 +831,11 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedSt
                 Err(_) => break,
             }
         }
-        match commit_batch(database, &batch) {
-            Ok((outcomes, committed)) => {
+        match commit_batch(database, &mut batch) {
+            Ok(committed) => {
                 record_batch(stats, batch.len(), committed);
-                for (job, outcome) in batch.into_iter().zip(outcomes) {
-                    job.answer(outcome);
+                for job in batch {
+                    job.answer();
                 }
             }
             Err(error) if batch.len() == 1 => {
@@ -712,14 +845,11 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Job>, stats: &SharedSt
             }
             // One write's fault must not fail its neighbours: retry each alone.
             Err(_) => {
-                for job in batch {
-                    match commit_batch(database, std::slice::from_ref(&job)) {
-                        Ok((mut outcomes, committed)) => {
+                for mut job in batch {
+                    match commit_batch(database, std::slice::from_mut(&mut job)) {
+                        Ok(committed) => {
                             record_batch(stats, 1, committed);
-                            match outcomes.pop() {
-                                Some(outcome) => job.answer(outcome),
-                                None => job.fail(LedgerError::WriterStopped),
-                            }
+                            job.answer();
                         }
                         Err(error) => job.fail(error),
                     }
@@ -740,23 +870,25 @@ fn record_batch(stats: &SharedStats, writes: usize, committed: bool) {
 
 /// Applies the batch in one write transaction and commits it, durably, if any job wrote; a batch of
 /// refusals (a replayed spend, a second approval of a live grant) read only committed state, which every
-/// commit made durable, so it is aborted instead of paying for an empty durable commit. Returns the
-/// outcomes and whether a commit happened.
-fn commit_batch(database: &Database, batch: &[Job]) -> Result<(Vec<Outcome>, bool), LedgerError> {
+/// commit made durable, so it is aborted instead of paying for an empty durable commit. Returns whether a
+/// commit happened; each job keeps its outcome until it is answered.
+fn commit_batch(database: &Database, batch: &mut [Box<dyn WriteJob>]) -> Result<bool, LedgerError> {
     let mut txn = database.begin_write().map_err(transaction_error)?;
     // Never `Durability::None`: a crash could resurrect a spent grant.
     txn.set_durability(Durability::Immediate).map_err(LedgerError::storage)?;
-    let (outcomes, wrote) = {
-        let mut tables = WriteTables::open(&txn)?;
-        let outcomes = batch.iter().map(|job| job.run(&mut tables)).collect::<Result<Vec<_>, _>>()?;
-        (outcomes, tables.wrote)
+    let wrote = {
+        let mut tables = WriteTables::open(&txn);
+        for job in batch.iter_mut() {
+            job.run(&mut tables)?;
+        }
+        tables.wrote
     };
     if wrote {
         txn.commit().map_err(commit_error)?;
     } else {
         txn.abort().map_err(LedgerError::storage)?;
     }
-    Ok((outcomes, wrote))
+    Ok(wrote)
 }
 
 fn transaction_error(error: TransactionError) -> LedgerError {

@@ -42,11 +42,9 @@ use self::message::{
 };
 use crate::canonical;
 use crate::clock::{Clock, SystemClock};
-use crate::effect::{EffectError, Reservation};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
 use crate::ledger::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
-    SpendReserved, SpentRecord,
+    ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
 };
 use crate::mask::{MaskSet, Masker};
 
@@ -84,6 +82,18 @@ impl std::fmt::Debug for InterruptApprovals {
 pub(crate) struct PreparedAdmission {
     attempt: SpendAttempt,
     key_id: String,
+}
+
+impl PreparedAdmission {
+    /// The spend to write (the dispatcher writes it with the call's effect reservation and audit record).
+    pub(crate) fn attempt(&self) -> &SpendAttempt {
+        &self.attempt
+    }
+
+    /// What the ledger's answer to the spend means for the call.
+    pub(crate) fn admitted(self, spent: Result<SpentRecord, LedgerError>) -> Result<Admission, AdmitError> {
+        finish_admission(self, spent)
+    }
 }
 
 impl InterruptApprovals {
@@ -438,28 +448,6 @@ impl InterruptApprovals {
         resume: &Value,
     ) -> Result<PreparedAdmission, AdmitError> {
         self.prepare_admission(call, resume)
-    }
-
-    /// Spends a verified approval and, in the same atomic write, reserves `claim` (if the tool has an
-    /// effect). The inner `Err` is the reservation's refusal: the grant is then still live.
-    pub(crate) async fn spend_verified(
-        &self,
-        prepared: PreparedAdmission,
-        claim: Option<EffectClaim>,
-    ) -> Result<Result<(Admission, Option<Reservation>), EffectError>, AdmitError> {
-        match claim {
-            None => {
-                let spent = self.ledger.spend(prepared.attempt.clone()).await;
-                finish_admission(prepared, spent).map(|admission| Ok((admission, None)))
-            }
-            Some(claim) => match self.ledger.spend_and_reserve(prepared.attempt.clone(), claim).await {
-                Ok(Ok(SpendReserved { spent, reservation })) => {
-                    finish_admission(prepared, Ok(spent)).map(|admission| Ok((admission, Some(reservation))))
-                }
-                Ok(Err(refused)) => Ok(Err(refused)),
-                Err(err) => finish_admission(prepared, Err(err)).map(|admission| Ok((admission, None))),
-            },
-        }
     }
 
     fn prepare_admission(&self, call: &BindingInput<'_>, resume: &Value) -> Result<PreparedAdmission, AdmitError> {

@@ -1,0 +1,112 @@
+//! `airlock --db postgres://…`: the operator's commands against a real PostgreSQL server that several hosts
+//! share. A request recorded by a host's dispatcher is listed, shown from its verified seal and approved
+//! from the CLI, and the grant is spent once; effect records are listed and resolved; the audit log, kept in
+//! redb only, is refused with a message saying so; a server that is not there is a clear error that does
+//! not print the URL (which may hold a password).
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_airlock::approval::AdmitError;
+use agent_airlock::effect::{EffectStatus, EffectStore};
+use agent_airlock::ledger::PostgresLedger;
+use agent_airlock_tests::pg_server;
+use serde_json::{Map, Value, json};
+use support::{Calls, TTL, airlock, approvals_on, stdout_json};
+
+const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
+
+fn refund_arguments(amount: u64) -> Map<String, Value> {
+    json!({"payment_id": "pi_1", "amount": amount}).as_object().unwrap().clone()
+}
+
+/// The test server's connection string (`host=… port=… user=… dbname=…`) as a `postgresql://` URL, the
+/// form an operator passes to `--db`.
+fn postgres_url(connection: &str) -> String {
+    let field = |name: &str| {
+        connection
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("`{name}` in `{connection}`"))
+            .to_owned()
+    };
+    format!(
+        "postgresql://{}@localhost:{}/{}?host={}",
+        field("user"),
+        field("port"),
+        field("dbname"),
+        field("host").replace('/', "%2F")
+    )
+}
+
+#[test]
+fn requests_are_listed_shown_approved_and_spent_once_on_postgres() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let db = Path::new(&url);
+    let ledger = Arc::new(PostgresLedger::connect(&connection).unwrap());
+    let approvals = approvals_on(ledger.clone(), TTL);
+    let first = REFUND.request_in(&approvals, 500, "moves money");
+    let second = REFUND.request_in(&approvals, 900, "moves money");
+
+    let listed = stdout_json(&airlock(db, &["requests", "list", "--json"]));
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|e| e["request_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    assert!(ids.contains(&first.as_str()) && ids.contains(&second.as_str()), "{listed}");
+    assert!(listed.as_array().unwrap().iter().all(|e| e["seal"] == "verified"), "{listed}");
+
+    let shown = support::stdout(&airlock(db, &["requests", "show", &first]));
+    assert!(shown.contains("seal      verified") && shown.contains("refund") && shown.contains("500"), "{shown}");
+
+    let resume = stdout_json(&airlock(db, &["approve", &first, "--yes", "--approver", "alice", "--json"]));
+    REFUND.with(500, |call| approvals.admit_blocking(call, &resume).map(|_| ())).unwrap();
+    let again = REFUND.with(500, |call| approvals.admit_blocking(call, &resume).map(|_| ()));
+    assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
+
+    let denied = stdout_json(&airlock(db, &["deny", &second, "--by", "bob", "--reason", "too much", "--json"]));
+    let refused = REFUND.with(900, |call| approvals.admit_blocking(call, &denied).map(|_| ()));
+    assert!(matches!(refused, Err(AdmitError::Denied { .. })), "{refused:?}");
+
+    let spent = stdout_json(&airlock(db, &["spent", "--json"]));
+    assert_eq!(spent.as_array().unwrap().len(), 1, "{spent}");
+    assert_eq!(spent[0]["approver"], "alice");
+}
+
+#[test]
+fn effect_records_are_listed_and_resolved_on_postgres() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let db = Path::new(&url);
+    let store = PostgresLedger::connect(&connection).unwrap().effect_store();
+    let now = Duration::from_secs(1_700_000_000);
+    let reserved = store.reserve("refund:pi_9", Duration::from_secs(1), now).unwrap();
+    drop(reserved);
+
+    let ambiguous = stdout_json(&airlock(db, &["effects", "list", "--ambiguous", "--json"]));
+    assert_eq!(ambiguous.as_array().unwrap().len(), 1, "{ambiguous}");
+    assert_eq!(ambiguous[0]["key"], "refund:pi_9");
+    let resolved = stdout_json(&airlock(db, &["effects", "resolve", "refund:pi_9", "--outcome", "failed", "--json"]));
+    assert_eq!(resolved["key"], "refund:pi_9", "{resolved}");
+    let records = store.list(&agent_airlock::effect::EffectFilter::all(), now + Duration::from_secs(5)).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_ne!(records[0].status_at(now + Duration::from_secs(5)), EffectStatus::Ambiguous);
+}
+
+#[test]
+fn the_audit_log_on_postgres_is_refused_and_a_missing_server_does_not_print_the_url() {
+    let url = postgres_url(&pg_server::shared().fresh_database());
+    let output = airlock(Path::new(&url), &["audit", "verify"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("the audit log is kept in a redb file"), "{stderr}");
+
+    let secret_url = "postgresql://operator:hunter2-secret@127.0.0.1:1/airlock";
+    let output = airlock(Path::new(secret_url), &["requests", "list"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("the PostgreSQL database"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}

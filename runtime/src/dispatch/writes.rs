@@ -1,0 +1,251 @@
+//! The durable writes of one dispatch: at most two (admit, settle), each one transaction where the
+//! stores share one (see [`crate::store`]), awaited, never blocking the dispatch future on a disk.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::Dispatcher;
+use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
+use crate::clock::Clock;
+use crate::effect::{EffectError, EffectGuard, EffectRecord, EffectStore, Reservation, Settle};
+use crate::ledger::{ApprovalLedger as _, LedgerError, LedgerReply, SpendReserved};
+use crate::store::{Decided, Decision, NotDecided, ReservationNote, StoreHandle, name_grant};
+
+/// A decision's answer: written (`Ok(Ok)`), refused with nothing written (`Ok(Err)`), or a fault.
+pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
+
+/// Which store writes which part of a decision, worked out once when the dispatcher is built.
+#[derive(Default)]
+pub(super) struct Stores {
+    /// The interrupt approvals' ledger (spends).
+    pub(super) ledger: Option<StoreHandle>,
+    /// The effect records (reservations without a spend, settlements).
+    pub(super) effects: Option<StoreHandle>,
+    /// The audit log.
+    pub(super) audit: Option<StoreHandle>,
+}
+
+impl Dispatcher {
+    /// Writes `decision`: in one transaction if its parts live in one store, otherwise the spend and
+    /// effect steps first and the audit records after them (only if the admission was not refused).
+    pub(super) async fn decide(&self, mut decision: Decision) -> Answer {
+        let has_state = decision.spend.is_some() || decision.reserve.is_some() || decision.settle.is_some();
+        let state_store =
+            if decision.spend.is_some() { self.stores.ledger.as_ref() } else { self.stores.effects.as_ref() };
+        let together = match (has_state, decision.audit.is_some()) {
+            (true, true) => state_store
+                .zip(self.stores.audit.as_ref())
+                .filter(|(state, audit)| state.same_store(audit) && state.keeps_audit())
+                .map(|(state, _)| state),
+            (true, false) => state_store,
+            (false, true) => self.stores.audit.as_ref(),
+            (false, false) => return Ok(Ok(Decided::default())),
+        };
+        if let Some(store) = together {
+            let audit = decision.audit.clone();
+            let answer = self.watched(store, decision).await;
+            if let Some(mut audit) = audit {
+                let decided = answer.as_ref().ok().and_then(|answer| answer.as_ref().ok());
+                name_grant(&mut audit, decided.and_then(|decided| decided.spent.as_ref()));
+                match &answer {
+                    Ok(Ok(decided)) => audit.trace(&Ok(decided.receipts.clone())),
+                    Ok(Err(_)) => {}
+                    Err(fault) => audit.trace(&Err(AuditError::from_writer(fault.clone()))),
+                }
+            }
+            return answer;
+        }
+
+        let audit = decision.audit.take();
+        // A settlement cannot be refused: its records need not wait for it.
+        let can_refuse = decision.spend.is_some() || decision.reserve.is_some();
+        let early = match &audit {
+            Some(audit) if !can_refuse => Some(self.append(audit.clone())),
+            _ => None,
+        };
+        let mut decided = if has_state {
+            match self.decide_state(decision).await {
+                Ok(Ok(decided)) => decided,
+                refused_or_fault => return refused_or_fault,
+            }
+        } else {
+            Decided::default()
+        };
+        if let Some(mut audit) = audit {
+            name_grant(&mut audit, decided.spent.as_ref());
+            let written = match early {
+                Some(reply) => reply.await,
+                None => self.append(audit.clone()).await,
+            };
+            audit.trace(&written);
+            decided.receipts = written.unwrap_or_default();
+        }
+        Ok(Ok(decided))
+    }
+
+    /// `decision` written by `store`, to await; if it reserves an effect and the dispatch is dropped
+    /// before the answer, the reservation it makes is marked ambiguous (the tool never ran, but the key
+    /// must neither look in flight until its lease lapses nor ever run again unseen).
+    fn watched(&self, store: &StoreHandle, mut decision: Decision) -> Admitting {
+        let watch = decision.reserve.is_some().then(ReservationNote::default);
+        decision.note.clone_from(&watch);
+        let reply = store.decide(decision);
+        Admitting {
+            reply: Some(reply),
+            watch: watch.zip(self.effects.clone()).map(|(note, effects)| (note, store.clone(), effects)),
+            clock: Arc::clone(&self.clock),
+        }
+    }
+
+    /// The spend and effect steps of `decision` alone, in their own store.
+    async fn decide_state(&self, decision: Decision) -> Answer {
+        let store = if decision.spend.is_some() { self.stores.ledger.as_ref() } else { self.stores.effects.as_ref() };
+        if let Some(store) = store {
+            return self.watched(store, decision).await;
+        }
+        // Stores without a handle (in memory, custom): their own methods, which answer at once.
+        let mut decided = Decided::default();
+        let ledger = self.interrupt_approvals().map(|approvals| Arc::clone(approvals.ledger()));
+        match (decision.spend, decision.reserve, ledger) {
+            (Some(attempt), Some(claim), Some(ledger)) => match ledger.spend_and_reserve(attempt, claim).await {
+                Ok(Ok(SpendReserved { spent, reservation })) => {
+                    decided.spent = Some(spent);
+                    decided.reservation = Some(reservation);
+                }
+                Ok(Err(refused)) => return Ok(Err(NotDecided::Effect(refused))),
+                Err(fault) if fault.is_fault() => return Err(fault),
+                Err(refused) => return Ok(Err(NotDecided::Spend(refused))),
+            },
+            (Some(attempt), None, Some(ledger)) => match ledger.spend(attempt).await {
+                Ok(spent) => decided.spent = Some(spent),
+                Err(fault) if fault.is_fault() => return Err(fault),
+                Err(refused) => return Ok(Err(NotDecided::Spend(refused))),
+            },
+            (Some(_), _, None) => return Err(LedgerError::WriterStopped),
+            (None, Some(claim), _) => {
+                match self.effects.as_ref().map(|effects| effects.reserve(&claim.key, claim.lease, decision.now)) {
+                    Some(Ok(reservation)) => decided.reservation = Some(reservation),
+                    Some(Err(refused)) => return Ok(Err(NotDecided::Effect(refused))),
+                    None => {}
+                }
+            }
+            (None, None, _) => {}
+        }
+        if let (Some((reservation, how)), Some(effects)) = (decision.settle, &self.effects) {
+            decided.settled = Some(settle_now(&**effects, &reservation, how, decision.now));
+        }
+        Ok(Ok(decided))
+    }
+
+    /// Queues audit records in the audit log's store (before it returns), or appends them at once if it
+    /// has none (memory); the future answers when they are written.
+    fn append(&self, audit: AuditAppend) -> impl Future<Output = Result<Vec<AuditReceipt>, AuditError>> + use<> {
+        let written: Result<LedgerReply<_>, _> = match (&self.stores.audit, &self.audit) {
+            (Some(store), _) => Ok(store.decide(Decision { audit: Some(audit), ..Decision::default() })),
+            (None, Some(log)) => Err(log.append_now(audit.entries)),
+            (None, None) => Err(Ok(Vec::new())),
+        };
+        async move {
+            match written {
+                Ok(reply) => match reply.await {
+                    Ok(Ok(decided)) => Ok(decided.receipts),
+                    Ok(Err(_)) => Err(AuditError::Abandoned),
+                    Err(fault) => Err(AuditError::from_writer(fault)),
+                },
+                Err(now) => now,
+            }
+        }
+    }
+
+    /// The final write of a dispatch: the effect settled as the tool's outcome says, and the records.
+    pub(super) async fn settle_and_record(&self, settle: Option<(Reservation, Settle)>, entries: Vec<AuditEntry>) {
+        let audit = self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries));
+        if settle.is_none() && audit.is_none() {
+            return;
+        }
+        let how = settle.as_ref().map(|(_, how)| *how);
+        let retry = settle.clone().filter(|_| audit.is_some());
+        let now = self.clock.now();
+        let answer = self.decide(Decision { now, settle, audit, ..Decision::default() }).await;
+        let answer = match (answer, retry) {
+            // The records could not be written, and with them went the settlement: the effect's outcome
+            // is worth keeping on its own.
+            (Err(fault), Some(settle)) => {
+                tracing::error!(target: "agent_airlock", error = %fault, "call's records not written; settling its effect alone");
+                self.decide(Decision { now, settle: Some(settle), ..Decision::default() }).await
+            }
+            (answer, _) => answer,
+        };
+        match answer {
+            Ok(Ok(Decided { settled: Some(Err(err)), .. })) => {
+                // The lease will lapse and the key become ambiguous: never silently re-runnable.
+                tracing::error!(target: "agent_airlock", error = %err, settle = ?how, "effect record not settled");
+            }
+            Ok(_) => {}
+            Err(fault) => {
+                tracing::error!(target: "agent_airlock", error = %fault, settle = ?how, "call's settlement not written");
+            }
+        }
+    }
+}
+
+/// A settlement through an effect store's own (synchronous) methods.
+fn settle_now(
+    effects: &dyn EffectStore,
+    reservation: &Reservation,
+    how: Settle,
+    now: Duration,
+) -> Result<EffectRecord, EffectError> {
+    match how {
+        Settle::Commit => effects.commit(reservation, now),
+        Settle::Fail => effects.fail(reservation, now),
+        Settle::Ambiguous => effects.mark_ambiguous(reservation, now),
+    }
+}
+
+/// A write awaited by a dispatch. See [`Dispatcher::watched`].
+pub(super) struct Admitting {
+    reply: Option<LedgerReply<Result<Decided, NotDecided>>>,
+    /// Set if the write reserves an effect: where it notes the reservation, its store, the effect records.
+    watch: Option<(ReservationNote, StoreHandle, Arc<dyn EffectStore>)>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Future for Admitting {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let Some(reply) = self.reply.as_mut() else { return Poll::Ready(Err(LedgerError::WriterStopped)) };
+        match Pin::new(reply).poll(cx) {
+            Poll::Ready(answer) => {
+                self.reply = None;
+                Poll::Ready(answer)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Admitting {
+    fn drop(&mut self) {
+        let (Some(reply), Some((note, store, effects))) = (self.reply.take(), self.watch.take()) else { return };
+        if store.abandon(note, self.clock.now()) {
+            return;
+        }
+        let clock = Arc::clone(&self.clock);
+        // A destructor cannot await: a short-lived thread waits for the write and, if it reserved the
+        // key, hands the reservation to a guard that is dropped at once (marking it ambiguous).
+        let waiter = std::thread::Builder::new().name("airlock-cancelled-admission".into()).spawn(move || {
+            if let Ok(Ok(Decided { reservation: Some(reservation), .. })) = reply.wait() {
+                drop(EffectGuard::new(effects, reservation, clock));
+            }
+        });
+        if let Err(err) = waiter {
+            // The lease will lapse and the key become ambiguous: never silently re-runnable.
+            tracing::error!(target: "agent_airlock", error = %err, "cancelled admission not settled");
+        }
+    }
+}
