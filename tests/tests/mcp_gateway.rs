@@ -65,7 +65,7 @@ fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
     let pinned = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("the starter policy parses: {e}\n{starter}"));
     let mut tools: Vec<&String> = pinned.pins().keys().collect();
     tools.sort();
-    assert_eq!(tools, ["delete_everything", "flaky", "read_note", "rug_pull", "transfer", "write_note"]);
+    assert_eq!(tools, ["delete_everything", "die", "flaky", "read_note", "rug_pull", "transfer", "write_note"]);
     assert!(pinned.pins().values().all(|pin| pin.starts_with("sha256:") && pin.len() == 71));
     assert!(pinned.for_tool("write_note").denied_by.is_some(), "the starter denies by default");
     assert!(std::fs::read_to_string(scratch.path("calls.log")).unwrap_or_default().is_empty(), "scan calls nothing");
@@ -172,4 +172,59 @@ fn sigterm_stops_the_gateway_and_its_upstream() {
     let mut stdout = String::new();
     gateway.stdout.take().expect("stdout is piped").read_to_string(&mut stdout).expect("readable");
     assert_eq!(stdout, "");
+}
+
+#[test]
+fn an_upstream_that_dies_mid_call_leaves_the_effect_ambiguous_and_stops_the_gateway() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n\n[tools.die]\neffect = \"die:{reason}\"\n")
+        .expect("the policy is written");
+    let db = scratch.path("airlock.redb");
+    let mut gateway = Command::new(AIRLOCK)
+        .arg("--db")
+        .arg(&db)
+        .args(["mcp", "--policy"])
+        .arg(&policy)
+        .arg("--")
+        .args(scratch.upstream(&venv))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the gateway starts");
+    let mut stdin = gateway.stdin.take().expect("stdin is piped");
+    let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
+    let mut send = |message: Value| {
+        use std::io::Write as _;
+        writeln!(stdin, "{message}").and_then(|()| stdin.flush()).expect("the gateway reads its stdin");
+    };
+    let mut receive = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("stdout is readable");
+        (!line.is_empty()).then(|| serde_json::from_str::<Value>(&line).expect("only JSON-RPC on stdout"))
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    assert!(receive().expect("an initialize result")["result"].is_object());
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "die", "arguments": {"reason": "now"}}}),
+    );
+    let answer = receive().expect("an answer to the call");
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().expect("a text");
+    assert!(text.contains("whether it ran is unknown"), "{text}");
+    assert_eq!(std::fs::read_to_string(scratch.path("notes/died.log")).expect("the side effect happened"), "now\n");
+
+    // With its upstream gone the gateway ends the session and exits.
+    while receive().is_some() {}
+    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits");
+    assert!(status.success(), "{status}");
+    let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
+    let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
+    let keys: Vec<&Value> = effects.as_array().expect("a list").iter().map(|record| &record["key"]).collect();
+    assert_eq!(keys, [&json!("die:now")]);
 }

@@ -1,6 +1,7 @@
-//! Hosts for guarded tools, each behind its own cargo feature: an MCP server ([`mcp`], feature `mcp`) and
-//! rig agent tools ([`rig`], feature `rig`). Both run every call through [`Dispatcher`](crate::Dispatcher)
-//! and show the model the same text for a refusal.
+//! Hosts for guarded tools, each behind its own cargo feature: an MCP server (`mcp`, feature `mcp`), a
+//! gateway in front of an MCP server nobody here wrote (`mcp_gateway`, feature `mcp-gateway`) and rig agent
+//! tools (`rig`, feature `rig`). All run every call through [`Dispatcher`](crate::Dispatcher) and show the
+//! model the same text for a refusal.
 
 #[cfg(feature = "mcp")]
 pub mod mcp;

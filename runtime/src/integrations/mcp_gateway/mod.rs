@@ -1,7 +1,7 @@
 //! A gateway that puts the guard in front of an MCP server nobody here wrote (feature `mcp-gateway`).
 //!
 //! The upstream server runs as a child process ([`Upstream`]). Each tool it lists becomes a guarded tool
-//! defined by its JSON Schema ([`JsonTool`](crate::json_tool::JsonTool)) whose execution forwards the admitted
+//! defined by its JSON Schema ([`JsonTool`]) whose execution forwards the admitted
 //! call upstream ([`UpstreamCaller`]); a [`Dispatcher`] holds them with the deployment's policy, approvals,
 //! effects and audit log; a [`GuardedMcpServer`] offers them downstream. So every call a client makes goes
 //! through the same gates as a `#[airlock_tool]` tool: policy (denied tools are not even listed), ghost
