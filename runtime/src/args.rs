@@ -95,9 +95,10 @@ pub(crate) fn discard(value: Value) {
     }
 }
 
-/// Iterative, so a hostile nesting cannot exhaust the stack here.
-fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
-    let mut stack: Vec<(&Value, usize)> = map.values().map(|v| (v, 1)).collect();
+/// Whether any of `roots`, each at the depth given with it, holds a value deeper than `limit`. Iterative, so
+/// a hostile nesting cannot exhaust the stack here.
+pub(crate) fn nests_deeper_than<'a>(roots: impl IntoIterator<Item = (&'a Value, usize)>, limit: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = roots.into_iter().collect();
     while let Some((value, depth)) = stack.pop() {
         if depth > limit {
             return true;
@@ -109,6 +110,11 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
         }
     }
     false
+}
+
+/// Whether the arguments (their values at depth 1) nest deeper than `limit`.
+fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
+    nests_deeper_than(map.values().map(|v| (v, 1)), limit)
 }
 
 /// Deserializes one argument strictly (`"5"` is not a number, `5.0` is not an integer). Absent means

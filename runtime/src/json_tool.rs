@@ -264,7 +264,7 @@ impl JsonToolBuilder {
         if !object_type {
             return Err(JsonToolError::RootNotObjectType { tool: name });
         }
-        if nests_deeper_than(&schema, MAX_SCHEMA_DEPTH) {
+        if crate::args::nests_deeper_than([(&schema, 0)], MAX_SCHEMA_DEPTH) {
             return Err(JsonToolError::TooDeep { tool: name });
         }
         let compile = |schema: &Value| {
@@ -413,22 +413,6 @@ fn kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// Iterative, so the check itself cannot overflow on what it refuses.
-fn nests_deeper_than(value: &Value, limit: usize) -> bool {
-    let mut stack = vec![(value, 0)];
-    while let Some((value, depth)) = stack.pop() {
-        if depth > limit {
-            return true;
-        }
-        match value {
-            Value::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
-            Value::Object(map) => stack.extend(map.values().map(|v| (v, depth + 1))),
-            _ => {}
-        }
-    }
-    false
 }
 
 /// Keywords that can combine, negate or extend a subschema from elsewhere: where any appears, a

@@ -7,8 +7,8 @@
 //!   refuses, nothing is spent, reserved or recorded;
 //! - **settle**: the effect's outcome (committed, failed, ambiguous) and the call's audit record.
 //!
-//! A [`Decision`] holds the parts of one such write; [`decide`] is the one state machine that applies
-//! it, over any backend's tables ([`DecisionTables`]): the redb writer's transaction, a PostgreSQL
+//! A `Decision` holds the parts of one such write; `decide` is the one state machine that applies
+//! it, over any backend's tables (`DecisionTables`): the redb writer's transaction, a PostgreSQL
 //! transaction. Every part that the backend of a dispatcher's stores shares is written in one
 //! transaction; a [`StoreHandle`] names that backend, and two parts with equal handles are written
 //! together.
