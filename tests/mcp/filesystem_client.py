@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,58 +20,12 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
-CALL_META = "agent-airlock/call"
-
-passed = 0
-failed = 0
-pending: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+from harness import check, finish, Human, report_of, run_pending
 
 
-def check(name: str) -> Callable[[Callable[[], Awaitable[None]]], None]:
-    def register(fn: Callable[[], Awaitable[None]]) -> None:
-        pending.append((name, fn))
-
-    return register
-
-
-async def run_pending() -> None:
-    global passed, failed
-    while pending:
-        name, fn = pending.pop(0)
-        try:
-            with anyio.fail_after(60):
-                await fn()
-        except Exception:  # noqa: BLE001 - every failure is reported, then counted
-            failed += 1
-            print(f"FAILED {name}\n{traceback.format_exc()}", flush=True)
-        else:
-            passed += 1
-            print(f"ok     {name}", flush=True)
-
-
-class Human:
-    def __init__(self) -> None:
-        self.answers: list[types.ElicitResult] = []
-        self.asked: list[dict[str, Any]] = []
-
-    def will(self, action: str, content: dict[str, Any] | None = None) -> None:
-        self.answers.append(types.ElicitResult(action=action, content=content))
-
-    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        self.asked.append(params.model_dump(by_alias=True, exclude_none=True))
-        if not self.answers:
-            return types.ErrorData(code=types.INVALID_REQUEST, message="the test scripted no answer")
-        return self.answers.pop(0)
-
-
-def text_of(result: types.CallToolResult) -> str:
+def all_text_of(result: types.CallToolResult) -> str:
+    """Every text block of the result, joined."""
     return "\n".join(block.text for block in result.content if block.type == "text")
-
-
-def report_of(result: types.CallToolResult) -> dict[str, Any]:
-    meta = result.model_dump(by_alias=True).get("_meta") or {}
-    assert CALL_META in meta, f"no `{CALL_META}` in the result's _meta: {meta}"
-    return meta[CALL_META]
 
 
 async def main(config: dict[str, Any]) -> None:
@@ -131,7 +83,7 @@ async def main(config: dict[str, Any]) -> None:
         async def _() -> None:
             result = await client.call_tool("read_text_file", {"path": str(root / "hello.txt")})
             assert result.is_error is not True, result
-            assert text_of(result) == "hello there", text_of(result)
+            assert all_text_of(result) == "hello there", all_text_of(result)
 
         await run_pending()
 
@@ -140,5 +92,4 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} <config.json>")
     anyio.run(main, json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))
-    print(f"{passed} passed, {failed} failed", flush=True)
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    finish()

@@ -12,84 +12,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import traceback
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import mcp_types as types
 from jsonschema import Draft202012Validator
 from mcp import Client, StdioServerParameters
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-CALL_META = "agent-airlock/call"
+from harness import CALL_META, check, finish, Human, report_of, run_pending, text_of
+
 APPROVAL_META = "agent-airlock/approval"
-
-passed = 0
-failed = 0
-
-
-pending: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-
-
-def check(name: str) -> Callable[[Callable[[], Awaitable[None]]], None]:
-    """Registers a check; `run_pending` runs the registered ones in order."""
-
-    def register(fn: Callable[[], Awaitable[None]]) -> None:
-        pending.append((name, fn))
-
-    return register
-
-
-async def run_pending() -> None:
-    global passed, failed
-    while pending:
-        name, fn = pending.pop(0)
-        try:
-            with anyio.fail_after(60):
-                await fn()
-        except Exception:  # noqa: BLE001 - every failure is reported, then counted
-            failed += 1
-            print(f"FAILED {name}\n{traceback.format_exc()}", flush=True)
-        else:
-            passed += 1
-            print(f"ok     {name}", flush=True)
-
-
-class Human:
-    """The client's human: answers approval elicitations from a script, and remembers what was asked."""
-
-    def __init__(self) -> None:
-        self.answers: list[types.ElicitResult] = []
-        self.asked: list[dict[str, Any]] = []
-
-    def will(self, action: str, content: dict[str, Any] | None = None, after_seconds: float = 0) -> None:
-        self.answers.append((types.ElicitResult(action=action, content=content), after_seconds))
-
-    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        self.asked.append(params.model_dump(by_alias=True, exclude_none=True))
-        if not self.answers:
-            return types.ErrorData(code=types.INVALID_REQUEST, message="the test scripted no answer")
-        answer, after_seconds = self.answers.pop(0)
-        if after_seconds:
-            # A human who answers late, whatever happened to the call meanwhile.
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(after_seconds)
-        return answer
-
-
-def text_of(result: types.CallToolResult) -> str:
-    assert len(result.content) == 1, result.content
-    block = result.content[0]
-    assert block.type == "text", block
-    return block.text
-
-
-def report_of(result: types.CallToolResult) -> dict[str, Any]:
-    meta = result.model_dump(by_alias=True).get("_meta") or {}
-    assert CALL_META in meta, f"no `{CALL_META}` in the result's _meta: {meta}"
-    return meta[CALL_META]
-
 
 def server(path: str) -> StdioServerParameters:
     return StdioServerParameters(command=path, args=[])
@@ -356,5 +288,4 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} <path to the mcp_server binary>")
     anyio.run(main, sys.argv[1])
-    print(f"{passed} passed, {failed} failed", flush=True)
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    finish()

@@ -373,7 +373,7 @@ impl Dispatcher {
         arguments: &Arguments,
         id: &str,
         context: &CallContext,
-        trail: &Trail,
+        trail: &mut Trail,
     ) -> Result<Vec<EscalationReason>, Refused> {
         let mut escalations = Vec::new();
         for rule in &entry.conditions {
