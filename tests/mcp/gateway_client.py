@@ -23,6 +23,19 @@ from mcp import Client, StdioServerParameters
 from harness import CALL_META, check, finish, Human, report_of, run_pending, text_of
 
 
+class UpstreamLog:
+    """The upstream's own record of the calls that reached it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        entries = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        return [entry for entry in entries if tool is None or entry["tool"] == tool]
+
+
 def gateway_command(config: dict[str, Any], db: str) -> list[str]:
     return [
         config["airlock"],
