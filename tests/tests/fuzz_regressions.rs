@@ -247,3 +247,27 @@ fn a_mask_tag_is_never_a_url_host_and_an_elision_ends_a_bearer_token() {
     assert_eq!(masker().mask_text("Bearer abcdefgh12345678ijkl...wxyz", all), "Bearer [BEARER_TOKEN]...wxyz");
     assert_eq!(masker().mask_text("Bearer abc...defghijklmnop12345", all), "Bearer abc...defghijklmnop12345");
 }
+
+// ---- found by the 30-minute `masking` run after the fixes above: OPEN, not fixed ---------------------------
+// A candidate refused for what its greedy match ran into, while a later finding starts inside that match:
+// `+1 078-05-1120)192.168.0.1` (the phone pattern runs on into the address and is refused), `fax(555)
+// 5698765432 4111111111111111` (the labelled phone runs into the card: too many digits), `+192.168.0.1
+// 192.168.0.1.` (the same with two addresses). Once the later finding is masked the candidate's match ends
+// before the tag and passes, so a second masking masks more. The fix, left for the next session: when a
+// finding starts inside a refused candidate, verify the candidate again cut where the finding starts (the text
+// a second masking sees), before emitting the finding.
+
+#[test]
+#[ignore = "open: a refused candidate overlapping a later finding passes once it is masked (FUZZING.md, Found)"]
+fn a_candidate_refused_for_running_into_a_later_finding_stays_refused_once_that_is_masked() {
+    for name in OPEN_OVERLAP_CASES {
+        replay_masking_case(name);
+    }
+}
+
+/// The inputs of the open overlap finding, kept in `fuzz/regressions/masking/`.
+const OPEN_OVERLAP_CASES: &[&str] = &[
+    "crash-481dca027cf117b1fbc50517290e367b5c4ee51d",
+    "crash-5dc49631279fa52dd615426959c1378d99e7e7dd",
+    "crash-6ab00eb3576cc01d7453121a6b470957f88e8148",
+];
