@@ -267,7 +267,16 @@ fn a_candidate_refused_for_running_into_a_later_finding_stays_refused_once_that_
 
 /// The inputs of the open overlap finding, kept in `fuzz/regressions/masking/`.
 const OPEN_OVERLAP_CASES: &[&str] = &[
+    "crash-20989d1d62f013b3318a77d16cee6d8514bdde26",
+    "crash-36a6f5a57bfc1e69d13e5941db5673a6f1ab1847",
     "crash-481dca027cf117b1fbc50517290e367b5c4ee51d",
+    "crash-55b9eb472e0050b0de96a7ae1bce6f706a8e2594",
     "crash-5dc49631279fa52dd615426959c1378d99e7e7dd",
     "crash-6ab00eb3576cc01d7453121a6b470957f88e8148",
+    "crash-7fac5830e6c5dc8de3b05aa5296219fd24e3ea23",
+    // A second cause, on the right too: `(555) 555-0100:192.168.0.1` and `-4111111111111111:10.…` refuse the
+    // phone or card as part of a longer number (`:` then a digit), but not once the address is
+    // `[IP_ADDRESS]`. Fix: count `[` after a joiner as the digit it hides, as `verify_ipv4` does after `-`.
+    "crash-62fa10faafc5b34c8ffcb9caf100bf3e86929f87",
+    "crash-8e55d4b633d82d129b1622c6404b6ea780075a84",
 ];
