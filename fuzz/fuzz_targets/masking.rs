@@ -4,6 +4,8 @@
 use agent_airlock_fuzz::{checks, generate};
 use libfuzzer_sys::arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use serde_json::json;
+use std::sync::OnceLock;
 
 /// Pieces secrets and personal data are made of, so the fuzzer builds near-misses cheaply.
 const FRAGMENTS: &[&str] = &[
@@ -48,12 +50,23 @@ const FRAGMENTS: &[&str] = &[
     "0123456789abcdef",
 ];
 
+/// With `AIRLOCK_FUZZ_PRINT` set, each input is printed to stderr as the case `tests/tests/fuzz_regressions.rs`
+/// replays (`{"text": …, "secret": …}` or `{"value": …, "secret": …}`), so that a failing input found here
+/// becomes a regression test on stable: `AIRLOCK_FUZZ_PRINT=1 fuzz/target/…/masking <file>`.
+fn print_cases() -> bool {
+    static PRINT: OnceLock<bool> = OnceLock::new();
+    *PRINT.get_or_init(|| std::env::var_os("AIRLOCK_FUZZ_PRINT").is_some())
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let Ok(secret) = <Option<u8>>::arbitrary(&mut u) else { return };
     let secret = secret.map(usize::from);
     if u.arbitrary::<bool>().unwrap_or(false) {
         if let Ok(value) = generate::value(&mut u, 0) {
+            if print_cases() {
+                eprintln!("{}", json!({"value": value, "secret": secret}));
+            }
             checks::check_mask_value(&value, secret);
         }
         return;
@@ -67,5 +80,8 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(std::ops::ControlFlow::Continue(()))
     });
+    if print_cases() {
+        eprintln!("{}", json!({"text": text, "secret": secret}));
+    }
     checks::check_mask_text(&text, secret);
 });

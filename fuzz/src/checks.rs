@@ -13,11 +13,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use agent_airlock::ledger::MemoryLedger;
+use agent_airlock::mask::{MaskConfig, MaskSet, MaskStrategy, Masker};
 use agent_airlock::{
     CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolMessage, airlock_tool,
     approval::{AdmitError, BindingInput, DecisionError, InterruptApprovals, InterruptRequest, KeyRing},
     keys::ApprovalKey,
-    mask::{MaskConfig, MaskSet, MaskStrategy, Masker},
     tool,
 };
 use serde::{Deserialize, Serialize};
@@ -608,13 +608,46 @@ pub const SEEDED_SECRETS: &[&str] = &[
     "GB82WEST12345698765432",
 ];
 
+/// A masker writing type tags (the default, which [`reference_mask_text`] follows) and one writing
+/// [`agent_airlock::mask::FULL_MASK`] for every kind.
 fn maskers() -> &'static [Masker; 2] {
     static MASKERS: OnceLock<[Masker; 2]> = OnceLock::new();
-    MASKERS.get_or_init(|| [Masker::default(), Masker::new(MaskConfig::new(MaskStrategy::TypeTag))])
+    MASKERS.get_or_init(|| {
+        [Masker::new(MaskConfig::new(MaskStrategy::TypeTag)), Masker::new(MaskConfig::new(MaskStrategy::Full))]
+    })
 }
 
-/// Masks `text` with every set and strategy and checks: masking the result again changes nothing, and a
-/// seeded secret planted between spaces does not survive masking with every kind.
+/// The slow reference for a masker writing type tags: detect, replace each finding by its tag, and detect
+/// again in the result, until nothing is found. The masker scans once; the two agree only if no verdict
+/// depends on whether a neighbour was masked.
+///
+/// # Panics
+///
+/// When masking does not settle within one pass per byte of `text` (every productive pass replaces text no
+/// pass wrote).
+pub fn reference_mask_text(masker: &Masker, text: &str, set: MaskSet) -> String {
+    let mut text = text.to_owned();
+    for _ in 0..=text.len() {
+        let found = masker.detect(&text, set);
+        if found.is_empty() {
+            return text;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut copied = 0;
+        for detection in found {
+            out.push_str(&text[copied..detection.range.start]);
+            out.push_str(detection.kind.tag());
+            copied = detection.range.end;
+        }
+        out.push_str(&text[copied..]);
+        text = out;
+    }
+    panic!("masking does not settle for {text:?}");
+}
+
+/// Masks `text` with every set and strategy and checks: the result is what the slow reference
+/// ([`reference_mask_text`]) gives, so masking it again changes nothing, and a seeded secret planted between
+/// spaces does not survive masking with every kind.
 pub fn check_mask_text(text: &str, secret: Option<usize>) {
     let around = secret.map(|_| text);
     let text = match secret {
@@ -624,11 +657,15 @@ pub fn check_mask_text(text: &str, secret: Option<usize>) {
         }
         None => text.to_owned(),
     };
-    for masker in maskers() {
+    for (masker, writes_type_tags) in maskers().iter().zip([true, false]) {
         for set in [MaskSet::SECRETS, MaskSet::PII, MaskSet::ALL] {
             let once = masker.mask_text(&text, set).into_owned();
             let twice = masker.mask_text(&once, set);
             assert_eq!(twice, once, "masking is not idempotent for {text:?} with {set:?}");
+            if writes_type_tags {
+                let reference = reference_mask_text(masker, &text, set);
+                assert_eq!(once, reference, "one pass and the slow reference disagree on {text:?} with {set:?}");
+            }
             // The planted copy stands between spaces; the fuzzer's own text may hold the secret glued to
             // other characters (`AKIA…EXAMPLEAKIA…`), which is not that secret.
             if set == MaskSet::ALL

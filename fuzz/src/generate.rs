@@ -9,6 +9,11 @@ use serde_json::{Map, Number, Value};
 /// Deepest nesting generated: past the dispatcher's argument limit (64) and canonical JSON's (128).
 pub const MAX_DEPTH: usize = 140;
 
+/// Longest generated string or key, in bytes (about): four times the largest refusal bound of the argument
+/// checks for a few members (16 KiB + 1 KiB per parameter + 512 B per member), so that an echo growing with
+/// the input still breaks the bound, without the multi-megabyte strings that made an input take a second.
+pub const MAX_LONG: usize = 64 * 1024;
+
 /// Names the tools, their nested types and the approval protocol use.
 pub const VOCABULARY: &[&str] = &[
     "name",
@@ -174,7 +179,8 @@ pub fn key(u: &mut Unstructured<'_>) -> Result<String> {
         0 => String::arbitrary(u)?,
         1 => {
             let unit = String::arbitrary(u)?;
-            unit.repeat(usize::from(u.int_in_range(1..=200u8)?) * 8)
+            let times = usize::from(u.int_in_range(1..=200u8)?) * 8;
+            unit.repeat(times.min(MAX_LONG / unit.len().max(1)).max(1))
         }
         _ => (*u.choose(VOCABULARY)?).to_owned(),
     })
@@ -195,11 +201,12 @@ pub fn value(u: &mut Unstructured<'_>, depth: usize) -> Result<Value> {
         // Long strings: a refusal must not echo them at full size.
         Node::Long(index, times) => {
             let unit = VOCABULARY[usize::from(index) % VOCABULARY.len()];
-            // One in sixteen is huge (up to ~160,000 repetitions), the rest a few dozen: huge strings are slow
-            // to dispatch and one is enough to show an unbounded echo.
+            let unit = if unit.is_empty() { "x" } else { unit };
+            // One in sixteen is long (up to `MAX_LONG` bytes), the rest a few dozen repetitions: long strings
+            // are slow to dispatch and mask, and one is enough to show an unbounded echo.
             let times = usize::from(times);
-            let repeat = if times % 16 == 0 { times / 16 * 40 } else { times % 64 } + 1;
-            Value::String(if unit.is_empty() { "x" } else { unit }.repeat(repeat))
+            let repeat = if times % 16 == 0 { (times / 16 + 1) * MAX_LONG / 4096 / unit.len() } else { times % 64 } + 1;
+            Value::String(unit.repeat(repeat))
         }
         Node::Array if depth < MAX_DEPTH => {
             let mut items = Vec::new();

@@ -118,21 +118,165 @@ fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is
     assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE"), "{masked}");
 }
 
-// ---- found by `masking` (crash-36ab8b8e…): OPEN, not fixed -----------------------------------------------
-// Masking is not idempotent for a long run of dotted quads glued together (`…v1.2.3…1.2.3.41.2.3.41.2.3.4`,
-// an object key in the fuzzer's value): each call masks a few more `[IP_ADDRESS]` at the end of the run,
-// because masking one changes its neighbour's context and the masker stops after a fixed number of passes
-// (`MAX_PASSES` in `runtime/src/mask/mod.rs`). The file holds the text after one masking, as the fuzzer
-// printed it. Left for the masking owner, to fix at the cause (context rules that do not depend on whether a
-// neighbour was masked, or passes until a fixed point with a linear bound).
+// ---- found by `masking`: masking was not idempotent (fixed in `runtime/src/mask/`) -----------------------
+// Each input is kept in `fuzz/regressions/masking/` twice: the raw libFuzzer file (replay with
+// `cargo +nightly fuzz run -s none masking fuzz/regressions/masking/<file>`) and, as `<file>.json`, the text or
+// value the target built from it (`AIRLOCK_FUZZ_PRINT=1` makes the target print it), which is replayed here
+// through the same checks, including the one-pass masker against the slow reference.
+
+/// Replays the masking case `fuzz/regressions/masking/<name>.json`.
+fn replay_masking_case(name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/masking").join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{} is readable: {err}", path.display()));
+    let case: Value = serde_json::from_str(&text).expect("a masking case is JSON");
+    let secret = case["secret"].as_u64().map(|n| usize::try_from(n).expect("a small index"));
+    match (&case["text"], &case["value"]) {
+        (Value::String(text), _) => checks::check_mask_text(text, secret),
+        (_, value) => checks::check_mask_value(value, secret),
+    }
+}
+
+fn masker() -> agent_airlock::mask::Masker {
+    agent_airlock::mask::Masker::default()
+}
+
+// crash-36ab8b8e…, -852db143…, -8bcb7d48…, -f3e207e0…: a run of dotted quads glued together
+// (`…1.2.3.41.2.3.41.2.3.4`, `.2.30.4.2.30.4…`, as object keys). Only the last quad of a run was an address (a
+// quad followed by `.digit` was refused, one preceded by `digit.` was not); masking it left the quad before it
+// standing alone, so each masking masked four more, and the masker gave up after a fixed number of passes.
+// Now a quad joined to more parts on either side is refused, so a run holds no address at all.
 
 #[test]
-#[ignore = "open: masking is not idempotent for glued dotted quads (FUZZING.md, Found)"]
 fn masking_glued_dotted_quads_is_idempotent() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/masking_glued_dotted_quads.txt");
     let text = std::fs::read_to_string(path).expect("the regression input is readable");
-    let masker = agent_airlock::mask::Masker::default();
-    let once = masker.mask_text(&text, agent_airlock::mask::MaskSet::ALL).into_owned();
-    let twice = masker.mask_text(&once, agent_airlock::mask::MaskSet::ALL);
+    let once = masker().mask_text(&text, agent_airlock::mask::MaskSet::ALL).into_owned();
+    let twice = masker().mask_text(&once, agent_airlock::mask::MaskSet::ALL);
     assert_eq!(twice, once);
+    checks::check_mask_text(&text, None);
 }
+
+#[test]
+fn glued_dotted_quads_hold_no_address_and_are_masked_idempotently() {
+    for name in [
+        "crash-36ab8b8e1fd3767b05a0b1f5d6537f74353afb2f",
+        "crash-852db1438a26447e2e660acf91e221147db1eee9",
+        "crash-8bcb7d48104405ed21ce40a811c2e0c820a0c17f",
+        "crash-f3e207e038f5f26b6c4631d8dfb23a172f3d359f",
+    ] {
+        replay_masking_case(name);
+    }
+    let all = agent_airlock::mask::MaskSet::ALL;
+    assert_eq!(
+        masker().mask_text("hosts 1.2.3.41.2.3.4 and 5.2.30.4.2.30.4", all),
+        "hosts 1.2.3.41.2.3.4 and 5.2.30.4.2.30.4"
+    );
+    assert_eq!(masker().mask_text("from 10.2.30.4 to 10.2.30.5.", all), "from [IP_ADDRESS] to [IP_ADDRESS].");
+}
+
+// crash-4b6e0c9d…: a planted IBAN `GB82WEST12345698765432` between spaces survived, and nothing at all was
+// masked. The text held `token="` twice; the quoted value ran from the first to the second and held `...`, so
+// it was refused as text a masker wrote (`sk-proj-...wxyz`), and the scanner skipped the whole refused match,
+// IBAN included. A refused `key = value` now skips its label only; the value is scanned like any text.
+
+#[test]
+fn a_refused_quoted_value_does_not_hide_the_secret_inside_it() {
+    replay_masking_case("crash-4b6e0c9d0c6a462a429e4f4afffd7ce6076a4091");
+    let masked =
+        masker().mask_text("token=\"see ... GB82WEST12345698765432 for details\"", agent_airlock::mask::MaskSet::ALL);
+    assert_eq!(masked, "token=\"see ... [IBAN] for details\"");
+}
+
+// crash-f8f7154f…: `passwd: "192.168.0.1.-----BEGIN PRIVATE KEY-----…\n…"…-----END PRIVATE KEY-----…"`. The
+// quoted value could not close before the line break inside the key block, so it was no secret; once the block
+// was masked the quote closed, and a second masking found the secret. Private-key blocks (which may hold line
+// breaks and quotes) are now masked first, and the rest is looked for in the text with the blocks masked.
+
+#[test]
+fn a_quoted_value_closing_inside_a_private_key_block_is_masked_in_one_pass() {
+    replay_masking_case("crash-f8f7154f86d8af1c4c6a2dcd3e75fe2f454a6647");
+    let text = "passwd: \"10.0.0.1.-----BEGIN PRIVATE KEY-----MIIBVQIBADANBgkqhkiG9w0BAQEFAAS\n\"x\"-----END PRIVATE KEY-----.\"";
+    let all = agent_airlock::mask::MaskSet::ALL;
+    assert_eq!(masker().mask_text(text, all), "passwd: \"[SECRET_VALUE]\"");
+    let found = masker().detect(text, all);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].range, 9..text.len() - 1);
+}
+
+// crash-1e40855f…, -25ad6b49…, -39dbd5cb…, -3f48cee4…, -4520f621… (found by the first run after the fixes
+// above): a `password=…` inside a private-key block, whose value held `*` or ran over the END line. The block
+// was refused (a body with `*` looked masked already) or ended elsewhere, the secret inside was masked, and a
+// second masking then found a block. A whole block (BEGIN to END) is now masked whatever its body holds.
+
+#[test]
+fn a_private_key_block_is_masked_whatever_its_body_holds() {
+    for name in [
+        "crash-1e40855f2b82f4752a689a421e197080935bd0c4",
+        "crash-25ad6b4995fa71d632ddb3e610b5ffbbd3a4f09d",
+        "crash-39dbd5cb83f00d925678b244e0c109ee322243cc",
+        "crash-3f48cee46db1594574fc1848c8cd11b5164714d9",
+        "crash-4520f62176ef25ec842fc8008b1c88ef0d7e7b95",
+    ] {
+        replay_masking_case(name);
+    }
+    let text = "-----BEGIN PRIVATE KEY-----\npassword=**x**\n-----END PRIVATE KEY-----";
+    assert_eq!(masker().mask_text(text, agent_airlock::mask::MaskSet::ALL), "[PRIVATE_KEY]");
+}
+
+// crash-6a22263a…: `postgres://…er:]@+1 555-0100…`. No URL (a host does not start with `+`) until the phone was
+// masked: `@[PHONE]` then read as a host, since `[` may open an IPv6 literal. A host's `[` must now open one
+// (`[::1]`, hex digits then `:`), which no mask's tag does.
+//
+// crash-81e6805d…: `Bearer 555-0100…-xoxb-555-0100sk-sk-…-...`. The token ran to the `...` at its end and was
+// refused as elided text, while the Slack token inside it was masked; masked, the token ended before the
+// tag, without `...`, and a second masking found it. A token now ends where `...` starts, whatever follows.
+
+#[test]
+fn a_mask_tag_is_never_a_url_host_and_an_elision_ends_a_bearer_token() {
+    let (tag_as_host, elided_token) =
+        ("crash-6a22263a9c70ffc57798eb99a1c29a75a3bca380", "crash-81e6805d538d34098d515f10770c551e0e830fa0");
+    for name in [tag_as_host, elided_token] {
+        replay_masking_case(name);
+    }
+    let all = agent_airlock::mask::MaskSet::ALL;
+    assert_eq!(
+        masker().mask_text("postgres://u:hunter2@[::1]:5432/db", all),
+        "postgres://u:[CONNECTION_PASSWORD]@[::1]:5432/db"
+    );
+    assert_eq!(masker().mask_text("db://u:x@[EMAIL]", all), "db://u:x@[EMAIL]");
+    assert_eq!(masker().mask_text("Bearer abcdefgh12345678ijkl...wxyz", all), "Bearer [BEARER_TOKEN]...wxyz");
+    assert_eq!(masker().mask_text("Bearer abc...defghijklmnop12345", all), "Bearer abc...defghijklmnop12345");
+}
+
+// ---- found by the 30-minute `masking` run after the fixes above: OPEN, not fixed ---------------------------
+// A candidate refused for what its greedy match ran into, while a later finding starts inside that match:
+// `+1 078-05-1120)192.168.0.1` (the phone pattern runs on into the address and is refused), `fax(555)
+// 5698765432 4111111111111111` (the labelled phone runs into the card: too many digits), `+192.168.0.1
+// 192.168.0.1.` (the same with two addresses). Once the later finding is masked the candidate's match ends
+// before the tag and passes, so a second masking masks more. The fix, left for the next session: when a
+// finding starts inside a refused candidate, verify the candidate again cut where the finding starts (the text
+// a second masking sees), before emitting the finding.
+
+#[test]
+#[ignore = "open: a refused candidate overlapping a later finding passes once it is masked (FUZZING.md, Found)"]
+fn a_candidate_refused_for_running_into_a_later_finding_stays_refused_once_that_is_masked() {
+    for name in OPEN_OVERLAP_CASES {
+        replay_masking_case(name);
+    }
+}
+
+/// The inputs of the open overlap finding, kept in `fuzz/regressions/masking/`.
+const OPEN_OVERLAP_CASES: &[&str] = &[
+    "crash-20989d1d62f013b3318a77d16cee6d8514bdde26",
+    "crash-36a6f5a57bfc1e69d13e5941db5673a6f1ab1847",
+    "crash-481dca027cf117b1fbc50517290e367b5c4ee51d",
+    "crash-55b9eb472e0050b0de96a7ae1bce6f706a8e2594",
+    "crash-5dc49631279fa52dd615426959c1378d99e7e7dd",
+    "crash-6ab00eb3576cc01d7453121a6b470957f88e8148",
+    "crash-7fac5830e6c5dc8de3b05aa5296219fd24e3ea23",
+    // A second cause, on the right too: `(555) 555-0100:192.168.0.1` and `-4111111111111111:10.…` refuse the
+    // phone or card as part of a longer number (`:` then a digit), but not once the address is
+    // `[IP_ADDRESS]`. Fix: count `[` after a joiner as the digit it hides, as `verify_ipv4` does after `-`.
+    "crash-62fa10faafc5b34c8ffcb9caf100bf3e86929f87",
+    "crash-8e55d4b633d82d129b1622c6404b6ea780075a84",
+];

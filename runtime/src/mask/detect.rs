@@ -34,7 +34,9 @@ enum Verdict {
     Found(Finding),
     /// Not this pattern; other patterns may still match at the same position.
     Reject,
-    /// Nothing starting before this offset is worth another look.
+    /// Nothing starting before this offset is worth another look. A rejected `key = value` skips its label,
+    /// never its value: a value refused as a whole (a placeholder, text elided with `...`) may still hold
+    /// another secret (`token="see ... GB82WEST12345698765432"`).
     RejectThrough(usize),
 }
 
@@ -45,6 +47,10 @@ struct Candidate<'t> {
     start: usize,
     end: usize,
     value: Option<(usize, usize)>,
+    /// Where the last finding before this candidate ends: looking back, a verifier sees the text before it as
+    /// that finding's replacement would look (its closing `]`), so no verdict depends on whether the finding
+    /// was masked yet, and masking the output again finds nothing new.
+    floor: usize,
 }
 
 impl Candidate<'_> {
@@ -64,7 +70,13 @@ impl Candidate<'_> {
     }
 
     fn before(&self, back: usize) -> Option<u8> {
-        self.start.checked_sub(back).map(|i| self.text.as_bytes()[i])
+        let at = self.start.checked_sub(back)?;
+        Some(if at < self.floor { MASKED } else { self.text.as_bytes()[at] })
+    }
+
+    /// The text between the last finding and the candidate.
+    fn since_floor(&self) -> &str {
+        &self.text[self.floor.min(self.start)..self.start]
     }
 
     fn after(&self, ahead: usize) -> Option<u8> {
@@ -217,7 +229,8 @@ static PATTERNS: &[PatternSpec] = &[
             r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://",
             r#"[^ \t\r\n\x0B\x0C:/?#@"'<>\[\]{}]*"#, // user
             r#":[^ \t\r\n\x0B\x0C/?#"'<>]+"#,        // password, up to the last `@`
-            r"@[A-Za-z0-9\[_-]",                     // host
+            // host; `[` only as an IPv6 literal (`[::1]`), never a mask's tag (`@[PHONE]`)
+            r"@(?:[A-Za-z0-9_-]|\[[0-9A-Fa-f]*:)",
         ),
         value: ValueAt::UrlPassword,
         verify: verify_connection_password,
@@ -280,7 +293,9 @@ static PATTERNS: &[PatternSpec] = &[
     },
     PatternSpec {
         kind: MaskKind::Phone,
-        regex: r"\+[1-9](?:[ .()-]{0,2}[0-9]){6,14}",
+        // Ends at a word boundary, backing off from digits glued to a word (`+33 1 42 68 53 00first@…`): the
+        // number found is then the same whether that word is masked or not.
+        regex: r"\+[1-9](?:[ .()-]{0,2}[0-9]){6,14}\b",
         value: ValueAt::Whole,
         verify: verify_phone_international,
     },
@@ -316,16 +331,13 @@ static PATTERNS: &[PatternSpec] = &[
     },
 ];
 
+/// The first and last byte of every replacement but [`MaskStrategy::Partial`](super::MaskStrategy::Partial)'s
+/// (`[EMAIL]`, `[EMAIL:3f2a9c1b]`, `[REDACTED]`).
+const MASK_OPEN: u8 = b'[';
+const MASKED: u8 = b']';
+
 fn compile(pattern: &str) -> String {
     pattern.replace(r"\b", r"(?-u:\b)")
-}
-
-/// What one scan has seen so far, for deciding whether its result needs another pass.
-#[derive(Default)]
-struct ScanState {
-    near_miss: bool,
-    last_finding_end: Option<usize>,
-    refused_until: Option<usize>,
 }
 
 /// The patterns of one [`MaskSet`], compiled together.
@@ -343,14 +355,8 @@ impl Scanner {
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
-    ///
-    /// Returns whether a refused candidate lay within [`NEIGHBOURHOOD`] bytes of a finding: masking that
-    /// finding changes the candidate's context (`+33 1 42 68 53 00first@example.io` refuses the phone number
-    /// while the address is glued to it), so the masked text deserves another pass.
-    pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) -> bool {
-        let mut state = ScanState::default();
-        self.scan_range(text, 0, text.len(), only, 0, &mut state, &mut on_finding);
-        state.near_miss
+    pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) {
+        self.scan_range(text, 0, text.len(), only, 0, &mut 0, &mut on_finding);
     }
 
     /// Scans `text[from..to]` (look-around still sees the whole text).
@@ -362,7 +368,7 @@ impl Scanner {
         to: usize,
         only: MaskSet,
         depth: usize,
-        state: &mut ScanState,
+        floor: &mut usize,
         on_finding: &mut dyn FnMut(Finding),
     ) {
         if self.specs.is_empty() {
@@ -373,25 +379,19 @@ impl Scanner {
         while pos < to {
             let Some(m) = self.regex.search(&Input::new(text).range(pos..to)) else { break };
             let start = m.start();
-            let mut verdict = self.verify(text, m, only);
+            let mut verdict = self.verify(text, m, only, *floor);
             if matches!(verdict, Verdict::Reject) {
-                verdict = self.retry_at(text, m, to, only);
-                state.near_miss |= matches!(verdict, Verdict::Found(_));
-            }
-            if !matches!(verdict, Verdict::Found(_)) {
-                state.near_miss |= state.last_finding_end.is_some_and(|end| start < end + NEIGHBOURHOOD);
-                state.refused_until = state.refused_until.max(Some(m.end()));
+                verdict = self.retry_at(text, m, to, only, *floor);
             }
             pos = match verdict {
                 Verdict::Found(finding) => {
                     // A value found after its label (`password=`, `Bearer `): the label was matched as part of
                     // the pattern, so look inside it too (`details.eyJ…w5c.is_secret: x` holds a JWT).
                     if finding.start > start && depth < 2 {
-                        self.scan_range(text, start, finding.start, only, depth + 1, state, on_finding);
+                        self.scan_range(text, start, finding.start, only, depth + 1, floor, on_finding);
                     }
-                    let finding = self.reclassify(text, finding, only);
-                    state.near_miss |= state.refused_until.is_some_and(|end| finding.start < end + NEIGHBOURHOOD);
-                    state.last_finding_end = Some(finding.end);
+                    let finding = self.reclassify(text, finding, only, *floor);
+                    *floor = finding.end;
                     on_finding(finding);
                     finding.end
                 }
@@ -402,12 +402,12 @@ impl Scanner {
     }
 
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
-    fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet) -> Verdict {
+    fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, floor: usize) -> Verdict {
         for index in m.pattern().as_usize() + 1..self.specs.len() {
             let Ok(pattern) = PatternID::new(index) else { break };
             let input = Input::new(text).range(m.start()..to).anchored(Anchored::Pattern(pattern));
             if let Some(retry) = self.regex.search(&input) {
-                match self.verify(text, retry, only) {
+                match self.verify(text, retry, only, floor) {
                     Verdict::Reject => {}
                     verdict => return verdict,
                 }
@@ -416,18 +416,18 @@ impl Scanner {
         Verdict::Reject
     }
 
-    fn verify(&self, text: &str, m: Match, only: MaskSet) -> Verdict {
+    fn verify(&self, text: &str, m: Match, only: MaskSet, floor: usize) -> Verdict {
         let index = m.pattern().as_usize();
         let spec = self.specs[index];
         if !only.contains_kind(spec.kind) {
             return Verdict::Reject;
         }
         let value = spec.value.locate(text, m.start(), m.end());
-        (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value })
+        (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor })
     }
 
     /// A labelled secret or connection password that is exactly a provider key is reported as that key.
-    fn reclassify(&self, text: &str, finding: Finding, only: MaskSet) -> Finding {
+    fn reclassify(&self, text: &str, finding: Finding, only: MaskSet, floor: usize) -> Finding {
         if !matches!(finding.kind, MaskKind::SecretValue | MaskKind::ConnectionPassword) {
             return finding;
         }
@@ -451,8 +451,14 @@ impl Scanner {
             let input = Input::new(text).range(finding.start..finding.end).anchored(Anchored::Pattern(pattern));
             if let Some(m) = self.regex.search(&input)
                 && m.end() == finding.end
-                && let Verdict::Found(key) =
-                    (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value: None })
+                && let Verdict::Found(key) = (spec.verify)(&Candidate {
+                    text,
+                    kind: spec.kind,
+                    start: m.start(),
+                    end: m.end(),
+                    value: None,
+                    floor,
+                })
             {
                 return key;
             }
@@ -493,10 +499,6 @@ fn next_start(bytes: &[u8], start: usize) -> usize {
 }
 
 const SCANNER_CACHE_LIMIT: usize = 64;
-
-/// How far a verifier looks around its candidate (the longest look is an IP address's, back over a version
-/// word), with a margin.
-pub(crate) const NEIGHBOURHOOD: usize = 32;
 
 static SCANNERS: LazyLock<RwLock<HashMap<MaskSet, Arc<Scanner>>>> = LazyLock::new(Default::default);
 
@@ -588,9 +590,15 @@ fn verify_private_key(c: &Candidate<'_>) -> Verdict {
     let block = &c.text[c.start..c.end];
     let header_end = block.get(5..).and_then(|after| after.find("-----")).map_or(block.len(), |i| i + 10);
     let body_end = block.rfind("-----END").filter(|&i| i >= header_end).unwrap_or(block.len());
+    // A whole block (BEGIN to END) is masked whatever its body holds, but for the `****` a partial mask writes:
+    // its extent is fixed by its own lines, and a verdict on the body would change once a secret inside it
+    // were masked (a `password=…` whose value holds `*`). A block cut short must show enough base64 to be a key.
+    if body_end < block.len() {
+        return if block.get(header_end..body_end) == Some("****") { Verdict::Reject } else { c.found(0) };
+    }
     let body = &block.as_bytes()[header_end..body_end];
     let base64 = body.iter().filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/')).count();
-    if base64 >= 20 && !body.contains(&b'*') { c.found(0) } else { Verdict::Reject }
+    if base64 >= 20 { c.found(0) } else { Verdict::Reject }
 }
 
 fn verify_jwt(c: &Candidate<'_>) -> Verdict {
@@ -599,9 +607,14 @@ fn verify_jwt(c: &Candidate<'_>) -> Verdict {
 }
 
 fn verify_bearer(c: &Candidate<'_>) -> Verdict {
-    let Some((start, end)) = c.value else { return Verdict::Reject };
+    let Some((start, mut end)) = c.value else { return Verdict::Reject };
+    // A token ends where text was elided (`abcd...wxyz`): what follows `...` may be anything, another secret
+    // included, and the verdict must not change once that is masked.
+    if let Some(elided) = c.text[start..end].find("...") {
+        end = start + elided;
+    }
     let token = &c.text.as_bytes()[start..end];
-    if has_digit_and_letter(token) && !is_mask_or_placeholder(&c.text[start..end]) {
+    if token.len() >= 16 && has_digit_and_letter(token) && !is_mask_or_placeholder(&c.text[start..end]) {
         c.found_span(start, end)
     } else {
         Verdict::Reject
@@ -675,6 +688,7 @@ const PUBLIC_KEY_SUFFIXES: &[&str] = &["pagetoken", "nexttoken", "continuationto
 
 fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let Some((mut start, mut end)) = c.value else { return Verdict::Reject };
+    let label_end = start;
     let bytes = c.text.as_bytes();
     let quoted = matches!(bytes[start], b'"' | b'\'');
     if quoted {
@@ -699,7 +713,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
-    if rejected { Verdict::RejectThrough(c.end) } else { c.found_span(start, end) }
+    if rejected { Verdict::RejectThrough(label_end) } else { c.found_span(start, end) }
 }
 
 fn verify_iban(c: &Candidate<'_>) -> Verdict {
@@ -730,17 +744,18 @@ fn digits_of(bytes: &[u8]) -> Vec<u8> {
 
 /// Whether the number at `start..end` is part of a longer one: a decimal fraction, a version, a range or
 /// an id such as `2024-123-45-6789`.
-fn inside_longer_number(text: &[u8], start: usize, end: usize) -> bool {
+fn inside_longer_number(c: &Candidate<'_>) -> bool {
+    let (text, end) = (c.text.as_bytes(), c.end);
     let joined = |b: u8| matches!(b, b'.' | b',' | b'-' | b'/' | b':');
-    let before = start >= 2 && joined(text[start - 1]) && text[start - 2].is_ascii_digit();
-    let before_word = start >= 1 && (text[start - 1].is_ascii_alphanumeric() || text[start - 1] == b'_');
+    let before = c.before(1).is_some_and(joined) && c.before(2).is_some_and(|b| b.is_ascii_digit());
+    let before_word = c.before(1).is_some_and(is_word_byte);
     let after = end + 1 < text.len() && joined(text[end]) && text[end + 1].is_ascii_digit();
     let after_word = end < text.len() && (text[end].is_ascii_alphanumeric() || text[end] == b'_');
     before || before_word || after || after_word
 }
 
 fn verify_ssn(c: &Candidate<'_>) -> Verdict {
-    if inside_longer_number(c.text.as_bytes(), c.start, c.end) {
+    if inside_longer_number(c) {
         return Verdict::Reject;
     }
     if validate::ssn_digits_valid(&digits_of(c.bytes())) { c.found(0) } else { Verdict::Reject }
@@ -793,20 +808,15 @@ fn verify_phone_international(c: &Candidate<'_>) -> Verdict {
 }
 
 fn verify_phone_national(c: &Candidate<'_>) -> Verdict {
-    let text = c.text.as_bytes();
     let number = c.bytes();
     let digits = number.iter().filter(|b| b.is_ascii_digit()).count();
     let start_ok = number[0] != b'(' || !c.before(1).is_some_and(is_word_byte);
-    if start_ok && (10..=11).contains(&digits) && !inside_longer_number(text, c.start, c.end) {
-        c.found(0)
-    } else {
-        Verdict::Reject
-    }
+    if start_ok && (10..=11).contains(&digits) && !inside_longer_number(c) { c.found(0) } else { Verdict::Reject }
 }
 
 fn verify_card(c: &Candidate<'_>) -> Verdict {
     let number = c.bytes();
-    if inside_longer_number(c.text.as_bytes(), c.start, c.end) {
+    if inside_longer_number(c) {
         return Verdict::Reject;
     }
     let separators: Vec<u8> = number.iter().copied().filter(|b| !b.is_ascii_digit()).collect();
@@ -837,7 +847,7 @@ fn verify_email(c: &Candidate<'_>) -> Verdict {
     let Some((local, domain)) = address.split_once('@') else { return Verdict::Reject };
     let tld = domain.rsplit('.').next().unwrap_or_default();
     // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
-    let in_url = c.text[..c.start].ends_with("://");
+    let in_url = c.since_floor().ends_with("://");
     if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
         return Verdict::RejectThrough(c.end);
     }
@@ -870,11 +880,15 @@ fn verify_ipv4(c: &Candidate<'_>) -> Verdict {
     {
         return Verdict::Reject;
     }
-    // More parts or a pre-release suffix: `1.2.3.4.5`, `10.0.0.1-beta`, `10.0.0.1+build`.
+    // More parts, on either side, or a pre-release suffix: `1.2.3.4.5`, `5.1.2.3.4`, `10.0.0.1-beta`,
+    // `10.0.0.1+build`. Both sides: in a run of glued quads (`1.2.3.41.2.3.4`) no quad is an address, so
+    // masking one can never leave its neighbour standing alone.
     let after = c.after(0);
     let after2 = c.after(1);
-    if (after == Some(b'.') && after2.is_some_and(|b| b.is_ascii_digit()))
-        || (after == Some(b'-') && after2.is_some_and(|b| b.is_ascii_alphanumeric()))
+    if (c.before(1) == Some(b'.') && c.before(2).is_some_and(|b| b.is_ascii_digit()))
+        || (after == Some(b'.') && after2.is_some_and(|b| b.is_ascii_digit()))
+        // `[`: a masked suffix (`10.0.0.1-AKIA…` becomes `10.0.0.1-[AWS_ACCESS_KEY]`) is still a suffix.
+        || (after == Some(b'-') && after2.is_some_and(|b| b.is_ascii_alphanumeric() || b == MASK_OPEN))
         || after == Some(b'+')
     {
         return Verdict::Reject;
@@ -882,12 +896,13 @@ fn verify_ipv4(c: &Candidate<'_>) -> Verdict {
     // Preceded by a version word: `version 10.2.0.1`, `v: 10.2.0.1`, `"release": "10.2.0.1"`.
     let mut i = c.start;
     let mut skipped = 0;
-    while i > 0 && skipped < 4 && matches!(text[i - 1], b' ' | b'\t' | b':' | b'=' | b'"' | b'\'') {
+    let floor = c.floor.min(c.start);
+    while i > floor && skipped < 4 && matches!(text[i - 1], b' ' | b'\t' | b':' | b'=' | b'"' | b'\'') {
         i -= 1;
         skipped += 1;
     }
     let word_end = i;
-    while i > 0 && text[i - 1].is_ascii_alphabetic() && word_end - i < 16 {
+    while i > floor && text[i - 1].is_ascii_alphabetic() && word_end - i < 16 {
         i -= 1;
     }
     let word = &c.text[i..word_end];

@@ -45,9 +45,6 @@ pub use agent_airlock_grammar::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseE
 /// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
 const MIN_FINDING_LEN: usize = 6;
 
-/// Passes over a text at most; a second is needed only when a replacement changed a neighbour's context.
-const MAX_PASSES: usize = 4;
-
 /// Masks text and JSON values. Build one per deployment and share it: cloning is cheap, and the compiled
 /// patterns are shared by every masker in the process.
 #[derive(Clone, Debug, Default)]
@@ -90,25 +87,80 @@ impl Masker {
         (masked, report)
     }
 
-    /// The findings in `text` of a kind in `set`, in order, without masking anything. (Masking may find a
-    /// little more: a value refused because of its neighbour is found once the neighbour is masked.)
+    /// The findings in `text` of a kind in `set`, in order, without masking anything: exactly what
+    /// [`Masker::mask_text`] replaces.
     pub fn detect(&self, text: &str, set: MaskSet) -> Vec<Detection> {
+        if set.is_empty() {
+            return Vec::new();
+        }
+        let Some((scanner, only)) = detect::scanner(set) else { return Vec::new() };
+        self.findings(&scanner, only, text)
+            .into_iter()
+            .map(|finding| Detection { kind: finding.kind, range: finding.start..finding.end })
+            .collect()
+    }
+
+    /// The findings in `text`, in order, never overlapping, in `text`'s offsets: the blocks first masked
+    /// ([`Masker::stage_blocks`]) and what the scan of the staged text finds, each mapped back; a block inside
+    /// a later finding is part of it.
+    fn findings(&self, scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
         let mut found = Vec::new();
-        if set.is_empty() || text.len() < MIN_FINDING_LEN {
+        if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
             return found;
         }
-        if let Some((scanner, only)) = detect::scanner(set) {
-            scanner.scan(text, only, |f| found.push(Detection { kind: f.kind, range: f.start..f.end }));
-        }
+        let Some(staged) = self.stage_blocks(only, text, &mut MaskReport::new(), &mut false) else {
+            scanner.scan(text, only, |finding| found.push(finding));
+            return found;
+        };
+        let mut blocks = staged.blocks.iter().peekable();
+        scanner.scan(&staged.text, only, |mut finding| {
+            let (start, end) = (staged.original(finding.start, false), staged.original(finding.end, true));
+            while let Some(block) = blocks.next_if(|block| block.original.start < end) {
+                if block.original.end <= start {
+                    found.push(block.finding);
+                }
+            }
+            finding.start = start;
+            finding.end = end;
+            found.push(finding);
+        });
+        found.extend(blocks.map(|block| block.finding));
         found
     }
 
-    fn detect_with(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
-        let mut found = Vec::new();
-        if text.len() >= MIN_FINDING_LEN && !detect::cannot_hold_a_finding(text) {
-            scanner.scan(text, only, |finding| found.push(finding));
+    /// Masks the private-key blocks of `text` first, before anything else is looked for: a block may hold
+    /// line breaks and quotes, which decide where other matches end (`passwd: "…-----BEGIN…\n…"…-----END…"`
+    /// closes its quote inside the block), so the rest is looked for in the text with the blocks masked, the
+    /// text a second masking would see. `None` when there is no block.
+    fn stage_blocks(&self, only: MaskSet, text: &str, report: &mut MaskReport, partial: &mut bool) -> Option<Staged> {
+        if !only.contains_kind(MaskKind::PrivateKey) || !text.contains("-----BEGIN") {
+            return None;
         }
-        found
+        let (scanner, _) = detect::scanner(MaskSet::of(MaskKind::PrivateKey))?;
+        let mut staged = Staged { text: String::new(), blocks: Vec::new() };
+        let mut copied = 0;
+        scanner.scan(text, MaskSet::of(MaskKind::PrivateKey), |finding| {
+            staged.text.push_str(&text[copied..finding.start]);
+            let start = staged.text.len();
+            *partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
+            self.render(text, finding, &mut staged.text);
+            staged.blocks.push(Block {
+                staged: start..staged.text.len(),
+                original: finding.start..finding.end,
+                finding,
+            });
+            copied = finding.end;
+            report.record(finding.kind);
+        });
+        if staged.blocks.is_empty() {
+            return None;
+        }
+        staged.text.push_str(&text[copied..]);
+        Some(staged)
+    }
+
+    fn detect_with(&self, scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+        self.findings(scanner, only, text)
     }
 
     /// Masks `value` in place, leaf by leaf: strings are masked as text; an integer that is a payment card
@@ -240,50 +292,65 @@ impl Masker {
         self.mask_str_with(&scanner, only, text, report)
     }
 
+    /// `text` with every finding replaced: the private-key blocks first ([`Masker::stage_blocks`]), then one
+    /// scan of the result. A verifier's verdict never depends on whether a neighbour is masked (see
+    /// [`detect`]), so with replacements in brackets the result is a fixed point: masking it again finds
+    /// nothing more. A [`MaskStrategy::Partial`] replacement keeps text of the value (`j***@example.com`),
+    /// which may change what its neighbours match, so its result is masked again until nothing more is found;
+    /// every extra pass replaces text no pass wrote, so there is at most one per byte of `text`.
     fn mask_str_with(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
-        if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
-            return None;
-        }
-        // A replacement changes the context of its neighbours: a phone number glued to an e-mail address is
-        // refused while glued and valid once the address is gone; a partial mask keeps characters that may
-        // join the text next to them (`[TAG]` replacements start and end with brackets, which join nothing).
-        // When a pass saw such a neighbourhood, the masked text is scanned again, until a pass changes
-        // nothing, so that masking masked output changes nothing.
-        let mut masked: Option<String> = None;
-        for _ in 0..MAX_PASSES {
-            let input = masked.as_deref().unwrap_or(text);
-            let Some((next, settled)) = self.mask_pass(scanner, only, input, report) else { break };
-            masked = Some(next);
-            if settled {
+        let (mut masked, mut partial) = self.mask_once(scanner, only, text, report)?;
+        let mut passes = 1;
+        while partial {
+            let mut found = MaskReport::new();
+            let Some((next, still_partial)) = self.mask_once(scanner, only, &masked, &mut found) else { break };
+            if next == masked {
+                // Only partial replacements that write themselves again (a block's BEGIN and END lines).
                 break;
             }
+            report.merge(&found);
+            passes += 1;
+            if passes > text.len() {
+                // Unreachable by the argument above; should it ever be reached, fail closed.
+                return Some(FULL_MASK.to_owned());
+            }
+            (masked, partial) = (next, still_partial);
         }
-        masked
+        Some(masked)
     }
 
-    /// One pass over `text`: every finding replaced, `None` when there was none. The flag tells whether the
-    /// result is settled: no refused candidate near a finding, no partial replacement.
-    fn mask_pass(
+    /// One masking of `text`, and whether a partial replacement was written; `None` when nothing was found.
+    fn mask_once(
         &self,
         scanner: &Scanner,
         only: MaskSet,
         text: &str,
         report: &mut MaskReport,
     ) -> Option<(String, bool)> {
+        if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
+            return None;
+        }
+        let mut partial = false;
+        let staged = self.stage_blocks(only, text, report, &mut partial).map(|staged| staged.text);
+        let input = staged.as_deref().unwrap_or(text);
         let mut out: Option<String> = None;
         let mut copied = 0;
-        let mut partial = false;
-        let near_miss = scanner.scan(text, only, |finding| {
-            let out = out.get_or_insert_with(|| String::with_capacity(text.len() + 16));
-            out.push_str(&text[copied..finding.start]);
+        scanner.scan(input, only, |finding| {
+            let out = out.get_or_insert_with(|| String::with_capacity(input.len() + 16));
+            out.push_str(&input[copied..finding.start]);
             partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
-            self.render(text, finding, out);
+            self.render(input, finding, out);
             copied = finding.end;
             report.record(finding.kind);
         });
-        let mut out = out?;
-        out.push_str(&text[copied..]);
-        Some((out, !near_miss && !partial))
+        let masked = match out {
+            Some(mut out) => {
+                out.push_str(&input[copied..]);
+                out
+            }
+            None => staged?,
+        };
+        Some((masked, partial))
     }
 
     fn render(&self, text: &str, finding: Finding, out: &mut String) {
@@ -310,7 +377,7 @@ impl Masker {
         let trimmed = text.trim();
         if kind == MaskKind::SecretValue && set.contains_kind(kind) && !detect::is_mask_or_placeholder(trimmed) {
             // The whole value is the secret. If it is exactly one recognised key, that kind names it.
-            let detections = Self::detect_with(scanner, set, text);
+            let detections = self.detect_with(scanner, set, text);
             if let [one] = detections.as_slice()
                 && (one.start, one.end) == (0, text.len())
                 && one.kind.is_secret()
@@ -332,6 +399,37 @@ impl Masker {
             return Some(out);
         }
         None
+    }
+}
+
+/// A text with its private-key blocks masked, and where each block was.
+struct Staged {
+    text: String,
+    blocks: Vec<Block>,
+}
+
+struct Block {
+    /// Where its replacement is in the staged text.
+    staged: Range<usize>,
+    /// Where it was in the original text.
+    original: Range<usize>,
+    finding: Finding,
+}
+
+impl Staged {
+    /// The offset in the original text of `offset` in the staged text; an offset inside a block's
+    /// replacement is its start, or its end if `end`.
+    fn original(&self, offset: usize, end: bool) -> usize {
+        let before = self.blocks.partition_point(|block| block.staged.end <= offset);
+        if let Some(block) = self.blocks.get(before)
+            && block.staged.start < offset
+        {
+            return if end { block.original.end } else { block.original.start };
+        }
+        match before.checked_sub(1).map(|last| &self.blocks[last]) {
+            Some(block) => offset - block.staged.end + block.original.end,
+            None => offset,
+        }
     }
 }
 
