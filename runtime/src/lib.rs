@@ -26,8 +26,10 @@
 //! the [`Dispatcher`] and its [`Policy`] and [`Rate`]s, the clocks, and what a dispatch returns
 //! ([`Outcome`], [`ToolMessage`], [`Refusal`]). Each subsystem that a deployment switches on and chooses
 //! a backend or a setting for is a public module, and its names live only there: [`approval`] (approvers
-//! and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`mask`],
-//! [`dialect`], [`keys`], [`canonical`] and [`integrations`]. No name is reachable by two paths.
+//! and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`store`] (one
+//! write per decision), [`mask`], [`dialect`], [`keys`], [`canonical`], [`integrations`], `json_tool`
+//! (feature `json-tool`), and [`policy`] (the policy file and argument conditions; [`Policy`] itself is
+//! at the root). No name is reachable by two paths.
 //!
 //! ## A tool and a dispatch
 //!
@@ -389,7 +391,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
-pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
+pub use policy::rules::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{

@@ -37,7 +37,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Policy, PolicyBuilder, PolicyError, PolicyMode};
+use super::rules::{Policy, PolicyBuilder, PolicyError, PolicyMode};
 use crate::rate::RateScope;
 use crate::tool::GhostPolicy;
 
