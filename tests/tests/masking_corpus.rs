@@ -708,3 +708,25 @@ fn the_readme_states_the_corpus_size() {
     );
     assert!(README.contains(&stated), "README.md should say `{stated}`");
 }
+
+/// Found by `mixed_corpus_fragments_are_masked_idempotently`: a JWT cookie glued to a PGP private-key block
+/// glued to an SSH-style Git address gave `detect` findings that overlapped around the block.
+#[test]
+fn detections_around_a_private_key_block_never_overlap() {
+    let text = [
+        "cookie: session=x; jwt_cookie=eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiI0MiIsImV4cCI6MTcwMDAwMDAwMH0.pTyGJMuHbEL31IeL2HPcHyGcFRl1SPnXNYvMIHa_2o7",
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\nlQOYBF0fT8QBCADKxQ3MZt7KqKjLx5b2s1C9vXw2Q==\n-----END PGP PRIVATE KEY BLOCK-----",
+        "git@github.com:owner/repo.git",
+    ]
+    .concat();
+    for set in [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL] {
+        for (name, strategy) in strategies() {
+            let masker = Masker::new(MaskConfig::new(strategy));
+            let found = masker.detect(&text, set);
+            assert!(!found.is_empty());
+            assert!(found.windows(2).all(|w| w[0].range.end <= w[1].range.start), "{name}: {found:?}");
+            let once = masker.mask_text(&text, set).into_owned();
+            assert_eq!(masker.mask_text(&once, set), once, "{name}");
+        }
+    }
+}

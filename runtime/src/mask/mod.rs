@@ -125,7 +125,7 @@ impl Masker {
             found.push(finding);
         });
         found.extend(blocks.map(|block| block.finding));
-        found
+        merge_overlapping(found)
     }
 
     /// Masks the private-key blocks of `text` first, before anything else is looked for: a block may hold
@@ -400,6 +400,21 @@ impl Masker {
         }
         None
     }
+}
+
+/// `found` (in order of start) with each finding that starts inside the one before merged into it. Two
+/// findings of the staged text can map back onto one block (a match that runs into a block's rendering
+/// and one that starts inside it, as the partial strategy renders a block): in `text`'s offsets they
+/// overlap, and what is reported must not, so the later one widens the earlier, which masks no less.
+fn merge_overlapping(found: Vec<Finding>) -> Vec<Finding> {
+    let mut merged: Vec<Finding> = Vec::with_capacity(found.len());
+    for finding in found {
+        match merged.last_mut() {
+            Some(last) if finding.start < last.end => last.end = last.end.max(finding.end),
+            _ => merged.push(finding),
+        }
+    }
+    merged
 }
 
 /// A text with its private-key blocks masked, and where each block was.
