@@ -617,33 +617,9 @@ fn maskers() -> &'static [Masker; 2] {
     })
 }
 
-/// The slow reference for a masker writing type tags: detect, replace each finding by its tag, and detect
-/// again in the result, until nothing is found. The masker scans once; the two agree only if no verdict
-/// depends on whether a neighbour was masked.
-///
-/// # Panics
-///
-/// When masking does not settle within one pass per byte of `text` (every productive pass replaces text no
-/// pass wrote).
-pub fn reference_mask_text(masker: &Masker, text: &str, set: MaskSet) -> String {
-    let mut text = text.to_owned();
-    for _ in 0..=text.len() {
-        let found = masker.detect(&text, set);
-        if found.is_empty() {
-            return text;
-        }
-        let mut out = String::with_capacity(text.len());
-        let mut copied = 0;
-        for detection in found {
-            out.push_str(&text[copied..detection.range.start]);
-            out.push_str(detection.kind.tag());
-            copied = detection.range.end;
-        }
-        out.push_str(&text[copied..]);
-        text = out;
-    }
-    panic!("masking does not settle for {text:?}");
-}
+#[path = "mask_reference.rs"]
+mod mask_reference;
+pub use mask_reference::reference_mask_text;
 
 /// Masks `text` with every set and strategy and checks: the result is what the slow reference
 /// ([`reference_mask_text`]) gives, so masking it again changes nothing, and a seeded secret planted between

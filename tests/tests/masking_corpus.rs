@@ -402,28 +402,9 @@ fn masks_never_overlap_and_keep_the_text_between() {
     assert_eq!(masker.mask_text(text, MaskSet::ALL), "a [EMAIL] b [PAYMENT_CARD] c [PHONE] d [AWS_ACCESS_KEY] e");
 }
 
-/// The slow reference for a masker writing type tags: detect, replace each finding by its tag, and detect again
-/// in the result, until nothing is found (or one pass per byte, which no input may need). The masker scans
-/// once; the two agree only if no verdict depends on whether a neighbour was masked.
-fn reference_mask(masker: &Masker, text: &str, set: MaskSet) -> String {
-    let mut text = text.to_owned();
-    for _ in 0..=text.len() {
-        let found = masker.detect(&text, set);
-        if found.is_empty() {
-            return text;
-        }
-        let mut out = String::with_capacity(text.len());
-        let mut copied = 0;
-        for detection in found {
-            out.push_str(&text[copied..detection.range.start]);
-            out.push_str(detection.kind.tag());
-            copied = detection.range.end;
-        }
-        out.push_str(&text[copied..]);
-        text = out;
-    }
-    panic!("masking does not settle for {text:?}");
-}
+#[path = "../../fuzz/src/mask_reference.rs"]
+mod mask_reference;
+use mask_reference::reference_mask_text as reference_mask;
 
 #[test]
 fn one_pass_agrees_with_the_slow_reference_on_the_corpus() {
