@@ -29,6 +29,11 @@ pub(super) fn h(text: &str) -> String {
     out
 }
 
+/// Multi-line `text` for a `<pre>`: each line as [`h`] shows it, the line breaks kept.
+pub(super) fn h_lines(text: &str) -> String {
+    text.lines().map(h).collect::<Vec<_>>().join("\n")
+}
+
 /// `text` for a URL path segment (request ids are hex, but the page never trusts that).
 fn url_segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -173,7 +178,7 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
             );
             match render_request(request) {
                 Ok(text) => {
-                    let _ = write!(body, r#"<pre id="sealed-call">{}</pre>"#, h(&text));
+                    let _ = write!(body, r#"<pre id="sealed-call">{}</pre>"#, h_lines(&text));
                 }
                 Err(error) => {
                     let _ = write!(body, r#"<p class="error">{}</p>"#, h(&error));
@@ -215,7 +220,7 @@ pub(super) fn decided(session: &Session, request_id: &str, what: &str, resume: &
             id = h(request_id),
             what = h(what),
             operator = h(&session.operator),
-            resume = h(resume),
+            resume = h_lines(resume),
         ),
     )
 }
@@ -326,6 +331,9 @@ mod tests {
         assert_eq!(h(r#"<script>"x"&'y'</script>"#), "&lt;script&gt;&quot;x&quot;&amp;&#39;y&#39;&lt;/script&gt;");
         // A right-to-left override is shown, not obeyed.
         assert!(!h("abc\u{202e}def").contains('\u{202e}'));
+        // Line breaks survive only where a `<pre>` keeps them on purpose.
+        assert!(!h("a\nb").contains('\n'));
+        assert_eq!(h_lines("<a>\n\"b\""), "&lt;a&gt;\n&quot;b&quot;");
     }
 
     #[test]

@@ -1,0 +1,425 @@
+//! `airlock console` over HTTP, as a browser would use it but without one: sign-in, sessions, CSRF, a
+//! request recorded while the console runs, approve (the call then runs exactly once), deny (the model
+//! gets the reason), a tampered request, and the loopback guard. The database is shared with the test in
+//! multi-process mode, as an agent host would share it.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use agent_airlock::approval::{AdmitError, InterruptApprovals};
+use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions, RequestStatus, open_database};
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+use serde_json::{Map, Value, json};
+
+mod support;
+
+use support::{Calls, SECRET, TTL, approvals_on};
+
+const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
+
+fn refund_arguments(amount: u64) -> Map<String, Value> {
+    json!({"payment_id": "pi_1", "amount": amount, "api_key": "sk_live_0123456789abcdefghijklmn"})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+/// The database file opened as every process sharing it must: in multi-process mode.
+fn shared_database(db: &Path) -> Arc<redb::Database> {
+    let options = RedbOpenOptions::default().sharing(ProcessSharing::MultiProcess);
+    Arc::new(open_database(db, &options).unwrap())
+}
+
+/// The agent host's side: approvals on the shared file.
+fn host(db: &Path) -> InterruptApprovals {
+    approvals_on(Arc::new(RedbLedger::from_database(shared_database(db)).unwrap()), TTL)
+}
+
+/// A running `airlock console`, stopped when dropped.
+struct Console {
+    child: Child,
+    url: String,
+    token: Option<String>,
+}
+
+impl Console {
+    /// Starts the console on a free loopback port with `args` after `console`, and waits until it serves.
+    fn start(db: &Path, args: &[&str]) -> Console {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .arg("--db")
+            .arg(db)
+            .arg("--multi-process")
+            .args(["console", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("AIRLOCK_APPROVAL_KEY", SECRET)
+            .env_remove("AIRLOCK_OPERATOR")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut url = None;
+        let mut token = None;
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(rest) = line.strip_prefix("airlock console: http://") {
+                url = Some(format!("http://{}", rest.trim_end_matches('/')));
+                if !args.contains(&"--operator") {
+                    break;
+                }
+            } else if let Some(rest) = line.strip_prefix("airlock console: sign in with this one-time token: ") {
+                token = Some(rest.to_owned());
+                break;
+            }
+        }
+        let Some(url) = url else {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            panic!("the console did not start: {stderr}");
+        };
+        Console { child, url, token }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A browser without a screen: keeps cookies, follows no redirects (the tests look at them).
+struct Visitor {
+    client: Client,
+    base: String,
+    cookies: HashMap<String, String>,
+}
+
+impl Visitor {
+    fn new(console: &Console) -> Visitor {
+        let client = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Visitor { client, base: console.url.clone(), cookies: HashMap::new() }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+    }
+
+    fn keep_cookies(&mut self, response: &Response) {
+        for value in response.headers().get_all(reqwest::header::SET_COOKIE) {
+            let pair = value.to_str().unwrap().split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            if value.is_empty() {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_owned(), value.to_owned());
+            }
+        }
+    }
+
+    fn get(&mut self, path: &str) -> (StatusCode, String) {
+        let response =
+            self.client.get(format!("{}{path}", self.base)).header("cookie", self.cookie_header()).send().unwrap();
+        self.keep_cookies(&response);
+        let status = response.status();
+        (status, response.text().unwrap())
+    }
+
+    fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .form(form)
+            .send()
+            .unwrap();
+        self.keep_cookies(&response);
+        let status = response.status();
+        let location = response.headers().get("location").map(|l| l.to_str().unwrap().to_owned());
+        (status, response.text().unwrap(), location)
+    }
+
+    /// Signs in through the form; returns the status of the form's answer.
+    fn sign_in(&mut self, name: &str, secret: &str) -> StatusCode {
+        let (status, page) = self.get("/login");
+        assert_eq!(status, StatusCode::OK);
+        let nonce = hidden(&page, "nonce");
+        let (status, _, location) = self.post("/login", &[("name", name), ("secret", secret), ("nonce", &nonce)]);
+        if status == StatusCode::SEE_OTHER {
+            assert_eq!(location.as_deref(), Some("/"));
+        }
+        status
+    }
+}
+
+/// The value of the first hidden field `name` in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no field `{name}` in {page}")) + marker.len();
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// The text of the element with `id`, HTML entities decoded.
+fn element_text(page: &str, id: &str) -> String {
+    let marker = format!(r#"id="{id}">"#);
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no `{id}` in {page}")) + marker.len();
+    let end = start + page[start..].find("</").unwrap();
+    page[start..end]
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// Where a request stands, read through `host`'s ledger (one process opens the file once).
+fn status_of(host: &InterruptApprovals, request_id: &str) -> RequestStatus {
+    host.ledger().find_request(request_id).unwrap().unwrap().status
+}
+
+#[test]
+fn an_operator_signs_in_sees_a_new_request_and_approves_it_and_the_call_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let token = console.token.clone().unwrap();
+    let mut visitor = Visitor::new(&console);
+
+    // Not signed in: every page sends the browser to sign in.
+    let response = visitor.client.get(format!("{}/", console.url)).send().unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(visitor.sign_in("", "not-the-token"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("", &token), StatusCode::SEE_OTHER);
+    let session = visitor.cookies.get("airlock_session").unwrap().clone();
+    assert_eq!(session.len(), 64, "a 256-bit random session id");
+    let (status, page) = visitor.get("/");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No request is waiting") && page.contains(r#"<span id="operator">alice</span>"#), "{page}");
+
+    // The agent asks while the page is open; the rows the page refreshes itself with now hold it.
+    let host = host(&db);
+    let id = REFUND.request_in(&host, 500, "moves <b>money</b>");
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)), "{rows}");
+    assert!(
+        rows.contains("refund") && rows.contains("moves &lt;b&gt;money&lt;/b&gt;") && rows.contains("t1"),
+        "{rows}"
+    );
+
+    // The request in full: seal verified, arguments shown with the secret masked.
+    let (status, page) = visitor.get(&format!("/requests/{id}"));
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="seal" class="verified""#), "{page}");
+    let call = element_text(&page, "sealed-call");
+    assert!(call.contains("\"amount\": 500") && !call.contains("sk_live_0123456789"), "{call}");
+    let csrf = hidden(&page, "csrf");
+
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
+    assert_eq!(grant.approver, "alice");
+
+    // The waiting call is admitted once; the same approval admits nothing again.
+    REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
+    let again = REFUND.with(500, |call| host.admit_blocking(call, &resume));
+    assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
+    // Approving it a second time from the console is refused: it is no longer pending.
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    let (_, page) = visitor.get("/decisions");
+    assert!(page.contains("approved by alice, spent"), "{page}");
+
+    // The one-time token was used up; signing out ends the session.
+    let mut other = Visitor::new(&console);
+    assert_eq!(other.sign_in("", &token), StatusCode::UNAUTHORIZED);
+    let (status, _, location) = visitor.post("/logout", &[("csrf", &csrf)]);
+    assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/login")));
+    visitor.cookies.insert("airlock_session".to_owned(), session);
+    assert_eq!(visitor.get("/").0, StatusCode::SEE_OTHER);
+}
+
+#[test]
+fn a_denial_with_its_reason_reaches_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let host = host(&db);
+    let id = REFUND.request_in(&host, 900, "moves money");
+    let console = Console::start(&db, &["--operator", "bob"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) =
+        visitor.post(&format!("/requests/{id}/deny"), &[("csrf", &csrf), ("reason", "wrong customer")]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let refused = REFUND.with(900, |call| host.admit_blocking(call, &resume));
+    let Err(AdmitError::Denied { reason, .. }) = refused else { panic!("{refused:?}") };
+    assert_eq!(reason.as_deref(), Some("wrong customer"));
+    let RequestStatus::Denied(denial) = status_of(&host, &id) else { panic!("not denied") };
+    assert_eq!(denial.denied_by, "bob");
+}
+
+#[test]
+fn posts_without_the_session_or_its_csrf_token_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request_in(&host(&db), 500, "moves money");
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    let csrf = hidden(&page, "csrf");
+
+    // No token, a wrong one, and the right one without the session cookie: all refused.
+    let approve = format!("/requests/{id}/approve");
+    let (status, page, _) = visitor.post(&approve, &[]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(page.contains("CSRF token is missing or wrong"), "{page}");
+    let wrong = "0".repeat(csrf.len());
+    assert_eq!(visitor.post(&approve, &[("csrf", &wrong)]).0, StatusCode::FORBIDDEN);
+    assert_eq!(visitor.post(&format!("/requests/{id}/deny"), &[("reason", "x")]).0, StatusCode::FORBIDDEN);
+    let mut stranger = Visitor::new(&console);
+    let (status, page, _) = stranger.post(&approve, &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(page.contains("not signed in"), "{page}");
+    assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
+
+    // A sign-in form posted without its own cookie (from another site) signs no one in.
+    let mut forger = Visitor::new(&console);
+    let (status, _, _) = forger.post("/login", &[("name", ""), ("secret", "x"), ("nonce", "abc")]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!forger.cookies.contains_key("airlock_session"));
+
+    // A request addressed to another host name (DNS rebinding) is not answered.
+    let response = visitor.client.get(format!("{}/login", console.url)).header("host", "evil.example").send().unwrap();
+    assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST);
+    let csp = visitor.client.get(format!("{}/login", console.url)).send().unwrap();
+    let csp = csp.headers().get("content-security-policy").unwrap().to_str().unwrap().to_owned();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+}
+
+/// Rewrites one stored request record, as someone who can write the file but has no key would.
+fn tamper(db: &Path, request_id: &str, edit: impl FnOnce(&mut Value)) {
+    const REQUESTS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("airlock_approval_requests");
+    let database = shared_database(db);
+    let txn = database.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(REQUESTS).unwrap();
+        let mut record: Value =
+            serde_json::from_slice(redb::ReadableTable::get(&table, request_id).unwrap().unwrap().value()).unwrap();
+        edit(&mut record);
+        table.insert(request_id, serde_json::to_vec(&record).unwrap().as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_tampered_request_is_shown_as_tampered_and_cannot_be_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request_in(&host(&db), 900, "moves money");
+    tamper(&db, &id, |record| {
+        record["interrupt"]["airlock_approval"]["reason"] = json!("harmless read");
+        record["interrupt"]["airlock_approval"]["arguments"]["amount"] = json!(1);
+    });
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains("TAMPERED") && !rows.contains("harmless"), "{rows}");
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    assert!(page.contains(r#"id="seal" class="tampered""#) && !page.contains("harmless"), "{page}");
+    assert!(!page.contains("/approve"), "no approve form for a tampered request: {page}");
+    // Posting the approval anyway (with a valid session and token) approves nothing.
+    let (_, pending) = visitor.get("/");
+    let csrf = hidden(&pending, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("TAMPERED") && page.contains("nothing was approved"), "{page}");
+    assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
+}
+
+#[test]
+fn operators_sign_in_with_their_password_from_an_operators_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["console", "hash-password", "carol"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hashing.stdin.take().unwrap().write_all(b"correct horse battery\n").unwrap();
+    let line = String::from_utf8(hashing.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.starts_with("carol:$argon2id$") && !line.contains("correct horse"), "{line}");
+    let operators = dir.path().join("operators");
+    std::fs::write(&operators, format!("# who may approve\n{line}")).unwrap();
+
+    let console = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
+    assert!(console.token.is_none());
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("carol", "wrong"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("mallory", "correct horse battery"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("carol", "correct horse battery"), StatusCode::SEE_OTHER);
+    let (status, page) = visitor.get("/");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"<span id="operator">carol</span>"#), "{page}");
+}
+
+#[test]
+fn the_console_refuses_to_serve_beyond_loopback_or_without_a_way_to_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .arg("--db")
+            .arg(&db)
+            .arg("console")
+            .args(args)
+            .env("AIRLOCK_APPROVAL_KEY", SECRET)
+            .env_remove("AIRLOCK_OPERATOR")
+            .output()
+            .unwrap()
+    };
+    let output = run(&["--listen", "0.0.0.0:0", "--operator", "alice"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`--allow-remote`"));
+    let output = run(&["--listen", "127.0.0.1:0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`--operators FILE`"));
+}
+
+#[test]
+fn the_cli_records_who_decides_and_requires_an_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request(&db, 500, "moves money");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["approve", &id, "--yes"])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .env_remove("AIRLOCK_OPERATOR")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--operator"), "{output:?}");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["approve", &id, "--yes"])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .env("AIRLOCK_OPERATOR", "dave")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let shown = support::stdout(&support::airlock(&db, &["requests", "show", &id]));
+    assert!(shown.contains("decision  approved by dave"), "{shown}");
+}
