@@ -4,19 +4,24 @@
 //! multi-process mode, as an agent host would share it.
 
 use std::collections::HashMap;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
-use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions, RequestStatus, open_database};
+use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
+use agent_airlock::ledger::{RedbLedger, RequestStatus};
+use agent_airlock::{Clock as _, SystemClock};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde_json::{Map, Value, json};
 
 mod support;
 
+use support::console::{Console, shared_database, tamper};
 use support::{Calls, SECRET, TTL, approvals_on};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
@@ -28,67 +33,9 @@ fn refund_arguments(amount: u64) -> Map<String, Value> {
         .clone()
 }
 
-/// The database file opened as every process sharing it must: in multi-process mode.
-fn shared_database(db: &Path) -> Arc<redb::Database> {
-    let options = RedbOpenOptions::default().sharing(ProcessSharing::MultiProcess);
-    Arc::new(open_database(db, &options).unwrap())
-}
-
 /// The agent host's side: approvals on the shared file.
 fn host(db: &Path) -> InterruptApprovals {
     approvals_on(Arc::new(RedbLedger::from_database(shared_database(db)).unwrap()), TTL)
-}
-
-/// A running `airlock console`, stopped when dropped.
-struct Console {
-    child: Child,
-    url: String,
-    token: Option<String>,
-}
-
-impl Console {
-    /// Starts the console on a free loopback port with `args` after `console`, and waits until it serves.
-    fn start(db: &Path, args: &[&str]) -> Console {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .arg("--db")
-            .arg(db)
-            .arg("--multi-process")
-            .args(["console", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("AIRLOCK_APPROVAL_KEY", SECRET)
-            .env_remove("AIRLOCK_OPERATOR")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut url = None;
-        let mut token = None;
-        while let Some(Ok(line)) = lines.next() {
-            if let Some(rest) = line.strip_prefix("airlock console: http://") {
-                url = Some(format!("http://{}", rest.trim_end_matches('/')));
-                if !args.contains(&"--operator") {
-                    break;
-                }
-            } else if let Some(rest) = line.strip_prefix("airlock console: sign in with this one-time token: ") {
-                token = Some(rest.to_owned());
-                break;
-            }
-        }
-        let Some(url) = url else {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-            panic!("the console did not start: {stderr}");
-        };
-        Console { child, url, token }
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A browser without a screen: keeps cookies, follows no redirects (the tests look at them).
@@ -304,30 +251,12 @@ fn posts_without_the_session_or_its_csrf_token_change_nothing() {
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
 }
 
-/// Rewrites one stored request record, as someone who can write the file but has no key would.
-fn tamper(db: &Path, request_id: &str, edit: impl FnOnce(&mut Value)) {
-    const REQUESTS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("airlock_approval_requests");
-    let database = shared_database(db);
-    let txn = database.begin_write().unwrap();
-    {
-        let mut table = txn.open_table(REQUESTS).unwrap();
-        let mut record: Value =
-            serde_json::from_slice(redb::ReadableTable::get(&table, request_id).unwrap().unwrap().value()).unwrap();
-        edit(&mut record);
-        table.insert(request_id, serde_json::to_vec(&record).unwrap().as_slice()).unwrap();
-    }
-    txn.commit().unwrap();
-}
-
 #[test]
 fn a_tampered_request_is_shown_as_tampered_and_cannot_be_approved() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");
     let id = REFUND.request_in(&host(&db), 900, "moves money");
-    tamper(&db, &id, |record| {
-        record["interrupt"]["airlock_approval"]["reason"] = json!("harmless read");
-        record["interrupt"]["airlock_approval"]["arguments"]["amount"] = json!(1);
-    });
+    tamper(&shared_database(&db), &id);
     let console = Console::start(&db, &["--operator", "alice"]);
     let mut visitor = Visitor::new(&console);
     assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
@@ -422,4 +351,31 @@ fn the_cli_records_who_decides_and_requires_an_operator() {
     assert!(output.status.success(), "{output:?}");
     let shown = support::stdout(&support::airlock(&db, &["requests", "show", &id]));
     assert!(shown.contains("decision  approved by dave"), "{shown}");
+}
+
+#[test]
+fn ambiguous_effects_are_resolved_and_the_audit_log_is_verified_from_the_console() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::new(shared_database(&db)).unwrap();
+        let now = SystemClock.now();
+        let unknown = store.reserve("refund:pi_2", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get("/effects");
+    assert!(page.contains("<code>refund:pi_2</code>"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let form = [("key", "refund:pi_2"), ("outcome", "failed")];
+    assert_eq!(visitor.post("/effects/resolve", &form).0, StatusCode::FORBIDDEN, "no CSRF token");
+    let (status, _, location) = visitor.post("/effects/resolve", &[form[0], form[1], ("csrf", &csrf)]);
+    assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/effects")));
+    let (_, page) = visitor.get("/effects");
+    assert!(page.contains("No effect is waiting") && !page.contains("refund:pi_2"), "{page}");
+    let (status, page) = visitor.get("/audit");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="audit-status" class="verified""#), "{page}");
 }
