@@ -119,7 +119,7 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Serve the operator's console: a web page listing pending requests, each shown in full with its seal
     /// checked, to approve or deny after signing in; recent decisions, ambiguous effects, the audit log.
-    Console(console::ConsoleArgs),
+    Console(Box<console::ConsoleArgs>),
     /// Deployment policy files.
     Policy {
         #[command(subcommand)]

@@ -4,10 +4,12 @@
 //! multi-process mode, as an agent host would share it.
 
 use std::collections::HashMap;
-use std::io::Write as _;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use std::time::Duration;
 
@@ -15,9 +17,11 @@ use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
 use agent_airlock::ledger::{RedbLedger, RequestStatus};
 use agent_airlock::{Clock as _, SystemClock};
+use hmac::{Hmac, KeyInit, Mac as _};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde_json::{Map, Value, json};
+use sha2::Sha256;
 
 mod support;
 
@@ -378,4 +382,98 @@ fn ambiguous_effects_are_resolved_and_the_audit_log_is_verified_from_the_console
     let (status, page) = visitor.get("/audit");
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="audit-status" class="verified""#), "{page}");
+}
+
+/// What a loopback webhook receiver was sent.
+struct Received {
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    answered: u16,
+}
+
+/// A webhook receiver on a free loopback port that answers its first `failures` notifications with 500
+/// and the rest with 204; returns its URL and what it received.
+fn webhook_receiver(failures: usize) -> (String, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = HashMap::new();
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            loop {
+                line.clear();
+                reader.read_line(&mut line).unwrap();
+                let Some((name, value)) = line.trim_end().split_once(": ") else { break };
+                headers.insert(name.to_ascii_lowercase(), value.to_owned());
+            }
+            let mut body = vec![0; headers.get("content-length").map_or(0, |n| n.parse().unwrap())];
+            reader.read_exact(&mut body).unwrap();
+            let mut log = log.lock().unwrap();
+            let answered = if log.len() < failures { 500 } else { 204 };
+            write!(stream, "HTTP/1.1 {answered} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").unwrap();
+            log.push(Received { headers, body, answered });
+        }
+    });
+    (url, received)
+}
+
+#[test]
+fn a_new_pending_request_is_announced_once_to_the_webhook_signed_and_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let secret = "5a".repeat(32);
+    let key_file = dir.path().join("webhook.key");
+    std::fs::write(&key_file, &secret).unwrap();
+    let (url, received) = webhook_receiver(1);
+    let key_arg = key_file.to_str().unwrap();
+    let webhook = ["--webhook-url", &url, "--webhook-key-file", key_arg, "--webhook-backoff-ms", "100"];
+    let console = Console::start(&db, &[&["--operator", "alice"][..], &webhook[..]].concat());
+
+    let id = REFUND.request_in(&host(&db), 500, "moves money");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Refused once, so sent again after the backoff; then never again for the same request.
+    std::thread::sleep(Duration::from_millis(2500));
+    let received = received.lock().unwrap();
+    assert_eq!(received.iter().map(|r| r.answered).collect::<Vec<_>>(), [500, 204]);
+    for notification in received.iter() {
+        let body: Value = serde_json::from_slice(&notification.body).unwrap();
+        assert_eq!(body["event"], "approval.pending");
+        assert_eq!(body["request_id"], id.as_str());
+        assert_eq!(
+            (&body["tool"], &body["reason"], &body["seal"]),
+            (&json!("refund"), &json!("moves money"), &json!("verified"))
+        );
+        assert_eq!(body["url"], format!("{}/requests/{id}", console.url));
+        let text = String::from_utf8_lossy(&notification.body);
+        assert!(!text.contains("sk_live") && !text.contains("amount"), "arguments are never sent: {text}");
+        // HMAC-SHA256(secret, domain tag ‖ timestamp ‖ "." ‖ body), checked without the runtime's code.
+        let timestamp = &notification.headers["x-airlock-timestamp"];
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&hex::decode(&secret).unwrap()).unwrap();
+        mac.update(b"agent-airlock/webhook/v1\0");
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(&notification.body);
+        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(notification.headers["x-airlock-signature"], expected);
+    }
+
+    // The console has no TLS client: an `https://` webhook is refused at start, not silently dropped.
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["console", "--operator", "alice", "--webhook-url", "https://chat.example/hook"])
+        .args(["--webhook-key-file", key_arg])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not `http://`"), "{output:?}");
 }

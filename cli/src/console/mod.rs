@@ -13,6 +13,7 @@
 
 mod pages;
 mod session;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectStore, Resolution};
+use agent_airlock::keys::WebhookKey;
 use agent_airlock::ledger::{ApprovalLedger, RequestStatus};
 use agent_airlock::{Clock as _, SystemClock};
 use axum::Router;
@@ -76,7 +78,48 @@ pub(crate) struct ConsoleArgs {
     key: KeySource,
     #[command(flatten)]
     audit_key: AuditKeySource,
+    #[command(flatten)]
+    webhook: WebhookArgs,
 }
+
+/// Where new pending requests are announced.
+#[derive(Args)]
+struct WebhookArgs {
+    /// POST each new pending request here (`http://` only), signed with the webhook key.
+    #[arg(long, value_name = "URL")]
+    webhook_url: Option<String>,
+    /// A file holding the webhook key's secret as hex.
+    #[arg(long, value_name = "FILE", requires = "webhook_url")]
+    webhook_key_file: Option<PathBuf>,
+    /// An environment variable holding the webhook key's secret as hex (without `--webhook-key-file`).
+    #[arg(long, default_value = "AIRLOCK_WEBHOOK_KEY", value_name = "VAR")]
+    webhook_key_env: String,
+    /// How many times a notification is tried before it is given up.
+    #[arg(long, default_value_t = 6)]
+    webhook_attempts: u32,
+    /// The wait before the first retry, in milliseconds; it doubles for each later one.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    webhook_backoff_ms: u64,
+}
+
+impl WebhookArgs {
+    fn webhook(&self) -> Result<Option<webhook::Webhook>, Failure> {
+        let Some(url) = &self.webhook_url else { return Ok(None) };
+        let key = match &self.webhook_key_file {
+            Some(path) => {
+                crate::warn_if_others_can_read(path);
+                WebhookKey::from_file(WEBHOOK_KEY_ID, path)
+            }
+            None => WebhookKey::from_env(WEBHOOK_KEY_ID, &self.webhook_key_env),
+        }
+        .map_err(|e| e.to_string())?;
+        let backoff = Duration::from_millis(self.webhook_backoff_ms);
+        webhook::Webhook::new(url, key, self.webhook_attempts, backoff).map(Some)
+    }
+}
+
+/// The id the webhook key is loaded under (receivers are not told it).
+const WEBHOOK_KEY_ID: &str = "webhook";
 
 #[derive(Subcommand)]
 enum ConsoleCommand {
@@ -131,6 +174,7 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
                 .to_owned());
         }
     };
+    let webhook = args.webhook.webhook()?;
     let storage = Storage::open(cli)?;
     let ledger = storage.ledger()?;
     let verifier = Verifier::new(Arc::clone(&ledger), &args.key)?;
@@ -157,19 +201,28 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the server's runtime failed: {e}"))?;
-    let served = runtime.block_on(serve(console, args.listen, token));
+    let served = runtime.block_on(serve(console, args.listen, token, webhook));
     // The storage (a PostgreSQL pool has its own runtime) outlives the server's runtime.
     drop(runtime);
     drop(storage);
     served
 }
 
-async fn serve(console: Arc<Console>, listen: SocketAddr, token: Option<String>) -> Result<(), Failure> {
+async fn serve(
+    console: Arc<Console>,
+    listen: SocketAddr,
+    token: Option<String>,
+    webhook: Option<webhook::Webhook>,
+) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("listening on {listen}: {e}"))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     println!("airlock console: http://{address}/");
     if let Some(token) = token {
         println!("airlock console: sign in with this one-time token: {token}");
+    }
+    if let Some(webhook) = webhook {
+        let webhook = Arc::new(webhook.linking_to(format!("http://{address}")));
+        tokio::spawn(webhook::announce(Arc::clone(&console), webhook));
     }
     let stop = crate::mcp::termination("airlock console");
     axum::serve(listener, router(console)).with_graceful_shutdown(stop).await.map_err(|e| e.to_string())
