@@ -19,13 +19,12 @@ use agent_airlock::ledger::{RedbLedger, RequestStatus};
 use agent_airlock::{Clock as _, SystemClock};
 use hmac::{Hmac, KeyInit, Mac as _};
 use reqwest::StatusCode;
-use reqwest::blocking::{Client, Response};
 use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 mod support;
 
-use support::console::{Console, shared_database, tamper};
+use support::console::{Console, Visitor, element_text, hidden, shared_database, tamper};
 use support::{Calls, SECRET, TTL, approvals_on};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
@@ -40,90 +39,6 @@ fn refund_arguments(amount: u64) -> Map<String, Value> {
 /// The agent host's side: approvals on the shared file.
 fn host(db: &Path) -> InterruptApprovals {
     approvals_on(Arc::new(RedbLedger::from_database(shared_database(db)).unwrap()), TTL)
-}
-
-/// A browser without a screen: keeps cookies, follows no redirects (the tests look at them).
-struct Visitor {
-    client: Client,
-    base: String,
-    cookies: HashMap<String, String>,
-}
-
-impl Visitor {
-    fn new(console: &Console) -> Visitor {
-        let client = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Visitor { client, base: console.url.clone(), cookies: HashMap::new() }
-    }
-
-    fn cookie_header(&self) -> String {
-        self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
-    }
-
-    fn keep_cookies(&mut self, response: &Response) {
-        for value in response.headers().get_all(reqwest::header::SET_COOKIE) {
-            let pair = value.to_str().unwrap().split(';').next().unwrap();
-            let (name, value) = pair.split_once('=').unwrap();
-            if value.is_empty() {
-                self.cookies.remove(name);
-            } else {
-                self.cookies.insert(name.to_owned(), value.to_owned());
-            }
-        }
-    }
-
-    fn get(&mut self, path: &str) -> (StatusCode, String) {
-        let response =
-            self.client.get(format!("{}{path}", self.base)).header("cookie", self.cookie_header()).send().unwrap();
-        self.keep_cookies(&response);
-        let status = response.status();
-        (status, response.text().unwrap())
-    }
-
-    fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
-        let response = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("cookie", self.cookie_header())
-            .form(form)
-            .send()
-            .unwrap();
-        self.keep_cookies(&response);
-        let status = response.status();
-        let location = response.headers().get("location").map(|l| l.to_str().unwrap().to_owned());
-        (status, response.text().unwrap(), location)
-    }
-
-    /// Signs in through the form; returns the status of the form's answer.
-    fn sign_in(&mut self, name: &str, secret: &str) -> StatusCode {
-        let (status, page) = self.get("/login");
-        assert_eq!(status, StatusCode::OK);
-        let nonce = hidden(&page, "nonce");
-        let (status, _, location) = self.post("/login", &[("name", name), ("secret", secret), ("nonce", &nonce)]);
-        if status == StatusCode::SEE_OTHER {
-            assert_eq!(location.as_deref(), Some("/"));
-        }
-        status
-    }
-}
-
-/// The value of the first hidden field `name` in a page.
-fn hidden(page: &str, name: &str) -> String {
-    let marker = format!(r#"name="{name}" value=""#);
-    let start = page.find(&marker).unwrap_or_else(|| panic!("no field `{name}` in {page}")) + marker.len();
-    page[start..].split('"').next().unwrap().to_owned()
-}
-
-/// The text of the element with `id`, HTML entities decoded.
-fn element_text(page: &str, id: &str) -> String {
-    let marker = format!(r#"id="{id}">"#);
-    let start = page.find(&marker).unwrap_or_else(|| panic!("no `{id}` in {page}")) + marker.len();
-    let end = start + page[start..].find("</").unwrap();
-    page[start..end]
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
 }
 
 /// Where a request stands, read through `host`'s ledger (one process opens the file once).

@@ -1,5 +1,6 @@
 //! A running `airlock console` for the console tests, on a database file shared in multi-process mode.
 
+use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -7,6 +8,8 @@ use std::sync::Arc;
 
 use agent_airlock::ledger::{ProcessSharing, RedbOpenOptions, open_database};
 
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
 use super::SECRET;
@@ -85,4 +88,90 @@ pub(crate) fn tamper(database: &redb::Database, request_id: &str) {
         table.insert(request_id, serde_json::to_vec(&record).unwrap().as_slice()).unwrap();
     }
     txn.commit().unwrap();
+}
+
+/// A browser without a screen: keeps cookies, follows no redirects (the tests look at them).
+pub(crate) struct Visitor {
+    /// The HTTP client (no redirects followed).
+    pub(crate) client: Client,
+    base: String,
+    /// The cookies the console set, by name.
+    pub(crate) cookies: HashMap<String, String>,
+}
+
+impl Visitor {
+    pub(crate) fn new(console: &Console) -> Visitor {
+        let client = Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Visitor { client, base: console.url.clone(), cookies: HashMap::new() }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ")
+    }
+
+    fn keep_cookies(&mut self, response: &Response) {
+        for value in response.headers().get_all(reqwest::header::SET_COOKIE) {
+            let pair = value.to_str().unwrap().split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            if value.is_empty() {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_owned(), value.to_owned());
+            }
+        }
+    }
+
+    pub(crate) fn get(&mut self, path: &str) -> (StatusCode, String) {
+        let response =
+            self.client.get(format!("{}{path}", self.base)).header("cookie", self.cookie_header()).send().unwrap();
+        self.keep_cookies(&response);
+        let status = response.status();
+        (status, response.text().unwrap())
+    }
+
+    pub(crate) fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String, Option<String>) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .form(form)
+            .send()
+            .unwrap();
+        self.keep_cookies(&response);
+        let status = response.status();
+        let location = response.headers().get("location").map(|l| l.to_str().unwrap().to_owned());
+        (status, response.text().unwrap(), location)
+    }
+
+    /// Signs in through the form; returns the status of the form's answer.
+    pub(crate) fn sign_in(&mut self, name: &str, secret: &str) -> StatusCode {
+        let (status, page) = self.get("/login");
+        assert_eq!(status, StatusCode::OK);
+        let nonce = hidden(&page, "nonce");
+        let (status, _, location) = self.post("/login", &[("name", name), ("secret", secret), ("nonce", &nonce)]);
+        if status == StatusCode::SEE_OTHER {
+            assert_eq!(location.as_deref(), Some("/"));
+        }
+        status
+    }
+}
+
+/// The value of the first hidden field `name` in a page.
+pub(crate) fn hidden(page: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no field `{name}` in {page}")) + marker.len();
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// The text of the element with `id`, HTML entities decoded.
+pub(crate) fn element_text(page: &str, id: &str) -> String {
+    let marker = format!(r#"id="{id}">"#);
+    let start = page.find(&marker).unwrap_or_else(|| panic!("no `{id}` in {page}")) + marker.len();
+    let end = start + page[start..].find("</").unwrap();
+    page[start..end]
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
