@@ -96,7 +96,7 @@ fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
 }
 
 async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
-    let stop = termination();
+    let stop = termination("airlock mcp");
     let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
     let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
@@ -160,7 +160,8 @@ fn approval_key(args: &GatewayArgs) -> Result<ApprovalKey, String> {
 
 /// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere). The handlers are
 /// installed when this is called, so a signal that arrives before the future is first polled still counts.
-fn termination() -> impl Future<Output = ()> + Send {
+/// `who` names the command in the message on standard error.
+pub(crate) fn termination(who: &'static str) -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -172,7 +173,7 @@ fn termination() -> impl Future<Output = ()> + Send {
                         _ = terminate.recv() => "SIGTERM",
                         _ = interrupt.recv() => "SIGINT",
                     };
-                    eprintln!("airlock mcp: {name}, shutting down");
+                    eprintln!("{who}: {name}, shutting down");
                 }
                 // Without signal handlers the gateway still stops when the client goes.
                 Err(_) => std::future::pending().await,
@@ -183,7 +184,7 @@ fn termination() -> impl Future<Output = ()> + Send {
     {
         async move {
             match tokio::signal::ctrl_c().await {
-                Ok(()) => eprintln!("airlock mcp: interrupted, shutting down"),
+                Ok(()) => eprintln!("{who}: interrupted, shutting down"),
                 Err(_) => std::future::pending().await,
             }
         }

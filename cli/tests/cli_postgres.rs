@@ -14,7 +14,9 @@ use agent_airlock::approval::AdmitError;
 use agent_airlock::effect::{EffectStatus, EffectStore};
 use agent_airlock::ledger::PostgresLedger;
 use agent_airlock_tests::pg_server;
+use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
+use support::console::{Console, Visitor, element_text, hidden};
 use support::{Calls, TTL, airlock, approvals_on, stdout_json};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
@@ -109,4 +111,34 @@ fn the_audit_log_on_postgres_is_refused_and_a_missing_server_does_not_print_the_
     assert!(!output.status.success());
     assert!(stderr.contains("the PostgreSQL database"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
+fn the_console_lists_and_approves_requests_on_postgres() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let approvals = approvals_on(Arc::new(PostgresLedger::connect(&connection).unwrap()), TTL);
+    let console = Console::start(Path::new(&url), &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+
+    // Recorded by another host while the console runs, listed, approved; the call runs once.
+    let id = REFUND.request_in(&approvals, 700, "moves money");
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)) && rows.contains("refund"), "{rows}");
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    assert!(page.contains(r#"id="seal" class="verified""#), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    REFUND.with(700, |call| approvals.admit_blocking(call, &resume)).unwrap();
+    let again = REFUND.with(700, |call| approvals.admit_blocking(call, &resume));
+    assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
+    let (_, page) = visitor.get("/decisions");
+    assert!(page.contains("approved by alice, spent"), "{page}");
+    // The audit log is kept in redb: the page says so instead of failing.
+    let (status, page) = visitor.get("/audit");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("the audit log is kept in a redb file"), "{page}");
 }
