@@ -5,8 +5,9 @@
 //! approved, counting how often each runs. It also saves the pending page's screenshot to
 //! `docs/console.png` (shown in the README).
 //!
-//! Chromium must be installed (`apt-get install chromium`, or `AIRLOCK_CHROMIUM` naming another build):
-//! without it this test fails, saying so; it never passes without having run.
+//! The browser is Debian's Chromium (`AIRLOCK_CHROMIUM` names another build): where it is missing the test
+//! installs it with `apt-get install chromium` if it runs as root, and fails naming that command otherwise;
+//! it never passes without having run.
 
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -52,16 +53,10 @@ fn calls(tool: &str) -> &'static Calls {
     }
 }
 
-/// The browser, or a failure saying how to install it.
+/// The browser: Debian's Chromium, installed by the test where it is missing and it may (root, apt-get),
+/// else a failure saying how to install it.
 fn chromium() -> PathBuf {
-    let path = std::env::var_os("AIRLOCK_CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    assert!(
-        path.is_file(),
-        "the console's browser tests need Chromium at `{}`: install Debian's with `apt-get install chromium` \
-         (or set `AIRLOCK_CHROMIUM` to a Chromium binary)",
-        path.display()
-    );
-    path
+    agent_airlock_tests::chromium::provision().unwrap_or_else(|why| panic!("no browser for the console test: {why}"))
 }
 
 /// The agent host's side of the flows, answering the script's questions.

@@ -7,6 +7,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 pub mod checks_script;
+pub mod chromium;
 pub mod ledger_fixtures;
 pub mod node_env;
 pub mod payments;
