@@ -26,7 +26,7 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::{
     Clock, SystemClock,
-    approval::{EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
+    approval::{DecisionError, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
     keys::ApprovalKey,
     mask::{MaskSet, Masker},
 };
@@ -386,10 +386,18 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         Command::Approve { request_id, yes, operator, ttl_secs, key } => {
             let ttl = Duration::from_secs(*ttl_secs);
-            let resume = approve_request(storage.ledger()?, key, request_id, operator, ttl, |request, entry| {
+            let approved = approve_request(storage.ledger()?, key, request_id, operator, ttl, |request, entry| {
                 if *yes { Ok(()) } else { confirm(request, entry.status.label(now)) }
             })?;
-            print_resume(cli, resume.as_value(), "approved");
+            match approved {
+                Approval::Granted(resume) => print_resume(cli, resume.as_value(), "approved"),
+                Approval::Waiting { approvers, required } if cli.json => {
+                    print_json(&json!({ "status": "approving", "approvers": approvers, "required": required }));
+                }
+                Approval::Waiting { approvers, required } => {
+                    eprintln!("{}", Approval::waiting_text(&approvers, required));
+                }
+            }
         }
         Command::Deny { request_id, operator, reason, key } => {
             let resume = deny_request(storage.ledger()?, key, request_id, operator, reason.as_deref())?;
@@ -636,8 +644,12 @@ fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
 fn decision_text(status: &RequestStatus) -> Option<String> {
     Some(match status {
         RequestStatus::Pending => return None,
-        RequestStatus::Granted(grant) => format!("approved by {}", escape(&grant.approver)),
-        RequestStatus::Spent(spent) => format!("approved by {}, spent", escape(&spent.grant.approver)),
+        RequestStatus::Approving { approvals } => {
+            let names: Vec<String> = approvals.iter().map(|a| escape(&a.approver).into_owned()).collect();
+            format!("approved so far by {}", names.join(", "))
+        }
+        RequestStatus::Granted(grant) => format!("approved by {}", approvers_text(&grant.approvers())),
+        RequestStatus::Spent(spent) => format!("approved by {}, spent", approvers_text(&spent.grant.approvers())),
         RequestStatus::Denied(denial) => match &denial.reason {
             Some(reason) => format!("denied by {}: {}", escape(&denial.denied_by), escape(reason)),
             None => format!("denied by {}", escape(&denial.denied_by)),
@@ -645,16 +657,22 @@ fn decision_text(status: &RequestStatus) -> Option<String> {
     })
 }
 
-/// Every request, oldest first, or only the pending ones.
+/// The approvers of a grant, escaped, `and`-joined.
+fn approvers_text(approvers: &[&str]) -> String {
+    approvers.iter().map(|name| escape(name)).collect::<Vec<_>>().join(" and ")
+}
+
+/// Every request, oldest first, or only the ones still waiting for a decision.
 fn list_requests(ledger: &dyn ApprovalLedger, pending_only: bool) -> Result<Vec<RequestEntry>, Failure> {
     let mut entries = ledger.list_requests().map_err(|e| e.to_string())?;
-    entries.retain(|e| !pending_only || e.status == RequestStatus::Pending);
+    entries.retain(|e| !pending_only || e.status.is_waiting());
     Ok(entries)
 }
 
 /// Approves `request_id` as `operator` (`airlock approve` and the console): the seal is checked first (a
 /// tampered request is approved by no one), then `confirm` is shown the verified request and may refuse;
-/// only then is the grant recorded. Returns the resume value the host resumes the call with.
+/// only then is the approval recorded. Returns the resume value the host resumes the call with, or, for a
+/// request that needs more distinct approvers, who approved so far.
 fn approve_request(
     ledger: Arc<dyn ApprovalLedger>,
     key: &KeySource,
@@ -662,14 +680,41 @@ fn approve_request(
     operator: &str,
     ttl: Duration,
     confirm: impl FnOnce(&InterruptRequest, &RequestEntry) -> Result<(), Failure>,
-) -> Result<ResumeValue, Failure> {
+) -> Result<Approval, Failure> {
     let entry = find(&*ledger, request_id)?;
     let approvals = approvals(ledger, key, &entry.request.key_id, ttl)?;
     let request = approvals
         .verify_request(&entry.request.interrupt)
         .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
     confirm(&request, &entry)?;
-    approvals.approve_blocking(&entry.request.interrupt, operator).map_err(|e| e.to_string())
+    match approvals.approve_blocking(&entry.request.interrupt, operator) {
+        Ok(resume) => Ok(Approval::Granted(resume)),
+        Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
+            Ok(Approval::Waiting { approvers, required })
+        }
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// What an operator's approval did.
+enum Approval {
+    /// The grant is issued: the host resumes the call with this value.
+    Granted(ResumeValue),
+    /// Recorded; the request needs more distinct approvers.
+    Waiting { approvers: Vec<String>, required: u32 },
+}
+
+impl Approval {
+    /// For an operator: who approved so far, and how many approvals the request needs.
+    fn waiting_text(approvers: &[String], required: u32) -> String {
+        let names: Vec<String> = approvers.iter().map(|name| escape(name).into_owned()).collect();
+        format!(
+            "approval recorded ({} of {required}: {}); the request waits for {} more distinct approver(s)",
+            approvers.len(),
+            names.join(", "),
+            (required as usize).saturating_sub(approvers.len())
+        )
+    }
 }
 
 /// Denies `request_id` as `operator` (`airlock deny` and the console), after checking its seal; `reason`

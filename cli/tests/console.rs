@@ -16,6 +16,7 @@ use std::time::Duration;
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
 use agent_airlock::ledger::{RedbLedger, RequestStatus};
+use agent_airlock::mask::{MaskSet, Masker};
 use agent_airlock::{Clock as _, SystemClock};
 use hmac::{Hmac, KeyInit, Mac as _};
 use reqwest::StatusCode;
@@ -107,6 +108,54 @@ fn an_operator_signs_in_sees_a_new_request_and_approves_it_and_the_call_runs_onc
     assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/login")));
     visitor.cookies.insert("airlock_session".to_owned(), session);
     assert_eq!(visitor.get("/").0, StatusCode::SEE_OTHER);
+}
+
+#[test]
+fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approve() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let host = host(&db);
+    let id = REFUND.with(700, |call| {
+        host.request_masked_blocking(call, "policy", "moves money", &Masker::default(), MaskSet::SECRETS, 2).unwrap()
+    });
+    let id = id.request_id().to_owned();
+
+    let sign_in = |operator: &str| {
+        let console = Console::start(&db, &["--operator", operator]);
+        let mut visitor = Visitor::new(&console);
+        assert_eq!(visitor.sign_in("", &console.token.clone().unwrap()), StatusCode::SEE_OTHER);
+        (console, visitor)
+    };
+    let approve = |visitor: &mut Visitor| {
+        let (status, page) = visitor.get(&format!("/requests/{id}"));
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(element_text(&page, "approvals").contains("2 distinct people must approve"), "{page}");
+        let csrf = hidden(&page, "csrf");
+        let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page
+    };
+
+    let (_alice_console, mut alice) = sign_in("alice");
+    let page = approve(&mut alice);
+    assert!(page.contains("approval recorded (1 of 2: alice)"), "{page}");
+    assert!(!page.contains(r#"id="resume""#), "no resume value before the second approver: {page}");
+    // The same operator again counts once; the request is still waiting, and listed as such.
+    let page = approve(&mut alice);
+    assert!(page.contains("approval recorded (1 of 2: alice)"), "{page}");
+    assert!(matches!(status_of(&host, &id), RequestStatus::Approving { .. }));
+    let (_, rows) = alice.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)), "{rows}");
+
+    let (_bob_console, mut bob) = sign_in("bob");
+    let page = approve(&mut bob);
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
+    assert_eq!(grant.approvers(), vec!["alice", "bob"]);
+    REFUND.with(700, |call| host.admit_blocking(call, &resume)).unwrap();
+    let (_, page) = bob.get("/decisions");
+    assert!(page.contains("approved by alice and bob, spent"), "{page}");
 }
 
 #[test]

@@ -23,7 +23,7 @@ use std::time::Duration;
 use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectStore, Resolution};
 use agent_airlock::keys::WebhookKey;
-use agent_airlock::ledger::{ApprovalLedger, RequestStatus};
+use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::{Clock as _, SystemClock};
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, Request, State};
@@ -42,8 +42,8 @@ use serde::Deserialize;
 use self::pages::Listed;
 use self::session::{LOGIN_COOKIE, Session, Sessions, SignIn};
 use crate::{
-    AuditKeySource, Cli, Failure, KeySource, Storage, Verifier, approve_request, audit_key, deny_request, find,
-    list_requests,
+    Approval, AuditKeySource, Cli, Failure, KeySource, Storage, Verifier, approve_request, audit_key, deny_request,
+    find, list_requests,
 };
 
 /// `airlock console`.
@@ -410,17 +410,20 @@ async fn approve(
             &request_id,
             &operator,
             shared.grant_ttl,
-            |_, entry| match entry.status {
-                RequestStatus::Pending => Ok(()),
-                ref other => Err(format!("request `{request_id}` is {}, not pending", other.label(now()))),
+            |_, entry| match &entry.status {
+                status if status.is_waiting() => Ok(()),
+                other => Err(format!("request `{request_id}` is {}, not pending", other.label(now()))),
             },
         )
     })
     .await;
     match approved {
-        Ok(resume) => {
+        Ok(Approval::Granted(resume)) => {
             let shown = serde_json::to_string_pretty(resume.as_value()).unwrap_or_default();
             Html(pages::decided(&session, &id, "approved", &shown)).into_response()
+        }
+        Ok(Approval::Waiting { approvers, required }) => {
+            Html(pages::approving(&session, &id, &Approval::waiting_text(&approvers, required))).into_response()
         }
         Err(error) => refusal(StatusCode::CONFLICT, Some(&session), &error),
     }
@@ -440,7 +443,7 @@ async fn deny(
     let reason = Some(form.reason.trim().to_owned()).filter(|r| !r.is_empty());
     let denied = blocking(move || {
         let entry = find(&*shared.ledger, &request_id)?;
-        if entry.status != RequestStatus::Pending {
+        if !entry.status.is_waiting() {
             return Err(format!("request `{request_id}` is {}, not pending", entry.status.label(now())));
         }
         deny_request(Arc::clone(&shared.ledger), &shared.key, &request_id, &operator, reason.as_deref())
@@ -462,7 +465,7 @@ async fn decisions_page(State(console): Shared, SignedIn(session): SignedIn) -> 
     let shared = Arc::clone(&console);
     let decided = blocking(move || {
         let mut entries = list_requests(&*shared.ledger, false)?;
-        entries.retain(|e| e.status != RequestStatus::Pending);
+        entries.retain(|e| !e.status.is_waiting());
         entries.sort_by_key(|e| std::cmp::Reverse(pages::decided_at(&e.status)));
         entries.truncate(RECENT_DECISIONS);
         Ok(entries)

@@ -170,8 +170,12 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
         Sealed::Verified(request) => {
             let _ = write!(
                 body,
-                r#"<dt>Seal</dt><dd id="seal" class="verified">verified (key <code>{key}</code>)</dd><dt>Call</dt><dd>{call}</dd><dt>Requested</dt><dd>{age}</dd><dt>Expires</dt><dd>{expiry}</dd></dl>"#,
+                r#"<dt>Seal</dt><dd id="seal" class="verified">verified (key <code>{key}</code>)</dd><dt>Call</dt><dd>{call}</dd><dt>Requested</dt><dd>{age}</dd><dt>Expires</dt><dd>{expiry}</dd><dt>Approvers</dt><dd id="approvals">{approvers}</dd></dl>"#,
                 key = h(request.key_id()),
+                approvers = match request.approvals_required() {
+                    1 => "one".to_owned(),
+                    n => format!("{n} distinct people must approve"),
+                },
                 call = h(&call_site(request)),
                 age = ago(now, request.requested_at()),
                 expiry = request.expires_at().map_or_else(|| "never".to_owned(), |at| until(now, at)),
@@ -184,7 +188,7 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
                     let _ = write!(body, r#"<p class="error">{}</p>"#, h(&error));
                 }
             }
-            if entry.status == RequestStatus::Pending {
+            if entry.status.is_waiting() {
                 let _ = write!(
                     body,
                     r#"<div class="decide"><form method="post" action="/requests/{seg}/approve">{csrf}<button class="approve">Approve</button></form>
@@ -221,6 +225,21 @@ pub(super) fn decided(session: &Session, request_id: &str, what: &str, resume: &
             what = h(what),
             operator = h(&session.operator),
             resume = h_lines(resume),
+        ),
+    )
+}
+
+/// An approval recorded for a request that needs more distinct approvers.
+pub(super) fn approving(session: &Session, request_id: &str, progress: &str) -> String {
+    page(
+        "approval recorded",
+        Some(session),
+        &format!(
+            r#"<p id="outcome">Request <a href="/requests/{seg}">{id}</a>: {progress}.</p>
+<p>The call runs once the last approver needed approves; a single denial ends the request.</p><p><a href="/">Back to the pending requests</a></p>"#,
+            seg = url_segment(request_id),
+            id = h(request_id),
+            progress = h(progress),
         ),
     )
 }
@@ -262,7 +281,7 @@ pub(super) fn decisions(session: &Session, entries: &[RequestEntry], now: Durati
 /// When a request was decided (or its grant spent).
 pub(super) fn decided_at(status: &RequestStatus) -> Option<Duration> {
     match status {
-        RequestStatus::Pending => None,
+        RequestStatus::Pending | RequestStatus::Approving { .. } => None,
         RequestStatus::Granted(grant) => Some(grant.granted_at),
         RequestStatus::Spent(spent) => Some(spent.spent_at),
         RequestStatus::Denied(denial) => Some(denial.denied_at),
