@@ -17,6 +17,17 @@ const INSTALL_HINT: &str = "PostgreSQL server binaries (`initdb`, `pg_ctl`, `pos
 /// The port in the socket's name (`.s.PGSQL.<port>`); nothing listens on TCP.
 const PORT: u16 = 5432;
 
+/// How a server makes its commits durable.
+#[derive(Debug, Clone, Copy)]
+enum Commits {
+    /// Neither on disk nor crash-safe: the last commits are lost if the server crashes.
+    Fast,
+    /// A commit survives the server's crash (not the machine's).
+    CrashSafe,
+    /// A commit is on disk.
+    Durable,
+}
+
 /// A running throwaway server. Dropping it stops the server and removes its directory.
 #[derive(Debug)]
 pub struct PgServer {
@@ -24,8 +35,8 @@ pub struct PgServer {
     socket_dir: PathBuf,
     bin: PathBuf,
     as_postgres: bool,
-    /// Whether a commit waits for its WAL to reach the operating system (see [`start_crash_safe`](Self::start_crash_safe)).
-    crash_safe: bool,
+    /// How commits are made durable (see [`start_crash_safe`](Self::start_crash_safe), [`start_durable`](Self::start_durable)).
+    commits: Commits,
     databases: AtomicUsize,
 }
 
@@ -81,7 +92,7 @@ impl PgServer {
     /// Starts a new server in a new temporary directory. Panics with what to install if the binaries are
     /// missing, and with the server's log if it does not start.
     pub fn start() -> PgServer {
-        PgServer::start_with(false)
+        PgServer::start_with(Commits::Fast)
     }
 
     /// Like [`start`](Self::start), for tests that kill the server: a commit answers only once its WAL
@@ -89,10 +100,16 @@ impl PgServer {
     /// other servers trade that away for speed (`synchronous_commit=off` loses the last commits when the
     /// server crashes). Both skip `fsync`: the machine itself never crashes in a test.
     pub fn start_crash_safe() -> PgServer {
-        PgServer::start_with(true)
+        PgServer::start_with(Commits::CrashSafe)
     }
 
-    fn start_with(crash_safe: bool) -> PgServer {
+    /// Like [`start`](Self::start), with a deployment's settings: a commit answers once its WAL is on
+    /// disk (`fsync=on`, `synchronous_commit=on`, `full_page_writes=on`). For benchmarks.
+    pub fn start_durable() -> PgServer {
+        PgServer::start_with(Commits::Durable)
+    }
+
+    fn start_with(commits: Commits) -> PgServer {
         let bin = find_bin().unwrap_or_else(|| panic!("{INSTALL_HINT}"));
         let dir = tempfile::Builder::new().prefix("airlock-pg-").tempdir().expect("a temporary directory");
         let as_postgres = is_root();
@@ -105,7 +122,7 @@ impl PgServer {
             dir: Some(dir),
             bin,
             as_postgres,
-            crash_safe,
+            commits,
             databases: AtomicUsize::new(0),
         };
         run(
@@ -130,9 +147,13 @@ impl PgServer {
     /// waits until it accepts connections. Panics with the server's log if it does not start.
     pub fn start_again(&self) {
         let options = format!(
-            "-k {} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit={} -c full_page_writes=off -c max_connections=200",
+            "-k {} -p {PORT} -c listen_addresses='' {} -c max_connections=200",
             self.socket_dir.display(),
-            if self.crash_safe { "on" } else { "off" },
+            match self.commits {
+                Commits::Fast => "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+                Commits::CrashSafe => "-c fsync=off -c synchronous_commit=on -c full_page_writes=off",
+                Commits::Durable => "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
+            },
         );
         let log = self.socket_dir.join("server.log");
         let started = self
