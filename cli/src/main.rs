@@ -298,11 +298,7 @@ impl Storage {
     fn audit(&self, config: AuditConfig) -> Result<AuditLog, Failure> {
         match self {
             Storage::Redb(database) => AuditLog::with_database(Arc::clone(database), config).map_err(|e| e.to_string()),
-            Storage::Postgres(_) => {
-                Err("the audit log is kept in a redb file; PostgreSQL holds only the ledger and the effect records: \
-                     pass the audit log's file with `--db`"
-                    .to_owned())
-            }
+            Storage::Postgres(ledger) => Ok(AuditLog::with_postgres(ledger, config)),
         }
     }
 }

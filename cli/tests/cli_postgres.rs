@@ -1,8 +1,8 @@
 //! `airlock --db postgres://…`: the operator's commands against a real PostgreSQL server that several hosts
 //! share. A request recorded by a host's dispatcher is listed, shown from its verified seal and approved
-//! from the CLI, and the grant is spent once; effect records are listed and resolved; the audit log, kept in
-//! redb only, is refused with a message saying so; a server that is not there is a clear error that does
-//! not print the URL (which may hold a password).
+//! from the CLI, and the grant is spent once; effect records are listed and resolved; the audit log kept in
+//! the same database is verified; a server that is not there is a clear error that does not print the URL
+//! (which may hold a password).
 
 mod support;
 
@@ -98,12 +98,23 @@ fn effect_records_are_listed_and_resolved_on_postgres() {
 }
 
 #[test]
-fn the_audit_log_on_postgres_is_refused_and_a_missing_server_does_not_print_the_url() {
-    let url = postgres_url(&pg_server::shared().fresh_database());
-    let output = airlock(Path::new(&url), &["audit", "verify"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert!(stderr.contains("the audit log is kept in a redb file"), "{stderr}");
+fn the_audit_log_on_postgres_verifies_and_a_missing_server_does_not_print_the_url() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let log = agent_airlock::audit::AuditLog::with_postgres(
+        &PostgresLedger::connect(&connection).unwrap(),
+        agent_airlock::audit::AuditConfig::default(),
+    );
+    for call in ["c1", "c2"] {
+        let event = agent_airlock::audit::AuditEvent::new("refund", call, agent_airlock::audit::AuditOutcome::Executed);
+        log.append(event).unwrap();
+    }
+    let report = stdout_json(&airlock(Path::new(&url), &["audit", "verify", "--json"]));
+    assert_eq!(
+        (&report["ok"], &report["records"], &report["head_seq"]),
+        (&json!(true), &json!(2), &json!(2)),
+        "{report}"
+    );
 
     let secret_url = "postgresql://operator:hunter2-secret@127.0.0.1:1/airlock";
     let output = airlock(Path::new(secret_url), &["requests", "list"]);

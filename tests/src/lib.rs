@@ -11,6 +11,7 @@ pub mod chromium;
 pub mod ledger_fixtures;
 pub mod node_env;
 pub mod payments;
+pub mod pg_proxy;
 pub mod pg_server;
 pub mod python_env;
 /// The audit key the audit tests and helper binaries share.

@@ -70,6 +70,11 @@ impl PostgresLedger {
         Ok(PostgresLedger { shared: postgres::connect(url, options)? })
     }
 
+    /// The pool and runtime this ledger writes through, shared with its effect records and an audit log.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
     pub fn effect_store(&self) -> PostgresEffectStore {
         PostgresEffectStore { shared: self.shared.clone() }

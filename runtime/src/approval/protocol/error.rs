@@ -230,7 +230,8 @@ pub enum AdmitError {
         /// When.
         expired_at: Duration,
     },
-    /// The ledger failed; nothing was spent.
+    /// The ledger failed. Nothing was spent, unless the failure hid the answer of a spend that took
+    /// effect (a connection lost during `COMMIT`): the grant is then spent and its call never ran.
     #[error("the approval could not be checked against the ledger: {0}")]
     Ledger(#[source] LedgerError),
 }
