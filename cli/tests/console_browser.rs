@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::ledger::{RedbLedger, RequestStatus};
+use agent_airlock::mask::{MaskSet, Masker};
 use agent_airlock::{Clock as _, SystemClock};
 use agent_airlock_tests::node_env::{NodePackages, node};
 use serde_json::{Map, Value, json};
@@ -74,7 +75,20 @@ impl Host {
         match question["ask"].as_str().unwrap_or("") {
             "request" => {
                 let reason = question["reason"].as_str().unwrap();
-                json!({"id": calls(tool).request_in(&self.approvals, amount, reason)})
+                let approvers = question["approvals"].as_u64().map_or(1, |n| u32::try_from(n).unwrap());
+                let request = calls(tool).with(amount, |call| {
+                    self.approvals
+                        .request_masked_blocking(
+                            call,
+                            "attribute",
+                            reason,
+                            &Masker::default(),
+                            MaskSet::SECRETS,
+                            approvers,
+                        )
+                        .unwrap()
+                });
+                json!({"id": request.request_id()})
             }
             "tamper" => {
                 tamper(&self.database, question["id"].as_str().unwrap());
@@ -92,12 +106,16 @@ impl Host {
             }
             "status" => {
                 let entry = self.approvals.ledger().find_request(question["id"].as_str().unwrap()).unwrap().unwrap();
-                let approver = match &entry.status {
-                    RequestStatus::Granted(grant) => Some(grant.approver.clone()),
-                    RequestStatus::Spent(spent) => Some(spent.grant.approver.clone()),
+                let grant = match &entry.status {
+                    RequestStatus::Granted(grant) => Some(grant),
+                    RequestStatus::Spent(spent) => Some(&spent.grant),
                     _ => None,
                 };
-                json!({"status": entry.status.label(SystemClock.now()), "approver": approver})
+                json!({
+                    "status": entry.status.label(SystemClock.now()),
+                    "approver": grant.map(|grant| grant.approver.clone()),
+                    "approvers": grant.map(|grant| grant.approvers()),
+                })
             }
             other => json!({"error": format!("unknown question `{other}`")}),
         }
@@ -121,6 +139,8 @@ fn an_operator_uses_the_console_in_chromium() {
     let approvals = approvals_on(ledger, TTL).with_request_ttl(Duration::from_secs(15 * 60));
     let mut host = Host { database, approvals, runs: HashMap::new() };
     let console = Console::start(&db, &["--operator", "alice"]);
+    // A second operator, for the requests that need two people.
+    let second = Console::start(&db, &["--operator", "bob"]);
     let profile = dir.path().join("chromium-profile");
     std::fs::create_dir(&profile).unwrap();
     let screenshot = manifest_dir.join("../docs/console.png");
@@ -131,6 +151,8 @@ fn an_operator_uses_the_console_in_chromium() {
         .current_dir(packages.dir())
         .env("AIRLOCK_CONSOLE_URL", &console.url)
         .env("AIRLOCK_CONSOLE_TOKEN", console.token.as_deref().unwrap())
+        .env("AIRLOCK_SECOND_URL", &second.url)
+        .env("AIRLOCK_SECOND_TOKEN", second.token.as_deref().unwrap())
         .env("AIRLOCK_CHROMIUM", &browser)
         .env("AIRLOCK_PROFILE", &profile)
         .env("AIRLOCK_SCREENSHOT", &screenshot)
@@ -158,8 +180,9 @@ fn an_operator_uses_the_console_in_chromium() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(steps.last().map(String::as_str), Some("done"), "{steps:?}");
-    // The approved refund ran exactly once; the denied email, the tampered and the unprotected refunds never.
-    assert_eq!(host.runs, HashMap::from([(("refund".to_owned(), 500), 1)]));
+    // The approved refund and the one two people approved ran exactly once; the denied email, the tampered
+    // and the unprotected refunds never.
+    assert_eq!(host.runs, HashMap::from([(("refund".to_owned(), 500), 1), (("refund".to_owned(), 9000), 1)]));
     let picture = std::fs::read(&screenshot).unwrap();
     assert!(picture.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
 }

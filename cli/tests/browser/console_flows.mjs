@@ -1,11 +1,13 @@
 // The operator console as a person uses it, in headless Chromium driven by Playwright: sign in, watch a
-// request appear, open it, approve, deny with a reason, meet a tampered request, lose a form's CSRF token.
+// request appear, open it, approve, deny with a reason, meet a tampered request, lose a form's CSRF token,
+// and approve a request that needs two people: one operator, then another on a second console.
 //
 // Run by cli/tests/console_browser.rs, which owns the database and plays the agent host: this script asks it
 // for things with `ask {json}` lines on standard output and reads one JSON answer per line on standard input
 // (record a request, tamper with one, admit a call, read a request's status).
 //
-// Environment: AIRLOCK_CONSOLE_URL, AIRLOCK_CONSOLE_TOKEN, AIRLOCK_CHROMIUM (the browser), AIRLOCK_PROFILE
+// Environment: AIRLOCK_CONSOLE_URL, AIRLOCK_CONSOLE_TOKEN (alice), AIRLOCK_SECOND_URL, AIRLOCK_SECOND_TOKEN
+// (bob, the second approver), AIRLOCK_CHROMIUM (the browser), AIRLOCK_PROFILE
 // (a fresh, empty user-data directory), AIRLOCK_SCREENSHOT (where the pending page's picture goes).
 
 import { createRequire } from "node:module";
@@ -131,6 +133,35 @@ try {
   check((await page.textContent("#refusal")).includes("CSRF"), "the refusal does not name the CSRF token");
   const still = await ask({ ask: "status", id: unprotected });
   check(still.status === "pending", `a form without its token changed the request: ${JSON.stringify(still)}`);
+  step("two people approve: the first approval issues nothing, the second runs the call once");
+  const { id: large } = await ask({ ask: "request", tool: "refund", amount: 9000, reason: "moves money", approvals: 2 });
+  await page.goto(`${base}/requests/${large}`);
+  check((await page.textContent("#approvals")).includes("2 distinct people"), "the page does not say two approve");
+  await page.click("button.approve");
+  await page.waitForSelector("#outcome");
+  check((await page.textContent("#outcome")).includes("1 of 2: alice"), "the first approval is not shown as one of two");
+  check((await page.locator("#resume").count()) === 0, "one approver of two was given a resume value");
+  const halfway = await ask({ ask: "status", id: large });
+  check(halfway.status === "approving", `after one approver the ledger says ${JSON.stringify(halfway)}`);
+  const other = await context.newPage();
+  other.setDefaultTimeout(15000);
+  const secondConsole = env("AIRLOCK_SECOND_URL");
+  await other.goto(`${secondConsole}/`);
+  await other.fill('input[name="secret"]', env("AIRLOCK_SECOND_TOKEN"));
+  await other.click("form.login button");
+  await other.waitForSelector(`tr[data-request="${large}"]`);
+  check((await other.textContent("#operator")) === "bob", "the second operator is not shown");
+  await other.goto(`${secondConsole}/requests/${large}`);
+  await other.click("button.approve");
+  await other.waitForSelector("#resume");
+  const both = JSON.parse(await other.textContent("#resume"));
+  const ran = await ask({ ask: "admit", tool: "refund", amount: 9000, resume: both });
+  check(ran.ran === true, `the call two people approved did not run: ${JSON.stringify(ran)}`);
+  const done = await ask({ ask: "status", id: large });
+  check(
+    done.status === "spent" && JSON.stringify(done.approvers) === JSON.stringify(["alice", "bob"]),
+    `the ledger says ${JSON.stringify(done)}`,
+  );
   step("done");
 } finally {
   await context.close();
