@@ -61,11 +61,12 @@ use serde_json::{Map, Value};
 pub use rmcp;
 
 use crate::approval::display::DisplayError;
-use crate::approval::protocol::InterruptApprovals;
+use crate::approval::protocol::{InterruptApprovals, ResumeValue};
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
+use crate::policy::ApprovalRoute;
 use crate::schema::ToolDefinition;
 
 /// The `_meta` key of every `tools/call` result: what the guard did with the call.
@@ -108,6 +109,51 @@ pub enum McpApprovals {
     /// client cancels stops waiting for the dispatcher's approver callback and never runs; one cancelled while
     /// its tool runs is dropped (its effect, if any, is left ambiguous for an operator).
     Dispatcher,
+    /// Bound approvals, as [`BoundClientElicitation`](Self::BoundClientElicitation), asked of whoever each
+    /// tool's [`ApprovalRoute`] names: the client's human through elicitation, or an operator. For the
+    /// operator the call pauses as a sealed request recorded pending in the ledger and waits, up to the
+    /// server's approval timeout, for a decision another process records in the same ledger (`airlock
+    /// approve` or `airlock deny` against the shared store); it then resumes with that decision, so the
+    /// grant is spent exactly once by exactly this call. A call cancelled or timed out while it waits is
+    /// closed in the ledger (a later approval admits nothing) and never runs.
+    ///
+    /// **Trusted: the client** for the tools routed to it, **the operator** for the others.
+    Routed(Box<RoutedApprovals>),
+}
+
+/// The approvals and routes of [`McpApprovals::Routed`].
+#[derive(Clone)]
+pub struct RoutedApprovals {
+    approvals: InterruptApprovals,
+    routes: Arc<dyn Fn(&str) -> ApprovalRoute + Send + Sync>,
+    poll_interval: Duration,
+}
+
+/// How often a call waiting for an operator looks for the decision in the ledger, unless set.
+pub const DEFAULT_OPERATOR_POLL: Duration = Duration::from_millis(250);
+
+impl RoutedApprovals {
+    /// Bound approvals recorded in `approvals`' ledger, each tool's asked of whom `routes` names for it
+    /// (for a policy: `move |tool| policy.for_tool(tool).approver`).
+    pub fn new(approvals: InterruptApprovals, routes: impl Fn(&str) -> ApprovalRoute + Send + Sync + 'static) -> Self {
+        RoutedApprovals { approvals, routes: Arc::new(routes), poll_interval: DEFAULT_OPERATOR_POLL }
+    }
+
+    /// How often a call waiting for an operator looks for the decision ([`DEFAULT_OPERATOR_POLL`]).
+    #[must_use]
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+}
+
+impl std::fmt::Debug for RoutedApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutedApprovals")
+            .field("approvals", &self.approvals)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An MCP server whose tools are a [`Dispatcher`]'s, every call guarded by its gates.
@@ -387,6 +433,44 @@ impl GuardedMcpServer {
         dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
     }
 
+    /// Interrupt, wait for an operator's decision in the shared ledger, resume with it.
+    async fn dispatch_operator(
+        &self,
+        dispatcher: &Dispatcher,
+        call: ToolCall,
+        context: &RequestContext<RoleServer>,
+        routed: &RoutedApprovals,
+    ) -> Outcome {
+        let request = match dispatcher.dispatch(call.clone(), &self.context).await {
+            Outcome::Interrupt { request, .. } => request,
+            done => return done,
+        };
+        let bound = &routed.approvals;
+        tracing::info!(
+            target: "agent_airlock", tool = %call.name, request_id = %request.request_id(),
+            "an escalated call waits for an operator: `airlock approve {}`", request.request_id()
+        );
+        let interrupt = request.into_value();
+        let waited = tokio::time::timeout(
+            self.approval_timeout,
+            wait_for_decision(bound, &interrupt, routed.poll_interval, context),
+        )
+        .await;
+        let resume = match waited {
+            Ok(Ok(resume)) => resume,
+            Ok(Err(reason)) => return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await,
+            Err(_elapsed) => {
+                let reason = format!("no operator decided within {} s", self.approval_timeout.as_secs());
+                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+            }
+        };
+        if context.ct.is_cancelled() {
+            // Cancelled as the decision came: the denial revokes the unspent grant.
+            return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
+        }
+        dispatcher.dispatch(call, &self.context.clone().with_resume(resume.into_value())).await
+    }
+
     /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
     /// pending nor can be approved out of band later; an unspent grant is revoked), and refuse the call as
     /// unavailable, through the dispatcher and its audit log.
@@ -413,6 +497,37 @@ impl GuardedMcpServer {
             timeout: self.approval_timeout,
             eliciting: Arc::clone(&self.eliciting),
         })
+    }
+}
+
+/// Polls the ledger until an operator decided the request `interrupt` stands for; an error (the reason no
+/// decision is used) when the call is cancelled first or the ledger cannot answer.
+async fn wait_for_decision(
+    approvals: &InterruptApprovals,
+    interrupt: &Value,
+    every: Duration,
+    context: &RequestContext<RoleServer>,
+) -> Result<ResumeValue, String> {
+    let cancelled = &context.ct;
+    loop {
+        let (approvals, interrupt) = (approvals.clone(), interrupt.clone());
+        // The ledger's reads block (a redb transaction, a PostgreSQL round trip).
+        let read = tokio::task::spawn_blocking(move || approvals.recorded_decision_blocking(&interrupt));
+        match select(pin!(cancelled.cancelled()), read).await {
+            Either::Left(((), _)) => return Err(CANCELLED.to_owned()),
+            Either::Right((Ok(Ok(Some(resume))), _)) => return Ok(resume),
+            Either::Right((Ok(Ok(None)), _)) => {}
+            Either::Right((Ok(Err(error)), _)) => {
+                tracing::error!(target: "agent_airlock", %error, "reading an operator's decision failed");
+                return Err(format!("the operator's decision could not be read ({error})"));
+            }
+            Either::Right((Err(error), _)) => {
+                return Err(format!("the operator's decision could not be read ({error})"));
+            }
+        }
+        if let Either::Left(((), _)) = select(pin!(cancelled.cancelled()), pin!(tokio::time::sleep(every))).await {
+            return Err(CANCELLED.to_owned());
+        }
     }
 }
 
@@ -499,6 +614,10 @@ impl ServerHandler for GuardedMcpServer {
         let dispatcher = &*served.dispatcher;
         let outcome = match &self.approvals {
             McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(dispatcher, call, &context, bound).await,
+            McpApprovals::Routed(routed) => match (routed.routes)(&call.name) {
+                ApprovalRoute::Client => self.dispatch_bound(dispatcher, call, &context, &routed.approvals).await,
+                ApprovalRoute::Operator => self.dispatch_operator(dispatcher, call, &context, routed).await,
+            },
             McpApprovals::ClientElicitation => {
                 let approver = self.approver_for(&context);
                 dispatcher

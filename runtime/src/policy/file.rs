@@ -15,6 +15,7 @@
 //! ghost = "block"             # refuse undeclared arguments instead of stripping them
 //! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
 //! pin = "sha256:…"            # the tool definition's digest (exact names only), enforced by a gateway
+//! approver = "operator"       # who decides its escalations in a gateway: "client" (the default) or "operator"
 //!
 //! [[tools.refund.when]]       # argument conditions, see `policy::condition`
 //! if = "amount > 10000"
@@ -37,7 +38,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::rules::{Policy, PolicyBuilder, PolicyError, PolicyMode};
+use super::rules::{ApprovalRoute, Policy, PolicyBuilder, PolicyError, PolicyMode};
 use crate::rate::RateScope;
 use crate::tool::GhostPolicy;
 
@@ -99,6 +100,13 @@ enum Ghost {
     Block,
 }
 
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Approver {
+    Client,
+    Operator,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTool {
@@ -110,6 +118,7 @@ struct RawTool {
     ghost: Option<Spanned<Ghost>>,
     effect: Option<Spanned<String>>,
     pin: Option<Spanned<String>>,
+    approver: Option<Spanned<Approver>>,
     #[serde(default)]
     when: Vec<Spanned<RawWhen>>,
 }
@@ -256,6 +265,13 @@ impl FileBuilder<'_> {
         if let Some(pin) = &tool.pin {
             self.apply(|b| b.pin(name, pin.get_ref()), &[key.clone(), pin.span()])?;
         }
+        if let Some(approver) = &tool.approver {
+            let route = match approver.get_ref() {
+                Approver::Client => ApprovalRoute::Client,
+                Approver::Operator => ApprovalRoute::Operator,
+            };
+            self.apply(|b| b.approver(name, route), std::slice::from_ref(&key))?;
+        }
         for when in &tool.when {
             let rule = when.get_ref();
             let condition = rule.condition.get_ref();
@@ -336,6 +352,7 @@ rate_per = "thread"
 mask = "pii"
 effect = "refund:{payment_id}"
 pin = "sha256:abc"
+approver = "operator"
 
 [[tools.refund.when]]
 if = "amount > 10000"
@@ -363,6 +380,8 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(refund.effect.as_ref().map(|(_, e)| e.template()), Some("refund:{payment_id}"));
         assert_eq!(refund.pin.as_deref(), Some("sha256:abc"));
         assert_eq!(policy.pin("refund"), Some("sha256:abc"));
+        assert_eq!(refund.approver, ApprovalRoute::Operator);
+        assert_eq!(policy.for_tool("write_file").approver, ApprovalRoute::Client, "the client's human by default");
         assert_eq!(refund.conditions.len(), 1);
         assert_eq!(refund.conditions[0].name(), "refund when amount > 10000");
         assert_eq!(refund.conditions[0].action(), &ConditionAction::Escalate("large refund".to_owned()));
@@ -408,6 +427,12 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
                 "unknown variant `maybe`, expected `allow` or `deny`",
             ),
             (h("mode = \"loud\"\n"), 3, 8, "unknown variant `loud`, expected `enforce` or `observe`"),
+            (
+                h("[tools.refund]\napprover = \"boss\"\n"),
+                4,
+                12,
+                "unknown variant `boss`, expected `client` or `operator`",
+            ),
             (h("[tools.refund]\nghost = \"maybe\"\n"), 4, 9, "unknown variant `maybe`, expected `strip` or `block`"),
             (h("[tools.refund]\nrate_per = \"galaxy\"\nrate = \"1/minute\"\n"), 4, 12, "unknown variant `galaxy`"),
             // Globs: deny and allow lists, tool keys (even of an empty table).

@@ -28,6 +28,18 @@ pub struct Policy {
     effects: Vec<Rule<PolicyEffect>>,
     conditions: Vec<Rule<ConditionRule>>,
     pins: BTreeMap<String, String>,
+    approvers: Vec<Rule<ApprovalRoute>>,
+}
+
+/// Who decides a tool's escalated calls when a gateway serves it (`approver = "…"` in a policy file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApprovalRoute {
+    /// The human behind the MCP client, asked through elicitation.
+    #[default]
+    Client,
+    /// An operator, out of band (`airlock approve` against the shared store): the call waits for the
+    /// decision, up to the gateway's approval timeout.
+    Operator,
 }
 
 /// Whether a policy's refusals are enforced.
@@ -151,6 +163,8 @@ pub struct ToolPolicy {
     pub conditions: Vec<ConditionRule>,
     /// The pinned digest of the tool's definition, if the policy pins it.
     pub pin: Option<String>,
+    /// Who decides its escalated calls when a gateway serves it: the first matching rule's, else the client.
+    pub approver: ApprovalRoute,
 }
 
 /// A policy that could not be built.
@@ -289,6 +303,13 @@ impl Policy {
             ConditionAction::Escalate(reason) => format!("escalate  {}: {reason}", r.value.name),
         }));
         lines.extend(self.pins.iter().map(|(tool, digest)| format!("pin       {tool}: {digest}")));
+        lines.extend(self.approvers.iter().map(|r| {
+            let route = match r.value {
+                ApprovalRoute::Client => "the client's human",
+                ApprovalRoute::Operator => "an operator",
+            };
+            format!("approver  {}: {route}", r.pattern)
+        }));
         lines.join("\n")
     }
 
@@ -326,6 +347,11 @@ impl Policy {
                 .map(|r| (r.pattern.clone(), r.value.clone())),
             conditions: self.conditions.iter().filter(|r| r.matcher.is_match(name)).map(|r| r.value.clone()).collect(),
             pin: self.pins.get(name).cloned(),
+            approver: self
+                .approvers
+                .iter()
+                .find(|r| r.matcher.is_match(name))
+                .map_or_else(ApprovalRoute::default, |r| r.value),
         }
     }
 }
@@ -440,6 +466,15 @@ impl PolicyBuilder {
             && ghost == GhostPolicy::Block
         {
             self.policy.ghost_block.push(rule);
+        }
+        self
+    }
+
+    /// Who decides the escalated calls of tools matching `glob` when a gateway serves them; the first
+    /// matching rule applies, and without one the client's human decides.
+    pub fn approver(mut self, glob: &str, route: ApprovalRoute) -> Self {
+        if let Some(rule) = self.rule(glob, route) {
+            self.policy.approvers.push(rule);
         }
         self
     }

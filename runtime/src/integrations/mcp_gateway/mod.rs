@@ -157,6 +157,11 @@ impl McpGateway {
         Ok(&self.tools)
     }
 
+    /// Stops without serving: shuts the upstream down as [`serve`](Self::serve) does when it ends.
+    pub async fn shutdown(self) {
+        self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+    }
+
     /// Serves one client on standard input and output; see [`serve`](Self::serve).
     pub async fn serve_stdio(
         self,
