@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from harness import CALL_META, check, finish, Human, report_of, run_pending, text_of
+from harness import CALL_META, check, finish, Human, RawSession, report_of, run_pending, text_of
 
 
 class UpstreamLog:
@@ -157,47 +156,8 @@ async def main(config: dict[str, Any]) -> None:
     await run_pending()
 
 
-class RawSession:
-    """A JSON-RPC peer over the gateway's stdio, for a request no SDK would send twice."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
-        self.process.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        while True:
-            line = self.process.stdout.readline()
-            assert line, "the gateway closed its stdout"
-            message = json.loads(line)
-            if message.get("method", "").startswith("notifications/"):
-                continue
-            return message
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 def transfer_and_answer(session: RawSession, request_id: Any, answer: dict[str, Any]) -> dict[str, Any]:
-    session.send(
-        {"id": request_id, "method": "tools/call", "params": {"name": "transfer", "arguments": {"amount": 7, "to": "acct_9"}}}
-    )
-    elicitation = session.receive()
-    assert elicitation.get("method") == "elicitation/create", f"expected an elicitation, got {elicitation}"
-    session.send({"id": elicitation["id"], "result": answer})
-    response = session.receive()
-    assert response.get("id") == request_id, response
-    return response
+    return session.call_and_answer(request_id, "transfer", {"amount": 7, "to": "acct_9"}, answer)[1]
 
 
 async def raw_replay(config: dict[str, Any], log: UpstreamLog) -> None:
@@ -205,19 +165,7 @@ async def raw_replay(config: dict[str, Any], log: UpstreamLog) -> None:
         replay_db = str(Path(config["db"]).with_name("replay.redb"))
         session = RawSession(gateway_command(config, replay_db))
         try:
-            session.send(
-                {
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {"elicitation": {"form": {}}},
-                        "clientInfo": {"name": "replay", "version": "0"},
-                    },
-                }
-            )
-            assert "result" in session.receive()
-            session.send({"method": "notifications/initialized"})
+            session.initialize("replay")
             before = len(log.calls("transfer"))
             first = transfer_and_answer(session, 42, {"action": "accept", "content": {"approve": True}})
             assert first["result"]["isError"] is False, first

@@ -10,7 +10,6 @@ no SDK does, so that check speaks raw JSON-RPC to a second server process.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from typing import Any
 
@@ -19,7 +18,7 @@ from jsonschema import Draft202012Validator
 from mcp import Client, StdioServerParameters
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from harness import CALL_META, check, finish, Human, report_of, run_pending, text_of
+from harness import CALL_META, check, finish, Human, RawSession, report_of, run_pending, text_of
 
 APPROVAL_META = "agent-airlock/approval"
 
@@ -207,65 +206,16 @@ async def main(path: str) -> None:
     await run_pending()
 
 
-class RawSession:
-    """A JSON-RPC peer over a server process's stdio, for requests no SDK would send."""
-
-    def __init__(self, path: str) -> None:
-        self.process = subprocess.Popen(
-            [path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
-        self.process.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line, "the server closed its stdout"
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 def call_and_answer(session: RawSession, request_id: Any, answer: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Sends one tools/call, answers the elicitation it triggers, and returns (elicitation, response)."""
-    session.send(
-        {"id": request_id, "method": "tools/call", "params": {"name": "delete_file", "arguments": {"path": "todo.txt"}}}
-    )
-    elicitation = session.receive()
-    assert elicitation.get("method") == "elicitation/create", f"expected an elicitation, got {elicitation}"
-    session.send({"id": elicitation["id"], "result": answer})
-    response = session.receive()
-    assert response.get("id") == request_id, response
-    return elicitation, response
+    """Deletes `todo.txt` through one tools/call, answering its elicitation; returns (elicitation, response)."""
+    return session.call_and_answer(request_id, "delete_file", {"path": "todo.txt"}, answer)
 
 
 async def raw_replay(path: str) -> None:
     def run() -> None:
-        session = RawSession(path)
+        session = RawSession([path])
         try:
-            session.send(
-                {
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {"elicitation": {"form": {}}},
-                        "clientInfo": {"name": "replay", "version": "0"},
-                    },
-                }
-            )
-            assert session.receive()["result"]["protocolVersion"] == "2025-11-25"
-            session.send({"method": "notifications/initialized"})
+            assert session.initialize("replay")["protocolVersion"] == "2025-11-25"
             first_ask, first = call_and_answer(session, 42, {"action": "accept", "content": {"approve": True}})
             assert first["result"]["isError"] is False, first
             assert first["result"]["content"][0]["text"] == "deleted todo.txt", first

@@ -1,10 +1,13 @@
 """What the Python MCP client scripts under tests/mcp share: a list of named async checks run in order (each
 prints `ok` or `FAILED` with its traceback, the last line is `N passed, N failed`, and the exit status is 0
-only when every check passed), a scripted human who answers elicitations, and readers of a tool result.
+only when every check passed), a scripted human who answers elicitations, readers of a tool result, and a
+raw JSON-RPC session for requests no SDK would send (a replayed call id).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -85,3 +88,67 @@ def report_of(result: types.CallToolResult) -> dict[str, Any]:
     meta = result.model_dump(by_alias=True).get("_meta") or {}
     assert CALL_META in meta, f"no `{CALL_META}` in the result's _meta: {meta}"
     return meta[CALL_META]
+
+
+class RawSession:
+    """A JSON-RPC peer over a server process's stdio, for requests no SDK would send."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        """The next request or response (notifications are skipped)."""
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "the server closed its stdout"
+            message = json.loads(line)
+            if message.get("method", "").startswith("notifications/"):
+                continue
+            return message
+
+    def initialize(self, client_name: str) -> dict[str, Any]:
+        """The handshake, as a client that can answer elicitations; returns the server's result."""
+        self.send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {"form": {}}},
+                    "clientInfo": {"name": client_name, "version": "0"},
+                },
+            }
+        )
+        response = self.receive()
+        assert "result" in response, response
+        self.send({"method": "notifications/initialized"})
+        return response["result"]
+
+    def call_and_answer(
+        self, request_id: Any, tool: str, arguments: dict[str, Any], answer: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Sends one tools/call, answers the elicitation it triggers, and returns (elicitation, response)."""
+        self.send({"id": request_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+        elicitation = self.receive()
+        assert elicitation.get("method") == "elicitation/create", f"expected an elicitation, got {elicitation}"
+        self.send({"id": elicitation["id"], "result": answer})
+        response = self.receive()
+        assert response.get("id") == request_id, response
+        return elicitation, response
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -6,6 +6,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(future)
 }
 
+pub mod checks_script;
 pub mod ledger_fixtures;
 pub mod node_env;
 pub mod payments;

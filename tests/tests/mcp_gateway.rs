@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 
 #[path = "support/gateway.rs"]
 mod gateway;
-use gateway::{AIRLOCK, airlock, run_client, scan, venv, wait_with_deadline};
+use agent_airlock_tests::checks_script::wait_with_deadline;
+use gateway::{AIRLOCK, airlock, run_client, scan, venv};
 
 const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/gateway_client.py");

@@ -8,11 +8,10 @@
 //! `tests/mcp/requirements.txt` (under the cargo target directory, reused between runs), so the test needs
 //! only Python and pip on the machine, never a package installed beforehand.
 
-use std::io::Read as _;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use agent_airlock_tests::checks_script::run_checks;
 use agent_airlock_tests::python_env::PythonEnv;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_example_mcp_server");
@@ -36,50 +35,8 @@ fn the_official_python_sdk_drives_the_guarded_server() {
 
     // Each server process keeps its approval ledger in the temporary directory: this test's own.
     let scratch = tempfile::tempdir().expect("a temporary directory");
-    let mut child = venv
-        .command()
-        .arg(SCRIPT)
-        .arg(SERVER)
-        .env("TMPDIR", scratch.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the Python client starts");
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).map(|_| text)
-    });
-
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the client can be waited for") {
-            break Some(status);
-        }
-        if started.elapsed() > DEADLINE {
-            child.kill().expect("the hung client can be killed");
-            child.wait().expect("the killed client is reaped");
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = out.join().expect("reader thread").expect("stdout is UTF-8");
-    let stderr = err.join().expect("reader thread").expect("stderr is UTF-8");
-    println!("{stdout}");
-    eprintln!("{stderr}");
-
-    let status = status.unwrap_or_else(|| panic!("the client did not finish within {DEADLINE:?}"));
-    assert!(status.success(), "the Python client reported failures");
-    let summary =
-        stdout.lines().rev().find(|line| line.ends_with(" failed")).expect("the client prints `N passed, N failed`");
-    let (passed, failed) = summary.split_once(" passed, ").expect("`N passed, N failed`");
-    assert_eq!(failed, "0 failed", "{summary}");
-    let passed: u32 = passed.parse().expect("a count");
-    assert!(passed >= 14, "only {passed} checks ran: {summary}");
+    let mut command = venv.command();
+    command.arg(SCRIPT).arg(SERVER).env("TMPDIR", scratch.path());
+    let passed = run_checks(command, DEADLINE);
+    assert!(passed >= 14, "only {passed} checks ran");
 }

@@ -17,8 +17,8 @@ use super::{
     CommitmentAlg, CommittedPart, VerifyError,
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
-use crate::ledger::{LedgerError, RedbWriter};
-use crate::store::StoreHandle;
+use crate::store::redb::RedbWriter;
+use crate::store::{StoreError, StoreHandle};
 
 /// The most records one write transaction takes; a larger queue is written in several.
 const MAX_GROUP: usize = 512;
@@ -182,7 +182,7 @@ impl AuditLog {
         let result = match &self.writer {
             Some(writer) => {
                 let append = self.appending(vec![prepared.clone()]);
-                writer.op(move |tables| tables.append_audit(&append)).wait().map_err(AuditError::from_writer)
+                writer.op(move |tables| super::redb::append_in(tables, &append)).wait().map_err(AuditError::from_store)
             }
             None => self.submit(vec![prepared.clone()]),
         }
@@ -207,7 +207,7 @@ impl AuditLog {
         match &self.writer {
             Some(writer) => {
                 let append = self.appending(entries);
-                writer.op(move |tables| tables.append_audit(&append)).wait().map_err(AuditError::from_writer)
+                writer.op(move |tables| super::redb::append_in(tables, &append)).wait().map_err(AuditError::from_store)
             }
             None => self.submit(entries),
         }
@@ -456,9 +456,9 @@ impl AuditAppend {
 
 impl AuditError {
     /// A fault of the shared writer, as an audit error.
-    pub(crate) fn from_writer(err: LedgerError) -> AuditError {
+    pub(crate) fn from_store(err: StoreError) -> AuditError {
         match err {
-            LedgerError::Storage(source) => match source.downcast_ref::<AuditError>() {
+            StoreError::Storage(source) => match source.downcast_ref::<AuditError>() {
                 Some(audit) => audit.clone(),
                 None => AuditError::Write(source),
             },

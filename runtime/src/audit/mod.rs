@@ -74,10 +74,11 @@ use serde_json::Value;
 use crate::message::RefusalKind;
 
 pub use crate::keys::AuditKey;
+pub use crate::store::redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use anchor::{Anchor, AnchorError};
 pub(crate) use log::{AuditAppend, AuditEntry};
 pub use log::{AuditLog, ExportError};
-pub use redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
+pub(crate) use redb::append_in;
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};
 
 /// How the audit log records and protects what it records.

@@ -3,21 +3,32 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
+use super::log::AuditAppend;
 use super::store::{AuditStore, Batch};
-use super::{Anchor, AuditError};
+use super::{Anchor, AuditError, AuditReceipt};
+use crate::store::StoreError;
+use crate::store::redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE, WriteTables, opened_mut};
 
-/// The records: sequence number → stored record (see the [module docs](super) for the format).
-pub const RECORDS_TABLE: TableDefinition<'static, u64, &'static [u8]> =
-    TableDefinition::new("agent_airlock_audit_records");
-
-/// The head: one row under [`HEAD_KEY`], the JSON of an [`Anchor`].
-pub const HEAD_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
-    TableDefinition::new("agent_airlock_audit_head");
-
-/// The key of the one row of [`HEAD_TABLE`].
-pub const HEAD_KEY: &str = "head";
+/// Appends prepared audit records after the stored head, and the new head, in a write transaction of the
+/// database's writer (shared with the ledger and the effect records).
+pub(crate) fn append_in(tables: &mut WriteTables<'_>, append: &AuditAppend) -> Result<Vec<AuditReceipt>, StoreError> {
+    tables.open_audit()?;
+    let heads = opened_mut(&mut tables.audit_head, "audit head")?;
+    let head = match heads.get(HEAD_KEY).map_err(StoreError::storage)? {
+        Some(bytes) => Some(Anchor::decode_stored(bytes.value()).map_err(StoreError::storage)?),
+        None => None,
+    };
+    let (batch, receipts) = append.link(head).map_err(StoreError::storage)?;
+    heads.insert(HEAD_KEY, batch.head.encode_stored().as_slice()).map_err(StoreError::storage)?;
+    let records = opened_mut(&mut tables.audit_records, "audit records")?;
+    for (seq, bytes) in &batch.records {
+        records.insert(*seq, bytes.as_slice()).map_err(StoreError::storage)?;
+    }
+    tables.wrote = true;
+    Ok(receipts)
+}
 
 pub(super) struct RedbAuditStore {
     db: Arc<Database>,

@@ -4,7 +4,7 @@
 //! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it:
 //! building (`build`), escalation (`escalation`), what each refusal says (`refusal`) and the audit trail
 //! (`trail`) and the durable writes (`writes`). A reserved effect is held by an
-//! [`EffectGuard`](crate::effect::EffectGuard) while the tool runs.
+//! `EffectGuard` while the tool runs.
 //!
 //! The order matters for what a human's approval is worth: every gate that can refuse runs before the
 //! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
@@ -16,6 +16,8 @@
 
 mod argument_refusal;
 mod build;
+mod decision;
+mod effect_guard;
 mod escalation;
 mod refusal;
 mod trail;
@@ -31,6 +33,8 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
+use self::decision::{Decision, NotDecided};
+use self::effect_guard::EffectGuard;
 use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
@@ -42,14 +46,13 @@ use crate::audit::{AuditLog, AuditOutcome};
 use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError, DialectOffer};
-use crate::effect::{EffectGuard, EffectStore, Reservation, Settle};
+use crate::effect::{EffectStore, Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
 use crate::rate::{BucketId, Rate, RateLimiter};
 use crate::schema::ToolDefinition;
-use crate::store::{Decision, NotDecided};
 use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
@@ -517,7 +520,7 @@ impl Dispatcher {
                 Ok(Ok(decided)) => Ok(decided.reservation),
                 Ok(Err(NotDecided::Effect(err))) => refused(trail, refusal::effect(name, err, now)),
                 Ok(Err(NotDecided::Spend(err))) | Err(err) => {
-                    refused(trail, refusal::effect(name, crate::effect::writer_fault(err), now))
+                    refused(trail, refusal::effect(name, decision::effect_fault(err), now))
                 }
             };
         };

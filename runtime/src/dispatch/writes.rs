@@ -8,11 +8,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::Dispatcher;
+use super::decision::{Decide as _, Decided, Decision, NotDecided, ReservationNote, name_grant};
+use super::effect_guard::EffectGuard;
 use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
 use crate::clock::Clock;
-use crate::effect::{EffectError, EffectGuard, EffectRecord, EffectStore, Reservation, Settle};
+use crate::effect::{EffectError, EffectRecord, EffectStore, Reservation, Settle};
 use crate::ledger::{ApprovalLedger as _, LedgerError, LedgerReply, SpendReserved};
-use crate::store::{Decided, Decision, NotDecided, ReservationNote, StoreHandle, name_grant};
+use crate::store::StoreHandle;
 
 /// A decision's answer: written (`Ok(Ok)`), refused with nothing written (`Ok(Err)`), or a fault.
 pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
@@ -53,7 +55,7 @@ impl Dispatcher {
                 match &answer {
                     Ok(Ok(decided)) => audit.trace(&Ok(decided.receipts.clone())),
                     Ok(Err(_)) => {}
-                    Err(fault) => audit.trace(&Err(AuditError::from_writer(fault.clone()))),
+                    Err(fault) => audit.trace(&Err(AuditError::from_store(fault.clone().into()))),
                 }
             }
             return answer;
@@ -153,7 +155,7 @@ impl Dispatcher {
                 Ok(reply) => match reply.await {
                     Ok(Ok(decided)) => Ok(decided.receipts),
                     Ok(Err(_)) => Err(AuditError::Abandoned),
-                    Err(fault) => Err(AuditError::from_writer(fault)),
+                    Err(fault) => Err(AuditError::from_store(fault.into())),
                 },
                 Err(now) => now,
             }

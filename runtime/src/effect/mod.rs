@@ -18,7 +18,6 @@
 //! never sleep. [`RedbEffectStore`] and [`MemoryEffectStore`] implement the same transitions (one function
 //! each, shared) and pass the same test suite.
 
-mod guard;
 mod memory;
 mod redb;
 mod transition;
@@ -29,11 +28,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use guard::EffectGuard;
 pub use memory::MemoryEffectStore;
-pub(crate) use redb::EFFECTS_TABLE;
 pub use redb::RedbEffectStore;
-pub(crate) use redb::{decode as decode_record, encode as encode_record, fault as writer_fault};
+#[cfg(feature = "postgres")]
+pub(crate) use redb::{decode as decode_record, encode as encode_record};
+pub(crate) use redb::{fault as store_fault, read_in, write_in};
 #[cfg(feature = "postgres")]
 pub(crate) use transition::Step;
 #[cfg(feature = "postgres")]

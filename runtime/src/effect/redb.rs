@@ -4,16 +4,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::transition::{self, Settle, Step};
 use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, StorageId};
-use crate::ledger::{LedgerError, LedgerTables, RedbWriter};
-use crate::store::StoreHandle;
-
-/// The records: effect key → JSON of its [`EffectRecord`].
-pub(crate) const EFFECTS_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
-    TableDefinition::new("agent_airlock_effects");
+use crate::store::redb::{EFFECTS as EFFECTS_TABLE, RedbWriter, WriteTables, opened, opened_mut};
+use crate::store::{StoreError, StoreHandle};
 
 /// Effect records in a redb database. Every step is written with [`Durability::Immediate`](redb::Durability)
 /// by the database's one writer thread (shared with the approval ledger and the audit log of the same
@@ -70,9 +66,9 @@ impl RedbEffectStore {
         self.writer
             .op(move |tables| {
                 tables.open_effects()?;
-                let step = run(tables.effect(&key)?);
+                let step = run(read_in(tables, &key)?);
                 if let Some(record) = &step.write {
-                    tables.set_effect(record)?;
+                    write_in(tables, record)?;
                 }
                 Ok(step.answer)
             })
@@ -81,13 +77,34 @@ impl RedbEffectStore {
     }
 }
 
-/// A fault of the shared writer, as an effect-store fault.
-pub(crate) fn fault(err: LedgerError) -> EffectError {
+/// A fault of the store's engine, as an effect-store fault.
+pub(crate) fn fault(err: StoreError) -> EffectError {
     match err {
-        LedgerError::CorruptRecord { key, detail, .. } => EffectError::Corrupt { key, reason: detail },
-        LedgerError::Storage(source) => EffectError::Database(source),
-        other => EffectError::Database(Arc::new(other)),
+        StoreError::Corrupt { key, detail, .. } => EffectError::Corrupt { key, reason: detail },
+        StoreError::Storage(source) => EffectError::Database(source),
+        other @ StoreError::Stopped => EffectError::Database(Arc::new(other)),
     }
+}
+
+/// The record of `key` in a write transaction (its effect records opened).
+pub(crate) fn read_in(tables: &WriteTables<'_>, key: &str) -> Result<Option<EffectRecord>, StoreError> {
+    match opened(&tables.effects, "effects")?.get(key).map_err(StoreError::storage)? {
+        Some(bytes) => decode(key, bytes.value()).map(Some).map_err(|err| StoreError::Corrupt {
+            table: "effects",
+            key: key.to_owned(),
+            detail: err.to_string(),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// Writes `record` in a write transaction (its effect records opened).
+pub(crate) fn write_in(tables: &mut WriteTables<'_>, record: &EffectRecord) -> Result<(), StoreError> {
+    tables.wrote = true;
+    opened_mut(&mut tables.effects, "effects")?
+        .insert(record.key.as_str(), encode(record).as_slice())
+        .map_err(StoreError::storage)?;
+    Ok(())
 }
 
 pub(crate) fn encode(record: &EffectRecord) -> Vec<u8> {

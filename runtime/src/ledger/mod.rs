@@ -34,7 +34,6 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod redb;
-mod reply;
 mod transitions;
 
 use std::sync::Arc;
@@ -44,23 +43,40 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::effect::{EffectError, EffectStore, Reservation};
-use crate::store::StoreHandle;
+use crate::store::{Fault, Reply, StoreError, StoreHandle};
 
 pub use self::memory::MemoryLedger;
 #[cfg(feature = "postgres")]
-pub(crate) use self::postgres::Shared as PostgresShared;
-#[cfg(feature = "postgres")]
-pub(crate) use self::postgres::decide as postgres_decide;
-#[cfg(feature = "postgres")]
-pub use self::postgres::{
-    POSTGRES_SCHEMA_VERSION, PostgresEffectStore, PostgresLedger, PostgresOpenError, PostgresOptions,
-};
-pub(crate) use self::redb::RedbWriter;
-pub use self::redb::{
-    APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbLedger, RedbOpenOptions, WriterStats, open_database,
-};
-pub use self::reply::{LedgerReply, ReplySender};
+pub use self::postgres::{PostgresEffectStore, PostgresLedger};
+pub use self::redb::RedbLedger;
 pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
+#[cfg(feature = "postgres")]
+pub use crate::store::postgres::{POSTGRES_SCHEMA_VERSION, PostgresOpenError, PostgresOptions};
+pub use crate::store::redb::{
+    APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbOpenOptions, WriterStats, open_database,
+};
+
+/// The answer to a ledger write, available once the write is durable (or refused).
+///
+/// Await it from async code, or call [`wait`](Reply::wait) from a thread that may block. Dropping it does
+/// not cancel the write: a write that was sent is applied (or refused) whether anyone listens or not.
+pub type LedgerReply<T> = Reply<T, LedgerError>;
+
+/// Fills in a [`LedgerReply`]. Dropping it unfilled answers [`LedgerError::WriterStopped`].
+pub type ReplySender<T> = crate::store::ReplySender<T, LedgerError>;
+
+impl<T> Reply<T, LedgerError> {
+    /// A reply that is already known (ledgers that answer synchronously).
+    pub fn ready(result: Result<T, LedgerError>) -> Self {
+        Reply::ready_or(result, || LedgerError::WriterStopped)
+    }
+
+    /// A reply to be filled in later by the returned sender. If the sender is dropped unfilled, the reply
+    /// is [`LedgerError::WriterStopped`].
+    pub fn channel() -> (ReplySender<T>, LedgerReply<T>) {
+        Reply::channel_or(|| LedgerError::WriterStopped)
+    }
+}
 
 /// Stores approvals. Every write is atomic; [`ApprovalLedger::spend`] succeeds at most once per grant.
 ///
@@ -492,6 +508,41 @@ impl LedgerError {
 
     pub(crate) fn storage(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         LedgerError::Storage(Arc::new(error))
+    }
+}
+
+impl From<StoreError> for LedgerError {
+    fn from(error: StoreError) -> Self {
+        LedgerError::from_store(error)
+    }
+}
+
+impl From<LedgerError> for StoreError {
+    fn from(error: LedgerError) -> Self {
+        error.into_store()
+    }
+}
+
+impl Fault for LedgerError {
+    fn is_fault(&self) -> bool {
+        LedgerError::is_fault(self)
+    }
+
+    fn into_store(self) -> StoreError {
+        match self {
+            LedgerError::CorruptRecord { table, key, detail } => StoreError::Corrupt { table, key, detail },
+            LedgerError::Storage(source) => StoreError::Storage(source),
+            LedgerError::WriterStopped => StoreError::Stopped,
+            refusal => StoreError::storage(refusal),
+        }
+    }
+
+    fn from_store(error: StoreError) -> Self {
+        match error {
+            StoreError::Corrupt { table, key, detail } => LedgerError::CorruptRecord { table, key, detail },
+            StoreError::Storage(source) => LedgerError::Storage(source),
+            StoreError::Stopped => LedgerError::WriterStopped,
+        }
     }
 }
 

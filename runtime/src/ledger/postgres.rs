@@ -15,153 +15,29 @@
 //! a request under a pending limit counts rows that concurrent recorders are about to insert, so the
 //! recorders of one tool and thread take turns on a transaction-scoped advisory lock.
 //!
-//! **Async.** A write answers through a [`LedgerReply`] filled by the ledger's runtime: awaiting it never
-//! blocks the caller's executor. The effect-store methods and the ledger's reads are synchronous in their
-//! traits, so they wait for the runtime like the redb stores wait for their file.
-//!
-//! **Schema.** The tables are created and upgraded at open by embedded, numbered migrations, applied in
-//! one transaction under `pg_advisory_xact_lock`; the versions applied are rows of
-//! `airlock_schema_version`. A database with a version newer than this build knows is refused
-//! ([`PostgresOpenError::SchemaTooNew`]), never used.
+//! The pool, the runtime, the schema and the retries are the engine's ([`crate::store`]).
 
-use std::cell::RefCell;
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use deadpool_postgres::Pool;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::runtime::Handle;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 use crate::effect::{
     self, EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, Settle, Step, StorageId,
     decode_record, encode_record,
 };
+use crate::store::StoreHandle;
+use crate::store::postgres::{self, PgTables, PostgresOpenError, PostgresOptions, Shared};
 
 use super::transitions::{self, LedgerTables};
 use super::{
     ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
     RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
-use crate::audit::{AuditAppend, AuditReceipt};
-use crate::store::{self, Decided, Decision, DecisionTables, NotDecided, StoreHandle};
-
-/// The newest schema version this build knows (the number of its last migration).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
-
-/// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
-/// is a new one.
-const MIGRATIONS: &[(i64, &str)] = &[
-    (
-        1,
-        r#"
-CREATE TABLE airlock_requests (
-    request_id text COLLATE "C" PRIMARY KEY,
-    record     text NOT NULL,
-    status     text
-);
-CREATE TABLE airlock_grants (
-    grant_id   text COLLATE "C" PRIMARY KEY,
-    request_id text COLLATE "C" NOT NULL,
-    entry      text NOT NULL
-);
-CREATE INDEX airlock_grants_by_request ON airlock_grants (request_id);
-CREATE TABLE airlock_effects (
-    effect_key text COLLATE "C" PRIMARY KEY,
-    record     text NOT NULL
-);
-"#,
-    ),
-    (
-        2,
-        r#"
--- Pending requests by tool and thread, for the pending limit (`max_pending`). The scope is hex: it holds a
--- NUL, which a text column cannot.
-CREATE TABLE airlock_pending (
-    scope         text COLLATE "C" NOT NULL,
-    request_id    text COLLATE "C" NOT NULL,
-    expires_at_ms bigint,
-    PRIMARY KEY (scope, request_id)
-);
-"#,
-    ),
-];
-
-/// The advisory lock taken while migrations run (any 64-bit number unlikely to be used by others).
-const MIGRATION_LOCK: i64 = 0x6169_726c_6f63_6b31; // "airlock1"
-
-/// How often a write is run again after a unique violation, a deadlock or a serialization failure.
-const MAX_ATTEMPTS: usize = 16;
-
-/// How to connect.
-#[derive(Debug, Clone)]
-pub struct PostgresOptions {
-    /// Most connections the pool keeps open.
-    pub pool_size: usize,
-    /// How long a write waits for a connection (pool exhausted, or the server is unreachable) before it
-    /// is refused with a storage error.
-    pub connect_timeout: Duration,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        PostgresOptions { pool_size: 16, connect_timeout: Duration::from_secs(10) }
-    }
-}
-
-/// Why a PostgreSQL ledger could not be opened. Nothing was changed in the database.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostgresOpenError {
-    /// The connection string could not be parsed.
-    #[error("invalid PostgreSQL connection string: {0}")]
-    Config(#[source] tokio_postgres::Error),
-    /// The pool could not be built.
-    #[error("cannot build the PostgreSQL connection pool: {0}")]
-    Pool(String),
-    /// The server could not be reached, or refused the connection.
-    #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(String),
-    /// Creating or upgrading the tables failed.
-    #[error("cannot apply the ledger's schema migrations: {0}")]
-    Migration(#[source] tokio_postgres::Error),
-    /// The database holds a schema newer than this build knows: a newer version of agent-airlock
-    /// migrated it.
-    #[error(
-        "the database holds agent-airlock schema version {found}, newer than version {POSTGRES_SCHEMA_VERSION} that this build knows: upgrade agent-airlock, or use another database"
-    )]
-    SchemaTooNew {
-        /// The version found in `airlock_schema_version`.
-        found: i64,
-    },
-    /// The ledger's runtime could not be started.
-    #[error("cannot start the PostgreSQL ledger's runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    /// The runtime stopped before the open finished.
-    #[error("the PostgreSQL ledger's runtime stopped while opening")]
-    Stopped,
-}
-
-/// What the ledger and its effect store share: the pool and the runtime that drives it.
-pub(crate) struct Shared {
-    pool: Pool,
-    handle: Handle,
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // May run inside another runtime (an async test): do not wait for the blocking pool.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
 
 /// The approval ledger in a PostgreSQL database, shared by every host that connects to it: a grant is
 /// spent once across all of them. Its effect records ([`ApprovalLedger::effects`]) live in the same
@@ -191,29 +67,7 @@ impl PostgresLedger {
 
     /// Connects to `url` with `options`. See [`connect`](Self::connect).
     pub fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self, PostgresOpenError> {
-        let config: tokio_postgres::Config = url.parse().map_err(PostgresOpenError::Config)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("airlock-postgres")
-            .enable_all()
-            .build()
-            .map_err(PostgresOpenError::Runtime)?;
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(1))
-            .wait_timeout(Some(options.connect_timeout))
-            .create_timeout(Some(options.connect_timeout))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|err| PostgresOpenError::Pool(err.to_string()))?;
-        let shared = Arc::new(Shared { pool, handle: runtime.handle().clone(), runtime: Some(runtime) });
-        let (answer, migrated) = std::sync::mpsc::channel();
-        let pool = shared.pool.clone();
-        shared.handle.spawn(async move {
-            let _ = answer.send(migrate(&pool).await);
-        });
-        migrated.recv().map_err(|_| PostgresOpenError::Stopped)??;
-        Ok(PostgresLedger { shared })
+        Ok(PostgresLedger { shared: postgres::connect(url, options)? })
     }
 
     /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
@@ -225,7 +79,7 @@ impl PostgresLedger {
         &self,
         op: impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError> + Send + 'static,
     ) -> LedgerReply<T> {
-        write(&self.shared, op)
+        postgres::write(&self.shared, op)
     }
 
     fn read<T, F>(&self, read: impl FnOnce(Pool) -> F) -> Result<T, LedgerError>
@@ -237,133 +91,6 @@ impl PostgresLedger {
         let future = read(self.shared.pool.clone());
         self.shared.handle.spawn(async move { sender.send(future.await) });
         reply.wait()
-    }
-}
-
-/// Applies a dispatcher's decision (spend, reservation, settlement) in one transaction, like every write.
-pub(crate) fn decide(shared: &Arc<Shared>, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>> {
-    write(shared, move |tables| store::decide(tables, &decision))
-}
-
-/// Runs `op` in one transaction on a blocking thread of the ledger's runtime, retrying it from the start
-/// after a unique violation, a deadlock or a serialization failure.
-fn write<T: Send + 'static>(
-    shared: &Shared,
-    op: impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError> + Send + 'static,
-) -> LedgerReply<T> {
-    let (sender, reply) = LedgerReply::channel();
-    let pool = shared.pool.clone();
-    let handle = shared.handle.clone();
-    // If the runtime is shut down, the closure and its sender are dropped: the reply says the writer stopped.
-    drop(shared.handle.spawn_blocking(move || sender.send(run_transaction(&handle, &pool, &op))));
-    reply
-}
-
-fn run_transaction<T>(
-    handle: &Handle,
-    pool: &Pool,
-    op: &impl Fn(&mut PgTables<'_, '_>) -> Result<T, LedgerError>,
-) -> Result<T, LedgerError> {
-    let mut client = handle.block_on(pool.get()).map_err(|err| LedgerError::storage(PoolError(err.to_string())))?;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let txn = handle.block_on(client.transaction()).map_err(LedgerError::storage)?;
-        let mut tables =
-            PgTables { txn, handle, existing_grants: RefCell::default(), existing_effects: RefCell::default() };
-        let outcome = op(&mut tables);
-        let PgTables { txn, .. } = tables;
-        let result = match outcome {
-            Ok(value) => handle.block_on(txn.commit()).map(|()| value).map_err(LedgerError::storage),
-            Err(err) => {
-                // A refusal wrote nothing; a fault may have: either way, nothing is kept.
-                let _ = handle.block_on(txn.rollback());
-                Err(err)
-            }
-        };
-        match result {
-            Err(err) if attempt < MAX_ATTEMPTS && retryable(&err) => {}
-            other => return other,
-        }
-    }
-}
-
-/// Whether the transaction was aborted by a conflict with another one, so that running it again is safe
-/// and may succeed (nothing of it was committed).
-fn retryable(err: &LedgerError) -> bool {
-    let LedgerError::Storage(source) = err else { return false };
-    let Some(code) = source.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code) else {
-        return false;
-    };
-    [SqlState::UNIQUE_VIOLATION, SqlState::T_R_DEADLOCK_DETECTED, SqlState::T_R_SERIALIZATION_FAILURE].contains(code)
-}
-
-/// A pool error, as text (deadpool's error is generic over the manager's).
-#[derive(Debug, thiserror::Error)]
-#[error("no PostgreSQL connection: {0}")]
-struct PoolError(String);
-
-async fn migrate(pool: &Pool) -> Result<(), PostgresOpenError> {
-    let mut client = pool.get().await.map_err(|err| PostgresOpenError::Connect(err.to_string()))?;
-    let txn = client.transaction().await.map_err(PostgresOpenError::Migration)?;
-    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(PostgresOpenError::Migration)?;
-    txn.batch_execute(
-        "CREATE TABLE IF NOT EXISTS airlock_schema_version (
-            version    bigint PRIMARY KEY,
-            applied_at timestamptz NOT NULL DEFAULT now()
-        )",
-    )
-    .await
-    .map_err(PostgresOpenError::Migration)?;
-    let found: i64 = txn
-        .query_one("SELECT coalesce(max(version), 0) FROM airlock_schema_version", &[])
-        .await
-        .map_err(PostgresOpenError::Migration)?
-        .get(0);
-    if found > POSTGRES_SCHEMA_VERSION {
-        return Err(PostgresOpenError::SchemaTooNew { found });
-    }
-    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > found) {
-        txn.batch_execute(sql).await.map_err(PostgresOpenError::Migration)?;
-        txn.execute("INSERT INTO airlock_schema_version (version) VALUES ($1)", &[version])
-            .await
-            .map_err(PostgresOpenError::Migration)?;
-    }
-    txn.commit().await.map_err(PostgresOpenError::Migration)
-}
-
-/// The ledger's tables inside one transaction. Every read locks the rows it returns.
-struct PgTables<'h, 'c> {
-    txn: Transaction<'c>,
-    handle: &'h Handle,
-    /// Grants and effects read in this transaction (and so locked): written with `UPDATE`; others are new
-    /// and written with `INSERT`, which a concurrent insert of the same id makes fail (and retry).
-    existing_grants: RefCell<HashSet<String>>,
-    existing_effects: RefCell<HashSet<String>>,
-}
-
-impl PgTables<'_, '_> {
-    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, LedgerError> {
-        self.handle
-            .block_on(async {
-                let statement = self.txn.prepare_cached(sql).await?;
-                self.txn.query(&statement, params).await
-            })
-            .map_err(LedgerError::storage)
-    }
-
-    fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, LedgerError> {
-        self.handle
-            .block_on(async {
-                let statement = self.txn.prepare_cached(sql).await?;
-                self.txn.execute(&statement, params).await
-            })
-            .map_err(LedgerError::storage)
-    }
-
-    /// The one text column of the one row `sql` selects, if any.
-    fn text(&self, sql: &str, key: &str) -> Result<Option<Option<String>>, LedgerError> {
-        Ok(self.query(sql, &[&key])?.first().map(|row| row.get(0)))
     }
 }
 
@@ -556,18 +283,6 @@ impl LedgerTables for PgTables<'_, '_> {
     }
 }
 
-impl DecisionTables for PgTables<'_, '_> {
-    fn append_audit(&mut self, _append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
-        // A dispatcher sends audit records to the audit log's own store when the ledger is on PostgreSQL.
-        Err(LedgerError::storage(NoAuditLog))
-    }
-}
-
-/// The PostgreSQL backend keeps no audit log.
-#[derive(Debug, thiserror::Error)]
-#[error("the PostgreSQL store keeps no audit log; audit records go to the audit log's own store")]
-struct NoAuditLog;
-
 fn encode_record_text(record: &EffectRecord) -> String {
     String::from_utf8(encode_record(record)).unwrap_or_default()
 }
@@ -658,7 +373,7 @@ impl ApprovalLedger for PostgresLedger {
 }
 
 async fn get_client(pool: &Pool) -> Result<deadpool_postgres::Object, LedgerError> {
-    pool.get().await.map_err(|err| LedgerError::storage(PoolError(err.to_string())))
+    Ok(postgres::client(pool).await?)
 }
 
 fn entry_of(request_id: &str, row: &Row) -> Result<RequestEntry, LedgerError> {
@@ -699,7 +414,7 @@ impl PostgresEffectStore {
         run: impl Fn(Option<EffectRecord>) -> Step<T> + Send + 'static,
     ) -> Result<T, EffectError> {
         let key = key.to_owned();
-        write(&self.shared, move |tables| {
+        postgres::write(&self.shared, move |tables| -> Result<Result<T, EffectError>, LedgerError> {
             let current = tables.effect(&key)?;
             let step = run(current);
             if let Some(record) = &step.write {
@@ -724,11 +439,7 @@ impl PostgresEffectStore {
 
 /// A ledger fault as an effect-store fault.
 fn effect_fault(err: LedgerError) -> EffectError {
-    match err {
-        LedgerError::CorruptRecord { key, detail, .. } => EffectError::Corrupt { key, reason: detail },
-        LedgerError::Storage(source) => EffectError::Database(source),
-        other => EffectError::Database(Arc::new(other)),
-    }
+    effect::store_fault(err.into())
 }
 
 impl EffectStore for PostgresEffectStore {

@@ -1,74 +1,87 @@
-//! The answer to a ledger write: awaited by async callers, waited for by blocking ones.
+//! The answer to a write of a store's writer: awaited by async callers, waited for by blocking ones.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use super::LedgerError;
+use super::{Fault, StoreError};
 
-/// The answer to a ledger write, available once the write is durable (or refused).
+/// The answer to a write, available once the write is durable (or refused): `Ok` with the write's
+/// answer, or `Err` with a refusal or a fault of type `E`. The ledger's writes answer a
+/// [`LedgerReply`](crate::ledger::LedgerReply), which is this reply with [`LedgerError`](crate::ledger::LedgerError).
 ///
-/// Await it from async code, or call [`LedgerReply::wait`] from a thread that may block. Dropping it does
+/// Await it from async code, or call [`wait`](Self::wait) from a thread that may block. Dropping it does
 /// not cancel the write: a write that was sent is applied (or refused) whether anyone listens or not.
-#[must_use = "a ledger reply says whether the write happened"]
-pub struct LedgerReply<T> {
-    state: ReplyState<T>,
+#[must_use = "a reply says whether the write happened"]
+pub struct Reply<T, E> {
+    state: ReplyState<T, E>,
+    /// The answer when the sender went away unfilled (the writer stopped).
+    stopped: fn() -> E,
 }
 
-enum ReplyState<T> {
-    Ready(Option<Result<T, LedgerError>>),
-    Waiting(Arc<Slot<T>>),
+enum ReplyState<T, E> {
+    Ready(Option<Result<T, E>>),
+    Waiting(Arc<Slot<T, E>>),
 }
 
-struct Slot<T> {
-    inner: Mutex<SlotInner<T>>,
+struct Slot<T, E> {
+    inner: Mutex<SlotInner<T, E>>,
     filled: Condvar,
 }
 
-struct SlotInner<T> {
-    value: Option<Result<T, LedgerError>>,
+struct SlotInner<T, E> {
+    value: Option<Result<T, E>>,
     closed: bool,
     waker: Option<Waker>,
 }
 
-impl<T> Slot<T> {
-    fn lock(&self) -> MutexGuard<'_, SlotInner<T>> {
+impl<T, E> Slot<T, E> {
+    fn lock(&self) -> MutexGuard<'_, SlotInner<T, E>> {
         // The critical sections below cannot panic, so a poisoned lock still holds consistent data.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl<T> std::fmt::Debug for LedgerReply<T> {
+impl<T, E> std::fmt::Debug for Reply<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             ReplyState::Ready(_) => "ready",
             ReplyState::Waiting(_) => "waiting",
         };
-        f.debug_struct("LedgerReply").field("state", &state).finish()
+        f.debug_struct("Reply").field("state", &state).finish()
     }
 }
 
-impl<T> LedgerReply<T> {
-    /// A reply that is already known (ledgers that answer synchronously).
-    pub fn ready(result: Result<T, LedgerError>) -> Self {
-        LedgerReply { state: ReplyState::Ready(Some(result)) }
+impl<T, E> Reply<T, E> {
+    /// A reply that is already known.
+    pub(crate) fn ready_or(result: Result<T, E>, stopped: fn() -> E) -> Self {
+        Reply { state: ReplyState::Ready(Some(result)), stopped }
     }
 
     /// A reply to be filled in later by the returned sender. If the sender is dropped unfilled, the reply
-    /// is [`LedgerError::WriterStopped`].
-    pub fn channel() -> (ReplySender<T>, LedgerReply<T>) {
+    /// is `stopped()`.
+    pub(crate) fn channel_or(stopped: fn() -> E) -> (ReplySender<T, E>, Reply<T, E>) {
         let slot = Arc::new(Slot {
             inner: Mutex::new(SlotInner { value: None, closed: false, waker: None }),
             filled: Condvar::new(),
         });
-        (ReplySender { slot: Some(slot.clone()) }, LedgerReply { state: ReplyState::Waiting(slot) })
+        (ReplySender { slot: Some(slot.clone()) }, Reply { state: ReplyState::Waiting(slot), stopped })
+    }
+
+    /// A reply whose fault type is a store fault: `StoreError::Stopped` if unfilled.
+    pub(crate) fn fault_channel() -> (ReplySender<T, E>, Reply<T, E>)
+    where
+        E: Fault,
+    {
+        Reply::channel_or(|| E::from_store(StoreError::Stopped))
     }
 
     /// Blocks the current thread until the answer is known. Do not call it on an async executor's thread.
-    pub fn wait(self) -> Result<T, LedgerError> {
+    pub fn wait(self) -> Result<T, E> {
+        let stopped = self.stopped;
         match self.state {
-            ReplyState::Ready(mut value) => value.take().unwrap_or(Err(LedgerError::WriterStopped)),
+            ReplyState::Ready(mut value) => value.take().unwrap_or_else(|| Err(stopped())),
             ReplyState::Waiting(slot) => {
                 let mut inner = slot.lock();
                 loop {
@@ -76,7 +89,7 @@ impl<T> LedgerReply<T> {
                         return value;
                     }
                     if inner.closed {
-                        return Err(LedgerError::WriterStopped);
+                        return Err(stopped());
                     }
                     inner = slot.filled.wait(inner).unwrap_or_else(PoisonError::into_inner);
                 }
@@ -86,21 +99,23 @@ impl<T> LedgerReply<T> {
 }
 
 // The reply never pins its content: it holds an `Option` or an `Arc`.
-impl<T> Unpin for LedgerReply<T> {}
+impl<T, E> Unpin for Reply<T, E> {}
 
-impl<T> Future for LedgerReply<T> {
-    type Output = Result<T, LedgerError>;
+impl<T, E> Future for Reply<T, E> {
+    type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().state {
-            ReplyState::Ready(value) => Poll::Ready(value.take().unwrap_or(Err(LedgerError::WriterStopped))),
+        let this = self.get_mut();
+        let stopped = this.stopped;
+        match &mut this.state {
+            ReplyState::Ready(value) => Poll::Ready(value.take().unwrap_or_else(|| Err(stopped()))),
             ReplyState::Waiting(slot) => {
                 let mut inner = slot.lock();
                 if let Some(value) = inner.value.take() {
                     return Poll::Ready(value);
                 }
                 if inner.closed {
-                    return Poll::Ready(Err(LedgerError::WriterStopped));
+                    return Poll::Ready(Err(stopped()));
                 }
                 match &inner.waker {
                     Some(waker) if waker.will_wake(cx.waker()) => {}
@@ -112,26 +127,27 @@ impl<T> Future for LedgerReply<T> {
     }
 }
 
-/// Fills in a [`LedgerReply`]. Dropping it unfilled answers [`LedgerError::WriterStopped`].
-pub struct ReplySender<T> {
-    slot: Option<Arc<Slot<T>>>,
+/// Fills in a [`Reply`]. Dropping it unfilled answers the reply's "stopped" fault (for a
+/// [`LedgerReply`](crate::ledger::LedgerReply), [`LedgerError::WriterStopped`](crate::ledger::LedgerError::WriterStopped)).
+pub struct ReplySender<T, E> {
+    slot: Option<Arc<Slot<T, E>>>,
 }
 
-impl<T> std::fmt::Debug for ReplySender<T> {
+impl<T, E> std::fmt::Debug for ReplySender<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplySender").finish_non_exhaustive()
     }
 }
 
-impl<T> ReplySender<T> {
+impl<T, E> ReplySender<T, E> {
     /// Answers the reply.
-    pub fn send(mut self, result: Result<T, LedgerError>) {
+    pub fn send(mut self, result: Result<T, E>) {
         if let Some(slot) = self.slot.take() {
             Self::finish(&slot, Some(result));
         }
     }
 
-    fn finish(slot: &Slot<T>, value: Option<Result<T, LedgerError>>) {
+    fn finish(slot: &Slot<T, E>, value: Option<Result<T, E>>) {
         let waker = {
             let mut inner = slot.lock();
             inner.value = value;
@@ -145,7 +161,7 @@ impl<T> ReplySender<T> {
     }
 }
 
-impl<T> Drop for ReplySender<T> {
+impl<T, E> Drop for ReplySender<T, E> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             Self::finish(&slot, None);
@@ -160,7 +176,7 @@ mod tests {
 
     #[test]
     fn waits_across_threads() {
-        let (sender, reply) = LedgerReply::<u32>::channel();
+        let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
         let handle = std::thread::spawn(move || reply.wait());
         sender.send(Ok(7));
         assert_eq!(handle.join().unwrap().unwrap(), 7);
@@ -168,13 +184,13 @@ mod tests {
 
     #[test]
     fn a_dropped_sender_is_a_stopped_writer() {
-        let (sender, reply) = LedgerReply::<u32>::channel();
+        let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
         drop(sender);
-        assert!(matches!(reply.wait(), Err(LedgerError::WriterStopped)));
+        assert!(matches!(reply.wait(), Err(StoreError::Stopped)));
     }
 
     #[test]
     fn ready_replies_are_ready() {
-        assert_eq!(LedgerReply::ready(Ok(3)).wait().unwrap(), 3);
+        assert_eq!(Reply::ready_or(Ok(3), || StoreError::Stopped).wait().unwrap(), 3);
     }
 }

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use super::transition::Settle;
-use super::{EffectStore, Reservation};
+use super::decision::{Decide as _, Decision};
 use crate::clock::Clock;
-use crate::store::{Decision, StoreHandle};
+use crate::effect::{EffectStore, Reservation, Settle};
+use crate::store::StoreHandle;
 
 /// Holds a reservation until the dispatcher takes it to settle; dropped still holding it, it marks the
 /// effect ambiguous.

@@ -1,0 +1,602 @@
+//! The redb engine: the tables of a redb file, every write committed with `Durability::Immediate`, and
+//! concurrent writes grouped into shared commits by one writer thread.
+//!
+//! **Group commit.** Callers hand their write to the ledger's writer thread through a channel and wait
+//! for the answer. The writer takes every write queued, applies them in order in *one* write transaction,
+//! commits once, and only then answers each caller. While a commit is on its way to disk, new writes
+//! queue up and form the next batch, so throughput grows with the number of concurrent callers while a
+//! lone write costs one commit (plus a thread hand-off). Exactly-once is unchanged: the batch is applied
+//! in order inside one transaction, so the second spend of a grant in a batch sees the first. Nobody hears
+//! "spent" before the commit recording it returned. If the batch's transaction fails, each write is
+//! retried alone, so a fault in one write does not fail its neighbours. A batch in which every write was
+//! refused (a replayed spend, a second approval of a live grant) changed nothing: it is aborted instead of
+//! committed, so a replay costs no disk flush.
+//!
+//! **One writer per database.** The writer belongs to the `Arc<Database>`, not to the ledger: a
+//! [`RedbEffectStore`](crate::effect::RedbEffectStore) and an [`AuditLog`](crate::audit::AuditLog) opened on the same `Arc<Database>`
+//! hand their writes to the same thread, so every write to the file is group-committed, and a
+//! dispatcher's decision (a spend, an effect reservation and its audit record) is one write of one
+//! transaction. Callers await the answer; nothing blocks an async executor.
+//!
+//! **Processes.** redb 4.6 offers three concurrency modes (`redb::ConcurrencyMode`, since 4.5):
+//! `ExclusiveWriter` (the default: the whole file is locked by one process; any other open fails with
+//! `DatabaseAlreadyOpen`), `SingleWriter` (one writing process, any number of read-only ones following
+//! its commits) and `MultiWriter` (any number of processes open the file read-write; write transactions
+//! are serialised across processes by a byte-range lock, each one starting from the latest commit).
+//! [`ProcessSharing::Exclusive`] uses the first, and [`RedbOpenOptions::wait_if_open`] lets a short-lived
+//! process wait its turn; [`ProcessSharing::MultiProcess`] uses `MultiWriter`, where every process
+//! sharing the file must use it too. Either way a grant is spent once: a spend is a read and a write in
+//! one write transaction, and write transactions never overlap.
+//!
+//! **Damage.** The file is opened with redb's integrity check (every page checksum of the committed trees
+//! verified), so a truncated or altered file is refused with [`OpenError::Corrupt`] instead of being
+//! trusted, and an existing empty file is refused rather than silently initialised as an empty ledger.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ::redb::{
+    Builder, CommitError, ConcurrencyMode, Database, DatabaseError, Durability, ReadableDatabase, ReadableTable,
+    SetDurabilityError, StorageError, Table, TableDefinition, TableError, TransactionError, WriteTransaction,
+};
+
+use super::reply::ReplySender;
+use super::{Fault, Reply, StoreError};
+
+pub(crate) const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
+pub(crate) const STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_status");
+pub(crate) const GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_grants");
+/// Pending requests, keyed `scope NUL request id`, valued by their expiry in ms (`u64::MAX`: none), so the
+/// pending limit counts one scope with a range read. Created on first write; a file written before it existed
+/// has its older pending requests uncounted.
+pub(crate) const PENDING: TableDefinition<&str, u64> = TableDefinition::new("airlock_approval_pending");
+const META: TableDefinition<&str, u64> = TableDefinition::new("airlock_approval_meta");
+const SCHEMA_KEY: &str = "schema_version";
+/// The effect records: key → the JSON of an `EffectRecord`.
+pub(crate) const EFFECTS: TableDefinition<'static, &'static str, &'static [u8]> =
+    TableDefinition::new("agent_airlock_effects");
+/// The audit log's records: sequence number → stored record (see [`crate::audit`] for the format).
+pub const RECORDS_TABLE: TableDefinition<'static, u64, &'static [u8]> =
+    TableDefinition::new("agent_airlock_audit_records");
+/// The audit log's head: one row under [`HEAD_KEY`], the JSON of an [`Anchor`](crate::audit::Anchor).
+pub const HEAD_TABLE: TableDefinition<'static, &'static str, &'static [u8]> =
+    TableDefinition::new("agent_airlock_audit_head");
+/// The key of the one row of [`HEAD_TABLE`].
+pub const HEAD_KEY: &str = "head";
+
+/// The version of the approval tables' layout this build reads and writes.
+pub const APPROVALS_SCHEMA_VERSION: u64 = 1;
+
+/// Most writes applied in one transaction.
+const MAX_BATCH: usize = 1024;
+
+/// How processes share the ledger file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcessSharing {
+    /// One process at a time (redb's `ExclusiveWriter`); others get [`OpenError::AlreadyOpen`], or wait
+    /// with [`RedbOpenOptions::wait_if_open`].
+    #[default]
+    Exclusive,
+    /// Any number of processes at once (redb's `MultiWriter`, Linux, macOS and Windows). Every process
+    /// opening the file must choose this mode.
+    MultiProcess,
+}
+
+/// How to open a ledger file.
+#[derive(Debug, Clone)]
+pub struct RedbOpenOptions {
+    /// How processes share the file.
+    pub sharing: ProcessSharing,
+    /// How long to keep retrying while another process holds the file (or is still creating it).
+    /// `None` fails at once.
+    pub wait_if_open: Option<Duration>,
+    /// Verify every page checksum at open (redb's `set_check_integrity_on_open`). On by default: without
+    /// it, redb trusts a file that was closed cleanly, and a file altered afterwards may make it panic.
+    /// Turning it off saves reading the whole file at open.
+    pub verify_on_open: bool,
+}
+
+impl Default for RedbOpenOptions {
+    fn default() -> Self {
+        RedbOpenOptions { sharing: ProcessSharing::Exclusive, wait_if_open: None, verify_on_open: true }
+    }
+}
+
+impl RedbOpenOptions {
+    /// Waits up to `wait` for another process to release the file.
+    pub fn wait_if_open(mut self, wait: Duration) -> Self {
+        self.wait_if_open = Some(wait);
+        self
+    }
+
+    /// Chooses how processes share the file.
+    pub fn sharing(mut self, sharing: ProcessSharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+}
+
+/// Why a ledger file could not be opened. Nothing was changed in the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Another process has the file open.
+    #[error(
+        "ledger file `{}` is open in another process (waited {} ms): redb lets one process open a file at a time unless every process opens it with `ProcessSharing::MultiProcess`",
+        path.display(), waited.as_millis()
+    )]
+    AlreadyOpen {
+        /// The file.
+        path: PathBuf,
+        /// How long this open waited.
+        waited: Duration,
+    },
+    /// Another process has the file open under an incompatible redb locking protocol.
+    #[error(
+        "ledger file `{}` is open in another process using another redb locking protocol (another redb version, or another concurrency mode)",
+        path.display()
+    )]
+    LockProtocolMismatch {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file exists and is empty.
+    #[error(
+        "ledger file `{}` is empty (0 bytes), so it is not a ledger: if a process crashed while creating it, delete it; otherwise restore it from a backup",
+        path.display()
+    )]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is damaged.
+    #[error("ledger file `{}` is corrupt ({detail}): restore it from a backup", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What redb found.
+        detail: String,
+    },
+    /// The file uses a redb file format this build cannot read.
+    #[error("ledger file `{}` needs a redb file-format upgrade (format version {version})", path.display())]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The file's format version.
+        version: u8,
+    },
+    /// The approval tables have a layout this build does not know.
+    #[error(
+        "the ledger holds approval tables of schema version {found}; this build reads version {APPROVALS_SCHEMA_VERSION}"
+    )]
+    UnsupportedSchema {
+        /// The version found.
+        found: u64,
+    },
+    /// The file could not be read or created.
+    #[error("cannot open ledger file `{}`: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// redb failed in another way.
+    #[error("ledger storage failed while opening: {0}")]
+    Storage(#[source] ::redb::Error),
+    /// The writer thread could not be started.
+    #[error("cannot start the ledger's writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
+}
+
+/// Opens (or creates) a redb file as the ledger opens it: with `options.sharing`, the integrity check,
+/// clear errors and the optional wait. Other stores sharing the file (audit log, effects) can open it
+/// with this and hand the same `Arc<Database>` to [`RedbLedger::from_database`](crate::ledger::RedbLedger::from_database).
+///
+/// A missing file is created; an existing file must be a valid redb database (an empty file is refused).
+pub fn open_database(path: impl AsRef<Path>, options: &RedbOpenOptions) -> Result<Database, OpenError> {
+    let path = path.as_ref();
+    let mut builder = Builder::new();
+    builder.set_concurrency_mode(match options.sharing {
+        ProcessSharing::Exclusive => ConcurrencyMode::ExclusiveWriter,
+        ProcessSharing::MultiProcess => ConcurrencyMode::MultiWriter,
+    });
+    builder.set_check_integrity_on_open(options.verify_on_open);
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let attempt = match std::fs::metadata(path) {
+            Ok(meta) if meta.len() == 0 => Err(OpenError::Empty { path: path.to_owned() }),
+            Ok(_) => builder.open(path).map_err(|err| open_error(path, err, started.elapsed())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                builder.create(path).map_err(|err| open_error(path, err, started.elapsed()))
+            }
+            Err(source) => Err(OpenError::Io { path: path.to_owned(), source }),
+        };
+        match attempt {
+            Ok(database) => return Ok(database),
+            // A creator holds the lock while it writes the header, so an empty file may be one being made.
+            Err(OpenError::AlreadyOpen { .. } | OpenError::Empty { .. })
+                if options.wait_if_open.is_some_and(|wait| started.elapsed() < wait) =>
+            {
+                let wait = options.wait_if_open.unwrap_or_default();
+                // The last attempt is made at the deadline.
+                std::thread::sleep(pause.min(wait.saturating_sub(started.elapsed())));
+                pause = (pause * 2).min(Duration::from_millis(25));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+fn open_error(path: &Path, error: DatabaseError, waited: Duration) -> OpenError {
+    let path = path.to_owned();
+    match error {
+        DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen { path, waited },
+        DatabaseError::LockProtocolMismatch => OpenError::LockProtocolMismatch { path },
+        DatabaseError::RepairAborted => {
+            OpenError::Corrupt { path, detail: "it needs a repair, which was aborted".into() }
+        }
+        DatabaseError::UpgradeRequired(version) => OpenError::UnsupportedFormat { path, version },
+        DatabaseError::Storage(StorageError::Corrupted(detail)) => OpenError::Corrupt { path, detail },
+        DatabaseError::Storage(StorageError::Io(source)) => match source.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData => {
+                OpenError::Corrupt { path, detail: source.to_string() }
+            }
+            _ => OpenError::Io { path, source },
+        },
+        other => OpenError::Storage(other.into()),
+    }
+}
+
+/// How much grouping the writer achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Write transactions committed (a batch that only read, e.g. refused replays, is not committed).
+    pub commits: u64,
+    /// Writes answered (spends, grants, denials, requests).
+    pub writes: u64,
+    /// The most writes one commit carried.
+    pub largest_batch: u64,
+}
+
+#[derive(Debug, Default)]
+struct SharedStats {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// Creates the approval tables and the effect records if they are missing, and checks the approval
+/// tables' schema version.
+pub(crate) fn prepare_schema(database: &Database) -> Result<(), OpenError> {
+    let storage = |err: ::redb::Error| OpenError::Storage(err);
+    // Usually the tables exist: a read answers without a commit.
+    {
+        let txn = database.begin_read().map_err(|e| storage(e.into()))?;
+        match txn.open_table(META) {
+            Ok(meta) => match meta.get(SCHEMA_KEY).map_err(|e| storage(e.into()))? {
+                // Files from before effects shared the ledger's writes lack the effects table: create it.
+                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION && txn.open_table(EFFECTS).is_ok() => {
+                    return Ok(());
+                }
+                Some(found) if found.value() == APPROVALS_SCHEMA_VERSION => {}
+                Some(found) => {
+                    return Err(OpenError::UnsupportedSchema { found: found.value() });
+                }
+                None => {}
+            },
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(err) => return Err(storage(err.into())),
+        }
+    }
+    let mut txn = database.begin_write().map_err(|e| storage(e.into()))?;
+    txn.set_durability(Durability::Immediate).map_err(|e| storage(durability_error(e)))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        let found = meta.get(SCHEMA_KEY).map_err(|e| storage(e.into()))?.map(|v| v.value());
+        match found {
+            Some(APPROVALS_SCHEMA_VERSION) => {}
+            Some(found) => return Err(OpenError::UnsupportedSchema { found }),
+            None => {
+                meta.insert(SCHEMA_KEY, APPROVALS_SCHEMA_VERSION).map_err(|e| storage(e.into()))?;
+            }
+        }
+        for table in [REQUESTS, STATUS, GRANTS, EFFECTS] {
+            txn.open_table(table).map_err(|e| storage(e.into()))?;
+        }
+    }
+    txn.commit().map_err(|e| storage(e.into()))
+}
+
+fn durability_error(error: SetDurabilityError) -> ::redb::Error {
+    error.into()
+}
+
+/// The tables of one write transaction, opened when a job first touches them (a file holding only an
+/// audit log never gets approval tables, and the other way round). Each subsystem reads and writes its own
+/// tables here (the ledger's transitions, the effect steps, the audit append); the engine only opens them.
+pub(crate) struct WriteTables<'txn> {
+    txn: &'txn WriteTransaction,
+    pub(crate) requests: Option<Table<'txn, &'static str, &'static [u8]>>,
+    pub(crate) status: Option<Table<'txn, &'static str, &'static [u8]>>,
+    pub(crate) grants: Option<Table<'txn, &'static str, &'static [u8]>>,
+    pub(crate) pending: Option<Table<'txn, &'static str, u64>>,
+    pub(crate) effects: Option<Table<'txn, &'static str, &'static [u8]>>,
+    pub(crate) audit_records: Option<Table<'txn, u64, &'static [u8]>>,
+    pub(crate) audit_head: Option<Table<'txn, &'static str, &'static [u8]>>,
+    /// Whether any job of the batch wrote: a batch of refusals has nothing to commit. Every write sets it.
+    pub(crate) wrote: bool,
+}
+
+/// Opens `definition` into `slot` on first use. Reads take `&self` (the transitions' tables are read
+/// through `&self`), so a job opens the tables it uses before it runs (`open_ledger`, `open_effects`).
+fn open_in<'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+    txn: &'txn WriteTransaction,
+    slot: &mut Option<Table<'txn, K, V>>,
+    definition: TableDefinition<'static, K, V>,
+) -> Result<(), StoreError> {
+    if slot.is_none() {
+        *slot = Some(txn.open_table(definition).map_err(StoreError::storage)?);
+    }
+    Ok(())
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Self {
+        WriteTables {
+            txn,
+            requests: None,
+            status: None,
+            grants: None,
+            pending: None,
+            effects: None,
+            audit_records: None,
+            audit_head: None,
+            wrote: false,
+        }
+    }
+
+    /// Opens the approval tables and the effect records, which the ledger's transitions read through
+    /// `&self`.
+    pub(crate) fn open_ledger(&mut self) -> Result<(), StoreError> {
+        open_in(self.txn, &mut self.requests, REQUESTS)?;
+        open_in(self.txn, &mut self.status, STATUS)?;
+        open_in(self.txn, &mut self.grants, GRANTS)?;
+        open_in(self.txn, &mut self.pending, PENDING)?;
+        open_in(self.txn, &mut self.effects, EFFECTS)
+    }
+
+    /// Opens the effect records alone.
+    pub(crate) fn open_effects(&mut self) -> Result<(), StoreError> {
+        open_in(self.txn, &mut self.effects, EFFECTS)
+    }
+
+    /// Opens the audit log's records and head.
+    pub(crate) fn open_audit(&mut self) -> Result<(), StoreError> {
+        open_in(self.txn, &mut self.audit_records, RECORDS_TABLE)?;
+        open_in(self.txn, &mut self.audit_head, HEAD_TABLE)
+    }
+}
+
+/// A table opened by `open_ledger`/`open_effects`/`open_audit` (every job opens the tables it uses first).
+pub(crate) fn opened<'a, T>(slot: &'a Option<T>, table: &'static str) -> Result<&'a T, StoreError> {
+    slot.as_ref().ok_or(StoreError::Corrupt {
+        table,
+        key: String::new(),
+        detail: "the table was read before it was opened".to_owned(),
+    })
+}
+
+/// A table opened by `open_ledger`/`open_effects`/`open_audit`, to write.
+pub(crate) fn opened_mut<'a, T>(slot: &'a mut Option<T>, table: &'static str) -> Result<&'a mut T, StoreError> {
+    slot.as_mut().ok_or(StoreError::Corrupt {
+        table,
+        key: String::new(),
+        detail: "the table was written before it was opened".to_owned(),
+    })
+}
+
+// ---- the writer ----
+
+/// One write handed to the writer: run inside a batch's transaction (perhaps again, alone, if the batch
+/// failed), then answered once the batch committed.
+pub(crate) trait WriteJob: Send {
+    /// Applies the write. `Err` is a fault, which aborts the transaction; a refusal by the rules is an
+    /// outcome kept for [`answer`](Self::answer) (and writes nothing).
+    fn run(&mut self, tables: &mut WriteTables<'_>) -> Result<(), StoreError>;
+    /// Answers with the outcome of the last `run`, after the commit.
+    fn answer(self: Box<Self>);
+    /// Answers with a fault: nothing of this job was committed.
+    fn fail(self: Box<Self>, error: StoreError);
+}
+
+/// A write as a closure: `run` returns the answer, or a refusal (an `E` that is not a fault), or a fault.
+struct Op<R, E, F> {
+    run: F,
+    outcome: Option<Result<R, E>>,
+    reply: ReplySender<R, E>,
+}
+
+impl<R, E, F> WriteJob for Op<R, E, F>
+where
+    R: Send,
+    E: Fault,
+    F: FnMut(&mut WriteTables<'_>) -> Result<R, E> + Send,
+{
+    fn run(&mut self, tables: &mut WriteTables<'_>) -> Result<(), StoreError> {
+        match (self.run)(tables) {
+            Err(err) if err.is_fault() => Err(err.into_store()),
+            outcome => {
+                self.outcome = Some(outcome);
+                Ok(())
+            }
+        }
+    }
+
+    fn answer(self: Box<Self>) {
+        let Op { outcome, reply, .. } = *self;
+        // Without an outcome the sender is dropped unanswered, which reads as `WriterStopped`.
+        if let Some(outcome) = outcome {
+            reply.send(outcome);
+        }
+    }
+
+    fn fail(self: Box<Self>, error: StoreError) {
+        self.reply.send(Err(E::from_store(error)));
+    }
+}
+
+/// The writer thread of one redb database: every write to the file from this process goes through it,
+/// batched into shared durable commits (see the module docs). Shared by the ledger, the effect records and
+/// the audit log of one `Arc<Database>`; the thread stops when the last of them is dropped, after the
+/// queued writes.
+pub(crate) struct RedbWriter {
+    database: Arc<Database>,
+    jobs: Option<mpsc::Sender<Box<dyn WriteJob>>>,
+    thread: Option<JoinHandle<()>>,
+    stats: Arc<SharedStats>,
+}
+
+/// The live writers, by database: stores opened on one `Arc<Database>` find the same writer.
+static WRITERS: Mutex<Vec<Weak<RedbWriter>>> = Mutex::new(Vec::new());
+
+impl RedbWriter {
+    /// The writer of `database`, started if it has none yet.
+    pub(crate) fn for_database(database: &Arc<Database>) -> Result<Arc<RedbWriter>, std::io::Error> {
+        // Nothing under this lock can panic halfway: a poisoned list is whole.
+        let mut writers = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
+        writers.retain(|writer| writer.strong_count() > 0);
+        // A live writer holds its database, so a matching address is this very database.
+        if let Some(writer) =
+            writers.iter().filter_map(Weak::upgrade).find(|writer| Arc::ptr_eq(&writer.database, database))
+        {
+            return Ok(writer);
+        }
+        let (jobs, queue) = mpsc::channel();
+        let stats = Arc::new(SharedStats::default());
+        let thread = {
+            let database = Arc::clone(database);
+            let stats = Arc::clone(&stats);
+            std::thread::Builder::new()
+                .name("airlock-redb-writer".into())
+                .spawn(move || run_writer(&database, &queue, &stats))?
+        };
+        let writer =
+            Arc::new(RedbWriter { database: Arc::clone(database), jobs: Some(jobs), thread: Some(thread), stats });
+        writers.push(Arc::downgrade(&writer));
+        Ok(writer)
+    }
+
+    /// Queues `run` as one write; the reply answers once it is durable (or refused, or failed).
+    pub(crate) fn op<R: Send + 'static, E: Fault>(
+        &self,
+        run: impl FnMut(&mut WriteTables<'_>) -> Result<R, E> + Send + 'static,
+    ) -> Reply<R, E> {
+        let (reply, answer) = Reply::fault_channel();
+        if let Some(jobs) = &self.jobs {
+            // A failed send drops the job and its sender, which answers `WriterStopped`.
+            let _ = jobs.send(Box::new(Op { run, outcome: None, reply }));
+        }
+        answer
+    }
+
+    /// How many commits carried how many writes so far.
+    pub(crate) fn stats(&self) -> WriterStats {
+        WriterStats {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            writes: self.stats.writes.load(Ordering::Relaxed),
+            largest_batch: self.stats.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for RedbWriter {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued and return.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run_writer(database: &Database, queue: &mpsc::Receiver<Box<dyn WriteJob>>, stats: &SharedStats) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        match commit_batch(database, &mut batch) {
+            Ok(committed) => {
+                record_batch(stats, batch.len(), committed);
+                for job in batch {
+                    job.answer();
+                }
+            }
+            Err(error) if batch.len() == 1 => {
+                for job in batch {
+                    job.fail(error.clone());
+                }
+            }
+            // One write's fault must not fail its neighbours: retry each alone.
+            Err(_) => {
+                for mut job in batch {
+                    match commit_batch(database, std::slice::from_mut(&mut job)) {
+                        Ok(committed) => {
+                            record_batch(stats, 1, committed);
+                            job.answer();
+                        }
+                        Err(error) => job.fail(error),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn record_batch(stats: &SharedStats, writes: usize, committed: bool) {
+    let writes = writes as u64;
+    stats.writes.fetch_add(writes, Ordering::Relaxed);
+    if committed {
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats.largest_batch.fetch_max(writes, Ordering::Relaxed);
+    }
+}
+
+/// Applies the batch in one write transaction and commits it, durably, if any job wrote; a batch of
+/// refusals (a replayed spend, a second approval of a live grant) read only committed state, which every
+/// commit made durable, so it is aborted instead of paying for an empty durable commit. Returns whether a
+/// commit happened; each job keeps its outcome until it is answered.
+fn commit_batch(database: &Database, batch: &mut [Box<dyn WriteJob>]) -> Result<bool, StoreError> {
+    let mut txn = database.begin_write().map_err(transaction_error)?;
+    // Never `Durability::None`: a crash could resurrect a spent grant.
+    txn.set_durability(Durability::Immediate).map_err(StoreError::storage)?;
+    let wrote = {
+        let mut tables = WriteTables::open(&txn);
+        for job in batch.iter_mut() {
+            job.run(&mut tables)?;
+        }
+        tables.wrote
+    };
+    if wrote {
+        txn.commit().map_err(commit_error)?;
+    } else {
+        txn.abort().map_err(StoreError::storage)?;
+    }
+    Ok(wrote)
+}
+
+fn transaction_error(error: TransactionError) -> StoreError {
+    StoreError::storage(::redb::Error::from(error))
+}
+
+fn commit_error(error: CommitError) -> StoreError {
+    StoreError::storage(error)
+}
