@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -93,6 +94,20 @@ def die(reason: str) -> str:
     with (NOTES / "died.log").open("a", encoding="utf-8") as died:
         died.write(reason + "\n")
     os._exit(3)
+
+
+@server.tool()
+async def slow(name: str) -> str:
+    """Take a few seconds, then write a note. Leaves `<name>.started`, and `<name>.cancelled` if cancelled."""
+    (NOTES / f"{name}.started").write_text("", encoding="utf-8")
+    try:
+        await anyio.sleep(4)
+    except anyio.get_cancelled_exc_class():
+        # The upstream's own record that the client's cancellation reached it mid-call.
+        (NOTES / f"{name}.cancelled").write_text("", encoding="utf-8")
+        raise
+    (NOTES / name).write_text("done", encoding="utf-8")
+    return f"wrote {name}"
 
 
 @server.tool()

@@ -16,13 +16,14 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use agent_airlock_tests::checks_script::wait_with_deadline;
 use agent_airlock_tests::pg_server;
 use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
 #[path = "support/gateway.rs"]
 mod gateway;
-use gateway::{AIRLOCK, venv, wait_with_deadline};
+use gateway::{AIRLOCK, venv};
 
 const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 
@@ -310,7 +311,10 @@ fn operator_approvals(scratch: &Scratch, store: &Store) {
             // The gateway closes the request as soon as it sees the cancellation (its next poll); a grant
             // recorded before that is revoked by the closing denial, and spent by nobody.
             Ok(_) if closed.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(100)),
-            Ok(_) => panic!("the cancelled call's request stayed open"),
+            Ok(_) => {
+                let shown = operator(store, scratch, &["--json", "requests", "show", &fourth]);
+                panic!("the cancelled call's request stayed open: {shown:?}")
+            }
         }
     };
     assert!(refused.contains("already denied"), "{refused}");
@@ -393,4 +397,54 @@ fn operator_approvals_need_a_key_and_a_store_other_processes_can_open() {
     let unshared = String::from_utf8_lossy(&unshared.stderr);
     assert!(unshared.contains("`--multi-process`"), "{unshared}");
     assert!(scratch.upstream_calls().is_empty());
+}
+
+#[test]
+fn a_call_cancelled_while_the_upstream_runs_it_is_cancelled_upstream_and_its_effect_left_ambiguous() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let store = scratch.redb_store();
+    let mut session = Session::start(&scratch, &venv, &store);
+    let note = |name: &str| scratch.path("notes").join(name);
+    let appears = |path: PathBuf, within: Duration| {
+        let started = Instant::now();
+        while !path.exists() && started.elapsed() < within {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        path.exists()
+    };
+
+    session.call(1, "slow", json!({"name": "cut"}));
+    assert!(appears(note("cut.started"), Duration::from_secs(30)), "the upstream started the call");
+    let cancelled_at = Instant::now();
+    session.cancel(1);
+    // The gateway passes the cancellation on: the upstream's own record says the call was cut short.
+    assert!(appears(note("cut.cancelled"), Duration::from_secs(10)), "the upstream was told of the cancellation");
+    // Well past the four seconds the call would have taken, its effect never happened.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(cancelled_at.elapsed()));
+    assert!(!note("cut").exists(), "the cancelled call ran to its end upstream");
+    assert!(session.try_response(1, Duration::from_millis(200)).is_none(), "no answer to a cancelled request");
+
+    // The gateway goes on serving: the next call runs to its end.
+    session.call(2, "slow", json!({"name": "whole"}));
+    let (text, is_error) = result_text(&session.response(2, Duration::from_secs(30)));
+    assert!(!is_error, "{text}");
+    assert_eq!(std::fs::read_to_string(note("whole")).expect("the second call's effect"), "done");
+    session.close();
+
+    // The cut call's effect may have happened in part: ambiguous, for an operator; the whole one committed.
+    let listed = run_airlock(&store, &["--json", "effects", "list"], &[]).expect("effects list");
+    let listed: Value = serde_json::from_str(&listed).expect("JSON");
+    let status: Vec<(String, String)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap_or("").to_owned(), r["status"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(
+        status,
+        [("slow:cut".to_owned(), "ambiguous".to_owned()), ("slow:whole".to_owned(), "committed".to_owned())]
+    );
+    let calls: Vec<String> = scratch.upstream_calls().into_iter().map(|(tool, _)| tool).collect();
+    assert_eq!(calls, ["slow", "slow"]);
 }

@@ -380,9 +380,12 @@ impl GuardedMcpServer {
     ) -> Outcome {
         let Some(approver) = self.approver_for(context) else {
             // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
-            return dispatcher.dispatch_with_approver(call, &self.context, None).await;
+            let call_id = call.clone();
+            return unless_cancelled(context, &call_id, dispatcher.dispatch_with_approver(call, &self.context, None))
+                .await;
         };
-        let request = match dispatcher.dispatch(call.clone(), &self.context).await {
+        // Without an escalation the tool runs here: a cancellation stops it.
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -430,7 +433,32 @@ impl GuardedMcpServer {
             // Cancelled between the answer and the run: the denial revokes the unspent grant.
             return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
         }
-        dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
+        self.run_approved(dispatcher, call, context, bound, &interrupt, resume).await
+    }
+
+    /// Runs an approved call with its resume value, unless the client cancels it first. Cancelled before
+    /// the grant was spent, the grant is revoked, so the request is closed rather than left granted.
+    async fn run_approved(
+        &self,
+        dispatcher: &Dispatcher,
+        call: ToolCall,
+        context: &RequestContext<RoleServer>,
+        bound: &InterruptApprovals,
+        interrupt: &Value,
+        resume: Value,
+    ) -> Outcome {
+        let call_id = call.clone();
+        let resumed = self.context.clone().with_resume(resume);
+        let outcome = unless_cancelled(context, &call_id, dispatcher.dispatch(call, &resumed)).await;
+        if context.ct.is_cancelled() {
+            // A grant already spent stays spent (the call was admitted); the ledger says so and nothing changes.
+            if let Err(error) =
+                bound.deny(interrupt, CLOSED_BY, Some("closed: the client cancelled the call before it ran")).await
+            {
+                tracing::debug!(target: "agent_airlock", %error, "a cancelled call's request was not closed");
+            }
+        }
+        outcome
     }
 
     /// Interrupt, wait for an operator's decision in the shared ledger, resume with it.
@@ -441,7 +469,8 @@ impl GuardedMcpServer {
         context: &RequestContext<RoleServer>,
         routed: &RoutedApprovals,
     ) -> Outcome {
-        let request = match dispatcher.dispatch(call.clone(), &self.context).await {
+        // Without an escalation the tool runs here: a cancellation stops it.
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -468,7 +497,7 @@ impl GuardedMcpServer {
             // Cancelled as the decision came: the denial revokes the unspent grant.
             return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
         }
-        dispatcher.dispatch(call, &self.context.clone().with_resume(resume.into_value())).await
+        self.run_approved(dispatcher, call, context, bound, &interrupt, resume.into_value()).await
     }
 
     /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
@@ -497,6 +526,21 @@ impl GuardedMcpServer {
             timeout: self.approval_timeout,
             eliciting: Arc::clone(&self.eliciting),
         })
+    }
+}
+
+/// Runs `dispatch` unless the client cancels the request first. Cancelled, the dispatch is dropped as the
+/// protocol asks: a tool already running stops (an upstream behind a gateway is sent
+/// `notifications/cancelled`), its reserved effect, if any, is left ambiguous for an operator, and the call
+/// is answered as cancelled (the client no longer reads the answer).
+async fn unless_cancelled(
+    context: &RequestContext<RoleServer>,
+    call: &ToolCall,
+    dispatch: impl std::future::Future<Output = Outcome>,
+) -> Outcome {
+    match select(pin!(context.ct.cancelled()), pin!(dispatch)).await {
+        Either::Left(((), _)) => cancelled_outcome(call),
+        Either::Right((outcome, _)) => outcome,
     }
 }
 
@@ -626,14 +670,8 @@ impl ServerHandler for GuardedMcpServer {
             }
             McpApprovals::Dispatcher => {
                 // The dispatcher's approver callback may be waiting on an operator: a cancelled request stops
-                // there, before anything is spent or run. Cancelled later, the dispatch is dropped as the
-                // protocol asks (a tool already running stops; its effect, if any, is left ambiguous).
-                let cancelled = context.ct.clone();
-                let dispatch = dispatcher.dispatch(call.clone(), &self.context);
-                match select(pin!(cancelled.cancelled()), pin!(dispatch)).await {
-                    Either::Left(((), _)) => cancelled_outcome(&call),
-                    Either::Right((outcome, _)) => outcome,
-                }
+                // there, before anything is spent or run.
+                unless_cancelled(&context, &call, dispatcher.dispatch(call.clone(), &self.context)).await
             }
         };
         Ok(tool_result(outcome).into())
