@@ -172,7 +172,9 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         }
     };
     let gateway = match McpGateway::start(upstream, pins, setup).await {
-        Ok(gateway) => gateway.with_approval_timeout(Duration::from_secs(args.approval_timeout_secs)),
+        Ok(gateway) => {
+            gateway.with_approval_timeout(Duration::from_secs(args.approval_timeout_secs)).with_policy(policy.clone())
+        }
         Err(error) => return Err(error.to_string()),
     };
     let tools = gateway.tools();

@@ -6,6 +6,8 @@
 //! mode = "enforce"            # or "observe": evaluate, audit and trace, refuse nothing the policy decides
 //! deny = ["delete_*"]         # tool-name globs; deny beats everything
 //! allow = ["read_*", "refund", "write_file"]   # only with default = "deny"
+//! deny_resources = ["file:///**/.env"]           # resource URI globs a gateway hides and refuses to read
+//! deny_prompts = ["admin_*"]                     # prompt name globs a gateway hides and refuses to give
 //!
 //! [tools.refund]              # a tool name or a glob; every key is optional
 //! escalate = "moves money"    # a human must approve, for this reason
@@ -68,6 +70,10 @@ struct RawPolicy {
     deny: Vec<Spanned<String>>,
     #[serde(default)]
     allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny_resources: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny_prompts: Vec<Spanned<String>>,
     #[serde(default)]
     tools: BTreeMap<Spanned<String>, RawTool>,
 }
@@ -163,6 +169,12 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
     }
     for glob in &raw.allow {
         file.apply(|b| b.allow(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.deny_resources {
+        file.apply(|b| b.deny_resource(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.deny_prompts {
+        file.apply(|b| b.deny_prompt(glob.get_ref()), &[glob.span()])?;
     }
     // Rules apply in file order (the first matching effect template wins).
     let mut tools: Vec<_> = raw.tools.into_iter().collect();
@@ -344,6 +356,8 @@ version = 1
 default = "deny"
 deny = ["delete_*"]
 allow = ["read_*", "refund", "write_file", "delete_all"]
+deny_resources = ["file:///**/.env"]
+deny_prompts = ["admin_*"]
 
 [tools.refund]
 escalate = "moves money"
@@ -381,6 +395,12 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(refund.pin.as_deref(), Some("sha256:abc"));
         assert_eq!(policy.pin("refund"), Some("sha256:abc"));
         assert_eq!(refund.approver, ApprovalRoute::Operator);
+        assert_eq!(policy.resource_denied_by("file:///srv/app/.env"), Some("file:///**/.env"));
+        assert_eq!(policy.resource_denied_by("file:///srv/app/main.rs"), None);
+        assert_eq!(
+            (policy.prompt_denied_by("admin_reset"), policy.prompt_denied_by("summarise")),
+            (Some("admin_*"), None)
+        );
         assert_eq!(policy.for_tool("write_file").approver, ApprovalRoute::Client, "the client's human by default");
         assert_eq!(refund.conditions.len(), 1);
         assert_eq!(refund.conditions[0].name(), "refund when amount > 10000");
@@ -439,6 +459,8 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
             (h("deny = [\"ok\", \"[\"]\n"), 3, 15, "invalid glob `[`: unclosed character class"),
             ("version = 1\ndefault = \"deny\"\nallow = [\"a{\"]\n".to_owned(), 3, 10, "invalid glob `a{`"),
             (h("[tools.\"[x\"]\n"), 3, 8, "invalid glob `[x`"),
+            (h("deny_resources = [\"[\"]\n"), 3, 19, "invalid glob `[`"),
+            (h("deny_prompts = [\"a{\"]\n"), 3, 17, "invalid glob `a{`"),
             (h("allow = [\"read_*\"]\n"), 3, 10, "`allow` lists only matter with `default = \"deny\"`"),
             // Rates.
             (

@@ -29,6 +29,8 @@ pub struct Policy {
     conditions: Vec<Rule<ConditionRule>>,
     pins: BTreeMap<String, String>,
     approvers: Vec<Rule<ApprovalRoute>>,
+    deny_resources: Vec<Rule<()>>,
+    deny_prompts: Vec<Rule<()>>,
 }
 
 /// Who decides a tool's escalated calls when a gateway serves it (`approver = "…"` in a policy file).
@@ -274,6 +276,18 @@ impl Policy {
         self.pins.get(name).map(String::as_str)
     }
 
+    /// The glob that denies the resource at `uri` to a gateway's clients, if any. Resources are offered
+    /// unless denied (the default rule and the allow list are about tools).
+    pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
+        self.deny_resources.iter().find(|r| r.matcher.is_match(uri)).map(|r| r.pattern.as_str())
+    }
+
+    /// The glob that denies the prompt named `name` to a gateway's clients, if any. Prompts are offered
+    /// unless denied.
+    pub fn prompt_denied_by(&self, name: &str) -> Option<&str> {
+        self.deny_prompts.iter().find(|r| r.matcher.is_match(name)).map(|r| r.pattern.as_str())
+    }
+
     /// Every definition pin, by tool name.
     pub fn pins(&self) -> &BTreeMap<String, String> {
         &self.pins
@@ -287,6 +301,8 @@ impl Policy {
         ];
         lines.extend(self.deny.iter().map(|r| format!("deny      {}", r.pattern)));
         lines.extend(self.allow.iter().map(|r| format!("allow     {}", r.pattern)));
+        lines.extend(self.deny_resources.iter().map(|r| format!("deny      resource {}", r.pattern)));
+        lines.extend(self.deny_prompts.iter().map(|r| format!("deny      prompt {}", r.pattern)));
         lines.extend(self.escalate.iter().map(|r| format!("escalate  {}: {}", r.pattern, r.value)));
         lines.extend(self.rate_limits.iter().map(|r| {
             let per = match r.value.1 {
@@ -378,6 +394,22 @@ impl PolicyBuilder {
     pub fn deny(mut self, glob: &str) -> Self {
         if let Some(rule) = self.rule(glob, ()) {
             self.policy.deny.push(rule);
+        }
+        self
+    }
+
+    /// Denies a gateway's clients the resources whose URI matches `glob`: unlisted, and unreadable.
+    pub fn deny_resource(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.deny_resources.push(rule);
+        }
+        self
+    }
+
+    /// Denies a gateway's clients the prompts whose name matches `glob`: unlisted, and not given.
+    pub fn deny_prompt(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.deny_prompts.push(rule);
         }
         self
     }

@@ -139,6 +139,11 @@ impl Upstream {
         self.client.peer().list_all_tools().await.map_err(UpstreamError::ListTools)
     }
 
+    /// The client side of the session, for what passes through unguarded (resources, prompts).
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.client.peer().clone()
+    }
+
     /// A handle that forwards calls to this upstream, for the tools that stand for its tools.
     pub fn caller(&self) -> UpstreamCaller {
         UpstreamCaller { peer: self.client.peer().clone() }
