@@ -21,6 +21,8 @@ use agent_airlock_tests::pg_server;
 use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
+// Each gateway test uses part of the shared helpers.
+#[allow(dead_code)]
 #[path = "support/gateway.rs"]
 mod gateway;
 use gateway::{AIRLOCK, venv};

@@ -5,6 +5,8 @@
 
 use serde_json::json;
 
+// Each gateway test uses part of the shared helpers.
+#[allow(dead_code)]
 #[path = "support/gateway.rs"]
 mod gateway;
 use gateway::{AIRLOCK, run_client, venv};
