@@ -20,12 +20,15 @@ use agent_airlock::approval::{InterruptApprovals, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
-use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin};
+use agent_airlock::integrations::mcp_gateway::{
+    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin,
+};
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::{ApprovalLedger, open_database};
 use agent_airlock::policy::{ApprovalRoute, PolicyMode};
 use agent_airlock::{Dispatcher, Policy, SystemClock, check_tool_name};
 use clap::{Args, Subcommand};
+use tokio::net::TcpListener;
 
 use crate::{Cli, Storage};
 
@@ -70,8 +73,27 @@ struct GatewayArgs {
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
     /// The upstream server's command line, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
+    /// Connect to an upstream served over Streamable HTTP (`http://…/mcp`) instead of starting one.
+    #[arg(long, value_name = "URL", conflicts_with = "upstream")]
+    upstream_url: Option<String>,
+    /// An environment variable holding the bearer token the upstream at `--upstream-url` expects.
+    #[arg(long, value_name = "VAR", requires = "upstream_url")]
+    upstream_token_env: Option<String>,
+    /// Serve clients over Streamable HTTP on this address (e.g. `127.0.0.1:8765`) instead of stdio. Every
+    /// request needs `Authorization: Bearer <token>`, the token read from `--token-file` or `--token-env`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Allow `--listen` on an address other than loopback (the token is then the only gate).
+    #[arg(long, requires = "listen")]
+    allow_remote: bool,
+    /// A file holding the bearer token clients of `--listen` must send.
+    #[arg(long, value_name = "PATH", requires = "listen", conflicts_with = "token_env")]
+    token_file: Option<PathBuf>,
+    /// An environment variable holding the bearer token clients of `--listen` must send.
+    #[arg(long, value_name = "VAR", default_value = "AIRLOCK_GATEWAY_TOKEN")]
+    token_env: String,
 }
 
 /// The approval key's id in the gateway's ledger.
@@ -158,8 +180,25 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     let observe = policy.mode() == PolicyMode::Observe;
     let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
 
-    let command = upstream_command(&args.upstream)?;
-    let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+    let listen = match args.listen {
+        Some(addr) => Some(listener(args, addr).await?),
+        None => None,
+    };
+    let (upstream, shown) = match &args.upstream_url {
+        Some(url) => {
+            let bearer = match &args.upstream_token_env {
+                Some(var) => {
+                    Some(std::env::var(var).map_err(|_| format!("`--upstream-token-env`: `{var}` is not set"))?)
+                }
+                None => None,
+            };
+            (Upstream::connect(url, bearer).await.map_err(|e| e.to_string())?, url.clone())
+        }
+        None => {
+            let command = upstream_command(&args.upstream)?;
+            (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
+        }
+    };
     let setup = {
         let approvals = approvals.clone();
         let policy = policy.clone();
@@ -200,7 +239,7 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     }
     eprintln!(
         "airlock mcp: guarding `{}`; offering {} tool(s): {}",
-        escape(&command.display()),
+        escape(&shown),
         tools.offered.len(),
         escape(&tools.offered.join(", "))
     );
@@ -221,8 +260,41 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     if observe {
         eprintln!("airlock mcp: OBSERVE MODE: the policy refuses nothing; what it would refuse is audited and logged");
     }
-    let routes = RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver);
-    gateway.serve_stdio(McpApprovals::Routed(Box::new(routes)), stop).await.map_err(|e| e.to_string())
+    let routes =
+        McpApprovals::Routed(Box::new(RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver)));
+    match listen {
+        Some((listener, token)) => {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            eprintln!("airlock mcp: serving MCP over Streamable HTTP on http://{addr}/mcp (bearer token required)");
+            gateway.serve_http(routes, listener, token, stop).await.map_err(|e| e.to_string())
+        }
+        None => gateway.serve_stdio(routes, stop).await.map_err(|e| e.to_string()),
+    }
+}
+
+/// The listener of `--listen` and the token its clients must send.
+async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(TcpListener, BearerToken), String> {
+    if !addr.ip().is_loopback() && !args.allow_remote {
+        return Err(format!(
+            "`--listen {addr}` is not a loopback address: clients on other machines could reach the gateway; pass \
+             `--allow-remote` to mean it"
+        ));
+    }
+    let token = match &args.token_file {
+        Some(path) => {
+            crate::warn_if_others_can_read(path);
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => std::env::var(&args.token_env).map_err(|_| {
+            format!(
+                "`--listen` needs the bearer token clients must send: put it in `{}` or a file named by `--token-file`",
+                args.token_env
+            )
+        })?,
+    };
+    let token = BearerToken::new(&token).ok_or("the bearer token for `--listen` is empty")?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok((listener, token))
 }
 
 /// The approval key, and whether it was made for this run.

@@ -11,6 +11,9 @@ with the arguments exactly as they arrived, before the SDK validates them: the l
 view of what reached it, so a test reads there whether a denied call, a ghost argument or a replayed
 approval got through the gateway.
 
+With `UPSTREAM_HTTP_PORT=N` in the environment it serves Streamable HTTP on 127.0.0.1:N (path `/mcp`)
+instead of stdio.
+
 With `RUG_PULL=1` in the environment, `read_note` starts with a different description (a definition whose
 pin no longer matches); the `rug_pull` tool makes the same change at run time and announces it with
 `notifications/tools/list_changed`.
@@ -156,4 +159,8 @@ def admin_reset() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if port := os.environ.get("UPSTREAM_HTTP_PORT"):
+        # Streamable HTTP on loopback, for the gateway's `--upstream-url`.
+        server.run("streamable-http", host="127.0.0.1", port=int(port))
+    else:
+        server.run("stdio")

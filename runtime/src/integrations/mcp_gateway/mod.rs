@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod http;
 mod passthrough;
 mod pin;
 mod upstream;
@@ -42,6 +43,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use http::BearerToken;
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};
 pub use upstream::{DEFAULT_SHUTDOWN_GRACE, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError};
