@@ -3,8 +3,11 @@
 //! `airlock mcp --policy airlock.toml -- <command> [args…]` starts the upstream server as a child process,
 //! speaks MCP to the client on stdin and stdout (nothing else is written to stdout; logs go to stderr), and
 //! runs every `tools/call` through the gates of the policy file before forwarding it. Approvals are asked
-//! of the client's human by elicitation, bound to the exact call and spent once through the ledger in
-//! `--db`. The child is shut down when the client goes away or on SIGTERM/SIGINT.
+//! of the client's human by elicitation, or, for tools the policy routes to an operator, wait for
+//! `airlock approve` in the shared store; either way bound to the exact call and spent once through the
+//! ledger in `--db` (a redb file or a PostgreSQL URL). Resources and prompts pass through. The child is shut
+//! down when the client goes away or on SIGTERM/SIGINT. `--upstream-url` reaches a Streamable HTTP upstream
+//! instead of starting one; `--listen` serves clients over Streamable HTTP (bearer token required).
 //!
 //! `airlock mcp scan -- <command> [args…]` prints a starter policy for that server: deny by default, every
 //! tool listed with its definition pin.
