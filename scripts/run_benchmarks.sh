@@ -35,6 +35,8 @@ cargo run --release -q -p agent-airlock-benches --bin ledger_throughput -- --spe
     | tee "$out/ledger_throughput.txt"
 cargo bench -p agent-airlock-benches --bench durable -- "${criterion_args[@]}" 2>&1 | tee "$out/durable.txt"
 cargo bench -p agent-airlock-tests --bench storage -- "${criterion_args[@]}" 2>&1 | tee "$out/storage.txt"
+# A throwaway PostgreSQL server from the installed binaries (initdb, pg_ctl; Debian: apt install postgresql).
+cargo bench -p agent-airlock-benches --bench postgres -- "${criterion_args[@]}" 2>&1 | tee "$out/postgres.txt"
 cargo run --release -q -p agent-airlock-benches --bin memory -- --keys 100000 2>&1 | tee "$out/memory.txt"
 python3 scripts/compile_time.py --tools 100 --runs 5 2>&1 | tee "$out/compile_time.txt"
 # The medians and p10–p90 BENCHMARKS.md reports (criterion itself prints the mean).

@@ -3,6 +3,9 @@
 //! at once, over one shared redb file with durable commits — next to the same dispatcher over memory
 //! stores (the CPU part) and a raw redb insert + commit measured in the same run (the floor).
 //!
+//! A last group measures throughput: 32 everything-on calls dispatched at once (their writes share the
+//! database's commits) against one raw commit per call.
+//!
 //! `cargo bench -p agent-airlock-benches --bench durable`
 
 use std::hint::black_box;
@@ -14,10 +17,14 @@ use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger, RedbOpenOptions, open_database};
 use agent_airlock::{Dispatcher, ManualClock, Outcome, Status, airlock_tool, tool};
 use agent_airlock_benches::{BenchCall, START, approvals, approve_calls, block_on};
-use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime};
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime};
+use futures_util::future::join_all;
 use redb::{Database, Durability, TableDefinition};
 
 const RAW: TableDefinition<u64, &[u8]> = TableDefinition::new("bench_raw");
+
+/// Dispatches in flight at once in the concurrency group.
+const CONCURRENT: u64 = 32;
 
 /// Refund a payment.
 #[airlock_tool(escalate = "moves money")]
@@ -224,6 +231,50 @@ fn durable(c: &mut Criterion) {
         audit: Arc::new(AuditLog::with_database(Arc::clone(&database), audit_config()).expect("the audit log opens")),
     };
     cases(&mut group, &|| stores.clone());
+    group.finish();
+
+    // Throughput: 32 everything-on calls dispatched at once on one thread (their writes share commits),
+    // next to one raw commit per call, one call after another (what a store without group commit allows
+    // at best). Both count calls per second.
+    let mut group = c.benchmark_group("durable_concurrency_redb");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(CONCURRENT));
+    {
+        let db = Database::create(dir.path().join("raw_per_call.redb")).expect("the raw database opens");
+        let value = [0x61u8; 300];
+        let mut next = 0u64;
+        group.bench_function("one_commit_per_call_32", |b| {
+            b.iter(|| {
+                for _ in 0..CONCURRENT {
+                    next += 1;
+                    let mut txn = db.begin_write().expect("a transaction");
+                    txn.set_durability(Durability::Immediate).expect("durable");
+                    txn.open_table(RAW).expect("the table").insert(next, value.as_slice()).expect("inserted");
+                    txn.commit().expect("committed");
+                }
+            })
+        });
+    }
+    let mut next = 1u64 << 40;
+    group.bench_function("escalated_effect_audited_resumed_32_concurrent", |b| {
+        b.iter_custom(|iters| {
+            let audited = dispatcher(&stores, true);
+            let approvals = approvals(Arc::clone(&stores.ledger));
+            let calls = (next..next + iters * CONCURRENT).map(|n| BenchCall::to_tool("guarded_refund", n)).collect();
+            next += iters * CONCURRENT;
+            let approved = approve_calls(&approvals, calls);
+            let start = Instant::now();
+            for batch in approved.chunks(usize::try_from(CONCURRENT).expect("small")) {
+                let outcomes = block_on(join_all(batch.iter().map(|(call, resume)| {
+                    let context = call.context(Some(resume.clone()));
+                    let audited = &audited;
+                    async move { audited.dispatch(call.tool_call(), &context).await }
+                })));
+                outcomes.into_iter().for_each(expect_success);
+            }
+            start.elapsed()
+        })
+    });
     group.finish();
 
     let mut group = c.benchmark_group("durable_dispatch_memory");

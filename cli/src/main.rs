@@ -26,13 +26,14 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::{
     Clock, SystemClock,
-    approval::{EscalationReason, InterruptApprovals, InterruptRequest, KeyRing},
+    approval::{DecisionError, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
     keys::ApprovalKey,
     mask::{MaskSet, Masker},
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use redb::Database;
 
+mod console;
 mod mcp;
 use serde_json::{Value, json};
 
@@ -72,9 +73,9 @@ enum Command {
         /// without a terminal to ask on, nothing is approved.
         #[arg(long)]
         yes: bool,
-        /// Who approves (recorded in the ledger and the audit log).
-        #[arg(long)]
-        approver: String,
+        /// Who approves (recorded in the grant, and in the audit record of the call it admits).
+        #[arg(long, visible_alias = "approver", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
+        operator: String,
         /// How long the grant stays valid, in seconds.
         #[arg(long, default_value_t = 900)]
         ttl_secs: u64,
@@ -85,9 +86,9 @@ enum Command {
     Deny {
         /// The request id.
         request_id: String,
-        /// Who denies.
-        #[arg(long)]
-        by: String,
+        /// Who denies (recorded in the ledger).
+        #[arg(long, visible_alias = "by", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
+        operator: String,
         /// Why (shown to the model).
         #[arg(long)]
         reason: Option<String>,
@@ -116,6 +117,9 @@ enum Command {
     /// Guard an MCP server: `airlock mcp --policy airlock.toml -- <command> [args…]` serves its tools on
     /// stdio through the gates; `airlock mcp scan -- <command>` prints a starter policy for it.
     Mcp(mcp::McpArgs),
+    /// Serve the operator's console: a web page listing pending requests, each shown in full with its seal
+    /// checked, to approve or deny after signing in; recent decisions, ambiguous effects, the audit log.
+    Console(Box<console::ConsoleArgs>),
     /// Deployment policy files.
     Policy {
         #[command(subcommand)]
@@ -198,7 +202,7 @@ enum AuditCommand {
 }
 
 /// Where the approval key comes from (hex). Never the command line.
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct KeySource {
     /// A file holding the key's secret as hex.
     #[arg(long, conflicts_with = "key_env")]
@@ -209,7 +213,7 @@ struct KeySource {
 }
 
 /// Where the audit key comes from (hex), if the log is keyed.
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct AuditKeySource {
     /// The audit key's id.
     #[arg(long, default_value = "audit-1")]
@@ -302,11 +306,7 @@ impl Storage {
     fn audit(&self, config: AuditConfig) -> Result<AuditLog, Failure> {
         match self {
             Storage::Redb(database) => AuditLog::with_database(Arc::clone(database), config).map_err(|e| e.to_string()),
-            Storage::Postgres(_) => {
-                Err("the audit log is kept in a redb file; PostgreSQL holds only the ledger and the effect records: \
-                     pass the audit log's file with `--db`"
-                    .to_owned())
-            }
+            Storage::Postgres(ledger) => Ok(AuditLog::with_postgres(ledger, config)),
         }
     }
 }
@@ -320,6 +320,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
         return mcp::run(args, cli);
     }
+    if let Command::Console(args) = &cli.command {
+        // `hash-password` needs no database.
+        return console::run(cli, args);
+    }
     let storage = Storage::open(cli)?;
     let now = SystemClock.now();
     match &cli.command {
@@ -327,9 +331,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             let ledger = storage.ledger()?;
             match command {
                 RequestsCommand::List { pending, key } => {
-                    let entries = ledger.list_requests().map_err(|e| e.to_string())?;
-                    let entries: Vec<&RequestEntry> =
-                        entries.iter().filter(|e| !pending || e.status == RequestStatus::Pending).collect();
+                    let entries = list_requests(&*ledger, *pending)?;
                     let verifier = Verifier::new(Arc::clone(&ledger), key)?;
                     if cli.json {
                         let listed = entries.iter().map(|e| entry_json(e, &verifier.check(e), now)).collect();
@@ -341,7 +343,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                             eprintln!("{NO_KEY}");
                         }
                         println!("{:<32}  {:<8}  {:<20}  reason", "request", "status", "tool");
-                        for e in entries {
+                        for e in &entries {
                             let (tool, reason) = match verifier.check(e) {
                                 Sealed::Verified(request) => {
                                     (escape(request.tool()).into_owned(), escape(request.reason()).into_owned())
@@ -362,6 +364,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                     } else {
                         println!("request   {}", escape(&entry.request.request_id));
                         println!("status    {}", entry.status.label(now));
+                        if let Some(decision) = decision_text(&entry.status) {
+                            println!("decision  {decision}");
+                        }
                         match &sealed {
                             Sealed::Verified(request) => {
                                 println!("seal      verified (key `{}`)", escape(request.key_id()));
@@ -380,25 +385,23 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
-        Command::Approve { request_id, yes, approver, ttl_secs, key } => {
-            let ledger = storage.ledger()?;
-            let entry = find(&*ledger, request_id)?;
-            let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(*ttl_secs))?;
-            let request = approvals
-                .verify_request(&entry.request.interrupt)
-                .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
-            if !*yes {
-                confirm(&request, entry.status.label(now))?;
+        Command::Approve { request_id, yes, operator, ttl_secs, key } => {
+            let ttl = Duration::from_secs(*ttl_secs);
+            let approved = approve_request(storage.ledger()?, key, request_id, operator, ttl, |request, entry| {
+                if *yes { Ok(()) } else { confirm(request, entry.status.label(now)) }
+            })?;
+            match approved {
+                Approval::Granted(resume) => print_resume(cli, resume.as_value(), "approved"),
+                Approval::Waiting { approvers, required } if cli.json => {
+                    print_json(&json!({ "status": "approving", "approvers": approvers, "required": required }));
+                }
+                Approval::Waiting { approvers, required } => {
+                    eprintln!("{}", Approval::waiting_text(&approvers, required));
+                }
             }
-            let resume = approvals.approve_blocking(&entry.request.interrupt, approver).map_err(|e| e.to_string())?;
-            print_resume(cli, resume.as_value(), "approved");
         }
-        Command::Deny { request_id, by, reason, key } => {
-            let ledger = storage.ledger()?;
-            let entry = find(&*ledger, request_id)?;
-            let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
-            let resume =
-                approvals.deny_blocking(&entry.request.interrupt, by, reason.as_deref()).map_err(|e| e.to_string())?;
+        Command::Deny { request_id, operator, reason, key } => {
+            let resume = deny_request(storage.ledger()?, key, request_id, operator, reason.as_deref())?;
             print_resume(cli, resume.as_value(), "denied");
         }
         Command::Spent => {
@@ -484,7 +487,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         // Handled before the database is opened.
-        Command::Mcp(_) => {}
+        Command::Mcp(_) | Command::Console(_) => {}
         Command::Audit { command } => {
             let (key, anchor_path) = match command {
                 AuditCommand::Verify { key, anchor } => (key, anchor.as_ref()),
@@ -636,6 +639,97 @@ fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
         "y" | "Y" | "yes" | "YES" | "Yes" => Ok(()),
         _ => Err("not approved".to_owned()),
     }
+}
+
+/// Who decided a request, and how, for an operator (escaped); `None` while it is pending.
+fn decision_text(status: &RequestStatus) -> Option<String> {
+    Some(match status {
+        RequestStatus::Pending => return None,
+        RequestStatus::Approving { approvals } => {
+            let names: Vec<String> = approvals.iter().map(|a| escape(&a.approver).into_owned()).collect();
+            format!("approved so far by {}", names.join(", "))
+        }
+        RequestStatus::Granted(grant) => format!("approved by {}", approvers_text(&grant.approvers())),
+        RequestStatus::Spent(spent) => format!("approved by {}, spent", approvers_text(&spent.grant.approvers())),
+        RequestStatus::Denied(denial) => match &denial.reason {
+            Some(reason) => format!("denied by {}: {}", escape(&denial.denied_by), escape(reason)),
+            None => format!("denied by {}", escape(&denial.denied_by)),
+        },
+    })
+}
+
+/// The approvers of a grant, escaped, `and`-joined.
+fn approvers_text(approvers: &[&str]) -> String {
+    approvers.iter().map(|name| escape(name)).collect::<Vec<_>>().join(" and ")
+}
+
+/// Every request, oldest first, or only the ones still waiting for a decision.
+fn list_requests(ledger: &dyn ApprovalLedger, pending_only: bool) -> Result<Vec<RequestEntry>, Failure> {
+    let mut entries = ledger.list_requests().map_err(|e| e.to_string())?;
+    entries.retain(|e| !pending_only || e.status.is_waiting());
+    Ok(entries)
+}
+
+/// Approves `request_id` as `operator` (`airlock approve` and the console): the seal is checked first (a
+/// tampered request is approved by no one), then `confirm` is shown the verified request and may refuse;
+/// only then is the approval recorded. Returns the resume value the host resumes the call with, or, for a
+/// request that needs more distinct approvers, who approved so far.
+fn approve_request(
+    ledger: Arc<dyn ApprovalLedger>,
+    key: &KeySource,
+    request_id: &str,
+    operator: &str,
+    ttl: Duration,
+    confirm: impl FnOnce(&InterruptRequest, &RequestEntry) -> Result<(), Failure>,
+) -> Result<Approval, Failure> {
+    let entry = find(&*ledger, request_id)?;
+    let approvals = approvals(ledger, key, &entry.request.key_id, ttl)?;
+    let request = approvals
+        .verify_request(&entry.request.interrupt)
+        .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
+    confirm(&request, &entry)?;
+    match approvals.approve_blocking(&entry.request.interrupt, operator) {
+        Ok(resume) => Ok(Approval::Granted(resume)),
+        Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
+            Ok(Approval::Waiting { approvers, required })
+        }
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// What an operator's approval did.
+enum Approval {
+    /// The grant is issued: the host resumes the call with this value.
+    Granted(ResumeValue),
+    /// Recorded; the request needs more distinct approvers.
+    Waiting { approvers: Vec<String>, required: u32 },
+}
+
+impl Approval {
+    /// For an operator: who approved so far, and how many approvals the request needs.
+    fn waiting_text(approvers: &[String], required: u32) -> String {
+        let names: Vec<String> = approvers.iter().map(|name| escape(name).into_owned()).collect();
+        format!(
+            "approval recorded ({} of {required}: {}); the request waits for {} more distinct approver(s)",
+            approvers.len(),
+            names.join(", "),
+            (required as usize).saturating_sub(approvers.len())
+        )
+    }
+}
+
+/// Denies `request_id` as `operator` (`airlock deny` and the console), after checking its seal; `reason`
+/// reaches the model. Returns the resume value that refuses the call.
+fn deny_request(
+    ledger: Arc<dyn ApprovalLedger>,
+    key: &KeySource,
+    request_id: &str,
+    operator: &str,
+    reason: Option<&str>,
+) -> Result<ResumeValue, Failure> {
+    let entry = find(&*ledger, request_id)?;
+    let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
+    approvals.deny_blocking(&entry.request.interrupt, operator, reason).map_err(|e| e.to_string())
 }
 
 fn find(ledger: &dyn ApprovalLedger, request_id: &str) -> Result<RequestEntry, Failure> {

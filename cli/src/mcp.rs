@@ -177,7 +177,7 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
 }
 
 async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
-    let stop = termination();
+    let stop = termination("airlock mcp");
     let Prepared { policy, ledger, effects, audit, key, key_generated, store_shared } = prepared;
     let pins: ToolPins = policy.pins().iter().map(|(tool, pin)| (tool.clone(), pin.clone())).collect();
     let observe = policy.mode() == PolicyMode::Observe;
@@ -315,7 +315,8 @@ fn approval_key(args: &GatewayArgs) -> Result<(ApprovalKey, bool), String> {
 
 /// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere). The handlers are
 /// installed when this is called, so a signal that arrives before the future is first polled still counts.
-fn termination() -> impl Future<Output = ()> + Send {
+/// `who` names the command in the message on standard error.
+pub(crate) fn termination(who: &'static str) -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -327,7 +328,7 @@ fn termination() -> impl Future<Output = ()> + Send {
                         _ = terminate.recv() => "SIGTERM",
                         _ = interrupt.recv() => "SIGINT",
                     };
-                    eprintln!("airlock mcp: {name}, shutting down");
+                    eprintln!("{who}: {name}, shutting down");
                 }
                 // Without signal handlers the gateway still stops when the client goes.
                 Err(_) => std::future::pending().await,
@@ -338,7 +339,7 @@ fn termination() -> impl Future<Output = ()> + Send {
     {
         async move {
             match tokio::signal::ctrl_c().await {
-                Ok(()) => eprintln!("airlock mcp: interrupted, shutting down"),
+                Ok(()) => eprintln!("{who}: interrupted, shutting down"),
                 Err(_) => std::future::pending().await,
             }
         }

@@ -1,8 +1,8 @@
 //! `airlock --db postgres://…`: the operator's commands against a real PostgreSQL server that several hosts
 //! share. A request recorded by a host's dispatcher is listed, shown from its verified seal and approved
-//! from the CLI, and the grant is spent once; effect records are listed and resolved; the audit log, kept in
-//! redb only, is refused with a message saying so; a server that is not there is a clear error that does
-//! not print the URL (which may hold a password).
+//! from the CLI, and the grant is spent once; effect records are listed and resolved; the audit log kept in
+//! the same database is verified; a server that is not there is a clear error that does not print the URL
+//! (which may hold a password).
 
 mod support;
 
@@ -14,7 +14,9 @@ use agent_airlock::approval::AdmitError;
 use agent_airlock::effect::{EffectStatus, EffectStore};
 use agent_airlock::ledger::PostgresLedger;
 use agent_airlock_tests::pg_server;
+use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
+use support::console::{Console, Visitor, element_text, hidden};
 use support::{Calls, TTL, airlock, approvals_on, stdout_json};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
@@ -96,12 +98,23 @@ fn effect_records_are_listed_and_resolved_on_postgres() {
 }
 
 #[test]
-fn the_audit_log_on_postgres_is_refused_and_a_missing_server_does_not_print_the_url() {
-    let url = postgres_url(&pg_server::shared().fresh_database());
-    let output = airlock(Path::new(&url), &["audit", "verify"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert!(stderr.contains("the audit log is kept in a redb file"), "{stderr}");
+fn the_audit_log_on_postgres_verifies_and_a_missing_server_does_not_print_the_url() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let log = agent_airlock::audit::AuditLog::with_postgres(
+        &PostgresLedger::connect(&connection).unwrap(),
+        agent_airlock::audit::AuditConfig::default(),
+    );
+    for call in ["c1", "c2"] {
+        let event = agent_airlock::audit::AuditEvent::new("refund", call, agent_airlock::audit::AuditOutcome::Executed);
+        log.append(event).unwrap();
+    }
+    let report = stdout_json(&airlock(Path::new(&url), &["audit", "verify", "--json"]));
+    assert_eq!(
+        (&report["ok"], &report["records"], &report["head_seq"]),
+        (&json!(true), &json!(2), &json!(2)),
+        "{report}"
+    );
 
     let secret_url = "postgresql://operator:hunter2-secret@127.0.0.1:1/airlock";
     let output = airlock(Path::new(secret_url), &["requests", "list"]);
@@ -109,4 +122,34 @@ fn the_audit_log_on_postgres_is_refused_and_a_missing_server_does_not_print_the_
     assert!(!output.status.success());
     assert!(stderr.contains("the PostgreSQL database"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
+fn the_console_lists_and_approves_requests_on_postgres() {
+    let connection = pg_server::shared().fresh_database();
+    let url = postgres_url(&connection);
+    let approvals = approvals_on(Arc::new(PostgresLedger::connect(&connection).unwrap()), TTL);
+    let console = Console::start(Path::new(&url), &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+
+    // Recorded by another host while the console runs, listed, approved; the call runs once.
+    let id = REFUND.request_in(&approvals, 700, "moves money");
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)) && rows.contains("refund"), "{rows}");
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    assert!(page.contains(r#"id="seal" class="verified""#), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    REFUND.with(700, |call| approvals.admit_blocking(call, &resume)).unwrap();
+    let again = REFUND.with(700, |call| approvals.admit_blocking(call, &resume));
+    assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
+    let (_, page) = visitor.get("/decisions");
+    assert!(page.contains("approved by alice, spent"), "{page}");
+    // The audit log is kept in redb: the page says so instead of failing.
+    let (status, page) = visitor.get("/audit");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("the audit log is kept in a redb file"), "{page}");
 }

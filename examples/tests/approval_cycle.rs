@@ -72,5 +72,11 @@ fn the_cycle_runs_the_refund_once_with_the_ledger_in_redb() {
 fn the_cycle_runs_the_refund_once_with_the_ledger_in_postgres() {
     let url = pg_server::shared().fresh_database();
     the_cycle(Some(&url), |_| Arc::new(PostgresLedger::connect(&url).unwrap()));
-    // The audit log stays on the host, in a file of its own.
+    // The audit log is in the same database: the interrupt, the approved and executed call, the replay.
+    let log = agent_airlock::audit::AuditLog::with_postgres(
+        &PostgresLedger::connect(&url).unwrap(),
+        agent_airlock::audit::AuditConfig::default(),
+    );
+    let report = agent_airlock::audit::verify(&log, None).expect("the chain verifies");
+    assert!(report.records >= 3, "{report:?}");
 }

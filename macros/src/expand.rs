@@ -246,6 +246,29 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     // The runtime's path keeps its own location: an unresolvable `crate = "..."` is reported once, there.
     let private_marker = syn::Ident::new("__airlock_private", Span::call_site());
     let prepared_fn = syn::Ident::new("__airlock_prepared", Span::mixed_site());
+    // A signature that spells `Result<T, E>` gets its two checks at `T` and at `E` (each a function item
+    // spanned there, kept where it is by the relocation below); any other return type, an alias such as
+    // `io::Result<T>` included, is told apart at run time and reported at the whole return type.
+    let output_marker = syn::Ident::new("__airlock_output", Span::call_site());
+    let into_output = match &func.sig.output {
+        syn::ReturnType::Type(_, ty) => match result_parts(ty) {
+            Some((ok, err)) => {
+                let (ok_marker, err_marker) = (
+                    syn::Ident::new("__airlock_ok", Span::call_site()),
+                    syn::Ident::new("__airlock_err", Span::call_site()),
+                );
+                let ok = quote_spanned!(ok.span()=> #private::ok_output::<#ok>);
+                let err = quote_spanned!(err.span()=> #private::err_output::<#err>);
+                located_at(
+                    quote!(into_output_split(#returned, #ok_marker, #err_marker)),
+                    output_span,
+                    &[(ok_marker, ok), (err_marker, err)],
+                )
+            }
+            None => located_at(quote!(into_output(#returned)), output_span, &[]),
+        },
+        syn::ReturnType::Default => located_at(quote!(into_output(#returned)), output_span, &[]),
+    };
     let run = located_at(
         // Called through an import, so the call (where a future that is not `Send` is reported) is made
         // of relocated tokens only.
@@ -255,12 +278,12 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
                 use #private_marker::{FallibleReturn as _, PlainReturn as _, prepared as #prepared_fn};
                 #prepared_fn(async move {
                     let #returned = #call;
-                    (&#returned).__airlock_return_kind().into_output(#returned)
+                    (&#returned).__airlock_return_kind().#output_marker
                 })
             }
         },
         output_span,
-        &(private_marker, private.clone()),
+        &[(private_marker, private.clone()), (output_marker, into_output)],
     );
     let prepared = if attrs.effect.is_some() {
         let values = syn::Ident::new("__airlock_effect_values", Span::mixed_site());
@@ -336,16 +359,16 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
 /// `tokens` with every token located at `span`, each keeping its own hygiene, so errors in the glue are
 /// shown at the user's code the glue stands for; each `marker` ident is replaced by `replacement`, which
 /// keeps its location.
-fn located_at(tokens: TokenStream, span: Span, marker: &(syn::Ident, TokenStream)) -> TokenStream {
+fn located_at(tokens: TokenStream, span: Span, markers: &[(syn::Ident, TokenStream)]) -> TokenStream {
     let mut out = TokenStream::new();
     for mut token in tokens {
         match &token {
-            TokenTree::Ident(ident) if *ident == marker.0 => {
-                out.extend(marker.1.clone());
+            TokenTree::Ident(ident) if let Some((_, kept)) = markers.iter().find(|(marker, _)| ident == marker) => {
+                out.extend(kept.clone());
                 continue;
             }
             TokenTree::Group(group) => {
-                let mut moved = Group::new(group.delimiter(), located_at(group.stream(), span, marker));
+                let mut moved = Group::new(group.delimiter(), located_at(group.stream(), span, markers));
                 moved.set_span(group.span().located_at(span));
                 token = TokenTree::Group(moved);
             }
@@ -354,6 +377,23 @@ fn located_at(tokens: TokenStream, span: Span, marker: &(syn::Ident, TokenStream
         out.extend([token]);
     }
     out
+}
+
+/// `T` and `E` of a return type spelled `…::Result<T, E>` (two type arguments, nothing else).
+fn result_parts(ty: &syn::Type) -> Option<(&syn::Type, &syn::Type)> {
+    let syn::Type::Path(path) = ty else { return None };
+    if path.qself.is_some() {
+        return None;
+    }
+    let last = path.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    match (args.args.len(), args.args.first(), args.args.last()) {
+        (2, Some(syn::GenericArgument::Type(ok)), Some(syn::GenericArgument::Type(err))) => Some((ok, err)),
+        _ => None,
+    }
 }
 
 /// `tool!(path::to::f)` → `path::to::f {}`, a value of the generated tool type (the braced struct named like

@@ -617,11 +617,24 @@ pub mod __private {
     impl FallibleTag {
         pub fn into_output<T: ToolResult, E: ToolErrorMessage>(self, returned: Result<T, E>) -> ToolOutput {
             match returned {
-                Ok(value) => output_of(value),
-                Err(error) => match (&error as &dyn Any).downcast_ref::<ToolError>() {
-                    Some(tool_error) => ToolOutput::Failed(tool_error.clone()),
-                    None => ToolOutput::Failed(ToolError::new(error.to_string())),
-                },
+                Ok(value) => ok_output(value),
+                Err(error) => err_output(error),
+            }
+        }
+    }
+
+    impl FallibleTag {
+        /// For a signature spelled `Result<T, E>`: `ok` and `err` are [`ok_output`] and [`err_output`],
+        /// named at `T` and at `E`, so each bound is reported at its own type.
+        pub fn into_output_split<T, E>(
+            self,
+            returned: Result<T, E>,
+            ok: fn(T) -> ToolOutput,
+            err: fn(E) -> ToolOutput,
+        ) -> ToolOutput {
+            match returned {
+                Ok(value) => ok(value),
+                Err(error) => err(error),
             }
         }
     }
@@ -629,6 +642,24 @@ pub mod __private {
     impl PlainTag {
         pub fn into_output<T: ToolResult>(self, returned: T) -> ToolOutput {
             output_of(returned)
+        }
+
+        /// A type named `Result` with two arguments that is not `core::result::Result`: an ordinary result.
+        pub fn into_output_split<R: ToolResult, O, F>(self, returned: R, _ok: O, _err: F) -> ToolOutput {
+            output_of(returned)
+        }
+    }
+
+    /// The value in `Ok`, as the tool's result.
+    pub fn ok_output<T: ToolResult>(value: T) -> ToolOutput {
+        output_of(value)
+    }
+
+    /// The error in `Err`, as the tool's failure (a [`ToolError`] passes through as it is).
+    pub fn err_output<E: ToolErrorMessage>(error: E) -> ToolOutput {
+        match (&error as &dyn Any).downcast_ref::<ToolError>() {
+            Some(tool_error) => ToolOutput::Failed(tool_error.clone()),
+            None => ToolOutput::Failed(ToolError::new(error.to_string())),
         }
     }
 

@@ -7,9 +7,11 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 pub mod checks_script;
+pub mod chromium;
 pub mod ledger_fixtures;
 pub mod node_env;
 pub mod payments;
+pub mod pg_proxy;
 pub mod pg_server;
 pub mod python_env;
 /// The audit key the audit tests and helper binaries share.

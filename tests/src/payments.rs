@@ -26,13 +26,17 @@ pub struct ExecutionLog {
 }
 
 impl ExecutionLog {
-    fn record(&self, line: &str) -> Result<(), ToolError> {
+    /// Appends `line` (synced), then hangs if asked to.
+    pub fn record(&self, line: &str) -> Result<(), ToolError> {
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
             .map_err(|e| ToolError::not_executed(e.to_string()))?;
-        writeln!(file, "{line}").and_then(|()| file.sync_all()).map_err(|e| ToolError::new(e.to_string()))?;
+        // One write per line: concurrent runs append whole lines.
+        file.write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| ToolError::new(e.to_string()))?;
         if self.hang_after_start {
             loop {
                 std::thread::sleep(Duration::from_secs(3_600));
@@ -71,6 +75,34 @@ pub fn cancel_subscription(
 ) -> Result<String, ToolError> {
     log.record(&format!("cancel {payment_id} {amount}"))?;
     Ok("cancelled".to_owned())
+}
+
+/// Pay an invoice, approved by a human, once per invoice.
+#[airlock_tool(escalate = "moves money", effect = "pay:{invoice}")]
+pub fn pay_invoice(
+    /// The invoice to pay.
+    invoice: String,
+    #[inject] log: State<ExecutionLog>,
+) -> Result<String, ToolError> {
+    log.record(&format!("pay {invoice} pid={}", std::process::id()))?;
+    Ok(format!("paid {invoice}"))
+}
+
+/// A dispatcher for `pay_invoice` with interrupt approvals over `ledger` (the effect records are the
+/// ledger's).
+pub fn invoice_dispatcher(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>) -> Dispatcher {
+    let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
+    Dispatcher::builder()
+        .tool(tool!(pay_invoice))
+        .interrupt_approvals(approvals)
+        .clock(clock)
+        .build()
+        .expect("one tool")
+}
+
+/// The call `call_id` paying `invoice`.
+pub fn pay_call(call_id: &str, invoice: &str) -> ToolCall {
+    ToolCall::new(call_id, "pay_invoice", json!({ "invoice": invoice }))
 }
 
 /// A dispatcher for the payments tools with interrupt approvals over `ledger`.

@@ -17,6 +17,17 @@ const INSTALL_HINT: &str = "PostgreSQL server binaries (`initdb`, `pg_ctl`, `pos
 /// The port in the socket's name (`.s.PGSQL.<port>`); nothing listens on TCP.
 const PORT: u16 = 5432;
 
+/// How a server makes its commits durable.
+#[derive(Debug, Clone, Copy)]
+enum Commits {
+    /// Neither on disk nor crash-safe: the last commits are lost if the server crashes.
+    Fast,
+    /// A commit survives the server's crash (not the machine's).
+    CrashSafe,
+    /// A commit is on disk.
+    Durable,
+}
+
 /// A running throwaway server. Dropping it stops the server and removes its directory.
 #[derive(Debug)]
 pub struct PgServer {
@@ -24,6 +35,8 @@ pub struct PgServer {
     socket_dir: PathBuf,
     bin: PathBuf,
     as_postgres: bool,
+    /// How commits are made durable (see [`start_crash_safe`](Self::start_crash_safe), [`start_durable`](Self::start_durable)).
+    commits: Commits,
     databases: AtomicUsize,
 }
 
@@ -79,6 +92,24 @@ impl PgServer {
     /// Starts a new server in a new temporary directory. Panics with what to install if the binaries are
     /// missing, and with the server's log if it does not start.
     pub fn start() -> PgServer {
+        PgServer::start_with(Commits::Fast)
+    }
+
+    /// Like [`start`](Self::start), for tests that kill the server: a commit answers only once its WAL
+    /// is written (`synchronous_commit=on`), so a committed transaction survives the server's crash. The
+    /// other servers trade that away for speed (`synchronous_commit=off` loses the last commits when the
+    /// server crashes). Both skip `fsync`: the machine itself never crashes in a test.
+    pub fn start_crash_safe() -> PgServer {
+        PgServer::start_with(Commits::CrashSafe)
+    }
+
+    /// Like [`start`](Self::start), with a deployment's settings: a commit answers once its WAL is on
+    /// disk (`fsync=on`, `synchronous_commit=on`, `full_page_writes=on`). For benchmarks.
+    pub fn start_durable() -> PgServer {
+        PgServer::start_with(Commits::Durable)
+    }
+
+    fn start_with(commits: Commits) -> PgServer {
         let bin = find_bin().unwrap_or_else(|| panic!("{INSTALL_HINT}"));
         let dir = tempfile::Builder::new().prefix("airlock-pg-").tempdir().expect("a temporary directory");
         let as_postgres = is_root();
@@ -91,6 +122,7 @@ impl PgServer {
             dir: Some(dir),
             bin,
             as_postgres,
+            commits,
             databases: AtomicUsize::new(0),
         };
         run(
@@ -106,15 +138,28 @@ impl PgServer {
             ]),
             "initdb",
         );
+        server.start_again();
+        server.watch_parent();
+        server
+    }
+
+    /// Starts the server (again, after [`kill`](Self::kill)) on the same data directory and socket, and
+    /// waits until it accepts connections. Panics with the server's log if it does not start.
+    pub fn start_again(&self) {
         let options = format!(
-            "-k {} -p {PORT} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
-            server.socket_dir.display()
+            "-k {} -p {PORT} -c listen_addresses='' {} -c max_connections=200",
+            self.socket_dir.display(),
+            match self.commits {
+                Commits::Fast => "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+                Commits::CrashSafe => "-c fsync=off -c synchronous_commit=on -c full_page_writes=off",
+                Commits::Durable => "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
+            },
         );
-        let log = server.socket_dir.join("server.log");
-        let started = server
+        let log = self.socket_dir.join("server.log");
+        let started = self
             .command("pg_ctl")
             .arg("-D")
-            .arg(&data)
+            .arg(self.socket_dir.join("data"))
             .arg("-l")
             .arg(&log)
             .args(["-w", "-t", "60", "-o", &options, "start"])
@@ -125,8 +170,20 @@ impl PgServer {
             let log = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("the test PostgreSQL server did not start:\n{log}");
         }
-        server.watch_parent();
-        server
+    }
+
+    /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`: no checkpoint, every
+    /// connection dropped), and waits until it is gone.
+    pub fn kill(&self) {
+        run(
+            self.command("pg_ctl").arg("-D").arg(self.socket_dir.join("data")).args(["-m", "immediate", "-w", "stop"]),
+            "pg_ctl stop",
+        );
+    }
+
+    /// The server's Unix socket (`.s.PGSQL.<port>` in its directory).
+    pub fn socket_path(&self) -> PathBuf {
+        self.socket_dir.join(format!(".s.PGSQL.{PORT}"))
     }
 
     /// A command running `bin` of the server's installation, as the `postgres` user when we are root.
@@ -174,6 +231,18 @@ impl PgServer {
         let name = format!("t{n}");
         self.psql("postgres", &format!("CREATE DATABASE {name}"));
         self.url(&name)
+    }
+
+    /// Starts `psql` running `sql` in `database` in the background (to hold a lock while a test runs).
+    pub fn psql_in_background(&self, database: &str, sql: &str) -> std::process::Child {
+        self.command("psql")
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql")
     }
 
     /// Runs `sql` in `database` with `psql`, stopping at the first error; returns what it printed.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_airlock::ledger::{ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
-    approval::{InterruptApprovals, KeyRing, RetiredKeys},
+    approval::{DecisionError, InterruptApprovals, KeyRing, RetiredKeys},
     keys::ApprovalKey,
 };
 use agent_airlock_tests::block_on;
@@ -104,6 +104,38 @@ fn interrupt_approve_resume_runs_exactly_once() {
             Some(RefusalKind::ApprovalInvalid)
         );
     }
+    assert_eq!(host.executions(), 1);
+}
+
+#[test]
+fn a_policy_asking_for_two_approvers_runs_the_call_only_after_two_distinct_people_approve() {
+    let host = Host::new();
+    let policy = || Policy::builder().approvals("refund", 2).build().unwrap();
+    let interrupt = match host.dispatch_with(policy(), refund_call(500), "c1", None) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    assert_eq!(interrupt["airlock_approval"]["approvals"], 2, "the number of approvers is sealed in the request");
+    let approvals = host.approvals();
+    for _ in 0..2 {
+        assert!(matches!(
+            block_on(approvals.approve(&interrupt, "alice")),
+            Err(DecisionError::MoreApproversNeeded { required: 2, .. })
+        ));
+    }
+    // Resuming with anything before the second approval runs nothing.
+    assert_eq!(
+        kind(host.dispatch_with(policy(), refund_call(500), "c1", Some(json!(true)))),
+        Some(RefusalKind::ApprovalInvalid)
+    );
+    assert_eq!(host.executions(), 0);
+
+    let resume = block_on(approvals.approve(&interrupt, "bob")).unwrap().into_value();
+    executed(host.dispatch_with(policy(), refund_call(500), "c1", Some(resume.clone())));
+    assert_eq!(
+        kind(host.dispatch_with(policy(), refund_call(500), "c1", Some(resume))),
+        Some(RefusalKind::ApprovalInvalid)
+    );
     assert_eq!(host.executions(), 1);
 }
 

@@ -40,6 +40,7 @@ fn grant(id: &str, request_id: &str) -> GrantRecord {
         key_id: "k1".into(),
         binding: format!("b-{request_id}"),
         approver: "alice".into(),
+        co_approvers: Vec::new(),
         granted_at: NOW,
         expires_at: NOW + Duration::from_secs(60),
     }

@@ -16,6 +16,7 @@ use agent_airlock::{
         ResumeValue, RetiredKeys,
     },
     keys::ApprovalKey,
+    mask::{MaskSet, Masker},
 };
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring};
 use serde_json::{Value, json};
@@ -506,6 +507,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
         key_id: "k1".into(),
         binding: binding.into(),
         approver: "alice".into(),
+        co_approvers: Vec::new(),
         granted_at: now,
         expires_at: now + Duration::from_secs(10),
     };
@@ -518,9 +520,9 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
     assert!(matches!(l.grant(grant("g0", "r9", "b1"), now).wait(), Err(LedgerError::UnknownRequest { .. })));
     assert!(matches!(l.grant(grant("g0", "r1", "b2"), now).wait(), Err(LedgerError::RequestMismatch { .. })));
     assert!(matches!(l.spend(spend("g1", "b1", now)).wait(), Err(LedgerError::UnknownGrant { .. })));
-    assert_eq!(l.grant(grant("g1", "r1", "b1"), now).wait().unwrap().grant_id, "g1");
+    assert_eq!(l.grant(grant("g1", "r1", "b1"), now).wait().unwrap().into_grant().unwrap().grant_id, "g1");
     // A second grant for a live-granted request answers the first.
-    assert_eq!(l.grant(grant("g2", "r1", "b1"), now).wait().unwrap().grant_id, "g1");
+    assert_eq!(l.grant(grant("g2", "r1", "b1"), now).wait().unwrap().into_grant().unwrap().grant_id, "g1");
     assert!(l.find_grant("g2").unwrap().is_none());
     assert!(matches!(l.spend(spend("g1", "b2", now)).wait(), Err(LedgerError::BindingMismatch { .. })));
     assert!(matches!(
@@ -609,6 +611,73 @@ fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
     assert_eq!(h.ledger.list_requests().unwrap().len(), 3);
 }
 
+/// A request that needs two distinct approvers: the first approval is recorded and issues nothing (the
+/// same approver again counts once), the second issues the grant naming both, which admits once; a
+/// second request is ended by a single denial after one approval.
+fn two_person_approval(h: Harness) {
+    let call = OwnedCall::refund(5000);
+    let request = h
+        .approvals
+        .request_masked_blocking(&call.input(), "attribute", "moves money", &Masker::default(), MaskSet::SECRETS, 2)
+        .unwrap();
+    assert_eq!(request.approvals_required(), 2);
+    assert_eq!(h.ledger.find_request(request.request_id()).unwrap().unwrap().request.approvals_required(), 2);
+    // The number is sealed: a checkpoint that says one approver (or none) is not a request of ours.
+    for lowered in [json!(1), Value::Null] {
+        let mut forged = request.as_value().clone();
+        match lowered {
+            Value::Null => forged["airlock_approval"].as_object_mut().unwrap().remove("approvals"),
+            n => forged["airlock_approval"].as_object_mut().unwrap().insert("approvals".to_owned(), n),
+        };
+        assert!(matches!(h.approvals.approve_blocking(&forged, "alice"), Err(DecisionError::SealMismatch)));
+    }
+    for _ in 0..2 {
+        match h.approvals.approve_blocking(request.as_value(), "alice") {
+            Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
+                assert_eq!((approvers, required), (vec!["alice".to_owned()], 2));
+            }
+            other => panic!("one approver of two must not grant: {other:?}"),
+        }
+    }
+    assert!(h.status(&request).is_waiting());
+    assert_eq!(h.status(&request).label(START), "approving");
+    // Without a grant, nothing admits: no resume value was issued, and a forged one names no grant.
+    let resume = h.approvals.approve_blocking(request.as_value(), "bob").unwrap();
+    match h.status(&request) {
+        RequestStatus::Granted(grant) => {
+            assert_eq!(grant.approvers(), vec!["alice", "bob"]);
+            assert_eq!(grant.co_approvers, vec!["alice".to_owned()]);
+        }
+        other => panic!("the second distinct approver grants: {other:?}"),
+    }
+    // A third approval answers the live grant, as for one approver.
+    let again = h.approvals.approve_blocking(request.as_value(), "carol").unwrap();
+    assert_eq!(again.as_value(), resume.as_value());
+    h.approvals.admit_blocking(&call.input(), resume.as_value()).unwrap();
+    assert!(matches!(
+        h.approvals.admit_blocking(&call.input(), resume.as_value()),
+        Err(AdmitError::AlreadySpent { .. })
+    ));
+
+    // One approval, then one denial: the request is over, and the second approver cannot revive it.
+    let other = OwnedCall::refund(6000);
+    let request = h
+        .approvals
+        .request_masked_blocking(&other.input(), "attribute", "moves money", &Masker::default(), MaskSet::SECRETS, 2)
+        .unwrap();
+    assert!(matches!(
+        h.approvals.approve_blocking(request.as_value(), "alice"),
+        Err(DecisionError::MoreApproversNeeded { .. })
+    ));
+    let denied = h.approvals.deny_blocking(request.as_value(), "bob", Some("not today")).unwrap();
+    assert!(!denied.is_approval());
+    assert!(matches!(
+        h.approvals.approve_blocking(request.as_value(), "carol"),
+        Err(DecisionError::AlreadyDenied { .. })
+    ));
+    assert!(matches!(h.status(&request), RequestStatus::Denied(_)));
+}
+
 macro_rules! on_every_ledger {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -635,6 +704,7 @@ on_every_ledger!(
     tool_x_approval_for_tool_y_admits_nothing,
     expired_grant_admits_nothing,
     approving_twice_issues_one_grant,
+    two_person_approval,
     a_no_is_a_no,
     denial_revokes_an_unspent_grant,
     wrong_and_rotated_keys,

@@ -121,6 +121,7 @@ fn record(id: usize, now: Duration) -> (RequestRecord, GrantRecord) {
         key_id: "k1".into(),
         binding: request.binding.clone(),
         approver: "alice".into(),
+        co_approvers: Vec::new(),
         granted_at: now,
         expires_at: now + Duration::from_secs(60),
     };

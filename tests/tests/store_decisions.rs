@@ -8,8 +8,9 @@
 //!   database's writer, it never blocks the one thread);
 //! - the admission is atomic: if its audit record cannot be written, nothing is spent or reserved.
 //!
-//! The same dispatch runs on the memory ledger and on PostgreSQL (with the audit log in memory there):
-//! the same records, in the same order, the grant spent once and the effect committed.
+//! The same dispatch runs on the memory ledger and on PostgreSQL (the audit log in the same database,
+//! written in the same transactions): the same records, in the same order, the grant spent once and the
+//! effect committed; an admission whose record cannot be written spends nothing there either.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,6 +66,8 @@ struct Host {
     _dir: tempfile::TempDir,
     database: Option<Arc<Database>>,
     redb: Option<Arc<RedbLedger>>,
+    /// On PostgreSQL: the database's name on the shared test server.
+    postgres: Option<String>,
     ledger: Arc<dyn ApprovalLedger>,
     audit: Arc<AuditLog>,
     approvals: InterruptApprovals,
@@ -81,6 +84,7 @@ impl Host {
     fn on(backend: &Backend) -> Host {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = AuditConfig { key: Some(AuditKey::new("audit", &[7; 32]).expect("a key")), ..Default::default() };
+        let mut postgres = None;
         let (database, redb, ledger, audit): (_, _, Arc<dyn ApprovalLedger>, _) = match backend {
             Backend::Redb => {
                 let database = Arc::new(
@@ -95,7 +99,9 @@ impl Host {
             Backend::Postgres => {
                 let url = agent_airlock_tests::pg_server::shared().fresh_database();
                 let ledger = Arc::new(PostgresLedger::connect(&url).expect("a fresh PostgreSQL ledger"));
-                (None, None, ledger, AuditLog::in_memory(config))
+                let audit = AuditLog::with_postgres(&ledger, config);
+                postgres = url.rsplit("dbname=").next().map(str::to_owned);
+                (None, None, ledger, audit)
             }
         };
         let audit = Arc::new(audit);
@@ -114,6 +120,7 @@ impl Host {
             _dir: dir,
             database,
             redb,
+            postgres,
             ledger,
             audit,
             approvals,
@@ -156,6 +163,15 @@ impl Host {
             "key_id": stored.key_id,
             "mac": stored.mac,
         });
+        if let Some(database) = &self.postgres {
+            let sql = format!(
+                "UPDATE airlock_audit_head SET head = convert_to('{}', 'UTF8') WHERE id = 1 RETURNING id",
+                full.to_string().replace('\'', "''")
+            );
+            let updated = agent_airlock_tests::pg_server::shared().psql(database, &sql);
+            assert!(updated.starts_with("1\n"), "the head is replaced: {updated}");
+            return;
+        }
         let txn = self.database.as_ref().expect("a redb host").begin_write().expect("a write transaction");
         txn.open_table(HEAD_TABLE)
             .expect("the head table")
@@ -260,18 +276,22 @@ async fn concurrent_dispatches_on_one_thread_share_commits_and_each_runs_once() 
     verify(&host.audit, None).expect("the chain verifies");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_nothing() {
-    let host = Host::new();
-    let call = pay_call(1);
-    let (resume, grant) = host.approved(&call).await;
+#[test]
+fn an_admission_whose_audit_record_cannot_be_written_spends_and_reserves_nothing() {
+    for backend in [Backend::Redb, Backend::Postgres] {
+        let host = Host::on(&backend);
+        agent_airlock_tests::block_on(async {
+            let call = pay_call(1);
+            let (resume, grant) = host.approved(&call).await;
 
-    host.fill_the_audit_log();
-    let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume))).await.expect_message();
-    assert_eq!(message.status, Status::Error, "{}", message.content);
-    assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool did not run");
-    assert_eq!(host.grant_state(&grant), GrantState::Live, "the spend was rolled back with the record");
-    assert_eq!(host.ledger.effects().get("pay:inv-1").expect("reads"), None, "nothing was reserved");
+            host.fill_the_audit_log();
+            let message = host.dispatcher.dispatch(call.clone(), &host.context(Some(resume))).await.expect_message();
+            assert_eq!(message.status, Status::Error, "{}", message.content);
+            assert_eq!(host.provider.paid.load(Ordering::SeqCst), 0, "the tool did not run");
+            assert_eq!(host.grant_state(&grant), GrantState::Live, "the spend was rolled back with the record");
+            assert_eq!(host.ledger.effects().get("pay:inv-1").expect("reads"), None, "nothing was reserved");
+        });
+    }
 }
 
 #[test]
@@ -295,6 +315,7 @@ fn the_everything_on_dispatch_writes_the_same_facts_on_memory_and_postgres() {
             );
             let approved = host.audit.records(2, 1).expect("the log reads");
             assert_eq!(approved[0].detail.as_deref(), Some(format!("grant {grant} by alice").as_str()));
+            assert_eq!(verify(&host.audit, None).expect("the chain verifies").records, 4);
             assert_eq!(host.provider.paid.load(Ordering::SeqCst), 1);
         });
     }

@@ -4,6 +4,8 @@
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
+pub(crate) mod console;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;

@@ -11,8 +11,8 @@
 //!
 //! The checkpoint file stands for the host's checkpoint store (untrusted: it holds the call and the
 //! interrupt); the approval key and the ledger (`airlock.redb`) live apart from it. With
-//! `--db postgresql://…` (on both steps, and to the CLI) the ledger lives in a PostgreSQL database that
-//! hosts share, and the audit log in `DIR/audit.redb`.
+//! `--db postgresql://…` (on both steps, and to the CLI) the ledger and the audit log live in a
+//! PostgreSQL database that hosts share.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -92,8 +92,8 @@ fn write_key_file(path: &Path, hex: &str) -> std::io::Result<()> {
     options.open(path)?.write_all(hex.as_bytes())
 }
 
-/// The ledger and the audit log: both in `DIR/airlock.redb`, or the ledger in PostgreSQL (`--db URL`) and
-/// the audit log in `DIR/audit.redb`. Opened before the async runtime starts (connecting blocks).
+/// The ledger and the audit log: both in `DIR/airlock.redb`, or both in PostgreSQL (`--db URL`). Opened
+/// before the async runtime starts (connecting blocks).
 struct Stores {
     ledger: Arc<dyn ApprovalLedger>,
     audit: AuditLog,
@@ -105,7 +105,7 @@ fn stores(dir: &Path, db: Option<&str>) -> Result<Stores, String> {
         Some(url) => {
             // The URL may hold a password: the error does not repeat it.
             let ledger = PostgresLedger::connect(url).map_err(|e| format!("the PostgreSQL database: {e}"))?;
-            let audit = AuditLog::open(dir.join("audit.redb"), AuditConfig::default()).map_err(|e| e.to_string())?;
+            let audit = AuditLog::with_postgres(&ledger, AuditConfig::default());
             Ok(Stores { ledger: Arc::new(ledger), audit })
         }
         None => {

@@ -36,9 +36,9 @@ pub struct AuditLog {
     chain: Arc<Chain>,
     keys: HashMap<String, DerivedKeys>,
     group: GroupCommit,
-    /// On redb: the database's one writer, which appends records in the same transactions as the
-    /// ledger's and the effect records' writes.
-    writer: Option<Arc<RedbWriter>>,
+    /// On redb, the database's one writer; on PostgreSQL, the ledger's pool: where records are appended
+    /// in the same transactions as the ledger's and the effect records' writes.
+    handle: Option<StoreHandle>,
 }
 
 /// What chains records: the signing key and the clock that stamps them. Shared with the writer that
@@ -142,8 +142,23 @@ impl AuditLog {
     pub fn with_database(db: Arc<Database>, config: AuditConfig) -> Result<AuditLog, AuditError> {
         let writer = RedbWriter::for_database(&db).map_err(|err| AuditError::Write(Arc::new(err)))?;
         let mut log = AuditLog::with_store(Box::new(RedbAuditStore::new(db)?), config);
-        log.writer = Some(writer);
+        log.handle = Some(StoreHandle::redb(writer));
         Ok(log)
+    }
+
+    /// The audit log in the PostgreSQL database of `ledger` (feature `postgres`), one chain shared by
+    /// every host that connects to it. Its tables come with the ledger's schema.
+    ///
+    /// A dispatcher whose interrupt approvals use `ledger` writes a call's records in the same
+    /// transaction as its grant spend and effect steps; the chain's head is advanced in that
+    /// transaction. [`append`](Self::append) and the reads wait for the database.
+    #[cfg(feature = "postgres")]
+    pub fn with_postgres(ledger: &crate::ledger::PostgresLedger, config: AuditConfig) -> AuditLog {
+        let shared = Arc::clone(ledger.shared());
+        let mut log =
+            AuditLog::with_store(Box::new(super::postgres::PostgresAuditStore::new(Arc::clone(&shared))), config);
+        log.handle = Some(StoreHandle::postgres(shared));
+        log
     }
 
     /// An audit log in memory, lost when dropped.
@@ -164,7 +179,7 @@ impl AuditLog {
             chain: Arc::new(Chain { signing, clock: Arc::new(SystemClock) }),
             keys,
             group: GroupCommit::default(),
-            writer: None,
+            handle: None,
         }
     }
 
@@ -179,12 +194,9 @@ impl AuditLog {
     /// which awaits it instead.
     pub fn append(&self, event: AuditEvent<'_>) -> Result<AuditReceipt, AuditError> {
         let prepared = self.prepare(&event);
-        let result = match &self.writer {
-            Some(writer) => {
-                let append = self.appending(vec![prepared.clone()]);
-                writer.op(move |tables| super::redb::append_in(tables, &append)).wait().map_err(AuditError::from_store)
-            }
-            None => self.submit(vec![prepared.clone()]),
+        let result = match self.write_through(vec![prepared.clone()]) {
+            Ok(written) => written,
+            Err(entries) => self.submit(entries),
         }
         .and_then(|mut receipts| receipts.pop().ok_or(AuditError::Abandoned));
         trace(&prepared, &result);
@@ -193,7 +205,32 @@ impl AuditLog {
 
     /// The store this log writes through, if its writes can share a transaction with other stores'.
     pub(crate) fn store_handle(&self) -> Option<StoreHandle> {
-        self.writer.clone().map(StoreHandle::redb)
+        self.handle.clone()
+    }
+
+    /// Appends `entries` in one write of the shared store's, waiting for it; gives them back if the log
+    /// has no shared store (in memory).
+    fn write_through(
+        &self,
+        entries: Vec<AuditEntry>,
+    ) -> Result<Result<Vec<AuditReceipt>, AuditError>, Vec<AuditEntry>> {
+        let Some(handle) = &self.handle else { return Err(entries) };
+        let append = self.appending(entries);
+        if let Some(writer) = handle.redb_writer() {
+            return Ok(writer
+                .op(move |tables| super::redb::append_in(tables, &append))
+                .wait()
+                .map_err(AuditError::from_store));
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = handle.postgres_shared() {
+            return Ok(crate::store::postgres::write(shared, move |tables| {
+                super::postgres::append_in(tables, &append)
+            })
+            .wait()
+            .map_err(AuditError::from_store));
+        }
+        Ok(Err(AuditError::Write(Arc::new(StoreError::Stopped))))
     }
 
     /// `entries`, to append in one transaction of this log's chain.
@@ -204,12 +241,9 @@ impl AuditLog {
     /// Appends prepared records in one write, on the calling thread: for logs without a shared writer
     /// (in memory), whose appends do not wait for a disk.
     pub(crate) fn append_now(&self, entries: Vec<AuditEntry>) -> Result<Vec<AuditReceipt>, AuditError> {
-        match &self.writer {
-            Some(writer) => {
-                let append = self.appending(entries);
-                writer.op(move |tables| super::redb::append_in(tables, &append)).wait().map_err(AuditError::from_store)
-            }
-            None => self.submit(entries),
+        match self.write_through(entries) {
+            Ok(written) => written,
+            Err(entries) => self.submit(entries),
         }
     }
 

@@ -59,6 +59,8 @@ mod anchor;
 mod crypto;
 mod log;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 mod redb;
 mod store;
@@ -73,6 +75,8 @@ use serde_json::Value;
 
 use crate::message::RefusalKind;
 
+#[cfg(feature = "postgres")]
+pub(crate) use self::postgres::append_in as append_in_postgres;
 pub use crate::keys::AuditKey;
 pub use crate::store::redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use anchor::{Anchor, AnchorError};

@@ -232,6 +232,7 @@ impl DispatcherBuilder {
                     denied_by: decision.denied_by,
                     escalation_rules,
                     escalation_reasons,
+                    approvals: decision.approvals,
                     escalations,
                     observed_escalations,
                     buckets,

@@ -16,6 +16,11 @@ pub(crate) trait Decide {
     /// write is submitted before this returns: dropping the reply does not cancel it.
     fn decide(&self, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>>;
 
+    /// Like [`decide`](Self::decide), for a decision that can be written any number of times with the
+    /// same result (a settlement written again, its records only if it had not landed): a store that
+    /// can lose its connection tries again after a fault, for up to `patience`.
+    fn decide_again(&self, decision: Decision, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>>;
+
     /// For a dispatch dropped before its admission answered: queues, behind that admission, a write that
     /// marks the reservation it noted (if it made one) ambiguous, without waiting. `false` if this store
     /// cannot order writes so (PostgreSQL runs transactions concurrently): the caller then waits for the
@@ -41,6 +46,16 @@ impl Decide for StoreHandle {
             return crate::store::postgres::write(shared, move |tables| decide(tables, &decision));
         }
         LedgerReply::ready(Err(LedgerError::WriterStopped))
+    }
+
+    fn decide_again(&self, decision: Decision, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>> {
+        #[cfg(feature = "postgres")]
+        if let Some(shared) = self.postgres_shared() {
+            return crate::store::postgres::write_patiently(shared, move |tables| decide(tables, &decision), patience);
+        }
+        // redb's writer is in this process: a fault is not a lost connection, another try would fail alike.
+        let _ = patience;
+        self.decide(decision)
     }
 
     fn abandon(&self, note: ReservationNote, now: Duration) -> bool {
@@ -75,6 +90,9 @@ pub(crate) struct Decision {
     pub(crate) settle: Option<(Reservation, Settle)>,
     /// Audit records to append. An `approved` record without a detail names the grant spent.
     pub(crate) audit: Option<AuditAppend>,
+    /// Append `audit` only if this decision's settlement changes the effect record: a second write of a
+    /// settlement whose first answer was lost (the first may have landed, records and all).
+    pub(crate) audit_only_if_settled: bool,
     /// Where the reservation made is noted as soon as it is written, for a dispatch cancelled before it
     /// hears the answer ([`Decide::abandon`]).
     pub(crate) note: Option<ReservationNote>,
@@ -117,19 +135,12 @@ impl DecisionTables for WriteTables<'_> {
     }
 }
 
-/// The PostgreSQL backend keeps no audit log: a dispatcher writes the audit where the log lives.
 #[cfg(feature = "postgres")]
 impl DecisionTables for crate::store::postgres::PgTables<'_, '_> {
-    fn append_audit(&mut self, _append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
-        Err(LedgerError::storage(NoAuditLog))
+    fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
+        audit::append_in_postgres(self, append).map_err(LedgerError::from)
     }
 }
-
-/// A decision with audit records reached a store that keeps none (the dispatcher never sends one).
-#[cfg(feature = "postgres")]
-#[derive(Debug, thiserror::Error)]
-#[error("the PostgreSQL store keeps no audit log")]
-struct NoAuditLog;
 
 /// A fault of a decision's write, as an effect-store fault.
 pub(crate) fn effect_fault(err: LedgerError) -> EffectError {
@@ -174,14 +185,16 @@ pub(crate) fn decide(
     if let (Some(note), Some(reservation)) = (&decision.note, &decided.reservation) {
         *note.lock().unwrap_or_else(PoisonError::into_inner) = Some(reservation.clone());
     }
+    let mut settled_now = false;
     if let Some((reservation, how)) = &decision.settle {
         let step = effect::settle_step(tables.effect(reservation.key())?, reservation, *how, decision.now);
         if let Some(record) = &step.write {
             tables.set_effect(record)?;
+            settled_now = true;
         }
         decided.settled = Some(step.answer);
     }
-    if let Some(audit) = &decision.audit {
+    if let Some(audit) = decision.audit.as_ref().filter(|_| settled_now || !decision.audit_only_if_settled) {
         let mut audit = audit.clone();
         name_grant(&mut audit, decided.spent.as_ref());
         decided.receipts = tables.append_audit(&audit)?;

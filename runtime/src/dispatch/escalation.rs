@@ -111,7 +111,14 @@ impl Dispatcher {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
                     return match approvals
-                        .request_masked(&binding, call.rules, call.reasons, &self.masker, call.entry.mask)
+                        .request_masked(
+                            &binding,
+                            call.rules,
+                            call.reasons,
+                            &self.masker,
+                            call.entry.mask,
+                            call.entry.approvals,
+                        )
                         .await
                     {
                         Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),

@@ -85,6 +85,8 @@ struct Entry {
     /// record and an approval request name, joined once here rather than on every call.
     escalation_rules: String,
     escalation_reasons: String,
+    /// How many distinct approvers an escalation across an interrupt needs (the policy's `approvals`).
+    approvals: u32,
     /// The author's masking plus the policy's.
     mask: MaskSet,
     /// In observe mode, the policy's escalations, rate limits (buckets and rules as above): reported, not

@@ -180,6 +180,18 @@ pub(super) fn not_admitted(name: &str, rules: &str, err: AdmitError) -> Refused 
                 .rule(rules)
                 .hint("do not retry the same call; ask the user to approve it")
         }
+        // The store failed, not the approval: whether a spend whose answer was lost took effect is
+        // unknown, so the grant is not promised back; the call can be made again later (a spent grant
+        // or a held effect key then refuses it).
+        AdmitError::Ledger(fault) if fault.is_fault() => {
+            tracing::error!(target: "agent_airlock", error = %fault, "approval ledger failed");
+            Refused::new(
+                RefusalKind::Unavailable,
+                format!("tool `{name}` cannot run right now: its approval could not be checked against the ledger"),
+            )
+            .rule(rules)
+            .hint("retry later")
+        }
         err => {
             tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
             Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not admitted: {err}"))

@@ -19,6 +19,10 @@ use crate::store::StoreHandle;
 /// A decision's answer: written (`Ok(Ok)`), refused with nothing written (`Ok(Err)`), or a fault.
 pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
 
+/// How long a settlement whose first write failed is tried again (its store unreachable) before the
+/// effect is left reserved (ambiguous once its lease lapses).
+const SETTLEMENT_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Which store writes which part of a decision, worked out once when the dispatcher is built.
 #[derive(Default)]
 pub(super) struct Stores {
@@ -40,14 +44,14 @@ impl Dispatcher {
         let together = match (has_state, decision.audit.is_some()) {
             (true, true) => state_store
                 .zip(self.stores.audit.as_ref())
-                .filter(|(state, audit)| state.same_store(audit) && state.keeps_audit())
+                .filter(|(state, audit)| state.same_store(audit))
                 .map(|(state, _)| state),
             (true, false) => state_store,
             (false, true) => self.stores.audit.as_ref(),
             (false, false) => return Ok(Ok(Decided::default())),
         };
         if let Some(store) = together {
-            let audit = decision.audit.clone();
+            let audit = decision.audit.clone().filter(|_| !decision.audit_only_if_settled);
             let answer = self.watched(store, decision).await;
             if let Some(mut audit) = audit {
                 let decided = answer.as_ref().ok().and_then(|answer| answer.as_ref().ok());
@@ -169,15 +173,38 @@ impl Dispatcher {
             return;
         }
         let how = settle.as_ref().map(|(_, how)| *how);
-        let retry = settle.clone().filter(|_| audit.is_some());
+        let retry = settle.clone().zip(audit.clone());
         let now = self.clock.now();
         let answer = self.decide(Decision { now, settle, audit, ..Decision::default() }).await;
         let answer = match (answer, retry) {
-            // The records could not be written, and with them went the settlement: the effect's outcome
-            // is worth keeping on its own.
-            (Err(fault), Some(settle)) => {
-                tracing::error!(target: "agent_airlock", error = %fault, "call's records not written; settling its effect alone");
-                self.decide(Decision { now, settle: Some(settle), ..Decision::default() }).await
+            (Err(fault), Some((settle, audit))) => {
+                // One store keeps both, and its answer may have been lost (a connection dropped during
+                // `COMMIT`): written again, the records go with the settlement only if it had not landed,
+                // so they are never appended twice.
+                // The tool's outcome is known, so the write is worth waiting for (a server restarting).
+                let again = match (&self.stores.effects, &self.stores.audit) {
+                    (Some(effects), Some(log)) if effects.same_store(log) => {
+                        tracing::warn!(target: "agent_airlock", error = %fault, "call's settlement not written; writing it again");
+                        let decision = Decision {
+                            now,
+                            settle: Some(settle.clone()),
+                            audit: Some(audit),
+                            audit_only_if_settled: true,
+                            ..Decision::default()
+                        };
+                        effects.decide_again(decision, SETTLEMENT_PATIENCE).await
+                    }
+                    _ => Err(fault),
+                };
+                match again {
+                    // The records could not be written, and with them went the settlement: the effect's
+                    // outcome is worth keeping on its own.
+                    Err(fault) => {
+                        tracing::error!(target: "agent_airlock", error = %fault, "call's records not written; settling its effect alone");
+                        self.decide(Decision { now, settle: Some(settle), ..Decision::default() }).await
+                    }
+                    written => written,
+                }
             }
             (answer, _) => answer,
         };

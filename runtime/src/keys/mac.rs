@@ -36,6 +36,8 @@ pub(crate) enum Domain {
     AuditHead,
     /// A masked value's keyed hash.
     MaskHash,
+    /// A webhook notification's signature over its timestamp and body.
+    Webhook,
 }
 
 impl Domain {
@@ -51,6 +53,7 @@ impl Domain {
             Domain::AuditRecord => b"agent-airlock/audit/v1/record-mac\0",
             Domain::AuditHead => b"agent-airlock/audit/v1/head-mac\0",
             Domain::MaskHash => b"agent-airlock/mask/v1\0",
+            Domain::Webhook => b"agent-airlock/webhook/v1\0",
         }
     }
 }
@@ -122,7 +125,7 @@ pub(crate) fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 mod tests {
     use super::*;
 
-    const ALL: [Domain; 9] = [
+    const ALL: [Domain; 10] = [
         Domain::ApprovalBinding,
         Domain::ApprovalSeal,
         Domain::ApprovalToken,
@@ -132,6 +135,7 @@ mod tests {
         Domain::AuditRecord,
         Domain::AuditHead,
         Domain::MaskHash,
+        Domain::Webhook,
     ];
 
     fn key() -> MacKey {
@@ -159,6 +163,7 @@ mod tests {
             (Domain::AuditRecord, "616b701fa6af5c7473f09bb20b9f38afc8b9e6acd73942004d550ae13b51386a"),
             (Domain::AuditHead, "59229c3c6773199681054ab207b0eed0e55be2edb3c3017ec9e94611b2e3f4ff"),
             (Domain::MaskHash, "b3ad28d290a2c31c05325af116ba8a268dac64bd8144ec0ebb725a61445340a7"),
+            (Domain::Webhook, "f276287ec10e9dd74a81046c851694bcb7535e440b901a1304a2f3faba60f306"),
         ];
         assert_eq!(expected.len(), ALL.len());
         for (domain, hex) in expected {

@@ -9,6 +9,7 @@
 //! | [`ApprovalKey`] | [`purpose::Approval`] | [`KeyRing`](crate::approval::KeyRing): bindings, seals and tokens of approvals |
 //! | [`AuditKey`] | [`purpose::Audit`] | [`AuditConfig`](crate::audit::AuditConfig): commitments and record MACs |
 //! | [`HashKey`] | [`purpose::MaskHash`] | [`MaskStrategy::KeyedHash`](crate::mask::MaskStrategy::KeyedHash) |
+//! | [`WebhookKey`] | [`purpose::Webhook`] | signatures of webhook notifications ([`WebhookKey::webhook_signature`]) |
 //!
 //! ```
 //! use agent_airlock::{keys::ApprovalKey, approval::KeyRing};
@@ -54,6 +55,10 @@ pub type AuditKey = Key<purpose::Audit>;
 /// A secret for [`MaskStrategy::KeyedHash`](crate::mask::MaskStrategy::KeyedHash). See [`Key`] for loading one.
 pub type HashKey = Key<purpose::MaskHash>;
 
+/// A secret that signs webhook notifications (the operator console's announcements of new requests), so
+/// the receiver can tell them from forgeries. See [`Key`] for loading one.
+pub type WebhookKey = Key<purpose::Webhook>;
+
 /// What a key is for, as a type parameter of [`Key`]. Sealed: the crate's purposes are the only ones.
 pub mod purpose {
     use super::KeyPurpose;
@@ -80,9 +85,14 @@ pub mod purpose {
     #[derive(Debug)]
     pub enum MaskHash {}
 
+    /// Webhook notifications' signatures.
+    #[derive(Debug)]
+    pub enum Webhook {}
+
     impl sealed::Sealed for Approval {}
     impl sealed::Sealed for Audit {}
     impl sealed::Sealed for MaskHash {}
+    impl sealed::Sealed for Webhook {}
 
     impl Purpose for Approval {
         const KIND: KeyPurpose = KeyPurpose::Approval;
@@ -94,6 +104,10 @@ pub mod purpose {
 
     impl Purpose for MaskHash {
         const KIND: KeyPurpose = KeyPurpose::MaskHash;
+    }
+
+    impl Purpose for Webhook {
+        const KIND: KeyPurpose = KeyPurpose::Webhook;
     }
 }
 
@@ -107,6 +121,8 @@ pub enum KeyPurpose {
     Audit,
     /// [`HashKey`].
     MaskHash,
+    /// [`WebhookKey`].
+    Webhook,
 }
 
 impl KeyPurpose {
@@ -115,6 +131,7 @@ impl KeyPurpose {
             KeyPurpose::Approval => "ApprovalKey",
             KeyPurpose::Audit => "AuditKey",
             KeyPurpose::MaskHash => "HashKey",
+            KeyPurpose::Webhook => "WebhookKey",
         }
     }
 }
@@ -125,6 +142,7 @@ impl fmt::Display for KeyPurpose {
             KeyPurpose::Approval => "approval",
             KeyPurpose::Audit => "audit",
             KeyPurpose::MaskHash => "mask hash",
+            KeyPurpose::Webhook => "webhook",
         })
     }
 }
@@ -367,6 +385,28 @@ impl Key<purpose::MaskHash> {
     /// A masked value's MAC, its domain absorbed.
     pub(crate) fn hash_mac(&self) -> Mac {
         self.start(Domain::MaskHash)
+    }
+}
+
+impl Key<purpose::Webhook> {
+    /// The signature of a webhook notification sent at `timestamp` (seconds since the Unix epoch) with
+    /// `body`: `HMAC-SHA256(secret, "agent-airlock/webhook/v1\0" ‖ timestamp in decimal ‖ "." ‖ body)`, as
+    /// lowercase hex. The timestamp is signed so a receiver can refuse an old notification replayed.
+    ///
+    /// ```
+    /// use agent_airlock::keys::WebhookKey;
+    ///
+    /// let key = WebhookKey::from_hex("hook-1", &"ab".repeat(32)).unwrap();
+    /// let signature = key.webhook_signature(1_700_000_000, br#"{"event":"approval.pending"}"#);
+    /// assert_eq!(signature.len(), 64);
+    /// assert_ne!(signature, key.webhook_signature(1_700_000_001, br#"{"event":"approval.pending"}"#));
+    /// ```
+    pub fn webhook_signature(&self, timestamp: u64, body: &[u8]) -> String {
+        let mut mac = self.start(Domain::Webhook);
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        hex::encode(mac.finish())
     }
 }
 

@@ -8,8 +8,8 @@ use crate::effect::{EffectError, EffectRecord, EffectStore, MemoryEffectStore};
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
-    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// A ledger held in memory, for tests and for hosts that accept losing approvals (and spends) on
@@ -135,7 +135,7 @@ impl ApprovalLedger for MemoryLedger {
         LedgerReply::ready(transitions::record_request(&mut self.locked(), request, max_pending))
     }
 
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
         LedgerReply::ready(transitions::grant(&mut self.locked(), grant, now))
     }
 

@@ -91,10 +91,15 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// count and the insert are one atomic write, so racing recorders cannot overshoot.
     fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()>;
 
-    /// Issues `grant` for its request, which must be pending (or granted under a grant that expired
-    /// unspent, which `grant` replaces). If the request already holds a live grant, that grant is the
-    /// answer: approving twice issues one grant.
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord>;
+    /// Approves `grant`'s request, which must be pending (or granted under a grant that expired unspent,
+    /// which `grant` replaces). If the request already holds a live grant, that grant is the answer:
+    /// approving twice issues one grant.
+    ///
+    /// A request that needs several distinct approvers ([`RequestRecord::approvals_required`]) records
+    /// each one's approval ([`RequestStatus::Approving`]) and answers [`Approved::Waiting`]; the approval
+    /// of the last one needed issues the grant, naming the others in [`GrantRecord::co_approvers`]. An
+    /// approver who already approved counts once.
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved>;
 
     /// Records a human's no. An unspent grant of the request is revoked. Denying a denied request answers
     /// the first denial.
@@ -144,7 +149,7 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
         (**self).record_request(request, max_pending)
     }
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
         (**self).grant(grant, now)
     }
     fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
@@ -240,6 +245,12 @@ impl RequestRecord {
         self.interrupt["airlock_approval"]["expires_at_ms"].as_u64().map(Duration::from_millis)
     }
 
+    /// How many distinct approvers the request needs before a grant is issued, as sealed in its interrupt
+    /// value (1 unless the policy asked for more).
+    pub fn approvals_required(&self) -> u32 {
+        self.interrupt["airlock_approval"]["approvals"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(1).max(1)
+    }
+
     /// What pending requests are counted under for the pending limit: the tool and the thread.
     pub fn pending_scope(&self) -> String {
         // NUL cannot occur in a tool name; the thread id comes last.
@@ -258,14 +269,59 @@ pub struct GrantRecord {
     pub key_id: String,
     /// The request's binding, lowercase hex.
     pub binding: String,
-    /// Who approved.
+    /// Who approved (for a request that needed several approvers, the last of them).
     pub approver: String,
+    /// The other distinct approvers of a request that needed several, in the order they approved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub co_approvers: Vec<String>,
     /// When.
     #[serde(with = "millis")]
     pub granted_at: Duration,
     /// The first instant at which the grant no longer admits.
     #[serde(with = "millis")]
     pub expires_at: Duration,
+}
+
+impl GrantRecord {
+    /// Everyone who approved, in order: the co-approvers, then the approver.
+    pub fn approvers(&self) -> Vec<&str> {
+        self.co_approvers.iter().map(String::as_str).chain([self.approver.as_str()]).collect()
+    }
+}
+
+/// One approver's yes to a request that needs several distinct approvers, before the last of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialApproval {
+    /// Who approved.
+    pub approver: String,
+    /// When.
+    #[serde(with = "millis")]
+    pub approved_at: Duration,
+}
+
+/// What an approval did ([`ApprovalLedger::grant`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approved {
+    /// The request holds a live grant: this approval issued it (the last one needed), or the request held
+    /// one already.
+    Granted(GrantRecord),
+    /// The approval is recorded, and the request needs more distinct approvers before a grant is issued.
+    Waiting {
+        /// Who approved so far, in order.
+        approvers: Vec<String>,
+        /// How many distinct approvers the request needs.
+        required: u32,
+    },
+}
+
+impl Approved {
+    /// The grant, if the request holds one now.
+    pub fn into_grant(self) -> Option<GrantRecord> {
+        match self {
+            Approved::Granted(grant) => Some(grant),
+            Approved::Waiting { .. } => None,
+        }
+    }
 }
 
 /// A human's no.
@@ -311,6 +367,11 @@ pub struct SpendAttempt {
 pub enum RequestStatus {
     /// Waiting for a human.
     Pending,
+    /// Approved by some of the distinct approvers the request needs, waiting for the others.
+    Approving {
+        /// The approvals so far, in order.
+        approvals: Vec<PartialApproval>,
+    },
     /// Approved; the grant may have expired (compare `expires_at` with now).
     Granted(GrantRecord),
     /// Refused by a human.
@@ -320,10 +381,17 @@ pub enum RequestStatus {
 }
 
 impl RequestStatus {
-    /// A one-word label for operators: `pending`, `granted`, `expired`, `denied` or `spent`.
+    /// Whether the request still waits for a human's decision (pending, or approved by fewer approvers than
+    /// it needs).
+    pub fn is_waiting(&self) -> bool {
+        matches!(self, RequestStatus::Pending | RequestStatus::Approving { .. })
+    }
+
+    /// A one-word label for operators: `pending`, `approving`, `granted`, `expired`, `denied` or `spent`.
     pub fn label(&self, now: Duration) -> &'static str {
         match self {
             RequestStatus::Pending => "pending",
+            RequestStatus::Approving { .. } => "approving",
             RequestStatus::Granted(grant) if now >= grant.expires_at => "expired",
             RequestStatus::Granted(_) => "granted",
             RequestStatus::Denied(_) => "denied",

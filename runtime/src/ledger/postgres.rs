@@ -35,8 +35,8 @@ use crate::store::postgres::{self, PgTables, PostgresOpenError, PostgresOptions,
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
-    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// The approval ledger in a PostgreSQL database, shared by every host that connects to it: a grant is
@@ -68,6 +68,11 @@ impl PostgresLedger {
     /// Connects to `url` with `options`. See [`connect`](Self::connect).
     pub fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self, PostgresOpenError> {
         Ok(PostgresLedger { shared: postgres::connect(url, options)? })
+    }
+
+    /// The pool and runtime this ledger writes through, shared with its effect records and an audit log.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
@@ -292,7 +297,7 @@ impl ApprovalLedger for PostgresLedger {
         self.write(move |tables| transitions::record_request(tables, request.clone(), max_pending))
     }
 
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
         self.write(move |tables| transitions::grant(tables, grant.clone(), now))
     }
 

@@ -18,8 +18,8 @@ use crate::store::redb::{
 
 use super::transitions::{self, LedgerTables};
 use super::{
-    ApprovalLedger, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply, PruneReport,
-    RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// The durable ledger, in a redb file. Writes are grouped into shared commits by a writer thread; reads
@@ -100,7 +100,7 @@ impl ApprovalLedger for RedbLedger {
         self.submit(move |tables| transitions::record_request(tables, request.clone(), max_pending))
     }
 
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<GrantRecord> {
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
         self.submit(move |tables| transitions::grant(tables, grant.clone(), now))
     }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::effect::{self, EffectError, EffectRecord};
 
 use super::{
-    DenialRecord, EffectClaim, GrantEntry, GrantRecord, GrantState, LedgerError, PruneReport, RequestRecord,
-    RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, GrantState, LedgerError, PartialApproval,
+    PruneReport, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 
 /// The tables a ledger keeps. Reads and writes inside one atomic unit (a lock, a write transaction).
@@ -88,9 +88,9 @@ fn recorded_status(tables: &impl LedgerTables, request_id: &str) -> Result<Reque
 
 pub(crate) fn grant(
     tables: &mut impl LedgerTables,
-    grant: GrantRecord,
+    mut grant: GrantRecord,
     now: Duration,
-) -> Result<GrantRecord, LedgerError> {
+) -> Result<Approved, LedgerError> {
     let Some(request) = tables.request(&grant.request_id)? else {
         return Err(LedgerError::UnknownRequest { request_id: grant.request_id });
     };
@@ -101,12 +101,31 @@ pub(crate) fn grant(
         // Grant ids are 128 random bits: a collision means a caller reused an id, never honour it.
         return Err(LedgerError::DuplicateGrant { grant_id: grant.grant_id });
     }
+    let required = request.approvals_required();
     match recorded_status(tables, &grant.request_id)? {
+        RequestStatus::Pending if required > 1 => {
+            let approvals = vec![PartialApproval { approver: grant.approver.clone(), approved_at: now }];
+            return waiting(tables, &grant.request_id, approvals, required);
+        }
         RequestStatus::Pending => decided(tables, &request)?,
+        RequestStatus::Approving { mut approvals } => {
+            if !approvals.iter().any(|approval| approval.approver == grant.approver) {
+                approvals.push(PartialApproval { approver: grant.approver.clone(), approved_at: now });
+            }
+            if approvals.len() < required as usize {
+                return waiting(tables, &grant.request_id, approvals, required);
+            }
+            decided(tables, &request)?;
+            grant.co_approvers = approvals
+                .into_iter()
+                .map(|approval| approval.approver)
+                .filter(|name| *name != grant.approver)
+                .collect();
+        }
         RequestStatus::Granted(existing) => {
             let entry = live_grant_of_status(tables, &existing)?;
             if now < entry.grant.expires_at {
-                return Ok(entry.grant);
+                return Ok(Approved::Granted(entry.grant));
             }
             tables.set_grant(&GrantEntry {
                 grant: entry.grant,
@@ -120,7 +139,19 @@ pub(crate) fn grant(
     }
     tables.set_grant(&GrantEntry { grant: grant.clone(), state: GrantState::Live })?;
     tables.set_status(&grant.request_id, &RequestStatus::Granted(grant.clone()))?;
-    Ok(grant)
+    Ok(Approved::Granted(grant))
+}
+
+/// Records the approvals so far of a request that needs more; it stays counted as pending.
+fn waiting(
+    tables: &mut impl LedgerTables,
+    request_id: &str,
+    approvals: Vec<PartialApproval>,
+    required: u32,
+) -> Result<Approved, LedgerError> {
+    let approvers = approvals.iter().map(|approval| approval.approver.clone()).collect();
+    tables.set_status(request_id, &RequestStatus::Approving { approvals })?;
+    Ok(Approved::Waiting { approvers, required })
 }
 
 fn live_grant_of_status(tables: &impl LedgerTables, grant: &GrantRecord) -> Result<GrantEntry, LedgerError> {
@@ -140,7 +171,7 @@ pub(crate) fn deny(tables: &mut impl LedgerTables, mut denial: DenialRecord) -> 
     };
     denial.revoked_grant = None;
     match recorded_status(tables, &denial.request_id)? {
-        RequestStatus::Pending => decided(tables, &request)?,
+        RequestStatus::Pending | RequestStatus::Approving { .. } => decided(tables, &request)?,
         RequestStatus::Granted(grant) => {
             let entry = live_grant_of_status(tables, &grant)?;
             tables.set_grant(&GrantEntry {
@@ -217,7 +248,7 @@ pub(crate) fn spend_and_reserve(
 /// (at `now`). A pending request, or one whose grant can still be spent, is not settled.
 pub(crate) fn settled_at(status: &RequestStatus, now: Duration) -> Option<Duration> {
     match status {
-        RequestStatus::Pending => None,
+        RequestStatus::Pending | RequestStatus::Approving { .. } => None,
         RequestStatus::Granted(grant) => (now >= grant.expires_at).then_some(grant.expires_at),
         RequestStatus::Denied(denial) => Some(denial.denied_at),
         RequestStatus::Spent(spent) => Some(spent.spent_at),

@@ -117,6 +117,7 @@ enum Approver {
 #[serde(deny_unknown_fields)]
 struct RawTool {
     escalate: Option<Spanned<String>>,
+    approvals: Option<Spanned<u32>>,
     rate: Option<Spanned<String>>,
     rate_per: Option<Spanned<RatePer>>,
     rate_shared: Option<Spanned<bool>>,
@@ -230,6 +231,12 @@ impl FileBuilder<'_> {
         }
         if let Some(reason) = &tool.escalate {
             self.apply(|b| b.escalate(name, reason.get_ref()), &[key.clone(), reason.span(), reason.span()])?;
+        }
+        if let Some(approvals) = &tool.approvals {
+            self.apply(
+                |b| b.approvals(name, *approvals.get_ref()),
+                &[key.clone(), approvals.span(), approvals.span()],
+            )?;
         }
         if let Some(shared) = &tool.rate_shared
             && *shared.get_ref()
@@ -361,6 +368,7 @@ deny_prompts = ["admin_*"]
 
 [tools.refund]
 escalate = "moves money"
+approvals = 2
 rate = "10/minute"
 rate_per = "thread"
 mask = "pii"
@@ -388,6 +396,8 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
 
         let refund = policy.for_tool("refund");
         assert_eq!(refund.escalations, vec![("refund".to_owned(), "moves money".to_owned())]);
+        assert_eq!(refund.approvals, 2);
+        assert_eq!(policy.for_tool("read_file").approvals, 1);
         assert_eq!(refund.rate_limits.len(), 1);
         assert_eq!(refund.rate_limits[0].2, RateScope::PerThread);
         assert_eq!(refund.mask, "pii".parse().unwrap());
@@ -509,6 +519,7 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
                 "invalid pin for `refund`: the digest must be a non-empty string",
             ),
             (h("[tools.refund]\nescalate = \"  \"\n"), 4, 12, "escalation rule `refund` needs a non-empty reason"),
+            (h("[tools.refund]\napprovals = 0\n"), 4, 13, "approvals rule `refund` needs at least one approver"),
             // Conditions: the column points inside the string where it can.
             (h("[[tools.refund.when]]\nif = \"a > 1\"\n"), 3, 1, "a `when` rule needs exactly one of"),
             (h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nescalate = \"y\"\n"), 3, 1, "exactly one of"),

@@ -22,6 +22,7 @@ pub struct Policy {
     default_deny: bool,
     observe: bool,
     escalate: Vec<Rule<String>>,
+    approvals: Vec<Rule<u32>>,
     rate_limits: Vec<Rule<(Rate, RateScope)>>,
     masks: Vec<Rule<MaskSet>>,
     ghost_block: Vec<Rule<()>>,
@@ -153,6 +154,9 @@ pub struct ToolPolicy {
     pub denied_by: Option<String>,
     /// `(glob, reason)` for each escalation rule that matched.
     pub escalations: Vec<(String, String)>,
+    /// How many distinct approvers an escalated call of the tool needs: the most any matching rule asks
+    /// (1 when none does).
+    pub approvals: u32,
     /// `(glob, rate, scope)` for each rate-limit rule that matched.
     pub rate_limits: Vec<(String, Rate, RateScope)>,
     /// The masking every matching rule adds (the union).
@@ -200,6 +204,12 @@ pub enum PolicyError {
         mask: String,
         /// What is wrong with it.
         message: String,
+    },
+    /// An approvals rule asking for no approver.
+    #[error("approvals rule `{pattern}` needs at least one approver")]
+    NoApprovers {
+        /// The glob.
+        pattern: String,
     },
     /// An escalation rule without a reason.
     #[error("escalation rule `{pattern}` needs a non-empty reason")]
@@ -312,6 +322,7 @@ impl Policy {
             format!("rate      {}: {}{per}", r.pattern, r.value.0)
         }));
         lines.extend(self.masks.iter().map(|r| format!("mask      {}: {}", r.pattern, r.value)));
+        lines.extend(self.approvals.iter().map(|r| format!("approvals {}: {}", r.pattern, r.value)));
         lines.extend(self.ghost_block.iter().map(|r| format!("ghost     {}: block", r.pattern)));
         lines.extend(self.effects.iter().map(|r| format!("effect    {}: {}", r.pattern, r.value.template)));
         lines.extend(self.conditions.iter().map(|r| match &r.value.action {
@@ -348,6 +359,7 @@ impl Policy {
                 .filter(|r| r.matcher.is_match(name))
                 .map(|r| (r.pattern.clone(), r.value.clone()))
                 .collect(),
+            approvals: self.approvals.iter().filter(|r| r.matcher.is_match(name)).map(|r| r.value).fold(1, u32::max),
             rate_limits: self
                 .rate_limits
                 .iter()
@@ -430,6 +442,21 @@ impl PolicyBuilder {
         }
         if let Some(rule) = self.rule(glob, reason.to_owned()) {
             self.policy.escalate.push(rule);
+        }
+        self
+    }
+
+    /// Requires `approvals` distinct approvers (two people, say) before an escalated call of a tool matching
+    /// `glob` may run: each approval is recorded, the grant is issued at the last one needed, and a single
+    /// denial ends the request. Applies to approvals across an interrupt (the ledger counts them); `0` is
+    /// refused.
+    pub fn approvals(mut self, glob: &str, approvals: u32) -> Self {
+        if approvals == 0 {
+            self.errors.push(PolicyError::NoApprovers { pattern: glob.to_owned() });
+            return self;
+        }
+        if let Some(rule) = self.rule(glob, approvals) {
+            self.policy.approvals.push(rule);
         }
         self
     }

@@ -17,8 +17,8 @@
 //! [`RedbEffectStore`](crate::effect::RedbEffectStore) and [`AuditLog::with_database`](crate::audit::AuditLog::with_database)
 //! on one `Arc<Database>` share it): decisions of concurrent dispatches share commits, and the
 //! dispatch future awaits its answer instead of blocking. On PostgreSQL (feature `postgres`), the
-//! ledger's spend and effect steps are one transaction on the ledger's own runtime; the audit log stays
-//! in redb or memory there, and is written after the admission. Stores in memory, and custom stores,
+//! ledger's spend and effect steps and the audit log's records ([`AuditLog::with_postgres`](crate::audit::AuditLog::with_postgres))
+//! are one transaction on the ledger's own runtime, the chain's head advanced in it. Stores in memory, and custom stores,
 //! have no handle: the dispatcher runs each part through the store's own methods, in the same order and
 //! with the same rules (a memory ledger spends and reserves under one lock).
 //!
@@ -103,10 +103,5 @@ impl StoreHandle {
             #[cfg(feature = "postgres")]
             _ => false,
         }
-    }
-
-    /// Whether this store can keep the audit log (redb can; the PostgreSQL backend keeps none).
-    pub(crate) fn keeps_audit(&self) -> bool {
-        matches!(self.0, Backend::Redb(_))
     }
 }

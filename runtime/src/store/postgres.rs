@@ -28,7 +28,7 @@ use tokio_postgres::{NoTls, Row};
 use super::{Fault, Reply, StoreError};
 
 /// The newest schema version this build knows (the number of its last migration).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
 /// is a new one.
@@ -63,6 +63,21 @@ CREATE TABLE airlock_pending (
     request_id    text COLLATE "C" NOT NULL,
     expires_at_ms bigint,
     PRIMARY KEY (scope, request_id)
+);
+"#,
+    ),
+    (
+        3,
+        r#"
+-- The audit log: its records by position, and its one head (the last record's position and hash,
+-- signed), advanced in the same transaction as the records.
+CREATE TABLE airlock_audit_records (
+    seq    bigint PRIMARY KEY,
+    record bytea NOT NULL
+);
+CREATE TABLE airlock_audit_head (
+    id   smallint PRIMARY KEY CHECK (id = 1),
+    head bytea NOT NULL
 );
 "#,
     ),
@@ -178,6 +193,33 @@ pub(crate) fn write<T: Send + 'static, E: Fault>(
     let handle = shared.handle.clone();
     // If the runtime is shut down, the closure and its sender are dropped: the reply says the writer stopped.
     drop(shared.handle.spawn_blocking(move || sender.send(run_transaction(&handle, &pool, &op))));
+    reply
+}
+
+/// Like [`write`], for an `op` that can be written any number of times with the same result: after a
+/// fault (the server unreachable, a connection lost, even during `COMMIT`), it is run again, with pauses
+/// from 50 ms doubling to 1 s, until it is written or `patience` has passed.
+pub(crate) fn write_patiently<T: Send + 'static, E: Fault>(
+    shared: &Shared,
+    op: impl Fn(&mut PgTables<'_, '_>) -> Result<T, E> + Send + 'static,
+    patience: Duration,
+) -> Reply<T, E> {
+    let (sender, reply) = Reply::fault_channel();
+    let pool = shared.pool.clone();
+    let handle = shared.handle.clone();
+    drop(shared.handle.spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match run_transaction(&handle, &pool, &op) {
+                Err(fault) if fault.is_fault() && started.elapsed() + pause < patience => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                answer => return sender.send(answer),
+            }
+        }
+    }));
     reply
 }
 

@@ -25,6 +25,18 @@ pub enum RequestError {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecisionError {
+    /// The approval is recorded, but the request needs more distinct approvers: no grant yet, and no
+    /// resume value. The call waits until the last one needed approves (or anyone denies).
+    #[error(
+        "approval recorded ({} of {required}: {}); the request needs {} more distinct approver(s) before it can run",
+        approvers.len(), approvers.join(", "), (*required as usize).saturating_sub(approvers.len())
+    )]
+    MoreApproversNeeded {
+        /// Who approved so far, in order.
+        approvers: Vec<String>,
+        /// How many distinct approvers the request needs.
+        required: u32,
+    },
     /// The value is not `{"airlock_approval": {...}}`.
     #[error("not an approval request: expected an object with one member, `airlock_approval`")]
     NotARequest,
@@ -218,7 +230,8 @@ pub enum AdmitError {
         /// When.
         expired_at: Duration,
     },
-    /// The ledger failed; nothing was spent.
+    /// The ledger failed. Nothing was spent, unless the failure hid the answer of a spend that took
+    /// effect (a connection lost during `COMMIT`): the grant is then spent and its call never ran.
     #[error("the approval could not be checked against the ledger: {0}")]
     Ledger(#[source] LedgerError),
 }

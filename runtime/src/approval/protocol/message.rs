@@ -51,8 +51,19 @@ pub(crate) struct RequestBody {
     pub(crate) requested_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) expires_at_ms: Option<u64>,
+    /// How many distinct approvers the request needs; absent (and sealed as absent) when it is one.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub(crate) approvals: u32,
     pub(crate) binding: String,
     pub(crate) seal: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(approvals: &u32) -> bool {
+    *approvals == 1
 }
 
 impl RequestBody {
@@ -128,6 +139,12 @@ impl InterruptRequest {
     /// The interrupt value.
     pub fn into_value(self) -> Value {
         self.value
+    }
+
+    /// How many distinct approvers the request needs before its grant is issued (1 unless the policy
+    /// asked for more).
+    pub fn approvals_required(&self) -> u32 {
+        self.body.approvals.max(1)
     }
 
     /// The request id.

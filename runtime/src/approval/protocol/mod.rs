@@ -44,7 +44,8 @@ use crate::canonical;
 use crate::clock::{Clock, SystemClock};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
 use crate::ledger::{
-    ApprovalLedger, DenialRecord, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt, SpentRecord,
+    ApprovalLedger, Approved, DenialRecord, GrantRecord, LedgerError, RequestRecord, RequestStatus, SpendAttempt,
+    SpentRecord,
 };
 use crate::mask::{MaskSet, Masker};
 
@@ -165,7 +166,7 @@ impl InterruptApprovals {
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        self.request_masked(call, rule, reason, &Masker::default(), MaskSet::SECRETS).await
+        self.request_masked(call, rule, reason, &Masker::default(), MaskSet::SECRETS, 1).await
     }
 
     /// [`InterruptApprovals::request`], blocking the current thread.
@@ -175,13 +176,16 @@ impl InterruptApprovals {
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        self.request_masked_blocking(call, rule, reason, &Masker::default(), MaskSet::SECRETS)
+        self.request_masked_blocking(call, rule, reason, &Masker::default(), MaskSet::SECRETS, 1)
     }
 
     /// Issues a sealed request for `call` whose arguments are stored masked by `masker` with `mask` (the
     /// tool's mask set): the interrupt value the host checkpoints, the ledger's record and what an operator
     /// is shown hold no secret the model passed as an argument. The binding covers the exact arguments
     /// (through their digest, `arguments_sha256`), so the resumed call must carry exactly them.
+    ///
+    /// `approvals` is how many distinct approvers must approve before the grant is issued (a policy's
+    /// `approvals = N`; 0 counts as 1). It is sealed into the request, so nobody can lower it.
     pub async fn request_masked(
         &self,
         call: &BindingInput<'_>,
@@ -189,8 +193,9 @@ impl InterruptApprovals {
         reason: &str,
         masker: &Masker,
         mask: MaskSet,
+        approvals: u32,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
+        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
         self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
         Ok(request)
     }
@@ -203,8 +208,9 @@ impl InterruptApprovals {
         reason: &str,
         masker: &Masker,
         mask: MaskSet,
+        approvals: u32,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, masker, mask)?;
+        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
         self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
         Ok(request)
     }
@@ -216,6 +222,7 @@ impl InterruptApprovals {
         reason: &str,
         masker: &Masker,
         mask: MaskSet,
+        approvals: u32,
     ) -> Result<(InterruptRequest, RequestRecord), RequestError> {
         let key = self.keys.current();
         let arguments_digest = canonical::canonical_object_sha256(call.arguments).map_err(RequestError::Arguments)?;
@@ -246,6 +253,7 @@ impl InterruptApprovals {
             },
             requested_at_ms: millis(now),
             expires_at_ms: self.request_ttl.map(|ttl| millis(now.saturating_add(ttl))),
+            approvals: approvals.max(1),
             binding: binding.to_hex(),
             seal: String::new(),
         };
@@ -350,6 +358,7 @@ impl InterruptApprovals {
             key_id: request.body.key_id.clone(),
             binding: request.body.binding.clone(),
             approver: approver.to_owned(),
+            co_approvers: Vec::new(),
             granted_at: now,
             expires_at: now.saturating_add(self.grant_ttl),
         };
@@ -359,9 +368,14 @@ impl InterruptApprovals {
     fn finish_grant(
         &self,
         request: &InterruptRequest,
-        granted: Result<GrantRecord, LedgerError>,
+        granted: Result<Approved, LedgerError>,
     ) -> Result<ResumeValue, DecisionError> {
-        let grant = granted.map_err(decision_ledger_error)?;
+        let grant = match granted.map_err(decision_ledger_error)? {
+            Approved::Granted(grant) => grant,
+            Approved::Waiting { approvers, required } => {
+                return Err(DecisionError::MoreApproversNeeded { approvers, required });
+            }
+        };
         let key = self.keys.find(&grant.key_id).map_err(|err| match err {
             KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
             KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
@@ -421,7 +435,8 @@ impl InterruptApprovals {
 
     /// The decision recorded for a request (given as its interrupt value, seal checked first), by this
     /// process or another sharing the ledger (`airlock approve` or `airlock deny`): the resume value to
-    /// resume its call with, or `None` while it is pending. Records nothing, so a host waiting for an
+    /// resume its call with, or `None` while it waits (pending, or approved by fewer distinct approvers than
+    /// it needs). Records nothing, so a host waiting for an
     /// operator polls with it; the grant's expiry and single use are checked when the call is admitted.
     /// Blocks the current thread on the ledger (from async code, call it in `spawn_blocking`).
     pub fn recorded_decision_blocking(&self, interrupt: &Value) -> Result<Option<ResumeValue>, DecisionError> {
@@ -433,13 +448,14 @@ impl InterruptApprovals {
             .map_err(decision_ledger_error)?
             .ok_or_else(|| DecisionError::UnknownRequest { request_id: request_id.clone() })?;
         match entry.status {
-            RequestStatus::Pending => Ok(None),
+            // Approved by fewer distinct approvers than it needs: still waiting.
+            RequestStatus::Pending | RequestStatus::Approving { .. } => Ok(None),
             RequestStatus::Granted(grant) => {
                 // A grant recorded for another request (or another binding) is never this call's.
                 if grant.request_id != *request_id || grant.binding != request.body.binding {
                     return Err(DecisionError::InconsistentBinding);
                 }
-                self.finish_grant(&request, Ok(grant)).map(Some)
+                self.finish_grant(&request, Ok(Approved::Granted(grant))).map(Some)
             }
             RequestStatus::Denied(denial) => Ok(Some(denied_resume(&denial))),
             RequestStatus::Spent(spent) => {
@@ -683,6 +699,10 @@ fn unsealed_object(body: &RequestBody) -> Map<String, Value> {
     object.insert("requested_at_ms".to_owned(), Value::from(body.requested_at_ms));
     if let Some(expires_at_ms) = body.expires_at_ms {
         object.insert("expires_at_ms".to_owned(), Value::from(expires_at_ms));
+    }
+    // Sealed only when more than one approver is needed, so a request for one is sealed as before.
+    if body.approvals > 1 {
+        object.insert("approvals".to_owned(), Value::from(body.approvals));
     }
     object.insert("binding".to_owned(), Value::from(body.binding.as_str()));
     object

@@ -1,0 +1,268 @@
+//! Who is signed in to the console: operators (an operators file of argon2 hashes, or one operator with a
+//! one-time token printed at start), sessions held in memory behind a random cookie, and each session's
+//! CSRF token, which every form carries and every POST is checked against.
+//!
+//! The session cookie is `HttpOnly` and `SameSite=Strict`, so a page on another site can neither read it
+//! nor have the browser send it; the CSRF token is the second, independent check. The sign-in form is
+//! protected by a double-submitted random value (a cookie and a hidden field that must agree), so another
+//! site cannot sign the browser in under its own operator either.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
+use axum::http::HeaderMap;
+use axum::http::header::COOKIE;
+use subtle::ConstantTimeEq as _;
+
+/// The session cookie's name.
+pub(super) const SESSION_COOKIE: &str = "airlock_session";
+/// The sign-in form's double-submit cookie's name.
+pub(super) const LOGIN_COOKIE: &str = "airlock_login";
+
+/// How operators prove who they are.
+pub(super) enum SignIn {
+    /// Named operators with argon2 password hashes (`NAME:HASH` lines).
+    Operators {
+        /// Each operator's PHC hash string.
+        hashes: HashMap<String, String>,
+        /// A hash checked when the name is unknown, so an unknown name takes as long as a wrong password.
+        decoy: String,
+    },
+    /// One operator, with a token printed at start that signs in once.
+    OneTimeToken {
+        /// The operator recorded as the approver.
+        operator: String,
+        /// The token, until it is used.
+        token: Mutex<Option<String>>,
+    },
+}
+
+impl SignIn {
+    /// Reads an operators file: one `NAME:HASH` per line (from `airlock console hash-password NAME`); blank
+    /// lines and lines starting with `#` are skipped.
+    pub(super) fn from_operators_file(path: &Path) -> Result<SignIn, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut operators = HashMap::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = || format!("{}:{}", path.display(), number + 1);
+            let Some((name, hash)) = line.split_once(':') else {
+                return Err(format!("{}: expected `NAME:HASH`", at()));
+            };
+            if !valid_operator_name(name) {
+                return Err(format!(
+                    "{}: `{name}` is not an operator name (letters, digits, `.`, `_`, `-`, `@`)",
+                    at()
+                ));
+            }
+            PasswordHash::new(hash).map_err(|e| format!("{}: the hash of `{name}` is not a PHC string: {e}", at()))?;
+            if operators.insert(name.to_owned(), hash.to_owned()).is_some() {
+                return Err(format!("{}: operator `{name}` is listed twice", at()));
+            }
+        }
+        if operators.is_empty() {
+            return Err(format!("{}: no operators", path.display()));
+        }
+        let decoy = argon2_hash(&random_hex()?)?;
+        Ok(SignIn::Operators { hashes: operators, decoy })
+    }
+
+    /// One operator, signing in once with a fresh random token (returned, to be printed).
+    pub(super) fn one_time(operator: &str) -> Result<(SignIn, String), String> {
+        if !valid_operator_name(operator) {
+            return Err(format!("`{operator}` is not an operator name (letters, digits, `.`, `_`, `-`, `@`)"));
+        }
+        let token = random_hex()?;
+        Ok((SignIn::OneTimeToken { operator: operator.to_owned(), token: Mutex::new(Some(token.clone())) }, token))
+    }
+
+    /// Whether this sign-in asks for a name and a password (otherwise only the token).
+    pub(super) fn asks_for_name(&self) -> bool {
+        matches!(self, SignIn::Operators { .. })
+    }
+
+    /// The operator these credentials prove, if they do. A one-time token works once.
+    pub(super) fn check(&self, name: &str, secret: &str) -> Option<String> {
+        match self {
+            SignIn::Operators { hashes, decoy } => {
+                let (hash, known) = match hashes.get(name) {
+                    Some(hash) => (hash.as_str(), true),
+                    None => (decoy.as_str(), false),
+                };
+                let parsed = PasswordHash::new(hash).ok()?;
+                let matches = Argon2::default().verify_password(secret.as_bytes(), &parsed).is_ok();
+                (known && matches).then(|| name.to_owned())
+            }
+            SignIn::OneTimeToken { operator, token } => {
+                let mut token = token.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let matches = token.as_deref().is_some_and(|expected| same(expected, secret.trim()));
+                if matches {
+                    *token = None;
+                    Some(operator.clone())
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Operator names: what a person would type, nothing that could display as something else.
+fn valid_operator_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}
+
+/// `NAME:HASH` for an operators file: an argon2id hash of `password` with a random salt.
+pub(super) fn hash_password_line(name: &str, password: &str) -> Result<String, String> {
+    if !valid_operator_name(name) {
+        return Err(format!("`{name}` is not an operator name (letters, digits, `.`, `_`, `-`, `@`)"));
+    }
+    if password.is_empty() {
+        return Err("the password is empty".to_owned());
+    }
+    Ok(format!("{name}:{}", argon2_hash(password)?))
+}
+
+/// An argon2id PHC string of `password` with a random salt.
+fn argon2_hash(password: &str) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).map_err(|e| format!("no randomness: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    let hash = Argon2::default().hash_password(password.as_bytes(), &salt).map_err(|e| e.to_string())?;
+    Ok(hash.to_string())
+}
+
+/// A signed-in operator's session.
+#[derive(Clone)]
+pub(super) struct Session {
+    /// Who signed in.
+    pub(super) operator: String,
+    /// The token every form of this session carries.
+    pub(super) csrf: String,
+    expires: Instant,
+}
+
+impl Session {
+    /// Whether `submitted` is this session's CSRF token (in constant time).
+    pub(super) fn csrf_matches(&self, submitted: &str) -> bool {
+        same(&self.csrf, submitted)
+    }
+}
+
+/// The live sessions, by id.
+pub(super) struct Sessions {
+    live: Mutex<HashMap<String, Session>>,
+    lifetime: Duration,
+}
+
+impl Sessions {
+    pub(super) fn new(lifetime: Duration) -> Sessions {
+        Sessions { live: Mutex::new(HashMap::new()), lifetime }
+    }
+
+    /// Starts a session for `operator`; returns its id (the cookie's value).
+    pub(super) fn start(&self, operator: String) -> Result<String, String> {
+        let id = random_hex()?;
+        let session = Session { operator, csrf: random_hex()?, expires: Instant::now() + self.lifetime };
+        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        live.retain(|_, s| s.expires > now);
+        live.insert(id.clone(), session);
+        Ok(id)
+    }
+
+    /// The session the request's cookie names, if it is live.
+    pub(super) fn find(&self, headers: &HeaderMap) -> Option<Session> {
+        let id = cookie(headers, SESSION_COOKIE)?;
+        let live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.get(&id).filter(|s| s.expires > Instant::now()).cloned()
+    }
+
+    /// Ends the session the request's cookie names.
+    pub(super) fn end(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers, SESSION_COOKIE) {
+            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+        }
+    }
+
+    /// The `Set-Cookie` value for a session id.
+    pub(super) fn cookie_for(&self, id: &str) -> String {
+        format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", self.lifetime.as_secs())
+    }
+}
+
+/// The value of the cookie `name` in the request, if any.
+pub(super) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_owned())
+}
+
+/// 32 random bytes as hex: session ids, CSRF tokens, the one-time token.
+pub(super) fn random_hex() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness: {e}"))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Equality in time independent of where the strings differ.
+pub(super) fn same(expected: &str, submitted: &str) -> bool {
+    expected.len() == submitted.len() && bool::from(expected.as_bytes().ct_eq(submitted.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hashed_password_signs_in_its_operator_only() {
+        let line = hash_password_line("alice", "correct horse").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("operators");
+        std::fs::write(&path, format!("# operators\n{line}\n")).unwrap();
+        let sign_in = SignIn::from_operators_file(&path).unwrap();
+        assert_eq!(sign_in.check("alice", "correct horse").as_deref(), Some("alice"));
+        assert_eq!(sign_in.check("alice", "wrong"), None);
+        assert_eq!(sign_in.check("bob", "correct horse"), None);
+    }
+
+    #[test]
+    fn a_one_time_token_signs_in_once() {
+        let (sign_in, token) = SignIn::one_time("alice").unwrap();
+        assert_eq!(sign_in.check("", "not it"), None);
+        assert_eq!(sign_in.check("", &token).as_deref(), Some("alice"));
+        assert_eq!(sign_in.check("", &token), None);
+    }
+
+    #[test]
+    fn bad_operators_files_are_refused_with_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("operators");
+        std::fs::write(&path, "alice $argon2id$nope\n").unwrap();
+        let err = SignIn::from_operators_file(&path).err().unwrap();
+        assert!(err.ends_with(":1: expected `NAME:HASH`"), "{err}");
+        std::fs::write(&path, "alice:not-a-hash\n").unwrap();
+        assert!(SignIn::from_operators_file(&path).err().unwrap().contains("not a PHC string"));
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut headers = HeaderMap::new();
+        headers.insert(COOKIE, "a=1; airlock_session=abc; b=2".parse().unwrap());
+        assert_eq!(cookie(&headers, SESSION_COOKIE).as_deref(), Some("abc"));
+        assert_eq!(cookie(&headers, LOGIN_COOKIE), None);
+    }
+}

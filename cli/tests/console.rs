@@ -1,0 +1,443 @@
+//! `airlock console` over HTTP, as a browser would use it but without one: sign-in, sessions, CSRF, a
+//! request recorded while the console runs, approve (the call then runs exactly once), deny (the model
+//! gets the reason), a tampered request, and the loopback guard. The database is shared with the test in
+//! multi-process mode, as an agent host would share it.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use std::time::Duration;
+
+use agent_airlock::approval::{AdmitError, InterruptApprovals};
+use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
+use agent_airlock::ledger::{RedbLedger, RequestStatus};
+use agent_airlock::mask::{MaskSet, Masker};
+use agent_airlock::{Clock as _, SystemClock};
+use hmac::{Hmac, KeyInit, Mac as _};
+use reqwest::StatusCode;
+use serde_json::{Map, Value, json};
+use sha2::Sha256;
+
+mod support;
+
+use support::console::{Console, Visitor, element_text, hidden, shared_database, tamper};
+use support::{Calls, SECRET, TTL, approvals_on};
+
+const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
+
+fn refund_arguments(amount: u64) -> Map<String, Value> {
+    json!({"payment_id": "pi_1", "amount": amount, "api_key": "sk_live_0123456789abcdefghijklmn"})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+/// The agent host's side: approvals on the shared file.
+fn host(db: &Path) -> InterruptApprovals {
+    approvals_on(Arc::new(RedbLedger::from_database(shared_database(db)).unwrap()), TTL)
+}
+
+/// Where a request stands, read through `host`'s ledger (one process opens the file once).
+fn status_of(host: &InterruptApprovals, request_id: &str) -> RequestStatus {
+    host.ledger().find_request(request_id).unwrap().unwrap().status
+}
+
+#[test]
+fn an_operator_signs_in_sees_a_new_request_and_approves_it_and_the_call_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let token = console.token.clone().unwrap();
+    let mut visitor = Visitor::new(&console);
+
+    // Not signed in: every page sends the browser to sign in.
+    let response = visitor.client.get(format!("{}/", console.url)).send().unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(visitor.sign_in("", "not-the-token"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("", &token), StatusCode::SEE_OTHER);
+    let session = visitor.cookies.get("airlock_session").unwrap().clone();
+    assert_eq!(session.len(), 64, "a 256-bit random session id");
+    let (status, page) = visitor.get("/");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No request is waiting") && page.contains(r#"<span id="operator">alice</span>"#), "{page}");
+
+    // The agent asks while the page is open; the rows the page refreshes itself with now hold it.
+    let host = host(&db);
+    let id = REFUND.request_in(&host, 500, "moves <b>money</b>");
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)), "{rows}");
+    assert!(
+        rows.contains("refund") && rows.contains("moves &lt;b&gt;money&lt;/b&gt;") && rows.contains("t1"),
+        "{rows}"
+    );
+
+    // The request in full: seal verified, arguments shown with the secret masked.
+    let (status, page) = visitor.get(&format!("/requests/{id}"));
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="seal" class="verified""#), "{page}");
+    let call = element_text(&page, "sealed-call");
+    assert!(call.contains("\"amount\": 500") && !call.contains("sk_live_0123456789"), "{call}");
+    let csrf = hidden(&page, "csrf");
+
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
+    assert_eq!(grant.approver, "alice");
+
+    // The waiting call is admitted once; the same approval admits nothing again.
+    REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
+    let again = REFUND.with(500, |call| host.admit_blocking(call, &resume));
+    assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
+    // Approving it a second time from the console is refused: it is no longer pending.
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    let (_, page) = visitor.get("/decisions");
+    assert!(page.contains("approved by alice, spent"), "{page}");
+
+    // The one-time token was used up; signing out ends the session.
+    let mut other = Visitor::new(&console);
+    assert_eq!(other.sign_in("", &token), StatusCode::UNAUTHORIZED);
+    let (status, _, location) = visitor.post("/logout", &[("csrf", &csrf)]);
+    assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/login")));
+    visitor.cookies.insert("airlock_session".to_owned(), session);
+    assert_eq!(visitor.get("/").0, StatusCode::SEE_OTHER);
+}
+
+#[test]
+fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approve() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let host = host(&db);
+    let id = REFUND.with(700, |call| {
+        host.request_masked_blocking(call, "policy", "moves money", &Masker::default(), MaskSet::SECRETS, 2).unwrap()
+    });
+    let id = id.request_id().to_owned();
+
+    let sign_in = |operator: &str| {
+        let console = Console::start(&db, &["--operator", operator]);
+        let mut visitor = Visitor::new(&console);
+        assert_eq!(visitor.sign_in("", &console.token.clone().unwrap()), StatusCode::SEE_OTHER);
+        (console, visitor)
+    };
+    let approve = |visitor: &mut Visitor| {
+        let (status, page) = visitor.get(&format!("/requests/{id}"));
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(element_text(&page, "approvals").contains("2 distinct people must approve"), "{page}");
+        let csrf = hidden(&page, "csrf");
+        let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page
+    };
+
+    let (_alice_console, mut alice) = sign_in("alice");
+    let page = approve(&mut alice);
+    assert!(page.contains("approval recorded (1 of 2: alice)"), "{page}");
+    assert!(!page.contains(r#"id="resume""#), "no resume value before the second approver: {page}");
+    // The same operator again counts once; the request is still waiting, and listed as such.
+    let page = approve(&mut alice);
+    assert!(page.contains("approval recorded (1 of 2: alice)"), "{page}");
+    assert!(matches!(status_of(&host, &id), RequestStatus::Approving { .. }));
+    let (_, rows) = alice.get("/pending/rows");
+    assert!(rows.contains(&format!(r#"data-request="{id}""#)), "{rows}");
+
+    let (_bob_console, mut bob) = sign_in("bob");
+    let page = approve(&mut bob);
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
+    assert_eq!(grant.approvers(), vec!["alice", "bob"]);
+    REFUND.with(700, |call| host.admit_blocking(call, &resume)).unwrap();
+    let (_, page) = bob.get("/decisions");
+    assert!(page.contains("approved by alice and bob, spent"), "{page}");
+}
+
+#[test]
+fn a_denial_with_its_reason_reaches_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let host = host(&db);
+    let id = REFUND.request_in(&host, 900, "moves money");
+    let console = Console::start(&db, &["--operator", "bob"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) =
+        visitor.post(&format!("/requests/{id}/deny"), &[("csrf", &csrf), ("reason", "wrong customer")]);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
+    let refused = REFUND.with(900, |call| host.admit_blocking(call, &resume));
+    let Err(AdmitError::Denied { reason, .. }) = refused else { panic!("{refused:?}") };
+    assert_eq!(reason.as_deref(), Some("wrong customer"));
+    let RequestStatus::Denied(denial) = status_of(&host, &id) else { panic!("not denied") };
+    assert_eq!(denial.denied_by, "bob");
+}
+
+#[test]
+fn posts_without_the_session_or_its_csrf_token_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request_in(&host(&db), 500, "moves money");
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    let csrf = hidden(&page, "csrf");
+
+    // No token, a wrong one, and the right one without the session cookie: all refused.
+    let approve = format!("/requests/{id}/approve");
+    let (status, page, _) = visitor.post(&approve, &[]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(page.contains("CSRF token is missing or wrong"), "{page}");
+    let wrong = "0".repeat(csrf.len());
+    assert_eq!(visitor.post(&approve, &[("csrf", &wrong)]).0, StatusCode::FORBIDDEN);
+    assert_eq!(visitor.post(&format!("/requests/{id}/deny"), &[("reason", "x")]).0, StatusCode::FORBIDDEN);
+    let mut stranger = Visitor::new(&console);
+    let (status, page, _) = stranger.post(&approve, &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(page.contains("not signed in"), "{page}");
+    assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
+
+    // A sign-in form posted without its own cookie (from another site) signs no one in.
+    let mut forger = Visitor::new(&console);
+    let (status, _, _) = forger.post("/login", &[("name", ""), ("secret", "x"), ("nonce", "abc")]);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!forger.cookies.contains_key("airlock_session"));
+
+    // A request addressed to another host name (DNS rebinding) is not answered.
+    let response = visitor.client.get(format!("{}/login", console.url)).header("host", "evil.example").send().unwrap();
+    assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST);
+    let csp = visitor.client.get(format!("{}/login", console.url)).send().unwrap();
+    let csp = csp.headers().get("content-security-policy").unwrap().to_str().unwrap().to_owned();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+}
+
+#[test]
+fn a_tampered_request_is_shown_as_tampered_and_cannot_be_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request_in(&host(&db), 900, "moves money");
+    tamper(&shared_database(&db), &id);
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains("TAMPERED") && !rows.contains("harmless"), "{rows}");
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    assert!(page.contains(r#"id="seal" class="tampered""#) && !page.contains("harmless"), "{page}");
+    assert!(!page.contains("/approve"), "no approve form for a tampered request: {page}");
+    // Posting the approval anyway (with a valid session and token) approves nothing.
+    let (_, pending) = visitor.get("/");
+    let csrf = hidden(&pending, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("TAMPERED") && page.contains("nothing was approved"), "{page}");
+    assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
+}
+
+#[test]
+fn operators_sign_in_with_their_password_from_an_operators_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["console", "hash-password", "carol"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hashing.stdin.take().unwrap().write_all(b"correct horse battery\n").unwrap();
+    let line = String::from_utf8(hashing.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.starts_with("carol:$argon2id$") && !line.contains("correct horse"), "{line}");
+    let operators = dir.path().join("operators");
+    std::fs::write(&operators, format!("# who may approve\n{line}")).unwrap();
+
+    let console = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
+    assert!(console.token.is_none());
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("carol", "wrong"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("mallory", "correct horse battery"), StatusCode::UNAUTHORIZED);
+    assert_eq!(visitor.sign_in("carol", "correct horse battery"), StatusCode::SEE_OTHER);
+    let (status, page) = visitor.get("/");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"<span id="operator">carol</span>"#), "{page}");
+}
+
+#[test]
+fn the_console_refuses_to_serve_beyond_loopback_or_without_a_way_to_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .arg("--db")
+            .arg(&db)
+            .arg("console")
+            .args(args)
+            .env("AIRLOCK_APPROVAL_KEY", SECRET)
+            .env_remove("AIRLOCK_OPERATOR")
+            .output()
+            .unwrap()
+    };
+    let output = run(&["--listen", "0.0.0.0:0", "--operator", "alice"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`--allow-remote`"));
+    let output = run(&["--listen", "127.0.0.1:0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("`--operators FILE`"));
+}
+
+#[test]
+fn the_cli_records_who_decides_and_requires_an_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = REFUND.request(&db, 500, "moves money");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["approve", &id, "--yes"])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .env_remove("AIRLOCK_OPERATOR")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--operator"), "{output:?}");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["approve", &id, "--yes"])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .env("AIRLOCK_OPERATOR", "dave")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let shown = support::stdout(&support::airlock(&db, &["requests", "show", &id]));
+    assert!(shown.contains("decision  approved by dave"), "{shown}");
+}
+
+#[test]
+fn ambiguous_effects_are_resolved_and_the_audit_log_is_verified_from_the_console() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::new(shared_database(&db)).unwrap();
+        let now = SystemClock.now();
+        let unknown = store.reserve("refund:pi_2", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get("/effects");
+    assert!(page.contains("<code>refund:pi_2</code>"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let form = [("key", "refund:pi_2"), ("outcome", "failed")];
+    assert_eq!(visitor.post("/effects/resolve", &form).0, StatusCode::FORBIDDEN, "no CSRF token");
+    let (status, _, location) = visitor.post("/effects/resolve", &[form[0], form[1], ("csrf", &csrf)]);
+    assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/effects")));
+    let (_, page) = visitor.get("/effects");
+    assert!(page.contains("No effect is waiting") && !page.contains("refund:pi_2"), "{page}");
+    let (status, page) = visitor.get("/audit");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="audit-status" class="verified""#), "{page}");
+}
+
+/// What a loopback webhook receiver was sent.
+struct Received {
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    answered: u16,
+}
+
+/// A webhook receiver on a free loopback port that answers its first `failures` notifications with 500
+/// and the rest with 204; returns its URL and what it received.
+fn webhook_receiver(failures: usize) -> (String, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = HashMap::new();
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            loop {
+                line.clear();
+                reader.read_line(&mut line).unwrap();
+                let Some((name, value)) = line.trim_end().split_once(": ") else { break };
+                headers.insert(name.to_ascii_lowercase(), value.to_owned());
+            }
+            let mut body = vec![0; headers.get("content-length").map_or(0, |n| n.parse().unwrap())];
+            reader.read_exact(&mut body).unwrap();
+            let mut log = log.lock().unwrap();
+            let answered = if log.len() < failures { 500 } else { 204 };
+            write!(stream, "HTTP/1.1 {answered} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").unwrap();
+            log.push(Received { headers, body, answered });
+        }
+    });
+    (url, received)
+}
+
+#[test]
+fn a_new_pending_request_is_announced_once_to_the_webhook_signed_and_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let secret = "5a".repeat(32);
+    let key_file = dir.path().join("webhook.key");
+    std::fs::write(&key_file, &secret).unwrap();
+    let (url, received) = webhook_receiver(1);
+    let key_arg = key_file.to_str().unwrap();
+    let webhook = ["--webhook-url", &url, "--webhook-key-file", key_arg, "--webhook-backoff-ms", "100"];
+    let console = Console::start(&db, &[&["--operator", "alice"][..], &webhook[..]].concat());
+
+    let id = REFUND.request_in(&host(&db), 500, "moves money");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Refused once, so sent again after the backoff; then never again for the same request.
+    std::thread::sleep(Duration::from_millis(2500));
+    let received = received.lock().unwrap();
+    assert_eq!(received.iter().map(|r| r.answered).collect::<Vec<_>>(), [500, 204]);
+    for notification in received.iter() {
+        let body: Value = serde_json::from_slice(&notification.body).unwrap();
+        assert_eq!(body["event"], "approval.pending");
+        assert_eq!(body["request_id"], id.as_str());
+        assert_eq!(
+            (&body["tool"], &body["reason"], &body["seal"]),
+            (&json!("refund"), &json!("moves money"), &json!("verified"))
+        );
+        assert_eq!(body["url"], format!("{}/requests/{id}", console.url));
+        let text = String::from_utf8_lossy(&notification.body);
+        assert!(!text.contains("sk_live") && !text.contains("amount"), "arguments are never sent: {text}");
+        // HMAC-SHA256(secret, domain tag ‖ timestamp ‖ "." ‖ body), checked without the runtime's code.
+        let timestamp = &notification.headers["x-airlock-timestamp"];
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&hex::decode(&secret).unwrap()).unwrap();
+        mac.update(b"agent-airlock/webhook/v1\0");
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(&notification.body);
+        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(notification.headers["x-airlock-signature"], expected);
+    }
+
+    // The console has no TLS client: an `https://` webhook is refused at start, not silently dropped.
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["console", "--operator", "alice", "--webhook-url", "https://chat.example/hook"])
+        .args(["--webhook-key-file", key_arg])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not `http://`"), "{output:?}");
+}
