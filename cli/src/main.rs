@@ -258,6 +258,15 @@ fn main() -> ExitCode {
     }
 }
 
+impl Cli {
+    /// How a redb file given with `--db` (or another the command names) is opened.
+    fn redb_options(&self) -> RedbOpenOptions {
+        RedbOpenOptions::default()
+            .sharing(if self.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
+            .wait_if_open(Duration::from_secs(self.wait_secs))
+    }
+}
+
 /// Where the records are.
 enum Storage {
     /// A redb file.
@@ -273,10 +282,9 @@ impl Storage {
             let ledger = PostgresLedger::connect(&cli.db).map_err(|e| format!("the PostgreSQL database: {e}"))?;
             return Ok(Storage::Postgres(Arc::new(ledger)));
         }
-        let options = RedbOpenOptions::default()
-            .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
-            .wait_if_open(Duration::from_secs(cli.wait_secs));
-        Ok(Storage::Redb(Arc::new(open_database(&cli.db, &options).map_err(|e| format!("{}: {e}", cli.db))?)))
+        Ok(Storage::Redb(Arc::new(
+            open_database(&cli.db, &cli.redb_options()).map_err(|e| format!("{}: {e}", cli.db))?,
+        )))
     }
 
     fn ledger(&self) -> Result<Arc<dyn ApprovalLedger>, Failure> {
@@ -310,10 +318,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     }
     if let Command::Mcp(args) = &cli.command {
         // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
-        let options = RedbOpenOptions::default()
-            .sharing(if cli.multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive })
-            .wait_if_open(Duration::from_secs(cli.wait_secs));
-        return mcp::run(args, std::path::Path::new(&cli.db), &options);
+        return mcp::run(args, cli);
     }
     if let Command::Console(args) = &cli.command {
         // `hash-password` needs no database.

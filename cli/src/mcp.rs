@@ -3,29 +3,37 @@
 //! `airlock mcp --policy airlock.toml -- <command> [args…]` starts the upstream server as a child process,
 //! speaks MCP to the client on stdin and stdout (nothing else is written to stdout; logs go to stderr), and
 //! runs every `tools/call` through the gates of the policy file before forwarding it. Approvals are asked
-//! of the client's human by elicitation, bound to the exact call and spent once through the ledger in
-//! `--db`. The child is shut down when the client goes away or on SIGTERM/SIGINT.
+//! of the client's human by elicitation, or, for tools the policy routes to an operator, wait for
+//! `airlock approve` in the shared store; either way bound to the exact call and spent once through the
+//! ledger in `--db` (a redb file or a PostgreSQL URL). Resources and prompts pass through. The child is shut
+//! down when the client goes away or on SIGTERM/SIGINT. `--upstream-url` reaches a Streamable HTTP upstream
+//! instead of starting one; `--listen` serves clients over Streamable HTTP (bearer token required).
 //!
 //! `airlock mcp scan -- <command> [args…]` prints a starter policy for that server: deny by default, every
 //! tool listed with its definition pin.
 
 use std::ffi::OsString;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
 use agent_airlock::approval::{InterruptApprovals, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditLog};
-use agent_airlock::effect::RedbEffectStore;
-use agent_airlock::integrations::mcp::McpApprovals;
-use agent_airlock::integrations::mcp_gateway::{McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin};
+use agent_airlock::effect::EffectStore;
+use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
+use agent_airlock::integrations::mcp_gateway::{
+    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin,
+};
 use agent_airlock::keys::ApprovalKey;
-use agent_airlock::ledger::{RedbLedger, RedbOpenOptions, open_database};
-use agent_airlock::policy::PolicyMode;
+use agent_airlock::ledger::{ApprovalLedger, open_database};
+use agent_airlock::policy::{ApprovalRoute, PolicyMode};
 use agent_airlock::{Dispatcher, Policy, SystemClock, check_tool_name};
 use clap::{Args, Subcommand};
+use tokio::net::TcpListener;
+
+use crate::{Cli, Storage};
 
 /// `airlock mcp …`.
 #[derive(Args)]
@@ -60,12 +68,35 @@ struct GatewayArgs {
     /// An environment variable holding the approval key's secret as hex.
     #[arg(long, default_value = "AIRLOCK_APPROVAL_KEY")]
     key_env: String,
-    /// How long the client's human has to answer an approval request, in seconds.
+    /// How long an escalated call waits for its approval (the client's human, or an operator where the
+    /// policy says `approver = "operator"`), in seconds.
     #[arg(long, default_value_t = 600)]
     approval_timeout_secs: u64,
+    /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
+    #[arg(long, value_name = "PATH")]
+    audit: Option<PathBuf>,
     /// The upstream server's command line, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
+    /// Connect to an upstream served over Streamable HTTP (`http://…/mcp`) instead of starting one.
+    #[arg(long, value_name = "URL", conflicts_with = "upstream")]
+    upstream_url: Option<String>,
+    /// An environment variable holding the bearer token the upstream at `--upstream-url` expects.
+    #[arg(long, value_name = "VAR", requires = "upstream_url")]
+    upstream_token_env: Option<String>,
+    /// Serve clients over Streamable HTTP on this address (e.g. `127.0.0.1:8765`) instead of stdio. Every
+    /// request needs `Authorization: Bearer <token>`, the token read from `--token-file` or `--token-env`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Allow `--listen` on an address other than loopback (the token is then the only gate).
+    #[arg(long, requires = "listen")]
+    allow_remote: bool,
+    /// A file holding the bearer token clients of `--listen` must send.
+    #[arg(long, value_name = "PATH", requires = "listen", conflicts_with = "token_env")]
+    token_file: Option<PathBuf>,
+    /// An environment variable holding the bearer token clients of `--listen` must send.
+    #[arg(long, value_name = "VAR", default_value = "AIRLOCK_GATEWAY_TOKEN")]
+    token_env: String,
 }
 
 /// The approval key's id in the gateway's ledger.
@@ -75,15 +106,21 @@ const KEY_ID: &str = "airlock-mcp";
 const GRANT_TTL: Duration = Duration::from_secs(600);
 
 /// Runs `airlock mcp …`.
-pub(crate) fn run(args: &McpArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
+pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
+    // The database is opened outside the async runtime: PostgreSQL's connection blocks while it connects.
+    let prepared = match &args.command {
+        Some(McpCommand::Scan { .. }) => None,
+        None => Some(prepare(&args.run, cli)?),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let result = match &args.command {
-        Some(McpCommand::Scan { upstream }) => runtime.block_on(scan(upstream)),
-        None => runtime.block_on(gateway(&args.run, db, options)),
+    let result = match (&args.command, prepared) {
+        (Some(McpCommand::Scan { upstream }), _) => runtime.block_on(scan(upstream)),
+        (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
+        (None, None) => Err("the gateway was not prepared".to_owned()),
     };
     // Standard input is read by a blocking thread that nothing but input ends; do not wait for it.
     runtime.shutdown_background();
@@ -95,25 +132,79 @@ fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
     Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()))
 }
 
-async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Result<(), String> {
-    let stop = termination("airlock mcp");
+/// What the gateway runs with, read and opened before it starts: the policy, then the stores.
+struct Prepared {
+    policy: Policy,
+    ledger: Arc<dyn ApprovalLedger>,
+    effects: Arc<dyn EffectStore>,
+    audit: Arc<AuditLog>,
+    key: ApprovalKey,
+    /// The key was made for this run: no other process can check or decide its requests.
+    key_generated: bool,
+    /// Another process (`airlock approve`) can open the store while the gateway runs.
+    store_shared: bool,
+}
+
+fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
     let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
     let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
+    let (key, key_generated) = approval_key(args)?;
+    // The store is the one every other command opens with the same `--db`.
+    let storage = Storage::open(cli)?;
+    let audit = match (&args.audit, &storage) {
+        (Some(path), _) => {
+            let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
+            AuditLog::with_database(Arc::new(database), AuditConfig::default()).map_err(|e| e.to_string())?
+        }
+        (None, Storage::Redb(_)) => storage.audit(AuditConfig::default())?,
+        (None, Storage::Postgres(_)) => {
+            return Err("the gateway audits every call, and PostgreSQL holds only the ledger and the effect records: \
+                        give the audit log's redb file with `--audit`"
+                .to_owned());
+        }
+    };
+    let store_shared = matches!(storage, Storage::Postgres(_)) || cli.multi_process;
+    Ok(Prepared {
+        policy,
+        ledger: storage.ledger()?,
+        effects: storage.effects()?,
+        audit: Arc::new(audit),
+        key,
+        key_generated,
+        store_shared,
+    })
+}
+
+async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
+    let stop = termination("airlock mcp");
+    let Prepared { policy, ledger, effects, audit, key, key_generated, store_shared } = prepared;
     let pins: ToolPins = policy.pins().iter().map(|(tool, pin)| (tool.clone(), pin.clone())).collect();
     let observe = policy.mode() == PolicyMode::Observe;
-
-    let database = Arc::new(open_database(db, options).map_err(|e| format!("{}: {e}", db.display()))?);
-    let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?);
-    let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?);
-    let audit = Arc::new(AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?);
-    let key = approval_key(args)?;
     let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
 
-    let command = upstream_command(&args.upstream)?;
-    let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+    let listen = match args.listen {
+        Some(addr) => Some(listener(args, addr).await?),
+        None => None,
+    };
+    let (upstream, shown) = match &args.upstream_url {
+        Some(url) => {
+            let bearer = match &args.upstream_token_env {
+                Some(var) => {
+                    Some(std::env::var(var).map_err(|_| format!("`--upstream-token-env`: `{var}` is not set"))?)
+                }
+                None => None,
+            };
+            (Upstream::connect(url, bearer).await.map_err(|e| e.to_string())?, url.clone())
+        }
+        None => {
+            let command = upstream_command(&args.upstream)?;
+            (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
+        }
+    };
     let setup = {
         let approvals = approvals.clone();
+        let policy = policy.clone();
         move || {
             Dispatcher::builder()
                 .policy(policy.clone())
@@ -122,14 +213,36 @@ async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Re
                 .audit(Arc::clone(&audit))
         }
     };
-    let gateway = McpGateway::start(upstream, pins, setup)
-        .await
-        .map_err(|e| e.to_string())?
-        .with_approval_timeout(Duration::from_secs(args.approval_timeout_secs));
+    let gateway = match McpGateway::start(upstream, pins, setup).await {
+        Ok(gateway) => {
+            gateway.with_approval_timeout(Duration::from_secs(args.approval_timeout_secs)).with_policy(policy.clone())
+        }
+        Err(error) => return Err(error.to_string()),
+    };
     let tools = gateway.tools();
+    let operator_tools: Vec<&String> =
+        tools.offered.iter().filter(|tool| policy.for_tool(tool).approver == ApprovalRoute::Operator).collect();
+    let unusable_operator = if operator_tools.is_empty() {
+        None
+    } else if key_generated {
+        Some(
+            "an operator checks and decides requests with the gateway's approval key: give it with `--key-file` or in `--key-env`'s variable",
+        )
+    } else if !store_shared {
+        Some(
+            "an operator decides in the store the gateway holds: open the redb file with `--multi-process` (every process using it must), or use a PostgreSQL `--db`",
+        )
+    } else {
+        None
+    };
+    if let Some(why) = unusable_operator {
+        let names = operator_tools.iter().map(|tool| escape(tool).into_owned()).collect::<Vec<_>>().join(", ");
+        gateway.shutdown().await;
+        return Err(format!("the policy routes the approvals of {names} to an operator, but {why}"));
+    }
     eprintln!(
         "airlock mcp: guarding `{}`; offering {} tool(s): {}",
-        escape(&command.display()),
+        escape(&shown),
         tools.offered.len(),
         escape(&tools.offered.join(", "))
     );
@@ -139,23 +252,65 @@ async fn gateway(args: &GatewayArgs, db: &Path, options: &RedbOpenOptions) -> Re
     for (name, why) in &tools.unusable {
         eprintln!("airlock mcp: `{}` cannot be guarded ({}): hidden", escape(name), escape(why));
     }
+    if !operator_tools.is_empty() {
+        eprintln!(
+            "airlock mcp: an operator approves the escalated calls of {} (`airlock requests list --pending`, then \
+             `airlock approve`); each waits up to {} s",
+            escape(&operator_tools.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")),
+            args.approval_timeout_secs
+        );
+    }
     if observe {
         eprintln!("airlock mcp: OBSERVE MODE: the policy refuses nothing; what it would refuse is audited and logged");
     }
-    let approvals = McpApprovals::BoundClientElicitation(Box::new(approvals));
-    gateway.serve_stdio(approvals, stop).await.map_err(|e| e.to_string())
+    let routes =
+        McpApprovals::Routed(Box::new(RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver)));
+    match listen {
+        Some((listener, token)) => {
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            eprintln!("airlock mcp: serving MCP over Streamable HTTP on http://{addr}/mcp (bearer token required)");
+            gateway.serve_http(routes, listener, token, stop).await.map_err(|e| e.to_string())
+        }
+        None => gateway.serve_stdio(routes, stop).await.map_err(|e| e.to_string()),
+    }
 }
 
-fn approval_key(args: &GatewayArgs) -> Result<ApprovalKey, String> {
+/// The listener of `--listen` and the token its clients must send.
+async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(TcpListener, BearerToken), String> {
+    if !addr.ip().is_loopback() && !args.allow_remote {
+        return Err(format!(
+            "`--listen {addr}` is not a loopback address: clients on other machines could reach the gateway; pass \
+             `--allow-remote` to mean it"
+        ));
+    }
+    let token = match &args.token_file {
+        Some(path) => {
+            crate::warn_if_others_can_read(path);
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => std::env::var(&args.token_env).map_err(|_| {
+            format!(
+                "`--listen` needs the bearer token clients must send: put it in `{}` or a file named by `--token-file`",
+                args.token_env
+            )
+        })?,
+    };
+    let token = BearerToken::new(&token).ok_or("the bearer token for `--listen` is empty")?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok((listener, token))
+}
+
+/// The approval key, and whether it was made for this run.
+fn approval_key(args: &GatewayArgs) -> Result<(ApprovalKey, bool), String> {
     if let Some(path) = &args.key_file {
         crate::warn_if_others_can_read(path);
-        return ApprovalKey::from_file(KEY_ID, path).map_err(|e| e.to_string());
+        return ApprovalKey::from_file(KEY_ID, path).map(|key| (key, false)).map_err(|e| e.to_string());
     }
     if std::env::var_os(&args.key_env).is_some() {
-        return ApprovalKey::from_env(KEY_ID, &args.key_env).map_err(|e| e.to_string());
+        return ApprovalKey::from_env(KEY_ID, &args.key_env).map(|key| (key, false)).map_err(|e| e.to_string());
     }
     let (key, _) = ApprovalKey::generate(KEY_ID).map_err(|e| e.to_string())?;
-    Ok(key)
+    Ok((key, true))
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or SIGINT; Ctrl-C elsewhere). The handlers are

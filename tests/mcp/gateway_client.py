@@ -32,7 +32,7 @@ class UpstreamLog:
         if not self.path.exists():
             return []
         entries = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
-        return [entry for entry in entries if tool is None or entry["tool"] == tool]
+        return [entry for entry in entries if tool is None or entry.get("tool") == tool]
 
 
 def gateway_command(config: dict[str, Any], db: str) -> list[str]:

@@ -66,7 +66,7 @@ fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
     let pinned = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("the starter policy parses: {e}\n{starter}"));
     let mut tools: Vec<&String> = pinned.pins().keys().collect();
     tools.sort();
-    assert_eq!(tools, ["delete_everything", "die", "flaky", "read_note", "rug_pull", "transfer", "write_note"]);
+    assert_eq!(tools, ["delete_everything", "die", "flaky", "read_note", "rug_pull", "slow", "transfer", "write_note"]);
     assert!(pinned.pins().values().all(|pin| pin.starts_with("sha256:") && pin.len() == 71));
     assert!(pinned.for_tool("write_note").denied_by.is_some(), "the starter denies by default");
     assert!(std::fs::read_to_string(scratch.path("calls.log")).unwrap_or_default().is_empty(), "scan calls nothing");

@@ -61,11 +61,12 @@ use serde_json::{Map, Value};
 pub use rmcp;
 
 use crate::approval::display::DisplayError;
-use crate::approval::protocol::InterruptApprovals;
+use crate::approval::protocol::{InterruptApprovals, ResumeValue};
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
+use crate::policy::ApprovalRoute;
 use crate::schema::ToolDefinition;
 
 /// The `_meta` key of every `tools/call` result: what the guard did with the call.
@@ -108,6 +109,51 @@ pub enum McpApprovals {
     /// client cancels stops waiting for the dispatcher's approver callback and never runs; one cancelled while
     /// its tool runs is dropped (its effect, if any, is left ambiguous for an operator).
     Dispatcher,
+    /// Bound approvals, as [`BoundClientElicitation`](Self::BoundClientElicitation), asked of whoever each
+    /// tool's [`ApprovalRoute`] names: the client's human through elicitation, or an operator. For the
+    /// operator the call pauses as a sealed request recorded pending in the ledger and waits, up to the
+    /// server's approval timeout, for a decision another process records in the same ledger (`airlock
+    /// approve` or `airlock deny` against the shared store); it then resumes with that decision, so the
+    /// grant is spent exactly once by exactly this call. A call cancelled or timed out while it waits is
+    /// closed in the ledger (a later approval admits nothing) and never runs.
+    ///
+    /// **Trusted: the client** for the tools routed to it, **the operator** for the others.
+    Routed(Box<RoutedApprovals>),
+}
+
+/// The approvals and routes of [`McpApprovals::Routed`].
+#[derive(Clone)]
+pub struct RoutedApprovals {
+    approvals: InterruptApprovals,
+    routes: Arc<dyn Fn(&str) -> ApprovalRoute + Send + Sync>,
+    poll_interval: Duration,
+}
+
+/// How often a call waiting for an operator looks for the decision in the ledger, unless set.
+pub const DEFAULT_OPERATOR_POLL: Duration = Duration::from_millis(250);
+
+impl RoutedApprovals {
+    /// Bound approvals recorded in `approvals`' ledger, each tool's asked of whom `routes` names for it
+    /// (for a policy: `move |tool| policy.for_tool(tool).approver`).
+    pub fn new(approvals: InterruptApprovals, routes: impl Fn(&str) -> ApprovalRoute + Send + Sync + 'static) -> Self {
+        RoutedApprovals { approvals, routes: Arc::new(routes), poll_interval: DEFAULT_OPERATOR_POLL }
+    }
+
+    /// How often a call waiting for an operator looks for the decision ([`DEFAULT_OPERATOR_POLL`]).
+    #[must_use]
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+}
+
+impl std::fmt::Debug for RoutedApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutedApprovals")
+            .field("approvals", &self.approvals)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An MCP server whose tools are a [`Dispatcher`]'s, every call guarded by its gates.
@@ -334,9 +380,12 @@ impl GuardedMcpServer {
     ) -> Outcome {
         let Some(approver) = self.approver_for(context) else {
             // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
-            return dispatcher.dispatch_with_approver(call, &self.context, None).await;
+            let call_id = call.clone();
+            return unless_cancelled(context, &call_id, dispatcher.dispatch_with_approver(call, &self.context, None))
+                .await;
         };
-        let request = match dispatcher.dispatch(call.clone(), &self.context).await {
+        // Without an escalation the tool runs here: a cancellation stops it.
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -384,7 +433,71 @@ impl GuardedMcpServer {
             // Cancelled between the answer and the run: the denial revokes the unspent grant.
             return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
         }
-        dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await
+        self.run_approved(dispatcher, call, context, bound, &interrupt, resume).await
+    }
+
+    /// Runs an approved call with its resume value, unless the client cancels it first. Cancelled before
+    /// the grant was spent, the grant is revoked, so the request is closed rather than left granted.
+    async fn run_approved(
+        &self,
+        dispatcher: &Dispatcher,
+        call: ToolCall,
+        context: &RequestContext<RoleServer>,
+        bound: &InterruptApprovals,
+        interrupt: &Value,
+        resume: Value,
+    ) -> Outcome {
+        let call_id = call.clone();
+        let resumed = self.context.clone().with_resume(resume);
+        let outcome = unless_cancelled(context, &call_id, dispatcher.dispatch(call, &resumed)).await;
+        if context.ct.is_cancelled() {
+            // A grant already spent stays spent (the call was admitted); the ledger says so and nothing changes.
+            if let Err(error) =
+                bound.deny(interrupt, CLOSED_BY, Some("closed: the client cancelled the call before it ran")).await
+            {
+                tracing::debug!(target: "agent_airlock", %error, "a cancelled call's request was not closed");
+            }
+        }
+        outcome
+    }
+
+    /// Interrupt, wait for an operator's decision in the shared ledger, resume with it.
+    async fn dispatch_operator(
+        &self,
+        dispatcher: &Dispatcher,
+        call: ToolCall,
+        context: &RequestContext<RoleServer>,
+        routed: &RoutedApprovals,
+    ) -> Outcome {
+        // Without an escalation the tool runs here: a cancellation stops it.
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
+            Outcome::Interrupt { request, .. } => request,
+            done => return done,
+        };
+        let bound = &routed.approvals;
+        tracing::info!(
+            target: "agent_airlock", tool = %call.name, request_id = %request.request_id(),
+            "an escalated call waits for an operator: `airlock approve {}`", request.request_id()
+        );
+        let interrupt = request.into_value();
+        let waited = tokio::time::timeout(
+            self.approval_timeout,
+            wait_for_decision(bound, &interrupt, routed.poll_interval, context),
+        )
+        .await;
+        let resume = match waited {
+            Ok(Ok(resume)) => resume,
+            Ok(Err(reason)) => return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await,
+            Err(_elapsed) => {
+                let reason = format!("no operator decided within {} s", self.approval_timeout.as_secs());
+                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+            }
+        };
+        if context.ct.is_cancelled() {
+            // Cancelled as the decision came: the denial revokes the unspent grant.
+            return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
+        }
+        self.run_approved(dispatcher, call, context, bound, &interrupt, resume.into_value()).await
     }
 
     /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
@@ -413,6 +526,52 @@ impl GuardedMcpServer {
             timeout: self.approval_timeout,
             eliciting: Arc::clone(&self.eliciting),
         })
+    }
+}
+
+/// Runs `dispatch` unless the client cancels the request first. Cancelled, the dispatch is dropped as the
+/// protocol asks: a tool already running stops (an upstream behind a gateway is sent
+/// `notifications/cancelled`), its reserved effect, if any, is left ambiguous for an operator, and the call
+/// is answered as cancelled (the client no longer reads the answer).
+async fn unless_cancelled(
+    context: &RequestContext<RoleServer>,
+    call: &ToolCall,
+    dispatch: impl std::future::Future<Output = Outcome>,
+) -> Outcome {
+    match select(pin!(context.ct.cancelled()), pin!(dispatch)).await {
+        Either::Left(((), _)) => cancelled_outcome(call),
+        Either::Right((outcome, _)) => outcome,
+    }
+}
+
+/// Polls the ledger until an operator decided the request `interrupt` stands for; an error (the reason no
+/// decision is used) when the call is cancelled first or the ledger cannot answer.
+async fn wait_for_decision(
+    approvals: &InterruptApprovals,
+    interrupt: &Value,
+    every: Duration,
+    context: &RequestContext<RoleServer>,
+) -> Result<ResumeValue, String> {
+    let cancelled = &context.ct;
+    loop {
+        let (approvals, interrupt) = (approvals.clone(), interrupt.clone());
+        // The ledger's reads block (a redb transaction, a PostgreSQL round trip).
+        let read = tokio::task::spawn_blocking(move || approvals.recorded_decision_blocking(&interrupt));
+        match select(pin!(cancelled.cancelled()), read).await {
+            Either::Left(((), _)) => return Err(CANCELLED.to_owned()),
+            Either::Right((Ok(Ok(Some(resume))), _)) => return Ok(resume),
+            Either::Right((Ok(Ok(None)), _)) => {}
+            Either::Right((Ok(Err(error)), _)) => {
+                tracing::error!(target: "agent_airlock", %error, "reading an operator's decision failed");
+                return Err(format!("the operator's decision could not be read ({error})"));
+            }
+            Either::Right((Err(error), _)) => {
+                return Err(format!("the operator's decision could not be read ({error})"));
+            }
+        }
+        if let Either::Left(((), _)) = select(pin!(cancelled.cancelled()), pin!(tokio::time::sleep(every))).await {
+            return Err(CANCELLED.to_owned());
+        }
     }
 }
 
@@ -499,6 +658,10 @@ impl ServerHandler for GuardedMcpServer {
         let dispatcher = &*served.dispatcher;
         let outcome = match &self.approvals {
             McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(dispatcher, call, &context, bound).await,
+            McpApprovals::Routed(routed) => match (routed.routes)(&call.name) {
+                ApprovalRoute::Client => self.dispatch_bound(dispatcher, call, &context, &routed.approvals).await,
+                ApprovalRoute::Operator => self.dispatch_operator(dispatcher, call, &context, routed).await,
+            },
             McpApprovals::ClientElicitation => {
                 let approver = self.approver_for(&context);
                 dispatcher
@@ -507,14 +670,8 @@ impl ServerHandler for GuardedMcpServer {
             }
             McpApprovals::Dispatcher => {
                 // The dispatcher's approver callback may be waiting on an operator: a cancelled request stops
-                // there, before anything is spent or run. Cancelled later, the dispatch is dropped as the
-                // protocol asks (a tool already running stops; its effect, if any, is left ambiguous).
-                let cancelled = context.ct.clone();
-                let dispatch = dispatcher.dispatch(call.clone(), &self.context);
-                match select(pin!(cancelled.cancelled()), pin!(dispatch)).await {
-                    Either::Left(((), _)) => cancelled_outcome(&call),
-                    Either::Right((outcome, _)) => outcome,
-                }
+                // there, before anything is spent or run.
+                unless_cancelled(&context, &call, dispatcher.dispatch(call.clone(), &self.context)).await
             }
         };
         Ok(tool_result(outcome).into())

@@ -6,6 +6,8 @@
 //! mode = "enforce"            # or "observe": evaluate, audit and trace, refuse nothing the policy decides
 //! deny = ["delete_*"]         # tool-name globs; deny beats everything
 //! allow = ["read_*", "refund", "write_file"]   # only with default = "deny"
+//! deny_resources = ["file:///**/.env"]           # resource URI globs a gateway hides and refuses to read
+//! deny_prompts = ["admin_*"]                     # prompt name globs a gateway hides and refuses to give
 //!
 //! [tools.refund]              # a tool name or a glob; every key is optional
 //! escalate = "moves money"    # a human must approve, for this reason
@@ -15,6 +17,7 @@
 //! ghost = "block"             # refuse undeclared arguments instead of stripping them
 //! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
 //! pin = "sha256:…"            # the tool definition's digest (exact names only), enforced by a gateway
+//! approver = "operator"       # who decides its escalations in a gateway: "client" (the default) or "operator"
 //!
 //! [[tools.refund.when]]       # argument conditions, see `policy::condition`
 //! if = "amount > 10000"
@@ -37,7 +40,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::rules::{Policy, PolicyBuilder, PolicyError, PolicyMode};
+use super::rules::{ApprovalRoute, Policy, PolicyBuilder, PolicyError, PolicyMode};
 use crate::rate::RateScope;
 use crate::tool::GhostPolicy;
 
@@ -67,6 +70,10 @@ struct RawPolicy {
     deny: Vec<Spanned<String>>,
     #[serde(default)]
     allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny_resources: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny_prompts: Vec<Spanned<String>>,
     #[serde(default)]
     tools: BTreeMap<Spanned<String>, RawTool>,
 }
@@ -99,6 +106,13 @@ enum Ghost {
     Block,
 }
 
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Approver {
+    Client,
+    Operator,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTool {
@@ -111,6 +125,7 @@ struct RawTool {
     ghost: Option<Spanned<Ghost>>,
     effect: Option<Spanned<String>>,
     pin: Option<Spanned<String>>,
+    approver: Option<Spanned<Approver>>,
     #[serde(default)]
     when: Vec<Spanned<RawWhen>>,
 }
@@ -155,6 +170,12 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
     }
     for glob in &raw.allow {
         file.apply(|b| b.allow(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.deny_resources {
+        file.apply(|b| b.deny_resource(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.deny_prompts {
+        file.apply(|b| b.deny_prompt(glob.get_ref()), &[glob.span()])?;
     }
     // Rules apply in file order (the first matching effect template wins).
     let mut tools: Vec<_> = raw.tools.into_iter().collect();
@@ -263,6 +284,13 @@ impl FileBuilder<'_> {
         if let Some(pin) = &tool.pin {
             self.apply(|b| b.pin(name, pin.get_ref()), &[key.clone(), pin.span()])?;
         }
+        if let Some(approver) = &tool.approver {
+            let route = match approver.get_ref() {
+                Approver::Client => ApprovalRoute::Client,
+                Approver::Operator => ApprovalRoute::Operator,
+            };
+            self.apply(|b| b.approver(name, route), std::slice::from_ref(&key))?;
+        }
         for when in &tool.when {
             let rule = when.get_ref();
             let condition = rule.condition.get_ref();
@@ -335,6 +363,8 @@ version = 1
 default = "deny"
 deny = ["delete_*"]
 allow = ["read_*", "refund", "write_file", "delete_all"]
+deny_resources = ["file:///**/.env"]
+deny_prompts = ["admin_*"]
 
 [tools.refund]
 escalate = "moves money"
@@ -344,6 +374,7 @@ rate_per = "thread"
 mask = "pii"
 effect = "refund:{payment_id}"
 pin = "sha256:abc"
+approver = "operator"
 
 [[tools.refund.when]]
 if = "amount > 10000"
@@ -373,6 +404,14 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(refund.effect.as_ref().map(|(_, e)| e.template()), Some("refund:{payment_id}"));
         assert_eq!(refund.pin.as_deref(), Some("sha256:abc"));
         assert_eq!(policy.pin("refund"), Some("sha256:abc"));
+        assert_eq!(refund.approver, ApprovalRoute::Operator);
+        assert_eq!(policy.resource_denied_by("file:///srv/app/.env"), Some("file:///**/.env"));
+        assert_eq!(policy.resource_denied_by("file:///srv/app/main.rs"), None);
+        assert_eq!(
+            (policy.prompt_denied_by("admin_reset"), policy.prompt_denied_by("summarise")),
+            (Some("admin_*"), None)
+        );
+        assert_eq!(policy.for_tool("write_file").approver, ApprovalRoute::Client, "the client's human by default");
         assert_eq!(refund.conditions.len(), 1);
         assert_eq!(refund.conditions[0].name(), "refund when amount > 10000");
         assert_eq!(refund.conditions[0].action(), &ConditionAction::Escalate("large refund".to_owned()));
@@ -418,12 +457,20 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
                 "unknown variant `maybe`, expected `allow` or `deny`",
             ),
             (h("mode = \"loud\"\n"), 3, 8, "unknown variant `loud`, expected `enforce` or `observe`"),
+            (
+                h("[tools.refund]\napprover = \"boss\"\n"),
+                4,
+                12,
+                "unknown variant `boss`, expected `client` or `operator`",
+            ),
             (h("[tools.refund]\nghost = \"maybe\"\n"), 4, 9, "unknown variant `maybe`, expected `strip` or `block`"),
             (h("[tools.refund]\nrate_per = \"galaxy\"\nrate = \"1/minute\"\n"), 4, 12, "unknown variant `galaxy`"),
             // Globs: deny and allow lists, tool keys (even of an empty table).
             (h("deny = [\"ok\", \"[\"]\n"), 3, 15, "invalid glob `[`: unclosed character class"),
             ("version = 1\ndefault = \"deny\"\nallow = [\"a{\"]\n".to_owned(), 3, 10, "invalid glob `a{`"),
             (h("[tools.\"[x\"]\n"), 3, 8, "invalid glob `[x`"),
+            (h("deny_resources = [\"[\"]\n"), 3, 19, "invalid glob `[`"),
+            (h("deny_prompts = [\"a{\"]\n"), 3, 17, "invalid glob `a{`"),
             (h("allow = [\"read_*\"]\n"), 3, 10, "`allow` lists only matter with `default = \"deny\"`"),
             // Rates.
             (

@@ -29,6 +29,20 @@ pub struct Policy {
     effects: Vec<Rule<PolicyEffect>>,
     conditions: Vec<Rule<ConditionRule>>,
     pins: BTreeMap<String, String>,
+    approvers: Vec<Rule<ApprovalRoute>>,
+    deny_resources: Vec<Rule<()>>,
+    deny_prompts: Vec<Rule<()>>,
+}
+
+/// Who decides a tool's escalated calls when a gateway serves it (`approver = "…"` in a policy file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApprovalRoute {
+    /// The human behind the MCP client, asked through elicitation.
+    #[default]
+    Client,
+    /// An operator, out of band (`airlock approve` against the shared store): the call waits for the
+    /// decision, up to the gateway's approval timeout.
+    Operator,
 }
 
 /// Whether a policy's refusals are enforced.
@@ -155,6 +169,8 @@ pub struct ToolPolicy {
     pub conditions: Vec<ConditionRule>,
     /// The pinned digest of the tool's definition, if the policy pins it.
     pub pin: Option<String>,
+    /// Who decides its escalated calls when a gateway serves it: the first matching rule's, else the client.
+    pub approver: ApprovalRoute,
 }
 
 /// A policy that could not be built.
@@ -270,6 +286,18 @@ impl Policy {
         self.pins.get(name).map(String::as_str)
     }
 
+    /// The glob that denies the resource at `uri` to a gateway's clients, if any. Resources are offered
+    /// unless denied (the default rule and the allow list are about tools).
+    pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
+        self.deny_resources.iter().find(|r| r.matcher.is_match(uri)).map(|r| r.pattern.as_str())
+    }
+
+    /// The glob that denies the prompt named `name` to a gateway's clients, if any. Prompts are offered
+    /// unless denied.
+    pub fn prompt_denied_by(&self, name: &str) -> Option<&str> {
+        self.deny_prompts.iter().find(|r| r.matcher.is_match(name)).map(|r| r.pattern.as_str())
+    }
+
     /// Every definition pin, by tool name.
     pub fn pins(&self) -> &BTreeMap<String, String> {
         &self.pins
@@ -283,6 +311,8 @@ impl Policy {
         ];
         lines.extend(self.deny.iter().map(|r| format!("deny      {}", r.pattern)));
         lines.extend(self.allow.iter().map(|r| format!("allow     {}", r.pattern)));
+        lines.extend(self.deny_resources.iter().map(|r| format!("deny      resource {}", r.pattern)));
+        lines.extend(self.deny_prompts.iter().map(|r| format!("deny      prompt {}", r.pattern)));
         lines.extend(self.escalate.iter().map(|r| format!("escalate  {}: {}", r.pattern, r.value)));
         lines.extend(self.rate_limits.iter().map(|r| {
             let per = match r.value.1 {
@@ -300,6 +330,13 @@ impl Policy {
             ConditionAction::Escalate(reason) => format!("escalate  {}: {reason}", r.value.name),
         }));
         lines.extend(self.pins.iter().map(|(tool, digest)| format!("pin       {tool}: {digest}")));
+        lines.extend(self.approvers.iter().map(|r| {
+            let route = match r.value {
+                ApprovalRoute::Client => "the client's human",
+                ApprovalRoute::Operator => "an operator",
+            };
+            format!("approver  {}: {route}", r.pattern)
+        }));
         lines.join("\n")
     }
 
@@ -338,6 +375,11 @@ impl Policy {
                 .map(|r| (r.pattern.clone(), r.value.clone())),
             conditions: self.conditions.iter().filter(|r| r.matcher.is_match(name)).map(|r| r.value.clone()).collect(),
             pin: self.pins.get(name).cloned(),
+            approver: self
+                .approvers
+                .iter()
+                .find(|r| r.matcher.is_match(name))
+                .map_or_else(ApprovalRoute::default, |r| r.value),
         }
     }
 }
@@ -364,6 +406,22 @@ impl PolicyBuilder {
     pub fn deny(mut self, glob: &str) -> Self {
         if let Some(rule) = self.rule(glob, ()) {
             self.policy.deny.push(rule);
+        }
+        self
+    }
+
+    /// Denies a gateway's clients the resources whose URI matches `glob`: unlisted, and unreadable.
+    pub fn deny_resource(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.deny_resources.push(rule);
+        }
+        self
+    }
+
+    /// Denies a gateway's clients the prompts whose name matches `glob`: unlisted, and not given.
+    pub fn deny_prompt(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.deny_prompts.push(rule);
         }
         self
     }
@@ -467,6 +525,15 @@ impl PolicyBuilder {
             && ghost == GhostPolicy::Block
         {
             self.policy.ghost_block.push(rule);
+        }
+        self
+    }
+
+    /// Who decides the escalated calls of tools matching `glob` when a gateway serves them; the first
+    /// matching rule applies, and without one the client's human decides.
+    pub fn approver(mut self, glob: &str, route: ApprovalRoute) -> Self {
+        if let Some(rule) = self.rule(glob, route) {
+            self.policy.approvers.push(rule);
         }
         self
     }

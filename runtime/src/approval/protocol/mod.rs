@@ -433,6 +433,37 @@ impl InterruptApprovals {
         })
     }
 
+    /// The decision recorded for a request (given as its interrupt value, seal checked first), by this
+    /// process or another sharing the ledger (`airlock approve` or `airlock deny`): the resume value to
+    /// resume its call with, or `None` while it waits (pending, or approved by fewer distinct approvers than
+    /// it needs). Records nothing, so a host waiting for an
+    /// operator polls with it; the grant's expiry and single use are checked when the call is admitted.
+    /// Blocks the current thread on the ledger (from async code, call it in `spawn_blocking`).
+    pub fn recorded_decision_blocking(&self, interrupt: &Value) -> Result<Option<ResumeValue>, DecisionError> {
+        let request = self.verify_request(interrupt)?;
+        let request_id = &request.body.request_id;
+        let entry = self
+            .ledger
+            .find_request(request_id)
+            .map_err(decision_ledger_error)?
+            .ok_or_else(|| DecisionError::UnknownRequest { request_id: request_id.clone() })?;
+        match entry.status {
+            // Approved by fewer distinct approvers than it needs: still waiting.
+            RequestStatus::Pending | RequestStatus::Approving { .. } => Ok(None),
+            RequestStatus::Granted(grant) => {
+                // A grant recorded for another request (or another binding) is never this call's.
+                if grant.request_id != *request_id || grant.binding != request.body.binding {
+                    return Err(DecisionError::InconsistentBinding);
+                }
+                self.finish_grant(&request, Ok(Approved::Granted(grant))).map(Some)
+            }
+            RequestStatus::Denied(denial) => Ok(Some(denied_resume(&denial))),
+            RequestStatus::Spent(spent) => {
+                Err(DecisionError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at: spent.spent_at })
+            }
+        }
+    }
+
     // ---- 3. admit ----
 
     /// Admits the call now being made if `resume` approves exactly this call and its grant is unspent

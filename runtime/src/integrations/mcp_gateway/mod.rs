@@ -14,6 +14,8 @@
 //!   policy's default.
 //! - **Changes.** When the upstream sends `notifications/tools/list_changed`, the gateway lists its tools
 //!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
+//! - **Resources and prompts** pass through to the upstream unchanged, except those the policy denies
+//!   ([`GatewayServer`], [`McpGateway::with_policy`]).
 //! - **Settling effects.** A result commits the call's effect; a request that never left (the upstream is
 //!   gone) fails it (a retry is safe); an `isError` result, a JSON-RPC error or a connection lost after the
 //!   request was sent leave it ambiguous, for an operator to resolve.
@@ -31,6 +33,8 @@
 //! # }
 //! ```
 
+mod http;
+mod passthrough;
 mod pin;
 mod upstream;
 
@@ -39,12 +43,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use http::BearerToken;
+pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};
 pub use upstream::{DEFAULT_SHUTDOWN_GRACE, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError};
 
 use rmcp::ServiceExt as _;
 use rmcp::transport::IntoTransport;
 
+use crate::Policy;
 use crate::dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 use crate::integrations::mcp::{DEFAULT_APPROVAL_TIMEOUT, GuardedMcpServer, McpApprovals, ServedDispatcher};
 use crate::json_tool::{JsonCall, JsonTool};
@@ -90,6 +97,8 @@ pub struct McpGateway {
     pins: ToolPins,
     tools: GatewayTools,
     approval_timeout: Duration,
+    /// Screens the resources and prompts passed through.
+    policy: Arc<Policy>,
 }
 
 impl std::fmt::Debug for McpGateway {
@@ -114,7 +123,23 @@ impl McpGateway {
         let (dispatcher, offered, tools) = build(&upstream, &pins, &setup, listed)?;
         let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
         let tools = GatewayTools { offered: served.tool_names(), ..tools };
-        Ok(McpGateway { upstream, served, setup, pins, tools, approval_timeout: DEFAULT_APPROVAL_TIMEOUT })
+        Ok(McpGateway {
+            upstream,
+            served,
+            setup,
+            pins,
+            tools,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            policy: Arc::new(Policy::new()),
+        })
+    }
+
+    /// The policy whose `deny_resources` and `deny_prompts` screen the upstream's resources and prompts
+    /// (without it, all pass through). The tools' policy is the dispatcher's, from the setup.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Arc::new(policy);
+        self
     }
 
     /// How long an approval elicitation waits for the client's human ([`DEFAULT_APPROVAL_TIMEOUT`]).
@@ -157,6 +182,11 @@ impl McpGateway {
         Ok(&self.tools)
     }
 
+    /// Stops without serving: shuts the upstream down as [`serve`](Self::serve) does when it ends.
+    pub async fn shutdown(self) {
+        self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
+    }
+
     /// Serves one client on standard input and output; see [`serve`](Self::serve).
     pub async fn serve_stdio(
         self,
@@ -179,7 +209,7 @@ impl McpGateway {
         T: IntoTransport<rmcp::RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let server = self.server(approvals);
+        let server = GatewayServer::new(self.server(approvals), self.upstream.peer(), Arc::clone(&self.policy));
         let mut shutdown = std::pin::pin!(shutdown);
         // A client that never completes the handshake must not keep the gateway from stopping.
         let handshake = tokio::select! {

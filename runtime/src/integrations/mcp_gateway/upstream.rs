@@ -1,4 +1,5 @@
-//! The upstream MCP server: a child process spoken to over its stdin and stdout with rmcp's client.
+//! The upstream MCP server: a child process spoken to over its stdin and stdout with rmcp's client, or a
+//! server reached over Streamable HTTP ([`Upstream::connect`]).
 //!
 //! Its stderr is the gateway's (a server's logs reach whoever reads the gateway's logs; nothing of it can
 //! reach the gateway's stdout, which belongs to the downstream client). Shutting down follows the MCP
@@ -77,6 +78,12 @@ pub enum UpstreamError {
         /// What rmcp said.
         reason: String,
     },
+    /// The upstream's URL is not an `http://` or `https://` URL.
+    #[error("the upstream URL `{url}` is not an `http://` or `https://` URL")]
+    Url {
+        /// The URL as given.
+        url: String,
+    },
     /// The upstream's tools could not be listed.
     #[error("the upstream server did not list its tools: {0}")]
     ListTools(#[source] ServiceError),
@@ -85,7 +92,8 @@ pub enum UpstreamError {
 /// A running upstream MCP server, connected as a client.
 pub struct Upstream {
     client: RunningService<RoleClient, UpstreamClient>,
-    child: Child,
+    /// The server's process, when the gateway started it.
+    child: Option<Child>,
     command: String,
     tools_changed: watch::Receiver<u64>,
 }
@@ -94,7 +102,7 @@ impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
             .field("command", &self.command)
-            .field("pid", &self.child.id())
+            .field("pid", &self.child.as_ref().and_then(Child::id))
             .finish_non_exhaustive()
     }
 }
@@ -126,10 +134,32 @@ impl Upstream {
                 return Err(UpstreamError::Handshake { command: display, reason: error.to_string() });
             }
         };
-        Ok(Upstream { client, child, command: display, tools_changed })
+        Ok(Upstream { client, child: Some(child), command: display, tools_changed })
     }
 
-    /// The command line the upstream was started with.
+    /// Connects to the MCP server at `url` over Streamable HTTP and completes the handshake, sending
+    /// `bearer` (a token, without the `Bearer ` prefix) with every request if given.
+    pub async fn connect(url: &str, bearer: Option<String>) -> Result<Upstream, UpstreamError> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(UpstreamError::Url { url: url.to_owned() });
+        }
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+        if let Some(token) = bearer {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let (changed, tools_changed) = watch::channel(0);
+        let client = UpstreamClient { changed }
+            .serve(transport)
+            .await
+            .map_err(|error| UpstreamError::Handshake { command: url.to_owned(), reason: error.to_string() })?;
+        Ok(Upstream { client, child: None, command: url.to_owned(), tools_changed })
+    }
+
+    /// The command line the upstream was started with, or its URL.
     pub fn command(&self) -> &str {
         &self.command
     }
@@ -137,6 +167,11 @@ impl Upstream {
     /// Every tool the upstream lists now (all pages).
     pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, UpstreamError> {
         self.client.peer().list_all_tools().await.map_err(UpstreamError::ListTools)
+    }
+
+    /// The client side of the session, for what passes through unguarded (resources, prompts).
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.client.peer().clone()
     }
 
     /// A handle that forwards calls to this upstream, for the tools that stand for its tools.
@@ -154,15 +189,17 @@ impl Upstream {
         self.client.peer().is_transport_closed()
     }
 
-    /// Ends the session and the child: its stdin closes, then after `grace` SIGTERM, then after `grace`
-    /// again SIGKILL. Returns once the child has exited.
+    /// Ends the session and the child, if the gateway started one: its stdin closes, then after `grace`
+    /// SIGTERM, then after `grace` again SIGKILL. Returns once the child has exited.
     pub async fn shutdown(self, grace: Duration) {
-        let Upstream { client, mut child, .. } = self;
-        // Cancelling the session drops the transport, which closes the child's stdin.
+        let Upstream { client, child, .. } = self;
+        // Cancelling the session drops the transport, which closes the child's stdin (or ends the HTTP session).
         if let Err(error) = client.cancel().await {
             tracing::debug!(target: "agent_airlock", %error, "the upstream session ended abnormally");
         }
-        stop_child(&mut child, grace).await;
+        if let Some(mut child) = child {
+            stop_child(&mut child, grace).await;
+        }
     }
 }
 

@@ -1,0 +1,149 @@
+//! The server a gateway offers downstream: tools through the guard, resources and prompts passed through.
+//!
+//! `tools/*` go to the [`GuardedMcpServer`]. `resources/list`, `resources/templates/list`, `resources/read`,
+//! `prompts/list` and `prompts/get` are forwarded to the upstream unchanged, its answers and JSON-RPC errors
+//! returned as they came, with one exception: what the policy denies (`deny_resources` by URI glob,
+//! `deny_prompts` by name glob) is left out of lists and refused when asked for, never forwarded. The
+//! gateway declares resources and prompts only when the upstream does; it does not relay resource
+//! subscriptions or list-change notifications for them.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{
+    ErrorCode, GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, PaginatedRequestParams, PromptsCapability, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ResourcesCapability, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceError};
+
+use crate::Policy;
+use crate::integrations::mcp::GuardedMcpServer;
+
+/// A gateway's downstream server: the guarded tools, and the upstream's resources and prompts.
+pub struct GatewayServer {
+    guarded: GuardedMcpServer,
+    upstream: Peer<RoleClient>,
+    /// What the upstream declared: resources and prompts are offered only if it serves them.
+    upstream_capabilities: ServerCapabilities,
+    policy: Arc<Policy>,
+}
+
+impl std::fmt::Debug for GatewayServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayServer").field("guarded", &self.guarded).finish_non_exhaustive()
+    }
+}
+
+impl GatewayServer {
+    /// Serves `guarded`'s tools and passes resources and prompts through to `upstream`, except what
+    /// `policy` denies.
+    pub fn new(guarded: GuardedMcpServer, upstream: Peer<RoleClient>, policy: Arc<Policy>) -> Self {
+        let upstream_capabilities = upstream.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+        GatewayServer { guarded, upstream, upstream_capabilities, policy }
+    }
+}
+
+/// An upstream failure as the client sees it: the upstream's own JSON-RPC error as it came, anything else
+/// as an internal error naming the method.
+fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
+    match error {
+        ServiceError::McpError(error) => error,
+        other => ErrorData::internal_error(format!("the upstream server did not answer `{method}`: {other}"), None),
+    }
+}
+
+fn denied(what: &str, name: &str, glob: &str) -> ErrorData {
+    ErrorData::new(ErrorCode::INVALID_PARAMS, format!("{what} `{name}` is denied by the policy (`{glob}`)"), None)
+}
+
+impl ServerHandler for GatewayServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = self.guarded.get_info();
+        if self.upstream_capabilities.resources.is_some() {
+            // Subscriptions and list changes are not relayed: not declared.
+            config.capabilities.resources = Some(ResourcesCapability::default());
+        }
+        if self.upstream_capabilities.prompts.is_some() {
+            config.capabilities.prompts = Some(PromptsCapability::default());
+        }
+        config
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.guarded.on_initialized(context).await;
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.guarded.supported_protocol_versions()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        self.guarded.list_tools(request, context).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        self.guarded.call_tool(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let mut listed =
+            self.upstream.list_resources(request).await.map_err(|e| upstream_error("resources/list", e))?;
+        listed.resources.retain(|resource| self.policy.resource_denied_by(&resource.uri).is_none());
+        Ok(listed)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        // A template names many URIs: each is screened when it is read.
+        self.upstream.list_resource_templates(request).await.map_err(|e| upstream_error("resources/templates/list", e))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if let Some(glob) = self.policy.resource_denied_by(&request.uri) {
+            return Err(denied("resource", &request.uri, glob));
+        }
+        self.upstream.read_resource_once(request).await.map_err(|e| upstream_error("resources/read", e))
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let mut listed = self.upstream.list_prompts(request).await.map_err(|e| upstream_error("prompts/list", e))?;
+        listed.prompts.retain(|prompt| self.policy.prompt_denied_by(&prompt.name).is_none());
+        Ok(listed)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if let Some(glob) = self.policy.prompt_denied_by(&request.name) {
+            return Err(denied("prompt", &request.name, glob));
+        }
+        self.upstream.get_prompt_once(request).await.map_err(|e| upstream_error("prompts/get", e))
+    }
+}
