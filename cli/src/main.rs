@@ -249,6 +249,7 @@ fn check_policy(file: &std::path::Path, json: bool) -> Result<(), Failure> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -256,6 +257,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Diagnostics the runtime reports through `tracing` (a ledger write that failed, a call cancelled while its
+/// effect ran, a gateway's upstream gone) go to standard error, never to standard output (which carries
+/// MCP for `airlock mcp`). `AIRLOCK_LOG` sets the filter (`RUST_LOG` syntax, e.g. `agent_airlock=info`);
+/// warnings and errors by default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A second initialisation (never in this binary) would fail harmlessly.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(true)
+        .with_env_filter(filter)
+        .try_init();
 }
 
 impl Cli {
