@@ -315,3 +315,28 @@ const OVERLAP_CASES: &[&str] = &[
     "crash-62fa10faafc5b34c8ffcb9caf100bf3e86929f87",
     "crash-8e55d4b633d82d129b1622c6404b6ea780075a84",
 ];
+
+// ---- found while rerunning `masking`: inputs generated from the glued quads above ran at ten a second ------
+// A 7,840-character key `.2.38.4.2.38.4…` took seconds: each quad is a refused candidate, and each search
+// from one ran on to the end of the run, the e-mail pattern's local part (digits and dots, unbounded)
+// looking for an `@`; so masking a run was quadratic in its length. The same with the key of `password=`
+// (`a.b.c.…`, dotted segments without bound). The local part is now at most 64 characters (RFC 5321) and a
+// key at most eight segments before the secret's name, so each search stops within a bounded distance.
+
+#[test]
+fn long_runs_of_digits_dots_and_dotted_names_are_masked_in_linear_time() {
+    let all = agent_airlock::mask::MaskSet::ALL;
+    for (name, text) in [
+        ("glued quads", ".2.38.4".repeat(64 * 1024 / 7)),
+        ("digits and dots", "1.".repeat(32 * 1024)),
+        ("dotted name", "a.".repeat(32 * 1024)),
+    ] {
+        let started = std::time::Instant::now();
+        let once = masker().mask_text(&text, all).into_owned();
+        assert_eq!(masker().mask_text(&once, all), once, "{name}");
+        // Linear: a few milliseconds in a debug build; quadratic, several minutes.
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{name}: {:?}", started.elapsed());
+    }
+    let long_local = format!("{}@example.com", "a".repeat(100));
+    assert_eq!(masker().mask_text(&long_local, all), format!("{}[EMAIL]", "a".repeat(36)));
+}

@@ -102,6 +102,20 @@ struct ScanState {
     reach: usize,
     /// No finding started inside a refused candidate's reach.
     settled: bool,
+    /// The last search of each scanner: a refused e-mail or URL has the other kinds looked for inside it,
+    /// and that search runs on to the next match of another kind, however far; the next refused match
+    /// must not pay for the same stretch again (quadratic time on `a@2x.png a@2x.png …`).
+    searches: Vec<Search>,
+}
+
+/// A search of `scanner` over `from..to` whose leftmost match is `found`: every search from a position
+/// between `from` and that match's start finds the same.
+#[derive(Clone, Copy)]
+struct Search {
+    scanner: *const Scanner,
+    from: usize,
+    to: usize,
+    found: Option<Match>,
 }
 
 struct PatternSpec {
@@ -259,8 +273,9 @@ static PATTERNS: &[PatternSpec] = &[
         kind: MaskKind::SecretValue,
         regex: concat!(
             // The key: segments that start with a letter (so that a number glued to a key is not a key),
-            // ending in a secret's name.
-            r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-])*",
+            // ending in a secret's name; at most eight before the name, so that a search starting in a long
+            // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
+            r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
             r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))",
             r#"["']?[ \t]*[:=][ \t]*"#,
             // The value: double-quoted (with escapes), single-quoted, or bare.
@@ -336,8 +351,11 @@ static PATTERNS: &[PatternSpec] = &[
         // No `\b` before the local part: it may start with a non-ASCII letter (`über@example.de`), and
         // leftmost-first search starts the match where the run of local-part characters starts anyway. Any
         // non-ASCII character counts as a letter (a byte range keeps the DFA small; erring wide masks more).
+        // At most 64 characters, as RFC 5321 allows: unbounded, every search that starts in a long run of
+        // digits and dots (`.2.38.4.2.38.4…`, each quad a refused candidate) ran on to the run's end looking
+        // for an `@`, which made masking such a run quadratic in its length.
         regex: concat!(
-            r"[A-Za-z0-9\x{80}-\x{10FFFF}][A-Za-z0-9\x{80}-\x{10FFFF}._%+-]*",
+            r"[A-Za-z0-9\x{80}-\x{10FFFF}][A-Za-z0-9\x{80}-\x{10FFFF}._%+-]{0,63}",
             r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}\b",
         ),
         value: ValueAt::Whole,
@@ -380,7 +398,7 @@ impl Scanner {
     /// masking replaces (`+1 078-05-1120)192.168.0.1` is too long for a phone, `+1 078-05-1120)[IP_ADDRESS]`
     /// is not), and the caller must look again in the text with the findings replaced.
     pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) -> bool {
-        let mut state = ScanState { floor: 0, reach: 0, settled: true };
+        let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: Vec::new() };
         self.scan_range(text, 0, text.len(), text.len(), only, 0, &mut state, &mut on_finding);
         state.settled
     }
@@ -405,7 +423,7 @@ impl Scanner {
         let bytes = text.as_bytes();
         let mut pos = from;
         while pos < to {
-            let Some(m) = self.regex.search(&Input::new(text).range(pos..to)) else { return to };
+            let Some(m) = self.search(text, pos, to, state) else { return to };
             let start = m.start();
             if start >= starts_before {
                 return start;
@@ -455,6 +473,26 @@ impl Scanner {
             };
         }
         to
+    }
+
+    /// The leftmost match in `text[pos..to]`, remembered per scanner ([`ScanState::searches`]).
+    fn search(&self, text: &str, pos: usize, to: usize, state: &mut ScanState) -> Option<Match> {
+        let me: *const Scanner = self;
+        let slot = state.searches.iter().position(|search| std::ptr::eq(search.scanner, me));
+        if let Some(search) = slot.map(|slot| state.searches[slot])
+            && search.to == to
+            && search.from <= pos
+            && search.found.is_none_or(|m| pos <= m.start())
+        {
+            return search.found;
+        }
+        let found = self.regex.search(&Input::new(text).range(pos..to));
+        let search = Search { scanner: me, from: pos, to, found };
+        match slot {
+            Some(slot) => state.searches[slot] = search,
+            None => state.searches.push(search),
+        }
+        found
     }
 
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
