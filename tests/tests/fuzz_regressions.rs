@@ -340,3 +340,23 @@ fn long_runs_of_digits_dots_and_dotted_names_are_masked_in_linear_time() {
     let long_local = format!("{}@example.com", "a".repeat(100));
     assert_eq!(masker().mask_text(&long_local, all), format!("{}[EMAIL]", "a".repeat(36)));
 }
+
+// crash-2e830185… (the masking run after the fixes above): `…postgres://ser:ques@hOssk-sk-...EG@N-… jane.doe@…`,
+// the planted address survived every masker. The URL was refused (its password holds `...`) and the other
+// kinds were looked for inside it; that inner search reported where the next match of those kinds started,
+// or the end of the text when there was none, and the scan went on from there, skipping every e-mail (the
+// kind excluded inside the URL) in between. The inner search now reports only how far it looked.
+
+#[test]
+fn the_text_after_a_refused_url_is_scanned_for_every_kind() {
+    replay_masking_case("crash-2e830185ebb2200a0a94e1b33e3de5a3e6f76546");
+    let all = agent_airlock::mask::MaskSet::ALL;
+    assert_eq!(
+        masker().mask_text("postgres://u:x...y@host-x jane.doe@example.com", all),
+        "postgres://u:x...y@host-x [EMAIL]"
+    );
+    assert_eq!(
+        masker().mask_text("logo@2x.png jane.doe@example.com 4111111111111111", all),
+        "logo@2x.png [EMAIL] [PAYMENT_CARD]"
+    );
+}

@@ -404,7 +404,8 @@ impl Scanner {
     }
 
     /// Scans `text[from..to]` (look-around still sees the whole text) for matches starting before `starts_before`;
-    /// returns where the search stopped.
+    /// returns the position it reached: past its last finding or refused match, never past the start of a
+    /// match it did not look at (the caller scans on from there, or from `starts_before` if that is later).
     #[allow(clippy::too_many_arguments)] // private recursion helper; bundling these would only rename them
     fn scan_range(
         &self,
@@ -417,16 +418,16 @@ impl Scanner {
         state: &mut ScanState,
         on_finding: &mut dyn FnMut(Finding),
     ) -> usize {
-        if self.specs.is_empty() {
-            return to;
-        }
         let bytes = text.as_bytes();
         let mut pos = from;
+        if self.specs.is_empty() {
+            return pos;
+        }
         while pos < to {
-            let Some(m) = self.search(text, pos, to, state) else { return to };
+            let Some(m) = self.search(text, pos, to, state) else { return pos };
             let start = m.start();
             if start >= starts_before {
-                return start;
+                return pos;
             }
             let mut verdict = self.verify(text, m, only, state);
             if matches!(verdict, Verdict::Reject) {
@@ -472,7 +473,7 @@ impl Scanner {
                 Verdict::Reject => next_start(bytes, start),
             };
         }
-        to
+        pos
     }
 
     /// The leftmost match in `text[pos..to]`, remembered per scanner ([`ScanState::searches`]).
