@@ -360,3 +360,20 @@ fn the_text_after_a_refused_url_is_scanned_for_every_kind() {
         "logo@2x.png [EMAIL] [PAYMENT_CARD]"
     );
 }
+
+// crash-801ee258… (the masking run of 03:31, after 328,737 executions): `…postgres://…er:.@+1 555-0100-----BEGIN
+// PRIVATE KEY-----…-----END PRIVATE KEY-----password=:user:pass@1234…`. Not idempotent: no URL matched, as its
+// credentials could not run over the blank inside the phone number; once the phone was `[PHONE]` they could,
+// and a second masking found a connection password. No candidate had been refused, so the scanner saw no
+// reason to look again. A finding that holds a byte ending a URL's credentials or a bare value (a blank, `/`,
+// `?`, `#`, a quote, `<`, `>`) now makes the masker look again in the tagged text.
+
+#[test]
+fn a_match_that_a_masked_blank_lets_through_is_found_in_one_masking() {
+    replay_masking_case("crash-801ee258d29ee6e21dbff5cd17edeead0a01775b");
+    let all = agent_airlock::mask::MaskSet::ALL;
+    let text = "db://u:.@+1 415 555 2671:pass@host";
+    let once = masker().mask_text(text, all).into_owned();
+    assert_eq!(masker().mask_text(&once, all), once);
+    assert_eq!(once, checks::reference_mask_text(&masker(), text, all));
+}

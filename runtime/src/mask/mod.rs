@@ -410,6 +410,14 @@ impl Masker {
 fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
     let mut found = Vec::new();
     let mut settled = scanner.scan(text, only, |finding| found.push(finding));
+    // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,
+    // `<`, `>`: `+1 555-0100` in `db://u:.@+1 555-0100…:pass@host`) may have stopped a match that its tag, one
+    // bracketed word, lets through: look again in the tagged text then too.
+    settled &= !found.iter().any(|finding| {
+        text.as_bytes()[finding.start..finding.end]
+            .iter()
+            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'?' | b'#' | b'"' | b'\'' | b'<' | b'>'))
+    });
     while !settled && !found.is_empty() {
         let tagged = Staged::tagged(text, &found);
         let mut more = Vec::new();
