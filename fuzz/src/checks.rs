@@ -608,12 +608,17 @@ pub const SEEDED_SECRETS: &[&str] = &[
     "GB82WEST12345698765432",
 ];
 
-/// A masker writing type tags (the default, which [`reference_mask_text`] follows) and one writing
-/// [`agent_airlock::mask::FULL_MASK`] for every kind.
-fn maskers() -> &'static [Masker; 2] {
-    static MASKERS: OnceLock<[Masker; 2]> = OnceLock::new();
+/// A masker writing type tags (the default, which [`reference_mask_text`] follows), one writing
+/// [`agent_airlock::mask::FULL_MASK`] for every kind, and one keeping part of each value (`AKIA...MPLE`,
+/// `j***@example.com`), whose output holds text a later masking reads again.
+fn maskers() -> &'static [Masker; 3] {
+    static MASKERS: OnceLock<[Masker; 3]> = OnceLock::new();
     MASKERS.get_or_init(|| {
-        [Masker::new(MaskConfig::new(MaskStrategy::TypeTag)), Masker::new(MaskConfig::new(MaskStrategy::Full))]
+        [
+            Masker::new(MaskConfig::new(MaskStrategy::TypeTag)),
+            Masker::new(MaskConfig::new(MaskStrategy::Full)),
+            Masker::new(MaskConfig::new(MaskStrategy::Partial)),
+        ]
     })
 }
 
@@ -621,9 +626,10 @@ fn maskers() -> &'static [Masker; 2] {
 mod mask_reference;
 pub use mask_reference::reference_mask_text;
 
-/// Masks `text` with every set and strategy and checks: the result is what the slow reference
-/// ([`reference_mask_text`]) gives, so masking it again changes nothing, and a seeded secret planted between
-/// spaces does not survive masking with every kind.
+/// Masks `text` with every set and with the type-tag, full and partial strategies, and checks: masking the
+/// result again changes nothing; with type tags, the result is what the slow reference
+/// ([`reference_mask_text`]) gives; a seeded secret planted between spaces does not survive masking with
+/// every kind, whatever the strategy.
 pub fn check_mask_text(text: &str, secret: Option<usize>) {
     let around = secret.map(|_| text);
     let text = match secret {
@@ -633,7 +639,7 @@ pub fn check_mask_text(text: &str, secret: Option<usize>) {
         }
         None => text.to_owned(),
     };
-    for (masker, writes_type_tags) in maskers().iter().zip([true, false]) {
+    for (masker, writes_type_tags) in maskers().iter().zip([true, false, false]) {
         for set in [MaskSet::SECRETS, MaskSet::PII, MaskSet::ALL] {
             let once = masker.mask_text(&text, set).into_owned();
             let twice = masker.mask_text(&once, set);
@@ -706,4 +712,192 @@ pub fn check_policy(deny: &str, allow: &str, escalate: &str, rate: &str, masks: 
         }
     }
     let _ = rate.parse::<agent_airlock::Rate>();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Policy files and effect templates: one input is a text and, after its first NUL byte, optional JSON
+// arguments (TOML and templates have no use for a NUL, and the fuzzer finds the split).
+
+/// Splits a fuzz input at its first NUL byte: the text before it, and the arguments after it when they are a
+/// JSON object.
+pub fn split_input(data: &[u8]) -> (String, Option<Map<String, Value>>) {
+    let (text, rest) = match data.iter().position(|&b| b == 0) {
+        Some(nul) => (&data[..nul], Some(&data[nul + 1..])),
+        None => (data, None),
+    };
+    let arguments = rest.and_then(|rest| match serde_json::from_slice::<Value>(rest) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    });
+    (String::from_utf8_lossy(text).into_owned(), arguments)
+}
+
+/// Tool names every built policy is asked about, beside the names its `[tools.…]` tables give.
+pub const POLICY_TOOL_NAMES: &[&str] = &["refund", "write_file", "delete_all", "read_file", "t", "", "a/b", "é", "*"];
+
+/// Argument sets every condition and effect template is evaluated on, beside the input's own.
+fn argument_sets(own: Option<Map<String, Value>>) -> Vec<Map<String, Value>> {
+    let typical = json!({
+        "amount": 20000, "path": "/home/u/.ssh/id_rsa", "payment_id": "p_1", "currency": "usd",
+        "items": [{"sku": "a", "qty": 2}], "address": {"zip": "12345"}, "flag": true, "ratio": 0.5,
+    });
+    let mut sets = vec![Map::new()];
+    if let Value::Object(map) = typical {
+        sets.push(map);
+    }
+    sets.extend(own);
+    sets
+}
+
+/// The tables a policy file names (`[tools.refund]`, `[[tools."write_*".when]]`), read loosely from the text.
+fn table_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches('[');
+        let Some(rest) = line.strip_prefix("tools.") else { continue };
+        let rest = rest.trim_start();
+        let name = if let Some(quoted) = rest.strip_prefix('"') {
+            quoted.split('"').next().unwrap_or_default()
+        } else if let Some(quoted) = rest.strip_prefix('\'') {
+            quoted.split('\'').next().unwrap_or_default()
+        } else {
+            rest.split(['.', ']', ' ']).next().unwrap_or_default()
+        };
+        names.push(name.to_owned());
+    }
+    names
+}
+
+/// Reads a policy file from untrusted text: a policy or an error at a line and column inside the text, the
+/// same either way when read twice, never a panic. A built policy answers every tool name (the fixed ones and
+/// its own tables'), and each condition that applies to a name answers every argument set; a condition on a
+/// missing argument always applies, and so does one on an argument of another type than its literal's (fail
+/// closed: a deny rule then denies); each effect template renders a key for every argument set.
+pub fn check_policy_file(data: &[u8]) {
+    let (text, own) = split_input(data);
+    let first = Policy::from_toml(&text);
+    match (&first, Policy::from_toml(&text)) {
+        (Err(a), Err(b)) => assert_eq!(a, &b, "a policy file gives two different errors"),
+        (Ok(_), Ok(_)) => {}
+        _ => panic!("a policy file is read once as a policy and once as an error"),
+    }
+    let policy = match first {
+        Ok(policy) => policy,
+        Err(err) => {
+            let lines: Vec<&str> = text.split('\n').collect();
+            assert!(err.line >= 1 && err.line <= lines.len(), "line {} outside the text: {err}", err.line);
+            let columns = lines[err.line - 1].chars().count() + 1;
+            assert!(err.column >= 1 && err.column <= columns, "column {} outside line {}: {err}", err.column, err.line);
+            assert!(!err.message.trim().is_empty(), "an empty error message");
+            assert!(!err.message.ends_with(['.', '\n']), "an error message ends with a period: {err}");
+            return;
+        }
+    };
+    let _ = policy.summary();
+    let sets = argument_sets(own);
+    let names = table_names(&text);
+    for name in POLICY_TOOL_NAMES.iter().copied().chain(names.iter().map(String::as_str)) {
+        let answer = policy.for_tool(name);
+        if let Some((_, effect)) = &answer.effect {
+            for arguments in &sets {
+                let _ = effect.render(arguments);
+            }
+        }
+        for rule in &answer.conditions {
+            check_condition_fails_closed(rule.condition(), &sets);
+        }
+    }
+}
+
+/// A condition answers every argument set; it applies when its argument is missing, and when the argument
+/// has a type other than the literal's: only values of one scalar type can make it not hold.
+pub fn check_condition_fails_closed(condition: &agent_airlock::policy::Condition, sets: &[Map<String, Value>]) {
+    let source = condition.source();
+    for arguments in sets {
+        let _ = condition.evaluate(arguments);
+    }
+    assert!(condition.evaluate(&Map::new()).applies(), "`{source}` does not apply when its argument is missing");
+    let root_len = source
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_alphabetic() || c == '_' || (i > 0 && (c.is_ascii_digit() || c == '-'))))
+        .map_or(source.len(), |(i, _)| i);
+    let root = &source[..root_len];
+    let nested = source[root_len..].starts_with(['.', '[']);
+    let probes = [
+        ("null", json!(null)),
+        ("a boolean", json!(true)),
+        ("a boolean", json!(false)),
+        ("a number", json!(0)),
+        ("a number", json!(-1.5)),
+        ("a number", json!(20000)),
+        ("a string", json!("")),
+        ("a string", json!("x")),
+        ("a list", json!([])),
+        ("a list", json!([1, "a"])),
+        ("an object", json!({})),
+        ("an object", json!({"zip": "1"})),
+    ];
+    let mut kinds_that_decide = BTreeSet::new();
+    for (kind, value) in probes {
+        let mut arguments = Map::new();
+        arguments.insert(root.to_owned(), value.clone());
+        let evaluation = condition.evaluate(&arguments);
+        if nested && !value.is_object() && !value.is_array() {
+            assert!(evaluation.applies(), "`{source}` does not apply when `{root}` is {value} (fail closed)");
+        }
+        if !nested && !evaluation.applies() {
+            kinds_that_decide.insert(kind);
+        }
+    }
+    assert!(
+        kinds_that_decide.len() <= 1
+            && !kinds_that_decide.iter().any(|k| matches!(*k, "null" | "a list" | "an object")),
+        "`{source}` does not apply for arguments of types {kinds_that_decide:?}: only its literal's type may decide"
+    );
+}
+
+/// Nesting depth of a JSON value (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Deeper than this, a value has no canonical form and a template writes it as sent (`EffectTemplate::render`).
+const CANONICAL_DEPTH: usize = 128;
+
+/// The effect template renderer on an untrusted template and untrusted arguments: the template is refused
+/// or gives a policy whose effect renders a key for every argument set, never a panic; the same arguments with
+/// object members in reverse order and numbers respelled (`5` ↔ `5.0`) give the same key; a template that
+/// names a string argument gives another key when that string changes.
+pub fn check_effect_template(data: &[u8]) {
+    let (template, own) = split_input(data);
+    let Ok(policy) = Policy::builder().effect("t", &template).build() else { return };
+    let Some((_, effect)) = policy.for_tool("t").effect else {
+        panic!("a policy built with the effect template `{template}` gives none for its tool")
+    };
+    let params: Vec<String> = effect.params().map(str::to_owned).collect();
+    assert!(!params.is_empty(), "the template `{template}` was accepted without a placeholder");
+    for arguments in argument_sets(own) {
+        let key = effect.render(&arguments);
+        assert_eq!(key, effect.render(&arguments), "rendering `{template}` twice gives two keys");
+        let canonical = params.iter().all(|p| arguments.get(p).is_none_or(|v| depth(v) <= CANONICAL_DEPTH));
+        if canonical {
+            let Value::Object(respelled) = respell(&Value::Object(arguments.clone())) else { unreachable!() };
+            assert_eq!(
+                effect.render(&respelled),
+                key,
+                "`{template}`: the same arguments respelled give another key: {arguments:?}"
+            );
+        }
+        if let Some((param, Value::String(text))) =
+            params.iter().find_map(|p| arguments.get(p).map(|v| (p, v)).filter(|(_, v)| v.is_string()))
+        {
+            let mut changed = arguments.clone();
+            changed.insert(param.clone(), Value::String(format!("{text}/x")));
+            assert_ne!(effect.render(&changed), key, "`{template}`: `{param}` changed and the key did not");
+        }
+    }
 }

@@ -711,3 +711,66 @@ fn detections_around_a_private_key_block_never_overlap() {
         }
     }
 }
+
+// A refused e-mail (`name@2x.png`, `https://user@host`) or URL password (`db://u:****@host`) used to skip its
+// whole match, so a secret glued inside it was never looked at: `https://AKIAIOSFODNN7EXAMPLE@example.com`
+// came back unmasked. The other kinds are now looked for inside a refused match.
+
+/// Secrets that may sit glued inside an e-mail's local part or a URL's credentials.
+const GLUED_SECRETS: &[&str] = &[
+    "AKIAIOSFODNN7EXAMPLE",
+    "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+    "sk-proj-Zq3xW9vT1bN4mK8pL2rY6sD0fG5hJ7aQ",
+    "xoxb-123456789012-1234567890123-AbCdEfGhIjKl",
+    "4111111111111111",
+    "GB82WEST12345698765432",
+];
+
+/// Matches that are refused as a whole, with `{}` where the secret goes.
+const REFUSED_AROUND: &[&str] = &[
+    "{}@2x.png",
+    "a.{}@2x.png",
+    "https://{}@example.com/path",
+    "see https://{}@example.com",
+    "postgres://u:****{}@db.example.com/x",
+    "postgres://u:****.{}@db.example.com",
+    "redis://:${REDIS_PASSWORD}{}@cache:6379",
+    "mongodb://u:...-{}@10.0.0.1/db",
+];
+
+#[test]
+fn a_secret_inside_a_refused_email_or_url_is_still_masked() {
+    assert_eq!(
+        Masker::default().mask_text("https://AKIAIOSFODNN7EXAMPLE@example.com", MaskSet::ALL),
+        "https://[AWS_ACCESS_KEY]@example.com"
+    );
+    assert_eq!(
+        Masker::default().mask_text("postgres://u:****4111111111111111@db.example.com/x", MaskSet::ALL),
+        "postgres://u:****[PAYMENT_CARD]@db.example.com/x"
+    );
+    // A refused match still refuses its own kind inside: `a.b@2x.png` holds no address.
+    assert_eq!(Masker::default().mask_text("logo.jane@2x.png", MaskSet::ALL), "logo.jane@2x.png");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn a_secret_glued_inside_a_refused_match_never_survives(
+        secret in prop::sample::select(GLUED_SECRETS),
+        around in prop::sample::select(REFUSED_AROUND),
+        before in prop::sample::select(vec!["", "x ", "mail ", "(", "\"", "user="]),
+        after in prop::sample::select(vec!["", " ok", ".", ")", "\"", "\n"]),
+    ) {
+        let text = format!("{before}{}{after}", around.replace("{}", secret));
+        for (name, strategy) in strategies() {
+            let masker = Masker::new(MaskConfig::new(strategy));
+            let once = masker.mask_text(&text, MaskSet::ALL).into_owned();
+            prop_assert!(!once.contains(secret), "strategy {}: `{}` survived in {:?}", name, secret, once);
+            let twice = masker.mask_text(&once, MaskSet::ALL);
+            prop_assert_eq!(twice.as_ref(), once.as_str(), "strategy {}", name);
+        }
+        let masker = Masker::default();
+        prop_assert_eq!(masker.mask_text(&text, MaskSet::ALL), reference_mask(&masker, &text, MaskSet::ALL));
+    }
+}

@@ -38,6 +38,11 @@ enum Verdict {
     /// never its value: a value refused as a whole (a placeholder, text elided with `...`) may still hold
     /// another secret (`token="see ... GB82WEST12345698765432"`).
     RejectThrough(usize),
+    /// Nothing of this candidate's kind starts before this offset, but the other kinds are still looked for
+    /// inside the match: a refused e-mail (`AKIA…@2x.png`) or URL (`db://u:****AKIA…@host`) must not hide
+    /// a secret glued inside it. Searching the same pattern again from each position inside would cost
+    /// quadratic time on a long refused match.
+    RejectKindThrough(usize),
 }
 
 /// A pattern's match: `text[start..end]`, and the span of the value inside it if it holds a label too.
@@ -82,6 +87,35 @@ impl Candidate<'_> {
     fn after(&self, ahead: usize) -> Option<u8> {
         self.text.as_bytes().get(self.end + ahead).copied()
     }
+}
+
+/// How far past a candidate's match its verifier looks (`after(0)`, `after(1)`: `4111…1111:1` is part of a
+/// longer number).
+const LOOKAHEAD: usize = 2;
+
+/// What one scan carries from candidate to candidate.
+struct ScanState {
+    /// Where the last finding ends ([`Candidate::floor`]).
+    floor: usize,
+    /// How far the refused candidates so far looked: a finding starting before this was refused a look by a
+    /// candidate whose verdict may change once the finding is masked.
+    reach: usize,
+    /// No finding started inside a refused candidate's reach.
+    settled: bool,
+    /// The last search of each scanner: a refused e-mail or URL has the other kinds looked for inside it,
+    /// and that search runs on to the next match of another kind, however far; the next refused match
+    /// must not pay for the same stretch again (quadratic time on `a@2x.png a@2x.png …`).
+    searches: Vec<Search>,
+}
+
+/// A search of `scanner` over `from..to` whose leftmost match is `found`: every search from a position
+/// between `from` and that match's start finds the same.
+#[derive(Clone, Copy)]
+struct Search {
+    scanner: *const Scanner,
+    from: usize,
+    to: usize,
+    found: Option<Match>,
 }
 
 struct PatternSpec {
@@ -239,8 +273,9 @@ static PATTERNS: &[PatternSpec] = &[
         kind: MaskKind::SecretValue,
         regex: concat!(
             // The key: segments that start with a letter (so that a number glued to a key is not a key),
-            // ending in a secret's name.
-            r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-])*",
+            // ending in a secret's name; at most eight before the name, so that a search starting in a long
+            // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
+            r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
             r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))",
             r#"["']?[ \t]*[:=][ \t]*"#,
             // The value: double-quoted (with escapes), single-quoted, or bare.
@@ -316,8 +351,11 @@ static PATTERNS: &[PatternSpec] = &[
         // No `\b` before the local part: it may start with a non-ASCII letter (`über@example.de`), and
         // leftmost-first search starts the match where the run of local-part characters starts anyway. Any
         // non-ASCII character counts as a letter (a byte range keeps the DFA small; erring wide masks more).
+        // At most 64 characters, as RFC 5321 allows: unbounded, every search that starts in a long run of
+        // digits and dots (`.2.38.4.2.38.4…`, each quad a refused candidate) ran on to the run's end looking
+        // for an `@`, which made masking such a run quadratic in its length.
         regex: concat!(
-            r"[A-Za-z0-9\x{80}-\x{10FFFF}][A-Za-z0-9\x{80}-\x{10FFFF}._%+-]*",
+            r"[A-Za-z0-9\x{80}-\x{10FFFF}][A-Za-z0-9\x{80}-\x{10FFFF}._%+-]{0,63}",
             r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}\b",
         ),
         value: ValueAt::Whole,
@@ -355,59 +393,116 @@ impl Scanner {
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
-    pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) {
-        self.scan_range(text, 0, text.len(), only, 0, &mut 0, &mut on_finding);
+    /// Returns whether the findings are settled: `false` when a refused candidate's match (or the two bytes
+    /// after it, which verifiers look at) runs into a later finding. Its verdict was then taken on text that
+    /// masking replaces (`+1 078-05-1120)192.168.0.1` is too long for a phone, `+1 078-05-1120)[IP_ADDRESS]`
+    /// is not), and the caller must look again in the text with the findings replaced.
+    pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) -> bool {
+        let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: Vec::new() };
+        self.scan_range(text, 0, text.len(), text.len(), only, 0, &mut state, &mut on_finding);
+        state.settled
     }
 
-    /// Scans `text[from..to]` (look-around still sees the whole text).
+    /// Scans `text[from..to]` (look-around still sees the whole text) for matches starting before `starts_before`;
+    /// returns the position it reached: past its last finding or refused match, never past the start of a
+    /// match it did not look at (the caller scans on from there, or from `starts_before` if that is later).
     #[allow(clippy::too_many_arguments)] // private recursion helper; bundling these would only rename them
     fn scan_range(
         &self,
         text: &str,
         from: usize,
         to: usize,
+        starts_before: usize,
         only: MaskSet,
         depth: usize,
-        floor: &mut usize,
+        state: &mut ScanState,
         on_finding: &mut dyn FnMut(Finding),
-    ) {
-        if self.specs.is_empty() {
-            return;
-        }
+    ) -> usize {
         let bytes = text.as_bytes();
         let mut pos = from;
+        if self.specs.is_empty() {
+            return pos;
+        }
         while pos < to {
-            let Some(m) = self.regex.search(&Input::new(text).range(pos..to)) else { break };
+            let Some(m) = self.search(text, pos, to, state) else { return pos };
             let start = m.start();
-            let mut verdict = self.verify(text, m, only, *floor);
+            if start >= starts_before {
+                return pos;
+            }
+            let mut verdict = self.verify(text, m, only, state);
             if matches!(verdict, Verdict::Reject) {
-                verdict = self.retry_at(text, m, to, only, *floor);
+                verdict = self.retry_at(text, m, to, only, state);
             }
             pos = match verdict {
                 Verdict::Found(finding) => {
                     // A value found after its label (`password=`, `Bearer `): the label was matched as part of
                     // the pattern, so look inside it too (`details.eyJ…w5c.is_secret: x` holds a JWT).
                     if finding.start > start && depth < 2 {
-                        self.scan_range(text, start, finding.start, only, depth + 1, floor, on_finding);
+                        self.scan_range(text, start, finding.start, finding.start, only, depth + 1, state, on_finding);
                     }
-                    let finding = self.reclassify(text, finding, only, *floor);
-                    *floor = finding.end;
+                    let finding = self.reclassify(text, finding, only, state.floor);
+                    if finding.start < state.reach {
+                        state.settled = false;
+                    }
+                    state.floor = finding.end;
                     on_finding(finding);
                     finding.end
                 }
                 Verdict::RejectThrough(through) => through.max(next_start(bytes, start)),
+                Verdict::RejectKindThrough(through) => {
+                    let skip = through.max(next_start(bytes, start));
+                    // A URL's `user:password@host` holds an e-mail's shape (`…ab@host.com`) by construction.
+                    let excluded = match self.specs[m.pattern().as_usize()].kind {
+                        MaskKind::ConnectionPassword => {
+                            MaskSet::of(MaskKind::ConnectionPassword) | MaskSet::of(MaskKind::Email)
+                        }
+                        kind => MaskSet::of(kind),
+                    };
+                    let others = only
+                        .kinds()
+                        .filter(|&k| !excluded.contains_kind(k))
+                        .fold(MaskSet::NONE, |set, k| set | MaskSet::of(k));
+                    match scanner(others) {
+                        // From `start` itself: the other patterns were not tried there yet.
+                        Some((inner, others)) if !others.is_empty() && depth < 4 => {
+                            inner.scan_range(text, start, to, through, others, depth + 1, state, on_finding).max(skip)
+                        }
+                        _ => skip,
+                    }
+                }
                 Verdict::Reject => next_start(bytes, start),
             };
         }
+        pos
+    }
+
+    /// The leftmost match in `text[pos..to]`, remembered per scanner ([`ScanState::searches`]).
+    fn search(&self, text: &str, pos: usize, to: usize, state: &mut ScanState) -> Option<Match> {
+        let me: *const Scanner = self;
+        let slot = state.searches.iter().position(|search| std::ptr::eq(search.scanner, me));
+        if let Some(search) = slot.map(|slot| state.searches[slot])
+            && search.to == to
+            && search.from <= pos
+            && search.found.is_none_or(|m| pos <= m.start())
+        {
+            return search.found;
+        }
+        let found = self.regex.search(&Input::new(text).range(pos..to));
+        let search = Search { scanner: me, from: pos, to, found };
+        match slot {
+            Some(slot) => state.searches[slot] = search,
+            None => state.searches.push(search),
+        }
+        found
     }
 
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
-    fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, floor: usize) -> Verdict {
+    fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, state: &mut ScanState) -> Verdict {
         for index in m.pattern().as_usize() + 1..self.specs.len() {
             let Ok(pattern) = PatternID::new(index) else { break };
             let input = Input::new(text).range(m.start()..to).anchored(Anchored::Pattern(pattern));
             if let Some(retry) = self.regex.search(&input) {
-                match self.verify(text, retry, only, floor) {
+                match self.verify(text, retry, only, state) {
                     Verdict::Reject => {}
                     verdict => return verdict,
                 }
@@ -416,14 +511,20 @@ impl Scanner {
         Verdict::Reject
     }
 
-    fn verify(&self, text: &str, m: Match, only: MaskSet, floor: usize) -> Verdict {
+    /// The verdict on `m`; a refusal extends `state.reach` over the match and the two bytes after it.
+    fn verify(&self, text: &str, m: Match, only: MaskSet, state: &mut ScanState) -> Verdict {
         let index = m.pattern().as_usize();
         let spec = self.specs[index];
         if !only.contains_kind(spec.kind) {
             return Verdict::Reject;
         }
         let value = spec.value.locate(text, m.start(), m.end());
-        (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor })
+        let floor = state.floor;
+        let verdict = (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor });
+        if !matches!(verdict, Verdict::Found(_)) {
+            state.reach = state.reach.max(m.end() + LOOKAHEAD);
+        }
+        verdict
     }
 
     /// A labelled secret or connection password that is exactly a provider key is reported as that key.
@@ -680,7 +781,11 @@ fn verify_aws(c: &Candidate<'_>) -> Verdict {
 
 fn verify_connection_password(c: &Candidate<'_>) -> Verdict {
     let Some((start, end)) = c.value else { return Verdict::Reject };
-    if is_mask_or_placeholder(&c.text[start..end]) { Verdict::RejectThrough(c.end) } else { c.found_span(start, end) }
+    if is_mask_or_placeholder(&c.text[start..end]) {
+        Verdict::RejectKindThrough(c.end)
+    } else {
+        c.found_span(start, end)
+    }
 }
 
 /// Keys that end like a secret's but name something public.
@@ -849,7 +954,7 @@ fn verify_email(c: &Candidate<'_>) -> Verdict {
     // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
     let in_url = c.since_floor().ends_with("://");
     if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
-        return Verdict::RejectThrough(c.end);
+        return Verdict::RejectKindThrough(c.end);
     }
     c.found(0)
 }

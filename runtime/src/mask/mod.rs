@@ -104,16 +104,15 @@ impl Masker {
     /// ([`Masker::stage_blocks`]) and what the scan of the staged text finds, each mapped back; a block inside
     /// a later finding is part of it.
     fn findings(&self, scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
-        let mut found = Vec::new();
         if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
-            return found;
+            return Vec::new();
         }
         let Some(staged) = self.stage_blocks(only, text, &mut MaskReport::new(), &mut false) else {
-            scanner.scan(text, only, |finding| found.push(finding));
-            return found;
+            return settled_findings(scanner, only, text);
         };
+        let mut found = Vec::new();
         let mut blocks = staged.blocks.iter().peekable();
-        scanner.scan(&staged.text, only, |mut finding| {
+        for mut finding in settled_findings(scanner, only, &staged.text) {
             let (start, end) = (staged.original(finding.start, false), staged.original(finding.end, true));
             while let Some(block) = blocks.next_if(|block| block.original.start < end) {
                 if block.original.end <= start {
@@ -123,7 +122,7 @@ impl Masker {
             finding.start = start;
             finding.end = end;
             found.push(finding);
-        });
+        }
         found.extend(blocks.map(|block| block.finding));
         merge_overlapping(found)
     }
@@ -335,14 +334,14 @@ impl Masker {
         let input = staged.as_deref().unwrap_or(text);
         let mut out: Option<String> = None;
         let mut copied = 0;
-        scanner.scan(input, only, |finding| {
+        for finding in settled_findings(scanner, only, input) {
             let out = out.get_or_insert_with(|| String::with_capacity(input.len() + 16));
             out.push_str(&input[copied..finding.start]);
             partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
             self.render(input, finding, out);
             copied = finding.end;
             report.record(finding.kind);
-        });
+        }
         let masked = match out {
             Some(mut out) => {
                 out.push_str(&input[copied..]);
@@ -402,6 +401,48 @@ impl Masker {
     }
 }
 
+/// The findings in `text` as masking the result again would leave them: one scan, and while a finding started
+/// inside a refused candidate's reach ([`Scanner::scan`] says so), another scan of the text with every finding
+/// so far replaced by its tag, whose findings are mapped back (one that covers a tag takes its place). The
+/// verdict of every candidate is then taken on the text a second masking sees, so one masking is the fixed
+/// point the slow reference reaches. The loop is rare (a refused match running into a finding) and ends: each
+/// extra scan that finds anything covers text no earlier scan covered.
+fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let mut settled = scanner.scan(text, only, |finding| found.push(finding));
+    // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,
+    // `<`, `>`: `+1 555-0100` in `db://u:.@+1 555-0100…:pass@host`) may have stopped a match that its tag, one
+    // bracketed word, lets through: look again in the tagged text then too.
+    settled &= !found.iter().any(|finding| {
+        text.as_bytes()[finding.start..finding.end]
+            .iter()
+            .any(|b| b.is_ascii_whitespace() || matches!(b, b'/' | b'?' | b'#' | b'"' | b'\'' | b'<' | b'>'))
+    });
+    while !settled && !found.is_empty() {
+        let tagged = Staged::tagged(text, &found);
+        let mut more = Vec::new();
+        settled = scanner.scan(&tagged.text, only, |finding| more.push(finding));
+        if more.is_empty() {
+            break;
+        }
+        let covered: usize = found.iter().map(|f| f.end - f.start).sum();
+        // A later finding that starts where an earlier one does covers it: it goes first, and its kind wins.
+        let mut all: Vec<(Finding, bool)> = found.into_iter().map(|f| (f, false)).collect();
+        all.extend(more.into_iter().map(|f| {
+            let (start, end) = (tagged.original(f.start, false), tagged.original(f.end, true));
+            let keep_prefix = if end - start == f.end - f.start { f.keep_prefix } else { 0 };
+            (Finding { start, end, keep_prefix, ..f }, true)
+        }));
+        all.sort_by_key(|&(f, new)| (f.start, !new));
+        found = merge_overlapping(all.into_iter().map(|(f, _)| f).collect());
+        if found.iter().map(|f| f.end - f.start).sum::<usize>() <= covered {
+            // Only findings inside tags: nothing more to mask (a tag is never a finding; should one be, stop).
+            break;
+        }
+    }
+    found
+}
+
 /// `found` (in order of start) with each finding that starts inside the one before merged into it. Two
 /// findings of the staged text can map back onto one block (a match that runs into a block's rendering
 /// and one that starts inside it, as the partial strategy renders a block): in `text`'s offsets they
@@ -432,6 +473,26 @@ struct Block {
 }
 
 impl Staged {
+    /// `text` with each of `found` (in order, never overlapping) replaced by its kind's tag, as the slow
+    /// reference masks it.
+    fn tagged(text: &str, found: &[Finding]) -> Staged {
+        let mut staged = Staged { text: String::with_capacity(text.len()), blocks: Vec::with_capacity(found.len()) };
+        let mut copied = 0;
+        for &finding in found {
+            staged.text.push_str(&text[copied..finding.start]);
+            let start = staged.text.len();
+            staged.text.push_str(finding.kind.tag());
+            staged.blocks.push(Block {
+                staged: start..staged.text.len(),
+                original: finding.start..finding.end,
+                finding,
+            });
+            copied = finding.end;
+        }
+        staged.text.push_str(&text[copied..]);
+        staged
+    }
+
     /// The offset in the original text of `offset` in the staged text; an offset inside a block's
     /// replacement is its start, or its end if `end`.
     fn original(&self, offset: usize, end: bool) -> usize {
