@@ -377,3 +377,14 @@ fn a_match_that_a_masked_blank_lets_through_is_found_in_one_masking() {
     assert_eq!(masker().mask_text(&once, all), once);
     assert_eq!(once, checks::reference_mask_text(&masker(), text, all));
 }
+
+// crash-c9c4892a… (the masking run of 04:19, after 298,588 executions in 18.7 minutes): OPEN. Chained URL
+// credentials (`postgres://user:pass@user:pass@…@bpostgres://ser:Nsas@h…`) next to a planted e-mail: masking
+// the text twice masks more the second time (not idempotent with every kind). The input is kept in
+// `fuzz/regressions/masking/`; the test runs with `--ignored` until the cause is fixed (FUZZING.md, *Open*).
+
+#[test]
+#[ignore = "open: masking is not idempotent on chained URL credentials (crash-c9c4892a, FUZZING.md)"]
+fn chained_url_credentials_beside_an_email_are_masked_in_one_masking() {
+    replay_masking_case("crash-c9c4892a669789369dc18f488b782b4382580b79");
+}
