@@ -2,7 +2,6 @@
 //! kind (Debian, the tests run as root), one this function installs with `apt-get install chromium`, once,
 //! under a lock. Elsewhere it fails naming the command to run. Never a browser that a test tool downloads.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -31,13 +30,7 @@ pub fn provision() -> Result<PathBuf, String> {
     }
     // One installer at a time; a waiting one finds the browser installed.
     let lock_path = std::env::temp_dir().join("airlock-chromium-install.lock");
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot open the lock file `{}`: {e}", lock_path.display()))?;
-    lock.lock().map_err(|e| format!("cannot lock `{}`: {e}", lock_path.display()))?;
+    let lock = crate::exclusive_lock(&lock_path)?;
     if !path.is_file() {
         eprintln!("Chromium is missing: installing Debian's package (`apt-get install chromium`)");
         apt_get(&["update", "-qq"])?;

@@ -6,6 +6,19 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(future)
 }
 
+/// Opens `path` (created if missing) and holds an exclusive lock on it until the file is dropped: one
+/// provisioner (a venv, an npm install, a browser install) at a time across processes.
+pub fn exclusive_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open the lock file `{}`: {e}", path.display()))?;
+    file.lock().map_err(|e| format!("cannot lock `{}`: {e}", path.display()))?;
+    Ok(file)
+}
+
 pub mod checks_script;
 pub mod chromium;
 pub mod ledger_fixtures;

@@ -7,7 +7,7 @@
 //! environments (`python_env`), a marker is written only after `npm ci` succeeded, and processes that start
 //! at once serialise on a lock file. Every failure says what is missing and what to install.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -55,13 +55,7 @@ impl NodePackages {
         fs::create_dir_all(&self.root)
             .map_err(|e| format!("cannot create `{}` for npm packages: {e}", self.root.display()))?;
         let lock_path = self.root.join(format!("{digest}.lock"));
-        let lock_file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("cannot open the lock file `{}`: {e}", lock_path.display()))?;
-        lock_file.lock().map_err(|e| format!("cannot lock `{}`: {e}", lock_path.display()))?;
+        let lock_file = crate::exclusive_lock(&lock_path)?;
         if is_ready(&dir, &digest) {
             return Ok(NodeInstall { dir });
         }

@@ -9,7 +9,7 @@
 //! the environment ready. Every failure says what is missing and what to install.
 
 use std::ffi::OsString;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -85,13 +85,7 @@ impl PythonEnv {
         fs::create_dir_all(&self.root)
             .map_err(|e| format!("cannot create `{}` for Python environments: {e}", self.root.display()))?;
         let lock_path = self.root.join(format!("{digest}.lock"));
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("cannot open the lock file `{}`: {e}", lock_path.display()))?;
-        lock.lock().map_err(|e| format!("cannot lock `{}`: {e}", lock_path.display()))?;
+        let lock = crate::exclusive_lock(&lock_path)?;
         // Whoever held the lock before may have built it meanwhile.
         if is_ready(&dir, &digest) {
             return Ok(venv(false));
