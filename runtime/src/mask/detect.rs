@@ -782,7 +782,10 @@ fn verify_aws(c: &Candidate<'_>) -> Verdict {
 fn verify_connection_password(c: &Candidate<'_>) -> Verdict {
     let Some((start, end)) = c.value else { return Verdict::Reject };
     if is_mask_or_placeholder(&c.text[start..end]) {
-        Verdict::RejectKindThrough(c.end)
+        // Through the password, not the host's first byte the match also holds: a URL found here ends there
+        // too, so the next URL is looked for from the same place whether this password is masked or not
+        // (`db://u:pass@jdb://…` once `pass` is a tag; `db://u:****@postgres://real:s3cret@host`).
+        Verdict::RejectKindThrough(end)
     } else {
         c.found_span(start, end)
     }
