@@ -391,10 +391,16 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         let policy = Policy::from_toml(text).unwrap();
         let refund = policy.for_tool("refund");
         assert!(refund.rate_limits.is_empty());
-        assert_eq!(refund.shared_rate_limits, vec![("refund".to_owned(), "3/minute".parse().unwrap(), RateScope::PerTool)]);
+        assert_eq!(
+            refund.shared_rate_limits,
+            vec![("refund".to_owned(), "3/minute".parse().unwrap(), RateScope::PerTool)]
+        );
         let chat = policy.for_tool("chat_send");
         assert!(chat.rate_limits.is_empty());
-        assert_eq!(chat.shared_rate_limits, vec![("chat_*".to_owned(), "5/hour".parse().unwrap(), RateScope::PerThread)]);
+        assert_eq!(
+            chat.shared_rate_limits,
+            vec![("chat_*".to_owned(), "5/hour".parse().unwrap(), RateScope::PerThread)]
+        );
         let local = policy.for_tool("local");
         assert_eq!(local.rate_limits, vec![("local".to_owned(), "7/day".parse().unwrap(), RateScope::PerTool)]);
         assert!(local.shared_rate_limits.is_empty());

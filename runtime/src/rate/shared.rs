@@ -100,6 +100,7 @@ pub(crate) enum SharedRefusal {
     /// the longest.
     Empty(Duration, usize),
     /// The store could not answer.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Fault(StoreError),
 }
 
@@ -428,7 +429,10 @@ mod tests {
         assert_ne!(tool.key(None), bucket("pa*", 3, RateScope::PerTool).key(None));
         // A name holding the separator cannot pose as another bucket.
         let odd = SharedBucket { tool: "pay\",\"x".into(), ..bucket("y", 3, RateScope::PerTool) };
-        assert_ne!(odd.key(None), SharedBucket { tool: "pay".into(), ..bucket("x\",\"y", 3, RateScope::PerTool) }.key(None));
+        assert_ne!(
+            odd.key(None),
+            SharedBucket { tool: "pay".into(), ..bucket("x\",\"y", 3, RateScope::PerTool) }.key(None)
+        );
     }
 
     #[test]
