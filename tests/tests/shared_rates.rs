@@ -317,6 +317,27 @@ fn processes_racing_one_shared_rule_run_exactly_its_limit() {
     assert_eq!((executed, refused), (10, 10));
 }
 
+/// Rows of full buckets are swept as calls go on: a per-thread rule over many threads leaves a table the
+/// size of its active buckets, not of every thread ever seen.
+#[test]
+fn rows_of_full_shared_buckets_are_swept() {
+    let server = PgServer::start();
+    let url = server.fresh_database();
+    let database = url.rsplit("dbname=").next().unwrap().to_owned();
+    let policy = Policy::builder().shared_rate_limit("lookup", "1000000/second", RateScope::PerThread).build().unwrap();
+    let host = Backend::Postgres(url).host(policy, |b| b);
+    let runs = Arc::new(Runs::default());
+    let rows = || server.psql(&database, "SELECT count(*) FROM airlock_rate_buckets").trim().parse::<usize>().unwrap();
+    for thread in 0..1_000 {
+        assert_ran(&host.lookup(&runs, Some(&format!("t{thread}"))));
+    }
+    assert_eq!(rows(), 1_000, "one row per thread until a sweep");
+    for thread in 1_000..1_100 {
+        assert_ran(&host.lookup(&runs, Some(&format!("t{thread}"))));
+    }
+    assert!(rows() < 100, "the 1,024th take swept the full buckets: {} rows", rows());
+}
+
 /// The server stopped: a call under a shared rule is refused (never run unlimited) with a reason that
 /// says what is wrong; after a restart, calls run again.
 #[test]

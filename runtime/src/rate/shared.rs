@@ -22,6 +22,8 @@
 //! checked is never skipped.
 
 use std::collections::HashMap;
+#[cfg(feature = "postgres")]
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -44,8 +46,9 @@ pub struct SharedRateBuckets(Backend);
 #[derive(Clone)]
 enum Backend {
     Memory(Arc<Mutex<MemoryBuckets>>),
+    /// The pool, and how many takes went through this value (every `pg::SWEEP_EVERY`th sweeps).
     #[cfg(feature = "postgres")]
-    Postgres(Arc<Shared>),
+    Postgres(Arc<Shared>, Arc<AtomicU64>),
 }
 
 impl std::fmt::Debug for SharedRateBuckets {
@@ -53,7 +56,7 @@ impl std::fmt::Debug for SharedRateBuckets {
         let backend = match &self.0 {
             Backend::Memory(_) => "memory",
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => "postgres",
+            Backend::Postgres(..) => "postgres",
         };
         f.debug_tuple("SharedRateBuckets").field(&backend).finish()
     }
@@ -118,13 +121,13 @@ impl SharedRateBuckets {
     /// connects to it, on the database's clock.
     #[cfg(feature = "postgres")]
     pub fn postgres(ledger: &crate::ledger::PostgresLedger) -> Self {
-        SharedRateBuckets(Backend::Postgres(Arc::clone(ledger.shared())))
+        SharedRateBuckets(Backend::Postgres(Arc::clone(ledger.shared()), Arc::default()))
     }
 
     /// The buckets of a store, if it can hold them (PostgreSQL).
     #[cfg(feature = "postgres")]
     pub(crate) fn of_store(handle: &StoreHandle) -> Option<Self> {
-        handle.postgres_shared().map(|shared| SharedRateBuckets(Backend::Postgres(Arc::clone(shared))))
+        handle.postgres_shared().map(|shared| SharedRateBuckets(Backend::Postgres(Arc::clone(shared), Arc::default())))
     }
 
     /// Takes one token from every bucket of `buckets` for a call on `thread`, or none. `now` is the
@@ -141,9 +144,10 @@ impl SharedRateBuckets {
         match &self.0 {
             Backend::Memory(memory) => memory_take(memory, buckets, thread, now, true),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(shared) => {
+            Backend::Postgres(shared, takes) => {
                 let asks = pg::asks(buckets, thread);
-                run(shared, pg::acquire(shared.pool.clone(), asks)).await.map_err(SharedRefusal::Fault)?
+                let sweep = takes.fetch_add(1, Ordering::Relaxed) % pg::SWEEP_EVERY == pg::SWEEP_EVERY - 1;
+                run(shared, pg::acquire(shared.pool.clone(), asks, sweep)).await.map_err(SharedRefusal::Fault)?
             }
         }
     }
@@ -161,7 +165,7 @@ impl SharedRateBuckets {
         match &self.0 {
             Backend::Memory(memory) => memory_take(memory, buckets, thread, now, false),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(shared) => {
+            Backend::Postgres(shared, _) => {
                 let asks = pg::asks(buckets, thread);
                 run(shared, pg::check(shared.pool.clone(), asks)).await.map_err(SharedRefusal::Fault)?
             }
@@ -191,7 +195,7 @@ impl SharedRateBuckets {
                 Ok(())
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(shared) => {
+            Backend::Postgres(shared, _) => {
                 let asks = pg::asks(buckets, thread);
                 run(shared, pg::refund(shared.pool.clone(), asks)).await
             }
@@ -333,10 +337,25 @@ RETURNING full_at"
 FROM airlock_rate_buckets WHERE bucket_key = ANY($1)"
     );
 
+    /// Drops the rows of full buckets (a missing row is a full bucket, so nothing changes for any caller):
+    /// a row whose moment has passed is deleted only if no concurrent take moved it on first, since the
+    /// row is locked and the condition checked again.
+    const SWEEP: &str = concat!("DELETE FROM airlock_rate_buckets WHERE full_at < ", db_now!());
+
+    /// Every this many takes through one [`SharedRateBuckets`](super::SharedRateBuckets), the full buckets'
+    /// rows are swept, so the table follows the active buckets (one per thread, for a per-thread rule)
+    /// rather than every thread ever seen.
+    pub(super) const SWEEP_EVERY: u64 = 1_024;
+
     const REFUND: &str = "UPDATE airlock_rate_buckets AS b SET full_at = b.full_at - r.step
 FROM unnest($1::text[], $2::bigint[]) AS r(bucket_key, step) WHERE b.bucket_key = r.bucket_key";
 
-    pub(super) async fn acquire(pool: Pool, asks: Vec<Ask>) -> Result<Result<(), SharedRefusal>, StoreError> {
+    /// Takes a token from every bucket or none; then, if `sweep`, drops the rows of full buckets.
+    pub(super) async fn acquire(
+        pool: Pool,
+        asks: Vec<Ask>,
+        sweep: bool,
+    ) -> Result<Result<(), SharedRefusal>, StoreError> {
         let mut conn = client(&pool).await?;
         let take = conn.prepare_cached(TAKE).await.map_err(StoreError::storage)?;
         let taken = if let [ask] = asks.as_slice() {
@@ -360,6 +379,12 @@ FROM unnest($1::text[], $2::bigint[]) AS r(bucket_key, step) WHERE b.bucket_key 
             all
         };
         if taken {
+            if sweep {
+                // The call is admitted whatever the sweep does; a failed sweep is retried next time.
+                if let Err(err) = conn.execute(SWEEP, &[]).await {
+                    tracing::warn!(target: "agent_airlock", error = %err, "full shared rate buckets not swept");
+                }
+            }
             return Ok(Ok(()));
         }
         // Refused: how long until every bucket could admit, from what they hold now.
