@@ -1,6 +1,8 @@
 //! What a grant spend costs on PostgreSQL, next to the floor on the same server: one bare single-row
 //! `INSERT … RETURNING` (autocommit: one statement, one commit, one round trip). Then spends' throughput
-//! with 1, 8 and 32 clients spending at once through one ledger (one pool of 32 connections).
+//! with 1, 8 and 32 clients spending at once through one ledger (one pool of 32 connections). And a dispatch
+//! under a shared rate limit (its one `INSERT … ON CONFLICT … RETURNING` on the same server), next to the
+//! same dispatch with its bucket in memory.
 //!
 //! The server is a throwaway one (`initdb` into a temporary directory, a Unix socket) with a
 //! deployment's durability: `fsync=on`, `synchronous_commit=on`, so every commit waits for the disk.
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use agent_airlock::ledger::{
     ApprovalLedger, GrantRecord, PostgresLedger, PostgresOptions, RequestRecord, SpendAttempt,
 };
+use agent_airlock::{CallContext, Dispatcher, Policy, RateScope, ToolCall, airlock_tool, tool};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pg_server::PgServer;
 use serde_json::json;
@@ -25,6 +28,12 @@ use serde_json::json;
 mod pg_server;
 
 const NOW: Duration = Duration::from_secs(1_700_000_000);
+
+/// Answer (the tool of the rate-limit benchmark: nothing but the gates).
+#[airlock_tool]
+fn ping() -> String {
+    "pong".to_owned()
+}
 
 /// Records and grants `count` requests numbered from `first` (untimed), written concurrently; returns the
 /// spends that use them.
@@ -133,6 +142,35 @@ fn postgres(c: &mut Criterion) {
             start.elapsed()
         })
     });
+
+    // One dispatch whose rate limit is shared through the database (one statement, autocommit), next to the
+    // same dispatch with its bucket in memory: the difference is the shared acquire.
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let dispatcher = |shared: bool| {
+            let policy = if shared {
+                Policy::builder().shared_rate_limit("ping", "1000000/second", RateScope::PerTool)
+            } else {
+                Policy::builder().rate_limit("ping", "1000000/second")
+            };
+            Dispatcher::builder()
+                .tool(tool!(ping))
+                .policy(policy.build().expect("the policy builds"))
+                .effects(ledger.effect_store())
+                .build()
+                .expect("the dispatcher builds")
+        };
+        for (name, shared) in [("dispatch_rate_in_memory", false), ("dispatch_rate_shared", true)] {
+            let dispatcher = dispatcher(shared);
+            let context = CallContext::new();
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    let call = ToolCall::new("c", "ping", json!({}));
+                    black_box(runtime.block_on(dispatcher.dispatch(call, &context)).expect_message());
+                })
+            });
+        }
+    }
     group.finish();
 
     let mut group = c.benchmark_group("postgres_spend_clients");

@@ -1,4 +1,10 @@
 //! Rate limits: the `N/unit` value and a limiter that takes one token from every applicable bucket or none.
+//!
+//! Buckets live in the dispatcher's memory by default ([`RateLimiter`]), one per host. A rule marked
+//! shared keeps its bucket in a store every host reaches instead ([`shared`]), with the same arithmetic
+//! ([`gcra`]).
+
+pub(crate) mod shared;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,8 +15,21 @@ pub use agent_airlock_grammar::{Rate, RateParseError};
 use crate::clock::duration_nanos;
 
 /// Time between tokens of `rate`.
-fn emission_interval_nanos(rate: &Rate) -> u64 {
+pub(crate) fn emission_interval_nanos(rate: &Rate) -> u64 {
     duration_nanos(rate.period()) / u64::from(rate.count())
+}
+
+/// One GCRA step: a bucket full again at `full_at` (nanoseconds, 0: full), asked for one token at `now`.
+/// `Ok` holds when it is full again after the token is taken; `Err` the wait (nanoseconds, at least 1)
+/// until it could admit. A bucket admits while it holds no more than one period's worth of debt after the
+/// call: `count` calls at once, then one per `period / count`.
+pub(crate) fn gcra(full_at: u64, now: u64, rate: &Rate) -> Result<u64, u64> {
+    let period = duration_nanos(rate.period());
+    let next = full_at.max(now).saturating_add(emission_interval_nanos(rate));
+    match next.saturating_sub(now).checked_sub(period) {
+        Some(debt) if debt > 0 => Err(debt),
+        _ => Ok(next),
+    }
 }
 
 /// Identifies one bucket inside a [`RateLimiter`].
@@ -136,21 +155,20 @@ impl RateLimiter {
             guards.push((bucket.rate, bucket.state.lock().unwrap_or_else(|p| p.into_inner())));
         }
         let mut wait = (0u64, 0usize);
+        let mut next = Vec::with_capacity(guards.len());
         for (position, (rate, state)) in guards.iter().enumerate() {
-            let period = duration_nanos(rate.period());
-            let next = state.get(thread).max(now).saturating_add(emission_interval_nanos(rate));
-            // Admit while the bucket would hold no more than `period` worth of debt after this call.
-            if next.saturating_sub(now) > period && next - now - period > wait.0 {
-                wait = (next - now - period, position);
+            match gcra(state.get(thread), now, rate) {
+                Ok(full_at) => next.push(full_at),
+                Err(debt) if debt > wait.0 => wait = (debt, position),
+                Err(_) => {}
             }
         }
         if wait.0 > 0 {
             return Err((Duration::from_nanos(wait.0), wait.1));
         }
         if commit {
-            for (rate, state) in &mut guards {
-                let next = state.get(thread).max(now).saturating_add(emission_interval_nanos(&*rate));
-                state.set(thread, next, now);
+            for ((_, state), full_at) in guards.iter_mut().zip(next) {
+                state.set(thread, full_at, now);
             }
         }
         Ok(())

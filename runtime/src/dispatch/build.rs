@@ -15,8 +15,10 @@ use crate::effect::EffectStore;
 use crate::mask::Masker;
 use crate::policy::PolicyMode;
 use crate::policy::rules::Policy;
+use crate::rate::shared::SharedBucket;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
+use crate::store::SharedRateBuckets;
 use crate::tool::{GhostPolicy, Tool};
 
 /// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
@@ -48,6 +50,18 @@ pub enum BuildError {
         /// The placeholder.
         param: String,
     },
+    /// A policy rule shares a tool's rate limit across hosts, and the dispatcher has no store for the bucket:
+    /// no [`shared_rates`](DispatcherBuilder::shared_rates) and no ledger, effect store or audit log in
+    /// PostgreSQL.
+    #[error(
+        "tool `{tool}` has a shared rate limit (rule `{rule}`) but the dispatcher has no store for shared rate buckets: use a PostgreSQL ledger, effect store or audit log, or `.shared_rates(SharedRateBuckets::postgres(&ledger))`; a redb file holds no rate buckets, and `SharedRateBuckets::in_memory()` shares them between the dispatchers of one process only"
+    )]
+    NoSharedRateStore {
+        /// The tool.
+        tool: String,
+        /// The policy glob of the shared rule.
+        rule: String,
+    },
 }
 
 /// Builds a [`Dispatcher`].
@@ -61,6 +75,7 @@ pub struct DispatcherBuilder {
     effect_lease: Duration,
     audit: Option<Arc<AuditLog>>,
     masker: Option<Arc<Masker>>,
+    shared_rates: Option<SharedRateBuckets>,
 }
 
 impl Dispatcher {
@@ -75,6 +90,7 @@ impl Dispatcher {
             effect_lease: DEFAULT_EFFECT_LEASE,
             audit: None,
             masker: None,
+            shared_rates: None,
         }
     }
 }
@@ -151,6 +167,16 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Where the buckets of shared rate limits live
+    /// ([`PolicyBuilder::shared_rate_limit`](crate::PolicyBuilder::shared_rate_limit), `rate_shared = true`).
+    /// Without it, the PostgreSQL database of the approval ledger, the effect store or the audit log, if any
+    /// is in PostgreSQL; a policy with a shared rule and no such store does not build
+    /// ([`BuildError::NoSharedRateStore`]).
+    pub fn shared_rates(mut self, buckets: SharedRateBuckets) -> Self {
+        self.shared_rates = Some(buckets);
+        self
+    }
+
     /// The dispatcher, with each tool's policy decision and schema computed once.
     pub fn build(mut self) -> Result<Dispatcher, BuildError> {
         if let (Some(clock), Escalation::Interrupt(approvals)) = (&self.clock, &mut self.escalation) {
@@ -212,13 +238,18 @@ impl DispatcherBuilder {
             let mut limits: Vec<(String, Rate, RateScope)> =
                 spec.rate().map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
             let mut observed_limits = Vec::new();
+            let (mut shared_limits, mut observed_shared_limits) = (Vec::new(), Vec::new());
             if observe {
                 observed_limits = decision.rate_limits;
+                observed_shared_limits = decision.shared_rate_limits;
             } else {
                 limits.extend(decision.rate_limits);
+                shared_limits = decision.shared_rate_limits;
             }
             let (buckets, bucket_rules) = add_buckets(&mut limiter, limits);
             let (observed_buckets, observed_bucket_rules) = add_buckets(&mut limiter, observed_limits);
+            let shared_buckets = shared_buckets_of(spec.name(), shared_limits);
+            let observed_shared_buckets = shared_buckets_of(spec.name(), observed_shared_limits);
             let definition = ToolDefinition::of(&*tool);
             let (escalation_rules, escalation_reasons) = joined(&escalations);
             let ghost_block = decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block);
@@ -239,6 +270,8 @@ impl DispatcherBuilder {
                     bucket_rules,
                     observed_buckets,
                     observed_bucket_rules,
+                    shared_buckets,
+                    observed_shared_buckets,
                     mask,
                     ghost_block,
                     policy_effect,
@@ -254,6 +287,10 @@ impl DispatcherBuilder {
             effects: effects.as_ref().and_then(|store| store.store_handle()),
             audit: self.audit.as_ref().and_then(|log| log.store_handle()),
         };
+        let shared_rates = match self.shared_rates {
+            Some(buckets) => Some(buckets),
+            None => shared_rates_of(&stores, &order, &tools)?,
+        };
         Ok(Dispatcher {
             stores,
             tools,
@@ -266,6 +303,7 @@ impl DispatcherBuilder {
             audit: self.audit,
             masker: self.masker.unwrap_or_default(),
             observe,
+            shared_rates,
         })
     }
 }
@@ -278,4 +316,42 @@ fn add_buckets(
 ) -> (Vec<BucketId>, Vec<(String, Rate)>) {
     let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
     (buckets, limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect())
+}
+
+/// One shared bucket per distinct limit (a rule given twice would otherwise take two tokens from one
+/// bucket).
+fn shared_buckets_of(tool: &str, limits: Vec<(String, Rate, RateScope)>) -> Vec<SharedBucket> {
+    let mut buckets: Vec<SharedBucket> = Vec::with_capacity(limits.len());
+    for (rule, rate, scope) in limits {
+        if !buckets.iter().any(|b| b.rule == rule && b.rate == rate && b.scope == scope) {
+            buckets.push(SharedBucket { tool: tool.to_owned(), rule, rate, scope });
+        }
+    }
+    buckets
+}
+
+/// The store for shared buckets when none was given: the first of the dispatcher's stores that can hold
+/// them (PostgreSQL), if any tool has a shared limit.
+fn shared_rates_of(
+    stores: &Stores,
+    order: &[String],
+    tools: &HashMap<String, Entry>,
+) -> Result<Option<SharedRateBuckets>, BuildError> {
+    let needing = order.iter().filter_map(|name| tools.get(name)).find_map(|entry| {
+        entry
+            .shared_buckets
+            .first()
+            .or(entry.observed_shared_buckets.first())
+            .map(|bucket| (bucket.tool.clone(), bucket.rule.clone()))
+    });
+    let Some((tool, rule)) = needing else { return Ok(None) };
+    #[cfg(feature = "postgres")]
+    if let Some(buckets) =
+        [&stores.ledger, &stores.effects, &stores.audit].into_iter().flatten().find_map(SharedRateBuckets::of_store)
+    {
+        return Ok(Some(buckets));
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = stores;
+    Err(BuildError::NoSharedRateStore { tool, rule })
 }

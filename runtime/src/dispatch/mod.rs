@@ -51,8 +51,10 @@ use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
+use crate::rate::shared::{SharedBucket, SharedRefusal};
 use crate::rate::{BucketId, Rate, RateLimiter};
 use crate::schema::ToolDefinition;
+use crate::store::SharedRateBuckets;
 use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
@@ -69,6 +71,8 @@ pub struct Dispatcher {
     masker: Arc<Masker>,
     /// The policy is in observe mode: what it alone would refuse is traced and audited, not refused.
     observe: bool,
+    /// Where shared buckets live; set whenever a tool has one.
+    shared_rates: Option<SharedRateBuckets>,
 }
 
 /// One registered tool with everything the policy decided about it, computed once at build time.
@@ -94,6 +98,9 @@ struct Entry {
     observed_escalations: Vec<EscalationReason>,
     observed_buckets: Vec<BucketId>,
     observed_bucket_rules: Vec<(String, Rate)>,
+    /// The policy's shared rate limits, their buckets in the shared store; in observe mode, reported only.
+    shared_buckets: Vec<SharedBucket>,
+    observed_shared_buckets: Vec<SharedBucket>,
     /// The policy glob that says `ghost = "block"`, where the author's tool strips.
     ghost_block: Option<String>,
     /// The policy's idempotency key template, for a tool whose author declared none.
@@ -304,7 +311,7 @@ impl Dispatcher {
         };
         if !escalations.is_empty() {
             trail.rule = Some(rules.clone());
-            self.refusal_before_asking(entry, name, effect_key.as_deref(), context).map_err(with_stripped)?;
+            self.refusal_before_asking(entry, name, effect_key.as_deref(), context).await.map_err(with_stripped)?;
             let call =
                 EscalatedCall { entry, id, name, arguments: &screened.arguments, context, escalations, rules, reasons };
             match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
@@ -326,14 +333,29 @@ impl Dispatcher {
             }
         }
 
-        // 6. Rate limits: one token from every applicable bucket, or none.
+        // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
+        //    the shared ones (a round trip to the store, awaited), so a call refused here costs the store
+        //    nothing; a shared bucket that cannot be reached refuses the call.
         let thread = context.thread_id();
-        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, thread, self.clock.now()) {
+        let now = self.clock.now();
+        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, thread, now) {
             let (rule, rate) = entry.bucket_rules[position].clone();
             return Err(with_stripped(refusal::rate_limited(name, rule, rate, wait)));
         }
-        let observed_taken = match self.limiter.acquire(&entry.observed_buckets, thread, self.clock.now()) {
-            Ok(()) => true,
+        if let Err(refused) = self.take_shared(&entry.shared_buckets, thread, now).await {
+            self.limiter.refund(&entry.buckets, thread, now);
+            return Err(with_stripped(refusal::shared_rate(name, &entry.shared_buckets, refused)));
+        }
+        let observed_taken = match self.limiter.acquire(&entry.observed_buckets, thread, now) {
+            Ok(()) => match self.take_shared(&entry.observed_shared_buckets, thread, now).await {
+                Ok(()) => true,
+                Err(refused) => {
+                    self.limiter.refund(&entry.observed_buckets, thread, now);
+                    let refused = refusal::shared_rate(name, &entry.observed_shared_buckets, refused);
+                    self.would_refuse(refused, name, id, context, trail);
+                    false
+                }
+            },
             Err((wait, position)) => {
                 let (rule, rate) = entry.observed_bucket_rules[position].clone();
                 self.would_refuse(refusal::rate_limited(name, rule, rate, wait), name, id, context, trail);
@@ -342,13 +364,16 @@ impl Dispatcher {
         };
 
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
-        //    refusal here gives the rate tokens back and leaves the grant live.
+        //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live.
         let reservation = match self.admit(name, id, effect_key, resumed, context, trail).await {
             Ok(reservation) => reservation,
             Err(refused) => {
-                self.limiter.refund(&entry.buckets, thread, self.clock.now());
+                let now = self.clock.now();
+                self.limiter.refund(&entry.buckets, thread, now);
+                self.refund_shared(&entry.shared_buckets, thread, now).await;
                 if observed_taken {
-                    self.limiter.refund(&entry.observed_buckets, thread, self.clock.now());
+                    self.limiter.refund(&entry.observed_buckets, thread, now);
+                    self.refund_shared(&entry.observed_shared_buckets, thread, now).await;
                 }
                 return Err(with_stripped(refused));
             }
@@ -457,8 +482,34 @@ impl Dispatcher {
         }
     }
 
-    /// Gate 5's first step: the refusals no human can change, checked without taking anything.
-    fn refusal_before_asking(
+    /// Gate 6's shared buckets: one token from each, or none.
+    async fn take_shared(
+        &self,
+        buckets: &[SharedBucket],
+        thread: Option<&str>,
+        now: Duration,
+    ) -> Result<(), SharedRefusal> {
+        match &self.shared_rates {
+            Some(shared) if !buckets.is_empty() => shared.acquire(buckets, thread, now).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives back what [`take_shared`](Self::take_shared) took, for a call a later gate refused. If the
+    /// store cannot be reached, the tokens stay spent: the limit errs on the strict side.
+    async fn refund_shared(&self, buckets: &[SharedBucket], thread: Option<&str>, now: Duration) {
+        if let Some(shared) = &self.shared_rates
+            && !buckets.is_empty()
+            && let Err(err) = shared.refund(buckets, thread, now).await
+        {
+            tracing::warn!(target: "agent_airlock", error = %err, "shared rate tokens not given back");
+        }
+    }
+
+    /// Gate 5's first step: the refusals no human can change, checked without taking anything. Shared
+    /// buckets are checked too (one read of the store): a human is not asked about a call an empty shared
+    /// bucket refuses anyway. A store fault here is not a refusal: gate 6 refuses if it persists.
+    async fn refusal_before_asking(
         &self,
         entry: &Entry,
         name: &str,
@@ -469,6 +520,12 @@ impl Dispatcher {
         if let Err((wait, position)) = self.limiter.check(&entry.buckets, context.thread_id(), now) {
             let (rule, rate) = entry.bucket_rules[position].clone();
             return Err(refusal::rate_limited(name, rule, rate, wait));
+        }
+        if let Some(shared) = &self.shared_rates
+            && let Err(refused @ SharedRefusal::Empty(..)) =
+                shared.check(&entry.shared_buckets, context.thread_id(), now).await
+        {
+            return Err(refusal::shared_rate(name, &entry.shared_buckets, refused));
         }
         // A storage fault here is not a refusal: gate 7 reports it if it persists.
         match effect_key {

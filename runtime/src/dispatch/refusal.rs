@@ -9,6 +9,7 @@ use crate::echo;
 use crate::effect::EffectError;
 use crate::message::RefusalKind;
 use crate::rate::Rate;
+use crate::rate::shared::{SharedBucket, SharedRefusal};
 use crate::tool::ToolSpec;
 
 /// What a refusal says, before it becomes a message.
@@ -209,6 +210,31 @@ pub(super) fn rate_limited(name: &str, rule: String, rate: Rate, wait: Duration)
         .rule(rule)
         .hint(format!("wait at least {secs} seconds before calling `{name}` again"))
         .retry_after(wait)
+}
+
+/// Gate 6: a shared bucket is empty, or its store cannot be reached (a refusal too: a shared limit is
+/// never skipped).
+pub(super) fn shared_rate(name: &str, buckets: &[SharedBucket], refused: SharedRefusal) -> Refused {
+    match refused {
+        SharedRefusal::Empty(wait, position) => match buckets.get(position).or(buckets.last()) {
+            Some(bucket) => rate_limited(name, bucket.rule.clone(), bucket.rate, wait),
+            None => Refused::new(RefusalKind::RateLimited, format!("tool `{name}` is rate limited"))
+                .hint("retry later")
+                .retry_after(wait),
+        },
+        SharedRefusal::Fault(err) => {
+            tracing::error!(target: "agent_airlock", error = %err, "shared rate limit store failed");
+            let rules: Vec<&str> = buckets.iter().map(|bucket| bucket.rule.as_str()).collect();
+            Refused::new(
+                RefusalKind::Unavailable,
+                format!(
+                    "tool `{name}` cannot run right now: its shared rate limit could not be checked (the store holding it did not answer)"
+                ),
+            )
+            .rule(rules.join(", "))
+            .hint("retry later")
+        }
+    }
 }
 
 /// Gate 7: the effect key cannot be reserved. `now` dates the answer.

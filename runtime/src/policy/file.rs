@@ -13,6 +13,7 @@
 //! escalate = "moves money"    # a human must approve, for this reason
 //! rate = "10/minute"          # N/second, minute, hour or day
 //! rate_per = "thread"         # "tool" (one bucket, the default) or "thread" (one per conversation)
+//! rate_shared = true          # one bucket for every host, kept in the shared store (PostgreSQL)
 //! mask = "pii"                # result masking added to the author's
 //! ghost = "block"             # refuse undeclared arguments instead of stripping them
 //! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
@@ -29,8 +30,10 @@
 //! ```
 //!
 //! Unknown keys, wrong types, bad globs, rates, masks, templates, conditions and versions are refused
-//! with the line and column of the offending value. `rate_shared = true` (one bucket shared by several
-//! hosts through the store) is refused until the store supports shared rate buckets.
+//! with the line and column of the offending value. `rate_shared` (like `rate_per`) needs a `rate`; with
+//! `rate_shared = true` the rule's bucket lives in the store every host shares
+//! ([`SharedRateBuckets`](crate::store::SharedRateBuckets)) rather than in each host's memory, and a
+//! dispatcher with no such store refuses to build.
 //!
 //! The file is applied through [`PolicyBuilder`]: a file and code follow one set of rules.
 
@@ -238,35 +241,29 @@ impl FileBuilder<'_> {
                 &[key.clone(), approvals.span(), approvals.span()],
             )?;
         }
-        if let Some(shared) = &tool.rate_shared
-            && *shared.get_ref()
-        {
-            return Err(locate(
-                self.text,
-                shared.span().start,
-                "`rate_shared = true` needs a shared store, which does not hold rate buckets yet; \
-                 remove it for a limit per host"
-                    .to_owned(),
-            ));
-        }
-        match (&tool.rate, &tool.rate_per) {
-            (Some(rate), per) => {
+        match (&tool.rate, &tool.rate_per, &tool.rate_shared) {
+            (Some(rate), per, shared) => {
                 let scope = match per.as_ref().map(|p| *p.get_ref()) {
                     Some(RatePer::Thread) => RateScope::PerThread,
                     _ => RateScope::PerTool,
                 };
+                let shared = shared.as_ref().is_some_and(|shared| *shared.get_ref());
                 self.apply(
-                    |b| match scope {
-                        RateScope::PerTool => b.rate_limit(name, rate.get_ref()),
-                        RateScope::PerThread => b.rate_limit_per_thread(name, rate.get_ref()),
+                    |b| match (shared, scope) {
+                        (true, scope) => b.shared_rate_limit(name, rate.get_ref(), scope),
+                        (false, RateScope::PerTool) => b.rate_limit(name, rate.get_ref()),
+                        (false, RateScope::PerThread) => b.rate_limit_per_thread(name, rate.get_ref()),
                     },
                     &[key.clone(), rate.span()],
                 )?;
             }
-            (None, Some(per)) => {
+            (None, Some(per), _) => {
                 return Err(locate(self.text, per.span().start, "`rate_per` needs a `rate`".to_owned()));
             }
-            (None, None) => {}
+            (None, None, Some(shared)) => {
+                return Err(locate(self.text, shared.span().start, "`rate_shared` needs a `rate`".to_owned()));
+            }
+            (None, None, None) => {}
         }
         if let Some(mask) = &tool.mask {
             self.apply(|b| b.mask(name, mask.get_ref()), &[key.clone(), mask.span()])?;
@@ -386,6 +383,31 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
 "#;
 
     #[test]
+    fn rate_shared_makes_a_shared_rule_per_tool_or_per_thread() {
+        let text = "version = 1\ndefault = \"allow\"\n\
+            [tools.refund]\nrate = \"3/minute\"\nrate_shared = true\n\
+            [tools.\"chat_*\"]\nrate = \"5/hour\"\nrate_per = \"thread\"\nrate_shared = true\n\
+            [tools.local]\nrate = \"7/day\"\nrate_shared = false\n";
+        let policy = Policy::from_toml(text).unwrap();
+        let refund = policy.for_tool("refund");
+        assert!(refund.rate_limits.is_empty());
+        assert_eq!(
+            refund.shared_rate_limits,
+            vec![("refund".to_owned(), "3/minute".parse().unwrap(), RateScope::PerTool)]
+        );
+        let chat = policy.for_tool("chat_send");
+        assert!(chat.rate_limits.is_empty());
+        assert_eq!(
+            chat.shared_rate_limits,
+            vec![("chat_*".to_owned(), "5/hour".parse().unwrap(), RateScope::PerThread)]
+        );
+        let local = policy.for_tool("local");
+        assert_eq!(local.rate_limits, vec![("local".to_owned(), "7/day".parse().unwrap(), RateScope::PerTool)]);
+        assert!(local.shared_rate_limits.is_empty());
+        assert!(policy.summary().contains("rate      refund: 3/minute, shared by every host"), "{}", policy.summary());
+    }
+
+    #[test]
     fn reads_every_rule_through_the_builder() {
         let policy = Policy::from_toml(EXAMPLE).unwrap();
         assert!(policy.is_default_deny());
@@ -486,11 +508,18 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
                 "invalid rate `0/minute` for `refund`: rate count must be at least 1",
             ),
             (h("[tools.refund]\nrate_per = \"thread\"\n"), 4, 12, "`rate_per` needs a `rate`"),
+            (h("[tools.refund]\nrate_shared = true\n"), 4, 15, "`rate_shared` needs a `rate`"),
             (
-                h("[tools.refund]\nrate = \"1/minute\"\nrate_shared = true\n"),
+                h("[tools.refund]\nrate = \"1/minute\"\nrate_shared = \"yes\"\n"),
                 5,
                 15,
-                "`rate_shared = true` needs a shared store",
+                "invalid type: string \"yes\", expected a boolean",
+            ),
+            (
+                h("[tools.refund]\nrate = \"1/fortnight\"\nrate_shared = true\n"),
+                4,
+                8,
+                "invalid rate `1/fortnight` for `refund`: unknown rate unit `fortnight`",
             ),
             // Masks, templates, pins, reasons.
             (

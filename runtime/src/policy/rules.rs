@@ -24,6 +24,7 @@ pub struct Policy {
     escalate: Vec<Rule<String>>,
     approvals: Vec<Rule<u32>>,
     rate_limits: Vec<Rule<(Rate, RateScope)>>,
+    shared_rate_limits: Vec<Rule<(Rate, RateScope)>>,
     masks: Vec<Rule<MaskSet>>,
     ghost_block: Vec<Rule<()>>,
     effects: Vec<Rule<PolicyEffect>>,
@@ -157,8 +158,11 @@ pub struct ToolPolicy {
     /// How many distinct approvers an escalated call of the tool needs: the most any matching rule asks
     /// (1 when none does).
     pub approvals: u32,
-    /// `(glob, rate, scope)` for each rate-limit rule that matched.
+    /// `(glob, rate, scope)` for each rate-limit rule that matched, its bucket in each dispatcher's memory.
     pub rate_limits: Vec<(String, Rate, RateScope)>,
+    /// `(glob, rate, scope)` for each shared rate-limit rule that matched
+    /// ([`PolicyBuilder::shared_rate_limit`]): one bucket for every dispatcher of the deployment.
+    pub shared_rate_limits: Vec<(String, Rate, RateScope)>,
     /// The masking every matching rule adds (the union).
     pub mask: MaskSet,
     /// The first glob that sets `ghost = "block"` for the tool, if any.
@@ -314,13 +318,15 @@ impl Policy {
         lines.extend(self.deny_resources.iter().map(|r| format!("deny      resource {}", r.pattern)));
         lines.extend(self.deny_prompts.iter().map(|r| format!("deny      prompt {}", r.pattern)));
         lines.extend(self.escalate.iter().map(|r| format!("escalate  {}: {}", r.pattern, r.value)));
-        lines.extend(self.rate_limits.iter().map(|r| {
+        let rate_line = |r: &Rule<(Rate, RateScope)>, shared: &str| {
             let per = match r.value.1 {
                 RateScope::PerTool => "",
                 RateScope::PerThread => " per thread",
             };
-            format!("rate      {}: {}{per}", r.pattern, r.value.0)
-        }));
+            format!("rate      {}: {}{per}{shared}", r.pattern, r.value.0)
+        };
+        lines.extend(self.rate_limits.iter().map(|r| rate_line(r, "")));
+        lines.extend(self.shared_rate_limits.iter().map(|r| rate_line(r, ", shared by every host")));
         lines.extend(self.masks.iter().map(|r| format!("mask      {}: {}", r.pattern, r.value)));
         lines.extend(self.approvals.iter().map(|r| format!("approvals {}: {}", r.pattern, r.value)));
         lines.extend(self.ghost_block.iter().map(|r| format!("ghost     {}: block", r.pattern)));
@@ -362,6 +368,12 @@ impl Policy {
             approvals: self.approvals.iter().filter(|r| r.matcher.is_match(name)).map(|r| r.value).fold(1, u32::max),
             rate_limits: self
                 .rate_limits
+                .iter()
+                .filter(|r| r.matcher.is_match(name))
+                .map(|r| (r.pattern.clone(), r.value.0, r.value.1))
+                .collect(),
+            shared_rate_limits: self
+                .shared_rate_limits
                 .iter()
                 .filter(|r| r.matcher.is_match(name))
                 .map(|r| (r.pattern.clone(), r.value.0, r.value.1))
@@ -471,11 +483,28 @@ impl PolicyBuilder {
         self.scoped_rate_limit(glob, rate, RateScope::PerThread)
     }
 
-    fn scoped_rate_limit(mut self, glob: &str, rate: &str, scope: RateScope) -> Self {
+    /// Limits each tool matching `glob` to `rate` (per thread with [`RateScope::PerThread`]) across every
+    /// dispatcher of the deployment: its bucket lives in the shared store (PostgreSQL, see
+    /// [`SharedRateBuckets`](crate::store::SharedRateBuckets)), not in each host's memory, so `10/minute`
+    /// means ten calls a minute however many hosts serve the tool. Costs a round trip to the store per
+    /// call; rules without it stay in memory.
+    pub fn shared_rate_limit(self, glob: &str, rate: &str, scope: RateScope) -> Self {
+        self.rate_rule(glob, rate, scope, true)
+    }
+
+    fn scoped_rate_limit(self, glob: &str, rate: &str, scope: RateScope) -> Self {
+        self.rate_rule(glob, rate, scope, false)
+    }
+
+    fn rate_rule(mut self, glob: &str, rate: &str, scope: RateScope, shared: bool) -> Self {
         match rate.parse::<Rate>() {
             Ok(parsed) => {
                 if let Some(rule) = self.rule(glob, (parsed, scope)) {
-                    self.policy.rate_limits.push(rule);
+                    if shared {
+                        self.policy.shared_rate_limits.push(rule);
+                    } else {
+                        self.policy.rate_limits.push(rule);
+                    }
                 }
             }
             Err(err) => self.errors.push(PolicyError::Rate {

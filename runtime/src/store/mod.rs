@@ -22,6 +22,10 @@
 //! have no handle: the dispatcher runs each part through the store's own methods, in the same order and
 //! with the same rules (a memory ledger spends and reserves under one lock).
 //!
+//! **Shared rate limits.** Policy rules marked shared keep their buckets in a [`SharedRateBuckets`]: the
+//! PostgreSQL database (one statement per bucket, on the database's clock), or memory for the dispatchers
+//! of one process. A redb file belongs to one process, so it holds no buckets; see `rate::shared`.
+//!
 //! **Layers.** This module is the engine under the ledger, the effect records and the audit log, and
 //! knows none of them: the redb file (its tables, the one writer thread per database that group-commits
 //! every write, [`Reply`]), and the PostgreSQL pool, schema and transactions. Each subsystem reads and
@@ -42,6 +46,7 @@ pub(crate) use self::error::{Fault, StoreError};
 use self::postgres::Shared as PostgresShared;
 use self::redb::RedbWriter;
 pub use self::reply::{Reply, ReplySender};
+pub use crate::rate::shared::SharedRateBuckets;
 
 /// The durable store a ledger, an effect store or an audit log writes through: parts of a decision whose
 /// stores have the same handle are written in one transaction. Opaque; compare with [`same_store`](Self::same_store).

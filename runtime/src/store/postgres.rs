@@ -28,7 +28,7 @@ use tokio_postgres::{NoTls, Row};
 use super::{Fault, Reply, StoreError};
 
 /// The newest schema version this build knows (the number of its last migration).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
 /// is a new one.
@@ -78,6 +78,18 @@ CREATE TABLE airlock_audit_records (
 CREATE TABLE airlock_audit_head (
     id   smallint PRIMARY KEY CHECK (id = 1),
     head bytea NOT NULL
+);
+"#,
+    ),
+    (
+        4,
+        r#"
+-- Rate buckets shared by every host (policy rules marked shared): when each bucket is full again, in
+-- nanoseconds since the Unix epoch on the database's clock. A missing row is a full bucket, so rows whose
+-- `full_at` has passed can be deleted at any time.
+CREATE TABLE airlock_rate_buckets (
+    bucket_key text COLLATE "C" PRIMARY KEY,
+    full_at    bigint NOT NULL
 );
 "#,
     ),
