@@ -122,7 +122,8 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
         (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
         (None, None) => Err("the gateway was not prepared".to_owned()),
     };
-    // Standard input is read by a blocking thread that nothing but input ends; do not wait for it.
+    // Standard input that is not a pipe (a terminal, a file) is read by a blocking thread that nothing but
+    // input ends; do not wait for it.
     runtime.shutdown_background();
     result
 }
