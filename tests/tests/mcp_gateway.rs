@@ -239,13 +239,14 @@ fn fd_flags(pid: u32, fd: &str) -> u32 {
 }
 
 /// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
-/// every message is read and written on the async reactor rather than handed to a blocking thread (a
-/// thread hand-off each way, the larger part of the gateway's own latency per call); its standard streams,
-/// which it shares with whatever else holds those pipes, stay blocking. The call through it is still
-/// guarded: an undeclared argument is stripped before the upstream sees it.
+/// every message is read and written on the async reactor rather than handed to a blocking thread; its
+/// standard streams, which it shares with whatever else holds those pipes, stay blocking. And it serves
+/// its one stdio client on one thread (the store's writer aside), so no part of a call waits for another
+/// worker to be woken. Those hand-offs were most of the gateway's own latency per call (BENCHMARKS.md §8).
+/// The call through it is still guarded: an undeclared argument is stripped before the upstream sees it.
 #[cfg(target_os = "linux")]
 #[test]
-fn the_gateway_reads_and_writes_its_client_pipes_on_the_reactor() {
+fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     const O_NONBLOCK: u32 = 0o4000;
     let venv = venv();
     let scratch = Scratch::new();
@@ -305,6 +306,14 @@ fn the_gateway_reads_and_writes_its_client_pipes_on_the_reactor() {
             .any(|(fd, _)| fd_flags(pid, fd) & O_NONBLOCK != 0);
         assert!(own, "no non-blocking descriptor of the gateway's own on fd {standard}'s pipe: {descriptors:?}");
     }
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the gateway's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    let serving: Vec<&String> = threads.iter().filter(|name| !name.starts_with("airlock-redb")).collect();
+    assert_eq!(serving.len(), 1, "the gateway serves on more than one thread: {threads:?}");
+
     // The client goes away: the gateway ends with it.
     drop(stdin);
     let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits");
