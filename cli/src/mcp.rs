@@ -112,17 +112,26 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
         Some(McpCommand::Scan { .. }) => None,
         None => Some(prepare(&args.run, cli)?),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    // One client on stdio is served on one thread: a call's tasks (the client's transport, the call, the
+    // upstream's transport) then never wait for another worker to wake and take them over, which is most of
+    // what the gateway adds to a call on a busy machine (BENCHMARKS.md §8). The durable writes have their
+    // own thread either way. Clients over HTTP may be many: two workers.
+    let mut builder = match args.run.listen {
+        Some(_) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(2);
+            builder
+        }
+        None => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = builder.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let result = match (&args.command, prepared) {
         (Some(McpCommand::Scan { upstream }), _) => runtime.block_on(scan(upstream)),
         (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
         (None, None) => Err("the gateway was not prepared".to_owned()),
     };
-    // Standard input is read by a blocking thread that nothing but input ends; do not wait for it.
+    // Standard input that is not a pipe (a terminal, a file) is read by a blocking thread that nothing but
+    // input ends; do not wait for it.
     runtime.shutdown_background();
     result
 }

@@ -3,8 +3,13 @@
 //! gateway's resident memory idle and under a burst of 200 concurrent calls.
 //!
 //! The upstream is the Python SDK server of `tests/mcp/upstream_server.py` (its `read_note` tool); the
-//! gateway runs the policy below (allow, audit every call to a redb file). Calls alternate in blocks
-//! between the two paths so that load on the shared machine falls on both alike.
+//! gateway runs the policy below (allow, audit every call to a redb file). Two gateways run side by side:
+//! one whose `--db` is on the disk (each call's audit record is one durable commit, an `fdatasync`), and
+//! one whose `--db` is on a tmpfs (`/dev/shm`), the same code with a flush that costs nothing, which is the
+//! gateway's own work. (`airlock mcp` has no configuration without a store: it audits every call and spends
+//! approvals through the ledger.) Calls alternate in blocks between the three paths so that load on the
+//! shared machine falls on all alike. The raw cost of a durable redb commit on the same disk is timed in
+//! the same run, so the disk line can be read against it.
 //!
 //! `cargo bench -p agent-airlock-tests --bench gateway` (`-- --calls N` to change the sample size).
 
@@ -65,6 +70,68 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether `dir` is a tmpfs mount point (from `/proc/mounts`).
+fn is_tmpfs(dir: &str) -> bool {
+    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|line| {
+        let mut fields = line.split_whitespace().skip(1);
+        fields.next() == Some(dir) && fields.next() == Some("tmpfs")
+    })
+}
+
+/// A redb file of its own for timing bare durable commits on a file system.
+struct Commits {
+    db: redb::Database,
+    next: u64,
+    times: Vec<Duration>,
+}
+
+impl Commits {
+    const TABLE: redb::TableDefinition<'static, u64, &'static [u8]> = redb::TableDefinition::new("bench");
+
+    fn create(dir: &Path) -> Commits {
+        Commits {
+            db: redb::Database::create(dir.join("commits.redb")).expect("a redb file"),
+            next: 0,
+            times: Vec::new(),
+        }
+    }
+
+    /// Times `count` commits of one small row each, a write transaction at redb's default durability
+    /// (`Immediate`), as every store of the runtime commits.
+    fn run(&mut self, count: usize) {
+        let row = [7u8; 256];
+        for _ in 0..count {
+            let started = Instant::now();
+            let txn = self.db.begin_write().expect("a write transaction");
+            txn.open_table(Self::TABLE).expect("the table").insert(self.next, row.as_slice()).expect("a row");
+            txn.commit().expect("the commit");
+            self.times.push(started.elapsed());
+            self.next += 1;
+        }
+    }
+}
+
+/// Starts `airlock mcp` with its store at `db`, in front of the upstream logging to `log`.
+fn gateway_command(db: &Path, policy: &Path, upstream: Command) -> Command {
+    let mut command = Command::new(AIRLOCK);
+    command.arg("--db").arg(db).args(["mcp", "--policy"]).arg(policy);
+    command.arg("--").arg(upstream.as_std().get_program()).args(upstream.as_std().get_args());
+    command
+}
+
+/// One path's percentiles, and what it adds over the direct path's when given.
+fn line(label: &str, sorted: &[Duration], direct: Option<&[Duration]>) {
+    let (p50, p99) = (percentile(sorted, 0.50), percentile(sorted, 0.99));
+    let added = direct.map_or_else(String::new, |direct| {
+        format!(
+            "   added p50 {:>7.1} us  p99 {:>7.1} us",
+            micros(p50) - micros(percentile(direct, 0.50)),
+            micros(p99) - micros(percentile(direct, 0.99))
+        )
+    });
+    println!("{label:<22} p50 {:>8.1} us  p99 {:>8.1} us{added}", micros(p50), micros(p99));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo bench` passes `--bench`; only `--calls N` is ours.
@@ -78,6 +145,7 @@ fn main() {
         .provision(Path::new(REQUIREMENTS))
         .unwrap_or_else(|why| panic!("the Python MCP SDK cannot be provisioned: {why}"));
     let scratch = tempfile::tempdir().expect("a temporary directory");
+    let memory = is_tmpfs("/dev/shm").then(|| tempfile::tempdir_in("/dev/shm").expect("a directory on /dev/shm"));
     let path = |name: &str| scratch.path().join(name);
     std::fs::create_dir_all(path("notes")).expect("notes");
     std::fs::write(path("notes").join("bench.txt"), "a short note").expect("a note");
@@ -90,32 +158,57 @@ fn main() {
             command
         };
         let (direct, _direct_child) = connect(upstream("direct.log")).await;
-        let mut gateway_command = Command::new(AIRLOCK);
-        gateway_command.arg("--db").arg(path("airlock.redb")).args(["mcp", "--policy"]).arg(path("airlock.toml"));
-        let inner = upstream("gateway.log");
-        gateway_command.arg("--").arg(inner.as_std().get_program()).args(inner.as_std().get_args());
-        let (gateway, gateway_child) = connect(gateway_command).await;
+        let (gateway, gateway_child) =
+            connect(gateway_command(&path("airlock.redb"), &path("airlock.toml"), upstream("gateway.log"))).await;
+        let in_memory = match &memory {
+            Some(dir) => Some(
+                connect(gateway_command(
+                    &dir.path().join("airlock.redb"),
+                    &path("airlock.toml"),
+                    upstream("gateway_tmpfs.log"),
+                ))
+                .await,
+            ),
+            None => None,
+        };
         let pid = gateway_child.id().expect("the gateway runs");
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_kib = rss_kib(pid);
 
-        // Warm both paths up, then alternate blocks.
+        // Warm every path up, then alternate blocks.
         for _ in 0..BLOCK {
             read_note(&direct).await;
             read_note(&gateway).await;
+            if let Some((client, _)) = &in_memory {
+                read_note(client).await;
+            }
         }
-        let (mut direct_times, mut gateway_times) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+        let mut direct_times = Vec::with_capacity(calls);
+        let mut gateway_times = Vec::with_capacity(calls);
+        let mut memory_times = Vec::with_capacity(calls);
+        // The file systems' own commit latency, in blocks between the calls', so both see the same load.
+        let mut disk_commits = Commits::create(scratch.path());
+        let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
         while direct_times.len() < calls {
             for _ in 0..BLOCK {
                 direct_times.push(read_note(&direct).await);
             }
+            if let Some((client, _)) = &in_memory {
+                for _ in 0..BLOCK {
+                    memory_times.push(read_note(client).await);
+                }
+            }
             for _ in 0..BLOCK {
                 gateway_times.push(read_note(&gateway).await);
+            }
+            disk_commits.run(BLOCK);
+            if let Some(commits) = &mut memory_commits {
+                commits.run(BLOCK);
             }
         }
         let after_sequential_kib = rss_kib(pid);
 
-        // A burst of concurrent calls through the gateway, its memory sampled while they run.
+        // A burst of concurrent calls through the (disk) gateway, its memory sampled while they run.
         let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sampler = {
             let sampling = std::sync::Arc::clone(&sampling);
@@ -137,19 +230,34 @@ fn main() {
 
         direct_times.sort();
         gateway_times.sort();
+        memory_times.sort();
+        disk_commits.times.sort();
+        if let Some(commits) = &mut memory_commits {
+            commits.times.sort();
+        }
         let mut burst = burst;
         burst.sort();
-        let (d50, d99) = (percentile(&direct_times, 0.50), percentile(&direct_times, 0.99));
-        let (g50, g99) = (percentile(&gateway_times, 0.50), percentile(&gateway_times, 0.99));
         println!("calls per path: {calls} (blocks of {BLOCK}, alternating)");
-        println!("direct  p50 {:>9.1} us  p99 {:>9.1} us", micros(d50), micros(d99));
-        println!("gateway p50 {:>9.1} us  p99 {:>9.1} us", micros(g50), micros(g99));
+        line("direct", &direct_times, None);
+        if memory.is_some() {
+            line("gateway, db on tmpfs", &memory_times, Some(&direct_times));
+        } else {
+            println!("gateway, db on tmpfs: not measured (/dev/shm is not a tmpfs here)");
+        }
+        line("gateway, db on disk", &gateway_times, Some(&direct_times));
         println!(
-            "added   p50 {:>9.1} us  p99 {:>9.1} us",
-            micros(g50) - micros(d50),
-            micros(g99) - micros(d99)
+            "redb durable commit, disk   p50 {:>8.1} us  p99 {:>8.1} us ({calls} commits)",
+            micros(percentile(&disk_commits.times, 0.50)),
+            micros(percentile(&disk_commits.times, 0.99))
         );
-        println!("gateway RSS idle {idle_kib} KiB, after {calls} sequential calls {after_sequential_kib} KiB");
+        if let Some(commits) = &memory_commits {
+            println!(
+                "redb durable commit, tmpfs  p50 {:>8.1} us  p99 {:>8.1} us",
+                micros(percentile(&commits.times, 0.50)),
+                micros(percentile(&commits.times, 0.99))
+            );
+        }
+        println!("gateway (disk) RSS idle {idle_kib} KiB, after {calls} sequential calls {after_sequential_kib} KiB");
         println!(
             "burst of {BURST} concurrent calls: wall {:.1} ms, per call p50 {:.1} ms p99 {:.1} ms; RSS peak {burst_peak_kib} KiB, after {after_burst_kib} KiB",
             burst_wall.as_secs_f64() * 1e3,
@@ -158,7 +266,12 @@ fn main() {
         );
         let gateway_log = std::fs::read_to_string(path("gateway.log")).unwrap_or_default();
         assert_eq!(gateway_log.lines().count(), BLOCK + gateway_times.len() + BURST, "every call reached the upstream");
+        if memory.is_some() {
+            let memory_log = std::fs::read_to_string(path("gateway_tmpfs.log")).unwrap_or_default();
+            assert_eq!(memory_log.lines().count(), BLOCK + memory_times.len(), "every call reached the upstream");
+        }
         drop(direct);
         drop(gateway);
+        drop(in_memory);
     });
 }

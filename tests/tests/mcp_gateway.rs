@@ -229,3 +229,93 @@ fn an_upstream_that_dies_mid_call_leaves_the_effect_ambiguous_and_stops_the_gate
     let keys: Vec<&Value> = effects.as_array().expect("a list").iter().map(|record| &record["key"]).collect();
     assert_eq!(keys, [&json!("die:now")]);
 }
+
+/// The open flags of the gateway's descriptor `fd`, from `/proc/<pid>/fdinfo` (octal).
+#[cfg(target_os = "linux")]
+fn fd_flags(pid: u32, fd: &str) -> u32 {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).expect("the descriptor's info");
+    let flags = info.lines().find_map(|line| line.strip_prefix("flags:")).expect("a flags line");
+    u32::from_str_radix(flags.trim(), 8).expect("octal flags")
+}
+
+/// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
+/// every message is read and written on the async reactor rather than handed to a blocking thread; its
+/// standard streams, which it shares with whatever else holds those pipes, stay blocking. And it serves
+/// its one stdio client on one thread (the store's writer aside), so no part of a call waits for another
+/// worker to be woken. Those hand-offs were most of the gateway's own latency per call (BENCHMARKS.md §8).
+/// The call through it is still guarded: an undeclared argument is stripped before the upstream sees it.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
+    const O_NONBLOCK: u32 = 0o4000;
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let mut gateway = Command::new(AIRLOCK)
+        .arg("--db")
+        .arg(scratch.path("airlock.redb"))
+        .args(["mcp", "--policy"])
+        .arg(&policy)
+        .arg("--")
+        .args(scratch.upstream(&venv))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the gateway starts");
+    let pid = gateway.id();
+    let mut stdin = gateway.stdin.take().expect("stdin is piped");
+    let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
+    let mut send = |message: Value| {
+        use std::io::Write as _;
+        writeln!(stdin, "{message}").and_then(|()| stdin.flush()).expect("the gateway reads its stdin");
+    };
+    let mut receive = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("stdout is readable");
+        serde_json::from_str::<Value>(&line).expect("only JSON-RPC on stdout")
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
+    assert!(receive()["result"].is_object());
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "read_note", "arguments": {"name": "a.txt", "ghost": "x"}}}));
+    let answer = receive();
+    assert_eq!(answer["result"]["content"][0]["text"], "a note", "{answer}");
+    let logged = std::fs::read_to_string(scratch.path("calls.log")).expect("the upstream's log");
+    assert_eq!(logged.trim(), r#"{"arguments": {"name": "a.txt"}, "tool": "read_note"}"#);
+
+    let descriptors: Vec<(String, PathBuf)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the gateway's descriptors")
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            Some((entry.file_name().to_string_lossy().into_owned(), std::fs::read_link(entry.path()).ok()?))
+        })
+        .collect();
+    for standard in ["0", "1"] {
+        let (_, pipe) = descriptors.iter().find(|(fd, _)| fd == standard).expect("a standard stream");
+        assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
+        assert_eq!(fd_flags(pid, standard) & O_NONBLOCK, 0, "fd {standard} was made non-blocking");
+        let own = descriptors
+            .iter()
+            .filter(|(fd, target)| fd != standard && target == pipe)
+            .any(|(fd, _)| fd_flags(pid, fd) & O_NONBLOCK != 0);
+        assert!(own, "no non-blocking descriptor of the gateway's own on fd {standard}'s pipe: {descriptors:?}");
+    }
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the gateway's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    let serving: Vec<&String> = threads.iter().filter(|name| !name.starts_with("airlock-redb")).collect();
+    assert_eq!(serving.len(), 1, "the gateway serves on more than one thread: {threads:?}");
+
+    // The client goes away: the gateway ends with it.
+    drop(stdin);
+    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits");
+    assert!(status.success(), "{status}");
+}

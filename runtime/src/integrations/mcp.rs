@@ -362,10 +362,14 @@ impl GuardedMcpServer {
         }
     }
 
-    /// Serves one client over standard input and output until it disconnects.
+    /// Serves one client over standard input and output until it disconnects. Where both are pipes (as
+    /// an MCP client starts a server) they are read and written on the async reactor, through descriptors of
+    /// the server's own (see [`rmcp::transport::stdio_pipes`]), rather than a blocking thread per message.
     pub async fn serve_stdio(self) -> Result<(), McpServeError> {
-        let running =
-            self.serve(rmcp::transport::stdio()).await.map_err(|error| McpServeError::Initialize(Box::new(error)))?;
+        let running = self
+            .serve(rmcp::transport::stdio_pipes())
+            .await
+            .map_err(|error| McpServeError::Initialize(Box::new(error)))?;
         running.waiting().await.map_err(|error| McpServeError::Session(error.to_string()))?;
         Ok(())
     }

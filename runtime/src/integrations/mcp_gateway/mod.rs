@@ -187,13 +187,16 @@ impl McpGateway {
         self.upstream.shutdown(DEFAULT_SHUTDOWN_GRACE).await;
     }
 
-    /// Serves one client on standard input and output; see [`serve`](Self::serve).
+    /// Serves one client on standard input and output; see [`serve`](Self::serve). Where both are pipes
+    /// (as an MCP client starts a server) they are read and written on the async reactor, through
+    /// descriptors of the gateway's own ([`rmcp::transport::stdio_pipes`]): no hand-off to a blocking thread
+    /// for each message, each way.
     pub async fn serve_stdio(
         self,
         approvals: McpApprovals,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), GatewayError> {
-        self.serve(approvals, rmcp::transport::stdio(), shutdown).await
+        self.serve(approvals, rmcp::transport::stdio_pipes(), shutdown).await
     }
 
     /// Serves one client on `transport` until it disconnects, the upstream exits, or `shutdown` completes;
