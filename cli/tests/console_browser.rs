@@ -2,8 +2,9 @@
 //! (`playwright-core` from npm, pinned in `tests/browser/package-lock.json` and installed by this test with
 //! `npm ci`). The flows are in `tests/browser/console_flows.mjs`; this test plays the agent host beside it:
 //! it records requests in the shared database file, tampers with one, and admits the calls the page
-//! approved, counting how often each runs. It also saves the pending page's screenshot to
-//! `docs/console.png` (shown in the README).
+//! approved, counting how often each runs. It also takes the pending page's screenshot, into the target
+//! directory; with `AIRLOCK_UPDATE_SCREENSHOT=1` into `docs/console.png` (shown in the README), so that a test
+//! run leaves the working tree as it found it.
 //!
 //! The browser is Debian's Chromium (`AIRLOCK_CHROMIUM` names another build): where it is missing the test
 //! installs it with `apt-get install chromium` if it runs as root, and fails naming that command otherwise;
@@ -143,7 +144,12 @@ fn an_operator_uses_the_console_in_chromium() {
     let second = Console::start(&db, &["--operator", "bob"]);
     let profile = dir.path().join("chromium-profile");
     std::fs::create_dir(&profile).unwrap();
-    let screenshot = manifest_dir.join("../docs/console.png");
+    let screenshot = match std::env::var_os("AIRLOCK_UPDATE_SCREENSHOT") {
+        Some(_) => manifest_dir.join("../docs/console.png"),
+        None => Path::new(env!("CARGO_TARGET_TMPDIR")).join("console.png"),
+    };
+    // Not an earlier run's picture: the assertion below reads the one this run takes.
+    let _ = std::fs::remove_file(&screenshot);
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
 
     let mut script = Command::new(node)
