@@ -19,6 +19,16 @@ pub fn exclusive_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
+/// Writes one line to standard output and flushes it at once: how the worker binaries (`dispatch_worker`,
+/// `ledger_worker`, `pg_dispatch_worker`, `pg_rate_worker`) answer the test that started them, line by line.
+/// A closed pipe is ignored (the test may have stopped reading).
+pub fn say(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 pub mod checks_script;
 pub mod chromium;
 pub mod ledger_fixtures;

@@ -48,6 +48,21 @@ impl Scratch {
         ]
     }
 
+    /// `airlock --db <scratch>/airlock.redb mcp --policy <policy> -- <upstream>`, its stdin and stdout piped.
+    fn gateway(&self, policy: &Path, venv: &Venv) -> Command {
+        let mut command = Command::new(AIRLOCK);
+        command
+            .arg("--db")
+            .arg(self.path("airlock.redb"))
+            .args(["mcp", "--policy"])
+            .arg(policy)
+            .arg("--")
+            .args(self.upstream(venv))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        command
+    }
+
     /// Every upstream process started so far.
     fn upstream_pids(&self) -> Vec<u32> {
         std::fs::read_to_string(self.path("calls.pids"))
@@ -137,20 +152,7 @@ fn sigterm_stops_the_gateway_and_its_upstream() {
     let scratch = Scratch::new();
     let policy = scratch.path("airlock.toml");
     std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    let mut command = Command::new(AIRLOCK);
-    command
-        .arg("--db")
-        .arg(scratch.path("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(&policy)
-        .arg("--")
-        .args(scratch.upstream(&venv));
-    let mut gateway = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
+    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::piped()).spawn().expect("the gateway starts");
     let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
     let mut line = String::new();
     while !line.contains("offering") {
@@ -183,18 +185,7 @@ fn an_upstream_that_dies_mid_call_leaves_the_effect_ambiguous_and_stops_the_gate
     std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n\n[tools.die]\neffect = \"die:{reason}\"\n")
         .expect("the policy is written");
     let db = scratch.path("airlock.redb");
-    let mut gateway = Command::new(AIRLOCK)
-        .arg("--db")
-        .arg(&db)
-        .args(["mcp", "--policy"])
-        .arg(&policy)
-        .arg("--")
-        .args(scratch.upstream(&venv))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the gateway starts");
+    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::inherit()).spawn().expect("the gateway starts");
     let mut stdin = gateway.stdin.take().expect("stdin is piped");
     let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
     let mut send = |message: Value| {
@@ -254,18 +245,7 @@ fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     std::fs::create_dir_all(scratch.path("notes")).expect("notes");
     std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
     std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    let mut gateway = Command::new(AIRLOCK)
-        .arg("--db")
-        .arg(scratch.path("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(&policy)
-        .arg("--")
-        .args(scratch.upstream(&venv))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the gateway starts");
+    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::inherit()).spawn().expect("the gateway starts");
     let pid = gateway.id();
     let mut stdin = gateway.stdin.take().expect("stdin is piped");
     let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));

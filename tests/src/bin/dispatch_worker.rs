@@ -9,7 +9,6 @@
 //!     `error <message>`. With `hang`, the tool hangs after recording its execution.
 //! ```
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,12 +19,7 @@ use agent_airlock::{ManualClock, Outcome, Policy, Status, keys::ApprovalKey};
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{KEY_ENV, SECRET_HEX, START};
 use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher, refund_call};
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
+use agent_airlock_tests::say;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

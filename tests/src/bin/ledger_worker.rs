@@ -17,7 +17,6 @@
 //!     opens the ledger once, without waiting; prints `ok` or `error: <message>`
 //! ```
 
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,6 +29,7 @@ use agent_airlock::{
     keys::ApprovalKey,
 };
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, KEY_ENV, OwnedCall, START, outcome_word};
+use agent_airlock_tests::say;
 use serde_json::Value;
 
 fn main() -> ExitCode {
@@ -41,12 +41,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 fn hang() -> ! {

@@ -9,7 +9,6 @@
 //! same instant for every racer), dispatches, and prints `executed`, `refused <kind>` or
 //! `unexpected <outcome>`. With `hang`, the tool hangs after recording its execution (to be killed).
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,12 +19,7 @@ use agent_airlock::{CallContext, ManualClock, Outcome, Status};
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::START;
 use agent_airlock_tests::payments::{ExecutionLog, invoice_dispatcher, pay_call};
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
+use agent_airlock_tests::say;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -9,7 +9,6 @@
 //! every racer), dispatches `CALLS` calls one after another, and prints `done EXECUTED RATE_LIMITED`, or
 //! `unexpected …` for any other outcome.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use agent_airlock::ledger::PostgresLedger;
 use agent_airlock::store::SharedRateBuckets;
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, airlock_tool, tool};
 use agent_airlock_tests::block_on;
+use agent_airlock_tests::say;
 use serde_json::json;
 
 /// The rule every racer enforces, from a policy file.
@@ -26,12 +26,6 @@ const POLICY: &str = "version = 1\ndefault = \"allow\"\n[tools.ping]\nrate = \"1
 #[airlock_tool]
 fn ping() -> String {
     "pong".to_owned()
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 fn main() -> ExitCode {
