@@ -1,10 +1,8 @@
 //! Rate limits: the `N/unit` value and a limiter that takes one token from every applicable bucket or none.
 //!
 //! Buckets live in the dispatcher's memory by default ([`RateLimiter`]), one per host. A rule marked
-//! shared keeps its bucket in a store every host reaches instead ([`shared`]), with the same arithmetic
-//! ([`gcra`]).
-
-pub(crate) mod shared;
+//! shared keeps its bucket in a store every host reaches instead
+//! ([`SharedRateBuckets`](crate::store::SharedRateBuckets)), with the same arithmetic ([`gcra`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

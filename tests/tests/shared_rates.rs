@@ -351,7 +351,7 @@ fn a_stopped_server_refuses_shared_limits_with_a_clear_reason() {
         dispatcher: Dispatcher::builder()
             .tool(tool!(lookup))
             .policy(policy)
-            .shared_rates(SharedRateBuckets::postgres(&ledger))
+            .shared_rates(ledger.shared_rate_buckets())
             .build()
             .unwrap(),
     };

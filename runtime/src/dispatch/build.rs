@@ -15,10 +15,10 @@ use crate::effect::EffectStore;
 use crate::mask::Masker;
 use crate::policy::PolicyMode;
 use crate::policy::rules::Policy;
-use crate::rate::shared::SharedBucket;
 use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
 use crate::store::SharedRateBuckets;
+use crate::store::rate_buckets::SharedBucket;
 use crate::tool::{GhostPolicy, Tool};
 
 /// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
@@ -54,7 +54,7 @@ pub enum BuildError {
     /// no [`shared_rates`](DispatcherBuilder::shared_rates) and no ledger, effect store or audit log in
     /// PostgreSQL.
     #[error(
-        "tool `{tool}` has a shared rate limit (rule `{rule}`) but the dispatcher has no store for shared rate buckets: use a PostgreSQL ledger, effect store or audit log, or `.shared_rates(SharedRateBuckets::postgres(&ledger))`; a redb file holds no rate buckets, and `SharedRateBuckets::in_memory()` shares them between the dispatchers of one process only"
+        "tool `{tool}` has a shared rate limit (rule `{rule}`) but the dispatcher has no store for shared rate buckets: use a PostgreSQL ledger, effect store or audit log, or `.shared_rates(ledger.shared_rate_buckets())`; a redb file holds no rate buckets, and `SharedRateBuckets::in_memory()` shares them between the dispatchers of one process only"
     )]
     NoSharedRateStore {
         /// The tool.

@@ -51,10 +51,10 @@ use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
-use crate::rate::shared::{SharedBucket, SharedRefusal};
 use crate::rate::{BucketId, Rate, RateLimiter};
 use crate::schema::ToolDefinition;
 use crate::store::SharedRateBuckets;
+use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
 use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.

@@ -9,7 +9,7 @@ use crate::echo;
 use crate::effect::EffectError;
 use crate::message::RefusalKind;
 use crate::rate::Rate;
-use crate::rate::shared::{SharedBucket, SharedRefusal};
+use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
 use crate::tool::ToolSpec;
 
 /// What a refusal says, before it becomes a message.

@@ -75,6 +75,14 @@ impl PostgresLedger {
         &self.shared
     }
 
+    /// Rate buckets in this ledger's database, shared by every host that connects to it (policy rules marked
+    /// shared), on the database's clock: give them to
+    /// [`DispatcherBuilder::shared_rates`](crate::DispatcherBuilder::shared_rates). A dispatcher whose ledger is
+    /// this one finds them without being told.
+    pub fn shared_rate_buckets(&self) -> crate::store::SharedRateBuckets {
+        crate::store::SharedRateBuckets::postgres(self.shared())
+    }
+
     /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
     pub fn effect_store(&self) -> PostgresEffectStore {
         PostgresEffectStore { shared: self.shared.clone() }

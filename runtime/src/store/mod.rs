@@ -24,7 +24,7 @@
 //!
 //! **Shared rate limits.** Policy rules marked shared keep their buckets in a [`SharedRateBuckets`]: the
 //! PostgreSQL database (one statement per bucket, on the database's clock), or memory for the dispatchers
-//! of one process. A redb file belongs to one process, so it holds no buckets; see `rate::shared`.
+//! of one process. A redb file belongs to one process, so it holds no buckets; see `store::rate_buckets`.
 //!
 //! **Layers.** This module is the engine under the ledger, the effect records and the audit log, and
 //! knows none of them: the redb file (its tables, the one writer thread per database that group-commits
@@ -36,6 +36,7 @@
 mod error;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod rate_buckets;
 pub(crate) mod redb;
 mod reply;
 
@@ -44,9 +45,9 @@ use std::sync::Arc;
 pub(crate) use self::error::{Fault, StoreError};
 #[cfg(feature = "postgres")]
 use self::postgres::Shared as PostgresShared;
+pub use self::rate_buckets::SharedRateBuckets;
 use self::redb::RedbWriter;
 pub use self::reply::{Reply, ReplySender};
-pub use crate::rate::shared::SharedRateBuckets;
 
 /// The durable store a ledger, an effect store or an audit log writes through: parts of a decision whose
 /// stores have the same handle are written in one transaction. Opaque; compare with [`same_store`](Self::same_store).

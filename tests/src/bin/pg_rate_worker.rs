@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agent_airlock::ledger::PostgresLedger;
-use agent_airlock::store::SharedRateBuckets;
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, airlock_tool, tool};
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::say;
@@ -45,7 +44,7 @@ fn main() -> ExitCode {
         Dispatcher::builder()
             .tool(tool!(ping))
             .policy(policy)
-            .shared_rates(SharedRateBuckets::postgres(&ledger))
+            .shared_rates(ledger.shared_rate_buckets())
             .build()
             .map_err(|err| err.to_string())
     }) {

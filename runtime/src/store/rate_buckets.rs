@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Rate, RateScope, emission_interval_nanos, gcra};
 use crate::clock::duration_nanos;
+use crate::rate::{Rate, RateScope, emission_interval_nanos, gcra};
 use crate::store::StoreError;
 #[cfg(feature = "postgres")]
 use crate::store::{Reply, StoreHandle, postgres::Shared};
@@ -117,17 +117,18 @@ impl SharedRateBuckets {
         }))))
     }
 
-    /// Buckets in the ledger's PostgreSQL database (table `airlock_rate_buckets`), shared by every host that
-    /// connects to it, on the database's clock.
+    /// Buckets in a PostgreSQL database (table `airlock_rate_buckets`), shared by every host that connects to
+    /// it, on the database's clock; [`PostgresLedger::shared_rate_buckets`](crate::ledger::PostgresLedger::shared_rate_buckets)
+    /// gives its database's.
     #[cfg(feature = "postgres")]
-    pub fn postgres(ledger: &crate::ledger::PostgresLedger) -> Self {
-        SharedRateBuckets(Backend::Postgres(Arc::clone(ledger.shared()), Arc::default()))
+    pub(crate) fn postgres(shared: &Arc<Shared>) -> Self {
+        SharedRateBuckets(Backend::Postgres(Arc::clone(shared), Arc::default()))
     }
 
     /// The buckets of a store, if it can hold them (PostgreSQL).
     #[cfg(feature = "postgres")]
     pub(crate) fn of_store(handle: &StoreHandle) -> Option<Self> {
-        handle.postgres_shared().map(|shared| SharedRateBuckets(Backend::Postgres(Arc::clone(shared), Arc::default())))
+        handle.postgres_shared().map(Self::postgres)
     }
 
     /// Takes one token from every bucket of `buckets` for a call on `thread`, or none. `now` is the
