@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_airlock::Policy;
+use agent_airlock_tests::mcp_stdio::StdioSession;
 use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
@@ -185,35 +186,16 @@ fn an_upstream_that_dies_mid_call_leaves_the_effect_ambiguous_and_stops_the_gate
     std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n\n[tools.die]\neffect = \"die:{reason}\"\n")
         .expect("the policy is written");
     let db = scratch.path("airlock.redb");
-    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::inherit()).spawn().expect("the gateway starts");
-    let mut stdin = gateway.stdin.take().expect("stdin is piped");
-    let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
-    let mut send = |message: Value| {
-        use std::io::Write as _;
-        writeln!(stdin, "{message}").and_then(|()| stdin.flush()).expect("the gateway reads its stdin");
-    };
-    let mut receive = || {
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("stdout is readable");
-        (!line.is_empty()).then(|| serde_json::from_str::<Value>(&line).expect("only JSON-RPC on stdout"))
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
-    assert!(receive().expect("an initialize result")["result"].is_object());
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "die", "arguments": {"reason": "now"}}}),
-    );
-    let answer = receive().expect("an answer to the call");
-    assert_eq!(answer["id"], 2, "{answer}");
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    session.call(2, "die", json!({"reason": "now"}));
+    let answer = session.response(2, Duration::from_secs(60));
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     let text = answer["result"]["content"][0]["text"].as_str().expect("a text");
     assert!(text.contains("whether it ran is unknown"), "{text}");
     assert_eq!(std::fs::read_to_string(scratch.path("notes/died.log")).expect("the side effect happened"), "now\n");
 
     // With its upstream gone the gateway ends the session and exits.
-    while receive().is_some() {}
-    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits");
+    let status = session.wait_for_exit(Duration::from_secs(20));
     assert!(status.success(), "{status}");
     let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
     let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
@@ -245,26 +227,10 @@ fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     std::fs::create_dir_all(scratch.path("notes")).expect("notes");
     std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
     std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::inherit()).spawn().expect("the gateway starts");
-    let pid = gateway.id();
-    let mut stdin = gateway.stdin.take().expect("stdin is piped");
-    let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
-    let mut send = |message: Value| {
-        use std::io::Write as _;
-        writeln!(stdin, "{message}").and_then(|()| stdin.flush()).expect("the gateway reads its stdin");
-    };
-    let mut receive = || {
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("stdout is readable");
-        serde_json::from_str::<Value>(&line).expect("only JSON-RPC on stdout")
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}));
-    assert!(receive()["result"].is_object());
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "read_note", "arguments": {"name": "a.txt", "ghost": "x"}}}));
-    let answer = receive();
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let pid = session.pid();
+    session.call(2, "read_note", json!({"name": "a.txt", "ghost": "x"}));
+    let answer = session.response(2, Duration::from_secs(60));
     assert_eq!(answer["result"]["content"][0]["text"], "a note", "{answer}");
     let logged = std::fs::read_to_string(scratch.path("calls.log")).expect("the upstream's log");
     assert_eq!(logged.trim(), r#"{"arguments": {"name": "a.txt"}, "tool": "read_note"}"#);
@@ -295,7 +261,5 @@ fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     assert_eq!(serving.len(), 1, "the gateway serves on more than one thread: {threads:?}");
 
     // The client goes away: the gateway ends with it.
-    drop(stdin);
-    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits");
-    assert!(status.success(), "{status}");
+    session.close();
 }

@@ -10,13 +10,11 @@
 //! approved; one the client cancels while it waits never runs, even if the operator approves later; one
 //! cancelled while the upstream runs it is cancelled upstream too, and its effect is left for an operator.
 
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_airlock_tests::checks_script::wait_with_deadline;
+use agent_airlock_tests::mcp_stdio::StdioSession;
 use agent_airlock_tests::pg_server;
 use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
@@ -128,86 +126,17 @@ impl Scratch {
     }
 }
 
-/// A running gateway and a JSON-RPC session with it on its stdio.
-struct Session {
-    gateway: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
-}
-
-impl Session {
-    fn start(scratch: &Scratch, venv: &Venv, store: &Store) -> Session {
-        let mut command = Command::new(AIRLOCK);
-        command.args(store.args()).args(["mcp", "--policy"]).arg(scratch.path("airlock.toml"));
-        command.arg("--key-file").arg(scratch.path("approval.key"));
-        command.args(["--approval-timeout-secs", &APPROVAL_TIMEOUT_SECS.to_string()]);
-        if let Store::Postgres { audit, .. } = store {
-            command.arg("--audit").arg(audit);
-        }
-        command.arg("--").arg(venv.python()).arg(UPSTREAM).arg(scratch.path("calls.log")).arg(scratch.path("notes"));
-        let mut gateway = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the gateway starts");
-        let stdin = gateway.stdin.take().expect("stdin is piped");
-        let stdout = BufReader::new(gateway.stdout.take().expect("stdout is piped"));
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { return };
-                let message = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON-RPC on stdout: {line}"));
-                if sender.send(message).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut session = Session { gateway, stdin, lines };
-        session.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "hand-written", "version": "0"}}}));
-        assert!(session.response(0, Duration::from_secs(60))["result"].is_object(), "the handshake completes");
-        session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        session
+/// Starts the gateway for `store` and opens an MCP session with it on its stdio.
+fn start_session(scratch: &Scratch, venv: &Venv, store: &Store) -> StdioSession {
+    let mut command = Command::new(AIRLOCK);
+    command.args(store.args()).args(["mcp", "--policy"]).arg(scratch.path("airlock.toml"));
+    command.arg("--key-file").arg(scratch.path("approval.key"));
+    command.args(["--approval-timeout-secs", &APPROVAL_TIMEOUT_SECS.to_string()]);
+    if let Store::Postgres { audit, .. } = store {
+        command.arg("--audit").arg(audit);
     }
-
-    fn send(&mut self, message: Value) {
-        writeln!(self.stdin, "{message}").and_then(|()| self.stdin.flush()).expect("the gateway reads its stdin");
-    }
-
-    fn call(&mut self, id: u64, tool: &str, arguments: Value) {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}}));
-    }
-
-    fn cancel(&mut self, id: u64) {
-        self.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": id, "reason": "the user gave up"}}));
-    }
-
-    /// The response to request `id`, skipping notifications; panics after `within`.
-    fn response(&mut self, id: u64, within: Duration) -> Value {
-        self.try_response(id, within).unwrap_or_else(|| panic!("no response to request {id} within {within:?}"))
-    }
-
-    fn try_response(&mut self, id: u64, within: Duration) -> Option<Value> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            let message = self.lines.recv_timeout(left).ok()?;
-            if message["id"] == id && (message.get("result").is_some() || message.get("error").is_some()) {
-                return Some(message);
-            }
-        }
-    }
-
-    /// Closes the client's side and waits for the gateway to exit.
-    fn close(self) {
-        let Session { mut gateway, stdin, .. } = self;
-        drop(stdin);
-        let status = wait_with_deadline(&mut gateway, Duration::from_secs(30)).expect("the gateway exits");
-        assert!(status.success(), "{status}");
-    }
+    command.arg("--").arg(venv.python()).arg(UPSTREAM).arg(scratch.path("calls.log")).arg(scratch.path("notes"));
+    StdioSession::start(command.stderr(Stdio::inherit()))
 }
 
 /// The text of a tool result, and whether it is an error.
@@ -265,7 +194,7 @@ fn approve(store: &Store, scratch: &Scratch, request_id: &str) -> Result<String,
 /// The whole operator story against one store.
 fn operator_approvals(scratch: &Scratch, store: &Store) {
     let venv = venv();
-    let mut session = Session::start(scratch, &venv, store);
+    let mut session = start_session(scratch, &venv, store);
     let mut seen = Vec::new();
 
     // 1. Approved by the operator: the call waits, then runs exactly once.
@@ -406,7 +335,7 @@ fn a_call_cancelled_while_the_upstream_runs_it_is_cancelled_upstream_and_its_eff
     let venv = venv();
     let scratch = Scratch::new();
     let store = scratch.redb_store();
-    let mut session = Session::start(&scratch, &venv, &store);
+    let mut session = start_session(&scratch, &venv, &store);
     let note = |name: &str| scratch.path("notes").join(name);
     let appears = |path: PathBuf, within: Duration| {
         let started = Instant::now();
