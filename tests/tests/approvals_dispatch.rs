@@ -4,10 +4,16 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_airlock::ledger::{ApprovalLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
+use agent_airlock::effect::{EffectError, EffectStore};
+use agent_airlock::ledger::{
+    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
+    ProcessSharing, PruneReport, RedbLedger, RedbOpenOptions, RequestEntry, RequestRecord, RequestStatus, SpendAttempt,
+    SpendReserved, SpentRecord,
+};
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
     approval::{DecisionError, InterruptApprovals, KeyRing, RetiredKeys},
@@ -536,4 +542,171 @@ fn a_policy_condition_joins_the_request_and_its_resume_runs_once() {
         Some(RefusalKind::ApprovalInvalid)
     );
     assert_eq!(host.executions(), 1);
+}
+
+/// A ledger on a real redb file whose writes a test can hold up or fail: record a request and keep the
+/// caller waiting for the answer (a client cancelling while the request is being written), or fail the
+/// next denials as a storage fault would.
+struct Interfering {
+    inner: Arc<RedbLedger>,
+    hold_records: bool,
+    held: Mutex<Vec<agent_airlock::ledger::ReplySender<()>>>,
+    failing_denials: AtomicU32,
+    denials_tried: AtomicU32,
+}
+
+impl Interfering {
+    fn new(inner: Arc<RedbLedger>) -> Self {
+        Interfering {
+            inner,
+            hold_records: false,
+            held: Mutex::new(Vec::new()),
+            failing_denials: AtomicU32::new(0),
+            denials_tried: AtomicU32::new(0),
+        }
+    }
+}
+
+impl ApprovalLedger for Interfering {
+    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
+        let recorded = self.inner.record_request(request, max_pending);
+        if !self.hold_records {
+            return recorded;
+        }
+        // Durable before the caller hears of it, as with a reply lost in flight.
+        recorded.wait().expect("the request is recorded");
+        let (sender, reply) = LedgerReply::channel();
+        self.held.lock().unwrap().push(sender);
+        reply
+    }
+    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
+        self.inner.grant(grant, now)
+    }
+    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
+        self.denials_tried.fetch_add(1, Ordering::SeqCst);
+        let failing = self.failing_denials.load(Ordering::SeqCst);
+        if failing > 0 {
+            self.failing_denials.store(failing - 1, Ordering::SeqCst);
+            return LedgerReply::ready(Err(LedgerError::Storage(Arc::new(std::io::Error::other("disk unplugged")))));
+        }
+        self.inner.deny(denial)
+    }
+    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
+        self.inner.spend(attempt)
+    }
+    fn spend_and_reserve(
+        &self,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        self.inner.spend_and_reserve(attempt, claim)
+    }
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        self.inner.effects()
+    }
+    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
+        self.inner.find_request(request_id)
+    }
+    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        self.inner.list_requests()
+    }
+    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
+        self.inner.find_grant(grant_id)
+    }
+    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
+        self.inner.prune(cutoff, now)
+    }
+}
+
+/// Polls `ready` until it holds, for at most `within`: for a write another thread lands.
+fn eventually(within: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ready()
+}
+
+#[test]
+fn a_dispatch_dropped_before_its_interrupt_reaches_the_host_closes_its_request() {
+    let host = Host::new();
+    let ledger = Arc::new(Interfering { hold_records: true, ..Interfering::new(Arc::clone(&host.ledger)) });
+    let dispatcher = dispatcher(Arc::clone(&ledger) as _, Arc::clone(&host.clock), Policy::new());
+    let context = context(host.log(), "c1", None);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    {
+        let dispatch = dispatcher.dispatch(refund_call(5), &context);
+        // The request is written and the dispatch waits for the answer: the client cancels now.
+        let waited = runtime.block_on(async { tokio::time::timeout(Duration::from_millis(200), dispatch).await });
+        assert!(waited.is_err(), "the dispatch waits for the held answer");
+    }
+    let requests = host.ledger.list_requests().unwrap();
+    assert_eq!(requests.len(), 1, "the request was recorded before the dispatch was dropped");
+    let request_id = requests[0].request.request_id.clone();
+    let closed = eventually(Duration::from_secs(30), || {
+        matches!(host.ledger.find_request(&request_id).unwrap().unwrap().status, RequestStatus::Denied(_))
+    });
+    let status = host.ledger.find_request(&request_id).unwrap().unwrap().status;
+    assert!(closed, "the orphaned request was closed, not left approvable: {status:?}");
+    let RequestStatus::Denied(denial) = status else { unreachable!() };
+    assert_eq!(denial.denied_by, "agent-airlock");
+    // An operator approving it afterwards admits nothing.
+    let request = requests[0].request.clone();
+    let grant = GrantRecord {
+        grant_id: "g-late".into(),
+        request_id: request.request_id.clone(),
+        key_id: request.key_id.clone(),
+        binding: request.binding.clone(),
+        approver: "ops".into(),
+        co_approvers: Vec::new(),
+        granted_at: START,
+        expires_at: START + GRANT_TTL,
+    };
+    let late = host.ledger.grant(grant, START).wait();
+    assert!(matches!(late, Err(LedgerError::AlreadyDenied(_))), "{late:?}");
+    assert_eq!(host.executions(), 0);
+}
+
+#[test]
+fn a_closing_denial_is_written_again_until_it_lands() {
+    let host = Host::new();
+    let interrupt = host.interrupt(refund_call(5));
+    let ledger = Arc::new(Interfering::new(Arc::clone(&host.ledger)));
+    ledger.failing_denials.store(3, Ordering::SeqCst);
+    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
+        .with_clock(Arc::clone(&host.clock))
+        .with_closing_patience(Duration::from_secs(30));
+    // A grant recorded meanwhile (an operator's late yes) is revoked by the closing write.
+    host.approve(&interrupt);
+    let closed = block_on(approvals.close(&interrupt, "host", Some("the client cancelled")));
+    assert!(closed.is_ok(), "{closed:?}");
+    assert_eq!(ledger.denials_tried.load(Ordering::SeqCst), 4, "three faults, then the write that landed");
+    let requests = host.ledger.list_requests().unwrap();
+    let RequestStatus::Denied(denial) = &requests[0].status else { panic!("{:?}", requests[0].status) };
+    assert!(denial.revoked_grant.is_some(), "the unspent grant is revoked");
+    // A plain denial is a human's answer: one fault is the human's error to see, not retried.
+    let other = host.interrupt(refund_call(7));
+    ledger.failing_denials.store(1, Ordering::SeqCst);
+    assert!(block_on(approvals.deny(&other, "alice", None)).is_err());
+}
+
+#[test]
+fn a_closing_denial_that_never_lands_is_reported_after_its_patience() {
+    let host = Host::new();
+    let interrupt = host.interrupt(refund_call(5));
+    let ledger = Arc::new(Interfering::new(Arc::clone(&host.ledger)));
+    ledger.failing_denials.store(u32::MAX, Ordering::SeqCst);
+    let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
+        .with_clock(Arc::clone(&host.clock))
+        .with_closing_patience(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let closed = block_on(approvals.close(&interrupt, "host", None));
+    assert!(matches!(closed, Err(DecisionError::Ledger(_))), "{closed:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "retried for its whole patience");
+    assert!(ledger.denials_tried.load(Ordering::SeqCst) >= 2, "written more than once");
+    // Nothing closed it: still pending, as the report says.
+    assert!(matches!(host.ledger.list_requests().unwrap()[0].status, RequestStatus::Pending));
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use super::decision::{Decide as _, Decision};
 use crate::clock::Clock;
 use crate::effect::{EffectStore, Reservation, Settle};
+use crate::ledger::LedgerError;
 use crate::store::StoreHandle;
+use crate::store::closing::{Closing, DEFAULT_CLOSING_PATIENCE};
 
 /// Holds a reservation until the dispatcher takes it to settle; dropped still holding it, it marks the
 /// effect ambiguous.
@@ -34,13 +36,18 @@ impl Drop for EffectGuard {
         tracing::warn!(target: "agent_airlock", key = %reservation.key(), "call cancelled while its effect ran");
         let now = self.clock.now();
         match &self.handle {
-            // Queued, not awaited (a destructor cannot wait): the writer applies it all the same, and if
-            // it fails the lease lapses and the key becomes ambiguous, never silently re-runnable.
-            Some(handle) => drop(handle.decide(Decision {
-                now,
-                settle: Some((reservation, Settle::Ambiguous)),
-                ..Decision::default()
-            })),
+            // A closing write: queued now (a destructor cannot wait), then landed on a thread of its own,
+            // written again after faults. Should it never land, the lease lapses and the key becomes
+            // ambiguous all the same: never silently re-runnable.
+            Some(handle) => {
+                let subject = format!("effect `{}`", reservation.key());
+                let decision = Decision { now, settle: Some((reservation, Settle::Ambiguous)), ..Decision::default() };
+                let handle = handle.clone();
+                let write = move || handle.decide(decision.clone());
+                drop(
+                    Closing::new(subject, write, LedgerError::is_fault, DEFAULT_CLOSING_PATIENCE).land_in_background(),
+                );
+            }
             None => {
                 if let Err(err) = self.store.mark_ambiguous(&reservation, now) {
                     tracing::error!(target: "agent_airlock", error = %err, "effect record not settled");

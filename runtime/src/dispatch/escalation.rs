@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use super::refusal::{self, Refused};
 use super::{Dispatcher, Entry};
-use crate::approval::protocol::{BindingInput, InterruptApprovals, InterruptRequest, PreparedAdmission, RequestError};
+use crate::approval::protocol::{
+    BindingInput, InterruptApprovals, InterruptRequest, IssuedRequest, PreparedAdmission, RequestError,
+};
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::ledger::LedgerError;
@@ -44,8 +46,9 @@ pub(super) enum Escalated {
     },
     /// The resume value approves exactly this call; its grant is spent at gate 7.
     Resumed(PreparedAdmission),
-    /// Pause: the host stores the request and resumes later.
-    Interrupt(Box<InterruptRequest>),
+    /// Pause: the host stores the request and resumes later. The guard closes the request if the
+    /// dispatch is dropped before the interrupt reaches the host.
+    Interrupt(Box<InterruptRequest>, IssuedRequest),
 }
 
 /// Everything gate 5 needs about one call.
@@ -111,7 +114,7 @@ impl Dispatcher {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
                     return match approvals
-                        .request_masked(
+                        .request_issued(
                             &binding,
                             call.rules,
                             call.reasons,
@@ -121,7 +124,7 @@ impl Dispatcher {
                         )
                         .await
                     {
-                        Ok(request) => Ok(Escalated::Interrupt(Box::new(request))),
+                        Ok((request, issued)) => Ok(Escalated::Interrupt(Box::new(request), issued)),
                         Err(RequestError::Ledger(LedgerError::TooManyPending {
                             pending, oldest_expires_at, ..
                         })) => Err(refusal::too_many_pending(

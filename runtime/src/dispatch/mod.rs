@@ -197,6 +197,10 @@ impl Dispatcher {
             entries.push(trail.entry(log, &name, &id, context, audited));
         }
         self.settle_and_record(trail.settle.take(), entries).await;
+        // Only now does the host hold the interrupt: dropped before this, the request is closed.
+        if let Some(issued) = trail.issued.take() {
+            issued.handed_over();
+        }
         outcome
     }
 
@@ -324,10 +328,11 @@ impl Dispatcher {
                     }
                 }
                 Escalated::Resumed(admission) => resumed = Some(admission),
-                Escalated::Interrupt(request) => {
+                Escalated::Interrupt(request, issued) => {
                     tracing::info!(target: "agent_airlock", outcome = "interrupted", "approval requested");
                     trail.outcome = Some(AuditOutcome::Interrupted);
                     trail.detail = Some(format!("request {}", request.request_id()));
+                    trail.issued = Some(issued);
                     return Ok(Outcome::Interrupt { tool_call_id: id.to_owned(), request });
                 }
             }

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::approval::protocol::IssuedRequest;
 use crate::audit::{AuditEntry, AuditEvent, AuditLog, AuditOutcome};
 use crate::context::CallContext;
 use crate::effect::{Reservation, Settle};
@@ -20,6 +21,9 @@ pub(super) struct Trail {
     pub(super) pending: Vec<AuditEntry>,
     /// The reserved effect and how the tool's outcome settles it, written with the final record.
     pub(super) settle: Option<(Reservation, Settle)>,
+    /// The approval request this dispatch recorded, until its interrupt reaches the host: dropped with
+    /// the dispatch before that, it closes the request.
+    pub(super) issued: Option<IssuedRequest>,
 }
 
 impl Trail {

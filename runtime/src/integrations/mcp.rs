@@ -61,7 +61,7 @@ use serde_json::{Map, Value};
 pub use rmcp;
 
 use crate::approval::display::DisplayError;
-use crate::approval::protocol::{InterruptApprovals, ResumeValue};
+use crate::approval::protocol::{CLOSED_BY, DecisionError, InterruptApprovals, ResumeValue};
 use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
@@ -277,9 +277,6 @@ fn offered_mcp_tools(dispatcher: &Dispatcher) -> Vec<rmcp::model::Tool> {
 /// the HMAC binding of the call (thread = connection id, tool call id = JSON-RPC request id).
 pub const BOUND_APPROVAL_META_KEY: &str = "agent-airlock/sealed-approval";
 
-/// Who the ledger names as having closed a bound request no human answered.
-const CLOSED_BY: &str = "agent-airlock";
-
 impl GuardedMcpServer {
     /// A server for `dispatcher`'s offered tools whose escalated calls are decided as `approvals` says,
     /// with an empty host context, a fresh connection id, and this crate's name and version as the
@@ -456,10 +453,11 @@ impl GuardedMcpServer {
         let outcome = unless_cancelled(context, &call_id, dispatcher.dispatch(call, &resumed)).await;
         if context.ct.is_cancelled() {
             // A grant already spent stays spent (the call was admitted); the ledger says so and nothing changes.
-            if let Err(error) =
-                bound.deny(interrupt, CLOSED_BY, Some("closed: the client cancelled the call before it ran")).await
-            {
-                tracing::debug!(target: "agent_airlock", %error, "a cancelled call's request was not closed");
+            match bound.close(interrupt, CLOSED_BY, Some("closed: the client cancelled the call before it ran")).await {
+                Ok(_) | Err(DecisionError::AlreadySpent { .. }) => {}
+                Err(error) => {
+                    tracing::error!(target: "agent_airlock", %error, "a cancelled call's request could not be closed");
+                }
             }
         }
         outcome
@@ -516,7 +514,7 @@ impl GuardedMcpServer {
         reason: &str,
     ) -> Outcome {
         let note = format!("closed unanswered: {reason}");
-        if let Err(error) = bound.deny(interrupt, CLOSED_BY, Some(&note)).await {
+        if let Err(error) = bound.close(interrupt, CLOSED_BY, Some(&note)).await {
             tracing::error!(target: "agent_airlock", %error, "closing an unanswered MCP approval request failed");
         }
         let unavailable = Unavailable(reason.to_owned());

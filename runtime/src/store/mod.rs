@@ -33,6 +33,7 @@
 //! audit chain's append); the dispatcher's `Decision` (in `dispatch/decision.rs`) puts the three together
 //! in one write. Dependencies point one way: `store` ← `effect` ← `ledger` ← `approval` ← `message`
 //! ← `audit` ← the dispatcher (`audit` reads `store` and `effect` directly too).
+pub(crate) mod closing;
 mod error;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;

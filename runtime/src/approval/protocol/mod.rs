@@ -23,6 +23,7 @@
 //! of one approval use the key named in the request (`key_id`); new requests use the current key, and a
 //! retired key's requests and grants are honoured or refused as the ring says.
 
+mod closing;
 mod error;
 mod key_ring;
 mod mac;
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+pub(crate) use self::closing::{CLOSED_BY, IssuedRequest};
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError};
 pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
@@ -48,6 +50,7 @@ use crate::ledger::{
     SpentRecord,
 };
 use crate::mask::{MaskSet, Masker};
+pub use crate::store::closing::DEFAULT_CLOSING_PATIENCE;
 
 /// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
 ///
@@ -61,6 +64,7 @@ pub struct InterruptApprovals {
     grant_ttl: Duration,
     request_ttl: Option<Duration>,
     max_pending: Option<u32>,
+    closing_patience: Duration,
 }
 
 /// How many approval requests of one tool may wait in one thread at a time, unless set
@@ -110,6 +114,7 @@ impl InterruptApprovals {
             grant_ttl,
             request_ttl: None,
             max_pending: Some(DEFAULT_MAX_PENDING),
+            closing_patience: DEFAULT_CLOSING_PATIENCE,
         }
     }
 
@@ -198,6 +203,30 @@ impl InterruptApprovals {
         let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
         self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
         Ok(request)
+    }
+
+    /// [`InterruptApprovals::request_masked`] for the dispatcher: with the guard that closes the request
+    /// if the dispatch is dropped before the interrupt reaches the host, armed from before the write.
+    pub(crate) async fn request_issued(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+        masker: &Masker,
+        mask: MaskSet,
+        approvals: u32,
+    ) -> Result<(InterruptRequest, IssuedRequest), RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
+        let issued = self.issued(request.request_id());
+        match self.ledger.record_request(record, self.max_pending).await {
+            Ok(()) => Ok((request, issued)),
+            // The write may have happened: the guard closes what may be there.
+            Err(error @ LedgerError::WriterStopped) => Err(RequestError::Ledger(error)),
+            Err(error) => {
+                issued.not_recorded();
+                Err(RequestError::Ledger(error))
+            }
+        }
     }
 
     /// [`InterruptApprovals::request_masked`], blocking the current thread.
