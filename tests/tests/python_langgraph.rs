@@ -8,7 +8,6 @@
 //! A lock file serialises builds by tests of concurrent runs.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use agent_airlock_tests::python_env::{PythonEnv, Venv};
 
@@ -89,4 +88,23 @@ fn prepared() -> Venv {
 fn a_guarded_tool_node_refuses_strips_masks_and_limits_through_the_rust_dispatcher() {
     let venv = prepared();
     pytest(&venv, &["test_toolnode.py"], &[]);
+}
+
+#[test]
+fn escalated_calls_pause_with_interrupt_and_only_a_bound_approval_resumes_them_once() {
+    let venv = prepared();
+    pytest(&venv, &["test_approvals.py"], &[]);
+}
+
+#[test]
+fn async_graphs_are_guarded_through_awrap_tool_call() {
+    let venv = prepared();
+    pytest(&venv, &["test_async.py"], &[]);
+}
+
+#[test]
+fn approvals_and_checkpoints_in_postgresql() {
+    let venv = prepared();
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    pytest(&venv, &["test_postgres.py"], &[("AIRLOCK_TEST_PG_URL", &url)]);
 }
