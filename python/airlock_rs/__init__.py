@@ -9,6 +9,7 @@ records and audit log. The LangGraph wrappers are in ``airlock_rs.langgraph``.
 from ._native import (
     AirlockError,
     ApprovalError,
+    CheckpointCommitments,
     ApprovalKeyError,
     InterruptApprovals,
     LedgerError,
@@ -19,11 +20,14 @@ from ._native import (
     SecurityPolicy,
     ToolGuard,
 )
+from .checkpoint import AirlockCheckpointer
 
 __all__ = [
+    "AirlockCheckpointer",
     "AirlockError",
     "ApprovalError",
     "ApprovalKeyError",
+    "CheckpointCommitments",
     "InterruptApprovals",
     "LedgerError",
     "PolicyError",

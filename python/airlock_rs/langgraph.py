@@ -183,6 +183,24 @@ class _Call:
         return self.guard.dispatch(self.tool_call_id, self.arguments, run, resume=resume, **self.site)
 
 
+def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | None:
+    """A refusal if the call resumes from a checkpoint its commitments say was changed."""
+    if resume is None or checkpointer is None:
+        return None
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None) or {}
+    if checkpointer.admits_resume(config):
+        return None
+    return _refused(
+        request,
+        "refused: the checkpoint this call resumes from is not the one committed when it paused (edited in the "
+        "store, or an older one); nothing was run",
+        ["do not retry this call; tell the user the approval must be asked for again"],
+        refusal={"kind": "state_tamper", "rule": None, "retry_after_secs": None},
+        stripped_arguments=[],
+    )
+
+
 def _unknown_tool(request: Any) -> ToolMessage:
     name = request.tool_call.get("name")
     return _refused(
@@ -195,10 +213,11 @@ def _unknown_tool(request: Any) -> ToolMessage:
 
 
 def airlock_wrap_tool_call(
-    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None
+    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
 ) -> Callable[[Any, Callable[[Any], Any]], Any]:
     """A ``wrap_tool_call`` for ``ToolNode`` that guards every call under ``policy``. With ``approvals``, an
-    escalated call pauses the graph with ``interrupt()``; without, it is refused."""
+    escalated call pauses the graph with ``interrupt()``; without, it is refused. With ``checkpointer`` (the
+    graph's ``AirlockCheckpointer``), an escalated call resumed from a tampered checkpoint is refused."""
     guards = _Guards(policy, approvals)
 
     def wrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -216,10 +235,14 @@ def airlock_wrap_tool_call(
             return _result_json(executed["result"])
 
         resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
+        if (refused := _tampered(request, checkpointer, resume)) is not None:
+            return refused
         outcome = call.dispatch(run, resume)
         if outcome["kind"] == "interrupt":
             # First pass: the request is recorded; pause. (A resume arriving here admits the call below.)
             resume = interrupt(outcome["value"])
+            if (refused := _tampered(request, checkpointer, resume)) is not None:
+                return refused
             outcome = call.dispatch(run, resume)
         if "error" in executed:
             raise executed["error"]
@@ -231,7 +254,7 @@ def airlock_wrap_tool_call(
 
 
 def airlock_awrap_tool_call(
-    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None
+    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
 ) -> Callable[[Any, Callable[[Any], Any]], Any]:
     """The ``awrap_tool_call`` counterpart of :func:`airlock_wrap_tool_call`, for ``ainvoke``/``astream``.
 
@@ -277,9 +300,13 @@ def airlock_awrap_tool_call(
             return _result_json(result)
 
         resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
+        if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+            return refused
         outcome = await asyncio.to_thread(call.dispatch, run, resume)
         if outcome["kind"] == "interrupt":
             resume = interrupt(outcome["value"])
+            if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+                return refused
             outcome = await asyncio.to_thread(call.dispatch, run, resume)
         if "error" in executed:
             raise executed["error"]

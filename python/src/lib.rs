@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
-use agent_airlock::audit::{AuditConfig, AuditLog};
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
+use agent_airlock::checkpoint::{CheckpointCommitments as Core, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
@@ -66,7 +67,7 @@ fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
 /// Where approvals, effects and audit records live.
 #[derive(Clone)]
 enum Store {
-    Redb { ledger: Arc<RedbLedger>, effects: Arc<RedbEffectStore>, audit: Arc<AuditLog> },
+    Redb { database: Arc<redb::Database>, ledger: Arc<RedbLedger>, effects: Arc<RedbEffectStore>, audit: Arc<AuditLog> },
     Postgres { ledger: Arc<PostgresLedger>, audit: Arc<AuditLog> },
 }
 
@@ -101,12 +102,28 @@ struct RedbApprovalLedger {
 
 #[pymethods]
 impl RedbApprovalLedger {
+    /// The audit log's records from `from_seq` (1 is the first) on, at most `limit`: what each call did
+    /// (`outcome.kind`: `executed`, `refused`, `state_tamper`, ...), without argument values.
+    #[pyo3(signature = (from_seq = 1, limit = 1000))]
+    fn audit_records(&self, py: Python<'_>, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+        audit_records(py, &self.store, from_seq, limit)
+    }
+
     /// Opens (or creates) the file at `path`. `multi_process=True` shares it with other processes that
     /// open it the same way (`airlock --multi-process`); otherwise it is this process's alone, and
-    /// opening waits up to `wait_secs` while another process has it.
+    /// opening waits up to `wait_secs` while another process has it. With `audit_key` (raw bytes, at
+    /// least 16, named `audit_key_id`), audit records are signed (`airlock audit verify --audit-key-file`).
     #[new]
-    #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0))]
-    fn new(py: Python<'_>, path: std::path::PathBuf, multi_process: bool, wait_secs: f64) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1"))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        multi_process: bool,
+        wait_secs: f64,
+        audit_key: Option<&[u8]>,
+        audit_key_id: &str,
+    ) -> PyResult<Self> {
+        let config = audit_config(audit_key, audit_key_id)?;
         let wait = Duration::try_from_secs_f64(wait_secs)
             .map_err(|_| LedgerError::new_err("`wait_secs` must be a non-negative number of seconds"))?;
         let sharing = if multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive };
@@ -115,8 +132,8 @@ impl RedbApprovalLedger {
             let database = Arc::new(open_database(&path, &options).map_err(|e| e.to_string())?);
             let ledger = RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?;
             let effects = RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?;
-            let audit = AuditLog::with_database(database, AuditConfig::default()).map_err(|e| e.to_string())?;
-            Ok(Store::Redb { ledger: Arc::new(ledger), effects: Arc::new(effects), audit: Arc::new(audit) })
+            let audit = AuditLog::with_database(Arc::clone(&database), config).map_err(|e| e.to_string())?;
+            Ok(Store::Redb { database, ledger: Arc::new(ledger), effects: Arc::new(effects), audit: Arc::new(audit) })
         });
         let store = opened.map_err(|e| LedgerError::new_err(format!("{}: {e}", path.display())))?;
         Ok(RedbApprovalLedger { store })
@@ -132,15 +149,41 @@ struct PostgresApprovalLedger {
 
 #[pymethods]
 impl PostgresApprovalLedger {
-    /// Connects to `url` (`postgresql://…`) and creates or upgrades the tables.
+    /// The audit log's records from `from_seq` (1 is the first) on, at most `limit`: what each call did
+    /// (`outcome.kind`: `executed`, `refused`, `state_tamper`, ...), without argument values.
+    #[pyo3(signature = (from_seq = 1, limit = 1000))]
+    fn audit_records(&self, py: Python<'_>, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+        audit_records(py, &self.store, from_seq, limit)
+    }
+
+    /// Connects to `url` (`postgresql://…`) and creates or upgrades the tables; `audit_key` as for
+    /// `RedbApprovalLedger`.
     #[new]
-    fn new(py: Python<'_>, url: String) -> PyResult<Self> {
+    #[pyo3(signature = (url, *, audit_key = None, audit_key_id = "audit-1"))]
+    fn new(py: Python<'_>, url: String, audit_key: Option<&[u8]>, audit_key_id: &str) -> PyResult<Self> {
+        let config = audit_config(audit_key, audit_key_id)?;
         let connected = py.detach(|| PostgresLedger::connect(&url));
         // The URL may hold a password: the error names the database by its kind only.
         let ledger = connected.map_err(|e| LedgerError::new_err(format!("the PostgreSQL database: {e}")))?;
-        let audit = AuditLog::with_postgres(&ledger, AuditConfig::default());
+        let audit = AuditLog::with_postgres(&ledger, config);
         Ok(PostgresApprovalLedger { store: Store::Postgres { ledger: Arc::new(ledger), audit: Arc::new(audit) } })
     }
+}
+
+/// The audit records from `from_seq` on (at most `limit`), as dicts.
+fn audit_records(py: Python<'_>, store: &Store, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+    let audit = store.audit();
+    let records = py.detach(|| audit.records(from_seq, limit)).map_err(|e| LedgerError::new_err(e.to_string()))?;
+    let value = serde_json::to_value(records).map_err(|e| AirlockError::new_err(e.to_string()))?;
+    from_json(py, &value)
+}
+
+fn audit_config(key: Option<&[u8]>, key_id: &str) -> PyResult<AuditConfig> {
+    let mut config = AuditConfig::default();
+    if let Some(secret) = key {
+        config.key = Some(AuditKey::new(key_id, secret).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?);
+    }
+    Ok(config)
 }
 
 fn store_of(ledger: &Bound<'_, PyAny>) -> PyResult<Store> {
@@ -262,6 +305,95 @@ impl InterruptApprovals {
         let resume = denied.map_err(|e| ApprovalError::new_err(e.to_string()))?;
         from_json(py, resume.as_value())
     }
+}
+
+/// Checkpoint commitments (the runtime's `checkpoint` module) over a ledger's database: keyed digests of
+/// what a LangGraph saver holds, verified before the graph goes on from it. `airlock_rs.AirlockCheckpointer`
+/// drives it.
+#[pyclass(frozen, module = "airlock_rs")]
+struct CheckpointCommitments {
+    core: Core,
+    audit: Arc<AuditLog>,
+}
+
+#[pymethods]
+impl CheckpointCommitments {
+    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s redb file.
+    #[new]
+    #[pyo3(signature = (key, ledger, *, key_id = "approval-1"))]
+    fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str) -> PyResult<Self> {
+        let key = ApprovalKey::new(key_id, key).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        match store_of(ledger)? {
+            Store::Redb { database, audit, .. } => {
+                Ok(CheckpointCommitments { core: Core::new(key, RedbCommitments::new(database)), audit })
+            }
+            Store::Postgres { .. } => Err(LedgerError::new_err(
+                "checkpoint commitments are kept in a redb ledger (RedbApprovalLedger); PostgreSQL does not hold them yet",
+            )),
+        }
+    }
+
+    /// Commits to `manifest` (JSON text) as what `checkpoint_id` of the thread holds now.
+    fn record(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        manifest: &str,
+    ) -> PyResult<()> {
+        let manifest = manifest_of(manifest)?;
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        py.detach(|| self.core.record(&scope, checkpoint_id, &manifest))
+            .map(drop)
+            .map_err(|e| LedgerError::new_err(e.to_string()))
+    }
+
+    /// Whether `checkpoint_id` holding `manifest` (JSON text) is what was last committed: `unrecorded`,
+    /// `matches`, `edited` or `not_head`.
+    fn verify(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        manifest: &str,
+    ) -> PyResult<&'static str> {
+        let manifest = manifest_of(manifest)?;
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        let verdict = py
+            .detach(|| self.core.verify(&scope, checkpoint_id, &manifest))
+            .map_err(|e| LedgerError::new_err(e.to_string()))?;
+        Ok(match verdict {
+            Verdict::Unrecorded => "unrecorded",
+            Verdict::Matches => "matches",
+            Verdict::Edited => "edited",
+            _ => "not_head",
+        })
+    }
+
+    /// Appends a `state_tamper` audit record (signed when the ledger has an audit key) for `checkpoint_id`.
+    fn record_tamper(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        detail: &str,
+    ) -> PyResult<()> {
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        py.detach(|| {
+            let event = AuditEvent::new(&scope, checkpoint_id, AuditOutcome::StateTamper)
+                .thread_id(Some(thread_id))
+                .detail(Some(detail));
+            self.audit.append(event).map(drop)
+        })
+        .map_err(|e| LedgerError::new_err(e.to_string()))
+    }
+}
+
+fn manifest_of(text: &str) -> PyResult<Value> {
+    serde_json::from_str(text).map_err(|e| AirlockError::new_err(format!("the manifest is not JSON: {e}")))
 }
 
 /// The callbacks of the calls in flight, by tool call id: the dispatcher runs a tool through its
@@ -386,9 +518,8 @@ fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
         if returned.is_none(py) {
             return Ok(Value::Null);
         }
-        let text: String = returned
-            .extract(py)
-            .map_err(|_| ToolError::new("the tool's callback must return JSON text or None"))?;
+        let text: String =
+            returned.extract(py).map_err(|_| ToolError::new("the tool's callback must return JSON text or None"))?;
         serde_json::from_str(&text).map_err(|e| ToolError::new(format!("the tool's result is not JSON: {e}")))
     })
 }
@@ -449,6 +580,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SecurityPolicy>()?;
     m.add_class::<InterruptApprovals>()?;
     m.add_class::<ToolGuard>()?;
+    m.add_class::<CheckpointCommitments>()?;
     m.add("AirlockError", py.get_type::<AirlockError>())?;
     m.add("PolicyError", py.get_type::<PolicyError>())?;
     m.add("SchemaError", py.get_type::<SchemaError>())?;

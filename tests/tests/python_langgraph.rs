@@ -76,6 +76,8 @@ fn pytest(venv: &Venv, files: &[&str], env: &[(&str, &str)]) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
     assert!(output.status.success(), "pytest failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    // Every test must have run: a skip (a missing server, say) would pass without checking anything.
+    assert!(!stdout.contains("skipped"), "pytest skipped tests:\n{stdout}");
 }
 
 fn prepared() -> Venv {
@@ -107,4 +109,10 @@ fn approvals_and_checkpoints_in_postgresql() {
     let venv = prepared();
     let url = agent_airlock_tests::pg_server::shared().fresh_database();
     pytest(&venv, &["test_postgres.py"], &[("AIRLOCK_TEST_PG_URL", &url)]);
+}
+
+#[test]
+fn a_checkpoint_edited_between_pause_and_resume_is_refused_and_recorded() {
+    let venv = prepared();
+    pytest(&venv, &["test_checkpoints.py"], &[]);
 }
