@@ -38,7 +38,10 @@ __all__ = ["AirlockCheckpointer"]
 #: The task id of writes the app makes itself (a resume value): not the graph's state.
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
-TAMPERS = ("edited", "not_head")
+#: Verdicts that say the checkpoint's content is not what was committed.
+EDITED = ("unknown", "edited")
+#: Verdicts that are a tamper when the graph resumes from the checkpoint.
+TAMPERS = ("unknown", "edited", "not_head")
 
 
 class AirlockCheckpointer(BaseCheckpointSaver):
@@ -88,7 +91,12 @@ class AirlockCheckpointer(BaseCheckpointSaver):
     def _config(thread: str, ns: str, checkpoint_id: str) -> dict:
         return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
-    def _verdict(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, when: str) -> str:
+    def _verdict(
+        self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, when: str, resumed: bool
+    ) -> str:
+        """Verifies what the saver holds for a checkpoint; reports an edit, and (when the graph goes on from
+        the checkpoint: `resumed`) a checkpoint other than the head. Late writes of a step the graph already
+        left go to a checkpoint that is no longer the head: those are not time travel."""
         if checkpoint_id is None or tup is None:
             return "unrecorded"
         try:
@@ -96,7 +104,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         except Exception as error:  # noqa: BLE001 - the saver's write goes on; the failure is reported
             warnings.warn(f"airlock: the checkpoint commitment cannot be verified: {error}", stacklevel=3)
             return "unverified"
-        if verdict in TAMPERS:
+        if verdict in EDITED or (resumed and verdict == "not_head"):
             self._report(thread, ns, checkpoint_id, verdict, when)
         return verdict
 
@@ -107,7 +115,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         self.tampered.add(where)
         detail = (
             "the checkpoint differs from the one committed (edited in the store)"
-            if verdict == "edited"
+            if verdict in EDITED
             else "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
         )
         try:
@@ -115,11 +123,11 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"airlock: a state_tamper record cannot be written: {error}", stacklevel=3)
 
-    def _commit(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None) -> None:
+    def _commit(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, head: bool) -> None:
         if checkpoint_id is None or tup is None:
             return
         try:
-            self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup))
+            self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup), head=head)
         except Exception as error:  # noqa: BLE001 - never an exception after the saver already wrote
             warnings.warn(f"airlock: the checkpoint commitment cannot be written: {error}", stacklevel=3)
 
@@ -137,7 +145,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
                     admitted = False
                     continue
                 tup = self.saver.get_tuple(self._config(*where))
-                if self._verdict(*where, tup, "an escalated call resumed from it") in TAMPERS:
+                if self._verdict(*where, tup, "an escalated call resumed from it", True) in TAMPERS:
                     admitted = False
         return admitted or self.on_tamper == "record"
 
@@ -157,21 +165,22 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         thread, ns, parent = self._where(config)
         with self._lock:
             if parent is not None:
-                self._verdict(thread, ns, parent, self.saver.get_tuple(self._config(thread, ns, parent)), "a checkpoint made from it")
+                self._verdict(thread, ns, parent, self._read(config), "a checkpoint made from it", True)
             written = self.saver.put(config, checkpoint, metadata, new_versions)
             thread, ns, checkpoint_id = self._where(written)
-            self._commit(thread, ns, checkpoint_id, self._read(written))
+            self._commit(thread, ns, checkpoint_id, self._read(written), head=True)
         return written
 
     def put_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:
         thread, ns, checkpoint_id = self._where(config)
         with self._lock:
-            before = self._read(config)
-            verdict = self._verdict(thread, ns, checkpoint_id, before, "writes added to it")
+            # The app's own writes (a resume value) start a run from this checkpoint; a task's are its step's.
+            resumed = task_id == NULL_TASK_ID
+            verdict = self._verdict(thread, ns, checkpoint_id, self._read(config), "writes added to it", resumed)
             self.saver.put_writes(config, writes, task_id, task_path)
-            # A tampered checkpoint keeps its old commitment: what it holds now is not vouched for.
-            if verdict not in TAMPERS:
-                self._commit(thread, ns, checkpoint_id, self._read(config))
+            # An edited checkpoint keeps its old commitment: what it holds now is not vouched for.
+            if verdict not in EDITED:
+                self._commit(thread, ns, checkpoint_id, self._read(config), head=False)
 
     def _read(self, config: dict) -> CheckpointTuple | None:
         thread, ns, checkpoint_id = self._where(config)
@@ -217,19 +226,20 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         thread, ns, parent = self._where(config)
         async with self._async_lock():
             if parent is not None:
-                self._verdict(thread, ns, parent, await self._aread(config), "a checkpoint made from it")
+                self._verdict(thread, ns, parent, await self._aread(config), "a checkpoint made from it", True)
             written = await self.saver.aput(config, checkpoint, metadata, new_versions)
             thread, ns, checkpoint_id = self._where(written)
-            self._commit(thread, ns, checkpoint_id, await self._aread(written))
+            self._commit(thread, ns, checkpoint_id, await self._aread(written), head=True)
         return written
 
     async def aput_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:
         thread, ns, checkpoint_id = self._where(config)
         async with self._async_lock():
-            verdict = self._verdict(thread, ns, checkpoint_id, await self._aread(config), "writes added to it")
+            resumed = task_id == NULL_TASK_ID
+            verdict = self._verdict(thread, ns, checkpoint_id, await self._aread(config), "writes added to it", resumed)
             await self.saver.aput_writes(config, writes, task_id, task_path)
-            if verdict not in TAMPERS:
-                self._commit(thread, ns, checkpoint_id, await self._aread(config))
+            if verdict not in EDITED:
+                self._commit(thread, ns, checkpoint_id, await self._aread(config), head=False)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.saver.adelete_thread(thread_id)

@@ -333,7 +333,10 @@ impl CheckpointCommitments {
         }
     }
 
-    /// Commits to `manifest` (JSON text) as what `checkpoint_id` of the thread holds now.
+    /// Commits to `manifest` (JSON text) as what `checkpoint_id` of the thread holds now; with `head`,
+    /// the checkpoint becomes the thread's head.
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, manifest, *, head))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
     fn record(
         &self,
         py: Python<'_>,
@@ -341,16 +344,18 @@ impl CheckpointCommitments {
         checkpoint_ns: &str,
         checkpoint_id: &str,
         manifest: &str,
+        head: bool,
     ) -> PyResult<()> {
         let manifest = manifest_of(manifest)?;
         let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
-        py.detach(|| self.core.record(&scope, checkpoint_id, &manifest))
+        py.detach(|| self.core.record(&scope, checkpoint_id, &manifest, head))
             .map(drop)
             .map_err(|e| LedgerError::new_err(e.to_string()))
     }
 
-    /// Whether `checkpoint_id` holding `manifest` (JSON text) is what was last committed: `unrecorded`,
-    /// `matches`, `edited` or `not_head`.
+    /// Whether `checkpoint_id` holding `manifest` (JSON text) is what was last committed for it:
+    /// `unrecorded` (nothing for the thread), `unknown` (nothing for this checkpoint), `edited`,
+    /// `not_head` (as committed, but the graph had gone on) or `matches`.
     fn verify(
         &self,
         py: Python<'_>,
@@ -366,6 +371,7 @@ impl CheckpointCommitments {
             .map_err(|e| LedgerError::new_err(e.to_string()))?;
         Ok(match verdict {
             Verdict::Unrecorded => "unrecorded",
+            Verdict::Unknown => "unknown",
             Verdict::Matches => "matches",
             Verdict::Edited => "edited",
             _ => "not_head",

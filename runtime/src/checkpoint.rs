@@ -11,10 +11,12 @@
 //! tamper to record (an audit record of [`AuditOutcome::StateTamper`](crate::audit::AuditOutcome)) and,
 //! for an escalated call, a refusal.
 //!
-//! Commitments form a chain per scope (`langgraph:<thread_id>[/<checkpoint_ns>]`): each digest covers the
-//! scope, the checkpoint id, the canonical manifest and the previous digest, under the approval key's
-//! checkpoint domain (so nobody without the key can write a commitment that verifies). Only the head is
-//! kept; [`CommitmentStore`] says where (a redb table of the airlock database, or memory).
+//! Each checkpoint of a scope (`langgraph:<thread_id>[/<checkpoint_ns>]`) has its own latest commitment,
+//! and the scope has a head: the checkpoint the graph last went on to. A digest covers the scope, the
+//! checkpoint id, the canonical manifest and the digest it follows (the checkpoint's previous commitment,
+//! or the head's for a new checkpoint), under the approval key's checkpoint domain, so nobody without the
+//! key can write a commitment that verifies. [`CommitmentStore`] says where they are kept (a redb table of
+//! the airlock database, or memory).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,11 +49,14 @@ pub struct Commitment {
 pub enum Verdict {
     /// Nothing was committed for the scope yet.
     Unrecorded,
+    /// The scope has commitments, but none for this checkpoint: it was put in the store by someone else.
+    Unknown,
     /// The checkpoint is the head and holds what was committed.
     Matches,
-    /// The checkpoint is the head but holds something else: edited in the store.
+    /// The checkpoint holds something other than what was committed: edited in the store.
     Edited,
-    /// Another checkpoint is the head: this one is older (time travel) or a fork.
+    /// The checkpoint holds what was committed, but another is the head: this one is older (time travel)
+    /// or a fork.
     NotHead {
         /// The checkpoint last committed.
         head: String,
@@ -61,7 +66,7 @@ pub enum Verdict {
 impl Verdict {
     /// Whether the verdict is a tamper to record.
     pub fn is_tamper(&self) -> bool {
-        matches!(self, Verdict::Edited | Verdict::NotHead { .. })
+        matches!(self, Verdict::Unknown | Verdict::Edited | Verdict::NotHead { .. })
     }
 }
 
@@ -77,25 +82,29 @@ pub enum CommitmentError {
     Store(String),
 }
 
-/// Where commitment heads are kept.
+/// Where commitments are kept: each under a key naming its scope and checkpoint, the head under the
+/// scope's own key.
 pub trait CommitmentStore: Send + Sync + 'static {
-    /// The head of `scope`, if any.
-    fn head(&self, scope: &str) -> Result<Option<Commitment>, CommitmentError>;
-    /// Makes `commitment` the head of `scope`.
-    fn set_head(&self, scope: &str, commitment: &Commitment) -> Result<(), CommitmentError>;
+    /// The commitment stored under `key`, if any.
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError>;
+    /// Stores `commitment` under every key of `keys`, at once.
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError>;
 }
 
-/// Heads in memory, for one process (tests, hosts without a database).
+/// Commitments in memory, for one process (tests, hosts without a database).
 #[derive(Debug, Default)]
 pub struct MemoryCommitments(Mutex<HashMap<String, Commitment>>);
 
 impl CommitmentStore for MemoryCommitments {
-    fn head(&self, scope: &str) -> Result<Option<Commitment>, CommitmentError> {
-        Ok(self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(scope).cloned())
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError> {
+        Ok(self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(key).cloned())
     }
 
-    fn set_head(&self, scope: &str, commitment: &Commitment) -> Result<(), CommitmentError> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(scope.to_owned(), commitment.clone());
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError> {
+        let mut map = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for key in keys {
+            map.insert((*key).to_owned(), commitment.clone());
+        }
         Ok(())
     }
 }
@@ -123,25 +132,27 @@ fn store_error(error: impl std::fmt::Display) -> CommitmentError {
 }
 
 impl CommitmentStore for RedbCommitments {
-    fn head(&self, scope: &str) -> Result<Option<Commitment>, CommitmentError> {
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError> {
         let read = self.0.begin_read().map_err(store_error)?;
         let table = match read.open_table(COMMITMENTS) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(err) => return Err(store_error(err)),
         };
-        match table.get(scope).map_err(store_error)? {
+        match table.get(key).map_err(store_error)? {
             Some(bytes) => serde_json::from_slice(bytes.value()).map(Some).map_err(store_error),
             None => Ok(None),
         }
     }
 
-    fn set_head(&self, scope: &str, commitment: &Commitment) -> Result<(), CommitmentError> {
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError> {
         let bytes = serde_json::to_vec(commitment).map_err(store_error)?;
         let write = self.0.begin_write().map_err(store_error)?;
         {
             let mut table = write.open_table(COMMITMENTS).map_err(store_error)?;
-            table.insert(scope, bytes.as_slice()).map_err(store_error)?;
+            for key in keys {
+                table.insert(*key, bytes.as_slice()).map_err(store_error)?;
+            }
         }
         write.commit().map_err(store_error)
     }
@@ -194,26 +205,53 @@ impl CheckpointCommitments {
         Ok(mac)
     }
 
-    /// Commits to `manifest` as what `checkpoint_id` holds in `scope`, chained after the current head.
-    pub fn record(&self, scope: &str, checkpoint_id: &str, manifest: &Value) -> Result<Commitment, CommitmentError> {
-        let previous = self.store.head(scope)?.map(|head| head.digest);
+    /// Commits to `manifest` as what `checkpoint_id` holds in `scope` now, chained after the checkpoint's
+    /// previous commitment (or, for a new checkpoint, the head's). With `head`, the checkpoint becomes
+    /// the scope's head (a new checkpoint the graph went on to); otherwise the head stays (late writes to a
+    /// checkpoint the graph already left).
+    pub fn record(
+        &self,
+        scope: &str,
+        checkpoint_id: &str,
+        manifest: &Value,
+        head: bool,
+    ) -> Result<Commitment, CommitmentError> {
+        let own = entry_key(scope, checkpoint_id);
+        let previous = match self.store.get(&own)? {
+            Some(earlier) => Some(earlier.digest),
+            None => self.store.get(scope)?.map(|head| head.digest),
+        };
         let digest = hex::encode(self.mac(scope, checkpoint_id, manifest, previous.as_deref())?.finish());
         let commitment = Commitment { checkpoint_id: checkpoint_id.to_owned(), digest, previous };
-        self.store.set_head(scope, &commitment)?;
+        if head {
+            self.store.put(&[own.as_str(), scope], &commitment)?;
+        } else {
+            self.store.put(&[own.as_str()], &commitment)?;
+        }
         Ok(commitment)
     }
 
-    /// Whether `checkpoint_id`, holding `manifest` now, is what was last committed in `scope`. The
-    /// digests are compared in constant time.
+    /// Whether `checkpoint_id`, holding `manifest` now, holds what was last committed for it, and whether it
+    /// is the scope's head. The digests are compared in constant time.
     pub fn verify(&self, scope: &str, checkpoint_id: &str, manifest: &Value) -> Result<Verdict, CommitmentError> {
-        let Some(head) = self.store.head(scope)? else { return Ok(Verdict::Unrecorded) };
-        if head.checkpoint_id != checkpoint_id {
-            return Ok(Verdict::NotHead { head: head.checkpoint_id });
+        let Some(head) = self.store.get(scope)? else { return Ok(Verdict::Unrecorded) };
+        let Some(own) = self.store.get(&entry_key(scope, checkpoint_id))? else { return Ok(Verdict::Unknown) };
+        let Some(expected) = decode_lower_hex::<MAC_LEN>(&own.digest) else { return Ok(Verdict::Edited) };
+        let mac = self.mac(scope, checkpoint_id, manifest, own.previous.as_deref())?;
+        if !mac.verify(&expected) {
+            return Ok(Verdict::Edited);
         }
-        let Some(expected) = decode_lower_hex::<MAC_LEN>(&head.digest) else { return Ok(Verdict::Edited) };
-        let mac = self.mac(scope, checkpoint_id, manifest, head.previous.as_deref())?;
-        Ok(if mac.verify(&expected) { Verdict::Matches } else { Verdict::Edited })
+        Ok(if head.checkpoint_id == checkpoint_id {
+            Verdict::Matches
+        } else {
+            Verdict::NotHead { head: head.checkpoint_id }
+        })
     }
+}
+
+/// Where one checkpoint's own commitment is kept (`#` cannot start a LangGraph checkpoint id).
+fn entry_key(scope: &str, checkpoint_id: &str) -> String {
+    format!("{scope}#{checkpoint_id}")
 }
 
 #[cfg(test)]
@@ -232,13 +270,20 @@ mod tests {
         let scope = CheckpointCommitments::langgraph_scope("t1", "");
         let manifest = json!({"channel_values": {"messages": "aa"}, "pending_writes": []});
         assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Unrecorded);
-        c.record(&scope, "c1", &manifest).unwrap();
+        c.record(&scope, "c1", &manifest, true).unwrap();
         assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Matches);
         let edited = json!({"channel_values": {"messages": "ab"}, "pending_writes": []});
         assert_eq!(c.verify(&scope, "c1", &edited).unwrap(), Verdict::Edited);
-        let second = c.record(&scope, "c2", &edited).unwrap();
+        assert_eq!(c.verify(&scope, "c9", &edited).unwrap(), Verdict::Unknown);
+        let second = c.record(&scope, "c2", &edited, true).unwrap();
         assert!(second.previous.is_some(), "chained");
         assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::NotHead { head: "c2".into() });
+        assert_eq!(c.verify(&scope, "c2", &edited).unwrap(), Verdict::Matches);
+        // Late writes to the checkpoint the graph left: committed, the head stays.
+        let later = json!({"channel_values": {"messages": "aa"}, "pending_writes": [["task", "x", "00"]]});
+        c.record(&scope, "c1", &later, false).unwrap();
+        assert_eq!(c.verify(&scope, "c1", &later).unwrap(), Verdict::NotHead { head: "c2".into() });
+        assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Edited);
         assert_eq!(c.verify(&scope, "c2", &edited).unwrap(), Verdict::Matches);
     }
 
@@ -248,7 +293,7 @@ mod tests {
         let ours = CheckpointCommitments { key: ApprovalKey::new("k", &[7; 32]).unwrap(), store: store.clone() };
         let theirs = CheckpointCommitments { key: ApprovalKey::new("k", &[8; 32]).unwrap(), store };
         let manifest = json!({"a": "b"});
-        theirs.record("s", "c1", &manifest).unwrap();
+        theirs.record("s", "c1", &manifest, true).unwrap();
         assert_eq!(ours.verify("s", "c1", &manifest).unwrap(), Verdict::Edited);
     }
 
@@ -260,7 +305,7 @@ mod tests {
         {
             let db = Arc::new(Database::create(&path).unwrap());
             let c = CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).unwrap(), RedbCommitments::new(db));
-            c.record("s", "c1", &manifest).unwrap();
+            c.record("s", "c1", &manifest, true).unwrap();
         }
         let db = Arc::new(Database::create(&path).unwrap());
         let c = CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).unwrap(), RedbCommitments::new(db));
