@@ -151,6 +151,10 @@ def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
             pass
     extra = dict(message.additional_kwargs or {})
     extra[METADATA_KEY] = {"stripped_arguments": stripped}
+    if content == message.content:
+        # Nothing masked: the message `execute` just made for this call is ours to annotate.
+        message.additional_kwargs = extra
+        return message
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
@@ -175,8 +179,12 @@ class _Call:
         self.arguments = json.dumps(call.get("args") or {}, default=str)
 
     def admitted_request(self, arguments: str) -> Any:
+        admitted = json.loads(arguments)
+        if admitted == self.request.tool_call.get("args"):
+            # Nothing stripped or dropped: the node's own request carries exactly the admitted arguments.
+            return self.request
         call = dict(self.request.tool_call)
-        call["args"] = json.loads(arguments)
+        call["args"] = admitted
         return self.request.override(tool_call=call)
 
     def dispatch(self, run: Callable[[str], str | None], resume: Any = None) -> dict:

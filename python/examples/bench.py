@@ -4,11 +4,14 @@ python/requirements.txt with the wheel installed (README, "LangGraph (Python)"):
 
     python python/examples/bench.py [--calls 2000]
 
-Two measures, each the median of five runs of `--calls` calls:
+Three measures, each the median of five runs of `--calls` calls:
 
 * the guard alone, per call: `ToolGuard.dispatch` (policy, ghost stripping, strict validation, rate limit,
   masking, FFI both ways, the tool callback) minus calling the same callback directly; and the peer's
   `@Airlock(policy=...)` decorated function minus the bare function;
+* the wrapper as ToolNode calls it, per call: `airlock_wrap_tool_call(request, execute)` with a
+  `ToolCallRequest` and an `execute` that runs the function and builds the `ToolMessage` (as the node
+  does), beside that `execute` alone and an `execute` running the peer's decorated function;
 * the ToolNode call, per call: a one-node graph (START -> tools) invoked with one tool call, bare, with
   `airlock_wrap_tool_call`, and with the peer's decorated function as the tool.
 
@@ -66,8 +69,10 @@ def main() -> None:
     # The peer logs every stripped argument; printing that would be measured too.
     logging.disable(logging.CRITICAL)
     import agent_airlock
-    from agent_airlock import Airlock
+    from agent_airlock import Airlock, AirlockConfig
     from agent_airlock import SecurityPolicy as PeerPolicy
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
 
     from airlock_rs import SecurityPolicy, ToolGuard
     from airlock_rs.langgraph import _schema_of, airlock_wrap_tool_call
@@ -84,7 +89,8 @@ def main() -> None:
         parsed = json.loads(admitted)
         return json.dumps(search_docs(**parsed))
 
-    peer_guarded = Airlock(policy=peer)(search_docs)
+    # As in BENCHMARKS.md §1: the peer's audit log off (ours is off too: no ledger given).
+    peer_guarded = Airlock(config=AirlockConfig(enable_audit_log=False), policy=peer)(search_docs)
 
     def direct() -> None:
         callback(json.dumps({"query": "rate limits", "limit": 3}))
@@ -97,6 +103,32 @@ def main() -> None:
     }
     ours_guard = figures["airlock_rs ToolGuard.dispatch"] - figures["bare callback (JSON in and out)"]
     peer_guard = figures["agent_airlock @Airlock"] - figures["bare function"]
+
+    # The wrapper alone, as ToolNode calls it: a request and the node's `execute` (here: run the tool
+    # function and wrap its result in a ToolMessage, as the node does).
+    def request_of(args: dict) -> ToolCallRequest:
+        return ToolCallRequest(
+            tool_call={"name": "search_docs", "args": args, "id": "c1", "type": "tool_call"},
+            tool=tool,
+            state={"messages": []},
+            runtime=None,
+        )
+
+    def execute(request: ToolCallRequest) -> ToolMessage:
+        return ToolMessage(content=search_docs(**request.tool_call["args"]), tool_call_id="c1", name="search_docs")
+
+    def execute_peer(request: ToolCallRequest) -> ToolMessage:
+        return ToolMessage(content=peer_guarded(**request.tool_call["args"]), tool_call_id="c1", name="search_docs")
+
+    wrap = airlock_wrap_tool_call(ours)
+    declared = request_of({"query": "rate limits", "limit": 3})
+    with_ghost = request_of(ARGS)
+    wrapped = {
+        "execute (bare node call)": per_call(lambda: execute(declared), calls),
+        "airlock_wrap_tool_call(request, execute)": per_call(lambda: wrap(with_ghost, execute), calls),
+        "execute with the @Airlock function": per_call(lambda: execute_peer(with_ghost), calls),
+    }
+    figures.update(wrapped)
 
     message = {"messages": [AIMessage(content="", tool_calls=[{"name": "search_docs", "args": ARGS, "id": "c1"}])]}
     bare = graph_of(StructuredTool.from_function(search_docs))
@@ -125,6 +157,9 @@ def main() -> None:
     print(f"{'guard cost, agent_airlock':40s} {peer_guard * 1e6:10.1f} µs/call")
     if ours_guard > 0:
         print(f"{'ratio (peer / ours)':40s} {peer_guard / ours_guard:10.1f}×")
+    bare_execute = wrapped["execute (bare node call)"]
+    print(f"{'wrapper added, airlock_rs':40s} {(wrapped['airlock_wrap_tool_call(request, execute)'] - bare_execute) * 1e6:10.1f} µs/call")
+    print(f"{'wrapper added, agent_airlock':40s} {(wrapped['execute with the @Airlock function'] - bare_execute) * 1e6:10.1f} µs/call")
     print(f"{'ToolNode added, airlock_rs':40s} {(nodes['ToolNode + airlock_wrap_tool_call'] - nodes['bare ToolNode']) * 1e6:10.1f} µs/call")
     print(f"{'ToolNode added, agent_airlock':40s} {(nodes['ToolNode + @Airlock tool'] - nodes['bare ToolNode']) * 1e6:10.1f} µs/call")
 

@@ -9,7 +9,6 @@
 //! nothing here panics on what Python passes (a panic in a tool's callback is caught by the dispatcher),
 //! and the GIL is released whenever the Rust side waits (the ledger's writes, the dispatcher's gates).
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,28 +39,26 @@ create_exception!(_native, ApprovalKeyError, AirlockError, "An approval key that
 /// How long a grant issued by `approve` stays valid unless the caller says otherwise.
 const DEFAULT_GRANT_TTL_SECS: u64 = 900;
 
-thread_local! {
-    /// Each Python thread blocks on its own single-threaded runtime: the dispatch future (and the tool's
-    /// callback inside it) runs on the calling thread, and no thread is started per call.
-    static RUNTIME: RefCell<Option<tokio::runtime::Runtime>> = const { RefCell::new(None) };
-}
+/// One runtime for the process. `Runtime::block_on` polls the dispatch future (and the tool's callback in
+/// it) on the calling thread, so calls from many Python threads run side by side; the runtime's one worker
+/// only drives timers and whatever a store spawns. (A runtime per thread would be built again for every
+/// call: ToolNode runs each batch of tool calls on threads it starts anew.)
+static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
 
-/// Runs `future` to completion on this thread's runtime.
+/// Runs `future` to completion on the calling thread.
 fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
-    RUNTIME.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .map_err(|e| format!("cannot start the runtime: {e}"))?;
-            *slot = Some(runtime);
-        }
-        match slot.as_ref() {
-            Some(runtime) => Ok(runtime.block_on(future)),
-            None => Err("the runtime is missing".to_owned()),
-        }
-    })
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("airlock-rs")
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))
+    });
+    match runtime {
+        Ok(runtime) => Ok(runtime.block_on(future)),
+        Err(error) => Err(error.clone()),
+    }
 }
 
 /// Where approvals, effects and audit records live.
@@ -410,6 +407,10 @@ type Pending = Arc<Mutex<HashMap<String, Vec<Py<PyAny>>>>>;
 #[pyclass(frozen, module = "airlock_rs")]
 struct ToolGuard {
     name: String,
+    /// Whether a call may wait on a store (the ledger, effect records, the audit log): the GIL is released
+    /// for those. A guard with none never waits, and handing the GIL over twice per call would cost more
+    /// than the call (a thread that gives it up may wait a switch interval to get it back).
+    waits: bool,
     dispatcher: Dispatcher,
     pending: Pending,
 }
@@ -448,7 +449,8 @@ impl ToolGuard {
             builder = builder.interrupt_approvals(approvals.protocol.clone());
         }
         let dispatcher = builder.build().map_err(|e| PolicyError::new_err(e.to_string()))?;
-        Ok(ToolGuard { name: name.to_owned(), dispatcher, pending })
+        let waits = policy.store.is_some() || approvals.is_some();
+        Ok(ToolGuard { name: name.to_owned(), waits, dispatcher, pending })
     }
 
     /// The tool definitions the policy lets a model see (as JSON text): empty when it refuses the tool.
@@ -484,7 +486,11 @@ impl ToolGuard {
         }
         let call = ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), arguments);
         self.lock().entry(tool_call_id.clone()).or_default().push(execute);
-        let outcome = py.detach(|| block_on(self.dispatcher.dispatch(call, &context)));
+        let outcome = if self.waits {
+            py.detach(|| block_on(self.dispatcher.dispatch(call, &context)))
+        } else {
+            block_on(self.dispatcher.dispatch(call, &context))
+        };
         // The callback is needed no longer, whatever the gates decided.
         {
             let mut pending = self.lock();
