@@ -3,10 +3,15 @@ refused and recorded; time travel is recorded; an untouched pause and resume goe
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, call, graph
+from conftest import RAN, TOOLS, airlock, call, graph
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -121,3 +126,38 @@ def test_a_commitment_that_cannot_be_verified_is_a_warning_not_an_exception(tmp_
     with pytest.warns(UserWarning, match="airlock"):
         out = app.invoke({"messages": [call("search_docs", {"query": "q", "limit": 1})]}, CFG)
     assert out["messages"][-1].status == "success"
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_pause_in_one_process_and_a_resume_in_another_is_refused_only_after_an_edit(tmp_path, edited):
+    db = tmp_path / "airlock.redb"
+    sqlite_path = tmp_path / "checkpoints.sqlite"
+    key_file = tmp_path / "approval.key"
+    key_file.write_text(KEY.hex() + "\n")
+    script = str(Path(__file__).parent / "approval_cycle.py")
+
+    def run(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, script, *args, "--committed"], capture_output=True, text=True, env=dict(os.environ),
+            timeout=120, cwd=Path(__file__).parent,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    paused = run("pause", str(db), str(sqlite_path), str(key_file))
+    approved = airlock(
+        "--db", str(db), "--json", "approve", paused["request_id"], "--approver", "ops", "--yes", "--key-file", str(key_file)
+    )
+    assert approved.returncode == 0, approved.stderr
+    if edited:
+        edit_head_with_sqlite(sqlite_path, SqliteSaver(sqlite3.connect(":memory:")))
+    resumed = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)
+    records = [r for r in RedbApprovalLedger(str(db)).audit_records() if r["outcome"]["kind"] == "state_tamper"]
+    if edited:
+        assert resumed["status"] == "error" and resumed["refusal"] == "state_tamper", resumed
+        assert resumed["ran"] == []
+        assert records, "the tamper is recorded in the ledger's audit log"
+    else:
+        assert resumed["status"] == "success", resumed
+        assert resumed["ran"] == [["delete_file", {"path": "/srv/report.txt"}]]
+        assert records == []
