@@ -322,6 +322,7 @@ pub mod approval;
 mod args;
 pub mod audit;
 pub mod canonical;
+pub mod checkpoint;
 mod clock;
 mod context;
 pub mod dialect;

@@ -130,6 +130,9 @@ pub enum AuditOutcome {
     Ambiguous,
     /// The call's effect is reserved by a call still running: refused.
     InFlight,
+    /// A host resumed from a checkpoint other than the one last committed for its thread: edited in the
+    /// store, or an older one (time travel). Recorded by `checkpoint::CheckpointCommitments`' hosts.
+    StateTamper,
 }
 
 impl fmt::Display for AuditOutcome {
@@ -152,6 +155,7 @@ impl fmt::Display for AuditOutcome {
             AuditOutcome::Duplicate => f.write_str("duplicate"),
             AuditOutcome::Ambiguous => f.write_str("ambiguous"),
             AuditOutcome::InFlight => f.write_str("in flight"),
+            AuditOutcome::StateTamper => f.write_str("state tamper"),
         }
     }
 }

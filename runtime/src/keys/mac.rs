@@ -38,6 +38,8 @@ pub(crate) enum Domain {
     MaskHash,
     /// A webhook notification's signature over its timestamp and body.
     Webhook,
+    /// A commitment to a host's checkpoint (`checkpoint::CheckpointCommitments`).
+    CheckpointCommitment,
 }
 
 impl Domain {
@@ -54,6 +56,7 @@ impl Domain {
             Domain::AuditHead => b"agent-airlock/audit/v1/head-mac\0",
             Domain::MaskHash => b"agent-airlock/mask/v1\0",
             Domain::Webhook => b"agent-airlock/webhook/v1\0",
+            Domain::CheckpointCommitment => b"agent-airlock/checkpoint/v1\0",
         }
     }
 }
@@ -125,7 +128,7 @@ pub(crate) fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 mod tests {
     use super::*;
 
-    const ALL: [Domain; 10] = [
+    const ALL: [Domain; 11] = [
         Domain::ApprovalBinding,
         Domain::ApprovalSeal,
         Domain::ApprovalToken,
@@ -136,6 +139,7 @@ mod tests {
         Domain::AuditHead,
         Domain::MaskHash,
         Domain::Webhook,
+        Domain::CheckpointCommitment,
     ];
 
     fn key() -> MacKey {
@@ -164,6 +168,7 @@ mod tests {
             (Domain::AuditHead, "59229c3c6773199681054ab207b0eed0e55be2edb3c3017ec9e94611b2e3f4ff"),
             (Domain::MaskHash, "b3ad28d290a2c31c05325af116ba8a268dac64bd8144ec0ebb725a61445340a7"),
             (Domain::Webhook, "f276287ec10e9dd74a81046c851694bcb7535e440b901a1304a2f3faba60f306"),
+            (Domain::CheckpointCommitment, "be69deac9974a8d6760063340d38e1ad9cd63a47ffef641a96f81dad2b46a263"),
         ];
         assert_eq!(expected.len(), ALL.len());
         for (domain, hex) in expected {

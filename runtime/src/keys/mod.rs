@@ -372,6 +372,11 @@ impl Key<purpose::Approval> {
     pub(crate) fn token_mac(&self) -> Mac {
         self.start(Domain::ApprovalToken)
     }
+
+    /// A checkpoint commitment's MAC, its domain absorbed.
+    pub(crate) fn checkpoint_mac(&self) -> Mac {
+        self.start(Domain::CheckpointCommitment)
+    }
 }
 
 impl Key<purpose::Audit> {

@@ -1,0 +1,245 @@
+"""Checkpoint commitments for LangGraph: detect a checkpoint edited in the store between pause and resume.
+
+```python
+saver = AirlockCheckpointer(SqliteSaver(connection), ledger, key)
+node = ToolNode(tools, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
+graph = builder.compile(checkpointer=saver)
+```
+
+``AirlockCheckpointer`` wraps any ``BaseCheckpointSaver``. Each time the saver writes a checkpoint or pending
+writes, it reads back what the saver now holds and records a keyed digest of it for
+``langgraph:<thread_id>[/<checkpoint_ns>]`` in the ledger (the Rust runtime's ``checkpoint`` module): the
+hashes of each serialised part, the checkpoint's fields, every channel value, every pending write (the
+app's resume values excepted: those are checked by the approvals); metadata excluded. Before it writes
+again it verifies what the saver holds against the last commitment: a checkpoint edited in the store
+(possibly by another process) or an older one resumed (time travel) is recorded as a ``state_tamper`` audit
+record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). A
+commitment that cannot be written is a warning, never an exception after the saver already wrote.
+
+Writes through one ``AirlockCheckpointer`` are serialised (a verification must not see another task's
+half-written step); two processes writing the same thread at once are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import warnings
+from typing import Any, AsyncIterator, Iterator
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from ._native import CheckpointCommitments
+
+__all__ = ["AirlockCheckpointer"]
+
+#: The task id of writes the app makes itself (a resume value): not the graph's state.
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+#: Verdicts that say the checkpoint's content is not what was committed.
+EDITED = ("unknown", "edited")
+#: Verdicts that are a tamper when the graph resumes from the checkpoint.
+TAMPERS = ("unknown", "edited", "not_head")
+
+
+class AirlockCheckpointer(BaseCheckpointSaver):
+    """``saver``, with every checkpoint it holds committed to in ``ledger`` under ``key`` (raw bytes, at least
+    16: the approval key will do, the commitments use their own MAC domain)."""
+
+    def __init__(self, saver: BaseCheckpointSaver, ledger: Any, key: bytes, *, on_tamper: str = "refuse") -> None:
+        if on_tamper not in ("refuse", "record"):
+            raise ValueError("on_tamper must be `refuse` or `record`")
+        super().__init__(serde=saver.serde)
+        self.saver = saver
+        self.on_tamper = on_tamper
+        self.commitments = CheckpointCommitments(key, ledger)
+        self._lock = threading.RLock()
+        self._alock: asyncio.Lock | None = None
+        #: (thread, namespace, checkpoint id) found tampered, and already recorded.
+        self.tampered: set[tuple[str, str, str]] = set()
+
+    # ---- what is committed ----
+
+    def _hash(self, value: Any) -> str:
+        kind, data = self.saver.serde.dumps_typed(value)
+        return hashlib.sha256(kind.encode() + b"\0" + bytes(data)).hexdigest()
+
+    def manifest(self, tup: CheckpointTuple) -> str:
+        """The canonical parts of what the saver holds for one checkpoint, as JSON text (hashes only)."""
+        checkpoint = tup.checkpoint
+        fields = {k: self._hash(v) for k, v in checkpoint.items() if k != "channel_values"}
+        channels = {k: self._hash(v) for k, v in (checkpoint.get("channel_values") or {}).items()}
+        writes = sorted(
+            [str(task_id), str(channel), self._hash(value)]
+            for task_id, channel, value in (tup.pending_writes or [])
+            if task_id != NULL_TASK_ID
+        )
+        return json.dumps({"checkpoint": fields, "channel_values": channels, "pending_writes": writes})
+
+    @staticmethod
+    def _where(config: dict, checkpoint_id: str | None = None) -> tuple[str, str, str | None]:
+        configurable = config.get("configurable", {})
+        return (
+            str(configurable.get("thread_id", "")),
+            str(configurable.get("checkpoint_ns", "") or ""),
+            checkpoint_id if checkpoint_id is not None else configurable.get("checkpoint_id"),
+        )
+
+    @staticmethod
+    def _config(thread: str, ns: str, checkpoint_id: str) -> dict:
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+    def _verdict(
+        self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, when: str, resumed: bool
+    ) -> str:
+        """Verifies what the saver holds for a checkpoint; reports an edit, and (when the graph goes on from
+        the checkpoint: `resumed`) a checkpoint other than the head. Late writes of a step the graph already
+        left go to a checkpoint that is no longer the head: those are not time travel."""
+        if checkpoint_id is None or tup is None:
+            return "unrecorded"
+        try:
+            verdict = self.commitments.verify(thread, ns, checkpoint_id, self.manifest(tup))
+        except Exception as error:  # noqa: BLE001 - the saver's write goes on; the failure is reported
+            warnings.warn(f"airlock: the checkpoint commitment cannot be verified: {error}", stacklevel=3)
+            return "unverified"
+        if verdict in EDITED or (resumed and verdict == "not_head"):
+            self._report(thread, ns, checkpoint_id, verdict, when)
+        return verdict
+
+    def _report(self, thread: str, ns: str, checkpoint_id: str, verdict: str, when: str) -> None:
+        where = (thread, ns, checkpoint_id)
+        if where in self.tampered:
+            return
+        self.tampered.add(where)
+        detail = (
+            "the checkpoint differs from the one committed (edited in the store)"
+            if verdict in EDITED
+            else "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
+        )
+        try:
+            self.commitments.record_tamper(thread, ns, checkpoint_id, f"{detail}; {when}")
+        except Exception as error:  # noqa: BLE001
+            warnings.warn(f"airlock: a state_tamper record cannot be written: {error}", stacklevel=3)
+
+    def _commit(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, head: bool) -> None:
+        if checkpoint_id is None or tup is None:
+            return
+        try:
+            self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup), head=head)
+        except Exception as error:  # noqa: BLE001 - never an exception after the saver already wrote
+            warnings.warn(f"airlock: the checkpoint commitment cannot be written: {error}", stacklevel=3)
+
+    def admits_resume(self, config: dict) -> bool:
+        """Whether an escalated call running under ``config`` (a task's config: its thread and checkpoint map)
+        may go on: nothing it resumes from was found tampered. Records what it finds."""
+        configurable = config.get("configurable", {})
+        thread = str(configurable.get("thread_id", ""))
+        checkpoint_map = configurable.get("checkpoint_map") or {}
+        admitted = True
+        with self._lock:
+            for ns, checkpoint_id in checkpoint_map.items():
+                where = (thread, str(ns), str(checkpoint_id))
+                if where in self.tampered:
+                    admitted = False
+                    continue
+                tup = self.saver.get_tuple(self._config(*where))
+                if self._verdict(*where, tup, "an escalated call resumed from it", True) in TAMPERS:
+                    admitted = False
+        return admitted or self.on_tamper == "record"
+
+    # ---- the saver, sync ----
+
+    @property
+    def config_specs(self) -> list:
+        return self.saver.config_specs
+
+    def get_tuple(self, config: dict) -> CheckpointTuple | None:
+        return self.saver.get_tuple(config)
+
+    def list(self, config: dict | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        return self.saver.list(config, **kwargs)
+
+    def put(self, config: dict, checkpoint: Any, metadata: Any, new_versions: Any) -> dict:
+        thread, ns, parent = self._where(config)
+        with self._lock:
+            if parent is not None:
+                self._verdict(thread, ns, parent, self._read(config), "a checkpoint made from it", True)
+            written = self.saver.put(config, checkpoint, metadata, new_versions)
+            thread, ns, checkpoint_id = self._where(written)
+            self._commit(thread, ns, checkpoint_id, self._read(written), head=True)
+        return written
+
+    def put_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:
+        thread, ns, checkpoint_id = self._where(config)
+        with self._lock:
+            # The app's own writes (a resume value) start a run from this checkpoint; a task's are its step's.
+            resumed = task_id == NULL_TASK_ID
+            verdict = self._verdict(thread, ns, checkpoint_id, self._read(config), "writes added to it", resumed)
+            self.saver.put_writes(config, writes, task_id, task_path)
+            # An edited checkpoint keeps its old commitment: what it holds now is not vouched for.
+            if verdict not in EDITED:
+                self._commit(thread, ns, checkpoint_id, self._read(config), head=False)
+
+    def _read(self, config: dict) -> CheckpointTuple | None:
+        thread, ns, checkpoint_id = self._where(config)
+        if checkpoint_id is None:
+            return None
+        try:
+            return self.saver.get_tuple(self._config(thread, ns, checkpoint_id))
+        except Exception as error:  # noqa: BLE001
+            warnings.warn(f"airlock: the checkpoint cannot be read back: {error}", stacklevel=3)
+            return None
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.saver.delete_thread(thread_id)
+
+    def get_next_version(self, current: Any, channel: Any) -> Any:
+        return self.saver.get_next_version(current, channel)
+
+    # ---- the saver, async ----
+
+    def _async_lock(self) -> asyncio.Lock:
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        return self._alock
+
+    async def aget_tuple(self, config: dict) -> CheckpointTuple | None:
+        return await self.saver.aget_tuple(config)
+
+    async def alist(self, config: dict | None, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.saver.alist(config, **kwargs):
+            yield item
+
+    async def _aread(self, config: dict) -> CheckpointTuple | None:
+        thread, ns, checkpoint_id = self._where(config)
+        if checkpoint_id is None:
+            return None
+        try:
+            return await self.saver.aget_tuple(self._config(thread, ns, checkpoint_id))
+        except Exception as error:  # noqa: BLE001
+            warnings.warn(f"airlock: the checkpoint cannot be read back: {error}", stacklevel=2)
+            return None
+
+    async def aput(self, config: dict, checkpoint: Any, metadata: Any, new_versions: Any) -> dict:
+        thread, ns, parent = self._where(config)
+        async with self._async_lock():
+            if parent is not None:
+                self._verdict(thread, ns, parent, await self._aread(config), "a checkpoint made from it", True)
+            written = await self.saver.aput(config, checkpoint, metadata, new_versions)
+            thread, ns, checkpoint_id = self._where(written)
+            self._commit(thread, ns, checkpoint_id, await self._aread(written), head=True)
+        return written
+
+    async def aput_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:
+        thread, ns, checkpoint_id = self._where(config)
+        async with self._async_lock():
+            resumed = task_id == NULL_TASK_ID
+            verdict = self._verdict(thread, ns, checkpoint_id, await self._aread(config), "writes added to it", resumed)
+            await self.saver.aput_writes(config, writes, task_id, task_path)
+            if verdict not in EDITED:
+                self._commit(thread, ns, checkpoint_id, await self._aread(config), head=False)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.saver.adelete_thread(thread_id)

@@ -1,0 +1,357 @@
+"""agent-airlock in LangGraph: guard every call a ``ToolNode`` (or ``create_agent``) runs.
+
+```python
+node = ToolNode(tools, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals),
+                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals))
+```
+
+Each call goes through the Rust dispatcher built once per tool from ``tool.tool_call_schema`` (what the
+model fills in; injected state, store and runtime are not in it): the policy, ghost arguments stripped at
+every depth, strict validation with hints, escalation, rate limits, effects, masking of the result's
+content and the audit record. The node's own ``execute`` then runs with the admitted arguments. A refusal
+is a ``ToolMessage`` with ``status="error"`` and ``execute`` never runs. A ``Command`` a tool returns passes
+through as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import json
+import threading
+from typing import Any, Callable
+
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command, interrupt
+
+from ._native import InterruptApprovals, SecurityPolicy, ToolGuard
+
+__all__ = [
+    "airlock_awrap_tool_call",
+    "airlock_middleware",
+    "airlock_wrap_tool_call",
+    "filter_tools",
+]
+
+#: The key under which a refusal's details, the stripped arguments and the hints reach the host
+#: (``ToolMessage.additional_kwargs``); the model reads ``content``.
+METADATA_KEY = "airlock"
+
+
+def _schema_of(tool: Any) -> dict:
+    """The JSON Schema of what the model fills in: ``tool_call_schema`` leaves injected arguments out."""
+    schema = getattr(tool, "tool_call_schema", None)
+    if isinstance(schema, dict):
+        schema = dict(schema)
+    elif schema is not None and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    else:
+        schema = {"type": "object", "properties": {}}
+    schema.setdefault("type", "object")
+    # Pydantic's titles say nothing the validator needs; the description is the tool's.
+    schema.pop("title", None)
+    schema.pop("description", None)
+    return schema
+
+
+class _Guards:
+    """One ``ToolGuard`` per tool, built the first time the tool is called, then reused."""
+
+    def __init__(self, policy: SecurityPolicy, approvals: InterruptApprovals | None) -> None:
+        if not isinstance(policy, SecurityPolicy):
+            raise TypeError("policy must be an airlock_rs.SecurityPolicy")
+        if approvals is not None and not isinstance(approvals, InterruptApprovals):
+            raise TypeError("approvals must be an airlock_rs.InterruptApprovals or None")
+        self.policy = policy
+        self.approvals = approvals
+        self._guards: dict[tuple[str, int], ToolGuard] = {}
+        self._lock = threading.Lock()
+
+    def for_tool(self, tool: Any) -> ToolGuard:
+        key = (tool.name, id(tool))
+        guard = self._guards.get(key)
+        if guard is None:
+            with self._lock:
+                guard = self._guards.get(key)
+                if guard is None:
+                    schema = json.dumps(_schema_of(tool))
+                    guard = ToolGuard(tool.name, tool.description or tool.name, schema, self.policy, self.approvals)
+                    self._guards[key] = guard
+        return guard
+
+
+def _call_site(request: Any) -> dict:
+    """The thread, checkpoint namespace and checkpoint map the call runs under: what its approval binds."""
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None) or {}
+    configurable = config.get("configurable", {}) if isinstance(config, dict) else {}
+    thread = configurable.get("thread_id")
+    checkpoint_map = configurable.get("checkpoint_map") or {}
+    return {
+        "thread_id": None if thread is None else str(thread),
+        "checkpoint_ns": str(configurable.get("checkpoint_ns", "") or ""),
+        "checkpoint_map": {str(k): str(v) for k, v in checkpoint_map.items()},
+    }
+
+
+def _resume_waiting() -> bool:
+    """Whether this task is being resumed with a value, so that ``interrupt()`` will return it at once.
+
+    Checked before a call is dispatched on resume, so the dispatcher does not record a second request for a
+    call a human already answered. Reads LangGraph's scratchpad for the task; if that ever moves, this says
+    no and the call is dispatched first (one extra pending request, the same outcome).
+    """
+    try:
+        from langgraph.config import get_config
+
+        scratchpad = get_config()["configurable"].get("__pregel_scratchpad")
+        if scratchpad is None:
+            return False
+        return bool(scratchpad.resume) or scratchpad.get_null_resume(False) is not None
+    except Exception:  # noqa: BLE001 - outside a graph, or another LangGraph: dispatch first
+        return False
+
+
+def _refused(request: Any, text: str, hints: list[str] | None = None, **detail: Any) -> ToolMessage:
+    call = request.tool_call
+    content = text
+    if hints:
+        content = text + "\n" + "\n".join(f"hint: {hint}" for hint in hints)
+    return ToolMessage(
+        content=content,
+        tool_call_id=call.get("id") or "",
+        name=call.get("name"),
+        status="error",
+        additional_kwargs={METADATA_KEY: {"hints": list(hints or []), **detail}},
+    )
+
+
+def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
+    """The node's answer: the tool's own message with its content masked, a ``Command`` untouched, or the
+    dispatcher's refusal."""
+    produced = executed.get("result")
+    if isinstance(produced, Command) or (isinstance(produced, list) and any(isinstance(p, Command) for p in produced)):
+        return produced
+    stripped = list(outcome.get("stripped_arguments") or [])
+    if outcome.get("refusal") is not None or produced is None:
+        return _refused(
+            request,
+            outcome["content"],
+            outcome.get("hints"),
+            refusal=outcome.get("refusal"),
+            stripped_arguments=stripped,
+        )
+    message = produced
+    content = outcome["content"]
+    if not isinstance(message.content, str):
+        try:
+            content = json.loads(content)
+        except ValueError:
+            pass
+    extra = dict(message.additional_kwargs or {})
+    extra[METADATA_KEY] = {"stripped_arguments": stripped}
+    if content == message.content:
+        # Nothing masked: the message `execute` just made for this call is ours to annotate.
+        message.additional_kwargs = extra
+        return message
+    return message.model_copy(update={"content": content, "additional_kwargs": extra})
+
+
+def _result_json(result: Any) -> str | None:
+    """What the dispatcher masks and records of the node's answer: a message's content (a ``Command`` is
+    recorded as nothing: it passes through unmasked)."""
+    if isinstance(result, ToolMessage):
+        return json.dumps(result.content, default=str)
+    return None
+
+
+class _Call:
+    """One call of one tool: what the node passed, and what its ``execute`` produced."""
+
+    def __init__(self, guards: _Guards, request: Any) -> None:
+        self.request = request
+        self.guard = guards.for_tool(request.tool)
+        self.approvals = guards.approvals
+        self.site = _call_site(request)
+        call = request.tool_call
+        self.tool_call_id = call.get("id") or ""
+        self.arguments = json.dumps(call.get("args") or {}, default=str)
+
+    def admitted_request(self, arguments: str) -> Any:
+        admitted = json.loads(arguments)
+        if admitted == self.request.tool_call.get("args"):
+            # Nothing stripped or dropped: the node's own request carries exactly the admitted arguments.
+            return self.request
+        call = dict(self.request.tool_call)
+        call["args"] = admitted
+        return self.request.override(tool_call=call)
+
+    def dispatch(self, run: Callable[[str], str | None], resume: Any = None) -> dict:
+        return self.guard.dispatch(self.tool_call_id, self.arguments, run, resume=resume, **self.site)
+
+
+def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | None:
+    """A refusal if the call resumes from a checkpoint its commitments say was changed."""
+    if resume is None or checkpointer is None:
+        return None
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None) or {}
+    if checkpointer.admits_resume(config):
+        return None
+    return _refused(
+        request,
+        "refused: the checkpoint this call resumes from is not the one committed when it paused (edited in the "
+        "store, or an older one); nothing was run",
+        ["do not retry this call; tell the user the approval must be asked for again"],
+        refusal={"kind": "state_tamper", "rule": None, "retry_after_secs": None},
+        stripped_arguments=[],
+    )
+
+
+def _unknown_tool(request: Any) -> ToolMessage:
+    name = request.tool_call.get("name")
+    return _refused(
+        request,
+        f"refused: there is no tool `{name}`",
+        ["call one of the tools you were given"],
+        refusal={"kind": "unknown_tool", "rule": None, "retry_after_secs": None},
+        stripped_arguments=[],
+    )
+
+
+def airlock_wrap_tool_call(
+    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
+) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """A ``wrap_tool_call`` for ``ToolNode`` that guards every call under ``policy``. With ``approvals``, an
+    escalated call pauses the graph with ``interrupt()``; without, it is refused. With ``checkpointer`` (the
+    graph's ``AirlockCheckpointer``), an escalated call resumed from a tampered checkpoint is refused."""
+    guards = _Guards(policy, approvals)
+
+    def wrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
+        if request.tool is None:
+            return _unknown_tool(request)
+        call = _Call(guards, request)
+        executed: dict = {}
+
+        def run(arguments: str) -> str | None:
+            try:
+                executed["result"] = execute(call.admitted_request(arguments))
+            except BaseException as error:  # noqa: BLE001 - re-raised below, after the dispatcher recorded it
+                executed["error"] = error
+                raise
+            return _result_json(executed["result"])
+
+        resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
+        if (refused := _tampered(request, checkpointer, resume)) is not None:
+            return refused
+        outcome = call.dispatch(run, resume)
+        if outcome["kind"] == "interrupt":
+            # First pass: the request is recorded; pause. (A resume arriving here admits the call below.)
+            resume = interrupt(outcome["value"])
+            if (refused := _tampered(request, checkpointer, resume)) is not None:
+                return refused
+            outcome = call.dispatch(run, resume)
+        if "error" in executed:
+            raise executed["error"]
+        if outcome["kind"] != "message":
+            return _refused(request, "refused: the call could not be decided", refusal=None, stripped_arguments=[])
+        return _message_from(request, outcome, executed)
+
+    return wrap_tool_call
+
+
+def airlock_awrap_tool_call(
+    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
+) -> Callable[[Any, Callable[[Any], Any]], Any]:
+    """The ``awrap_tool_call`` counterpart of :func:`airlock_wrap_tool_call`, for ``ainvoke``/``astream``.
+
+    The dispatcher runs in a worker thread (its waits on the ledger block no event loop); the node's async
+    ``execute`` runs on the graph's loop, in the call's context."""
+    guards = _Guards(policy, approvals)
+
+    async def awrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
+        if request.tool is None:
+            return _unknown_tool(request)
+        call = _Call(guards, request)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        executed: dict = {}
+
+        def run(arguments: str) -> str | None:
+            async def admitted() -> Any:
+                return await execute(call.admitted_request(arguments))
+
+            answered: concurrent.futures.Future = concurrent.futures.Future()
+
+            def start() -> None:
+                # A task made inside `context` runs in a copy of it: the node's config, for the tool.
+                task = context.run(loop.create_task, admitted())
+
+                def done(task: asyncio.Task) -> None:
+                    if task.cancelled():
+                        answered.set_exception(asyncio.CancelledError())
+                    elif task.exception() is not None:
+                        answered.set_exception(task.exception())
+                    else:
+                        answered.set_result(task.result())
+
+                task.add_done_callback(done)
+
+            loop.call_soon_threadsafe(start)
+            try:
+                result = answered.result()
+            except BaseException as error:  # noqa: BLE001 - re-raised on the loop, after the dispatcher recorded it
+                executed["error"] = error
+                raise
+            executed["result"] = result
+            return _result_json(result)
+
+        resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
+        if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+            return refused
+        outcome = await asyncio.to_thread(call.dispatch, run, resume)
+        if outcome["kind"] == "interrupt":
+            resume = interrupt(outcome["value"])
+            if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+                return refused
+            outcome = await asyncio.to_thread(call.dispatch, run, resume)
+        if "error" in executed:
+            raise executed["error"]
+        if outcome["kind"] != "message":
+            return _refused(request, "refused: the call could not be decided", refusal=None, stripped_arguments=[])
+        return _message_from(request, outcome, executed)
+
+    return awrap_tool_call
+
+
+def filter_tools(tools: list, policy: SecurityPolicy) -> list:
+    """The tools the policy does not refuse outright (escalated ones kept: a human can approve them), for
+    ``model.bind_tools(...)``."""
+    return [tool for tool in tools if policy.refuses(getattr(tool, "name", str(tool))) is None]
+
+
+def airlock_middleware(policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None) -> Any:
+    """The same guard for ``create_agent(..., middleware=[airlock_middleware(policy)])``: the model is offered
+    only the tools the policy does not refuse, and every call runs through the dispatcher."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    wrap = airlock_wrap_tool_call(policy, approvals=approvals)
+    awrap = airlock_awrap_tool_call(policy, approvals=approvals)
+
+    class AirlockMiddleware(AgentMiddleware):
+        name = "airlock"
+
+        def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+            return handler(request.override(tools=filter_tools(list(request.tools), policy)))
+
+        async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+            return await handler(request.override(tools=filter_tools(list(request.tools), policy)))
+
+        def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+            return wrap(request, handler)
+
+        async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+            return await awrap(request, handler)
+
+    return AirlockMiddleware()

@@ -1,0 +1,603 @@
+//! `airlock_rs._native`: the Rust side of the `airlock_rs` Python package.
+//!
+//! Python reaches the runtime's own dispatcher here: one [`Dispatcher`] per guarded tool, built from the
+//! tool's JSON Schema (a [`JsonTool`]), the policy, the approvals and the ledger's audit log. The LangGraph
+//! glue (`airlock_rs/langgraph.py`) turns a `ToolCallRequest` into a call of [`ToolGuard::dispatch`] and
+//! the outcome back into a `ToolMessage`, a `Command` or an `interrupt()`.
+//!
+//! Everything that crosses into Python is an exception of the `AirlockError` family or a plain value:
+//! nothing here panics on what Python passes (a panic in a tool's callback is caught by the dispatcher),
+//! and the GIL is released whenever the Rust side waits (the ledger's writes, the dispatcher's gates).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
+use agent_airlock::checkpoint::{CheckpointCommitments as Core, RedbCommitments, Verdict};
+use agent_airlock::effect::{EffectStore, RedbEffectStore};
+use agent_airlock::json_tool::{JsonCall, JsonTool};
+use agent_airlock::keys::ApprovalKey;
+use agent_airlock::ledger::{
+    ApprovalLedger, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions, open_database,
+};
+use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use serde_json::Value;
+
+create_exception!(_native, AirlockError, PyException, "Every error of airlock_rs.");
+create_exception!(_native, PolicyError, AirlockError, "A policy that cannot be built (a bad glob or rate).");
+create_exception!(_native, SchemaError, AirlockError, "A tool whose argument schema cannot be guarded.");
+create_exception!(_native, LedgerError, AirlockError, "The approval ledger cannot be opened or written.");
+create_exception!(_native, ApprovalError, AirlockError, "An approval request that cannot be decided.");
+create_exception!(_native, ApprovalKeyError, AirlockError, "An approval key that is too short or badly named.");
+
+/// How long a grant issued by `approve` stays valid unless the caller says otherwise.
+const DEFAULT_GRANT_TTL_SECS: u64 = 900;
+
+/// One runtime for the process. `Runtime::block_on` polls the dispatch future (and the tool's callback in
+/// it) on the calling thread, so calls from many Python threads run side by side; the runtime's one worker
+/// only drives timers and whatever a store spawns. (A runtime per thread would be built again for every
+/// call: ToolNode runs each batch of tool calls on threads it starts anew.)
+static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
+
+/// Runs `future` to completion on the calling thread.
+fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("airlock-rs")
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))
+    });
+    match runtime {
+        Ok(runtime) => Ok(runtime.block_on(future)),
+        Err(error) => Err(error.clone()),
+    }
+}
+
+/// Where approvals, effects and audit records live.
+#[derive(Clone)]
+enum Store {
+    Redb { database: Arc<redb::Database>, ledger: Arc<RedbLedger>, effects: Arc<RedbEffectStore>, audit: Arc<AuditLog> },
+    Postgres { ledger: Arc<PostgresLedger>, audit: Arc<AuditLog> },
+}
+
+impl Store {
+    fn ledger(&self) -> Arc<dyn ApprovalLedger> {
+        match self {
+            Store::Redb { ledger, .. } => Arc::clone(ledger) as Arc<dyn ApprovalLedger>,
+            Store::Postgres { ledger, .. } => Arc::clone(ledger) as Arc<dyn ApprovalLedger>,
+        }
+    }
+
+    fn effects(&self) -> Arc<dyn EffectStore> {
+        match self {
+            Store::Redb { effects, .. } => Arc::clone(effects) as Arc<dyn EffectStore>,
+            Store::Postgres { ledger, .. } => Arc::new(ledger.effect_store()),
+        }
+    }
+
+    fn audit(&self) -> Arc<AuditLog> {
+        match self {
+            Store::Redb { audit, .. } | Store::Postgres { audit, .. } => Arc::clone(audit),
+        }
+    }
+}
+
+/// The approval ledger, effect records and audit log in one redb file (the file `airlock` opens with
+/// `--db`).
+#[pyclass(frozen, module = "airlock_rs")]
+struct RedbApprovalLedger {
+    store: Store,
+}
+
+#[pymethods]
+impl RedbApprovalLedger {
+    /// The audit log's records from `from_seq` (1 is the first) on, at most `limit`: what each call did
+    /// (`outcome.kind`: `executed`, `refused`, `state_tamper`, ...), without argument values.
+    #[pyo3(signature = (from_seq = 1, limit = 1000))]
+    fn audit_records(&self, py: Python<'_>, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+        audit_records(py, &self.store, from_seq, limit)
+    }
+
+    /// Opens (or creates) the file at `path`. `multi_process=True` shares it with other processes that
+    /// open it the same way (`airlock --multi-process`); otherwise it is this process's alone, and
+    /// opening waits up to `wait_secs` while another process has it. With `audit_key` (raw bytes, at
+    /// least 16, named `audit_key_id`), audit records are signed (`airlock audit verify --audit-key-file`).
+    #[new]
+    #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1"))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        multi_process: bool,
+        wait_secs: f64,
+        audit_key: Option<&[u8]>,
+        audit_key_id: &str,
+    ) -> PyResult<Self> {
+        let config = audit_config(audit_key, audit_key_id)?;
+        let wait = Duration::try_from_secs_f64(wait_secs)
+            .map_err(|_| LedgerError::new_err("`wait_secs` must be a non-negative number of seconds"))?;
+        let sharing = if multi_process { ProcessSharing::MultiProcess } else { ProcessSharing::Exclusive };
+        let options = RedbOpenOptions::default().sharing(sharing).wait_if_open(wait);
+        let opened = py.detach(|| -> Result<Store, String> {
+            let database = Arc::new(open_database(&path, &options).map_err(|e| e.to_string())?);
+            let ledger = RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?;
+            let effects = RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?;
+            let audit = AuditLog::with_database(Arc::clone(&database), config).map_err(|e| e.to_string())?;
+            Ok(Store::Redb { database, ledger: Arc::new(ledger), effects: Arc::new(effects), audit: Arc::new(audit) })
+        });
+        let store = opened.map_err(|e| LedgerError::new_err(format!("{}: {e}", path.display())))?;
+        Ok(RedbApprovalLedger { store })
+    }
+}
+
+/// The approval ledger, effect records and audit log in a PostgreSQL database, shared by every host and
+/// operator that connects to it.
+#[pyclass(frozen, module = "airlock_rs")]
+struct PostgresApprovalLedger {
+    store: Store,
+}
+
+#[pymethods]
+impl PostgresApprovalLedger {
+    /// The audit log's records from `from_seq` (1 is the first) on, at most `limit`: what each call did
+    /// (`outcome.kind`: `executed`, `refused`, `state_tamper`, ...), without argument values.
+    #[pyo3(signature = (from_seq = 1, limit = 1000))]
+    fn audit_records(&self, py: Python<'_>, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+        audit_records(py, &self.store, from_seq, limit)
+    }
+
+    /// Connects to `url` (`postgresql://…`) and creates or upgrades the tables; `audit_key` as for
+    /// `RedbApprovalLedger`.
+    #[new]
+    #[pyo3(signature = (url, *, audit_key = None, audit_key_id = "audit-1"))]
+    fn new(py: Python<'_>, url: String, audit_key: Option<&[u8]>, audit_key_id: &str) -> PyResult<Self> {
+        let config = audit_config(audit_key, audit_key_id)?;
+        let connected = py.detach(|| PostgresLedger::connect(&url));
+        // The URL may hold a password: the error names the database by its kind only.
+        let ledger = connected.map_err(|e| LedgerError::new_err(format!("the PostgreSQL database: {e}")))?;
+        let audit = AuditLog::with_postgres(&ledger, config);
+        Ok(PostgresApprovalLedger { store: Store::Postgres { ledger: Arc::new(ledger), audit: Arc::new(audit) } })
+    }
+}
+
+/// The audit records from `from_seq` on (at most `limit`), as dicts.
+fn audit_records(py: Python<'_>, store: &Store, from_seq: u64, limit: usize) -> PyResult<Py<PyAny>> {
+    let audit = store.audit();
+    let records = py.detach(|| audit.records(from_seq, limit)).map_err(|e| LedgerError::new_err(e.to_string()))?;
+    let value = serde_json::to_value(records).map_err(|e| AirlockError::new_err(e.to_string()))?;
+    from_json(py, &value)
+}
+
+fn audit_config(key: Option<&[u8]>, key_id: &str) -> PyResult<AuditConfig> {
+    let mut config = AuditConfig::default();
+    if let Some(secret) = key {
+        config.key = Some(AuditKey::new(key_id, secret).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?);
+    }
+    Ok(config)
+}
+
+fn store_of(ledger: &Bound<'_, PyAny>) -> PyResult<Store> {
+    if let Ok(redb) = ledger.cast::<RedbApprovalLedger>() {
+        return Ok(redb.get().store.clone());
+    }
+    if let Ok(postgres) = ledger.cast::<PostgresApprovalLedger>() {
+        return Ok(postgres.get().store.clone());
+    }
+    Err(LedgerError::new_err("the ledger must be a RedbApprovalLedger or a PostgresApprovalLedger"))
+}
+
+/// The deployment policy: which tools are refused, allowed, escalated, rate limited; where approvals and
+/// audit records go.
+#[pyclass(frozen, module = "airlock_rs")]
+struct SecurityPolicy {
+    policy: Policy,
+    store: Option<Store>,
+}
+
+#[pymethods]
+impl SecurityPolicy {
+    /// `denied_tools` and `allowed_tools` are glob lists (with `allowed_tools`, every other tool is
+    /// refused); `escalate_tools` maps a glob to the reason a human must approve; `rate_limits` maps a glob
+    /// to `N/unit` (`30/minute`); `masks` maps a glob to what is masked in results (`secrets,pii`).
+    #[new]
+    #[pyo3(signature = (*, denied_tools = None, allowed_tools = None, escalate_tools = None, rate_limits = None,
+                        masks = None, approval_ledger = None))]
+    fn new(
+        denied_tools: Option<Vec<String>>,
+        allowed_tools: Option<Vec<String>>,
+        escalate_tools: Option<BTreeMap<String, String>>,
+        rate_limits: Option<BTreeMap<String, String>>,
+        masks: Option<BTreeMap<String, String>>,
+        approval_ledger: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mut builder = Policy::builder();
+        for glob in denied_tools.iter().flatten() {
+            builder = builder.deny(glob);
+        }
+        if let Some(allowed) = &allowed_tools {
+            builder = builder.default_deny();
+            for glob in allowed {
+                builder = builder.allow(glob);
+            }
+        }
+        for (glob, reason) in escalate_tools.iter().flatten() {
+            builder = builder.escalate(glob, reason);
+        }
+        for (glob, rate) in rate_limits.iter().flatten() {
+            builder = builder.rate_limit(glob, rate);
+        }
+        for (glob, mask) in masks.iter().flatten() {
+            builder = builder.mask(glob, mask);
+        }
+        let policy = builder.build().map_err(|errors| {
+            PolicyError::new_err(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        })?;
+        let store = approval_ledger.map(store_of).transpose()?;
+        Ok(SecurityPolicy { policy, store })
+    }
+
+    /// Why the policy refuses `tool` outright (`denied by <glob>`), or `None` when a call of it may be
+    /// made (escalated tools included).
+    fn refuses(&self, tool: &str) -> Option<String> {
+        self.policy.for_tool(tool).denied_by.map(|glob| format!("denied by `{glob}`"))
+    }
+}
+
+/// Approvals across LangGraph's `interrupt()`: requests bound to the call and sealed with `key`, granted
+/// by a human, spent once on resume.
+#[pyclass(frozen, module = "airlock_rs")]
+struct InterruptApprovals {
+    protocol: Protocol,
+}
+
+#[pymethods]
+impl InterruptApprovals {
+    /// `key` is the approval secret (raw bytes, at least 16; kept outside the checkpoints), named
+    /// `key_id` in the requests it seals; grants from `approve` are valid for `grant_ttl_secs`.
+    #[new]
+    #[pyo3(signature = (key, ledger, *, key_id = "approval-1", grant_ttl_secs = DEFAULT_GRANT_TTL_SECS))]
+    fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str, grant_ttl_secs: u64) -> PyResult<Self> {
+        let key = ApprovalKey::new(key_id, key).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        let store = store_of(ledger)?;
+        let protocol = Protocol::new(KeyRing::new(key), store.ledger(), Duration::from_secs(grant_ttl_secs));
+        Ok(InterruptApprovals { protocol })
+    }
+
+    /// Checks an interrupt value's seal and binding; returns the request it holds. Touches no ledger.
+    fn verify(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let value = to_json(py, value)?;
+        let request = self.protocol.verify_request(&value).map_err(|e| ApprovalError::new_err(e.to_string()))?;
+        from_json(py, request.as_value())
+    }
+
+    /// Approves the request `value` holds (the interrupt's value, `{"airlock_approval": {...}}`) as
+    /// `approver`, after checking its seal: the value to resume the graph with, `Command(resume=...)`.
+    #[pyo3(signature = (value, *, approver = "operator"))]
+    fn approve(&self, py: Python<'_>, value: &Bound<'_, PyAny>, approver: &str) -> PyResult<Py<PyAny>> {
+        let value = to_json(py, value)?;
+        let resumed = py.detach(|| self.protocol.approve_blocking(&value, approver));
+        let resume = resumed.map_err(|e| ApprovalError::new_err(e.to_string()))?;
+        from_json(py, resume.as_value())
+    }
+
+    /// Denies the request `value` holds, as `approver`, for `reason`: the value to resume with (the call
+    /// is then refused as denied).
+    #[pyo3(signature = (value, *, approver = "operator", reason = None))]
+    fn deny(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        approver: &str,
+        reason: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let value = to_json(py, value)?;
+        let denied = py.detach(|| self.protocol.deny_blocking(&value, approver, reason));
+        let resume = denied.map_err(|e| ApprovalError::new_err(e.to_string()))?;
+        from_json(py, resume.as_value())
+    }
+}
+
+/// Checkpoint commitments (the runtime's `checkpoint` module) over a ledger's database: keyed digests of
+/// what a LangGraph saver holds, verified before the graph goes on from it. `airlock_rs.AirlockCheckpointer`
+/// drives it.
+#[pyclass(frozen, module = "airlock_rs")]
+struct CheckpointCommitments {
+    core: Core,
+    audit: Arc<AuditLog>,
+}
+
+#[pymethods]
+impl CheckpointCommitments {
+    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s redb file.
+    #[new]
+    #[pyo3(signature = (key, ledger, *, key_id = "approval-1"))]
+    fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str) -> PyResult<Self> {
+        let key = ApprovalKey::new(key_id, key).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        match store_of(ledger)? {
+            Store::Redb { database, audit, .. } => {
+                Ok(CheckpointCommitments { core: Core::new(key, RedbCommitments::new(database)), audit })
+            }
+            Store::Postgres { .. } => Err(LedgerError::new_err(
+                "checkpoint commitments are kept in a redb ledger (RedbApprovalLedger); PostgreSQL does not hold them yet",
+            )),
+        }
+    }
+
+    /// Commits to `manifest` (JSON text) as what `checkpoint_id` of the thread holds now; with `head`,
+    /// the checkpoint becomes the thread's head.
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, manifest, *, head))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
+    fn record(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        manifest: &str,
+        head: bool,
+    ) -> PyResult<()> {
+        let manifest = manifest_of(manifest)?;
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        py.detach(|| self.core.record(&scope, checkpoint_id, &manifest, head))
+            .map(drop)
+            .map_err(|e| LedgerError::new_err(e.to_string()))
+    }
+
+    /// Whether `checkpoint_id` holding `manifest` (JSON text) is what was last committed for it:
+    /// `unrecorded` (nothing for the thread), `unknown` (nothing for this checkpoint), `edited`,
+    /// `not_head` (as committed, but the graph had gone on) or `matches`.
+    fn verify(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        manifest: &str,
+    ) -> PyResult<&'static str> {
+        let manifest = manifest_of(manifest)?;
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        let verdict = py
+            .detach(|| self.core.verify(&scope, checkpoint_id, &manifest))
+            .map_err(|e| LedgerError::new_err(e.to_string()))?;
+        Ok(match verdict {
+            Verdict::Unrecorded => "unrecorded",
+            Verdict::Unknown => "unknown",
+            Verdict::Matches => "matches",
+            Verdict::Edited => "edited",
+            _ => "not_head",
+        })
+    }
+
+    /// Appends a `state_tamper` audit record (signed when the ledger has an audit key) for `checkpoint_id`.
+    fn record_tamper(
+        &self,
+        py: Python<'_>,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        detail: &str,
+    ) -> PyResult<()> {
+        let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
+        py.detach(|| {
+            let event = AuditEvent::new(&scope, checkpoint_id, AuditOutcome::StateTamper)
+                .thread_id(Some(thread_id))
+                .detail(Some(detail));
+            self.audit.append(event).map(drop)
+        })
+        .map_err(|e| LedgerError::new_err(e.to_string()))
+    }
+}
+
+fn manifest_of(text: &str) -> PyResult<Value> {
+    serde_json::from_str(text).map_err(|e| AirlockError::new_err(format!("the manifest is not JSON: {e}")))
+}
+
+/// The callbacks of the calls in flight, by tool call id: the dispatcher runs a tool through its
+/// executor, which finds the node's `execute` for this call here.
+type Pending = Arc<Mutex<HashMap<String, Vec<Py<PyAny>>>>>;
+
+/// One tool under guard: its own dispatcher, built once from the tool's argument schema.
+#[pyclass(frozen, module = "airlock_rs")]
+struct ToolGuard {
+    name: String,
+    /// Whether a call may wait on a store (the ledger, effect records, the audit log): the GIL is released
+    /// for those. A guard with none never waits, and handing the GIL over twice per call would cost more
+    /// than the call (a thread that gives it up may wait a switch interval to get it back).
+    waits: bool,
+    dispatcher: Dispatcher,
+    pending: Pending,
+}
+
+#[pymethods]
+impl ToolGuard {
+    /// A guard for the tool `name` whose model-visible arguments `schema` describes (a JSON Schema
+    /// object, as JSON text), under `policy`, with escalated calls paused through `approvals` when given
+    /// (refused otherwise).
+    #[new]
+    #[pyo3(signature = (name, description, schema, policy, approvals = None))]
+    fn new(
+        name: &str,
+        description: &str,
+        schema: &str,
+        policy: &SecurityPolicy,
+        approvals: Option<&InterruptApprovals>,
+    ) -> PyResult<Self> {
+        let schema: Value = serde_json::from_str(schema)
+            .map_err(|e| SchemaError::new_err(format!("the schema of `{name}` is not JSON: {e}")))?;
+        let pending: Pending = Arc::default();
+        let executor_pending = Arc::clone(&pending);
+        // A blank description would be refused by the tool rules; the model reads the tool's own anyway.
+        let description = if description.trim().is_empty() { name } else { description };
+        let tool = JsonTool::builder(name, description, schema)
+            .build(move |call: JsonCall| {
+                let pending = Arc::clone(&executor_pending);
+                async move { run_callback(&pending, call) }
+            })
+            .map_err(|e| SchemaError::new_err(e.to_string()))?;
+        let mut builder = Dispatcher::builder().tool(tool).policy(policy.policy.clone());
+        if let Some(store) = &policy.store {
+            builder = builder.audit(store.audit()).effects(store.effects());
+        }
+        if let Some(approvals) = approvals {
+            builder = builder.interrupt_approvals(approvals.protocol.clone());
+        }
+        let dispatcher = builder.build().map_err(|e| PolicyError::new_err(e.to_string()))?;
+        let waits = policy.store.is_some() || approvals.is_some();
+        Ok(ToolGuard { name: name.to_owned(), waits, dispatcher, pending })
+    }
+
+    /// The tool definitions the policy lets a model see (as JSON text): empty when it refuses the tool.
+    fn offered(&self) -> PyResult<String> {
+        serde_json::to_string(&self.dispatcher.offered_tools()).map_err(|e| AirlockError::new_err(e.to_string()))
+    }
+
+    /// Runs one call through every gate. `arguments` is the model's arguments as JSON text; `execute` is
+    /// called with the admitted arguments (JSON text) only if every gate admits the call, and returns the
+    /// result to mask and record (JSON text, or `None`). Returns a dict: `kind` is `message` (with
+    /// `content`, `status`, `hints`, `stripped_arguments`, `refusal`) or `interrupt` (with `value`, the
+    /// approval request to pause with).
+    #[pyo3(signature = (tool_call_id, arguments, execute, *, thread_id = None, checkpoint_ns = String::new(),
+                        checkpoint_map = BTreeMap::new(), resume = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
+    fn dispatch(
+        &self,
+        py: Python<'_>,
+        tool_call_id: String,
+        arguments: &str,
+        execute: Py<PyAny>,
+        thread_id: Option<String>,
+        checkpoint_ns: String,
+        checkpoint_map: BTreeMap<String, String>,
+        resume: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut context = CallContext::new().with_checkpoint(checkpoint_ns, checkpoint_map);
+        if let Some(thread) = thread_id {
+            context = context.with_thread(thread);
+        }
+        if let Some(resume) = resume {
+            context = context.with_resume(to_json(py, resume)?);
+        }
+        let call = ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), arguments);
+        self.lock().entry(tool_call_id.clone()).or_default().push(execute);
+        let outcome = if self.waits {
+            py.detach(|| block_on(self.dispatcher.dispatch(call, &context)))
+        } else {
+            block_on(self.dispatcher.dispatch(call, &context))
+        };
+        // The callback is needed no longer, whatever the gates decided.
+        {
+            let mut pending = self.lock();
+            if let Some(stack) = pending.get_mut(&tool_call_id) {
+                stack.pop();
+                if stack.is_empty() {
+                    pending.remove(&tool_call_id);
+                }
+            }
+        }
+        let outcome = outcome.map_err(AirlockError::new_err)?;
+        outcome_to_py(py, outcome)
+    }
+}
+
+impl ToolGuard {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Py<PyAny>>>> {
+        // Only pushed to and popped from under the lock; a poisoned lock holds consistent data.
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Calls the node's `execute` for an admitted call, holding the GIL only for the call itself.
+fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
+    let arguments = serde_json::to_string(&call.arguments).map_err(|e| ToolError::not_executed(e.to_string()))?;
+    Python::attach(|py| {
+        let callback = {
+            let pending = pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            pending.get(&call.tool_call_id).and_then(|stack| stack.last()).map(|cb| cb.clone_ref(py))
+        };
+        let Some(callback) = callback else {
+            return Err(ToolError::not_executed("no callback is registered for this call"));
+        };
+        let returned = callback
+            .call1(py, (arguments,))
+            .map_err(|e| ToolError::new(format!("the tool failed: {}", e.value(py))))?;
+        if returned.is_none(py) {
+            return Ok(Value::Null);
+        }
+        let text: String =
+            returned.extract(py).map_err(|_| ToolError::new("the tool's callback must return JSON text or None"))?;
+        serde_json::from_str(&text).map_err(|e| ToolError::new(format!("the tool's result is not JSON: {e}")))
+    })
+}
+
+fn outcome_to_py(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
+    let dict = PyDict::new(py);
+    match outcome {
+        Outcome::Message(message) => {
+            dict.set_item("kind", "message")?;
+            dict.set_item("tool_call_id", message.tool_call_id)?;
+            dict.set_item("content", message.content)?;
+            dict.set_item("status", if message.status == Status::Success { "success" } else { "error" })?;
+            dict.set_item("hints", PyList::new(py, message.hints)?)?;
+            dict.set_item("stripped_arguments", PyList::new(py, message.stripped_arguments)?)?;
+            match message.refusal {
+                Some(refusal) => {
+                    let detail = PyDict::new(py);
+                    let kind = serde_json::to_value(refusal.kind).map_err(|e| AirlockError::new_err(e.to_string()))?;
+                    detail.set_item("kind", kind.as_str().unwrap_or("unknown"))?;
+                    detail.set_item("rule", refusal.rule)?;
+                    detail.set_item("retry_after_secs", refusal.retry_after.map(|d| d.as_secs_f64()))?;
+                    dict.set_item("refusal", detail)?;
+                }
+                None => dict.set_item("refusal", py.None())?,
+            }
+        }
+        Outcome::Interrupt { tool_call_id, request } => {
+            dict.set_item("kind", "interrupt")?;
+            dict.set_item("tool_call_id", tool_call_id)?;
+            dict.set_item("value", from_json(py, request.as_value())?)?;
+        }
+        Outcome::Command { tool_call_id, .. } => {
+            // A JSON tool returns values, never host commands; say so rather than guess.
+            dict.set_item("kind", "unexpected")?;
+            dict.set_item("tool_call_id", tool_call_id)?;
+        }
+        _ => dict.set_item("kind", "unexpected")?,
+    }
+    Ok(dict.into_any().unbind())
+}
+
+/// A Python value as JSON, through Python's own `json` module (what LangGraph checkpoints round-trip).
+fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let text: String = py.import("json")?.call_method1("dumps", (value,))?.extract()?;
+    serde_json::from_str(&text).map_err(|e| AirlockError::new_err(format!("not JSON: {e}")))
+}
+
+fn from_json(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    let text = serde_json::to_string(value).map_err(|e| AirlockError::new_err(e.to_string()))?;
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<RedbApprovalLedger>()?;
+    m.add_class::<PostgresApprovalLedger>()?;
+    m.add_class::<SecurityPolicy>()?;
+    m.add_class::<InterruptApprovals>()?;
+    m.add_class::<ToolGuard>()?;
+    m.add_class::<CheckpointCommitments>()?;
+    m.add("AirlockError", py.get_type::<AirlockError>())?;
+    m.add("PolicyError", py.get_type::<PolicyError>())?;
+    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("LedgerError", py.get_type::<LedgerError>())?;
+    m.add("ApprovalError", py.get_type::<ApprovalError>())?;
+    m.add("ApprovalKeyError", py.get_type::<ApprovalKeyError>())?;
+    Ok(())
+}

@@ -1,0 +1,211 @@
+"""Approvals across LangGraph's own interrupt(): a human's approval bound to the call, spent once.
+
+The seed's four attacks each admit nothing: a resume value forged without the key; a request altered in
+the store; the same resume replayed, and time travel to the interrupted checkpoint; a resume from an
+older checkpoint after the head row was deleted. And the whole cycle across processes: one Python process
+pauses, the operator approves with the `airlock` CLI, another Python process resumes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import RAN, TOOLS, airlock, call, graph
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+
+from airlock_rs import ApprovalError, ApprovalKeyError, InterruptApprovals, RedbApprovalLedger, SecurityPolicy
+from airlock_rs.langgraph import airlock_wrap_tool_call
+
+KEY = bytes(range(32))
+HERE = Path(__file__).parent
+
+
+@pytest.fixture()
+def ledger(tmp_path):
+    return RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+
+
+def guarded(ledger, approvals, checkpointer=None):
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals))
+    return graph(node, checkpointer or InMemorySaver())
+
+
+def config(thread: str) -> dict:
+    return {"configurable": {"thread_id": thread}}
+
+
+def pause(app, thread="t1", path="/tmp/x", call_id="call-1"):
+    out = app.invoke({"messages": [call("delete_file", {"path": path}, call_id)]}, config(thread))
+    assert RAN == [], "an escalated call must not run before it is approved"
+    interrupts = out["__interrupt__"]
+    assert len(interrupts) == 1
+    value = interrupts[0].value
+    assert set(value) == {"airlock_approval"}
+    return value
+
+
+def tool_message(out) -> ToolMessage:
+    message = out["messages"][-1]
+    assert isinstance(message, ToolMessage), out
+    return message
+
+
+def test_the_interrupt_value_names_the_call_and_its_binding(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    value = pause(guarded(ledger, approvals))["airlock_approval"]
+    assert value["tool"] == "delete_file"
+    assert value["rule"] == "delete_file"
+    assert value["reason"] == "deletes a file"
+    assert value["arguments"] == {"path": "/tmp/x"}
+    assert value["call"]["thread_id"] == "t1"
+    assert value["call"]["tool_call_id"] == "call-1"
+    assert value["call"]["checkpoint_ns"].startswith("tools:")
+    assert value["call"]["checkpoint"], "the checkpoint map is bound"
+    assert len(value["binding"]) == 64 and len(value["seal"]) == 64
+
+
+def test_an_approved_call_runs_once_on_resume(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    value = pause(app)
+    out = app.invoke(Command(resume=approvals.approve(value)), config("t1"))
+    message = tool_message(out)
+    assert message.status == "success", message.content
+    assert RAN == [("delete_file", {"path": "/tmp/x"})]
+
+
+def test_a_denied_call_never_runs(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    value = pause(app)
+    out = app.invoke(Command(resume=approvals.deny(value, reason="not today")), config("t1"))
+    assert tool_message(out).status == "error"
+    assert RAN == []
+
+
+def test_attack_1_a_resume_value_forged_without_the_key_admits_nothing(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    value = pause(app)
+    # Someone with write access to the checkpoints but not the key: a made-up approval, a real one with its
+    # token changed, one approved under another key, and a real approval of another call.
+    genuine_elsewhere = approvals.approve(pause(app, thread="t2", call_id="other"))
+    tampered = copy.deepcopy(genuine_elsewhere)
+    grant = tampered[next(iter(tampered))]
+    token_field = next(k for k, v in grant.items() if isinstance(v, str) and len(v) == 64)
+    grant[token_field] = ("0" if grant[token_field][0] != "0" else "1") + grant[token_field][1:]
+    forged_key = InterruptApprovals(b"\x01" * 32, ledger)
+    with pytest.raises(ApprovalError):
+        forged_key.approve(value)
+    attempts = [
+        {"airlock_grant": {"token": "00" * 32}},
+        "approved",
+        {"approved": True},
+        tampered,
+        genuine_elsewhere,
+    ]
+    for i, forged in enumerate(attempts):
+        thread = "t1" if i == 0 else f"t1-{i}"
+        if i:
+            pause(app, thread=thread)
+        out = app.invoke(Command(resume=forged), config(thread))
+        assert tool_message(out).status == "error", forged
+        assert RAN == [], forged
+
+
+def test_attack_2_a_request_altered_in_the_store_is_not_approved(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    value = pause(guarded(ledger, approvals))
+    for field, forged in [("arguments", {"path": "/etc/passwd"}), ("reason", "harmless"), ("tool", "search_docs")]:
+        altered = copy.deepcopy(value)
+        altered["airlock_approval"][field] = forged
+        with pytest.raises(ApprovalError, match="seal"):
+            approvals.approve(altered)
+    assert RAN == []
+
+
+def test_attack_3_a_replayed_resume_and_time_travel_admit_nothing(ledger):
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    value = pause(app)
+    resume = approvals.approve(value)
+    app.invoke(Command(resume=resume), config("t1"))
+    assert len(RAN) == 1
+    # Time travel: back to the checkpoint the call was interrupted in, and resume from it again.
+    interrupted = [s for s in app.get_state_history(config("t1")) if s.interrupts]
+    assert interrupted, "the interrupted checkpoint is in the history"
+    out = app.invoke(Command(resume=resume), interrupted[0].config)
+    assert tool_message(out).status == "error"
+    assert len(RAN) == 1, "a spent approval admits nothing"
+
+
+def test_attack_4_a_resume_from_an_older_checkpoint_after_deleting_the_head_admits_nothing(ledger, tmp_path):
+    approvals = InterruptApprovals(KEY, ledger)
+    connection = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
+    app = guarded(ledger, approvals, SqliteSaver(connection))
+    value = pause(app)
+    head_before = connection.execute("SELECT max(rowid) FROM checkpoints").fetchone()[0]
+    writes_before = connection.execute("SELECT max(rowid) FROM writes").fetchone()[0]
+    resume = approvals.approve(value)
+    app.invoke(Command(resume=resume), config("t1"))
+    assert len(RAN) == 1
+    # Delete every row the resume wrote (the checkpoints after the interrupt, the tool's pending writes):
+    # the interrupted checkpoint is the head again, as it was before the approval.
+    connection.execute("DELETE FROM checkpoints WHERE rowid > ?", (head_before,))
+    connection.execute("DELETE FROM writes WHERE rowid > ?", (writes_before,))
+    connection.commit()
+    assert app.get_state(config("t1")).interrupts
+    out = app.invoke(Command(resume=resume), config("t1"))
+    assert tool_message(out).status == "error"
+    assert len(RAN) == 1
+
+
+def test_a_short_key_is_refused(ledger):
+    with pytest.raises(ApprovalKeyError):
+        InterruptApprovals(b"short", ledger)
+
+
+def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path):
+    db = tmp_path / "airlock.redb"
+    sqlite_path = tmp_path / "checkpoints.sqlite"
+    key_file = tmp_path / "approval.key"
+    key_file.write_text(KEY.hex() + "\n")
+    script = str(HERE / "approval_cycle.py")
+    env = dict(os.environ)
+
+    def run(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=120, cwd=HERE
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    paused = run("pause", str(db), str(sqlite_path), str(key_file))
+    assert paused["ran"] == []
+    request_id = paused["request_id"]
+    approved = airlock(
+        "--db", str(db), "--json", "approve", request_id, "--approver", "ops@example", "--yes", "--key-file", str(key_file)
+    )
+    assert approved.returncode == 0, approved.stderr
+    resumed = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)
+    assert resumed["status"] == "success", resumed
+    assert resumed["ran"] == [["delete_file", {"path": "/srv/report.txt"}]]
+    # The resume did not leave a second request behind: nothing is pending.
+    pending = airlock("--db", str(db), "--json", "requests", "list", "--pending", "--key-file", str(key_file))
+    assert pending.returncode == 0, pending.stderr
+    assert json.loads(pending.stdout) == []
+    # The same resume value in a third process: nothing runs again.
+    again = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)
+    assert again["ran"] == []

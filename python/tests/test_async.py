@@ -1,0 +1,82 @@
+"""Async graphs: `ainvoke` through `awrap_tool_call`, with an async tool, refusals and an interrupt."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import RAN, SECRET, call, graph
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_config
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+
+from airlock_rs import InterruptApprovals, RedbApprovalLedger, SecurityPolicy
+from airlock_rs.langgraph import airlock_awrap_tool_call, airlock_wrap_tool_call
+
+
+@tool
+async def fetch(url: str) -> str:
+    """Fetch a URL."""
+    await asyncio.sleep(0)
+    # The tool runs in the node's context: its config is there.
+    thread = get_config()["configurable"].get("thread_id")
+    RAN.append(("fetch", {"url": url}))
+    return f"body of {url} in {thread} {SECRET}"
+
+
+@tool
+async def wipe(disk: str) -> str:
+    """Wipe a disk."""
+    RAN.append(("wipe", {"disk": disk}))
+    return "wiped"
+
+
+def app(policy, approvals=None, checkpointer=None):
+    node = ToolNode(
+        [fetch, wipe],
+        wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals),
+        awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals),
+    )
+    return graph(node, checkpointer)
+
+
+def test_ainvoke_admits_masks_and_refuses():
+    graph_ = app(SecurityPolicy(denied_tools=["wipe"]), checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "a1"}}
+
+    async def run():
+        ok = await graph_.ainvoke({"messages": [call("fetch", {"url": "http://x", "extra": 1}, "c1")]}, cfg)
+        refused = await graph_.ainvoke({"messages": [call("wipe", {"disk": "sda"}, "c2")]}, cfg)
+        return ok["messages"][-1], refused["messages"][-1]
+
+    ok, refused = asyncio.run(run())
+    assert isinstance(ok, ToolMessage) and ok.status == "success", ok.content
+    assert "in a1" in ok.content and SECRET not in ok.content
+    assert ok.additional_kwargs["airlock"]["stripped_arguments"] == ["extra"]
+    assert refused.status == "error"
+    assert RAN == [("fetch", {"url": "http://x"})]
+
+
+def test_an_async_interrupt_is_approved_and_resumed_once(tmp_path):
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    approvals = InterruptApprovals(bytes(range(32)), ledger)
+    policy = SecurityPolicy(escalate_tools={"wipe": "destroys data"}, approval_ledger=ledger)
+    graph_ = app(policy, approvals, InMemorySaver())
+    cfg = {"configurable": {"thread_id": "a2"}}
+
+    async def run():
+        paused = await graph_.ainvoke({"messages": [call("wipe", {"disk": "sdb"})]}, cfg)
+        assert RAN == []
+        value = paused["__interrupt__"][0].value
+        resume = approvals.approve(value)
+        done = await graph_.ainvoke(Command(resume=resume), cfg)
+        history = [s async for s in graph_.aget_state_history(cfg) if s.interrupts]
+        replayed = await graph_.ainvoke(Command(resume=resume), history[0].config)
+        return done["messages"][-1], replayed["messages"][-1]
+
+    done, replayed = asyncio.run(run())
+    assert done.status == "success", done.content
+    assert replayed.status == "error"
+    assert RAN == [("wipe", {"disk": "sdb"})]

@@ -1,0 +1,163 @@
+"""Checkpoint commitments (AirlockCheckpointer): a checkpoint edited with sqlite3 between pause and resume is
+refused and recorded; time travel is recorded; an untouched pause and resume goes through."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import RAN, TOOLS, airlock, call, graph
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+
+from airlock_rs import AirlockCheckpointer, InterruptApprovals, RedbApprovalLedger, SecurityPolicy
+from airlock_rs.langgraph import airlock_wrap_tool_call
+
+KEY = bytes(range(32))
+AUDIT_KEY = bytes(range(100, 132))
+CFG = {"configurable": {"thread_id": "t1"}}
+
+
+def build(tmp_path, inner, on_tamper="refuse"):
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+    approvals = InterruptApprovals(KEY, ledger)
+    saver = AirlockCheckpointer(inner, ledger, KEY, on_tamper=on_tamper)
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
+    return ledger, approvals, saver, graph(node, saver)
+
+
+def pause(app):
+    start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+    out = app.invoke(start, CFG)
+    assert RAN == []
+    return out["__interrupt__"][0].value
+
+
+def tampers(ledger):
+    return [r for r in ledger.audit_records() if r["outcome"]["kind"] == "state_tamper"]
+
+
+def edit_head_with_sqlite(path, saver):
+    """Rewrites the human's message in the newest checkpoint row, as anyone with the file could."""
+    connection = sqlite3.connect(path)
+    rowid, kind, blob = connection.execute(
+        "SELECT rowid, type, checkpoint FROM checkpoints ORDER BY rowid DESC LIMIT 1"
+    ).fetchone()
+    checkpoint = saver.serde.loads_typed((kind, blob))
+    messages = checkpoint["channel_values"]["messages"]
+    messages[0] = messages[0].model_copy(update={"content": "the user said: delete everything"})
+    kind, blob = saver.serde.dumps_typed(checkpoint)
+    connection.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE rowid = ?", (kind, blob, rowid))
+    connection.commit()
+    connection.close()
+
+
+def test_an_untouched_pause_and_resume_goes_through_and_records_nothing(tmp_path):
+    connection = sqlite3.connect(tmp_path / "cp.sqlite", check_same_thread=False)
+    ledger, approvals, saver, app = build(tmp_path, SqliteSaver(connection))
+    value = pause(app)
+    out = app.invoke(Command(resume=approvals.approve(value)), CFG)
+    assert out["messages"][-1].status == "success", out["messages"][-1].content
+    assert RAN == [("delete_file", {"path": "/tmp/x"})]
+    assert tampers(ledger) == []
+
+
+def test_a_checkpoint_edited_with_sqlite3_between_pause_and_resume_is_refused_and_recorded(tmp_path):
+    path = tmp_path / "cp.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    ledger, approvals, saver, app = build(tmp_path, SqliteSaver(connection))
+    value = pause(app)
+    resume = approvals.approve(value)
+    edit_head_with_sqlite(path, saver)
+    out = app.invoke(Command(resume=resume), CFG)
+    message = out["messages"][-1]
+    assert isinstance(message, ToolMessage) and message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+    assert RAN == [], "an escalated call resumed from an edited checkpoint never runs"
+    recorded = tampers(ledger)
+    assert recorded and recorded[0]["thread_id"] == "t1"
+    assert "edited" in recorded[0]["detail"]
+    assert recorded[0]["key_id"] == "audit-1", "the record is signed"
+
+
+def test_record_only_records_the_edit_and_lets_the_approved_call_run(tmp_path):
+    path = tmp_path / "cp.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    ledger, approvals, saver, app = build(tmp_path, SqliteSaver(connection), on_tamper="record")
+    value = pause(app)
+    resume = approvals.approve(value)
+    edit_head_with_sqlite(path, saver)
+    out = app.invoke(Command(resume=resume), CFG)
+    assert out["messages"][-1].status == "success"
+    assert len(RAN) == 1
+    assert tampers(ledger)
+
+
+def test_time_travel_to_the_interrupted_checkpoint_is_recorded(tmp_path):
+    ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
+    value = pause(app)
+    resume = approvals.approve(value)
+    app.invoke(Command(resume=resume), CFG)
+    assert tampers(ledger) == []
+    interrupted = [s for s in app.get_state_history(CFG) if s.interrupts][0]
+    out = app.invoke(Command(resume=resume), interrupted.config)
+    assert out["messages"][-1].status == "error"
+    assert len(RAN) == 1
+    recorded = tampers(ledger)
+    assert recorded and "time travel" in recorded[0]["detail"]
+
+
+def test_a_commitment_that_cannot_be_verified_is_a_warning_not_an_exception(tmp_path):
+    ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the ledger is gone")
+
+    saver.commitments = type("Broken", (), {"record": broken, "verify": broken, "record_tamper": broken})()
+    with pytest.warns(UserWarning, match="airlock"):
+        out = app.invoke({"messages": [call("search_docs", {"query": "q", "limit": 1})]}, CFG)
+    assert out["messages"][-1].status == "success"
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_pause_in_one_process_and_a_resume_in_another_is_refused_only_after_an_edit(tmp_path, edited):
+    db = tmp_path / "airlock.redb"
+    sqlite_path = tmp_path / "checkpoints.sqlite"
+    key_file = tmp_path / "approval.key"
+    key_file.write_text(KEY.hex() + "\n")
+    script = str(Path(__file__).parent / "approval_cycle.py")
+
+    def run(*args: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, script, *args, "--committed"], capture_output=True, text=True, env=dict(os.environ),
+            timeout=120, cwd=Path(__file__).parent,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    paused = run("pause", str(db), str(sqlite_path), str(key_file))
+    approved = airlock(
+        "--db", str(db), "--json", "approve", paused["request_id"], "--approver", "ops", "--yes", "--key-file", str(key_file)
+    )
+    assert approved.returncode == 0, approved.stderr
+    if edited:
+        edit_head_with_sqlite(sqlite_path, SqliteSaver(sqlite3.connect(":memory:")))
+    resumed = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)
+    records = [r for r in RedbApprovalLedger(str(db)).audit_records() if r["outcome"]["kind"] == "state_tamper"]
+    if edited:
+        assert resumed["status"] == "error" and resumed["refusal"] == "state_tamper", resumed
+        assert resumed["ran"] == []
+        assert records, "the tamper is recorded in the ledger's audit log"
+    else:
+        assert resumed["status"] == "success", resumed
+        assert resumed["ran"] == [["delete_file", {"path": "/srv/report.txt"}]]
+        assert records == []

@@ -1,0 +1,315 @@
+//! Checkpoint commitments: detect a host's checkpoint changed between a pause and a resume.
+//!
+//! A graph runtime (LangGraph) keeps its state in a checkpoint store the approval protocol does not trust.
+//! Approvals are bound to the call, so a forged resume admits nothing; but the *state* a resumed graph
+//! goes on from could still be edited in the store (a message rewritten, a channel changed), or a run
+//! could be sent back to an older checkpoint (time travel). Each time the host's saver writes, the host
+//! records here a keyed digest of what the saver now holds for the thread — its **manifest**, the hashes
+//! of each serialised part (the checkpoint's fields, every channel value, every pending write; metadata
+//! excluded), as JSON. Before it writes again, and before an escalated call resumes, it verifies that
+//! what the store holds is still what it committed: [`Verdict::Edited`] or [`Verdict::NotHead`] is a
+//! tamper to record (an audit record of [`AuditOutcome::StateTamper`](crate::audit::AuditOutcome)) and,
+//! for an escalated call, a refusal.
+//!
+//! Each checkpoint of a scope (`langgraph:<thread_id>[/<checkpoint_ns>]`) has its own latest commitment,
+//! and the scope has a head: the checkpoint the graph last went on to. A digest covers the scope, the
+//! checkpoint id, the canonical manifest and the digest it follows (the checkpoint's previous commitment,
+//! or the head's for a new checkpoint), under the approval key's checkpoint domain, so nobody without the
+//! key can write a commitment that verifies. [`CommitmentStore`] says where they are kept (a redb table of
+//! the airlock database, or memory).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, ReadableDatabase as _, TableDefinition};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical;
+use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
+
+/// The redb table of commitment heads: scope → JSON of [`Commitment`].
+const COMMITMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_checkpoint_commitments");
+
+/// The last commitment of one scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commitment {
+    /// The checkpoint committed to.
+    pub checkpoint_id: String,
+    /// The keyed digest, lowercase hex.
+    pub digest: String,
+    /// The digest this one follows, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+}
+
+/// What [`CheckpointCommitments::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Nothing was committed for the scope yet.
+    Unrecorded,
+    /// The scope has commitments, but none for this checkpoint: it was put in the store by someone else.
+    Unknown,
+    /// The checkpoint is the head and holds what was committed.
+    Matches,
+    /// The checkpoint holds something other than what was committed: edited in the store.
+    Edited,
+    /// The checkpoint holds what was committed, but another is the head: this one is older (time travel)
+    /// or a fork.
+    NotHead {
+        /// The checkpoint last committed.
+        head: String,
+    },
+}
+
+impl Verdict {
+    /// Whether the verdict is a tamper to record.
+    pub fn is_tamper(&self) -> bool {
+        matches!(self, Verdict::Unknown | Verdict::Edited | Verdict::NotHead { .. })
+    }
+}
+
+/// A commitment that cannot be recorded or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitmentError {
+    /// The manifest has no canonical JSON form (a float that is not finite, say).
+    #[error("the checkpoint manifest has no canonical form: {0}")]
+    Manifest(String),
+    /// The store failed.
+    #[error("the checkpoint commitments cannot be stored: {0}")]
+    Store(String),
+}
+
+/// Where commitments are kept: each under a key naming its scope and checkpoint, the head under the
+/// scope's own key.
+pub trait CommitmentStore: Send + Sync + 'static {
+    /// The commitment stored under `key`, if any.
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError>;
+    /// Stores `commitment` under every key of `keys`, at once.
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError>;
+}
+
+/// Commitments in memory, for one process (tests, hosts without a database).
+#[derive(Debug, Default)]
+pub struct MemoryCommitments(Mutex<HashMap<String, Commitment>>);
+
+impl CommitmentStore for MemoryCommitments {
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError> {
+        Ok(self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(key).cloned())
+    }
+
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError> {
+        let mut map = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for key in keys {
+            map.insert((*key).to_owned(), commitment.clone());
+        }
+        Ok(())
+    }
+}
+
+/// Heads in a table of the airlock redb database (the file the ledger and the audit log share), so a
+/// resume in another process verifies against what the pausing process committed.
+#[derive(Clone)]
+pub struct RedbCommitments(Arc<Database>);
+
+impl std::fmt::Debug for RedbCommitments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbCommitments").finish_non_exhaustive()
+    }
+}
+
+impl RedbCommitments {
+    /// Heads in `database`.
+    pub fn new(database: Arc<Database>) -> Self {
+        RedbCommitments(database)
+    }
+}
+
+fn store_error(error: impl std::fmt::Display) -> CommitmentError {
+    CommitmentError::Store(error.to_string())
+}
+
+impl CommitmentStore for RedbCommitments {
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError> {
+        let read = self.0.begin_read().map_err(store_error)?;
+        let table = match read.open_table(COMMITMENTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(err) => return Err(store_error(err)),
+        };
+        match table.get(key).map_err(store_error)? {
+            Some(bytes) => serde_json::from_slice(bytes.value()).map(Some).map_err(store_error),
+            None => Ok(None),
+        }
+    }
+
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError> {
+        let bytes = serde_json::to_vec(commitment).map_err(store_error)?;
+        let write = self.0.begin_write().map_err(store_error)?;
+        {
+            let mut table = write.open_table(COMMITMENTS).map_err(store_error)?;
+            for key in keys {
+                table.insert(*key, bytes.as_slice()).map_err(store_error)?;
+            }
+        }
+        write.commit().map_err(store_error)
+    }
+}
+
+/// Records and verifies checkpoint commitments under an approval key.
+#[derive(Clone)]
+pub struct CheckpointCommitments {
+    key: ApprovalKey,
+    store: Arc<dyn CommitmentStore>,
+}
+
+impl std::fmt::Debug for CheckpointCommitments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointCommitments").field("key_id", &self.key.id()).finish_non_exhaustive()
+    }
+}
+
+impl CheckpointCommitments {
+    /// Commitments keyed by `key`, their heads in `store`.
+    pub fn new(key: ApprovalKey, store: impl CommitmentStore) -> Self {
+        CheckpointCommitments { key, store: Arc::new(store) }
+    }
+
+    /// The scope of a LangGraph thread and checkpoint namespace: `langgraph:<thread_id>[/<checkpoint_ns>]`.
+    pub fn langgraph_scope(thread_id: &str, checkpoint_ns: &str) -> String {
+        if checkpoint_ns.is_empty() {
+            format!("langgraph:{thread_id}")
+        } else {
+            format!("langgraph:{thread_id}/{checkpoint_ns}")
+        }
+    }
+
+    fn mac(
+        &self,
+        scope: &str,
+        checkpoint_id: &str,
+        manifest: &Value,
+        previous: Option<&str>,
+    ) -> Result<crate::keys::Mac, CommitmentError> {
+        let canonical = canonical::to_canonical_vec(manifest).map_err(|e| CommitmentError::Manifest(e.to_string()))?;
+        let mut mac = self.key.checkpoint_mac();
+        for field in
+            [scope.as_bytes(), checkpoint_id.as_bytes(), canonical.as_slice(), previous.unwrap_or("").as_bytes()]
+        {
+            // Length-prefixed, so no two field lists share an encoding.
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        Ok(mac)
+    }
+
+    /// Commits to `manifest` as what `checkpoint_id` holds in `scope` now, chained after the checkpoint's
+    /// previous commitment (or, for a new checkpoint, the head's). With `head`, the checkpoint becomes
+    /// the scope's head (a new checkpoint the graph went on to); otherwise the head stays (late writes to a
+    /// checkpoint the graph already left).
+    pub fn record(
+        &self,
+        scope: &str,
+        checkpoint_id: &str,
+        manifest: &Value,
+        head: bool,
+    ) -> Result<Commitment, CommitmentError> {
+        let own = entry_key(scope, checkpoint_id);
+        let previous = match self.store.get(&own)? {
+            Some(earlier) => Some(earlier.digest),
+            None => self.store.get(scope)?.map(|head| head.digest),
+        };
+        let digest = hex::encode(self.mac(scope, checkpoint_id, manifest, previous.as_deref())?.finish());
+        let commitment = Commitment { checkpoint_id: checkpoint_id.to_owned(), digest, previous };
+        if head {
+            self.store.put(&[own.as_str(), scope], &commitment)?;
+        } else {
+            self.store.put(&[own.as_str()], &commitment)?;
+        }
+        Ok(commitment)
+    }
+
+    /// Whether `checkpoint_id`, holding `manifest` now, holds what was last committed for it, and whether it
+    /// is the scope's head. The digests are compared in constant time.
+    pub fn verify(&self, scope: &str, checkpoint_id: &str, manifest: &Value) -> Result<Verdict, CommitmentError> {
+        let Some(head) = self.store.get(scope)? else { return Ok(Verdict::Unrecorded) };
+        let Some(own) = self.store.get(&entry_key(scope, checkpoint_id))? else { return Ok(Verdict::Unknown) };
+        let Some(expected) = decode_lower_hex::<MAC_LEN>(&own.digest) else { return Ok(Verdict::Edited) };
+        let mac = self.mac(scope, checkpoint_id, manifest, own.previous.as_deref())?;
+        if !mac.verify(&expected) {
+            return Ok(Verdict::Edited);
+        }
+        Ok(if head.checkpoint_id == checkpoint_id {
+            Verdict::Matches
+        } else {
+            Verdict::NotHead { head: head.checkpoint_id }
+        })
+    }
+}
+
+/// Where one checkpoint's own commitment is kept (`#` cannot start a LangGraph checkpoint id).
+fn entry_key(scope: &str, checkpoint_id: &str) -> String {
+    format!("{scope}#{checkpoint_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn commitments() -> CheckpointCommitments {
+        CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).expect("a key"), MemoryCommitments::default())
+    }
+
+    #[test]
+    fn what_was_committed_verifies_and_anything_else_does_not() {
+        let c = commitments();
+        let scope = CheckpointCommitments::langgraph_scope("t1", "");
+        let manifest = json!({"channel_values": {"messages": "aa"}, "pending_writes": []});
+        assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Unrecorded);
+        c.record(&scope, "c1", &manifest, true).unwrap();
+        assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Matches);
+        let edited = json!({"channel_values": {"messages": "ab"}, "pending_writes": []});
+        assert_eq!(c.verify(&scope, "c1", &edited).unwrap(), Verdict::Edited);
+        assert_eq!(c.verify(&scope, "c9", &edited).unwrap(), Verdict::Unknown);
+        let second = c.record(&scope, "c2", &edited, true).unwrap();
+        assert!(second.previous.is_some(), "chained");
+        assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::NotHead { head: "c2".into() });
+        assert_eq!(c.verify(&scope, "c2", &edited).unwrap(), Verdict::Matches);
+        // Late writes to the checkpoint the graph left: committed, the head stays.
+        let later = json!({"channel_values": {"messages": "aa"}, "pending_writes": [["task", "x", "00"]]});
+        c.record(&scope, "c1", &later, false).unwrap();
+        assert_eq!(c.verify(&scope, "c1", &later).unwrap(), Verdict::NotHead { head: "c2".into() });
+        assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Edited);
+        assert_eq!(c.verify(&scope, "c2", &edited).unwrap(), Verdict::Matches);
+    }
+
+    #[test]
+    fn another_key_does_not_verify_a_commitment() {
+        let store = Arc::new(MemoryCommitments::default());
+        let ours = CheckpointCommitments { key: ApprovalKey::new("k", &[7; 32]).unwrap(), store: store.clone() };
+        let theirs = CheckpointCommitments { key: ApprovalKey::new("k", &[8; 32]).unwrap(), store };
+        let manifest = json!({"a": "b"});
+        theirs.record("s", "c1", &manifest, true).unwrap();
+        assert_eq!(ours.verify("s", "c1", &manifest).unwrap(), Verdict::Edited);
+    }
+
+    #[test]
+    fn heads_in_redb_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("airlock.redb");
+        let manifest = json!({"a": "b"});
+        {
+            let db = Arc::new(Database::create(&path).unwrap());
+            let c = CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).unwrap(), RedbCommitments::new(db));
+            c.record("s", "c1", &manifest, true).unwrap();
+        }
+        let db = Arc::new(Database::create(&path).unwrap());
+        let c = CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).unwrap(), RedbCommitments::new(db));
+        assert_eq!(c.verify("s", "c1", &manifest).unwrap(), Verdict::Matches);
+        assert_eq!(c.verify("s", "c1", &json!({"a": "c"})).unwrap(), Verdict::Edited);
+    }
+}
