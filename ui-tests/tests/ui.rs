@@ -46,7 +46,8 @@ fn is_recorded_toolchain(version: &str) -> bool {
 
 fn rustc_version() -> String {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
-    let output = Command::new(&rustc).arg("--version").output().unwrap_or_else(|err| panic!("`{rustc} --version`: {err}"));
+    let output =
+        Command::new(&rustc).arg("--version").output().unwrap_or_else(|err| panic!("`{rustc} --version`: {err}"));
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
