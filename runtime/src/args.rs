@@ -6,12 +6,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::{Inject, Invocation};
+use crate::dialect::Dialect;
 use crate::echo;
 use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ToolSpec};
 
 pub(crate) mod nested;
 
-pub(crate) use nested::{Duplicate, Ghost};
+pub(crate) use nested::{Duplicate, Ghost, OutOfRange};
 
 /// How deep an argument object may nest. Deeper input is refused before it is deserialized.
 pub const MAX_ARGUMENT_DEPTH: usize = 64;
@@ -34,17 +35,22 @@ pub(crate) enum ScreeningError {
     TooDeep,
     Ghosts(Vec<Ghost>),
     Duplicates(Vec<Duplicate>),
+    /// Integers beyond the bounds the call's dialect states (inside the canonical ones).
+    OutOfRange(Vec<OutOfRange>),
 }
 
 /// Checks the shape, strips (or, with `ghost` [`GhostPolicy::Block`], refuses) undeclared keys at every
 /// depth the tool's canonical `schema` closes (the top level included), refuses repeated items where it
 /// says `uniqueItems`, and drops top-level `null`s, which count as absent. `ghost` is the tool's own, or
-/// the policy's if stricter.
+/// the policy's if stricter. A call in a `dialect` is held to that dialect's schema instead where the two
+/// differ: repeated set items count once where it cannot say `uniqueItems`, and integers keep to the bounds
+/// it states where its SDK holds them as floats.
 pub(crate) fn screen(
     arguments: Value,
     spec: &ToolSpec,
     schema: &Value,
     ghost: GhostPolicy,
+    dialect: Option<Dialect>,
 ) -> Result<Screened, ScreeningError> {
     let mut map = match arguments {
         Value::Object(map) => map,
@@ -66,7 +72,7 @@ pub(crate) fn screen(
     }
     // The top level is walked like any other object, so a schema that leaves it open (a tool defined by a
     // schema may) keeps keys it does not declare; every typed tool's schema closes it.
-    let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip);
+    let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip).in_dialect(dialect);
     walk.object(&mut map, &[schema], &mut String::new());
     // `null` counts as absent, except for an argument that must be sent and may be `null` (a schema can
     // say so; a typed parameter that accepts `null` is never required).
@@ -77,6 +83,9 @@ pub(crate) fn screen(
     }
     if !walk.duplicates.is_empty() {
         return Err(ScreeningError::Duplicates(walk.duplicates));
+    }
+    if !walk.out_of_range.is_empty() {
+        return Err(ScreeningError::OutOfRange(walk.out_of_range));
     }
     let stripped = ghosts.into_iter().map(|ghost| echo::fragment(&ghost.path).into_owned()).collect();
     Ok(Screened { arguments: map, stripped })

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::dialect::Dialect;
+
 type TypeMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
 
 /// The host's side of a call: the thread and checkpoint it runs in, the values tools may inject, and
@@ -25,6 +27,7 @@ struct ContextInner {
     state: TypeMap,
     store: TypeMap,
     resume: Option<Value>,
+    dialect: Option<Dialect>,
 }
 
 impl CallContext {
@@ -81,6 +84,22 @@ impl CallContext {
         self
     }
 
+    /// The dialect the tools were offered in (see
+    /// [`Dispatcher::offered_tools_in`](crate::Dispatcher::offered_tools_in)): the call is then admitted as
+    /// that dialect's schema says. Where it cannot say `uniqueItems` (OpenAI strict mode, Gemini) a repeated
+    /// set item counts once instead of being refused; where the provider's SDK holds bounds as floats
+    /// (Gemini) an integer is held to the bound the dialect states. Without a dialect, the call is held to
+    /// the canonical schema, which MCP, Anthropic and OpenAI non-strict offer as it is.
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.inner_mut().dialect = Some(dialect);
+        self
+    }
+
+    /// The dialect the host offered the tools in, if it said.
+    pub fn dialect(&self) -> Option<Dialect> {
+        self.inner.dialect
+    }
+
     /// The thread id, if the host gave one.
     pub fn thread_id(&self) -> Option<&str> {
         self.inner.thread_id.as_deref()
@@ -126,6 +145,7 @@ impl fmt::Debug for CallContext {
             .field("state_values", &self.inner.state.len())
             .field("store_values", &self.inner.store.len())
             .field("resuming", &self.inner.resume.is_some())
+            .field("dialect", &self.inner.dialect)
             .finish()
     }
 }

@@ -12,8 +12,28 @@
 //! A schema either converts to one the provider accepts or fails with a [`DialectError`] saying where and
 //! why. Conversions never narrow what the tool accepts in a way the model cannot see: keywords a dialect
 //! lacks are dropped only when dropping them widens the schema (a `format`, `default`, `uniqueItems`), since
-//! the dispatcher still validates every argument strictly against the Rust type; a shape the dialect cannot
+//! the dispatcher still validates every argument strictly against the Rust type (and a call in the dialect
+//! as its schema says, below); a shape the dialect cannot
 //! say at all (a map under OpenAI strict mode, a recursive type under Gemini) is an error.
+//!
+//! What a dialect's schema admits, a call in that dialect is admitted, and what it rejects is refused,
+//! once the host says which dialect it offered the tools in ([`CallContext::with_dialect`]; a call without
+//! one is held to the canonical schema). The canonical schema and the dialect's differ in two places, and
+//! the call follows the dialect's:
+//!
+//! - **Sets.** Where a dialect cannot say `uniqueItems` ([`Dialect::says_unique_items`]: OpenAI strict mode
+//!   and Gemini), a set's schema is a plain array whose description says "Items must be unique.". That
+//!   schema admits a repeated item, so a call in that dialect has the repeat counted once (the tool receives
+//!   the set) instead of refused. This is the one rule for every such dialect: refusing to offer sets there
+//!   would lose tools the model can call correctly, and a description cannot bind the runtime to refuse what
+//!   the schema admits.
+//! - **Integer bounds.** Gemini's SDK holds `minimum` and `maximum` as 64-bit floats, so a bound a float
+//!   cannot hold (`u64::MAX` would come back as 2^64, `i64::MAX` as 2^63) is stated as the nearest one inside
+//!   it that a float holds exactly (2^64 - 2048, 2^63 - 1024), and a call in the Gemini dialect is held to
+//!   that bound. The other dialects' SDKs keep JSON integers exact, and their schemas state the type's own
+//!   bounds.
+//!
+//! [`CallContext::with_dialect`]: crate::CallContext::with_dialect
 //!
 //! ```
 //! use agent_airlock::{airlock_tool, tool, Tool, ToolDefinition, ToolError, dialect::Dialect};
@@ -83,6 +103,21 @@ impl Dialect {
         }
     }
 
+    /// Whether this dialect's schemas can say `uniqueItems`. OpenAI strict mode and Gemini cannot: there a
+    /// set's schema is a plain array (the description says "Items must be unique."), and a call in that
+    /// dialect (see [`CallContext::with_dialect`](crate::CallContext::with_dialect)) has a repeated item
+    /// counted once instead of refused, as that schema admits it.
+    pub fn says_unique_items(self) -> bool {
+        !matches!(self, Dialect::OpenAi | Dialect::Gemini)
+    }
+
+    /// Whether the provider's SDK holds `minimum`/`maximum` as 64-bit floats (Gemini's `Schema.minimum:
+    /// float`). Such a dialect states an integer bound a float cannot hold exactly as the nearest one inside
+    /// it, and a call in that dialect is held to that bound.
+    pub(crate) fn float_bounds(self) -> bool {
+        self == Dialect::Gemini
+    }
+
     /// The canonical arguments schema `canonical` in this dialect: what goes in the definition's
     /// `parameters` / `input_schema` / `inputSchema`. For Gemini, a tool without parameters yields an object
     /// without properties, which [`ToolDefinition::to_dialect`] leaves out of the declaration.
@@ -140,6 +175,26 @@ impl Dialect {
             format!("{} tool names must be {rule}, `{name}` is not", self.name()),
         ))
     }
+}
+
+/// `bound`, a `minimum` (`upper` false) or `maximum` (`upper` true), as the nearest whole number inside it
+/// that an `f64` holds exactly, if it is an integer an `f64` does not hold: `u64::MAX` becomes
+/// 18446744073709549568 (2^64 - 2048), `i64::MAX` 9223372036854774784 (2^63 - 1024). `None` when the bound
+/// is already exact (every integer up to 2^53, and `i64::MIN`) or not an integer.
+pub(crate) fn float_exact_bound(bound: &Value, upper: bool) -> Option<Value> {
+    let n = bound.as_i64().map(i128::from).or_else(|| bound.as_u64().map(i128::from))?;
+    // `as f64` rounds to the nearest float; one step inward when that lands outside the bound.
+    let mut float = n as f64;
+    if upper && float as i128 > n {
+        float = float.next_down();
+    } else if !upper && (float as i128) < n {
+        float = float.next_up();
+    }
+    let exact = float as i128;
+    if exact == n {
+        return None;
+    }
+    i64::try_from(exact).map(Value::from).or_else(|_| u64::try_from(exact).map(Value::from)).ok()
 }
 
 impl fmt::Display for Dialect {
@@ -371,4 +426,33 @@ pub enum Inexpressible {
     },
     /// Not a JSON schema where one was expected.
     Malformed,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::float_exact_bound;
+
+    #[test]
+    fn bounds_a_float_cannot_hold_move_inward_to_the_nearest_it_can() {
+        assert_eq!(float_exact_bound(&json!(u64::MAX), true), Some(json!(18_446_744_073_709_549_568_u64)));
+        assert_eq!(float_exact_bound(&json!(i64::MAX), true), Some(json!(9_223_372_036_854_774_784_i64)));
+        // 2^53 + 1 is the first integer a float does not hold: up to 2^53 below, 2^53 + 2 above.
+        assert_eq!(float_exact_bound(&json!(9_007_199_254_740_993_i64), true), Some(json!(9_007_199_254_740_992_i64)));
+        assert_eq!(float_exact_bound(&json!(9_007_199_254_740_993_i64), false), Some(json!(9_007_199_254_740_994_i64)));
+        assert_eq!(
+            float_exact_bound(&json!(-9_007_199_254_740_993_i64), false),
+            Some(json!(-9_007_199_254_740_992_i64))
+        );
+        for exact in [json!(i64::MIN), json!(0), json!(255), json!(1_u64 << 63), json!(2.5)] {
+            assert_eq!(float_exact_bound(&exact, true), None, "{exact}");
+            assert_eq!(float_exact_bound(&exact, false), None, "{exact}");
+        }
+        for (bound, upper) in [(u64::MAX, true), (u64::MAX - 5000, true), (u64::MAX - 5000, false)] {
+            let exact = float_exact_bound(&json!(bound), upper).unwrap().as_u64().unwrap();
+            assert_eq!(exact as f64 as u64, exact, "a float holds {exact}");
+            assert!(if upper { exact < bound } else { exact > bound });
+        }
+    }
 }

@@ -1,8 +1,11 @@
-//! The schema tells the truth: for every corpus tool, arguments generated at random from each dialect's
-//! schema (MCP, OpenAI strict, Gemini) are admitted exactly when an independent JSON Schema validator (the
-//! `jsonschema` crate) says they are valid under the tool's canonical schema, and schema-invalid mutations
-//! (a wrong type, an integer out of range, an unknown nested key, a repeated set item, a missing required
-//! key) are refused, or stripped and reported.
+//! The schema tells the truth in every dialect: for every corpus tool and every dialect (the canonical
+//! schema, MCP, Anthropic, OpenAI strict, Gemini), arguments generated at random from that dialect's schema
+//! (as the provider's SDK holds it: Gemini's stores `minimum`/`maximum` as floats) and sent as a call in
+//! that dialect are admitted exactly when an independent JSON Schema validator (the `jsonschema` crate)
+//! says they are valid under **that dialect's** schema, and schema-invalid mutations (a wrong type, an
+//! integer out of range, an unknown nested key, a repeated set item, a missing required key) are refused, or
+//! stripped and reported. One difference is by design and checked as such: OpenAI strict mode lists every
+//! property in `required`, and the runtime reads an absent optional argument as its `null`.
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -151,7 +154,15 @@ impl Generator<'_> {
     }
 
     fn integer(&mut self, map: &Map<String, Value>) -> Value {
-        let bound = |key: &str| map.get(key).and_then(|n| n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)));
+        // A bound a float holds (as Gemini's SDK stores it) counts when it is a whole number.
+        let bound = |key: &str| {
+            map.get(key).and_then(|n| {
+                n.as_i64()
+                    .map(i128::from)
+                    .or(n.as_u64().map(i128::from))
+                    .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 1e30).map(|f| f as i128))
+            })
+        };
         let (min, max) = (bound("minimum"), bound("maximum"));
         if (min.is_some() || max.is_some()) && self.mutate_here(Mutation::OutOfRange) {
             let below = min.filter(|_| max.is_none() || self.rng.chance(2));
@@ -256,16 +267,79 @@ fn arguments_schema(definition: &ToolDefinition, dialect: Dialect) -> Option<Val
     let converted = definition.to_dialect(dialect).ok()?;
     Some(match dialect {
         Dialect::OpenAi => converted["function"]["parameters"].clone(),
-        Dialect::Gemini => converted.get("parameters").cloned().unwrap_or(json!({"type": "object"})),
+        Dialect::Gemini => sdk_floats(converted.get("parameters").cloned().unwrap_or(json!({"type": "object"}))),
+        Dialect::Anthropic => converted["input_schema"].clone(),
         _ => converted["inputSchema"].clone(),
     })
+}
+
+/// The schema as Gemini's SDK holds it: `minimum` and `maximum` are floats there (`Schema.minimum:
+/// float`), so an integer bound comes back as the nearest `f64` (written as a JSON integer when it is a
+/// whole number, so the oracle compares exactly).
+fn sdk_floats(schema: Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| match (key.as_str(), value.as_f64()) {
+                    ("minimum" | "maximum", Some(float)) => {
+                        let whole = (float.fract() == 0.0).then_some(float as i128);
+                        (key, whole.and_then(exact).unwrap_or_else(|| json!(float)))
+                    }
+                    _ => (key, sdk_floats(value)),
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(sdk_floats).collect()),
+        other => other,
+    }
+}
+
+/// An OpenAPI 3.0 schema (Gemini's) as the JSON Schema it means, for the oracle: `nullable: true` adds
+/// `null` to the `type` (and to the `enum`). Objects stay open where Gemini leaves them so (it has no
+/// `additionalProperties`).
+fn openapi_to_json_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out: Map<String, Value> =
+                map.iter().map(|(key, value)| (key.clone(), openapi_to_json_schema(value))).collect();
+            if out.remove("nullable") == Some(Value::Bool(true)) {
+                if let Some(Value::String(t)) = out.get("type").cloned() {
+                    out.insert("type".into(), json!([t, "null"]));
+                }
+                if let Some(Value::Array(values)) = out.get_mut("enum") {
+                    values.push(Value::Null);
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(openapi_to_json_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+/// One dialect's schema of one tool: what the model sees, and the oracle of what it says.
+struct Offered {
+    /// `None` for the canonical schema, sent as a call without a dialect.
+    dialect: Option<Dialect>,
+    schema: Value,
+    oracle: jsonschema::Validator,
+}
+
+impl Offered {
+    fn label(&self) -> &'static str {
+        self.dialect.map_or("canonical", Dialect::name)
+    }
 }
 
 struct Case {
     definition: ToolDefinition,
     /// The independent validator of the canonical schema.
     oracle: jsonschema::Validator,
-    dialects: Vec<(Dialect, Value)>,
+    offered: Vec<Offered>,
+}
+
+fn validator(schema: &Value, what: &str) -> jsonschema::Validator {
+    jsonschema::draft202012::new(schema).unwrap_or_else(|err| panic!("{what} is not a valid schema: {err}"))
 }
 
 fn cases() -> &'static (Dispatcher, Vec<Case>) {
@@ -274,13 +348,21 @@ fn cases() -> &'static (Dispatcher, Vec<Case>) {
         let cases = corpus::definitions()
             .into_iter()
             .map(|definition| {
-                let oracle = jsonschema::draft202012::new(&definition.input_schema)
-                    .unwrap_or_else(|err| panic!("`{}`: the canonical schema is not valid: {err}", definition.name));
-                let dialects = [Dialect::Mcp, Dialect::OpenAi, Dialect::Gemini]
-                    .into_iter()
-                    .filter_map(|d| arguments_schema(&definition, d).map(|s| (d, s)))
-                    .collect();
-                Case { definition, oracle, dialects }
+                let name = &definition.name;
+                let oracle = validator(&definition.input_schema, &format!("`{name}`'s canonical schema"));
+                let mut offered = vec![Offered {
+                    dialect: None,
+                    schema: definition.input_schema.clone(),
+                    oracle: validator(&definition.input_schema, name),
+                }];
+                for dialect in [Dialect::Mcp, Dialect::Anthropic, Dialect::OpenAi, Dialect::Gemini] {
+                    let Some(schema) = arguments_schema(&definition, dialect) else { continue };
+                    let meaning =
+                        if dialect == Dialect::Gemini { openapi_to_json_schema(&schema) } else { schema.clone() };
+                    let oracle = validator(&meaning, &format!("`{name}`'s {dialect} schema"));
+                    offered.push(Offered { dialect: Some(dialect), schema, oracle });
+                }
+                Case { definition, oracle, offered }
             })
             .collect();
         (corpus::dispatcher(), cases)
@@ -288,16 +370,26 @@ fn cases() -> &'static (Dispatcher, Vec<Case>) {
 }
 
 fn dispatch(dispatcher: &Dispatcher, tool: &str, arguments: Value) -> ToolMessage {
-    block_on(dispatcher.dispatch(ToolCall::new("call", tool, arguments), &CallContext::new())).expect_message()
+    dispatch_in(dispatcher, None, tool, arguments)
+}
+
+/// The call as a host sends it after offering the tool in `dialect` (none: the canonical schema).
+fn dispatch_in(dispatcher: &Dispatcher, dialect: Option<Dialect>, tool: &str, arguments: Value) -> ToolMessage {
+    let context = match dialect {
+        Some(dialect) => CallContext::new().with_dialect(dialect),
+        None => CallContext::new(),
+    };
+    block_on(dispatcher.dispatch(ToolCall::new("call", tool, arguments), &context)).expect_message()
 }
 
 /// Generates one argument object for every tool and dialect from `seed`, with `mutation` applied where it
-/// fits, and checks the runtime against the oracle. Returns how many mutations were applied.
+/// fits, and checks the runtime against that dialect's oracle. Returns how many mutations were applied.
 fn check_seed(seed: u64, mutation: Option<Mutation>) -> Result<usize, TestCaseError> {
     let (dispatcher, cases) = cases();
     let mut applied = 0;
     for case in cases {
-        for (index, (dialect, schema)) in case.dialects.iter().enumerate() {
+        for (index, offered) in case.offered.iter().enumerate() {
+            let schema = &offered.schema;
             let seed = seed ^ (index as u64) << 56;
             let target = Rng(!seed).below(4);
             let mut generator = Generator { root: schema, rng: Rng(seed), mutation, seen: 0, target, applied: false };
@@ -313,18 +405,27 @@ fn check_seed(seed: u64, mutation: Option<Mutation>) -> Result<usize, TestCaseEr
             }
             applied += usize::from(generator.applied);
             let name = &case.definition.name;
-            let valid = case.oracle.is_valid(&arguments);
-            let message = dispatch(dispatcher, name, arguments.clone());
-            let admitted_as_sent = message.status == Status::Success && message.stripped_arguments.is_empty();
-            if valid {
+            let dialect = offered.label();
+            let valid = offered.oracle.is_valid(&arguments);
+            let message = dispatch_in(dispatcher, offered.dialect, name, arguments.clone());
+            let admitted = message.status == Status::Success;
+            // Keys a schema leaves open (Gemini has no `additionalProperties`) are valid there; the runtime
+            // strips and reports them, as it does every key the tool does not declare.
+            let stripped_only_ghosts = message.stripped_arguments.iter().all(|path| path.ends_with(GHOST));
+            let admitted_as_sent = admitted && message.stripped_arguments.is_empty();
+            // OpenAI strict mode requires every property; the runtime reads an absent optional one as `null`,
+            // which that schema allows, so such a call is admitted as the canonical schema says.
+            let absent_optional =
+                offered.dialect == Some(Dialect::OpenAi) && mutation == Some(Mutation::MissingRequired);
+            if valid || (absent_optional && case.oracle.is_valid(&arguments)) {
                 prop_assert!(
-                    admitted_as_sent,
+                    admitted && stripped_only_ghosts,
                     "`{name}` ({dialect}, {mutation:?}): schema-valid {arguments} was not admitted as sent: {} {:?}",
                     message.content,
                     message.stripped_arguments
                 );
             } else {
-                let errors: Vec<String> = case.oracle.iter_errors(&arguments).map(|e| e.to_string()).collect();
+                let errors: Vec<String> = offered.oracle.iter_errors(&arguments).map(|e| e.to_string()).collect();
                 prop_assert!(
                     !admitted_as_sent,
                     "`{name}` ({dialect}, {mutation:?}): schema-invalid {arguments} ({errors:?}) was admitted: {}",
@@ -378,4 +479,74 @@ fn the_oracle_agrees_on_known_values() {
     assert!(!scalars.oracle.is_valid(&out_of_range));
     let message = dispatch(dispatcher, "scalars", out_of_range);
     assert!(message.content.contains("`tiny`: `128` is out of range for i8: expected an integer from -128 to 127"));
+}
+
+/// The sets rule, on known values: where a dialect cannot say `uniqueItems` (OpenAI strict mode, Gemini)
+/// its schema admits a repeated item, and so does a call in that dialect, the repeat counted once; where it
+/// can (and without a dialect), the repeat is refused as the schema says.
+#[test]
+fn a_repeated_set_item_is_admitted_exactly_where_the_dialects_schema_admits_it() {
+    let (dispatcher, cases) = cases();
+    let collections = cases.iter().find(|c| c.definition.name == "collections").expect("the corpus has `collections`");
+    let base = json!({"names": [], "addresses": [], "rgb": [0, 1, 2], "point": [0.5, 1.5], "unique": ["a", "a"]});
+    for offered in &collections.offered {
+        let valid = offered.oracle.is_valid(&base);
+        let can_say = offered.dialect.is_none_or(Dialect::says_unique_items);
+        assert_eq!(valid, !can_say, "{}: {:?}", offered.label(), offered.oracle.iter_errors(&base).next());
+        let message = dispatch_in(dispatcher, offered.dialect, "collections", base.clone());
+        assert_eq!(message.status == Status::Success, valid, "{}: {}", offered.label(), message.content);
+        if !valid {
+            assert!(message.content.contains("`unique` holds `\"a\"` more than once"), "{}", message.content);
+        }
+    }
+}
+
+/// The bounds rule, on known values: Gemini's SDK holds `maximum` as a float, so the Gemini schema states
+/// the largest bound a float holds exactly (2^64 - 2048 for `u64`, and for `i128`, whose schema spans what
+/// JSON integers hold), and a call in that dialect is held to it; the other dialects state `u64::MAX`,
+/// which their SDKs keep.
+#[test]
+fn integer_bounds_round_trip_through_each_dialects_sdk_and_bind_its_calls() {
+    let (dispatcher, cases) = cases();
+    let scalars = cases.iter().find(|c| c.definition.name == "scalars").expect("the corpus has `scalars`");
+    let gemini = scalars.offered.iter().find(|o| o.dialect == Some(Dialect::Gemini)).expect("Gemini offers `scalars`");
+    let (huge, count) = (&gemini.schema["properties"]["huge"], &gemini.schema["properties"]["count"]);
+    assert_eq!(huge["maximum"], json!(18_446_744_073_709_549_568_u64), "{huge}");
+    assert_eq!(huge["minimum"], json!(i64::MIN), "{huge}");
+    assert_eq!(count["maximum"], json!(18_446_744_073_709_549_568_u64), "{count}");
+    // What the SDK holds is what was sent: the bound is a float exactly.
+    let sent = agent_airlock::ToolDefinition::to_dialect(&scalars.definition, Dialect::Gemini).unwrap();
+    let stated = sent["parameters"]["properties"]["count"]["maximum"].as_u64().unwrap();
+    assert_eq!(stated as f64 as u64, stated);
+
+    let base = json!({"text": "t", "flag": true, "ratio": 1.5, "small": 1.0, "tiny": 0, "count": 0, "huge": 0,
+        "index": 3, "letter": "x"});
+    let with = |key: &str, value: Value| {
+        let mut arguments = base.clone();
+        arguments[key] = value;
+        arguments
+    };
+    let checks = [
+        ("count", json!(18_446_744_073_709_549_568_u64), true),
+        ("count", json!(18_446_744_073_709_549_569_u64), false),
+        ("count", json!(u64::MAX), false),
+        ("huge", json!(i64::MAX), true),
+        ("huge", json!(u64::MAX - 1), false),
+        ("huge", json!(i64::MIN), true),
+    ];
+    for (key, value, admitted) in checks {
+        let arguments = with(key, value.clone());
+        assert_eq!(gemini.oracle.is_valid(&arguments), admitted, "Gemini schema, `{key}` = {value}");
+        let message = dispatch_in(dispatcher, Some(Dialect::Gemini), "scalars", arguments.clone());
+        assert_eq!(message.status == Status::Success, admitted, "`{key}` = {value}: {}", message.content);
+        if !admitted {
+            assert!(message.content.contains(&format!("`{key}`: `{value}` is out of range: expected an integer")));
+        }
+        // The canonical schema, and every dialect that keeps it, admits the whole type.
+        for offered in scalars.offered.iter().filter(|o| o.dialect != Some(Dialect::Gemini)) {
+            assert!(offered.oracle.is_valid(&arguments), "{}: `{key}` = {value}", offered.label());
+            let message = dispatch_in(dispatcher, offered.dialect, "scalars", arguments.clone());
+            assert_eq!(message.status, Status::Success, "{}: {}", offered.label(), message.content);
+        }
+    }
 }

@@ -3,6 +3,11 @@
 //! duplicate set items; the schema closes every object (`additionalProperties: false`) and declares
 //! `uniqueItems` for sets. Here unknown keys become ghosts (with their path) and duplicates are found.
 //!
+//! A call in a dialect (see [`CallContext::with_dialect`](crate::CallContext::with_dialect)) is held to
+//! what that dialect's schema says instead: where it cannot say `uniqueItems` a repeated item counts once
+//! (the walk removes the repeats), and where its SDK holds bounds as floats an integer beyond the bound
+//! the dialect states (the nearest one a float holds, inside the canonical one) is out of range.
+//!
 //! Alternatives (`anyOf`/`oneOf`, an `Option`, an enum's variants) are narrowed to those the value can
 //! match (every required key present, every tag-like `const`/`enum` property equal); a key is a ghost only
 //! when no such alternative declares it. Where the schema leaves an object open, or says something this walk
@@ -12,6 +17,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
+use crate::dialect::Dialect;
 use crate::echo;
 
 /// How many `$ref`s may be followed without descending into the value: a cycle of references alone
@@ -36,6 +42,18 @@ pub(crate) struct Duplicate {
     pub(crate) item: String,
 }
 
+/// An integer inside the canonical schema's bounds but outside those the call's dialect states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutOfRange {
+    /// Where: `count`, `items[2].count`.
+    pub(crate) path: String,
+    /// The integer as sent.
+    pub(crate) value: String,
+    /// The bounds the dialect states, as JSON text (`None`: unbounded on that side).
+    pub(crate) min: Option<String>,
+    pub(crate) max: Option<String>,
+}
+
 /// The declared name closest to `ghost`, when it is near enough to be a typo (at most two edits) or one
 /// name extends the other (`zipcode` for `zip`).
 pub(crate) fn closest<'a>(ghost: &str, declared: impl IntoIterator<Item = &'a str>) -> Option<String> {
@@ -56,8 +74,15 @@ pub(crate) struct Walk<'s> {
     root: &'s Value,
     /// Whether ghosts are removed from the value (strip) or only reported (block: the call is refused).
     remove: bool,
+    /// Whether a repeated item of a set counts once (removed) instead of being a duplicate: the call's
+    /// dialect cannot say `uniqueItems`.
+    collapse_repeats: bool,
+    /// Whether integers are held to bounds a float holds exactly: the call's dialect's SDK stores bounds
+    /// as floats.
+    float_bounds: bool,
     pub(crate) ghosts: Vec<Ghost>,
     pub(crate) duplicates: Vec<Duplicate>,
+    pub(crate) out_of_range: Vec<OutOfRange>,
 }
 
 /// What the schema alternatives at one place say.
@@ -71,7 +96,24 @@ enum Candidates<'s> {
 impl<'s> Walk<'s> {
     /// A walk against the canonical schema `root` (where `$ref`s resolve).
     pub(crate) fn new(root: &'s Value, remove: bool) -> Self {
-        Walk { root, remove, ghosts: Vec::new(), duplicates: Vec::new() }
+        Walk {
+            root,
+            remove,
+            collapse_repeats: false,
+            float_bounds: false,
+            ghosts: Vec::new(),
+            duplicates: Vec::new(),
+            out_of_range: Vec::new(),
+        }
+    }
+
+    /// The walk for a call offered in `dialect`: held to what that dialect's schema says.
+    pub(crate) fn in_dialect(mut self, dialect: Option<Dialect>) -> Self {
+        if let Some(dialect) = dialect {
+            self.collapse_repeats = !dialect.says_unique_items();
+            self.float_bounds = dialect.float_bounds();
+        }
+        self
     }
 
     /// Walks `value` at `path` against `schemas` (any of which may apply).
@@ -149,12 +191,17 @@ impl<'s> Walk<'s> {
     /// Walks each value with the schemas its key has among `alternatives`.
     fn children(&mut self, map: &mut Map<String, Value>, alternatives: &[&'s Map<String, Value>], path: &mut String) {
         for (key, child) in map.iter_mut() {
-            if !matches!(child, Value::Object(_) | Value::Array(_)) {
+            let scalar = !matches!(child, Value::Object(_) | Value::Array(_));
+            if scalar && !(self.float_bounds && child.is_number()) {
                 continue;
             }
             let schemas: Vec<&'s Value> =
                 alternatives.iter().filter_map(|c| property(c, key).or_else(|| additional_schema(c))).collect();
             if schemas.is_empty() {
+                continue;
+            }
+            if scalar {
+                self.check_bounds(child, &schemas, || join_key(path, key));
                 continue;
             }
             let length = path.len();
@@ -191,21 +238,30 @@ impl<'s> Walk<'s> {
         })
     }
 
-    fn array(&mut self, items: &mut [Value], schemas: &[&'s Value], path: &mut String) {
+    fn array(&mut self, items: &mut Vec<Value>, schemas: &[&'s Value], path: &mut String) {
         let Candidates::Some(all) = self.candidates(schemas) else { return };
         let arrays: Vec<&Map<String, Value>> = all.into_iter().filter(|c| may_be(c, "array")).collect();
         if arrays.is_empty() {
             return;
         }
         if arrays.iter().all(|c| c.get("uniqueItems") == Some(&Value::Bool(true))) {
-            self.check_unique(items, path);
+            if self.collapse_repeats {
+                collapse_repeats(items);
+            } else {
+                self.check_unique(items, path);
+            }
         }
         for (index, item) in items.iter_mut().enumerate() {
-            if !matches!(item, Value::Object(_) | Value::Array(_)) {
+            let scalar = !matches!(item, Value::Object(_) | Value::Array(_));
+            if scalar && !(self.float_bounds && item.is_number()) {
                 continue;
             }
             let schemas: Vec<&'s Value> = arrays.iter().filter_map(|c| item_schema(c, index)).collect();
             if schemas.is_empty() {
+                continue;
+            }
+            if scalar {
+                self.check_bounds(item, &schemas, || format!("{path}[{index}]"));
                 continue;
             }
             let length = path.len();
@@ -213,6 +269,40 @@ impl<'s> Walk<'s> {
             self.value(item, &schemas, path);
             path.truncate(length);
         }
+    }
+
+    /// Under float bounds: `value` (a number) is out of range when every numeric alternative bounds it more
+    /// tightly than its canonical bounds do (the canonical bounds themselves the tool checks anyway).
+    fn check_bounds(&mut self, value: &Value, schemas: &[&'s Value], path: impl FnOnce() -> String) {
+        let Some(n) = value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)) else { return };
+        let Candidates::Some(all) = self.candidates(schemas) else { return };
+        let numeric: Vec<&Map<String, Value>> =
+            all.into_iter().filter(|c| may_be(c, "integer") || may_be(c, "number")).collect();
+        let bound = |c: &Map<String, Value>, key: &str| {
+            let stated = c.get(key)?;
+            Some(crate::dialect::float_exact_bound(stated, key == "maximum").unwrap_or_else(|| stated.clone()))
+        };
+        let within = |c: &Map<String, Value>| {
+            let holds = |key: &str, inside: fn(i128, i128) -> bool| match bound(c, key) {
+                Some(b) => match b.as_i64().map(i128::from).or_else(|| b.as_u64().map(i128::from)) {
+                    Some(b) => inside(n, b),
+                    // A bound that is not an integer (`2.5`): a float already holds it.
+                    None => true,
+                },
+                None => true,
+            };
+            holds("minimum", |n, b| n >= b) && holds("maximum", |n, b| n <= b)
+        };
+        if numeric.is_empty() || numeric.iter().any(|c| within(c)) {
+            return;
+        }
+        let first = numeric[0];
+        self.out_of_range.push(OutOfRange {
+            path: path(),
+            value: value.to_string(),
+            min: bound(first, "minimum").map(|b| b.to_string()),
+            max: bound(first, "maximum").map(|b| b.to_string()),
+        });
     }
 
     /// Finds the first repeated item, comparing canonical JSON (so key order does not matter).
@@ -226,6 +316,13 @@ impl<'s> Walk<'s> {
             }
         }
     }
+}
+
+/// Removes every repeat of an earlier item (canonical JSON compared, so key order does not matter): a set
+/// holds each item once.
+fn collapse_repeats(items: &mut Vec<Value>) {
+    let mut seen = HashSet::with_capacity(items.len());
+    items.retain(|item| seen.insert(crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string())));
 }
 
 /// A reference within `root`, as a JSON pointer fragment: `#/$defs/<name>` as generated for typed tools, and

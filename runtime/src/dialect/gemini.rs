@@ -3,7 +3,8 @@
 //!
 //! - fields `type` (one type, never a list), `format`, `title`, `description`, `nullable`, `enum` (strings
 //!   only), `properties`, `required`, `items`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
-//!   `minimum`/`maximum`, `minProperties`/`maxProperties`, `anyOf`, `example`;
+//!   `minimum`/`maximum` (held as floats by the SDK: an integer bound a float cannot hold is stated as the
+//!   nearest one inside it that a float holds), `minProperties`/`maxProperties`, `anyOf`, `example`;
 //! - no `$ref`/`$defs` (every reference is inlined, so recursive types cannot be expressed), no
 //!   `additionalProperties`, no `const`, no `oneOf`/`allOf`, no tuples;
 //! - `nullable: true` instead of `["T", "null"]` or a `null` alternative;
@@ -166,6 +167,13 @@ impl Inline<'_> {
                             shared::describe_open(value)
                         ),
                     ));
+                }
+                // Gemini's SDK holds bounds as floats: an integer bound a float cannot hold (`u64::MAX` would
+                // come back as 2^64) is stated as the nearest one inside it, which a call in this dialect is
+                // held to (`Walk::in_dialect`).
+                "minimum" | "maximum" => {
+                    let exact = crate::dialect::float_exact_bound(value, key == "maximum");
+                    out.insert(key.clone(), exact.unwrap_or_else(|| value.clone()));
                 }
                 key if KEPT.contains(&key) => {
                     out.insert(key.to_owned(), value.clone());

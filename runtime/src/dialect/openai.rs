@@ -4,7 +4,8 @@
 //! - every object lists all its properties in `required` and sets `additionalProperties: false`;
 //! - `$defs` with `$ref` (`#/$defs/...` or `#`) for recursion; the root is an object, not an `anyOf`;
 //! - string `pattern` and the string `format`s below, number `minimum`/`maximum`/`exclusive*`/`multipleOf`,
-//!   array `minItems`/`maxItems`; composition (`allOf`, `not`, `if`/`then`/`else`, `dependent*`) is refused;
+//!   array `minItems`/`maxItems` (no `uniqueItems`: a call in this dialect counts a repeated set item
+//!   once); composition (`allOf`, `not`, `if`/`then`/`else`, `dependent*`) is refused;
 //! - at most 5000 properties, 10 levels of object nesting, 1000 enum values and 120,000 characters of names
 //!   and enum values in one schema.
 

@@ -296,8 +296,9 @@ pub(super) fn describe_format(schema: &mut Map<String, Value>, format: &str) {
     schema.insert("description".into(), Value::String(description));
 }
 
-/// `uniqueItems: true`, which neither OpenAI strict mode nor Gemini has, still tells the model what the
-/// dispatcher enforces: it moves into the description.
+/// `uniqueItems: true`, which neither OpenAI strict mode nor Gemini has, still tells the model what a set
+/// means: it moves into the description (a call in such a dialect has a repeated item counted once, as its
+/// schema admits the repeat).
 pub(super) fn describe_unique_items(source: &Map<String, Value>, schema: &mut Map<String, Value>) {
     if source.get("uniqueItems") != Some(&Value::Bool(true)) {
         return;

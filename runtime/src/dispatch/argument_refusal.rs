@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::args::{Duplicate, Ghost, MAX_LISTED, nested};
+use crate::args::{Duplicate, Ghost, MAX_LISTED, OutOfRange, nested};
 use crate::echo;
 use crate::tool::{ArgumentError, ArgumentErrors, ToolSpec};
 
@@ -40,6 +40,25 @@ pub(super) fn describe_duplicates(tool: &str, duplicates: &[Duplicate]) -> (Stri
         let path = echo::fragment(&duplicate.path);
         let _ = write!(text, "\n- `{path}` holds `{}` more than once; its items must be unique", duplicate.item);
         hints.push(format!("send each item of `{path}` once"));
+    }
+    (text, hints)
+}
+
+/// The refusal text and hints for integers beyond the bounds the call's dialect states.
+pub(super) fn describe_out_of_range(tool: &str, out_of_range: &[OutOfRange]) -> (String, Vec<String>) {
+    let mut text = format!("the arguments for `{tool}` are invalid:");
+    let mut hints = Vec::new();
+    for item in out_of_range.iter().take(MAX_LISTED) {
+        let path = echo::fragment(&item.path);
+        let value = echo::fragment(&item.value);
+        let range = match (&item.min, &item.max) {
+            (Some(min), Some(max)) => format!("an integer from {min} to {max}"),
+            (Some(min), None) => format!("an integer of at least {min}"),
+            (None, Some(max)) => format!("an integer of at most {max}"),
+            (None, None) => "an integer".to_owned(),
+        };
+        let _ = write!(text, "\n- `{path}`: `{value}` is out of range: expected {range}");
+        hints.push(format!("send `{path}` as {range}"));
     }
     (text, hints)
 }

@@ -234,7 +234,7 @@ impl Dispatcher {
 
         // 3. Ghost arguments: the author's mode, or the policy's `block` (observed only, in observe mode).
         let ghost = if entry.ghost_block.is_some() && !self.observe { GhostPolicy::Block } else { spec.ghost() };
-        let screened = args::screen(arguments, spec, &entry.definition.input_schema, ghost)
+        let screened = args::screen(arguments, spec, &entry.definition.input_schema, ghost, context.dialect())
             .map_err(|err| refuse(refusal::screening(name, spec, err)))?;
         if !screened.stripped.is_empty() {
             tracing::warn!(target: "agent_airlock", stripped = ?screened.stripped, "undeclared arguments stripped");

@@ -100,6 +100,12 @@ pub(super) fn screening(name: &str, spec: &ToolSpec, err: ScreeningError) -> Ref
             refused.hints = hints;
             refused
         }
+        ScreeningError::OutOfRange(out_of_range) => {
+            let (text, hints) = super::argument_refusal::describe_out_of_range(name, &out_of_range);
+            let mut refused = Refused::new(RefusalKind::InvalidArguments, text);
+            refused.hints = hints;
+            refused
+        }
     }
 }
 
