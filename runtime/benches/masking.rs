@@ -32,7 +32,7 @@ fn dirty_extras(i: usize) -> String {
     match i % 4 {
         0 => format!("contact: jane.doe{i}@example.com, phone +1 415 555 {:04}\n", 2671 + i),
         1 => "card 4111 1111 1111 1111 exp 12/27; Authorization: Bearer abcDEF1234567890ghijKLMNOP\n".to_owned(),
-        2 => "key=AKIAIOSFODNN7EXAMPLE db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n".to_owned(),
+        2 => "key=AKIAIOSFODNN7QK4RW2Z db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n".to_owned(),
         _ => "ssn 123-45-6789 iban DE89 3704 0044 0532 0130 00 token: ghp_abcdefghijklmnopqrstuvwxyz0123456789\n"
             .to_owned(),
     }

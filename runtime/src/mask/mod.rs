@@ -11,7 +11,7 @@
 //! use serde_json::json;
 //!
 //! let masker = Masker::new(MaskConfig::new(MaskStrategy::TypeTag));
-//! let text = "mail jane@example.com, key AKIAIOSFODNN7EXAMPLE, build 1.2.3.4";
+//! let text = "mail jane@example.com, key AKIAIOSFODNN7QK4RW2Z, build 1.2.3.4";
 //! assert_eq!(
 //!     masker.mask_text(text, MaskSet::SECRETS | MaskSet::PII),
 //!     "mail [EMAIL], key [AWS_ACCESS_KEY], build 1.2.3.4"
@@ -25,6 +25,7 @@
 
 mod detect;
 mod json;
+mod providers;
 mod report;
 mod strategy;
 mod validate;
@@ -108,11 +109,11 @@ impl Masker {
             return Vec::new();
         }
         let Some(staged) = self.stage_blocks(only, text, &mut MaskReport::new(), &mut false) else {
-            return settled_findings(scanner, only, text);
+            return all_findings(scanner, only, text);
         };
         let mut found = Vec::new();
         let mut blocks = staged.blocks.iter().peekable();
-        for mut finding in settled_findings(scanner, only, &staged.text) {
+        for mut finding in all_findings(scanner, only, &staged.text) {
             let (start, end) = (staged.original(finding.start, false), staged.original(finding.end, true));
             while let Some(block) = blocks.next_if(|block| block.original.start < end) {
                 if block.original.end <= start {
@@ -334,7 +335,7 @@ impl Masker {
         let input = staged.as_deref().unwrap_or(text);
         let mut out: Option<String> = None;
         let mut copied = 0;
-        for finding in settled_findings(scanner, only, input) {
+        for finding in all_findings(scanner, only, input) {
             let out = out.get_or_insert_with(|| String::with_capacity(input.len() + 16));
             out.push_str(&input[copied..finding.start]);
             partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
@@ -399,6 +400,32 @@ impl Masker {
         }
         None
     }
+}
+
+/// The findings in `text`: the scanner's ([`settled_findings`]), then the provider secrets of gitleaks' rule set
+/// ([`providers`]) that none of them overlaps, as [`MaskKind::SecretValue`]. A provider secret's rule reads
+/// only its own match, and a tag (`[SECRET_VALUE]`) matches no rule, so masking the result again finds no
+/// provider secret the first masking missed.
+fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    let found = settled_findings(scanner, only, text);
+    if !only.contains_kind(MaskKind::SecretValue) {
+        return found;
+    }
+    let Some(providers) = providers::providers() else { return found };
+    let mut merged = Vec::with_capacity(found.len());
+    let mut native = found.into_iter().peekable();
+    providers.find(text, |secret| {
+        while let Some(finding) = native.next_if(|f| f.start < secret.end) {
+            merged.push(finding);
+        }
+        let overlaps = merged.last().is_some_and(|f: &Finding| f.end > secret.start)
+            || native.peek().is_some_and(|f| f.start < secret.end);
+        if !overlaps {
+            merged.push(Finding { kind: MaskKind::SecretValue, start: secret.start, end: secret.end, keep_prefix: 0 });
+        }
+    });
+    merged.extend(native);
+    merged
 }
 
 /// The findings in `text` as masking the result again would leave them: one scan, and while a finding started
