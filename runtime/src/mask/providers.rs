@@ -15,7 +15,7 @@
 
 use std::sync::LazyLock;
 
-use regex_automata::{Input, meta, util::syntax};
+use regex_automata::{Anchored, Input, meta, util::syntax};
 use serde::Deserialize;
 
 use super::detect::is_mask_or_placeholder;
@@ -278,8 +278,14 @@ impl Providers {
             let mut caps = rule.regex.create_captures();
             let mut at = from;
             while at < to {
-                rule.regex.search_captures(&Input::new(text).range(at..to), &mut caps);
-                let Some(whole) = caps.get_match() else { break };
+                // The lazy DFA finds the match; the slower capture engines then read only the match itself.
+                let Some(located) = rule.regex.search(&Input::new(text).range(at..to)) else { break };
+                let input = Input::new(text).range(located.range()).anchored(Anchored::Yes);
+                rule.regex.search_captures(&input, &mut caps);
+                let Some(whole) = caps.get_match() else {
+                    at = located.end().max(located.start() + 1);
+                    continue;
+                };
                 at = if whole.end() > whole.start() { whole.end() } else { whole.end() + 1 };
                 let span = match rule.secret_group {
                     Some(group) => caps.get_group(group),
