@@ -74,7 +74,8 @@ enum Target {
 }
 
 struct Allowlist {
-    regexes: Vec<meta::Regex>,
+    /// Its regexes compiled together: one search per candidate, not one per regex.
+    regexes: Option<meta::Regex>,
     target: Target,
     stopwords: Vec<String>,
 }
@@ -174,7 +175,16 @@ impl Allowlist {
             Some("line") => Target::Line,
             _ => Target::Secret,
         };
-        let regexes = spec.regexes.iter().map(|r| compile(r)).collect::<Result<_, _>>()?;
+        let regexes = if spec.regexes.is_empty() {
+            None
+        } else {
+            let converted: Vec<String> = spec.regexes.iter().map(|r| convert(r)).collect();
+            let regex = meta::Regex::builder()
+                .configure(meta::Config::new().hybrid_cache_capacity(256 * 1024))
+                .build_many(&converted)
+                .map_err(|err| format!("allowlist: {err}"))?;
+            Some(regex)
+        };
         let stopwords = spec.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect();
         Ok(Some(Allowlist { regexes, target, stopwords }))
     }
@@ -185,7 +195,7 @@ impl Allowlist {
             Target::Match => matched,
             Target::Line => line,
         };
-        if self.regexes.iter().any(|regex| regex.is_match(target)) {
+        if self.regexes.as_ref().is_some_and(|regex| regex.is_match(target)) {
             return true;
         }
         if self.stopwords.is_empty() {
@@ -200,7 +210,7 @@ impl Providers {
     fn build() -> Result<Providers, String> {
         let config: Config = toml::from_str(RULES).map_err(|err| err.to_string())?;
         let global = Allowlist::compile(&config.allowlist)?.unwrap_or(Allowlist {
-            regexes: Vec::new(),
+            regexes: None,
             target: Target::Secret,
             stopwords: Vec::new(),
         });
