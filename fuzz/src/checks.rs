@@ -598,7 +598,7 @@ pub fn check_resume(fixture: &ApprovalFixture, untrusted: &Value) {
 
 /// Secrets the masking target seeds into its inputs; none of them may survive masking.
 pub const SEEDED_SECRETS: &[&str] = &[
-    "AKIAIOSFODNN7EXAMPLE",
+    "AKIAIOSFODNN7QK4RW2Z",
     "sk-proj-Zq3xW9vT1bN4mK8pL2rY6sD0fG5hJ7aQ",
     "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
     "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
@@ -609,7 +609,7 @@ pub const SEEDED_SECRETS: &[&str] = &[
 ];
 
 /// A masker writing type tags (the default, which [`reference_mask_text`] follows), one writing
-/// [`agent_airlock::mask::FULL_MASK`] for every kind, and one keeping part of each value (`AKIA...MPLE`,
+/// [`agent_airlock::mask::FULL_MASK`] for every kind, and one keeping part of each value (`AKIA...RW2Z`,
 /// `j***@example.com`), whose output holds text a later masking reads again.
 fn maskers() -> &'static [Masker; 3] {
     static MASKERS: OnceLock<[Masker; 3]> = OnceLock::new();

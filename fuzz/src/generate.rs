@@ -102,7 +102,7 @@ pub const VOCABULARY: &[&str] = &[
     "Key",
     "Value",
     "DB_PASSWORD",
-    "AKIAIOSFODNN7EXAMPLE",
+    "AKIAIOSFODNN7QK4RW2Z",
     "jane.doe@example.com",
     "4111111111111111",
     "",

@@ -32,7 +32,7 @@ fn dirty_extras(i: usize) -> String {
     match i % 4 {
         0 => format!("contact: jane.doe{i}@example.com, phone +1 415 555 {:04}\n", 2671 + i),
         1 => "card 4111 1111 1111 1111 exp 12/27; Authorization: Bearer abcDEF1234567890ghijKLMNOP\n".to_owned(),
-        2 => "key=AKIAIOSFODNN7EXAMPLE db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n".to_owned(),
+        2 => "key=AKIAIOSFODNN7QK4RW2Z db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n".to_owned(),
         _ => "ssn 123-45-6789 iban DE89 3704 0044 0532 0130 00 token: ghp_abcdefghijklmnopqrstuvwxyz0123456789\n"
             .to_owned(),
     }
@@ -50,6 +50,45 @@ fn text_of(size: usize, dirty: bool) -> String {
     }
     text.truncate(size); // ASCII only
     text
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so each run measures the same text.
+fn pseudo_random(len: usize, alphabet: &[u8]) -> String {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(alphabet[(state % alphabet.len() as u64) as usize])
+        })
+        .collect()
+}
+
+const MIB: usize = 1 << 20;
+
+fn adversarial_texts() -> Vec<(&'static str, String)> {
+    let base64 = pseudo_random(MIB, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
+    let capitals = pseudo_random(MIB, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ-");
+    let worst = include_str!("../../fuzz/regressions/masking_glued_dotted_quads.txt");
+    let quads = worst.repeat(MIB / worst.len() + 1);
+    let keywords =
+        "glpat-x xoxb- AKIA sk- ghp_ adafruit_key: hooks.slack.com/ eyJ a3- q~ sc_ token=\n".repeat(MIB / 70);
+    let corpus: String = include_str!("../../tests/masking/gitleaks/true_positives.tsv")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit('\t').next())
+        .flat_map(|text| [text, "\n"])
+        .collect();
+    let ordinary = text_of(MIB, true);
+    vec![
+        ("base64_1m", base64),
+        ("capitals_dashes_1m", capitals),
+        ("glued_quads_1m", quads),
+        ("keywords_1m", keywords),
+        ("gitleaks_corpus", corpus),
+        ("orders_dirty_1m", ordinary),
+    ]
 }
 
 fn bench_masking(c: &mut Criterion) {
@@ -74,6 +113,19 @@ fn bench_masking(c: &mut Criterion) {
             group
                 .bench_function(format!("{name}/all"), |b| b.iter(|| masker.mask_text(black_box(&text), MaskSet::ALL)));
         }
+    }
+    group.finish();
+
+    // Adversarial text, 1 MiB each: runs that keep the lazy DFA building states (base64, capitals and dashes,
+    // digits and dots), a fuzzer's worst input, provider keywords on every line; and the gitleaks corpus.
+    let mut group = c.benchmark_group("mask_text_adversarial");
+    group.sample_size(10);
+    for (name, text) in adversarial_texts() {
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_function(format!("{name}/secrets,pii"), |b| b.iter(|| masker.mask_text(black_box(&text), all)));
+        group.bench_function(format!("{name}/secrets"), |b| {
+            b.iter(|| masker.mask_text(black_box(&text), MaskSet::SECRETS))
+        });
     }
     group.finish();
     for (name, text) in [("short_none", "order shipped on 2024-05-01"), ("short_email", "jane@example.com")] {

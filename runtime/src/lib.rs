@@ -239,8 +239,8 @@
 //! use serde_json::json;
 //!
 //! let masker = Masker::default();
-//! let masked = masker.mask_text("key AKIAIOSFODNN7EXAMPLE, build 1.2.3.4", MaskSet::SECRETS);
-//! assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE") && masked.ends_with("build 1.2.3.4"));
+//! let masked = masker.mask_text("key AKIAIOSFODNN7QK4RW2Z, build 1.2.3.4", MaskSet::SECRETS);
+//! assert!(!masked.contains("AKIAIOSFODNN7QK4RW2Z") && masked.ends_with("build 1.2.3.4"));
 //!
 //! /// Look up a customer.
 //! #[airlock_tool(mask = "secrets,pii")]

@@ -139,12 +139,12 @@ fn a_genuine_request_with_a_respelled_number_still_verifies_as_the_same_request(
 
 #[test]
 fn a_secret_glued_to_copies_of_itself_is_not_that_secret_but_the_planted_copy_is_masked() {
-    let glued = "AKIAIOSFODNN7EXAMPLE".repeat(18);
+    let glued = "AKIAIOSFODNN7QK4RW2Z".repeat(18);
     checks::check_mask_value(&json!({"payload": [glued.clone(), {"name": []}]}), Some(0));
     checks::check_mask_text(&glued, Some(0));
     let masked = agent_airlock::mask::Masker::default()
-        .mask_text("key AKIAIOSFODNN7EXAMPLE here", agent_airlock::mask::MaskSet::ALL);
-    assert!(!masked.contains("AKIAIOSFODNN7EXAMPLE"), "{masked}");
+        .mask_text("key AKIAIOSFODNN7QK4RW2Z here", agent_airlock::mask::MaskSet::ALL);
+    assert!(!masked.contains("AKIAIOSFODNN7QK4RW2Z"), "{masked}");
 }
 
 // ---- found by `masking`: masking was not idempotent (fixed in `runtime/src/mask/`) -----------------------

@@ -395,7 +395,7 @@ fn deeply_nested_json_does_not_overflow_the_stack() {
 #[test]
 fn masks_never_overlap_and_keep_the_text_between() {
     let masker = Masker::default();
-    let text = "a jane@example.com b 4111111111111111 c +44 20 7946 0958 d AKIAIOSFODNN7EXAMPLE e";
+    let text = "a jane@example.com b 4111111111111111 c +44 20 7946 0958 d AKIAIOSFODNN7QK4RW2Z e";
     let found = masker.detect(text, MaskSet::ALL);
     assert_eq!(found.len(), 4);
     assert!(found.windows(2).all(|w| w[0].range.end <= w[1].range.start));
@@ -713,12 +713,12 @@ fn detections_around_a_private_key_block_never_overlap() {
 }
 
 // A refused e-mail (`name@2x.png`, `https://user@host`) or URL password (`db://u:****@host`) used to skip its
-// whole match, so a secret glued inside it was never looked at: `https://AKIAIOSFODNN7EXAMPLE@example.com`
+// whole match, so a secret glued inside it was never looked at: `https://AKIAIOSFODNN7QK4RW2Z@example.com`
 // came back unmasked. The other kinds are now looked for inside a refused match.
 
 /// Secrets that may sit glued inside an e-mail's local part or a URL's credentials.
 const GLUED_SECRETS: &[&str] = &[
-    "AKIAIOSFODNN7EXAMPLE",
+    "AKIAIOSFODNN7QK4RW2Z",
     "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
     "sk-proj-Zq3xW9vT1bN4mK8pL2rY6sD0fG5hJ7aQ",
     "xoxb-123456789012-1234567890123-AbCdEfGhIjKl",
@@ -741,7 +741,7 @@ const REFUSED_AROUND: &[&str] = &[
 #[test]
 fn a_secret_inside_a_refused_email_or_url_is_still_masked() {
     assert_eq!(
-        Masker::default().mask_text("https://AKIAIOSFODNN7EXAMPLE@example.com", MaskSet::ALL),
+        Masker::default().mask_text("https://AKIAIOSFODNN7QK4RW2Z@example.com", MaskSet::ALL),
         "https://[AWS_ACCESS_KEY]@example.com"
     );
     assert_eq!(

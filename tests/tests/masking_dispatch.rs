@@ -8,7 +8,7 @@ use agent_airlock::{
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
 
-const AWS_KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+const AWS_KEY: &str = "AKIAIOSFODNN7QK4RW2Z";
 const EMAIL: &str = "jane.doe@example.com";
 
 /// Read the deployment config (default masking: secrets).

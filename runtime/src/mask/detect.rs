@@ -161,8 +161,18 @@ impl ValueAt {
                 return (colon + 1 < at).then_some((start + colon + 1, start + at));
             }
             ValueAt::AfterSeparator => {
-                let separator = matched.iter().position(|&b| b == b':' || b == b'=')?;
-                separator + 1 + matched[separator + 1..].iter().take_while(|&&b| b == b' ' || b == b'\t').count()
+                let separator = matched.iter().position(|&b| matches!(b, b':' | b'=' | b','))?;
+                // The rest of the operator: `::=`, `:=`, `=>`.
+                let operator = match matched[separator] {
+                    b':' => {
+                        let colons = matched[separator..].iter().take(3).take_while(|&&b| b == b':').count();
+                        colons + usize::from(matched.get(separator + colons) == Some(&b'='))
+                    }
+                    b'=' => 1 + usize::from(matched.get(separator + 1) == Some(&b'>')),
+                    _ => 1,
+                };
+                let after = separator + operator;
+                after + matched[after..].iter().take_while(|&&b| b == b' ' || b == b'\t').count()
             }
         };
         (offset < matched.len()).then_some((start + offset, end))
@@ -277,7 +287,10 @@ static PATTERNS: &[PatternSpec] = &[
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
             r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))",
-            r#"["']?[ \t]*[:=][ \t]*"#,
+            // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
+            // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
+            // `System.setProperty("API_TOKEN", "…")`.
+            r#"(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*"#,
             // The value: double-quoted (with escapes), single-quoted, or bare.
             r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]+)"#,
         ),
@@ -382,14 +395,41 @@ fn compile(pattern: &str) -> String {
 pub(crate) struct Scanner {
     regex: meta::Regex,
     specs: Vec<&'static PatternSpec>,
+    set: MaskSet,
+}
+
+/// The lazy DFA's cache for one scanner, per thread searching with it at once. The default (2 MiB) is
+/// exhausted by text such as a long base64 run, where the combined patterns keep making new states; the DFA
+/// then clears its cache over and over, then gives up for a slower engine (3 MB/s with `secrets` on random
+/// base64, against 120 MB/s with this capacity). Memory: at most this much per scanner per thread, and at most
+/// [`SCANNER_CACHE_LIMIT`] scanners.
+const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
+
+/// `only` without the kinds `text` cannot hold because a byte every finding of theirs holds is missing: an
+/// e-mail needs `@`. The e-mail pattern is the one whose states multiply the most in the lazy DFA (a local
+/// part of up to 64 characters starts at every letter), so text without an `@` is scanned without it.
+pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
+    if only.contains_kind(MaskKind::Email) && !text.as_bytes().contains(&b'@') {
+        only.kinds().filter(|&kind| kind != MaskKind::Email).fold(MaskSet::NONE, |set, kind| set | MaskSet::of(kind))
+    } else {
+        only
+    }
 }
 
 impl Scanner {
     fn build(set: MaskSet) -> Result<Scanner, String> {
         let specs: Vec<&'static PatternSpec> = PATTERNS.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
         let patterns: Vec<String> = specs.iter().map(|spec| compile(spec.regex)).collect();
-        let regex = meta::Regex::new_many(&patterns).map_err(|err| err.to_string())?;
-        Ok(Scanner { regex, specs })
+        let regex = meta::Regex::builder()
+            .configure(meta::Config::new().hybrid_cache_capacity(HYBRID_CACHE_CAPACITY))
+            .build_many(&patterns)
+            .map_err(|err| err.to_string())?;
+        Ok(Scanner { regex, specs, set })
+    }
+
+    /// The set this scanner was built for.
+    pub(crate) fn set(&self) -> MaskSet {
+        self.set
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
@@ -668,6 +708,33 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
     if bracketed(b"${", b"}") || bracketed(b"{{", b"}}") || bracketed(b"<", b">") || bracketed(b"%(", b")s") {
         return true;
     }
+    // A shell substitution (`$(vault kv get …)`), a Windows or template variable (`%DB_PASS%`, `@DB_PASS@`), a
+    // Terraform reference (`var.db_password`), a path (`/run/secrets/token`), one repeated character, the
+    // alphabet: gitleaks' allowlists name the same.
+    let variable = |open: u8| {
+        bytes.len() > 2
+            && bytes[0] == open
+            && bytes[bytes.len() - 1] == open
+            && bytes[1..bytes.len() - 1].iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    };
+    let reference = ["var.", "local.", "module.", "data."].iter().any(|prefix| {
+        v.strip_prefix(prefix).is_some_and(|rest| {
+            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        })
+    });
+    let path = ["/bin/", "/etc/", "/home/", "/opt/", "/tmp/", "/usr/", "/var/", "/run/"]
+        .iter()
+        .any(|prefix| v.starts_with(prefix) && !v.contains(char::is_whitespace));
+    if bracketed(b"$(", b")")
+        || variable(b'%')
+        || variable(b'@')
+        || reference
+        || path
+        || (bytes.len() >= 3 && bytes.iter().all(|&b| b == bytes[0]))
+        || v.to_ascii_lowercase().contains("abcdefghijklmnopqrstuvwxyz")
+    {
+        return true;
+    }
     if let Some(name) = v.strip_prefix('$')
         && !name.is_empty()
         && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
@@ -767,7 +834,13 @@ fn verify_github(c: &Candidate<'_>) -> Verdict {
 }
 
 fn verify_slack(c: &Candidate<'_>) -> Verdict {
-    if c.bytes()[5..].iter().any(u8::is_ascii_digit) { c.found(5) } else { Verdict::Reject }
+    let body = &c.bytes()[5..];
+    // A token's numeric ids hold ten digits or more (`xoxb-31672326865-…`); `xoxo-indieweb-1.jpg`,
+    // `xoxb-12345-abcd234` and `xoxp-1-RANDOMSTRINGHERE` do not. One cut short by a mask or a trailing `-`
+    // (`xoxp-5723…-####`) is a placeholder.
+    let digits = body.iter().filter(|b| b.is_ascii_digit()).count();
+    let cut = body.ends_with(b"-") || matches!(c.after(0), Some(b'#' | b'*'));
+    if digits >= 10 && !cut { c.found(5) } else { Verdict::Reject }
 }
 
 fn verify_stripe(c: &Candidate<'_>) -> Verdict {
@@ -776,7 +849,8 @@ fn verify_stripe(c: &Candidate<'_>) -> Verdict {
 }
 
 fn verify_aws(c: &Candidate<'_>) -> Verdict {
-    c.found(4)
+    // `AKIAIOSFODNN7EXAMPLE` and its kin are the documentation's, as gitleaks' allowlist says.
+    if c.bytes().ends_with(b"EXAMPLE") { Verdict::Reject } else { c.found(4) }
 }
 
 fn verify_connection_password(c: &Candidate<'_>) -> Verdict {
@@ -817,6 +891,18 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
+        // The value names its own key: `access_token=ACCESS_TOKEN`, `password: PASSWORD`.
+        || (value.len() >= 4
+            && value.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && key.ends_with(&value.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect::<String>()))
+        // A Maven coordinate, `io.jsonwebtoken:jjwt-jackson:0.11.5`: the name is the tail of a lower-case word
+        // and `:` joins it to the artifact with no blank.
+        || (!quoted
+            && separator == Some(b':')
+            && label_end > c.start
+            && bytes[label_end - 1] == b':'
+            && c.before(1).is_some_and(|b| b.is_ascii_lowercase())
+            && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':' | b'_')))
         // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`.
         || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
@@ -1040,7 +1126,7 @@ mod tests {
 
     #[test]
     fn a_full_scanner_cache_falls_back_to_the_full_scanner_filtered() {
-        let text = "jane@example.com 4111111111111111 AKIAIOSFODNN7EXAMPLE";
+        let text = "jane@example.com 4111111111111111 AKIAIOSFODNN7QK4RW2Z";
         let pairs =
             MaskKind::ALL.iter().flat_map(|a| MaskKind::ALL.iter().map(move |b| MaskSet::of(*a) | MaskSet::of(*b)));
         for set in pairs.take(SCANNER_CACHE_LIMIT + 8) {

@@ -11,7 +11,7 @@
 //! use serde_json::json;
 //!
 //! let masker = Masker::new(MaskConfig::new(MaskStrategy::TypeTag));
-//! let text = "mail jane@example.com, key AKIAIOSFODNN7EXAMPLE, build 1.2.3.4";
+//! let text = "mail jane@example.com, key AKIAIOSFODNN7QK4RW2Z, build 1.2.3.4";
 //! assert_eq!(
 //!     masker.mask_text(text, MaskSet::SECRETS | MaskSet::PII),
 //!     "mail [EMAIL], key [AWS_ACCESS_KEY], build 1.2.3.4"
@@ -25,6 +25,7 @@
 
 mod detect;
 mod json;
+mod providers;
 mod report;
 mod strategy;
 mod validate;
@@ -39,7 +40,7 @@ use serde_json::{Map, Value};
 use self::detect::{Finding, Scanner};
 use self::json::KeyHint;
 pub use self::report::MaskReport;
-pub use self::strategy::{FULL_MASK, HASH_HEX_LEN, MaskConfig, MaskStrategy};
+pub use self::strategy::{DEFAULT_MAX_TEXT_BYTES, FULL_MASK, HASH_HEX_LEN, MaskConfig, MaskStrategy, too_large};
 pub use agent_airlock_grammar::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 
 /// Texts shorter than this cannot hold a finding (the shortest is an e-mail such as `a@b.co`).
@@ -94,6 +95,10 @@ impl Masker {
             return Vec::new();
         }
         let Some((scanner, only)) = detect::scanner(set) else { return Vec::new() };
+        if text.len() > self.config.max_text_bytes() {
+            // Masking replaces it whole ([`MaskConfig::with_max_text_bytes`]).
+            return vec![Detection { kind: MaskKind::SecretValue, range: 0..text.len() }];
+        }
         self.findings(&scanner, only, text)
             .into_iter()
             .map(|finding| Detection { kind: finding.kind, range: finding.start..finding.end })
@@ -108,11 +113,11 @@ impl Masker {
             return Vec::new();
         }
         let Some(staged) = self.stage_blocks(only, text, &mut MaskReport::new(), &mut false) else {
-            return settled_findings(scanner, only, text);
+            return all_findings(scanner, only, text);
         };
         let mut found = Vec::new();
         let mut blocks = staged.blocks.iter().peekable();
-        for mut finding in settled_findings(scanner, only, &staged.text) {
+        for mut finding in all_findings(scanner, only, &staged.text) {
             let (start, end) = (staged.original(finding.start, false), staged.original(finding.end, true));
             while let Some(block) = blocks.next_if(|block| block.original.start < end) {
                 if block.original.end <= start {
@@ -298,6 +303,10 @@ impl Masker {
     /// which may change what its neighbours match, so its result is masked again until nothing more is found;
     /// every extra pass replaces text no pass wrote, so there is at most one per byte of `text`.
     fn mask_str_with(&self, scanner: &Scanner, only: MaskSet, text: &str, report: &mut MaskReport) -> Option<String> {
+        if text.len() > self.config.max_text_bytes() {
+            // Refused whole, as a scan failing would be: never shown unmasked.
+            return Some(strategy::too_large(text.len(), self.config.max_text_bytes()));
+        }
         let (mut masked, mut partial) = self.mask_once(scanner, only, text, report)?;
         let mut passes = 1;
         while partial {
@@ -334,7 +343,7 @@ impl Masker {
         let input = staged.as_deref().unwrap_or(text);
         let mut out: Option<String> = None;
         let mut copied = 0;
-        for finding in settled_findings(scanner, only, input) {
+        for finding in all_findings(scanner, only, input) {
             let out = out.get_or_insert_with(|| String::with_capacity(input.len() + 16));
             out.push_str(&input[copied..finding.start]);
             partial |= matches!(self.config.strategy(finding.kind), MaskStrategy::Partial);
@@ -366,6 +375,9 @@ impl Masker {
         hint: KeyHint,
         report: &mut MaskReport,
     ) -> Option<String> {
+        if text.len() > self.config.max_text_bytes() {
+            return Some(strategy::too_large(text.len(), self.config.max_text_bytes()));
+        }
         let kind = match hint {
             KeyHint::None => return self.mask_str_with(scanner, set, text, report),
             KeyHint::Secret => MaskKind::SecretValue,
@@ -401,6 +413,32 @@ impl Masker {
     }
 }
 
+/// The findings in `text`: the scanner's ([`settled_findings`]), then the provider secrets of gitleaks' rule set
+/// ([`providers`]) that none of them overlaps, as [`MaskKind::SecretValue`]. A provider secret's rule reads
+/// only its own match, and a tag (`[SECRET_VALUE]`) matches no rule, so masking the result again finds no
+/// provider secret the first masking missed.
+fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    let found = settled_findings(scanner, only, text);
+    if !only.contains_kind(MaskKind::SecretValue) {
+        return found;
+    }
+    let Some(providers) = providers::providers() else { return found };
+    let mut merged = Vec::with_capacity(found.len());
+    let mut native = found.into_iter().peekable();
+    providers.find(text, |secret| {
+        while let Some(finding) = native.next_if(|f| f.start < secret.end) {
+            merged.push(finding);
+        }
+        let overlaps = merged.last().is_some_and(|f: &Finding| f.end > secret.start)
+            || native.peek().is_some_and(|f| f.start < secret.end);
+        if !overlaps {
+            merged.push(Finding { kind: MaskKind::SecretValue, start: secret.start, end: secret.end, keep_prefix: 0 });
+        }
+    });
+    merged.extend(native);
+    merged
+}
+
 /// The findings in `text` as masking the result again would leave them: one scan, and while a finding started
 /// inside a refused candidate's reach ([`Scanner::scan`] says so), another scan of the text with every finding
 /// so far replaced by its tag, whose findings are mapped back (one that covers a tag takes its place). The
@@ -408,6 +446,14 @@ impl Masker {
 /// point the slow reference reaches. The loop is rare (a refused match running into a finding) and ends: each
 /// extra scan that finds anything covers text no earlier scan covered.
 fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    // A narrower scanner where the text cannot hold some kinds, if one is cached or can be (never the wide
+    // scanner a full cache falls back to, which would be slower).
+    let narrowed = detect::narrow(only, text);
+    let narrow_scanner = (narrowed != only).then(|| detect::scanner(narrowed)).flatten().map(|(s, _)| s);
+    let (scanner, only) = match &narrow_scanner {
+        Some(narrow) if narrow.set() == narrowed => (&**narrow, narrowed),
+        _ => (scanner, only),
+    };
     let mut found = Vec::new();
     let mut settled = scanner.scan(text, only, |finding| found.push(finding));
     // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,
@@ -533,6 +579,28 @@ mod tests {
     fn masker_is_shareable() {
         assert_send_sync::<Masker>();
         assert_send_sync::<MaskReport>();
+    }
+
+    #[test]
+    fn a_text_over_the_budget_is_refused_whole() {
+        let masker = Masker::new(MaskConfig::default().with_max_text_bytes(64));
+        let long = format!("{} nothing secret here", "word ".repeat(20));
+        assert_eq!(masker.mask_text(&long, MaskSet::SECRETS), too_large(long.len(), 64));
+        assert_eq!(masker.detect(&long, MaskSet::SECRETS).len(), 1);
+        assert_eq!(masker.mask_text("short, AKIAIOSFODNN7QK4RW2Z", MaskSet::SECRETS), "short, [AWS_ACCESS_KEY]");
+        let mut value = serde_json::json!({"note": long, "ok": "fine"});
+        masker.mask_value(&mut value, MaskSet::SECRETS);
+        assert_eq!(value, serde_json::json!({"note": too_large(long.len(), 64), "ok": "fine"}));
+    }
+
+    #[test]
+    fn text_without_an_at_sign_is_scanned_without_the_email_pattern() {
+        let set = MaskSet::SECRETS | MaskSet::PII;
+        let narrowed = detect::narrow(set, "card 4111 1111 1111 1111, AKIAIOSFODNN7QK4RW2Z");
+        assert!(!narrowed.contains_kind(MaskKind::Email) && narrowed.contains_kind(MaskKind::PaymentCard));
+        assert_eq!(detect::narrow(set, "jane@example.com"), set);
+        let masker = Masker::default();
+        assert_eq!(masker.mask_text("card 4111 1111 1111 1111", set), "card [PAYMENT_CARD]");
     }
 
     #[test]

@@ -57,12 +57,30 @@ fn digest_hex(key: &HashKey, kind: MaskKind, value: &[u8], out: &mut String) {
 #[derive(Clone, Debug)]
 pub struct MaskConfig {
     strategies: [MaskStrategy; MaskKind::COUNT],
+    max_text_bytes: usize,
 }
+
+/// The default [`MaskConfig::max_text_bytes`]: 64 MiB, about a second of masking on the slowest text measured.
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 << 20;
 
 impl MaskConfig {
     /// Every kind masked with `strategy`.
     pub fn new(strategy: MaskStrategy) -> MaskConfig {
-        MaskConfig { strategies: std::array::from_fn(|_| strategy.clone()) }
+        MaskConfig { strategies: std::array::from_fn(|_| strategy.clone()), max_text_bytes: DEFAULT_MAX_TEXT_BYTES }
+    }
+
+    /// The budget for one text (a result, a JSON string leaf or key): a longer one is not scanned but replaced
+    /// whole by a message saying so ([`too_large`]), never passed on unmasked. Masking reads each byte a bounded
+    /// number of times, so this bounds its time too.
+    #[must_use]
+    pub fn with_max_text_bytes(mut self, max: usize) -> MaskConfig {
+        self.max_text_bytes = max;
+        self
+    }
+
+    /// The budget for one text ([`MaskConfig::with_max_text_bytes`]).
+    pub fn max_text_bytes(&self) -> usize {
+        self.max_text_bytes
     }
 
     /// The kinds in `kinds` masked with `strategy` instead.
@@ -85,6 +103,11 @@ impl Default for MaskConfig {
     fn default() -> MaskConfig {
         MaskConfig::new(MaskStrategy::TypeTag)
     }
+}
+
+/// What replaces a text longer than the budget: `[TOO_LARGE_TO_MASK: 70000000 bytes > 67108864]`.
+pub fn too_large(len: usize, max: usize) -> String {
+    format!("[TOO_LARGE_TO_MASK: {len} bytes > {max}]")
 }
 
 /// The text that replaces `value`, a finding of `kind` whose first `keep_prefix` bytes are a public,
@@ -211,7 +234,7 @@ mod tests {
     fn partial_keeps_a_recognisable_part() {
         let p = MaskStrategy::Partial;
         assert_eq!(rendered(&p, MaskKind::OpenAiKey, "sk-proj-abcdefghijklmnopqrstuvwxyz", 8), "sk-proj-...wxyz");
-        assert_eq!(rendered(&p, MaskKind::AwsAccessKey, "AKIAIOSFODNN7EXAMPLE", 4), "AKIA...MPLE");
+        assert_eq!(rendered(&p, MaskKind::AwsAccessKey, "AKIAIOSFODNN7QK4RW2Z", 4), "AKIA...RW2Z");
         assert_eq!(rendered(&p, MaskKind::BearerToken, "short-token-1234", 0), "...1234");
         assert_eq!(rendered(&p, MaskKind::BearerToken, "short-token", 0), "...");
         assert_eq!(rendered(&p, MaskKind::PaymentCard, "4111 1111 1111 1111", 0), "**** **** **** 1111");

@@ -1,0 +1,421 @@
+//! Provider tokens found by the rule set of gitleaks, the most used open-source secret scanner: its 222 rules
+//! (`gitleaks.toml` beside this file, MIT, taken unchanged from gitleaks v8.30.1 by
+//! `scripts/gitleaks_corpus.py`) are compiled at first use, with our precision filters on top.
+//!
+//! Linear time on any text, as gitleaks does it: one Aho-Corasick pass finds each rule's keywords
+//! (`glpat-`, `xoxb`, `adafruit`, …); a rule's pattern then runs only in windows around its keywords' hits,
+//! a window as wide as the longest match the pattern can make (at most [`MAX_WINDOW`]), the windows of one
+//! rule merged, so each rule reads each byte at most once and only rules whose keywords occur run at all.
+//!
+//! A match is kept when its secret (the rule's `secretGroup`, else the first group that took part) passes the
+//! rule's entropy floor, gitleaks' global allowlist (placeholders such as `${VAR}`, `{{ x }}`, one repeated
+//! letter), the rule's own allowlists (regexes on the secret, the match or the line; stop words) and ours:
+//! text a masker wrote or a placeholder ([`is_mask_or_placeholder`]), one repeated character, a run of
+//! `x`/`X` (`glpat-xxxxxxxx…`), an `EXAMPLE` suffix.
+
+use std::sync::LazyLock;
+
+use regex_automata::{Anchored, Input, meta, util::syntax};
+use serde::Deserialize;
+
+use super::detect::is_mask_or_placeholder;
+
+/// gitleaks' default configuration, unchanged but for a header naming its source.
+const RULES: &str = include_str!("gitleaks.toml");
+
+/// Rules left to other detectors: gitleaks' generic key rule is our labelled-value pattern's job (names such as
+/// `password`, `token`, `api_key` with our own precision filters), and private keys are masked as blocks.
+const LEFT_OUT: &[&str] = &["generic-api-key", "private-key"];
+
+/// The widest window a rule's pattern runs in on each side of a keyword: patterns without a bound on their
+/// length (`curl … -H …`) are read this far.
+pub(crate) const MAX_WINDOW: usize = 2048;
+
+/// How far from a keyword its rule's match may start or end, beyond the match's own length.
+const KEYWORD_REACH: usize = 128;
+
+#[derive(Deserialize)]
+struct Config {
+    allowlist: AllowlistSpec,
+    rules: Vec<RuleSpec>,
+}
+
+#[derive(Deserialize)]
+struct RuleSpec {
+    id: String,
+    regex: Option<String>,
+    #[serde(rename = "secretGroup")]
+    secret_group: Option<usize>,
+    entropy: Option<f64>,
+    #[serde(default)]
+    keywords: Vec<String>,
+    #[serde(default)]
+    allowlists: Vec<AllowlistSpec>,
+}
+
+#[derive(Deserialize, Default)]
+struct AllowlistSpec {
+    #[serde(default)]
+    regexes: Vec<String>,
+    #[serde(rename = "regexTarget")]
+    regex_target: Option<String>,
+    #[serde(default)]
+    stopwords: Vec<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    condition: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Secret,
+    Match,
+    Line,
+}
+
+struct Allowlist {
+    /// Its regexes compiled together: one search per candidate, not one per regex.
+    regexes: Option<meta::Regex>,
+    target: Target,
+    stopwords: Vec<String>,
+}
+
+struct Rule {
+    regex: meta::Regex,
+    secret_group: Option<usize>,
+    entropy: Option<f64>,
+    window: usize,
+    allowlists: Vec<Allowlist>,
+}
+
+/// The compiled rule set.
+pub(crate) struct Providers {
+    keywords: aho_corasick::AhoCorasick,
+    /// The rules each keyword (by pattern id) starts.
+    keyword_rules: Vec<Vec<usize>>,
+    rules: Vec<Rule>,
+    global: Allowlist,
+}
+
+/// One provider secret: `text[start..end]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Secret {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+/// Go's regexp syntax as `regex-automata` reads it, ASCII classes throughout: Unicode word boundaries make the
+/// lazy DFA give up on non-ASCII text. Nested classes (`[[0-9A-Za-z_].-]`) are valid here.
+fn convert(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 32);
+    let mut chars = pattern.chars().peekable();
+    let mut repetition = false;
+    let mut rest = pattern;
+    while let Some(c) = chars.next() {
+        rest = &rest[c.len_utf8()..];
+        // Go reads a `{` that opens no repetition (`{\d+}`, `${{ x }}`) as a literal; here it must be escaped.
+        if c == '{' && !repetition {
+            let digits = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b',').count();
+            repetition = digits > 0 && rest.as_bytes().get(digits) == Some(&b'}') && !rest.starts_with(',');
+            out.push_str(if repetition { "{" } else { r"\{" });
+            continue;
+        }
+        if c == '}' {
+            out.push_str(if repetition { "}" } else { r"\}" });
+            repetition = false;
+            continue;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        if let Some(next) = chars.peek() {
+            rest = &rest[next.len_utf8()..];
+        }
+        match chars.next() {
+            Some('b') => out.push_str(r"(?-u:\b)"),
+            Some('B') => out.push_str(r"(?-u:\B)"),
+            Some('w') => out.push_str("[0-9A-Za-z_]"),
+            Some('W') => out.push_str("[^0-9A-Za-z_]"),
+            Some('d') => out.push_str("[0-9]"),
+            Some('D') => out.push_str("[^0-9]"),
+            Some('s') => out.push_str(r"[\t\n\x0C\r ]"),
+            Some('S') => out.push_str(r"[^\t\n\x0C\r ]"),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn compile(pattern: &str) -> Result<meta::Regex, String> {
+    let converted = convert(pattern);
+    meta::Regex::builder()
+        // A small cache per rule: a rule reads short windows, and 222 rules with gitleaks' default would
+        // cost memory for nothing.
+        .configure(meta::Config::new().hybrid_cache_capacity(256 * 1024))
+        .build(&converted)
+        .map_err(|err| format!("{pattern}: {err}"))
+}
+
+impl Allowlist {
+    fn compile(spec: &AllowlistSpec) -> Result<Option<Allowlist>, String> {
+        // An allowlist that needs a file path (`condition = "AND"` with paths) never applies to a tool's result.
+        if !spec.paths.is_empty() && spec.condition.as_deref() == Some("AND") {
+            return Ok(None);
+        }
+        if spec.regexes.is_empty() && spec.stopwords.is_empty() {
+            return Ok(None);
+        }
+        let target = match spec.regex_target.as_deref() {
+            Some("match") => Target::Match,
+            Some("line") => Target::Line,
+            _ => Target::Secret,
+        };
+        let regexes = if spec.regexes.is_empty() {
+            None
+        } else {
+            let converted: Vec<String> = spec.regexes.iter().map(|r| convert(r)).collect();
+            let regex = meta::Regex::builder()
+                .configure(meta::Config::new().hybrid_cache_capacity(256 * 1024))
+                .build_many(&converted)
+                .map_err(|err| format!("allowlist: {err}"))?;
+            Some(regex)
+        };
+        let stopwords = spec.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect();
+        Ok(Some(Allowlist { regexes, target, stopwords }))
+    }
+
+    fn allows(&self, secret: &str, matched: &str, line: &str) -> bool {
+        let target = match self.target {
+            Target::Secret => secret,
+            Target::Match => matched,
+            Target::Line => line,
+        };
+        if self.regexes.as_ref().is_some_and(|regex| regex.is_match(target)) {
+            return true;
+        }
+        if self.stopwords.is_empty() {
+            return false;
+        }
+        let lower = secret.to_ascii_lowercase();
+        self.stopwords.iter().any(|word| lower.contains(word.as_str()))
+    }
+}
+
+impl Providers {
+    fn build() -> Result<Providers, String> {
+        let config: Config = toml::from_str(RULES).map_err(|err| err.to_string())?;
+        let global = Allowlist::compile(&config.allowlist)?.unwrap_or(Allowlist {
+            regexes: None,
+            target: Target::Secret,
+            stopwords: Vec::new(),
+        });
+        let mut rules = Vec::new();
+        let mut keywords: Vec<String> = Vec::new();
+        let mut keyword_rules: Vec<Vec<usize>> = Vec::new();
+        for spec in config.rules {
+            let Some(pattern) = spec.regex.as_deref() else { continue };
+            if LEFT_OUT.contains(&spec.id.as_str()) || spec.keywords.is_empty() {
+                continue;
+            }
+            let regex = compile(pattern)?;
+            let longest = syntax::parse(&convert(pattern))
+                .ok()
+                .and_then(|hir| hir.properties().maximum_len())
+                .unwrap_or(MAX_WINDOW);
+            let mut allowlists = Vec::new();
+            for allow in &spec.allowlists {
+                allowlists.extend(Allowlist::compile(allow)?);
+            }
+            let index = rules.len();
+            rules.push(Rule {
+                regex,
+                secret_group: spec.secret_group,
+                entropy: spec.entropy,
+                window: longest.min(MAX_WINDOW),
+                allowlists,
+            });
+            for keyword in spec.keywords {
+                let keyword = keyword.to_ascii_lowercase();
+                match keywords.iter().position(|k| *k == keyword) {
+                    Some(at) => keyword_rules[at].push(index),
+                    None => {
+                        keywords.push(keyword);
+                        keyword_rules.push(vec![index]);
+                    }
+                }
+            }
+        }
+        // A DFA: the keyword pass reads every byte of every result, and the NFA kinds read a byte several
+        // times slower (a few hundred keywords over all letters leave no prefilter to skip with).
+        let keywords = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&keywords)
+            .map_err(|err| err.to_string())?;
+        Ok(Providers { keywords, keyword_rules, rules, global })
+    }
+
+    /// Calls `on_secret` for each provider secret in `text`, in order of start, never overlapping.
+    pub(crate) fn find(&self, text: &str, mut on_secret: impl FnMut(Secret)) {
+        // The windows of each rule, merged as hits come in order.
+        let mut open: Vec<Option<(usize, usize)>> = vec![None; self.rules.len()];
+        let mut windows: Vec<(usize, usize, usize)> = Vec::new();
+        for hit in self.keywords.find_overlapping_iter(text) {
+            for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
+                // A keyword need not be inside the match (`airtable_token: pat…` has the rule's keyword in its
+                // label only): the window reaches [`KEYWORD_REACH`] further.
+                let reach = self.rules[rule].window + KEYWORD_REACH;
+                let (from, to) = (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()));
+                match &mut open[rule] {
+                    Some((_, end)) if from <= *end => *end = (*end).max(to),
+                    slot => {
+                        if let Some((start, end)) = slot.replace((from, to)) {
+                            windows.push((rule, start, end));
+                        }
+                    }
+                }
+            }
+        }
+        windows.extend(open.iter().enumerate().filter_map(|(rule, w)| w.map(|(s, e)| (rule, s, e))));
+        if windows.is_empty() {
+            return;
+        }
+        let mut found: Vec<Secret> = Vec::new();
+        for (rule_index, from, to) in windows {
+            let rule = &self.rules[rule_index];
+            let mut caps = rule.regex.create_captures();
+            let mut at = from;
+            while at < to {
+                // The lazy DFA finds the match; the slower capture engines then read only the match itself.
+                let Some(located) = rule.regex.search(&Input::new(text).range(at..to)) else { break };
+                let input = Input::new(text).range(located.range()).anchored(Anchored::Yes);
+                rule.regex.search_captures(&input, &mut caps);
+                let Some(whole) = caps.get_match() else {
+                    at = located.end().max(located.start() + 1);
+                    continue;
+                };
+                at = if whole.end() > whole.start() { whole.end() } else { whole.end() + 1 };
+                let span = match rule.secret_group {
+                    Some(group) => caps.get_group(group),
+                    None => (1..caps.group_len()).find_map(|group| caps.get_group(group)),
+                }
+                .unwrap_or(whole.span());
+                // A span of a regex over `text` lies on character boundaries unless an ASCII class met a
+                // multi-byte character; such a span is no token.
+                let (Some(secret), Some(matched)) = (text.get(span.range()), text.get(whole.range())) else { continue };
+                if self.keep(rule, text, secret, matched, span.start) {
+                    found.push(Secret { start: span.start, end: span.end });
+                }
+            }
+        }
+        found.sort_by_key(|secret| (secret.start, std::cmp::Reverse(secret.end)));
+        let mut last_end = 0;
+        for secret in found {
+            if secret.start >= last_end {
+                last_end = secret.end;
+                on_secret(secret);
+            }
+        }
+    }
+
+    fn keep(&self, rule: &Rule, text: &str, secret: &str, matched: &str, start: usize) -> bool {
+        let secret = secret.trim();
+        if secret.len() < 8 || !plausible(secret) {
+            return false;
+        }
+        if rule.entropy.is_some_and(|floor| shannon_entropy(secret) < floor) {
+            return false;
+        }
+        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+        let line = &text[line_start..line_end];
+        !self.global.allows(secret, matched, line)
+            && !rule.allowlists.iter().any(|allow| allow.allows(secret, matched, line))
+    }
+}
+
+/// Our filters on a provider secret: not a mask or placeholder, not one repeated character, no run of five
+/// `x` or `X` (`glpat-xxxxxxxx-…`, `XXXXXXXXXX`), not an `EXAMPLE` key.
+fn plausible(secret: &str) -> bool {
+    let bytes = secret.as_bytes();
+    let body: Vec<u8> = bytes.iter().copied().filter(u8::is_ascii_alphanumeric).collect();
+    let repeated = body.windows(2).all(|w| w[0] == w[1]);
+    let x_run = secret.contains("xxxxx") || secret.contains("XXXXX");
+    !(repeated || x_run || secret.ends_with("EXAMPLE") || is_mask_or_placeholder(secret))
+}
+
+/// Bits of entropy per character, as gitleaks measures a secret.
+fn shannon_entropy(text: &str) -> f64 {
+    let mut counts = [0usize; 256];
+    for &b in text.as_bytes() {
+        counts[usize::from(b)] += 1;
+    }
+    let len = text.len() as f64;
+    counts.iter().filter(|&&n| n > 0).map(|&n| n as f64 / len).map(|p| -p * p.log2()).sum()
+}
+
+static PROVIDERS: LazyLock<Option<Providers>> = LazyLock::new(|| match Providers::build() {
+    Ok(providers) => Some(providers),
+    Err(err) => {
+        tracing::error!(error = %err, "agent-airlock provider rules failed to compile");
+        None
+    }
+});
+
+/// The compiled rule set, shared by every masker in the process; `None` if it failed to compile (a test
+/// holds that it compiles).
+pub(crate) fn providers() -> Option<&'static Providers> {
+    PROVIDERS.as_ref()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
+mod tests {
+    use super::*;
+
+    fn secrets(text: &str) -> Vec<&str> {
+        let mut found = Vec::new();
+        providers().unwrap().find(text, |s| found.push(&text[s.start..s.end]));
+        found
+    }
+
+    #[test]
+    fn every_rule_compiles() {
+        let providers = Providers::build().unwrap();
+        assert!(providers.rules.len() > 190, "{} rules", providers.rules.len());
+    }
+
+    #[test]
+    fn a_provider_token_is_found_in_any_shape() {
+        let token = "glpat-Zq8vN2kP4rT6wY1xB3mC";
+        for text in [token.to_owned(), format!("GITLAB_TOKEN := \"{token}\""), format!("<t>\n  {token}\n</t>")] {
+            assert_eq!(secrets(&text), [token], "{text}");
+        }
+    }
+
+    #[test]
+    fn placeholders_and_examples_are_not_secrets() {
+        for text in ["glpat-XXXXXXXXXXX-XXXXXXXX", "AKIAIOSFODNN7EXAMPLE", "xoxb-xxxxxxxxx-xxxxxxxxxx-xxxxxxxxxxxx"] {
+            assert!(secrets(text).is_empty(), "{text}");
+        }
+        assert!(secrets("https://indieweb.org/images/3/35/2018-250-xoxo-indieweb-1.jpg").is_empty());
+    }
+
+    #[test]
+    fn a_keyword_dense_text_reads_each_window_once() {
+        // Every byte is near a keyword: the windows of each rule merge into one.
+        let text = "glpat-".repeat(50_000);
+        assert!(secrets(&text).is_empty());
+    }
+
+    #[test]
+    fn go_classes_become_ascii_classes() {
+        assert_eq!(convert(r"[\w.-]{0,50}\b\s"), r"[[0-9A-Za-z_].-]{0,50}(?-u:\b)[\t\n\x0C\r ]");
+        assert_eq!(convert(r"^\$(?:\d+|{\d+})$"), r"^\$(?:[0-9]+|\{[0-9]+\})$");
+    }
+}
