@@ -204,3 +204,5 @@ pub fn seed_spend_tables(db: &redb::Database, count: u64) -> Vec<String> {
     txn.commit().expect("committed");
     ids
 }
+
+pub mod hot_path;

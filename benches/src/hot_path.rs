@@ -1,0 +1,242 @@
+//! The hot path's workload, shared by the criterion bench (`benches/hot_path.rs`, time) and the
+//! instruction-count harness (`src/bin/hot_path_counts.rs`, run under callgrind by
+//! `scripts/instruction_budget.py`, which CI checks against `benches/instruction_budget.toml`).
+//!
+//! One realistic tool: eight parameters (strings, an integer, a bool, an optional string, a nested object,
+//! an array) filled in by a ~300-byte argument object, the size a model sends for a ticket or a payment.
+//! Each case is one dispatch the model can cause: allowed, allowed with two undeclared keys stripped,
+//! refused for two invalid fields, denied by policy; plus masking a 2 KB JSON result that holds secrets,
+//! and the floor: parsing the same arguments straight into the typed struct, as a host without a guard does.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use agent_airlock::mask::{MaskSet, Masker};
+use agent_airlock::{CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::run_ready;
+
+/// Who the ticket is for.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Customer {
+    /// The customer's account id.
+    pub id: String,
+    /// The support tier.
+    pub tier: String,
+    /// The customer's region code.
+    pub region: String,
+}
+
+/// The typed arguments of [`file_ticket`], for the floor: what a host parses without a guard.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketArguments {
+    /// See [`file_ticket`].
+    pub title: String,
+    /// See [`file_ticket`].
+    pub body: String,
+    /// See [`file_ticket`].
+    pub priority: u32,
+    /// See [`file_ticket`].
+    pub urgent: bool,
+    /// See [`file_ticket`].
+    pub customer: Customer,
+    /// See [`file_ticket`].
+    pub tags: Vec<String>,
+    /// See [`file_ticket`].
+    pub assignee: Option<String>,
+    /// See [`file_ticket`].
+    pub due: String,
+}
+
+/// File a support ticket.
+#[airlock_tool]
+#[allow(clippy::too_many_arguments)] // The point of the workload: eight parameters of five kinds.
+pub fn file_ticket(
+    /// One-line summary.
+    title: String,
+    /// What happened.
+    body: String,
+    /// 1 (highest) to 5.
+    priority: u32,
+    /// Page the on-call engineer.
+    urgent: bool,
+    /// Who the ticket is for.
+    customer: Customer,
+    /// Labels.
+    tags: Vec<String>,
+    /// Who should take it.
+    assignee: Option<String>,
+    /// Due date, ISO 8601.
+    due: String,
+) -> String {
+    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
+}
+
+/// The tool's body, shared with the floor so both do the same work after parsing.
+#[allow(clippy::too_many_arguments)]
+fn the_ticket(
+    title: String,
+    body: String,
+    priority: u32,
+    urgent: bool,
+    customer: Customer,
+    tags: Vec<String>,
+    assignee: Option<String>,
+    due: String,
+) -> String {
+    let size = title.len() + body.len() + customer.id.len() + tags.len() + due.len();
+    let assignee = assignee.map_or(0, |a| a.len());
+    format!("ticket {priority}/{urgent}/{size}/{assignee}")
+}
+
+/// Same tool under a name the policy denies.
+#[airlock_tool(name = "admin_file_ticket")]
+pub fn admin_file_ticket(
+    /// One-line summary.
+    title: String,
+) -> String {
+    title
+}
+
+/// The ~300-byte argument object of the allowed case.
+pub fn arguments() -> Value {
+    json!({
+        "title": "Refund not received for order ORD-2024-118842",
+        "body": "Customer reports the refund issued on 2024-05-02 has not reached their card; bank says nothing pending.",
+        "priority": 2,
+        "urgent": false,
+        "customer": {"id": "cus_9f8e7d6c5b4a", "tier": "gold", "region": "eu-west"},
+        "tags": ["billing", "refund", "escalation"],
+        "assignee": "support-tier2",
+        "due": "2024-05-09T17:00:00Z"
+    })
+}
+
+/// The allowed arguments with two keys the tool does not declare (one at the top, one nested).
+pub fn arguments_with_ghosts() -> Value {
+    let mut arguments = arguments();
+    arguments["admin"] = json!(true);
+    arguments["customer"]["debug"] = json!(1);
+    arguments
+}
+
+/// The allowed arguments with two invalid fields: a string for the integer, a number for a string.
+pub fn invalid_arguments() -> Value {
+    let mut arguments = arguments();
+    arguments["priority"] = json!("2");
+    arguments["due"] = json!(20240509);
+    arguments
+}
+
+/// About 2 KB of a tool's JSON result with secrets and PII in it.
+pub fn result_2k() -> Value {
+    let records: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({
+                "id": 123_456_000 + i,
+                "email": format!("user{i}@example.com"),
+                "phone": "4155552671",
+                "note": "rotated key=AKIA4HK2Q7ZLMX9RT3WB; token: ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV",
+                "version": "10.0.1.2",
+                "tags": ["vip", "newsletter"],
+                "summary": "Prefers e-mail; last order shipped on 2024-05-01, invoice #123456789.",
+            })
+        })
+        .collect();
+    Value::Array(records)
+}
+
+/// The cases, by the name the bench, the harness and the budget use.
+pub const CASES: [&str; 6] = ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k"];
+
+/// Everything a case needs, built once.
+pub struct Workload {
+    dispatcher: Dispatcher,
+    context: CallContext,
+    masker: Masker,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Workload {
+    /// The dispatcher (the ticket tool and its denied twin, no audit log, no approvals), a context, a masker.
+    pub fn new() -> Self {
+        let dispatcher = Dispatcher::builder()
+            .tool(tool!(file_ticket))
+            .tool(tool!(admin_file_ticket))
+            .policy(Policy::builder().deny("admin_*").build().expect("a valid policy"))
+            .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+            .build()
+            .expect("distinct names");
+        Workload { dispatcher, context: CallContext::new().with_thread("bench"), masker: Masker::default() }
+    }
+
+    /// The input of `case`, prepared outside any measurement (a dispatch consumes its call).
+    pub fn input(&self, case: &str) -> Input {
+        let call = |name: &str, arguments: Value| Input::Call(ToolCall::new("call_abc123", name, arguments));
+        match case {
+            "direct_parse" => Input::Value(arguments()),
+            "allowed" => call("file_ticket", arguments()),
+            "ghosts_stripped" => call("file_ticket", arguments_with_ghosts()),
+            "invalid" => call("file_ticket", invalid_arguments()),
+            "denied" => call("admin_file_ticket", arguments()),
+            "mask_2k" => Input::Value(result_2k()),
+            other => panic!("unknown case `{other}`, expected one of {CASES:?}"),
+        }
+    }
+
+    /// Runs `case` once on `input`; what it produced, so the caller can keep it alive.
+    pub fn run(&self, case: &str, input: Input) -> Value {
+        match (case, input) {
+            ("direct_parse", Input::Value(arguments)) => {
+                let a: TicketArguments = serde_json::from_value(arguments).expect("the arguments parse");
+                Value::String(the_ticket(a.title, a.body, a.priority, a.urgent, a.customer, a.tags, a.assignee, a.due))
+            }
+            ("mask_2k", Input::Value(mut result)) => {
+                self.masker.mask_value(&mut result, MaskSet::SECRETS | MaskSet::PII);
+                result
+            }
+            (_, Input::Call(call)) => {
+                let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+                Value::String(message.content)
+            }
+            (case, _) => panic!("case `{case}` got the wrong kind of input"),
+        }
+    }
+
+    /// Checks once that each case does what its name says, so a budget never measures a broken case.
+    pub fn check(&self) {
+        for case in ["allowed", "ghosts_stripped"] {
+            let Input::Call(call) = self.input(case) else { unreachable!() };
+            let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+            assert_eq!(message.status, Status::Success, "{case}: {message:?}");
+            let stripped = if case == "allowed" { 0 } else { 2 };
+            assert_eq!(message.stripped_arguments.len(), stripped, "{case}: {message:?}");
+        }
+        for case in ["invalid", "denied"] {
+            let Input::Call(call) = self.input(case) else { unreachable!() };
+            let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+            assert_eq!(message.status, Status::Error, "{case}: {message:?}");
+        }
+        let masked = self.run("mask_2k", self.input("mask_2k")).to_string();
+        assert!(!masked.contains("AKIA4HK2Q7ZLMX9RT3WB") && !masked.contains("user0@example.com"), "{masked}");
+        black_box(self.run("direct_parse", self.input("direct_parse")));
+    }
+}
+
+/// One case's input.
+pub enum Input {
+    /// A model's tool call.
+    Call(ToolCall),
+    /// Arguments to parse, or a result to mask.
+    Value(Value),
+}
