@@ -24,7 +24,7 @@ use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
 use agent_airlock::integrations::mcp_gateway::{
-    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin,
+    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, UpstreamEnvironment, tool_pin,
 };
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::{ApprovalLedger, open_database};
@@ -49,6 +49,10 @@ pub(crate) struct McpArgs {
 enum McpCommand {
     /// Print a starter policy for an MCP server: deny by default, every tool listed with its definition pin.
     Scan {
+        /// Pass an environment variable to the server: `NAME` copies the gateway's, `NAME=VALUE` sets it.
+        /// The server otherwise gets only `PATH`, `HOME`, the locale and a few more (see the README).
+        #[arg(long = "env", value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
         /// The upstream server's command line, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         upstream: Vec<OsString>,
@@ -75,6 +79,11 @@ struct GatewayArgs {
     /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
+    /// Pass an environment variable to the upstream server: `NAME` copies the gateway's, `NAME=VALUE` sets
+    /// it. The server otherwise gets only `PATH`, `HOME`, the locale and a few more (see the README), never an
+    /// `AIRLOCK_*` variable nor the ones `--key-env`, `--token-env` and `--upstream-token-env` name.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
     /// The upstream server's command line, after `--`.
     #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
@@ -126,7 +135,7 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     };
     let runtime = builder.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let result = match (&args.command, prepared) {
-        (Some(McpCommand::Scan { upstream }), _) => runtime.block_on(scan(upstream)),
+        (Some(McpCommand::Scan { env, upstream }), _) => runtime.block_on(scan(env, upstream)),
         (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
         (None, None) => Err("the gateway was not prepared".to_owned()),
     };
@@ -136,9 +145,18 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     result
 }
 
-fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
+/// The upstream's command line, started with the scrubbed environment `--env` adds to; `withheld` are the
+/// variables the gateway reads its own secrets from.
+fn upstream_command(parts: &[OsString], env: &[String], withheld: &[&str]) -> Result<UpstreamCommand, String> {
     let (program, args) = parts.split_first().ok_or("give the upstream server's command after `--`")?;
-    Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()))
+    let mut environment = UpstreamEnvironment::new();
+    for name in withheld {
+        environment.withhold(*name);
+    }
+    for arg in env {
+        environment.parse_arg(arg).map_err(|e| format!("`--env {}`: {e}", escape(arg)))?;
+    }
+    Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()).environment(environment))
 }
 
 /// What the gateway runs with, read and opened before it starts: the policy, then the stores.
@@ -156,6 +174,10 @@ struct Prepared {
 
 fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
     let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
+    // A `--env` naming one of the gateway's secrets is refused before anything is opened.
+    if args.upstream_url.is_none() {
+        upstream_command(&args.upstream, &args.env, &withheld(args))?;
+    }
     let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let (key, key_generated) = approval_key(args)?;
@@ -207,7 +229,7 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
             (Upstream::connect(url, bearer).await.map_err(|e| e.to_string())?, url.clone())
         }
         None => {
-            let command = upstream_command(&args.upstream)?;
+            let command = upstream_command(&args.upstream, &args.env, &withheld(args))?;
             (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
         }
     };
@@ -284,6 +306,13 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     }
 }
 
+/// The variables the gateway reads a secret from, never given to the upstream (besides every `AIRLOCK_*`).
+fn withheld(args: &GatewayArgs) -> Vec<&str> {
+    let mut names = vec![args.key_env.as_str(), args.token_env.as_str()];
+    names.extend(args.upstream_token_env.as_deref());
+    names
+}
+
 /// The listener of `--listen` and the token its clients must send.
 async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(TcpListener, BearerToken), String> {
     if !addr.ip().is_loopback() && !args.allow_remote {
@@ -356,8 +385,8 @@ pub(crate) fn termination(who: &'static str) -> impl Future<Output = ()> + Send 
 }
 
 /// Prints the starter policy for the server `parts` names.
-async fn scan(parts: &[OsString]) -> Result<(), String> {
-    let command = upstream_command(parts)?;
+async fn scan(env: &[String], parts: &[OsString]) -> Result<(), String> {
+    let command = upstream_command(parts, env, &[])?;
     let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
     let listed = upstream.list_tools().await;
     upstream.shutdown(agent_airlock::integrations::mcp_gateway::DEFAULT_SHUTDOWN_GRACE).await;

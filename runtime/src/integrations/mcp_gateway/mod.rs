@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod environment;
 mod http;
 mod passthrough;
 mod pin;
@@ -43,6 +44,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, UpstreamEnvironment};
 pub use http::BearerToken;
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};

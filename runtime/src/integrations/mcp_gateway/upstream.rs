@@ -1,8 +1,9 @@
 //! The upstream MCP server: a child process spoken to over its stdin and stdout with rmcp's client, or a
 //! server reached over Streamable HTTP ([`Upstream::connect`]).
 //!
-//! Its stderr is the gateway's (a server's logs reach whoever reads the gateway's logs; nothing of it can
-//! reach the gateway's stdout, which belongs to the downstream client). Shutting down follows the MCP
+//! The child starts with a scrubbed environment ([`UpstreamEnvironment`]): never the gateway's secrets. Its
+//! stderr is the gateway's (a server's logs reach whoever reads the gateway's logs; nothing of it can reach
+//! the gateway's stdout, which belongs to the downstream client). Shutting down follows the MCP
 //! stdio transport's order: close the child's stdin, wait, then SIGTERM, wait, then SIGKILL.
 
 use std::ffi::OsString;
@@ -21,6 +22,7 @@ use serde_json::Value;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use super::environment::{EnvironmentError, UpstreamEnvironment};
 use crate::tool::ToolError;
 
 /// How long the child is given to exit after its stdin closes, and again after SIGTERM.
@@ -32,12 +34,26 @@ pub struct UpstreamCommand {
     program: OsString,
     args: Vec<OsString>,
     current_dir: Option<PathBuf>,
+    environment: UpstreamEnvironment,
 }
 
 impl UpstreamCommand {
-    /// `program` with `args`, found on the `PATH` as a shell would, in the gateway's working directory.
+    /// `program` with `args`, found on the `PATH` as a shell would, in the gateway's working directory, with
+    /// the default [`UpstreamEnvironment`] (the allow-list only, never the gateway's own variables).
     pub fn new(program: impl Into<OsString>, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
-        UpstreamCommand { program: program.into(), args: args.into_iter().map(Into::into).collect(), current_dir: None }
+        UpstreamCommand {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            current_dir: None,
+            environment: UpstreamEnvironment::new(),
+        }
+    }
+
+    /// Starts the server with `environment` (what passes beyond the allow-list, what never does).
+    #[must_use]
+    pub fn environment(mut self, environment: UpstreamEnvironment) -> Self {
+        self.environment = environment;
+        self
     }
 
     /// Runs the server in `dir`.
@@ -84,6 +100,15 @@ pub enum UpstreamError {
         /// The URL as given.
         url: String,
     },
+    /// A variable the upstream was to be given is the gateway's own.
+    #[error("cannot start the upstream server `{command}`: {source}")]
+    Environment {
+        /// The command line.
+        command: String,
+        /// Which variable.
+        #[source]
+        source: EnvironmentError,
+    },
     /// The upstream's tools could not be listed.
     #[error("the upstream server did not list its tools: {0}")]
     ListTools(#[source] ServiceError),
@@ -111,7 +136,13 @@ impl Upstream {
     /// Starts `command` as a child process and completes the MCP handshake with it over its stdio.
     pub async fn spawn(command: &UpstreamCommand) -> Result<Upstream, UpstreamError> {
         let display = command.display();
+        let environment = command
+            .environment
+            .resolve(std::env::vars_os())
+            .map_err(|source| UpstreamError::Environment { command: display.clone(), source })?;
         let mut process = Command::new(&command.program);
+        // The child sees the allow-list and what was asked for, never the gateway's secrets.
+        process.env_clear().envs(environment);
         process.args(&command.args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(dir) = &command.current_dir {
             process.current_dir(dir);
