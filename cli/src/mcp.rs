@@ -41,8 +41,9 @@ use crate::{Cli, Storage};
 pub(crate) struct McpArgs {
     #[command(subcommand)]
     command: Option<McpCommand>,
+    /// Boxed: the gateway's options outweigh every other command's.
     #[command(flatten)]
-    run: GatewayArgs,
+    run: Box<GatewayArgs>,
 }
 
 #[derive(Subcommand)]
@@ -84,6 +85,10 @@ struct GatewayArgs {
     /// `AIRLOCK_*` variable nor the ones `--key-env`, `--token-env` and `--upstream-token-env` name.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     env: Vec<String>,
+    /// The largest message read from the upstream server, a tool's result included, in bytes (16 MiB by
+    /// default). A larger result fails its call at once with a JSON-RPC error and leaves its effect ambiguous.
+    #[arg(long, value_name = "BYTES", default_value_t = agent_airlock::integrations::mcp_gateway::DEFAULT_MAX_MESSAGE_BYTES)]
+    max_result_bytes: usize,
     /// The upstream server's command line, after `--`.
     #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
@@ -229,7 +234,8 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
             (Upstream::connect(url, bearer).await.map_err(|e| e.to_string())?, url.clone())
         }
         None => {
-            let command = upstream_command(&args.upstream, &args.env, &withheld(args))?;
+            let command =
+                upstream_command(&args.upstream, &args.env, &withheld(args))?.max_message_bytes(args.max_result_bytes);
             (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
         }
     };

@@ -141,3 +141,103 @@ fn the_gateways_own_secret_names_are_masked_in_what_the_upstream_returns() {
     assert!(text.contains("AIRLOCK_APPROVAL_KEY="), "the name stays, the value goes: {text}");
     session.close();
 }
+
+fn effects_ambiguous(scratch: &Scratch) -> Vec<Value> {
+    let db = scratch.path("airlock.redb");
+    let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
+    let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
+    effects.as_array().expect("a list").iter().map(|record| record["key"].clone()).collect()
+}
+
+/// A result over the limit (whose `id` comes after it, so nothing short of reading it all finds it) fails
+/// its call at once, leaves its effect ambiguous, and the gateway serves on; the limit is `--max-result-bytes`,
+/// 16 MiB by default.
+#[test]
+fn an_oversized_result_fails_its_call_at_once_and_leaves_its_effect_ambiguous() {
+    let venv = venv();
+    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n\n[tools.huge]\neffect = \"huge:{bytes}\"\n");
+    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &["--max-result-bytes", "100000"]));
+    session.call(2, "huge", json!({"bytes": 200_000}));
+    let answer = session.response(2, Duration::from_secs(30));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(text_of(&answer).contains("more than the gateway's limit of 100000"), "{answer}");
+    session.call(3, "huge", json!({"bytes": 50_000}));
+    let answer = session.response(3, Duration::from_secs(30));
+    assert_eq!(text_of(&answer).len(), 50_000, "a result within the limit passes");
+    session.close();
+    assert_eq!(effects_ambiguous(&scratch), [json!("huge:200000")]);
+
+    // rmcp's own limit would drop this line and leave the call waiting forever.
+    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+    session.call(4, "huge", json!({"bytes": 17 * 1024 * 1024}));
+    let answer = session.response(4, Duration::from_secs(60));
+    assert_eq!(answer["result"]["isError"], true, "{answer:.300}");
+    session.call(5, "echo", json!({"text": "still here"}));
+    assert_eq!(text_of(&session.response(5, Duration::from_secs(30))), "still here");
+    session.close();
+}
+
+/// Every line a client sends gets an answer: not JSON → `-32700` with `id: null`; nested deeper than the
+/// parser goes, JSON that is not a request, or a request over the limit → `-32600` with its `id`; and the
+/// gateway serves on.
+#[test]
+fn every_client_line_is_answered_and_the_gateway_keeps_serving() {
+    let venv = venv();
+    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
+    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+    let error_for = |session: &mut StdioSession, id: Value| {
+        session
+            .message_where(Duration::from_secs(30), |m| m["id"] == id && m.get("error").is_some())
+            .unwrap_or_else(|| panic!("no error answer for id {id}"))["error"]["code"]
+            .clone()
+    };
+
+    session.send_line("{this is not json");
+    assert_eq!(error_for(&mut session, Value::Null), -32700);
+
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    session.send_line(&format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"echo","arguments":{{"text":{deep}}}}},"id":5}}"#
+    ));
+    assert_eq!(error_for(&mut session, json!(5)), -32600);
+
+    session.send_line(r#"{"jsonrpc":"2.0","id":6,"method":42}"#);
+    assert_eq!(error_for(&mut session, json!(6)), -32600);
+
+    let big = "x".repeat(17 * 1024 * 1024);
+    session.send_line(&format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}},"id":7}}"#
+    ));
+    assert_eq!(error_for(&mut session, json!(7)), -32600);
+
+    session.call(8, "echo", json!({"text": "still here"}));
+    assert_eq!(text_of(&session.response(8, Duration::from_secs(30))), "still here");
+    session.close();
+}
+
+/// An upstream that announces `tools/list_changed` and never answers the re-list holds up neither the other
+/// calls nor the gateway's end: on SIGTERM, or when the client goes.
+#[test]
+fn an_upstream_that_never_answers_the_relist_holds_up_nothing() {
+    let venv = venv();
+    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
+    for stop_by_signal in [true, false] {
+        let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+        session.call(2, "relist", json!({}));
+        assert_eq!(text_of(&session.response(2, Duration::from_secs(30))), "announced");
+        session.call(3, "echo", json!({"text": "still here"}));
+        assert_eq!(text_of(&session.response(3, Duration::from_secs(10))), "still here");
+        if stop_by_signal {
+            let kill = Command::new("kill").arg("-TERM").arg(session.pid().to_string()).status().expect("kill runs");
+            assert!(kill.success());
+            let status = session.wait_for_exit(Duration::from_secs(15));
+            assert!(status.success(), "{status}");
+        } else {
+            // Closing stdin ends the session; `close` allows 30 s, less than the re-list's own bound would be
+            // with the upstream's shutdown after it, so only a re-list cut short passes in time.
+            let started = std::time::Instant::now();
+            session.close();
+            assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+        }
+    }
+}

@@ -23,10 +23,15 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
 use super::environment::{EnvironmentError, UpstreamEnvironment};
+use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 use crate::tool::ToolError;
 
 /// How long the child is given to exit after its stdin closes, and again after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// How long the gateway waits for the upstream to list its tools (at start, and again after it says they
+/// changed): an upstream that never answers must not hold the gateway.
+pub const LIST_TOOLS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to start an upstream MCP server: a program, its arguments, and where it runs.
 #[derive(Debug, Clone)]
@@ -35,6 +40,7 @@ pub struct UpstreamCommand {
     args: Vec<OsString>,
     current_dir: Option<PathBuf>,
     environment: UpstreamEnvironment,
+    max_message_bytes: usize,
 }
 
 impl UpstreamCommand {
@@ -46,7 +52,16 @@ impl UpstreamCommand {
             args: args.into_iter().map(Into::into).collect(),
             current_dir: None,
             environment: UpstreamEnvironment::new(),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
+    }
+
+    /// The largest message read from the server, a result included ([`DEFAULT_MAX_MESSAGE_BYTES`]): a larger
+    /// result fails its call at once with a JSON-RPC error (its effect ambiguous), never buffered.
+    #[must_use]
+    pub fn max_message_bytes(mut self, limit: usize) -> Self {
+        self.max_message_bytes = limit;
+        self
     }
 
     /// Starts the server with `environment` (what passes beyond the allow-list, what never does).
@@ -112,6 +127,9 @@ pub enum UpstreamError {
     /// The upstream's tools could not be listed.
     #[error("the upstream server did not list its tools: {0}")]
     ListTools(#[source] ServiceError),
+    /// The upstream did not answer `tools/list` in time.
+    #[error("the upstream server did not list its tools within {0:?}")]
+    ListToolsTimeout(Duration),
 }
 
 /// A running upstream MCP server, connected as a client.
@@ -158,7 +176,9 @@ impl Upstream {
         };
         let (changed, tools_changed) = watch::channel(0);
         let handler = UpstreamClient { changed };
-        let client = match handler.serve((stdout, stdin)).await {
+        let transport =
+            LineTransport::new(stdout, stdin, "upstream server").max_message_bytes(command.max_message_bytes);
+        let client = match handler.serve(transport).await {
             Ok(client) => client,
             Err(error) => {
                 stop_child(&mut child, DEFAULT_SHUTDOWN_GRACE).await;
@@ -195,9 +215,12 @@ impl Upstream {
         &self.command
     }
 
-    /// Every tool the upstream lists now (all pages).
+    /// Every tool the upstream lists now (all pages), within [`LIST_TOOLS_TIMEOUT`].
     pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, UpstreamError> {
-        self.client.peer().list_all_tools().await.map_err(UpstreamError::ListTools)
+        match tokio::time::timeout(LIST_TOOLS_TIMEOUT, self.client.peer().list_all_tools()).await {
+            Ok(listed) => listed.map_err(UpstreamError::ListTools),
+            Err(_) => Err(UpstreamError::ListToolsTimeout(LIST_TOOLS_TIMEOUT)),
+        }
     }
 
     /// The client side of the session, for what passes through unguarded (resources, prompts).
