@@ -89,6 +89,10 @@ struct GatewayArgs {
     /// default). A larger result fails its call at once with a JSON-RPC error and leaves its effect ambiguous.
     #[arg(long, value_name = "BYTES", default_value_t = agent_airlock::integrations::mcp_gateway::DEFAULT_MAX_MESSAGE_BYTES)]
     max_result_bytes: usize,
+    /// Start even when a `[tools.…]` table of the policy names no tool the upstream offers (each is then
+    /// reported as a warning); without it such a table (a typo, `[tools.wirte_file]`) stops the gateway.
+    #[arg(long)]
+    allow_unmatched_tables: bool,
     /// The upstream server's command line, after `--`.
     #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
@@ -257,6 +261,20 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         Err(error) => return Err(error.to_string()),
     };
     let tools = gateway.tools();
+    let unmatched = policy.tables_naming_no_tool(tools.listed.iter().map(String::as_str));
+    if !unmatched.is_empty() {
+        let report = unmatched.iter().map(|table| escape(&table.to_string()).into_owned()).collect::<Vec<_>>();
+        if !args.allow_unmatched_tables {
+            gateway.shutdown().await;
+            return Err(format!(
+                "the policy's rules would apply to nothing: {} (fix the names, or pass `--allow-unmatched-tables`)",
+                report.join("; ")
+            ));
+        }
+        for line in report {
+            eprintln!("airlock mcp: warning: {line}");
+        }
+    }
     let operator_tools: Vec<&String> =
         tools.offered.iter().filter(|tool| policy.for_tool(tool).approver == ApprovalRoute::Operator).collect();
     let unusable_operator = if operator_tools.is_empty() {
@@ -388,6 +406,30 @@ pub(crate) fn termination(who: &'static str) -> impl Future<Output = ()> + Send 
             }
         }
     }
+}
+
+/// `airlock policy check FILE --against -- <server>`: starts the server, lists its tools and refuses a policy
+/// whose `[tools.…]` tables name none of them.
+pub(crate) fn check_against(policy: &Policy, server: &[OsString]) -> Result<(), String> {
+    let command = upstream_command(server, &[], &[])?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let listed = runtime.block_on(async {
+        let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+        let listed = upstream.list_tools().await;
+        upstream.shutdown(agent_airlock::integrations::mcp_gateway::DEFAULT_SHUTDOWN_GRACE).await;
+        listed.map_err(|e| e.to_string())
+    });
+    runtime.shutdown_background();
+    let names: Vec<String> = listed?.iter().map(|tool| tool.name.to_string()).collect();
+    let unmatched = policy.tables_naming_no_tool(names.iter().map(String::as_str));
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    let report = unmatched.iter().map(|table| escape(&table.to_string()).into_owned()).collect::<Vec<_>>();
+    Err(format!("against `{}`: {}", escape(&command.display()), report.join("; ")))
 }
 
 /// Prints the starter policy for the server `parts` names.

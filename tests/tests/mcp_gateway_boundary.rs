@@ -241,3 +241,34 @@ fn an_upstream_that_never_answers_the_relist_holds_up_nothing() {
         }
     }
 }
+
+/// A `[tools.…]` table naming no tool the upstream offers (a typo) is an error: for `airlock policy check
+/// --against` and at the gateway's start, with the closest name; `--allow-unmatched-tables` makes it a warning.
+#[test]
+fn a_policy_table_naming_no_upstream_tool_is_reported_with_the_closest_name() {
+    let venv = venv();
+    let scratch = Scratch::new(
+        "version = 1\ndefault = \"allow\"\n\n[tools.ehco]\nescalate = \"x\"\n\n[tools.\"e*\"]\nrate = \"5/second\"\n",
+    );
+    let policy = scratch.path("airlock.toml").display().to_string();
+    let python = venv.python().display().to_string();
+    let dir = scratch.dir.path().display().to_string();
+    let check = airlock(&["policy", "check", &policy, "--against", "--", &python, HOSTILE, &dir]);
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert!(!check.status.success(), "{stderr}");
+    assert!(stderr.contains("`[tools.ehco]` names no tool the server offers (did you mean `echo`?)"), "{stderr}");
+    assert!(!stderr.contains("tools.e*"), "a glob that matches is fine: {stderr}");
+    let check = airlock(&["policy", "check", &policy]);
+    assert!(check.status.success(), "without `--against` the file alone is checked");
+
+    let db = scratch.path("airlock.redb").display().to_string();
+    let start = airlock(&["--db", &db, "mcp", "--policy", &policy, "--", &python, HOSTILE, &dir]);
+    let stderr = String::from_utf8_lossy(&start.stderr);
+    assert!(!start.status.success(), "{stderr}");
+    assert!(stderr.contains("(did you mean `echo`?)") && stderr.contains("--allow-unmatched-tables"), "{stderr}");
+
+    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &["--allow-unmatched-tables"]));
+    session.call(2, "echo", json!({"text": "served"}));
+    assert_eq!(text_of(&session.response(2, Duration::from_secs(30))), "served");
+    session.close();
+}

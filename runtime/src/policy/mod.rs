@@ -13,4 +13,4 @@ pub(crate) mod rules;
 
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;
-pub use self::rules::{ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode};
+pub use self::rules::{ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, UnmatchedTable};

@@ -90,6 +90,8 @@ pub enum GatewayError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GatewayTools {
+    /// Every tool the upstream listed, offered or not, in its order.
+    pub listed: Vec<String>,
     /// The tools offered downstream (those the policy does not deny), in the upstream's order.
     pub offered: Vec<String>,
     /// Pinned tools whose definition changed: hidden, their calls refused.
@@ -324,6 +326,7 @@ fn build(
             report.unusable.push((name, "the upstream lists it twice".to_owned()));
             continue;
         }
+        report.listed.push(name.clone());
         if let PinCheck::Changed { pinned, now } = pins.check(&tool) {
             tracing::warn!(
                 target: "agent_airlock", tool = %name, %pinned, %now,
