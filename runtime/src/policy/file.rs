@@ -409,6 +409,32 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
     }
 
     #[test]
+    fn deny_resources_match_every_spelling_of_a_denied_uri() {
+        let text = "version = 1\ndefault = \"allow\"\ndeny_resources = [\"config://secrets\", \"file:///**/.env\"]\n";
+        let policy = Policy::from_toml(text).unwrap();
+        for uri in [
+            "config://secrets",
+            "CONFIG://secrets",
+            "Config://secrets",
+            " config://secrets",
+            "config://sec\trets",
+            "config://SECRETS",
+            "config://secr%65ts",
+            "file:///home/me/.env",
+            "file://localhost/home/me/.env",
+            "file:///home/me/%2Eenv",
+            "file:///home/me/notes/../.env",
+        ] {
+            assert!(policy.resource_denied_by(uri).is_some(), "{uri:?} is read");
+        }
+        for uri in ["config://app", "file:///home/me/notes.txt", "note://a.txt"] {
+            assert_eq!(policy.resource_denied_by(uri), None, "{uri}");
+        }
+        // Without resource rules nothing is screened, a URI without a normal form included.
+        assert_eq!(Policy::from_toml("version = 1\ndefault = \"allow\"\n").unwrap().resource_denied_by(" x"), None);
+    }
+
+    #[test]
     fn the_strictest_approver_wins_whatever_the_order_of_the_tables() {
         for text in [
             "version = 1\ndefault = \"allow\"\n[tools.\"*\"]\napprover = \"client\"\n[tools.transfer]\napprover = \"operator\"\n",

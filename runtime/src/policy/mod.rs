@@ -10,6 +10,7 @@
 pub mod condition;
 pub mod file;
 pub(crate) mod rules;
+pub(crate) mod uri;
 
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;

@@ -317,9 +317,17 @@ impl Policy {
     }
 
     /// The glob that denies the resource at `uri` to a gateway's clients, if any. Resources are offered
-    /// unless denied (the default rule and the allow list are about tools).
+    /// unless denied (the default rule and the allow list are about tools). The globs match the URI's normal
+    /// form (RFC 3986: scheme and host lower-cased, unreserved escapes decoded, dot segments
+    /// resolved, `file://localhost/` as `file:///`), so `CONFIG://secrets` and `file:///home/me/%2Eenv` are
+    /// denied by `config://secrets` and `file:///**/.env`. Where any glob denies resources, a URI with no
+    /// normal form (control characters, surrounding blanks, no scheme) is denied too.
     pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
-        self.deny_resources.iter().find(|r| r.matcher.is_match(uri)).map(|r| r.pattern.as_str())
+        if self.deny_resources.is_empty() {
+            return None;
+        }
+        let Some(normal) = super::uri::normalise(uri) else { return Some(super::uri::UNREADABLE_URI) };
+        self.deny_resources.iter().find(|r| r.matcher.is_match(&normal)).map(|r| r.pattern.as_str())
     }
 
     /// The glob that denies the prompt named `name` to a gateway's clients, if any. Prompts are offered
