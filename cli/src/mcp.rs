@@ -448,8 +448,9 @@ fn starter_policy(command: &str, tools: &[agent_airlock::integrations::mcp::rmcp
     let mut out = String::new();
     out.push_str(&format!("# Starter policy for `{}`, written by `airlock mcp scan`.\n", comment(command)));
     out.push_str("# Everything is denied: add the tools you want to `allow`, after reading what each says it does.\n");
-    out.push_str("# A pin is the digest of the tool's name, description and input schema: if the server changes the\n");
-    out.push_str("# tool, the gateway hides it and refuses its calls until you review it and pin it again.\n");
+    out.push_str("# A pin is the digest of the tool's whole definition (name, title, description, input and output\n");
+    out.push_str("# schemas, annotations, _meta): if the server changes the tool, the gateway hides it and refuses\n");
+    out.push_str("# its calls until you review it and pin it again.\n");
     out.push_str("version = 1\ndefault = \"deny\"\nallow = []\n");
     for tool in tools {
         let name = tool.name.as_ref();

@@ -53,7 +53,7 @@ pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, Upstrea
 pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::BearerToken;
 pub use passthrough::GatewayServer;
-pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};
+pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
 pub use upstream::{
     DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
 };
