@@ -133,6 +133,13 @@ enum PolicyCommand {
     Check {
         /// The policy file (TOML).
         file: PathBuf,
+        /// Also start the MCP server given after `--`, list its tools and report every `[tools.…]` table
+        /// that names none of them, with the closest name (exit 1).
+        #[arg(long, requires = "server")]
+        against: bool,
+        /// The server's command line, after `--` (with `--against`).
+        #[arg(last = true, value_name = "COMMAND")]
+        server: Vec<std::ffi::OsString>,
     },
 }
 
@@ -229,9 +236,13 @@ struct AuditKeySource {
 type Failure = String;
 
 /// `airlock policy check FILE`: the summary, or `FILE:LINE:COLUMN: message` as the failure.
-fn check_policy(file: &std::path::Path, json: bool) -> Result<(), Failure> {
+fn check_policy(file: &std::path::Path, server: &[std::ffi::OsString], json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    match agent_airlock::Policy::from_toml(&text) {
+    let policy = agent_airlock::Policy::from_toml(&text);
+    if let (Ok(policy), false) = (&policy, server.is_empty()) {
+        mcp::check_against(policy, server).map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    match policy {
         Ok(policy) if json => {
             print_json(
                 &json!({"valid": true, "mode": format!("{:?}", policy.mode()).to_lowercase(), "summary": policy.summary()}),
@@ -330,8 +341,8 @@ impl Storage {
 
 fn run(cli: &Cli) -> Result<(), Failure> {
     // A policy file needs no database.
-    if let Command::Policy { command: PolicyCommand::Check { file } } = &cli.command {
-        return check_policy(file, cli.json);
+    if let Command::Policy { command: PolicyCommand::Check { file, server, .. } } = &cli.command {
+        return check_policy(file, server, cli.json);
     }
     if let Command::Mcp(args) = &cli.command {
         // The gateway opens the database itself, once it knows the policy is good; `scan` needs none.
@@ -540,7 +551,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
-        Command::Policy { command: PolicyCommand::Check { file } } => return check_policy(file, cli.json),
+        Command::Policy { command: PolicyCommand::Check { file, server, .. } } => {
+            return check_policy(file, server, cli.json);
+        }
     }
     Ok(())
 }

@@ -24,7 +24,7 @@ use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
 use agent_airlock::integrations::mcp_gateway::{
-    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, tool_pin,
+    BearerToken, McpGateway, ToolPins, Upstream, UpstreamCommand, UpstreamEnvironment, tool_pin,
 };
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::{ApprovalLedger, open_database};
@@ -41,14 +41,19 @@ use crate::{Cli, Storage};
 pub(crate) struct McpArgs {
     #[command(subcommand)]
     command: Option<McpCommand>,
+    /// Boxed: the gateway's options outweigh every other command's.
     #[command(flatten)]
-    run: GatewayArgs,
+    run: Box<GatewayArgs>,
 }
 
 #[derive(Subcommand)]
 enum McpCommand {
     /// Print a starter policy for an MCP server: deny by default, every tool listed with its definition pin.
     Scan {
+        /// Pass an environment variable to the server: `NAME` copies the gateway's, `NAME=VALUE` sets it.
+        /// The server otherwise gets only `PATH`, `HOME`, the locale and a few more (see the README).
+        #[arg(long = "env", value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
         /// The upstream server's command line, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         upstream: Vec<OsString>,
@@ -75,6 +80,19 @@ struct GatewayArgs {
     /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
+    /// Pass an environment variable to the upstream server: `NAME` copies the gateway's, `NAME=VALUE` sets
+    /// it. The server otherwise gets only `PATH`, `HOME`, the locale and a few more (see the README), never an
+    /// `AIRLOCK_*` variable nor the ones `--key-env`, `--token-env` and `--upstream-token-env` name.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
+    /// The largest message read from the upstream server, a tool's result included, in bytes (16 MiB by
+    /// default). A larger result fails its call at once with a JSON-RPC error and leaves its effect ambiguous.
+    #[arg(long, value_name = "BYTES", default_value_t = agent_airlock::integrations::mcp_gateway::DEFAULT_MAX_MESSAGE_BYTES)]
+    max_result_bytes: usize,
+    /// Start even when a `[tools.…]` table of the policy names no tool the upstream offers (each is then
+    /// reported as a warning); without it such a table (a typo, `[tools.wirte_file]`) stops the gateway.
+    #[arg(long)]
+    allow_unmatched_tables: bool,
     /// The upstream server's command line, after `--`.
     #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
@@ -126,7 +144,7 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     };
     let runtime = builder.enable_all().build().map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let result = match (&args.command, prepared) {
-        (Some(McpCommand::Scan { upstream }), _) => runtime.block_on(scan(upstream)),
+        (Some(McpCommand::Scan { env, upstream }), _) => runtime.block_on(scan(env, upstream)),
         (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
         (None, None) => Err("the gateway was not prepared".to_owned()),
     };
@@ -136,9 +154,18 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     result
 }
 
-fn upstream_command(parts: &[OsString]) -> Result<UpstreamCommand, String> {
+/// The upstream's command line, started with the scrubbed environment `--env` adds to; `withheld` are the
+/// variables the gateway reads its own secrets from.
+fn upstream_command(parts: &[OsString], env: &[String], withheld: &[&str]) -> Result<UpstreamCommand, String> {
     let (program, args) = parts.split_first().ok_or("give the upstream server's command after `--`")?;
-    Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()))
+    let mut environment = UpstreamEnvironment::new();
+    for name in withheld {
+        environment.withhold(*name);
+    }
+    for arg in env {
+        environment.parse_arg(arg).map_err(|e| format!("`--env {}`: {e}", escape(arg)))?;
+    }
+    Ok(UpstreamCommand::new(program.clone(), args.iter().cloned()).environment(environment))
 }
 
 /// What the gateway runs with, read and opened before it starts: the policy, then the stores.
@@ -156,6 +183,10 @@ struct Prepared {
 
 fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
     let policy_path = args.policy.as_deref().ok_or("`--policy` is required")?;
+    // A `--env` naming one of the gateway's secrets is refused before anything is opened.
+    if args.upstream_url.is_none() {
+        upstream_command(&args.upstream, &args.env, &withheld(args))?;
+    }
     let text = std::fs::read_to_string(policy_path).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let policy = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", policy_path.display()))?;
     let (key, key_generated) = approval_key(args)?;
@@ -207,7 +238,8 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
             (Upstream::connect(url, bearer).await.map_err(|e| e.to_string())?, url.clone())
         }
         None => {
-            let command = upstream_command(&args.upstream)?;
+            let command =
+                upstream_command(&args.upstream, &args.env, &withheld(args))?.max_message_bytes(args.max_result_bytes);
             (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
         }
     };
@@ -229,6 +261,20 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         Err(error) => return Err(error.to_string()),
     };
     let tools = gateway.tools();
+    let unmatched = policy.tables_naming_no_tool(tools.listed.iter().map(String::as_str));
+    if !unmatched.is_empty() {
+        let report = unmatched.iter().map(|table| escape(&table.to_string()).into_owned()).collect::<Vec<_>>();
+        if !args.allow_unmatched_tables {
+            gateway.shutdown().await;
+            return Err(format!(
+                "the policy's rules would apply to nothing: {} (fix the names, or pass `--allow-unmatched-tables`)",
+                report.join("; ")
+            ));
+        }
+        for line in report {
+            eprintln!("airlock mcp: warning: {line}");
+        }
+    }
     let operator_tools: Vec<&String> =
         tools.offered.iter().filter(|tool| policy.for_tool(tool).approver == ApprovalRoute::Operator).collect();
     let unusable_operator = if operator_tools.is_empty() {
@@ -282,6 +328,13 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         }
         None => gateway.serve_stdio(routes, stop).await.map_err(|e| e.to_string()),
     }
+}
+
+/// The variables the gateway reads a secret from, never given to the upstream (besides every `AIRLOCK_*`).
+fn withheld(args: &GatewayArgs) -> Vec<&str> {
+    let mut names = vec![args.key_env.as_str(), args.token_env.as_str()];
+    names.extend(args.upstream_token_env.as_deref());
+    names
 }
 
 /// The listener of `--listen` and the token its clients must send.
@@ -355,9 +408,33 @@ pub(crate) fn termination(who: &'static str) -> impl Future<Output = ()> + Send 
     }
 }
 
+/// `airlock policy check FILE --against -- <server>`: starts the server, lists its tools and refuses a policy
+/// whose `[tools.…]` tables name none of them.
+pub(crate) fn check_against(policy: &Policy, server: &[OsString]) -> Result<(), String> {
+    let command = upstream_command(server, &[], &[])?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let listed = runtime.block_on(async {
+        let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
+        let listed = upstream.list_tools().await;
+        upstream.shutdown(agent_airlock::integrations::mcp_gateway::DEFAULT_SHUTDOWN_GRACE).await;
+        listed.map_err(|e| e.to_string())
+    });
+    runtime.shutdown_background();
+    let names: Vec<String> = listed?.iter().map(|tool| tool.name.to_string()).collect();
+    let unmatched = policy.tables_naming_no_tool(names.iter().map(String::as_str));
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    let report = unmatched.iter().map(|table| escape(&table.to_string()).into_owned()).collect::<Vec<_>>();
+    Err(format!("against `{}`: {}", escape(&command.display()), report.join("; ")))
+}
+
 /// Prints the starter policy for the server `parts` names.
-async fn scan(parts: &[OsString]) -> Result<(), String> {
-    let command = upstream_command(parts)?;
+async fn scan(env: &[String], parts: &[OsString]) -> Result<(), String> {
+    let command = upstream_command(parts, env, &[])?;
     let upstream = Upstream::spawn(&command).await.map_err(|e| e.to_string())?;
     let listed = upstream.list_tools().await;
     upstream.shutdown(agent_airlock::integrations::mcp_gateway::DEFAULT_SHUTDOWN_GRACE).await;
@@ -371,8 +448,9 @@ fn starter_policy(command: &str, tools: &[agent_airlock::integrations::mcp::rmcp
     let mut out = String::new();
     out.push_str(&format!("# Starter policy for `{}`, written by `airlock mcp scan`.\n", comment(command)));
     out.push_str("# Everything is denied: add the tools you want to `allow`, after reading what each says it does.\n");
-    out.push_str("# A pin is the digest of the tool's name, description and input schema: if the server changes the\n");
-    out.push_str("# tool, the gateway hides it and refuses its calls until you review it and pin it again.\n");
+    out.push_str("# A pin is the digest of the tool's whole definition (name, title, description, input and output\n");
+    out.push_str("# schemas, annotations, _meta): if the server changes the tool, the gateway hides it and refuses\n");
+    out.push_str("# its calls until you review it and pin it again.\n");
     out.push_str("version = 1\ndefault = \"deny\"\nallow = []\n");
     for tool in tools {
         let name = tool.name.as_ref();

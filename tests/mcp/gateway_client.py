@@ -35,7 +35,7 @@ class UpstreamLog:
         return [entry for entry in entries if tool is None or entry.get("tool") == tool]
 
 
-def gateway_command(config: dict[str, Any], db: str) -> list[str]:
+def gateway_command(config: dict[str, Any], db: str, passed: list[str] | None = None) -> list[str]:
     return [
         config["airlock"],
         "--db",
@@ -43,13 +43,15 @@ def gateway_command(config: dict[str, Any], db: str) -> list[str]:
         "mcp",
         "--policy",
         config["policy"],
+        # The upstream sees only what is passed by name: `--env NAME` for each variable it is to read.
+        *[arg for name in (passed or []) for arg in ("--env", name)],
         "--",
         *config["upstream"],
     ]
 
 
 def gateway(config: dict[str, Any], db: str, env: dict[str, str] | None = None) -> StdioServerParameters:
-    command = gateway_command(config, db)
+    command = gateway_command(config, db, list(env or {}))
     return StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})})
 
 

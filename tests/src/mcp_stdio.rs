@@ -54,6 +54,23 @@ impl StdioSession {
         writeln!(self.stdin, "{message}").and_then(|()| self.stdin.flush()).expect("the server reads its stdin");
     }
 
+    /// Writes `line` as it is (it need not be JSON), and a newline.
+    pub fn send_line(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush()).expect("the server reads its stdin");
+    }
+
+    /// The next message that `wanted` accepts, skipping others, if one comes within `within`.
+    pub fn message_where(&mut self, within: Duration, wanted: impl Fn(&Value) -> bool) -> Option<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let message = self.messages.recv_timeout(left).ok()?;
+            if wanted(&message) {
+                return Some(message);
+            }
+        }
+    }
+
     /// Sends `tools/call` of `tool` with `arguments` as request `id`.
     pub fn call(&mut self, id: u64, tool: &str, arguments: Value) {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",

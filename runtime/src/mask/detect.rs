@@ -286,7 +286,9 @@ static PATTERNS: &[PatternSpec] = &[
             // ending in a secret's name; at most eight before the name, so that a search starting in a long
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
-            r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))",
+            r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?",
+            // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there).
+            r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger)))",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")`.

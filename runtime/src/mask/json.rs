@@ -47,6 +47,26 @@ const SECRET_SUFFIXES: &[&str] = &[
     "credentials",
 ];
 
+/// The variables agent-airlock itself reads keys, tokens and database URLs from: their values are secrets
+/// wherever they turn up (an upstream server that prints its environment, a log line), in a `NAME=value`
+/// text or as an object's key, though some of the names end in no secret's word (`AIRLOCK_DB`).
+pub(crate) const PRODUCT_SECRET_NAMES: &[&str] = &[
+    "AIRLOCK_APPROVAL_KEY",
+    "AIRLOCK_GATEWAY_TOKEN",
+    "AIRLOCK_CONSOLE_TOKEN",
+    "AIRLOCK_WEBHOOK_KEY",
+    "AIRLOCK_AUDIT_KEY",
+    "AIRLOCK_DB",
+    "AIRLOCK_MCP_LEDGER",
+];
+
+/// Whether the normalised `key` is one of [`PRODUCT_SECRET_NAMES`].
+fn is_product_secret(key: &str) -> bool {
+    PRODUCT_SECRET_NAMES
+        .iter()
+        .any(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).eq(key.bytes()))
+}
+
 impl KeyHint {
     /// The hint a key gives, from its letters and digits, lower-cased (`DB_Password`, `db-password` and
     /// `dbPassword` are all `dbpassword`).
@@ -77,6 +97,7 @@ impl KeyHint {
             return KeyHint::None;
         }
         if ends(SECRET_SUFFIXES)
+            || is_product_secret(key)
             || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp"])
             || is(&["authorization", "proxyauthorization", "cookie", "setcookie"])
         {
@@ -161,6 +182,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_products_own_secret_names_mark_their_values_as_keys_and_in_text() {
+        let masker = crate::mask::Masker::default();
+        for name in PRODUCT_SECRET_NAMES {
+            assert_eq!(KeyHint::of_key(name), KeyHint::Secret, "{name}");
+            let text = format!("{name}=Zq8x/secret-value.redb\nNEXT=1");
+            let masked = masker.mask_text(&text, crate::mask::MaskSet::SECRETS);
+            assert!(!masked.contains("Zq8x/secret-value.redb"), "{name}: {masked}");
+            assert!(masked.starts_with(&format!("{name}=")) && masked.ends_with("NEXT=1"), "{masked}");
+        }
+        assert_eq!(KeyHint::of_key("AIRLOCK_LOG"), KeyHint::None);
+    }
 
     #[test]
     fn keys() {

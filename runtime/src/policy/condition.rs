@@ -11,6 +11,21 @@
 //! missing, or whose type is not the literal's, makes the condition *hold* (fail closed): a deny rule then
 //! denies and an escalation rule escalates, so a model cannot slip past a rule by leaving an argument out or
 //! sending `"20000"` as a string. Strings are matched as sent, without path normalisation.
+//!
+//! How `matches` reads a path (each spelling has a test, `path_spellings_match_as_documented`):
+//!
+//! - `/` separates components and `*` never crosses one; `**/` is any number of components, none included.
+//!   So a rule on a component (`**/.ssh/**`) holds however the path around it is spelled: repeated slashes
+//!   (`/home//me/.ssh/id`), dot segments (`/home/me/./.ssh/id`, `/tmp/../home/me/.ssh/id`), relative or
+//!   `~/` paths. A rule anchored at a prefix (`/home/me/**`) is not: `/tmp/../home/me/x` does not start
+//!   with `/home/me/`, so deny what a path *contains* rather than allow what it starts with.
+//! - Matching is **case-sensitive**, byte for byte: `/home/me/.SSH/id` does not match `**/.ssh/**`. Where the
+//!   tool's file system ignores case (macOS, Windows), spell the glob with classes: `**/.[sS][sS][hH]/**`.
+//! - A **backslash** in the argument is an ordinary character, not a separator: `C:\Users\me\.ssh\id` is one
+//!   component and does not match `**/.ssh/**`; a rule for a Windows tool matches the backslashes itself
+//!   (the glob `**\\.ssh\\**`, where `\\` is one literal backslash; in the condition's JSON string literal
+//!   each of those is doubled again: `path matches "**\\\\.ssh\\\\**"`) or denies both spellings.
+//!   In the glob, a backslash escapes the next character (`\*` is a literal `*`).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -471,6 +486,44 @@ mod tests {
         assert_eq!(ssh(".ssh/authorized_keys"), Evaluation::Holds);
         assert_eq!(ssh("/home/me/notes.txt"), Evaluation::DoesNotHold);
         assert_eq!(eval("path matches \"/tmp/*\"", json!({"path": "/tmp/a/b"})), Evaluation::DoesNotHold);
+    }
+
+    #[test]
+    fn path_spellings_match_as_documented() {
+        let ssh = |path: &str| eval("path matches \"**/.ssh/**\"", json!({ "path": path })).applies();
+        for path in [
+            "/home/me/.ssh/id",
+            "/home//me/.ssh/id",
+            "/home/me//.ssh//id",
+            "/home/me/./.ssh/id",
+            "/home/me/.ssh/./id",
+            "/tmp/../home/me/.ssh/id",
+            "/home/me/x/../.ssh/id",
+            "~/.ssh/id",
+            ".ssh/id",
+            "./.ssh/id",
+            "../.ssh/id",
+            "/.ssh/id",
+            "a/b/c/d/.ssh/e/f",
+        ] {
+            assert!(ssh(path), "{path} must match");
+        }
+        // Case-sensitive: a class spells the case-insensitive rule.
+        assert!(!ssh("/home/me/.SSH/id"));
+        assert!(!ssh("/home/me/.Ssh/id"));
+        let any_case = |path: &str| eval("path matches \"**/.[sS][sS][hH]/**\"", json!({ "path": path })).applies();
+        assert!(any_case("/home/me/.SSH/id") && any_case("/home/me/.Ssh/id") && any_case("/home/me/.ssh/id"));
+        // A backslash is not a separator in the argument.
+        assert!(!ssh("C:\\Users\\me\\.ssh\\id"));
+        assert!(!ssh("/home/me\\.ssh\\id"));
+        let windows = |path: &str| eval(r#"path matches "**\\\\.ssh\\\\**""#, json!({ "path": path })).applies();
+        assert!(windows("C:\\Users\\me\\.ssh\\id"));
+        // In the glob, a backslash escapes: `\\*` is a literal star.
+        let star = |path: &str| eval(r#"path matches "/tmp/\\*""#, json!({ "path": path })).applies();
+        assert!(star("/tmp/*") && !star("/tmp/a"));
+        // A prefix is not a component: dot segments walk out of it.
+        let prefix = |path: &str| eval("path matches \"/home/me/**\"", json!({ "path": path })).applies();
+        assert!(!prefix("/tmp/../home/me/x"));
     }
 
     #[test]

@@ -232,6 +232,7 @@ impl FileBuilder<'_> {
             let error = PolicyError::Glob { pattern: name.to_owned(), message: err.kind().to_string() };
             return Err(locate(self.text, key.start, error.to_string()));
         }
+        self.apply(|b| b.table(name), std::slice::from_ref(&key))?;
         if let Some(reason) = &tool.escalate {
             self.apply(|b| b.escalate(name, reason.get_ref()), &[key.clone(), reason.span(), reason.span()])?;
         }
@@ -405,6 +406,67 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(local.rate_limits, vec![("local".to_owned(), "7/day".parse().unwrap(), RateScope::PerTool)]);
         assert!(local.shared_rate_limits.is_empty());
         assert!(policy.summary().contains("rate      refund: 3/minute, shared by every host"), "{}", policy.summary());
+    }
+
+    #[test]
+    fn deny_resources_match_every_spelling_of_a_denied_uri() {
+        let text = "version = 1\ndefault = \"allow\"\ndeny_resources = [\"config://secrets\", \"file:///**/.env\"]\n";
+        let policy = Policy::from_toml(text).unwrap();
+        for uri in [
+            "config://secrets",
+            "CONFIG://secrets",
+            "Config://secrets",
+            " config://secrets",
+            "config://sec\trets",
+            "config://SECRETS",
+            "config://secr%65ts",
+            "file:///home/me/.env",
+            "file://localhost/home/me/.env",
+            "file:///home/me/%2Eenv",
+            "file:///home/me/notes/../.env",
+        ] {
+            assert!(policy.resource_denied_by(uri).is_some(), "{uri:?} is read");
+        }
+        for uri in ["config://app", "file:///home/me/notes.txt", "note://a.txt"] {
+            assert_eq!(policy.resource_denied_by(uri), None, "{uri}");
+        }
+        // Without resource rules nothing is screened, a URI without a normal form included.
+        assert_eq!(Policy::from_toml("version = 1\ndefault = \"allow\"\n").unwrap().resource_denied_by(" x"), None);
+    }
+
+    #[test]
+    fn the_strictest_approver_wins_whatever_the_order_of_the_tables() {
+        for text in [
+            "version = 1\ndefault = \"allow\"\n[tools.\"*\"]\napprover = \"client\"\n[tools.transfer]\napprover = \"operator\"\n",
+            "version = 1\ndefault = \"allow\"\n[tools.transfer]\napprover = \"operator\"\n[tools.\"*\"]\napprover = \"client\"\n",
+            "version = 1\ndefault = \"allow\"\n[tools.\"t*\"]\napprover = \"operator\"\n[tools.transfer]\napprover = \"client\"\n",
+        ] {
+            let policy = Policy::from_toml(text).unwrap();
+            assert_eq!(policy.for_tool("transfer").approver, ApprovalRoute::Operator, "{text}");
+        }
+        let policy = Policy::from_toml(
+            "version = 1\ndefault = \"allow\"\n[tools.\"*\"]\napprover = \"client\"\n[tools.transfer]\napprover = \"operator\"\n",
+        )
+        .unwrap();
+        assert_eq!(policy.for_tool("read").approver, ApprovalRoute::Client);
+    }
+
+    #[test]
+    fn tables_naming_no_offered_tool_are_reported_with_the_closest_name() {
+        let text = "version = 1\ndefault = \"allow\"\n[tools.wirte_file]\nescalate = \"x\"\n[tools.\"read_*\"]\n\
+                    [tools.\"admin_*\"]\n[tools.list_directory]\n[tools.zzz]\n";
+        let policy = Policy::from_toml(text).unwrap();
+        let offered = ["write_file", "read_file", "list_directory"];
+        let unmatched = policy.tables_naming_no_tool(offered);
+        let shown: Vec<String> = unmatched.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "`[tools.wirte_file]` names no tool the server offers (did you mean `write_file`?)",
+                "`[tools.admin_*]` names no tool the server offers",
+                "`[tools.zzz]` names no tool the server offers",
+            ]
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@
 pub mod condition;
 pub mod file;
 pub(crate) mod rules;
+pub(crate) mod uri;
 
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;
-pub use self::rules::{ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode};
+pub use self::rules::{ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, UnmatchedTable};

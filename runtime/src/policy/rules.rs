@@ -33,10 +33,35 @@ pub struct Policy {
     approvers: Vec<Rule<ApprovalRoute>>,
     deny_resources: Vec<Rule<()>>,
     deny_prompts: Vec<Rule<()>>,
+    /// The `[tools.…]` tables of a policy file, by glob, to report those that name no tool.
+    tables: Vec<Rule<()>>,
+}
+
+/// A `[tools.…]` table that names no tool a server offers (a typo like `[tools.wirte_file]`): its rules
+/// would silently apply to nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnmatchedTable {
+    /// The table's name or glob.
+    pub table: String,
+    /// The offered tool whose name is closest, if one is near enough to be the one meant.
+    pub closest: Option<String>,
+}
+
+impl std::fmt::Display for UnmatchedTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`[tools.{}]` names no tool the server offers", self.table)?;
+        match &self.closest {
+            Some(name) => write!(f, " (did you mean `{name}`?)"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Who decides a tool's escalated calls when a gateway serves it (`approver = "…"` in a policy file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Ordered from the least to the most strict: where several rules apply, the strictest wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum ApprovalRoute {
     /// The human behind the MCP client, asked through elicitation.
     #[default]
@@ -173,7 +198,8 @@ pub struct ToolPolicy {
     pub conditions: Vec<ConditionRule>,
     /// The pinned digest of the tool's definition, if the policy pins it.
     pub pin: Option<String>,
-    /// Who decides its escalated calls when a gateway serves it: the first matching rule's, else the client.
+    /// Who decides its escalated calls when a gateway serves it: the strictest matching rule's (an operator
+    /// over the client's human, whatever the rules' order), else the client.
     pub approver: ApprovalRoute,
 }
 
@@ -291,9 +317,17 @@ impl Policy {
     }
 
     /// The glob that denies the resource at `uri` to a gateway's clients, if any. Resources are offered
-    /// unless denied (the default rule and the allow list are about tools).
+    /// unless denied (the default rule and the allow list are about tools). The globs match the URI's normal
+    /// form (RFC 3986: scheme and host lower-cased, unreserved escapes decoded, dot segments
+    /// resolved, `file://localhost/` as `file:///`), so `CONFIG://secrets` and `file:///home/me/%2Eenv` are
+    /// denied by `config://secrets` and `file:///**/.env`. Where any glob denies resources, a URI with no
+    /// normal form (control characters, surrounding blanks, no scheme) is denied too.
     pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
-        self.deny_resources.iter().find(|r| r.matcher.is_match(uri)).map(|r| r.pattern.as_str())
+        if self.deny_resources.is_empty() {
+            return None;
+        }
+        let Some(normal) = super::uri::normalise(uri) else { return Some(super::uri::UNREADABLE_URI) };
+        self.deny_resources.iter().find(|r| r.matcher.is_match(&normal)).map(|r| r.pattern.as_str())
     }
 
     /// The glob that denies the prompt named `name` to a gateway's clients, if any. Prompts are offered
@@ -305,6 +339,19 @@ impl Policy {
     /// Every definition pin, by tool name.
     pub fn pins(&self) -> &BTreeMap<String, String> {
         &self.pins
+    }
+
+    /// The `[tools.…]` tables (names or globs, in file order) that match none of `tools` (the names a server
+    /// offers), each with the closest offered name. Empty for a policy built in code.
+    pub fn tables_naming_no_tool<'a>(&self, tools: impl IntoIterator<Item = &'a str> + Clone) -> Vec<UnmatchedTable> {
+        self.tables
+            .iter()
+            .filter(|table| !tools.clone().into_iter().any(|tool| table.matcher.is_match(tool)))
+            .map(|table| UnmatchedTable {
+                table: table.pattern.clone(),
+                closest: crate::args::nested::closest(&table.pattern, tools.clone()),
+            })
+            .collect()
     }
 
     /// A summary for a person, one rule a line: mode, default, then each rule with its glob.
@@ -387,11 +434,15 @@ impl Policy {
                 .map(|r| (r.pattern.clone(), r.value.clone())),
             conditions: self.conditions.iter().filter(|r| r.matcher.is_match(name)).map(|r| r.value.clone()).collect(),
             pin: self.pins.get(name).cloned(),
+            // The strictest, as for every other rule: `[tools."*"] approver = "client"` written before
+            // `[tools.transfer] approver = "operator"` does not hand transfers to the client's human.
             approver: self
                 .approvers
                 .iter()
-                .find(|r| r.matcher.is_match(name))
-                .map_or_else(ApprovalRoute::default, |r| r.value),
+                .filter(|r| r.matcher.is_match(name))
+                .map(|r| r.value)
+                .max()
+                .unwrap_or_default(),
         }
     }
 }
@@ -412,6 +463,14 @@ impl PolicyBuilder {
                 None
             }
         }
+    }
+
+    /// Records a policy file's `[tools.<glob>]` table, for [`Policy::tables_naming_no_tool`].
+    pub(crate) fn table(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.tables.push(rule);
+        }
+        self
     }
 
     /// Refuses every tool whose name matches `glob`. Deny beats everything.
@@ -558,8 +617,8 @@ impl PolicyBuilder {
         self
     }
 
-    /// Who decides the escalated calls of tools matching `glob` when a gateway serves them; the first
-    /// matching rule applies, and without one the client's human decides.
+    /// Who decides the escalated calls of tools matching `glob` when a gateway serves them; the strictest
+    /// matching rule applies (an operator over the client's human), and without one the client's human decides.
     pub fn approver(mut self, glob: &str, route: ApprovalRoute) -> Self {
         if let Some(rule) = self.rule(glob, route) {
             self.policy.approvers.push(rule);

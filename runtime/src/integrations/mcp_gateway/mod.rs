@@ -16,6 +16,10 @@
 //!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
 //! - **Resources and prompts** pass through to the upstream unchanged, except those the policy denies
 //!   ([`GatewayServer`], [`McpGateway::with_policy`]).
+//! - **Every request is answered.** Over stdio the gateway frames messages itself ([`LineTransport`]): a
+//!   message too large, too deep or malformed is answered with a JSON-RPC error, never dropped; a result
+//!   too large fails its call (effect ambiguous). Listing the upstream's tools is bounded
+//!   ([`LIST_TOOLS_TIMEOUT`]), and a re-list never answered holds up no shutdown.
 //! - **Settling effects.** A result commits the call's effect; a request that never left (the upstream is
 //!   gone) fails it (a retry is safe); an `isError` result, a JSON-RPC error or a connection lost after the
 //!   request was sent leave it ambiguous, for an operator to resolve.
@@ -33,6 +37,8 @@
 //! # }
 //! ```
 
+mod environment;
+mod framing;
 mod http;
 mod passthrough;
 mod pin;
@@ -43,10 +49,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, UpstreamEnvironment};
+pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::BearerToken;
 pub use passthrough::GatewayServer;
-pub use pin::{PIN_PREFIX, PinCheck, ToolPins, tool_pin};
-pub use upstream::{DEFAULT_SHUTDOWN_GRACE, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError};
+pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use upstream::{
+    DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
+};
 
 use rmcp::ServiceExt as _;
 use rmcp::transport::IntoTransport;
@@ -80,6 +90,8 @@ pub enum GatewayError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GatewayTools {
+    /// Every tool the upstream listed, offered or not, in its order.
+    pub listed: Vec<String>,
     /// The tools offered downstream (those the policy does not deny), in the upstream's order.
     pub offered: Vec<String>,
     /// Pinned tools whose definition changed: hidden, their calls refused.
@@ -196,7 +208,10 @@ impl McpGateway {
         approvals: McpApprovals,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), GatewayError> {
-        self.serve(approvals, rmcp::transport::stdio_pipes(), shutdown).await
+        let (read, write) = rmcp::transport::stdio_pipes();
+        // Every line the client sends is answered, even one that is not JSON (see `LineTransport`).
+        let transport = LineTransport::new(read, write, "client").answering_parse_errors();
+        self.serve(approvals, transport, shutdown).await
     }
 
     /// Serves one client on `transport` until it disconnects, the upstream exits, or `shutdown` completes;
@@ -255,9 +270,26 @@ impl McpGateway {
                     break;
                 }
                 Ok(()) = changed.changed() => {
-                    match self.refresh().await {
-                        Ok(tools) => tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed"),
-                        Err(error) => tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay"),
+                    // An upstream that announces a change and never answers the re-list holds up nothing: the
+                    // re-list is bounded (`Upstream::list_tools`), and the session's end or a shutdown
+                    // request cuts it short.
+                    tokio::select! {
+                        refreshed = self.refresh() => match refreshed {
+                            Ok(tools) => tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed"),
+                            Err(error) => tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay"),
+                        },
+                        ended = &mut session => {
+                            if let Err(error) = ended {
+                                tracing::warn!(target: "agent_airlock", %error, "the downstream session ended abnormally");
+                            }
+                            break;
+                        }
+                        () = &mut shutdown => {
+                            tracing::info!(target: "agent_airlock", "shutting down on request");
+                            stop.cancel();
+                            let _ = session.await;
+                            break;
+                        }
                     }
                 }
             }
@@ -294,6 +326,7 @@ fn build(
             report.unusable.push((name, "the upstream lists it twice".to_owned()));
             continue;
         }
+        report.listed.push(name.clone());
         if let PinCheck::Changed { pinned, now } = pins.check(&tool) {
             tracing::warn!(
                 target: "agent_airlock", tool = %name, %pinned, %now,

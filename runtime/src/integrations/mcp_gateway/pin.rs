@@ -1,10 +1,12 @@
-//! Tool definition pins: a digest of what an upstream tool says it is (name, description, input schema), so
-//! that an upstream that changes a tool after it was reviewed (a "rug pull") is noticed.
+//! Tool definition pins: a digest of everything an upstream tool says it is, so that an upstream that
+//! changes a tool after it was reviewed (a "rug pull") is noticed.
 //!
-//! The digest is `sha256:` and the lower-case hex SHA-256 of the RFC 8785 canonical JSON of
-//! `{"description": …, "inputSchema": …, "name": …}` (a missing description is `null`). Canonical JSON makes
-//! the pin independent of key order and number spelling in the upstream's answer; anything the model could
-//! read differently (a word of the description, a property, a constraint) changes it.
+//! The digest is `sha256:` and the lower-case hex SHA-256 of the RFC 8785 canonical JSON of the members of
+//! the definition a client or its model relies on, [`PINNED_MEMBERS`]: `name`, `title`, `description`,
+//! `inputSchema`, `outputSchema`, `annotations` (`readOnlyHint`, `destructiveHint`, …) and `_meta`, each
+//! `null` when absent. Canonical JSON makes the pin independent of key order and number spelling in the
+//! upstream's answer; anything the model or the client could read differently (a word of the title or the
+//! description, a property, a constraint, a hint turned from read-only to destructive) changes it.
 
 use std::collections::BTreeMap;
 
@@ -15,13 +17,23 @@ use crate::canonical::{CanonicalError, canonical_sha256};
 /// The prefix of every pin.
 pub const PIN_PREFIX: &str = "sha256:";
 
+/// The members of a tool's definition its pin covers (as MCP spells them).
+pub const PINNED_MEMBERS: &[&str] =
+    &["name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta"];
+
 /// The pin of an upstream tool's definition.
 pub fn tool_pin(tool: &rmcp::model::Tool) -> Result<String, CanonicalError> {
+    // From the definition as the client receives it, so a member is pinned exactly as it is sent.
+    let sent = match serde_json::to_value(tool) {
+        Ok(Value::Object(sent)) => sent,
+        _ => Map::new(),
+    };
     let mut definition = Map::new();
+    for member in PINNED_MEMBERS {
+        definition.insert((*member).to_owned(), sent.get(*member).cloned().unwrap_or(Value::Null));
+    }
+    // The name is pinned even if serialising failed.
     definition.insert("name".into(), Value::String(tool.name.to_string()));
-    definition
-        .insert("description".into(), tool.description.as_deref().map_or(Value::Null, |d| Value::String(d.into())));
-    definition.insert("inputSchema".into(), Value::Object((*tool.input_schema).clone()));
     let digest = canonical_sha256(&Value::Object(definition))?;
     Ok(format!("{PIN_PREFIX}{}", hex::encode(digest)))
 }
@@ -117,6 +129,25 @@ mod tests {
         );
         assert_ne!(tool_pin(&reworded).unwrap(), pin);
         assert_ne!(tool_pin(&widened).unwrap(), pin);
+
+        // The title, the annotations, the output schema and `_meta` are pinned too.
+        let mut retitled = base.clone();
+        retitled.title = Some("Delete every file".to_owned());
+        let mut annotated = base.clone();
+        annotated.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(false));
+        let mut read_only = base.clone();
+        read_only.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        let mut output = base.clone();
+        output.output_schema = Some(Arc::new(json!({"type": "object"}).as_object().unwrap().clone()));
+        let mut meta = base.clone();
+        meta.meta = Some(rmcp::model::MetaObject(json!({"x": 1}).as_object().unwrap().clone()));
+        let changed = [&retitled, &annotated, &read_only, &output, &meta].map(|tool| tool_pin(tool).unwrap());
+        for (i, a) in changed.iter().enumerate() {
+            assert_ne!(*a, pin, "change {i} is not pinned");
+            for b in &changed[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
 
         let pins = ToolPins::new().pin("read_file", pin.clone());
         assert_eq!(pins.check(&base), PinCheck::Matches);

@@ -1,8 +1,9 @@
 //! The upstream MCP server: a child process spoken to over its stdin and stdout with rmcp's client, or a
 //! server reached over Streamable HTTP ([`Upstream::connect`]).
 //!
-//! Its stderr is the gateway's (a server's logs reach whoever reads the gateway's logs; nothing of it can
-//! reach the gateway's stdout, which belongs to the downstream client). Shutting down follows the MCP
+//! The child starts with a scrubbed environment ([`UpstreamEnvironment`]): never the gateway's secrets. Its
+//! stderr is the gateway's (a server's logs reach whoever reads the gateway's logs; nothing of it can reach
+//! the gateway's stdout, which belongs to the downstream client). Shutting down follows the MCP
 //! stdio transport's order: close the child's stdin, wait, then SIGTERM, wait, then SIGKILL.
 
 use std::ffi::OsString;
@@ -21,10 +22,16 @@ use serde_json::Value;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use super::environment::{EnvironmentError, UpstreamEnvironment};
+use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 use crate::tool::ToolError;
 
 /// How long the child is given to exit after its stdin closes, and again after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// How long the gateway waits for the upstream to list its tools (at start, and again after it says they
+/// changed): an upstream that never answers must not hold the gateway.
+pub const LIST_TOOLS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to start an upstream MCP server: a program, its arguments, and where it runs.
 #[derive(Debug, Clone)]
@@ -32,12 +39,36 @@ pub struct UpstreamCommand {
     program: OsString,
     args: Vec<OsString>,
     current_dir: Option<PathBuf>,
+    environment: UpstreamEnvironment,
+    max_message_bytes: usize,
 }
 
 impl UpstreamCommand {
-    /// `program` with `args`, found on the `PATH` as a shell would, in the gateway's working directory.
+    /// `program` with `args`, found on the `PATH` as a shell would, in the gateway's working directory, with
+    /// the default [`UpstreamEnvironment`] (the allow-list only, never the gateway's own variables).
     pub fn new(program: impl Into<OsString>, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
-        UpstreamCommand { program: program.into(), args: args.into_iter().map(Into::into).collect(), current_dir: None }
+        UpstreamCommand {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            current_dir: None,
+            environment: UpstreamEnvironment::new(),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+
+    /// The largest message read from the server, a result included ([`DEFAULT_MAX_MESSAGE_BYTES`]): a larger
+    /// result fails its call at once with a JSON-RPC error (its effect ambiguous), never buffered.
+    #[must_use]
+    pub fn max_message_bytes(mut self, limit: usize) -> Self {
+        self.max_message_bytes = limit;
+        self
+    }
+
+    /// Starts the server with `environment` (what passes beyond the allow-list, what never does).
+    #[must_use]
+    pub fn environment(mut self, environment: UpstreamEnvironment) -> Self {
+        self.environment = environment;
+        self
     }
 
     /// Runs the server in `dir`.
@@ -84,9 +115,21 @@ pub enum UpstreamError {
         /// The URL as given.
         url: String,
     },
+    /// A variable the upstream was to be given is the gateway's own.
+    #[error("cannot start the upstream server `{command}`: {source}")]
+    Environment {
+        /// The command line.
+        command: String,
+        /// Which variable.
+        #[source]
+        source: EnvironmentError,
+    },
     /// The upstream's tools could not be listed.
     #[error("the upstream server did not list its tools: {0}")]
     ListTools(#[source] ServiceError),
+    /// The upstream did not answer `tools/list` in time.
+    #[error("the upstream server did not list its tools within {0:?}")]
+    ListToolsTimeout(Duration),
 }
 
 /// A running upstream MCP server, connected as a client.
@@ -111,7 +154,13 @@ impl Upstream {
     /// Starts `command` as a child process and completes the MCP handshake with it over its stdio.
     pub async fn spawn(command: &UpstreamCommand) -> Result<Upstream, UpstreamError> {
         let display = command.display();
+        let environment = command
+            .environment
+            .resolve(std::env::vars_os())
+            .map_err(|source| UpstreamError::Environment { command: display.clone(), source })?;
         let mut process = Command::new(&command.program);
+        // The child sees the allow-list and what was asked for, never the gateway's secrets.
+        process.env_clear().envs(environment);
         process.args(&command.args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(dir) = &command.current_dir {
             process.current_dir(dir);
@@ -127,7 +176,9 @@ impl Upstream {
         };
         let (changed, tools_changed) = watch::channel(0);
         let handler = UpstreamClient { changed };
-        let client = match handler.serve((stdout, stdin)).await {
+        let transport =
+            LineTransport::new(stdout, stdin, "upstream server").max_message_bytes(command.max_message_bytes);
+        let client = match handler.serve(transport).await {
             Ok(client) => client,
             Err(error) => {
                 stop_child(&mut child, DEFAULT_SHUTDOWN_GRACE).await;
@@ -164,9 +215,12 @@ impl Upstream {
         &self.command
     }
 
-    /// Every tool the upstream lists now (all pages).
+    /// Every tool the upstream lists now (all pages), within [`LIST_TOOLS_TIMEOUT`].
     pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, UpstreamError> {
-        self.client.peer().list_all_tools().await.map_err(UpstreamError::ListTools)
+        match tokio::time::timeout(LIST_TOOLS_TIMEOUT, self.client.peer().list_all_tools()).await {
+            Ok(listed) => listed.map_err(UpstreamError::ListTools),
+            Err(_) => Err(UpstreamError::ListToolsTimeout(LIST_TOOLS_TIMEOUT)),
+        }
     }
 
     /// The client side of the session, for what passes through unguarded (resources, prompts).
