@@ -12,5 +12,5 @@ pub(crate) mod protocol;
 pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use self::protocol::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_MAX_PENDING, DecisionError,
-    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys,
+    InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError, ResumeValue, RetiredKeys, ShowError,
 };
