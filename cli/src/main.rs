@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::approval::display::{escape, render_call, value_text};
+use agent_airlock::approval::display::{escape, value_text};
 use agent_airlock::audit::{Anchor, AuditConfig, AuditKey, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{
@@ -26,9 +26,8 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::{
     Clock, SystemClock,
-    approval::{DecisionError, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
+    approval::{DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
     keys::ApprovalKey,
-    mask::{MaskSet, Masker},
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use redb::Database;
@@ -615,11 +614,11 @@ impl Verifier {
     }
 }
 
-/// The sealed call, as the human must see it to decide.
+/// The sealed call, as the human must see it to decide: every exact argument (the digest of what is shown
+/// checked against the binding's), secrets flagged, never hidden. An error says why it cannot be shown,
+/// and so cannot be approved.
 fn render_request(request: &InterruptRequest) -> Result<String, Failure> {
-    let reasons = [EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }];
-    render_call(request.tool(), &reasons, &shown_arguments(request))
-        .map_err(|e| format!("{e}; use `--json` to read it"))
+    request.render().map_err(|e| format!("{e}; it cannot be approved"))
 }
 
 fn call_site(request: &InterruptRequest) -> String {
@@ -635,12 +634,7 @@ fn call_site(request: &InterruptRequest) -> String {
 /// Shows the sealed call in full on standard error and asks on the terminal; anything but yes approves
 /// nothing.
 fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
-    let shown = render_call(
-        request.tool(),
-        &[EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
-        &shown_arguments(request),
-    )
-    .map_err(|e| format!("{e}; it cannot be approved without being seen (`--yes` approves unseen)"))?;
+    let shown = render_request(request)?;
     if !std::io::stdin().is_terminal() {
         return Err("refusing to approve without confirmation: standard input is not a terminal; pass `--yes` to \
                     approve from a script"
@@ -704,6 +698,14 @@ fn approve_request(
     let request = approvals
         .verify_request(&entry.request.interrupt)
         .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
+    // The record found under this id must hold the sealed request of this id, or it is another request's.
+    if request.request_id() != request_id {
+        return Err(format!(
+            "request `{}` is TAMPERED: it holds the sealed request `{}`; nothing was approved",
+            escape(request_id),
+            escape(request.request_id())
+        ));
+    }
     confirm(&request, &entry)?;
     match approvals.approve_blocking(&entry.request.interrupt, operator) {
         Ok(resume) => Ok(Approval::Granted(resume)),
@@ -839,7 +841,9 @@ fn entry_json(entry: &RequestEntry, sealed: &Sealed, now: Duration) -> Value {
             out["rule"] = json!(request.rule());
             out["reason"] = json!(request.reason());
             out["key_id"] = json!(request.key_id());
-            out["arguments"] = shown_arguments(request);
+            // The exact arguments (opened with the key); whether a human can be shown them whole.
+            out["arguments"] = Value::Object(request.arguments().clone());
+            out["approvable"] = json!(request.render().is_ok());
             out["call"] = serde_json::to_value(request.call()).unwrap_or(Value::Null);
         }
         Sealed::Unverified => out["seal"] = json!("unverified"),
@@ -867,17 +871,6 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
         "attempt": record.attempt,
         "record": serde_json::to_value(record).unwrap_or(Value::Null),
     })
-}
-
-/// A request's arguments as shown to an operator. Requests recorded since arguments are masked in the
-/// request itself are shown as stored; older ones (request version 1) held the exact arguments, so secrets
-/// are masked here too (masking masked text changes nothing).
-/// A verified request's arguments as shown: secrets masked (requests sealed before arguments were stored
-/// masked still hold them raw).
-fn shown_arguments(request: &InterruptRequest) -> Value {
-    let mut arguments = Value::Object(request.arguments().clone());
-    Masker::default().mask_value(&mut arguments, MaskSet::SECRETS);
-    arguments
 }
 
 /// A duration in humantime's grammar: `30d`, `12h`, `2weeks`, `1h 30m` (`0s`: every settled record).
