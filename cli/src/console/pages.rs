@@ -219,10 +219,9 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
                 let csrf = csrf_field(session);
                 body.push_str(r#"<div class="decide">"#);
                 if shown {
-                    let _ = write!(
+                    let _ = writeln!(
                         body,
-                        r#"<form method="post" action="/requests/{seg}/approve">{csrf}<button class="approve">Approve</button></form>
-"#
+                        r#"<form method="post" action="/requests/{seg}/approve">{csrf}<button class="approve">Approve</button></form>"#
                     );
                 }
                 let _ = write!(
