@@ -387,7 +387,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                             Sealed::Verified(request) => {
                                 println!("seal      verified (key `{}`)", escape(request.key_id()));
                                 println!("call      {}", call_site(request));
-                                println!("requested {} s since the Unix epoch", request.requested_at().as_secs());
+                                println!("requested {}", when(now, request.requested_at()));
                                 print!("{}", render_request(request)?);
                             }
                             Sealed::Unverified => println!("seal      UNVERIFIED: {NO_KEY}"),
@@ -443,12 +443,13 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 println!("no spent grants");
             } else {
                 for s in spent {
+                    let spent_at = Duration::from_millis(s["spent_at_ms"].as_u64().unwrap_or(0));
                     println!(
-                        "{}  {}  approved by {}  spent at {} ms",
-                        s["grant_id"].as_str().unwrap_or(""),
-                        s["tool"].as_str().unwrap_or(""),
-                        s["approver"].as_str().unwrap_or(""),
-                        s["spent_at_ms"]
+                        "{}  {}  approved by {}  spent {}",
+                        escape(s["grant_id"].as_str().unwrap_or("")),
+                        escape(s["tool"].as_str().unwrap_or("")),
+                        escape(s["approver"].as_str().unwrap_or("")),
+                        when(now, spent_at)
                     );
                 }
             }
@@ -465,10 +466,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }));
             } else {
                 println!(
-                    "pruned {} requests and {} grants settled before {} ms since the Unix epoch",
+                    "pruned {} requests and {} grants settled before {}",
                     report.requests.len(),
                     report.grants.len(),
-                    millis(cutoff)
+                    when(now, cutoff)
                 );
             }
         }
@@ -822,6 +823,24 @@ fn print_json(value: &Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
 }
 
+/// A time for a person to read: RFC 3339 in UTC and how long ago (or how far ahead) it is, e.g.
+/// `2026-12-01T19:40:12Z, 3 min ago`. `--json` keeps the numbers.
+fn when(now: Duration, at: Duration) -> String {
+    let stamp = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + at);
+    let (span, ahead) = match now.checked_sub(at) {
+        Some(past) => (past, false),
+        None => (at.saturating_sub(now), true),
+    };
+    let secs = span.as_secs();
+    let age = match secs {
+        0..=59 => format!("{secs} s"),
+        60..=3599 => format!("{} min", secs / 60),
+        3600..=86_399 => format!("{} h", secs / 3600),
+        _ => format!("{} days", secs / 86_400),
+    };
+    if ahead { format!("{stamp}, in {age}") } else { format!("{stamp}, {age} ago") }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -876,4 +895,19 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
 /// A duration in humantime's grammar: `30d`, `12h`, `2weeks`, `1h 30m` (`0s`: every settled record).
 fn parse_age(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration ({e}), e.g. `30d`, `12h`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_rfc_3339_in_utc_with_their_age() {
+        let at = Duration::from_secs(1_796_153_379);
+        assert_eq!(when(at + Duration::from_secs(200), at), "2026-12-01T19:29:39Z, 3 min ago");
+        assert_eq!(when(at, at), "2026-12-01T19:29:39Z, 0 s ago");
+        assert_eq!(when(at + Duration::from_secs(7200), at), "2026-12-01T19:29:39Z, 2 h ago");
+        assert_eq!(when(at + Duration::from_secs(3 * 86_400), at), "2026-12-01T19:29:39Z, 3 days ago");
+        assert_eq!(when(at, at + Duration::from_secs(90)), "2026-12-01T19:31:09Z, in 1 min");
+    }
 }
