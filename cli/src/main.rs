@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::approval::display::{escape, render_call, value_text};
+use agent_airlock::approval::display::{escape, value_text};
 use agent_airlock::audit::{Anchor, AuditConfig, AuditKey, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectRecord, EffectStatus, EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{
@@ -26,9 +26,8 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::{
     Clock, SystemClock,
-    approval::{DecisionError, EscalationReason, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
+    approval::{DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
     keys::ApprovalKey,
-    mask::{MaskSet, Masker},
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use redb::Database;
@@ -399,7 +398,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                             Sealed::Verified(request) => {
                                 println!("seal      verified (key `{}`)", escape(request.key_id()));
                                 println!("call      {}", call_site(request));
-                                println!("requested {} s since the Unix epoch", request.requested_at().as_secs());
+                                println!("requested {}", when(now, request.requested_at()));
                                 print!("{}", render_request(request)?);
                             }
                             Sealed::Unverified => println!("seal      UNVERIFIED: {NO_KEY}"),
@@ -455,12 +454,13 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 println!("no spent grants");
             } else {
                 for s in spent {
+                    let spent_at = Duration::from_millis(s["spent_at_ms"].as_u64().unwrap_or(0));
                     println!(
-                        "{}  {}  approved by {}  spent at {} ms",
-                        s["grant_id"].as_str().unwrap_or(""),
-                        s["tool"].as_str().unwrap_or(""),
-                        s["approver"].as_str().unwrap_or(""),
-                        s["spent_at_ms"]
+                        "{}  {}  approved by {}  spent {}",
+                        escape(s["grant_id"].as_str().unwrap_or("")),
+                        escape(s["tool"].as_str().unwrap_or("")),
+                        escape(s["approver"].as_str().unwrap_or("")),
+                        when(now, spent_at)
                     );
                 }
             }
@@ -477,10 +477,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }));
             } else {
                 println!(
-                    "pruned {} requests and {} grants settled before {} ms since the Unix epoch",
+                    "pruned {} requests and {} grants settled before {}",
                     report.requests.len(),
                     report.grants.len(),
-                    millis(cutoff)
+                    when(now, cutoff)
                 );
             }
         }
@@ -628,11 +628,11 @@ impl Verifier {
     }
 }
 
-/// The sealed call, as the human must see it to decide.
+/// The sealed call, as the human must see it to decide: every exact argument (the digest of what is shown
+/// checked against the binding's), secrets flagged, never hidden. An error says why it cannot be shown,
+/// and so cannot be approved.
 fn render_request(request: &InterruptRequest) -> Result<String, Failure> {
-    let reasons = [EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }];
-    render_call(request.tool(), &reasons, &shown_arguments(request))
-        .map_err(|e| format!("{e}; use `--json` to read it"))
+    request.render().map_err(|e| format!("{e}; it cannot be approved"))
 }
 
 fn call_site(request: &InterruptRequest) -> String {
@@ -648,12 +648,7 @@ fn call_site(request: &InterruptRequest) -> String {
 /// Shows the sealed call in full on standard error and asks on the terminal; anything but yes approves
 /// nothing.
 fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Failure> {
-    let shown = render_call(
-        request.tool(),
-        &[EscalationReason { rule: request.rule().to_owned(), reason: request.reason().to_owned() }],
-        &shown_arguments(request),
-    )
-    .map_err(|e| format!("{e}; it cannot be approved without being seen (`--yes` approves unseen)"))?;
+    let shown = render_request(request)?;
     if !std::io::stdin().is_terminal() {
         return Err("refusing to approve without confirmation: standard input is not a terminal; pass `--yes` to \
                     approve from a script"
@@ -717,6 +712,14 @@ fn approve_request(
     let request = approvals
         .verify_request(&entry.request.interrupt)
         .map_err(|e| format!("request `{}` is TAMPERED: {e}; nothing was approved", escape(request_id)))?;
+    // The record found under this id must hold the sealed request of this id, or it is another request's.
+    if request.request_id() != request_id {
+        return Err(format!(
+            "request `{}` is TAMPERED: it holds the sealed request `{}`; nothing was approved",
+            escape(request_id),
+            escape(request.request_id())
+        ));
+    }
     confirm(&request, &entry)?;
     match approvals.approve_blocking(&entry.request.interrupt, operator) {
         Ok(resume) => Ok(Approval::Granted(resume)),
@@ -833,6 +836,24 @@ fn print_json(value: &Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
 }
 
+/// A time for a person to read: RFC 3339 in UTC and how long ago (or how far ahead) it is, e.g.
+/// `2026-12-01T19:40:12Z, 3 min ago`. `--json` keeps the numbers.
+fn when(now: Duration, at: Duration) -> String {
+    let stamp = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + at);
+    let (span, ahead) = match now.checked_sub(at) {
+        Some(past) => (past, false),
+        None => (at.saturating_sub(now), true),
+    };
+    let secs = span.as_secs();
+    let age = match secs {
+        0..=59 => format!("{secs} s"),
+        60..=3599 => format!("{} min", secs / 60),
+        3600..=86_399 => format!("{} h", secs / 3600),
+        _ => format!("{} days", secs / 86_400),
+    };
+    if ahead { format!("{stamp}, in {age}") } else { format!("{stamp}, {age} ago") }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -852,7 +873,9 @@ fn entry_json(entry: &RequestEntry, sealed: &Sealed, now: Duration) -> Value {
             out["rule"] = json!(request.rule());
             out["reason"] = json!(request.reason());
             out["key_id"] = json!(request.key_id());
-            out["arguments"] = shown_arguments(request);
+            // The exact arguments (opened with the key); whether a human can be shown them whole.
+            out["arguments"] = Value::Object(request.arguments().clone());
+            out["approvable"] = json!(request.render().is_ok());
             out["call"] = serde_json::to_value(request.call()).unwrap_or(Value::Null);
         }
         Sealed::Unverified => out["seal"] = json!("unverified"),
@@ -882,18 +905,22 @@ fn effect_json(record: &EffectRecord, now: Duration) -> Value {
     })
 }
 
-/// A request's arguments as shown to an operator. Requests recorded since arguments are masked in the
-/// request itself are shown as stored; older ones (request version 1) held the exact arguments, so secrets
-/// are masked here too (masking masked text changes nothing).
-/// A verified request's arguments as shown: secrets masked (requests sealed before arguments were stored
-/// masked still hold them raw).
-fn shown_arguments(request: &InterruptRequest) -> Value {
-    let mut arguments = Value::Object(request.arguments().clone());
-    Masker::default().mask_value(&mut arguments, MaskSet::SECRETS);
-    arguments
-}
-
 /// A duration in humantime's grammar: `30d`, `12h`, `2weeks`, `1h 30m` (`0s`: every settled record).
 fn parse_age(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("`{text}` is not a duration ({e}), e.g. `30d`, `12h`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_rfc_3339_in_utc_with_their_age() {
+        let at = Duration::from_secs(1_796_153_379);
+        assert_eq!(when(at + Duration::from_secs(200), at), "2026-12-01T19:29:39Z, 3 min ago");
+        assert_eq!(when(at, at), "2026-12-01T19:29:39Z, 0 s ago");
+        assert_eq!(when(at + Duration::from_secs(7200), at), "2026-12-01T19:29:39Z, 2 h ago");
+        assert_eq!(when(at + Duration::from_secs(3 * 86_400), at), "2026-12-01T19:29:39Z, 3 days ago");
+        assert_eq!(when(at, at + Duration::from_secs(90)), "2026-12-01T19:31:09Z, in 1 min");
+    }
 }

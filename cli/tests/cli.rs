@@ -321,3 +321,51 @@ fn the_audit_key_loads_like_every_other_key() {
     assert!(stderr.contains("a non-hex character at position 62"), "{stderr}");
     assert!(!stderr.contains("cdcd"), "{stderr}");
 }
+
+/// A row holding another request's sealed value is approved by no one: `approve` checks that the sealed
+/// request is the one asked for (before, it approved the other request).
+#[test]
+fn approve_refuses_a_row_holding_another_requests_sealed_value() {
+    const REQUESTS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("airlock_approval_requests");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let asked = pending_request(&db, 5);
+    let other = pending_request(&db, 50_000);
+    {
+        let database = redb::Database::open(&db).unwrap();
+        let txn = database.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(REQUESTS).unwrap();
+            let read = |id: &str| -> Value {
+                serde_json::from_slice(redb::ReadableTable::get(&table, id).unwrap().unwrap().value()).unwrap()
+            };
+            let mut record = read(&asked);
+            record["interrupt"] = read(&other)["interrupt"].clone();
+            table.insert(asked.as_str(), serde_json::to_vec(&record).unwrap().as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let output = airlock(&db, &["approve", &asked, "--yes", "--approver", "alice"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("TAMPERED") && stderr.contains(&other), "{stderr}");
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    assert!(listed.as_array().unwrap().iter().all(|e| e["status"] == "pending"), "{listed}");
+}
+
+/// Times a person reads are RFC 3339 in UTC with their age; `--json` keeps the numbers.
+#[test]
+fn times_are_shown_as_rfc_3339_with_their_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let id = pending_request(&db, 5);
+    let shown = String::from_utf8(airlock(&db, &["requests", "show", &id]).stdout).unwrap();
+    let line = shown.lines().find(|l| l.starts_with("requested ")).unwrap();
+    assert!(line.starts_with("requested 20") && line.contains("Z, ") && line.ends_with(" s ago"), "{line}");
+    let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
+    assert!(listed[0]["requested_at_ms"].is_u64(), "{listed}");
+    let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
+    admit(&db, 5, &resume).unwrap();
+    let spent = String::from_utf8(airlock(&db, &["spent"]).stdout).unwrap();
+    assert!(spent.contains("approved by alice  spent 20") && spent.contains(" ago"), "{spent}");
+}

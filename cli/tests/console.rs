@@ -16,7 +16,6 @@ use std::time::Duration;
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
 use agent_airlock::ledger::{RedbLedger, RequestStatus};
-use agent_airlock::mask::{MaskSet, Masker};
 use agent_airlock::{Clock as _, SystemClock};
 use hmac::{Hmac, KeyInit, Mac as _};
 use reqwest::StatusCode;
@@ -77,12 +76,13 @@ fn an_operator_signs_in_sees_a_new_request_and_approves_it_and_the_call_runs_onc
         "{rows}"
     );
 
-    // The request in full: seal verified, arguments shown with the secret masked.
+    // The request in full: seal verified, every exact argument shown, the secret flagged, not hidden.
     let (status, page) = visitor.get(&format!("/requests/{id}"));
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="seal" class="verified""#), "{page}");
     let call = element_text(&page, "sealed-call");
-    assert!(call.contains("\"amount\": 500") && !call.contains("sk_live_0123456789"), "{call}");
+    assert!(call.contains("\"amount\": 500") && call.contains("\"api_key\": \"sk_live_0123456789"), "{call}");
+    assert!(call.contains("\"api_key\" looks like a Stripe key"), "{call}");
     let csrf = hidden(&page, "csrf");
 
     let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
@@ -116,9 +116,7 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     let db = dir.path().join("airlock.redb");
     drop(shared_database(&db));
     let host = host(&db);
-    let id = REFUND.with(700, |call| {
-        host.request_masked_blocking(call, "policy", "moves money", &Masker::default(), MaskSet::SECRETS, 2).unwrap()
-    });
+    let id = REFUND.with(700, |call| host.request_approved_by_blocking(call, "policy", "moves money", 2).unwrap());
     let id = id.request_id().to_owned();
 
     let sign_in = |operator: &str| {
@@ -239,6 +237,92 @@ fn a_tampered_request_is_shown_as_tampered_and_cannot_be_approved() {
     let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(page.contains("TAMPERED") && page.contains("nothing was approved"), "{page}");
+    assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
+}
+
+/// A request as a build before version 3 recorded it (version 1: the exact arguments in plaintext), sealed
+/// with the test key by hand, so a call too long to show can be put in the ledger: this build never issues one.
+fn first_layout_request(host: &InterruptApprovals, arguments: Value) -> String {
+    let key = hex::decode(SECRET).unwrap();
+    let mac = |tag: &[u8], fields: &[&[u8]], counts_after_two: Option<u64>| {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key).unwrap();
+        mac.update(tag);
+        for (i, field) in fields.iter().enumerate() {
+            if i == 2
+                && let Some(count) = counts_after_two
+            {
+                mac.update(&count.to_be_bytes());
+            }
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        hex::encode(mac.finalize().into_bytes())
+    };
+    let digest: [u8; 32] = {
+        use sha2::Digest as _;
+        Sha256::digest(agent_airlock::canonical::to_canonical_vec(&arguments).unwrap()).into()
+    };
+    let binding = mac(
+        b"agent-airlock/approval/binding/v1\0",
+        &[b"t1", b"", b"", b"c1", b"call_big", b"send_mail", &digest],
+        Some(1),
+    );
+    let request_id = "0123456789abcdef0123456789abcdef";
+    let mut inner = json!({
+        "version": 1, "request_id": request_id, "key_id": "k1", "tool": "send_mail", "rule": "attribute",
+        "reason": "sends mail", "arguments": arguments,
+        "call": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint": {"": "c1"}, "tool_call_id": "call_big"},
+        "requested_at_ms": u64::try_from(SystemClock.now().as_millis()).unwrap(), "binding": binding,
+    });
+    let canonical = agent_airlock::canonical::to_canonical_vec(&inner).unwrap();
+    inner["seal"] = json!(mac(b"agent-airlock/approval/seal/v1\0", &[&canonical], None));
+    let interrupt = json!({"airlock_approval": inner});
+    // The hand-made request verifies as a genuine one.
+    host.verify_request(&interrupt).unwrap();
+    let record = agent_airlock::ledger::RequestRecord {
+        request_id: request_id.to_owned(),
+        key_id: "k1".into(),
+        tool: "send_mail".into(),
+        rule: "attribute".into(),
+        reason: "sends mail".into(),
+        binding: inner["binding"].as_str().unwrap().to_owned(),
+        requested_at: SystemClock.now(),
+        interrupt,
+    };
+    host.ledger().record_request(record, None).wait().unwrap();
+    request_id.to_owned()
+}
+
+/// A call that cannot be shown in full has no approve action: no button on its page, a refusal when its
+/// approval is posted anyway, and `airlock approve --yes` refuses it too. It can still be denied.
+#[test]
+fn a_call_too_long_to_show_has_no_approve_action_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let recorder = host(&db);
+    let body = "x".repeat(agent_airlock::approval::display::MAX_DISPLAY_BYTES);
+    let id = first_layout_request(&recorder, json!({"to": "a@example.com", "body": body}));
+    drop(recorder);
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    assert!(page.contains(r#"id="not-approvable""#) && page.contains("too long to show in full"), "{page}");
+    assert!(!page.contains("/approve"), "an approve form for a call that cannot be shown: {page}");
+    assert!(page.contains("/deny"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_ne!(status, StatusCode::OK, "{page}");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["--multi-process", "approve", &id, "--yes", "--approver", "bob"])
+        .env("AIRLOCK_APPROVAL_KEY", SECRET)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be approved"), "{output:?}");
+    drop(console);
     assert_eq!(status_of(&host(&db), &id), RequestStatus::Pending);
 }
 

@@ -270,11 +270,20 @@ impl InterruptApprovals {
         Ok(InterruptApprovals { protocol })
     }
 
-    /// Checks an interrupt value's seal and binding; returns the request it holds. Touches no ledger.
+    /// Checks an interrupt value's seal and binding and opens its arguments (stored encrypted in the value):
+    /// returns the request it holds with `arguments`, the exact arguments the grant would cover, and
+    /// `shown`, the call as a human must be shown it (every argument, escaped; secrets flagged). Touches
+    /// no ledger.
     fn verify(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let value = to_json(py, value)?;
         let request = self.protocol.verify_request(&value).map_err(|e| ApprovalError::new_err(e.to_string()))?;
-        from_json(py, request.as_value())
+        let mut opened = request.as_value().clone();
+        if let Some(inner) = opened.get_mut("airlock_approval").and_then(serde_json::Value::as_object_mut) {
+            inner.insert("arguments".to_owned(), serde_json::Value::Object(request.arguments().clone()));
+            let shown = request.render().map_err(|e| ApprovalError::new_err(e.to_string()))?;
+            inner.insert("shown".to_owned(), serde_json::Value::String(shown));
+        }
+        from_json(py, &opened)
     }
 
     /// Approves the request `value` holds (the interrupt's value, `{"airlock_approval": {...}}`) as

@@ -64,7 +64,11 @@ def tool_message(out) -> ToolMessage:
 
 def test_the_interrupt_value_names_the_call_and_its_binding(ledger):
     approvals = InterruptApprovals(KEY, ledger)
-    value = pause(guarded(ledger, approvals))["airlock_approval"]
+    raw = pause(guarded(ledger, approvals))
+    # The arguments are kept encrypted in the value (and so in the checkpoint store); the key opens them.
+    assert "arguments" not in raw["airlock_approval"] and "/tmp/x" not in str(raw)
+    value = approvals.verify(raw)["airlock_approval"]
+    assert "/tmp/x" in value["shown"], value["shown"]
     assert value["tool"] == "delete_file"
     assert value["rule"] == "delete_file"
     assert value["reason"] == "deletes a file"
@@ -128,7 +132,7 @@ def test_attack_1_a_resume_value_forged_without_the_key_admits_nothing(ledger):
 def test_attack_2_a_request_altered_in_the_store_is_not_approved(ledger):
     approvals = InterruptApprovals(KEY, ledger)
     value = pause(guarded(ledger, approvals))
-    for field, forged in [("arguments", {"path": "/etc/passwd"}), ("reason", "harmless"), ("tool", "search_docs")]:
+    for field, forged in [("sealed_arguments", "00" * 64), ("reason", "harmless"), ("tool", "search_docs")]:
         altered = copy.deepcopy(value)
         altered["airlock_approval"][field] = forged
         with pytest.raises(ApprovalError, match="seal"):

@@ -93,7 +93,10 @@ fn interrupt_approve_resume_runs_exactly_once() {
     assert_eq!(request["tool"], "refund");
     assert_eq!(request["reason"], "moves money");
     assert_eq!(request["rule"], "attribute");
-    assert_eq!(request["arguments"], json!({"payment_id": "pi_1", "amount": 500}));
+    // The arguments travel encrypted; the key opens exactly them.
+    assert!(request.get("arguments").is_none() && request["sealed_arguments"].is_string(), "{request}");
+    let opened = host.approvals().verify_request(&interrupt).unwrap();
+    assert_eq!(Value::Object(opened.arguments().clone()), json!({"payment_id": "pi_1", "amount": 500}));
     assert!(request["binding"].as_str().is_some_and(|b| b.len() == 64));
     assert!(request["seal"].is_string());
     assert_eq!(host.executions(), 0, "the first pass never runs the tool");

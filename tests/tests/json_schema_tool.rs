@@ -314,6 +314,11 @@ mod full_dispatch {
             (request, resume)
         }
 
+        /// The exact arguments a request holds (encrypted in its value), opened with the key.
+        fn arguments_of(&self, request: &Value) -> Value {
+            Value::Object(self.approvals.verify_request(request).unwrap().arguments().clone())
+        }
+
         fn resume(&self, call: &ToolCall, resume: &Value) -> ToolMessage {
             self.dispatch(call.clone(), Some(resume)).expect_message()
         }
@@ -343,7 +348,7 @@ mod full_dispatch {
         assert_eq!(host.runs(), 0, "nothing runs before the approval is presented");
         // The human approves the admitted arguments, ghosts already stripped.
         assert_eq!(
-            request["airlock_approval"]["arguments"],
+            host.arguments_of(&request),
             json!({"payment_id": "pi_1", "amount": 500, "meta": {"reason": "late"}})
         );
 
@@ -396,7 +401,7 @@ mod full_dispatch {
         let call = ToolCall::new("m1", "mail", json!({"to": "bob", "cc": "eve"}));
         let (request, resume) = host.approve(&call);
         assert_eq!(request["airlock_approval"]["rule"], "mail");
-        assert_eq!(request["airlock_approval"]["arguments"], json!({"to": "bob"}));
+        assert_eq!(host.arguments_of(&request), json!({"to": "bob"}));
         assert_eq!(host.resume(&call, &resume).status, Status::Success);
         assert_eq!(host.received.lock().unwrap()[0].tool, "mail");
         // A spent approval is spent: without an effect to catch it, the replay is refused by the ledger.

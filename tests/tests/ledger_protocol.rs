@@ -16,7 +16,6 @@ use agent_airlock::{
         ResumeValue, RetiredKeys,
     },
     keys::ApprovalKey,
-    mask::{MaskSet, Masker},
 };
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring};
 use serde_json::{Value, json};
@@ -96,11 +95,18 @@ fn the_interrupt_value_has_the_documented_shape(h: Harness) {
     let call = OwnedCall::refund(500);
     let request = h.request(&call);
     let body = &request.as_value()["airlock_approval"];
-    for member in ["tool", "rule", "reason", "arguments", "binding", "seal", "key_id", "request_id"] {
+    for member in
+        ["tool", "rule", "reason", "sealed_arguments", "arguments_sha256", "binding", "seal", "key_id", "request_id"]
+    {
         assert!(body.get(member).is_some(), "missing `{member}` in {body}");
     }
     assert_eq!(body["tool"], "refund");
-    assert_eq!(body["arguments"], json!({"payment_id": "pi_1", "amount": 500}));
+    assert_eq!(body["version"], 3);
+    // No plaintext arguments: they are encrypted, and the key opens exactly them.
+    assert!(body.get("arguments").is_none(), "{body}");
+    assert!(!body.to_string().contains("pi_1"), "{body}");
+    let opened = h.approvals.verify_request(request.as_value()).unwrap();
+    assert_eq!(Value::Object(opened.arguments().clone()), json!({"payment_id": "pi_1", "amount": 500}));
     assert_eq!(body["binding"].as_str().unwrap().len(), 64);
     // It survives a trip through a host's JSON store (re-serialised, members reordered).
     let stored: Value = serde_json::from_str(&serde_json::to_string_pretty(request.as_value()).unwrap()).unwrap();
@@ -145,13 +151,14 @@ fn altered_request_is_refused_by_approve(h: Harness) {
         value
     };
     let cases: Vec<(&str, Value)> = vec![
-        ("arguments", alter(&|b| b["arguments"]["amount"] = json!(50_000))),
         (
-            "arguments member added",
+            "plaintext arguments added",
             alter(&|b| {
-                b["arguments"].as_object_mut().unwrap().insert("note".into(), json!("x"));
+                b.insert("arguments".into(), json!({"payment_id": "pi_1", "amount": 50_000}));
             }),
         ),
+        ("sealed arguments", alter(&|b| b["sealed_arguments"] = json!("00".repeat(60)))),
+        ("arguments digest", alter(&|b| b["arguments_sha256"] = json!("0".repeat(64)))),
         ("tool", alter(&|b| b["tool"] = json!("delete_account"))),
         ("reason", alter(&|b| b["reason"] = json!("harmless"))),
         ("rule", alter(&|b| b["rule"] = json!("none"))),
@@ -171,7 +178,7 @@ fn altered_request_is_refused_by_approve(h: Harness) {
                 b.remove("reason");
             }),
         ),
-        ("true for 1", alter(&|b| b["arguments"]["amount"] = json!(true))),
+        ("version", alter(&|b| b["version"] = json!(2))),
     ];
     for (what, altered) in cases {
         let result = h.approvals.approve_blocking(&altered, "alice");
@@ -616,10 +623,7 @@ fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
 /// second request is ended by a single denial after one approval.
 fn two_person_approval(h: Harness) {
     let call = OwnedCall::refund(5000);
-    let request = h
-        .approvals
-        .request_masked_blocking(&call.input(), "attribute", "moves money", &Masker::default(), MaskSet::SECRETS, 2)
-        .unwrap();
+    let request = h.approvals.request_approved_by_blocking(&call.input(), "attribute", "moves money", 2).unwrap();
     assert_eq!(request.approvals_required(), 2);
     assert_eq!(h.ledger.find_request(request.request_id()).unwrap().unwrap().request.approvals_required(), 2);
     // The number is sealed: a checkpoint that says one approver (or none) is not a request of ours.
@@ -661,10 +665,7 @@ fn two_person_approval(h: Harness) {
 
     // One approval, then one denial: the request is over, and the second approver cannot revive it.
     let other = OwnedCall::refund(6000);
-    let request = h
-        .approvals
-        .request_masked_blocking(&other.input(), "attribute", "moves money", &Masker::default(), MaskSet::SECRETS, 2)
-        .unwrap();
+    let request = h.approvals.request_approved_by_blocking(&other.input(), "attribute", "moves money", 2).unwrap();
     assert!(matches!(
         h.approvals.approve_blocking(request.as_value(), "alice"),
         Err(DecisionError::MoreApproversNeeded { .. })

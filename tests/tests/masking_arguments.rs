@@ -1,6 +1,7 @@
-//! Secrets the model passes as *arguments* never reach storage: the interrupt value the host checkpoints
-//! and the ledger's records hold them masked with the tool's mask set, while the binding covers the exact
-//! arguments, so the approved call resumes and runs with them (and only with them).
+//! Secrets the model passes as *arguments* never reach storage in plaintext: the interrupt value the host
+//! checkpoints and the ledger's records hold the exact arguments only encrypted (version 3), the binding
+//! covers them, and whoever holds the key is shown them whole; the approved call resumes and runs with them
+//! (and only with them). A tool's mask set governs what the model and the audit log see, not the approver.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -77,7 +78,7 @@ fn file_bytes(path: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn secret_arguments_are_masked_where_stored_and_the_call_runs_with_the_real_ones() {
+fn secret_arguments_are_encrypted_where_stored_and_the_call_runs_with_the_real_ones() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.redb");
     let ledger = Arc::new(RedbLedger::open(&path).unwrap());
@@ -97,33 +98,31 @@ fn secret_arguments_are_masked_where_stored_and_the_call_runs_with_the_real_ones
     };
     assert_no_secret_in(interrupt.to_string().as_bytes(), "the interrupt value");
     let request = &interrupt["airlock_approval"];
-    assert_eq!(
-        request["arguments"],
-        json!({
-            "user": "[EMAIL]",
-            "password": "[SECRET_VALUE]",
-            "env": [{"name": "OPENAI_API_KEY", "value": "[OPENAI_KEY]"}, {"name": "LOG_LEVEL", "value": "debug"}],
-        }),
-        "masked with the tool's set (`secrets,pii`), everything else kept"
-    );
+    assert!(request.get("arguments").is_none(), "no plaintext arguments: {request}");
+    assert!(request["sealed_arguments"].is_string());
     // The digest of the exact arguments (RFC 8785), which the binding covers.
     let exact = serde_json_canonicalizer::to_vec(&arguments()).unwrap();
     let digest: String = Sha256::digest(&exact).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(request["arguments_sha256"], digest.as_str());
-    assert_eq!(request["version"], 2);
+    assert_eq!(request["version"], 3);
 
     // The ledger's file (a real redb file) holds no secret either, and its record still verifies.
     assert_no_secret_in(&file_bytes(&path), "the ledger file");
     let recorded = ledger.list_requests().unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].request.interrupt, interrupt);
-    approvals.verify_request(&recorded[0].request.interrupt).unwrap();
+    // Whoever holds the key opens them: the approver is shown exactly what the grant covers.
+    let verified = approvals.verify_request(&recorded[0].request.interrupt).unwrap();
+    assert_eq!(Value::Object(verified.arguments().clone()), arguments());
+    let shown = verified.render().unwrap();
+    assert!(shown.contains(PASSWORD) && shown.contains(API_KEY) && shown.contains(EMAIL), "{shown}");
 
     let resume = approvals.approve_blocking(&interrupt, "alice").unwrap().into_value();
 
-    // A host that rebuilt the call from the stored (masked) arguments gets nothing: the binding covers
+    // A host that rebuilt the call with a masked copy of the arguments gets nothing: the binding covers
     // the exact ones. The grant stays usable.
-    let rebuilt = block_on(dispatcher.dispatch(call(request["arguments"].clone()), &context(Some(resume.clone()))));
+    let masked = json!({"user": "[EMAIL]", "password": "[SECRET_VALUE]", "env": []});
+    let rebuilt = block_on(dispatcher.dispatch(call(masked), &context(Some(resume.clone()))));
     let refusal = rebuilt.expect_message().refusal.expect("refused");
     assert_eq!(refusal.kind, RefusalKind::ApprovalInvalid);
 
@@ -167,15 +166,14 @@ fn first_pass_arguments(policy: Policy, call: ToolCall) -> Value {
     }
 }
 
-/// The set is the tool's, joined with the policy's: the author's `mask = "none"` stores what the model
-/// sent, and a deployment policy can add masking to it.
+/// Whatever the tool's and the policy's mask sets, the request holds the exact arguments: masking is for
+/// the model and the audit log, never for the approver.
 #[test]
-fn the_tool_s_mask_set_with_the_policy_s_decides_what_is_masked() {
+fn no_mask_set_changes_what_the_approver_is_shown() {
     let unmasked = || ToolCall::new("call_2", "rotate_unmasked", json!({"password": PASSWORD, "cc": EMAIL}));
     assert_eq!(first_pass_arguments(Policy::new(), unmasked()), json!({"password": PASSWORD, "cc": EMAIL}));
     let policy = Policy::builder().mask("rotate_unmasked", "secrets").build().unwrap();
-    assert_eq!(first_pass_arguments(policy, unmasked()), json!({"password": "[SECRET_VALUE]", "cc": EMAIL}));
-    let secrets_only = Policy::new();
-    let stored = first_pass_arguments(secrets_only, call(arguments()));
-    assert_eq!(stored["user"], "[EMAIL]", "the tool's own `pii`");
+    assert_eq!(first_pass_arguments(policy, unmasked()), json!({"password": PASSWORD, "cc": EMAIL}));
+    let stored = first_pass_arguments(Policy::new(), call(arguments()));
+    assert_eq!(stored, arguments(), "the tool's own `secrets,pii` hides nothing from the approver");
 }

@@ -143,13 +143,15 @@ async fn a_cancelled_call_waiting_for_bound_elicitation_never_runs_and_nothing_i
         .with_clock(Arc::new(ManualClock::new(START)));
     let server = GuardedMcpServer::new(
         dispatcher(Some(approvals.clone())),
-        McpApprovals::BoundClientElicitation(Box::new(approvals)),
+        McpApprovals::BoundClientElicitation(Box::new(approvals.clone())),
     );
     a_cancelled_call_never_runs(server, "/srv/b").await;
     let entries = ledger.list_requests().unwrap();
     assert_eq!(entries.len(), 2);
     // The cancelled call's request is closed unanswered: no grant was issued, nothing spent.
-    let cancelled = entries.iter().find(|e| e.request.interrupt["airlock_approval"]["arguments"]["path"] == "/srv/b");
+    let cancelled = entries
+        .iter()
+        .find(|e| approvals.verify_request(&e.request.interrupt).unwrap().arguments()["path"] == "/srv/b");
     match &cancelled.unwrap().status {
         RequestStatus::Denied(denial) => {
             assert_eq!(denial.denied_by, "agent-airlock");

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use agent_airlock::approval::display::escape;
+use agent_airlock::approval::display::{escape, is_hidden_char};
 use agent_airlock::effect::EffectRecord;
 use agent_airlock::ledger::{RequestEntry, RequestStatus};
 
@@ -14,7 +14,24 @@ use crate::{Sealed, call_site, decision_text, render_request};
 
 /// `text` for an HTML text node or a quoted attribute.
 pub(super) fn h(text: &str) -> String {
-    let shown = escape(text);
+    html(&escape(text))
+}
+
+/// `text` already shown as the approval display shows it (its backslashes are its own, not to be doubled
+/// again) for an HTML text node; a hidden character that got in anyway is still made visible.
+fn h_shown(text: &str) -> String {
+    let mut visible = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_hidden_char(c) {
+            let _ = write!(visible, "\\u{{{:04X}}}", u32::from(c));
+        } else {
+            visible.push(c);
+        }
+    }
+    html(&visible)
+}
+
+fn html(shown: &str) -> String {
     let mut out = String::with_capacity(shown.len());
     for c in shown.chars() {
         match c {
@@ -32,6 +49,11 @@ pub(super) fn h(text: &str) -> String {
 /// Multi-line `text` for a `<pre>`: each line as [`h`] shows it, the line breaks kept.
 pub(super) fn h_lines(text: &str) -> String {
     text.lines().map(h).collect::<Vec<_>>().join("\n")
+}
+
+/// A rendered call for a `<pre>`: the same characters as `airlock requests show` prints, HTML-escaped.
+fn h_call(text: &str) -> String {
+    text.lines().map(h_shown).collect::<Vec<_>>().join("\n")
 }
 
 /// `text` for a URL path segment (request ids are hex, but the page never trusts that).
@@ -180,21 +202,31 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
                 age = ago(now, request.requested_at()),
                 expiry = request.expires_at().map_or_else(|| "never".to_owned(), |at| until(now, at)),
             );
-            match render_request(request) {
+            // Only a call shown exactly and whole can be approved: otherwise there is no Approve button (and
+            // the approval itself refuses it too).
+            let shown = match render_request(request) {
                 Ok(text) => {
-                    let _ = write!(body, r#"<pre id="sealed-call">{}</pre>"#, h_lines(&text));
+                    let _ = write!(body, r#"<pre id="sealed-call">{}</pre>"#, h_call(&text));
+                    true
                 }
                 Err(error) => {
-                    let _ = write!(body, r#"<p class="error">{}</p>"#, h(&error));
+                    let _ = write!(body, r#"<p class="error" id="not-approvable">{}</p>"#, h(&error));
+                    false
                 }
-            }
+            };
             if entry.status.is_waiting() {
+                let seg = url_segment(id);
+                let csrf = csrf_field(session);
+                body.push_str(r#"<div class="decide">"#);
+                if shown {
+                    let _ = writeln!(
+                        body,
+                        r#"<form method="post" action="/requests/{seg}/approve">{csrf}<button class="approve">Approve</button></form>"#
+                    );
+                }
                 let _ = write!(
                     body,
-                    r#"<div class="decide"><form method="post" action="/requests/{seg}/approve">{csrf}<button class="approve">Approve</button></form>
-<form method="post" action="/requests/{seg}/deny">{csrf}<label>Reason (the model is told) <input name="reason" maxlength="500"></label> <button class="deny">Deny</button></form></div>"#,
-                    seg = url_segment(id),
-                    csrf = csrf_field(session),
+                    r#"<form method="post" action="/requests/{seg}/deny">{csrf}<label>Reason (the model is told) <input name="reason" maxlength="500"></label> <button class="deny">Deny</button></form></div>"#
                 );
             }
         }
@@ -353,6 +385,8 @@ mod tests {
         // Line breaks survive only where a `<pre>` keeps them on purpose.
         assert!(!h("a\nb").contains('\n'));
         assert_eq!(h_lines("<a>\n\"b\""), "&lt;a&gt;\n&quot;b&quot;");
+        // A rendered call keeps its own backslashes (as the CLI prints it); a stray hidden one is shown.
+        assert_eq!(h_call("\"a\\\"b\"\n\u{202E}"), "&quot;a\\&quot;b&quot;\n\\u{202E}");
     }
 
     #[test]

@@ -149,6 +149,8 @@ async fn start(dir: &Path, stores: Stores) -> Result<(), String> {
     let dispatcher = host(dir, stores)?;
     match dispatcher.dispatch(the_call(), &context(dir, None)).await {
         Outcome::Interrupt { request, .. } => {
+            // What a human is shown: the exact arguments (the interrupt value holds them only encrypted).
+            let shown = request.render().map_err(|e| e.to_string())?;
             let value = request.into_value();
             let checkpoint = json!({"call": the_call(), "interrupt": value});
             std::fs::write(dir.join("checkpoint.json"), serde_json::to_vec_pretty(&checkpoint).unwrap_or_default())
@@ -159,7 +161,7 @@ async fn start(dir: &Path, stores: Stores) -> Result<(), String> {
                 request["tool"].as_str().unwrap_or(""),
                 request["reason"]
             );
-            println!("arguments:   {}", request["arguments"]);
+            print!("{shown}");
             println!("request id:  {}", request["request_id"].as_str().unwrap_or(""));
             println!("saved {}", dir.join("checkpoint.json").display());
             Ok(())

@@ -13,5 +13,5 @@ pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub use self::protocol::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_CLOSING_PATIENCE,
     DEFAULT_MAX_PENDING, DecisionError, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError,
-    ResumeValue, RetiredKeys,
+    ResumeValue, RetiredKeys, ShowError,
 };

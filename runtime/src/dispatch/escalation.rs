@@ -114,14 +114,7 @@ impl Dispatcher {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
                     return match approvals
-                        .request_issued(
-                            &binding,
-                            call.rules,
-                            call.reasons,
-                            &self.masker,
-                            call.entry.mask,
-                            call.entry.approvals,
-                        )
+                        .request_issued(&binding, call.rules, call.reasons, call.entry.approvals)
                         .await
                     {
                         Ok((request, issued)) => Ok(Escalated::Interrupt(Box::new(request), issued)),
@@ -133,6 +126,11 @@ impl Dispatcher {
                             pending,
                             oldest_expires_at,
                             self.clock.now(),
+                        )),
+                        Err(RequestError::CannotShow(error)) => Err(refusal::approval_not_obtained(
+                            call.name,
+                            call.rules,
+                            &format!("{error}; a human is not asked about what they cannot be shown whole"),
                         )),
                         Err(err) => {
                             tracing::error!(target: "agent_airlock", error = %err, "approval request failed");

@@ -20,6 +20,8 @@ pub(crate) const MAC_LEN: usize = 32;
 pub(crate) enum Domain {
     /// An approval's binding: which call, where, with which arguments.
     ApprovalBinding,
+    /// The derivation of the key that encrypts a request's exact arguments at rest.
+    ApprovalArgumentsKey,
     /// An approval request's seal: the request as issued.
     ApprovalSeal,
     /// A grant's token: one grant for one binding.
@@ -47,6 +49,7 @@ impl Domain {
     pub(crate) const fn tag(self) -> &'static [u8] {
         match self {
             Domain::ApprovalBinding => b"agent-airlock/approval/binding/v1\0",
+            Domain::ApprovalArgumentsKey => b"agent-airlock/approval/arguments-key/v1\0",
             Domain::ApprovalSeal => b"agent-airlock/approval/seal/v1\0",
             Domain::ApprovalToken => b"agent-airlock/approval/token/v1\0",
             Domain::AuditSubkey => b"agent-airlock/audit/v1/subkey\0",
@@ -128,8 +131,9 @@ pub(crate) fn decode_lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 mod tests {
     use super::*;
 
-    const ALL: [Domain; 11] = [
+    const ALL: [Domain; 12] = [
         Domain::ApprovalBinding,
+        Domain::ApprovalArgumentsKey,
         Domain::ApprovalSeal,
         Domain::ApprovalToken,
         Domain::AuditSubkey,
@@ -159,6 +163,7 @@ mod tests {
     fn every_domain_keeps_its_tag() {
         let expected = [
             (Domain::ApprovalBinding, "09271dd14263f5aa4dcab796809dee17d28beeec60d365060175e9eaa36dd42d"),
+            (Domain::ApprovalArgumentsKey, "1bdff0c78e4376cf2d2aab0171f0ea89213c6f2bf467c7b08490d65804eff731"),
             (Domain::ApprovalSeal, "25ba417366f6b8eb55fa9f0dd59c86722f9afba7d61bb1cd4a7f70e3306492fe"),
             (Domain::ApprovalToken, "8f01262237608dc75050983dad1e5d7886d7fbdbb7559a32f67f060c8f1a37e2"),
             (Domain::AuditSubkey, "7d593325a01eae67768fc12de4892909fd65fe69024e3ae9771ab54f8b07bc8d"),

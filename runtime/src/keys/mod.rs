@@ -377,6 +377,13 @@ impl Key<purpose::Approval> {
     pub(crate) fn checkpoint_mac(&self) -> Mac {
         self.start(Domain::CheckpointCommitment)
     }
+
+    /// The key that encrypts the exact arguments of requests made under this key:
+    /// `HMAC(key, arguments-key tag)`. Derived, never stored; it rotates with the approval key, and a
+    /// MAC under this key's other domains never equals it.
+    pub(crate) fn arguments_cipher_key(&self) -> Zeroizing<[u8; MAC_LEN]> {
+        Zeroizing::new(self.start(Domain::ApprovalArgumentsKey).finish())
+    }
 }
 
 impl Key<purpose::Audit> {

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::approval::display::DisplayError;
 use crate::canonical::CanonicalError;
 use crate::ledger::LedgerError;
 
@@ -19,6 +20,33 @@ pub enum RequestError {
     /// The ledger did not record the request.
     #[error("the approval request was not recorded: {0}")]
     Ledger(#[source] LedgerError),
+    /// The call cannot be shown to a human in full (it is too long), so no human is asked and nothing is
+    /// recorded: the call is refused.
+    #[error("the call cannot be shown to a human in full, so no approval is asked: {0}")]
+    CannotShow(#[source] DisplayError),
+}
+
+/// Why a request's call cannot be shown to a human exactly and in full, and so cannot be approved
+/// ([`InterruptRequest::render`](super::InterruptRequest::render)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShowError {
+    /// A request of version 2 stored its arguments masked with the tool's mask set: what it holds is not
+    /// what the grant would cover.
+    #[error(
+        "request version {version} stored its arguments masked, so the call cannot be shown exactly; it cannot be \
+         approved (deny it, and let the call ask again)"
+    )]
+    MaskedArguments {
+        /// The request's version.
+        version: u64,
+    },
+    /// The arguments to be shown do not have the digest the binding covers.
+    #[error("the arguments to be shown do not have the digest the binding covers")]
+    DigestMismatch,
+    /// Its text would exceed the display limit.
+    #[error(transparent)]
+    TooLong(#[from] DisplayError),
 }
 
 /// Why a human's decision (approve or deny) on a request was not recorded.
@@ -64,7 +92,7 @@ pub enum DecisionError {
     )]
     SealMismatch,
     /// A request version this build does not know.
-    #[error("approval request version {version} is not supported (this build issues version 1)")]
+    #[error("approval request version {version} is not supported (this build reads versions 1, 2 and 3 and issues 3)")]
     UnsupportedVersion {
         /// The version found.
         version: u64,
@@ -72,6 +100,9 @@ pub enum DecisionError {
     /// The sealed binding does not follow from the sealed call and arguments.
     #[error("approval request binding does not match its own call and arguments")]
     InconsistentBinding,
+    /// The call cannot be shown to a human exactly and in full, so it cannot be approved (it can be denied).
+    #[error("the call cannot be approved: {0}")]
+    CannotShow(#[source] ShowError),
     /// The request is older than the request time-to-live.
     #[error("approval request expired at {} ms since the epoch; the call must be made again", .expired_at.as_millis())]
     RequestExpired {

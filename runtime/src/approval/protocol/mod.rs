@@ -4,10 +4,13 @@
 //!
 //! 1. First pass: [`InterruptApprovals::request`] binds the call (thread, checkpoint, tool call id, tool,
 //!    arguments) under the current key, seals the request, records it as pending in the ledger and
-//!    returns the [`InterruptRequest`] whose JSON the interrupt carries. The arguments in it are masked
-//!    with the tool's mask set ([`InterruptApprovals::request_masked`]); the binding covers the exact ones.
+//!    returns the [`InterruptRequest`] whose JSON the interrupt carries. The exact arguments in it are
+//!    encrypted under a key derived from the approval key, so the checkpoint and the ledger hold no
+//!    plaintext arguments; the binding covers their digest. A call too long to show a human in full is
+//!    refused here, before anything is recorded.
 //! 2. A human: [`InterruptApprovals::approve`] checks the seal *first* (a request altered in storage is
-//!    refused), records a grant with an expiry and returns the [`ResumeValue`] holding a token bound to the
+//!    refused), opens the arguments and checks their digest, refuses a call that cannot be shown exactly
+//!    and whole ([`InterruptRequest::render`], what every surface shows), records a grant with an expiry and returns the [`ResumeValue`] holding a token bound to the
 //!    binding; [`InterruptApprovals::deny`] records a no.
 //! 3. Resume: [`InterruptApprovals::admit`] derives the binding again *from the call now being made*,
 //!    checks the token against it in constant time, and spends the grant in the ledger exactly once,
@@ -28,20 +31,26 @@ mod error;
 mod key_ring;
 mod mac;
 mod message;
+mod sealed_arguments;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
+use sha2::{Digest as _, Sha256};
+use zeroize::Zeroizing;
 
 pub(crate) use self::closing::{CLOSED_BY, IssuedRequest};
-pub use self::error::{AdmitError, BindingField, DecisionError, RequestError};
+pub use self::error::{AdmitError, BindingField, DecisionError, RequestError, ShowError};
 pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
 pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use self::message::{
-    DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, REQUEST_VERSION_UNMASKED, RequestBody,
+    DENIED_MEMBER, GRANT_MEMBER, REQUEST_MEMBER, REQUEST_VERSION, REQUEST_VERSION_MASKED, REQUEST_VERSION_UNMASKED,
+    RequestBody,
 };
+use crate::approval::EscalationReason;
+use crate::approval::display;
 use crate::canonical;
 use crate::clock::{Clock, SystemClock};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
@@ -161,17 +170,17 @@ impl InterruptApprovals {
 
     // ---- 1. request ----
 
-    /// Issues a sealed request for `call`, recorded as pending. `rule` and `reason` say why approval is
-    /// needed (e.g. `attribute` and the tool author's `escalate` text). The stored arguments are masked
-    /// with [`MaskSet::SECRETS`] (a tool's default set) by the default [`Masker`]; the dispatcher uses
-    /// [`InterruptApprovals::request_masked`] with the tool's own set.
+    /// Issues a sealed request for `call`, recorded as pending, needing one approver. `rule` and `reason`
+    /// say why approval is needed (e.g. `attribute` and the tool author's `escalate` text). The exact
+    /// arguments are stored encrypted ([`InterruptRequest`]); a call too long to show a human in full is
+    /// refused ([`RequestError::CannotShow`]) and nothing is recorded.
     pub async fn request(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        self.request_masked(call, rule, reason, &Masker::default(), MaskSet::SECRETS, 1).await
+        self.request_approved_by(call, rule, reason, 1).await
     }
 
     /// [`InterruptApprovals::request`], blocking the current thread.
@@ -181,42 +190,67 @@ impl InterruptApprovals {
         rule: &str,
         reason: &str,
     ) -> Result<InterruptRequest, RequestError> {
-        self.request_masked_blocking(call, rule, reason, &Masker::default(), MaskSet::SECRETS, 1)
+        self.request_approved_by_blocking(call, rule, reason, 1)
     }
 
-    /// Issues a sealed request for `call` whose arguments are stored masked by `masker` with `mask` (the
-    /// tool's mask set): the interrupt value the host checkpoints, the ledger's record and what an operator
-    /// is shown hold no secret the model passed as an argument. The binding covers the exact arguments
-    /// (through their digest, `arguments_sha256`), so the resumed call must carry exactly them.
+    /// [`InterruptApprovals::request`] for a call that `approvals` distinct approvers must approve before
+    /// the grant is issued (a policy's `approvals = N`; 0 counts as 1). It is sealed into the request, so
+    /// nobody can lower it.
     ///
-    /// `approvals` is how many distinct approvers must approve before the grant is issued (a policy's
-    /// `approvals = N`; 0 counts as 1). It is sealed into the request, so nobody can lower it.
+    /// The interrupt value the host checkpoints and the ledger's record hold the exact arguments only
+    /// encrypted; the binding covers them (through their digest, `arguments_sha256`), so the resumed call
+    /// must carry exactly them, and a human is shown exactly them ([`InterruptRequest::render`]).
+    pub async fn request_approved_by(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+        approvals: u32,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
+        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
+        Ok(request)
+    }
+
+    /// [`InterruptApprovals::request_approved_by`], blocking the current thread.
+    pub fn request_approved_by_blocking(
+        &self,
+        call: &BindingInput<'_>,
+        rule: &str,
+        reason: &str,
+        approvals: u32,
+    ) -> Result<InterruptRequest, RequestError> {
+        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
+        self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
+        Ok(request)
+    }
+
+    /// [`InterruptApprovals::request_approved_by`]; `masker` and `mask` are ignored. Requests used to store
+    /// their arguments masked, which showed the approver something other than what the grant covers; they
+    /// now store the exact arguments encrypted.
+    #[deprecated(note = "use `request_approved_by`: a request no longer stores masked arguments")]
     pub async fn request_masked(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
-        masker: &Masker,
-        mask: MaskSet,
+        _masker: &Masker,
+        _mask: MaskSet,
         approvals: u32,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
-        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
-        Ok(request)
+        self.request_approved_by(call, rule, reason, approvals).await
     }
 
-    /// [`InterruptApprovals::request_masked`] for the dispatcher: with the guard that closes the request
+    /// [`InterruptApprovals::request_approved_by`] for the dispatcher: with the guard that closes the request
     /// if the dispatch is dropped before the interrupt reaches the host, armed from before the write.
     pub(crate) async fn request_issued(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
-        masker: &Masker,
-        mask: MaskSet,
         approvals: u32,
     ) -> Result<(InterruptRequest, IssuedRequest), RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
+        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
         let issued = self.issued(request.request_id());
         match self.ledger.record_request(record, self.max_pending).await {
             Ok(()) => Ok((request, issued)),
@@ -229,19 +263,18 @@ impl InterruptApprovals {
         }
     }
 
-    /// [`InterruptApprovals::request_masked`], blocking the current thread.
+    /// [`InterruptApprovals::request_approved_by_blocking`]; `masker` and `mask` are ignored.
+    #[deprecated(note = "use `request_approved_by_blocking`: a request no longer stores masked arguments")]
     pub fn request_masked_blocking(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
-        masker: &Masker,
-        mask: MaskSet,
+        _masker: &Masker,
+        _mask: MaskSet,
         approvals: u32,
     ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, masker, mask, approvals)?;
-        self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
-        Ok(request)
+        self.request_approved_by_blocking(call, rule, reason, approvals)
     }
 
     fn prepare_request(
@@ -249,21 +282,18 @@ impl InterruptApprovals {
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
-        masker: &Masker,
-        mask: MaskSet,
         approvals: u32,
     ) -> Result<(InterruptRequest, RequestRecord), RequestError> {
         let key = self.keys.current();
-        let arguments_digest = canonical::canonical_object_sha256(call.arguments).map_err(RequestError::Arguments)?;
+        let exact = Value::Object(call.arguments.clone());
+        // A human is never asked about what they cannot be shown whole: refuse before recording anything.
+        let reasons = [EscalationReason { rule: rule.to_owned(), reason: reason.to_owned() }];
+        display::render_call(call.tool, &reasons, &exact).map_err(RequestError::CannotShow)?;
+        let plaintext = Zeroizing::new(canonical::to_canonical_vec(&exact).map_err(RequestError::Arguments)?);
+        let arguments_digest: [u8; 32] = Sha256::digest(plaintext.as_slice()).into();
         let binding = mac::binding_of_digest(key, call, &arguments_digest);
-        let mut arguments = Value::Object(call.arguments.clone());
-        masker.mask_value(&mut arguments, mask);
-        // Masking keeps an object an object; were it ever not so, show nothing rather than the original.
-        let arguments = match arguments {
-            Value::Object(masked) => masked,
-            _ => Map::new(),
-        };
         let request_id = random_id().map_err(RequestError::Randomness)?;
+        let sealed = sealed_arguments::seal(key, &request_id, &plaintext).map_err(RequestError::Randomness)?;
         let now = self.clock.now();
         let body = RequestBody {
             version: REQUEST_VERSION,
@@ -272,7 +302,8 @@ impl InterruptApprovals {
             tool: call.tool.to_owned(),
             rule: rule.to_owned(),
             reason: reason.to_owned(),
-            arguments,
+            arguments: call.arguments.clone(),
+            sealed_arguments: Some(sealed),
             arguments_sha256: Some(hex::encode(arguments_digest)),
             call: CallSite {
                 thread_id: call.thread_id.to_owned(),
@@ -331,16 +362,35 @@ impl InterruptApprovals {
         if !mac::verify_seal(key, &canonical, &seal) {
             return Err(DecisionError::SealMismatch);
         }
-        // Sealed by this key: from here on the content is our own.
+        // Sealed by this key: from here on the content is our own. Each version is read as its own layout,
+        // never one as another.
         if let Some(version) = inner
             .get("version")
             .and_then(Value::as_u64)
-            .filter(|v| ![REQUEST_VERSION, REQUEST_VERSION_UNMASKED].contains(v))
+            .filter(|v| ![REQUEST_VERSION, REQUEST_VERSION_MASKED, REQUEST_VERSION_UNMASKED].contains(v))
         {
             return Err(DecisionError::UnsupportedVersion { version });
         }
-        let body: RequestBody = serde_json::from_value(Value::Object(inner.clone()))
+        let mut body: RequestBody = serde_json::from_value(Value::Object(inner.clone()))
             .map_err(|err| DecisionError::Malformed { detail: err.to_string() })?;
+        let malformed = |detail: &str| DecisionError::Malformed { detail: detail.to_owned() };
+        if body.version == REQUEST_VERSION {
+            if inner.contains_key("arguments") {
+                return Err(malformed("a version-3 request holds no plaintext `arguments`"));
+            }
+            let sealed = body.sealed_arguments.as_deref().ok_or_else(|| malformed("`sealed_arguments` is missing"))?;
+            let plaintext =
+                sealed_arguments::open(key, &body.request_id, sealed).map_err(|detail| malformed(&detail))?;
+            body.arguments = serde_json::from_slice(&plaintext)
+                .map_err(|_| malformed("`sealed_arguments` does not hold an object of arguments"))?;
+        } else {
+            if body.sealed_arguments.is_some() {
+                return Err(malformed("only a version-3 request holds `sealed_arguments`"));
+            }
+            if !inner.contains_key("arguments") {
+                return Err(malformed("`arguments` is missing"));
+            }
+        }
         let digest = body.arguments_digest().map_err(|detail| DecisionError::Malformed { detail })?;
         let binding = mac::binding_of_digest(key, &body.binding_input(), &digest);
         if binding.to_hex() != body.binding {
@@ -375,6 +425,8 @@ impl InterruptApprovals {
         if approver.trim().is_empty() {
             return Err(DecisionError::MissingDecider);
         }
+        // What the approver could not have been shown exactly and whole, nobody approves.
+        request.render().map_err(DecisionError::CannotShow)?;
         let now = self.clock.now();
         if let Some(expires_at) = request.expires_at()
             && now >= expires_at
@@ -710,7 +762,14 @@ fn unsealed_object(body: &RequestBody) -> Map<String, Value> {
     object.insert("tool".to_owned(), Value::from(body.tool.as_str()));
     object.insert("rule".to_owned(), Value::from(body.rule.as_str()));
     object.insert("reason".to_owned(), Value::from(body.reason.as_str()));
-    object.insert("arguments".to_owned(), Value::Object(body.arguments.clone()));
+    match &body.sealed_arguments {
+        Some(sealed) => {
+            object.insert("sealed_arguments".to_owned(), Value::from(sealed.as_str()));
+        }
+        None => {
+            object.insert("arguments".to_owned(), Value::Object(body.arguments.clone()));
+        }
+    }
     if let Some(digest) = &body.arguments_sha256 {
         object.insert("arguments_sha256".to_owned(), Value::from(digest.as_str()));
     }
