@@ -87,7 +87,7 @@ def dirty_extras(i: int) -> str:
     return [
         f"contact: jane.doe{i}@example.com, phone +1 415 555 {2671 + i:04}\n",
         "card 4111 1111 1111 1111 exp 12/27; Authorization: Bearer abcDEF1234567890ghijKLMNOP\n",
-        "key=AKIAIOSFODNN7EXAMPLE db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n",
+        "key=AKIAIOSFODNN7QK4RW2Z db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop\n",
         "ssn 123-45-6789 iban DE89 3704 0044 0532 0130 00 token: ghp_abcdefghijklmnopqrstuvwxyz0123456789\n",
     ][i % 4]
 
@@ -164,7 +164,7 @@ def main() -> None:
     texts = {f"{n}_{'dirty' if d else 'clean'}": text_of(size, d) for n, size in (("2k", 2048), ("64k", 65536)) for d in (False, True)}
     assert all(len(t) == (2048 if k.startswith("2k") else 65536) for k, t in texts.items())
     masked = sanitize_output(texts["2k_dirty"], mask_pii=True, mask_secrets=True).content
-    assert "4111 1111 1111 1111" not in masked and "AKIAIOSFODNN7EXAMPLE" not in masked, masked[:400]
+    assert "4111 1111 1111 1111" not in masked and "AKIAIOSFODNN7QK4RW2Z" not in masked, masked[:400]
 
     cases = [
         ("dispatch/direct_call", lambda: lookup_order(**ARGS)),

@@ -25,7 +25,7 @@ from airlock_rs.langgraph import airlock_awrap_tool_call, airlock_wrap_tool_call
 @tool
 def search_docs(query: str, limit: int, state: Annotated[dict, InjectedState]) -> str:
     """Search the documentation."""
-    return f"{limit} hits for {query!r}; the key is AKIAIOSFODNN7EXAMPLE"
+    return f"{limit} hits for {query!r}; the key is AKIAIOSFODNN7QK4RW2Z"
 
 
 @tool

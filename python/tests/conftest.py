@@ -23,7 +23,7 @@ from langgraph.types import Command
 RAN: list[tuple[str, dict]] = []
 
 #: A secret shaped like an AWS access key id: what the default masking must hide in a result.
-SECRET = "AKIAIOSFODNN7EXAMPLE"
+SECRET = "AKIAIOSFODNN7QK4RW2Z"
 
 
 @pytest.fixture(autouse=True)
