@@ -389,7 +389,9 @@ async fn the_human_is_shown_the_exact_arguments_the_grant_covers() {
         "{}",
         shown[0]
     );
-    assert!(shown[0].contains("looks like") && !shown[0].contains("[SECRET_VALUE]"), "{}", shown[0]);
+    // Shown whole, never masked (a shell substitution is no secret, so nothing is flagged here; the
+    // flags are the display's own tests).
+    assert!(!shown[0].contains("[SECRET_VALUE]"), "{}", shown[0]);
     assert!(shown[1].contains(r#""to": "attacker@evil.example""#), "{}", shown[1]);
     assert!(shown[1].contains(r#""iban": "GB82WEST12345698765432""#), "{}", shown[1]);
     assert!(!shown[1].contains("[EMAIL]") && !shown[1].contains("[IBAN]"), "{}", shown[1]);

@@ -228,6 +228,7 @@ impl McpGateway {
         E: std::error::Error + Send + Sync + 'static,
     {
         let server = GatewayServer::new(self.server(approvals), self.upstream.peer(), Arc::clone(&self.policy));
+        let mut calls_finished = std::pin::pin!(server.calls_finished());
         let mut shutdown = std::pin::pin!(shutdown);
         // A client that never completes the handshake must not keep the gateway from stopping.
         let handshake = tokio::select! {
@@ -265,6 +266,10 @@ impl McpGateway {
                 }
                 () = &mut upstream_gone => {
                     tracing::error!(target: "agent_airlock", "the upstream server closed the connection; stopping");
+                    // The calls in flight lost their upstream too: each fails on its own, its effect settled
+                    // and the client told whether it may have run. Let them answer (bounded) before the
+                    // session ends, rather than cut them off as if the client had cancelled them.
+                    let _ = tokio::time::timeout(DEFAULT_SHUTDOWN_GRACE, &mut calls_finished).await;
                     stop.cancel();
                     let _ = session.await;
                     break;

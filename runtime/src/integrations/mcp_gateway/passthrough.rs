@@ -28,6 +28,18 @@ pub struct GatewayServer {
     /// What the upstream declared: resources and prompts are offered only if it serves them.
     upstream_capabilities: ServerCapabilities,
     policy: Arc<Policy>,
+    /// How many tool calls are being served: when the upstream goes away, the gateway lets them answer
+    /// (each fails fast, its effect settled) before it ends the session.
+    calls: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// One tool call being served; dropped, it is no longer counted.
+struct Serving(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.send_modify(|calls| *calls = calls.saturating_sub(1));
+    }
 }
 
 impl std::fmt::Debug for GatewayServer {
@@ -41,7 +53,17 @@ impl GatewayServer {
     /// `policy` denies.
     pub fn new(guarded: GuardedMcpServer, upstream: Peer<RoleClient>, policy: Arc<Policy>) -> Self {
         let upstream_capabilities = upstream.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
-        GatewayServer { guarded, upstream, upstream_capabilities, policy }
+        let calls = Arc::new(tokio::sync::watch::Sender::new(0));
+        GatewayServer { guarded, upstream, upstream_capabilities, policy, calls }
+    }
+
+    /// Completes once no tool call is being served (at once if none is).
+    pub(crate) fn calls_finished(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut calls = self.calls.subscribe();
+        async move {
+            // The sender lives as long as the server: an error means it is gone, and so are its calls.
+            let _ = calls.wait_for(|calls| *calls == 0).await;
+        }
     }
 }
 
@@ -92,6 +114,8 @@ impl ServerHandler for GatewayServer {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        self.calls.send_modify(|calls| *calls += 1);
+        let _serving = Serving(Arc::clone(&self.calls));
         self.guarded.call_tool(request, context).await
     }
 
