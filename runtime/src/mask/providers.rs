@@ -81,7 +81,9 @@ struct Allowlist {
     /// Its regexes compiled together: one search per candidate, not one per regex.
     regexes: Option<meta::Regex>,
     target: Target,
-    stopwords: Vec<String>,
+    /// Its stop words in one automaton, ASCII case ignored: a secret is read once, not once per word (the
+    /// global allowlist holds hundreds).
+    stopwords: Option<aho_corasick::AhoCorasick>,
 }
 
 struct Rule {
@@ -195,7 +197,15 @@ impl Allowlist {
                 .map_err(|err| format!("allowlist: {err}"))?;
             Some(regex)
         };
-        let stopwords = spec.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect();
+        let stopwords = if spec.stopwords.is_empty() {
+            None
+        } else {
+            let automaton = aho_corasick::AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build(&spec.stopwords)
+                .map_err(|err| format!("allowlist: {err}"))?;
+            Some(automaton)
+        };
         Ok(Some(Allowlist { regexes, target, stopwords }))
     }
 
@@ -208,11 +218,7 @@ impl Allowlist {
         if self.regexes.as_ref().is_some_and(|regex| regex.is_match(target)) {
             return true;
         }
-        if self.stopwords.is_empty() {
-            return false;
-        }
-        let lower = secret.to_ascii_lowercase();
-        self.stopwords.iter().any(|word| lower.contains(word.as_str()))
+        self.stopwords.as_ref().is_some_and(|words| words.is_match(secret))
     }
 }
 
@@ -222,7 +228,7 @@ impl Providers {
         let global = Allowlist::compile(&config.allowlist)?.unwrap_or(Allowlist {
             regexes: None,
             target: Target::Secret,
-            stopwords: Vec::new(),
+            stopwords: None,
         });
         let mut rules = Vec::new();
         let mut keywords: Vec<String> = Vec::new();
@@ -406,10 +412,19 @@ fn is_word(byte: u8) -> bool {
 /// `x` or `X` (`glpat-xxxxxxxx-…`, `XXXXXXXXXX`), not an `EXAMPLE` key.
 fn plausible(secret: &str) -> bool {
     let bytes = secret.as_bytes();
-    let body: Vec<u8> = bytes.iter().copied().filter(u8::is_ascii_alphanumeric).collect();
-    let repeated = body.windows(2).all(|w| w[0] == w[1]);
-    let x_run = secret.contains("xxxxx") || secret.contains("XXXXX");
+    let mut body = bytes.iter().copied().filter(u8::is_ascii_alphanumeric);
+    let repeated = body.next().is_none_or(|first| body.all(|b| b == first));
+    let x_run = has_run(bytes, b'x', 5) || has_run(bytes, b'X', 5);
     !(repeated || x_run || secret.ends_with("EXAMPLE") || is_mask_or_placeholder(secret))
+}
+
+/// Whether `bytes` holds `len` copies of `byte` in a row.
+fn has_run(bytes: &[u8], byte: u8, len: usize) -> bool {
+    let mut run = 0;
+    bytes.iter().any(|&b| {
+        run = if b == byte { run + 1 } else { 0 };
+        run >= len
+    })
 }
 
 /// Bits of entropy per character, as gitleaks measures a secret.
