@@ -15,7 +15,11 @@
 
 use std::sync::LazyLock;
 
-use regex_automata::{Anchored, Input, meta, util::syntax};
+use regex_automata::{Anchored, Input, meta, util::captures::Captures, util::syntax};
+use regex_syntax::hir::{
+    Hir, Look,
+    literal::{ExtractKind, Extractor},
+};
 use serde::Deserialize;
 
 use super::detect::is_mask_or_placeholder;
@@ -77,7 +81,9 @@ struct Allowlist {
     /// Its regexes compiled together: one search per candidate, not one per regex.
     regexes: Option<meta::Regex>,
     target: Target,
-    stopwords: Vec<String>,
+    /// Its stop words in one automaton, ASCII case ignored: a secret is read once, not once per word (the
+    /// global allowlist holds hundreds).
+    stopwords: Option<aho_corasick::AhoCorasick>,
 }
 
 struct Rule {
@@ -85,6 +91,12 @@ struct Rule {
     secret_group: Option<usize>,
     entropy: Option<f64>,
     window: usize,
+    /// Every match begins with one of the rule's keywords (`ghp_…`, `xoxb-…`, `SK…`): its pattern then runs
+    /// only from a keyword's start on, not around it.
+    keyword_first: bool,
+    /// Every match begins at an ASCII word boundary (`\b` first): a keyword glued to a word (`asked`, `key`)
+    /// starts none.
+    word_start: bool,
     allowlists: Vec<Allowlist>,
 }
 
@@ -185,7 +197,15 @@ impl Allowlist {
                 .map_err(|err| format!("allowlist: {err}"))?;
             Some(regex)
         };
-        let stopwords = spec.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect();
+        let stopwords = if spec.stopwords.is_empty() {
+            None
+        } else {
+            let automaton = aho_corasick::AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .build(&spec.stopwords)
+                .map_err(|err| format!("allowlist: {err}"))?;
+            Some(automaton)
+        };
         Ok(Some(Allowlist { regexes, target, stopwords }))
     }
 
@@ -198,11 +218,7 @@ impl Allowlist {
         if self.regexes.as_ref().is_some_and(|regex| regex.is_match(target)) {
             return true;
         }
-        if self.stopwords.is_empty() {
-            return false;
-        }
-        let lower = secret.to_ascii_lowercase();
-        self.stopwords.iter().any(|word| lower.contains(word.as_str()))
+        self.stopwords.as_ref().is_some_and(|words| words.is_match(secret))
     }
 }
 
@@ -212,7 +228,7 @@ impl Providers {
         let global = Allowlist::compile(&config.allowlist)?.unwrap_or(Allowlist {
             regexes: None,
             target: Target::Secret,
-            stopwords: Vec::new(),
+            stopwords: None,
         });
         let mut rules = Vec::new();
         let mut keywords: Vec<String> = Vec::new();
@@ -223,10 +239,12 @@ impl Providers {
                 continue;
             }
             let regex = compile(pattern)?;
-            let longest = syntax::parse(&convert(pattern))
-                .ok()
-                .and_then(|hir| hir.properties().maximum_len())
-                .unwrap_or(MAX_WINDOW);
+            let hir = syntax::parse(&convert(pattern)).ok();
+            let longest = hir.as_ref().and_then(|hir| hir.properties().maximum_len()).unwrap_or(MAX_WINDOW);
+            let lower: Vec<String> = spec.keywords.iter().map(|k| k.to_ascii_lowercase()).collect();
+            let keyword_first = hir.as_ref().is_some_and(|hir| begins_with_keyword(hir, &lower));
+            let word_start = keyword_first
+                && hir.as_ref().is_some_and(|hir| hir.properties().look_set_prefix().contains(Look::WordAscii));
             let mut allowlists = Vec::new();
             for allow in &spec.allowlists {
                 allowlists.extend(Allowlist::compile(allow)?);
@@ -237,10 +255,11 @@ impl Providers {
                 secret_group: spec.secret_group,
                 entropy: spec.entropy,
                 window: longest.min(MAX_WINDOW),
+                keyword_first,
+                word_start,
                 allowlists,
             });
-            for keyword in spec.keywords {
-                let keyword = keyword.to_ascii_lowercase();
+            for keyword in lower {
                 match keywords.iter().position(|k| *k == keyword) {
                     Some(at) => keyword_rules[at].push(index),
                     None => {
@@ -262,15 +281,55 @@ impl Providers {
 
     /// Calls `on_secret` for each provider secret in `text`, in order of start, never overlapping.
     pub(crate) fn find(&self, text: &str, mut on_secret: impl FnMut(Secret)) {
-        // The windows of each rule, merged as hits come in order.
-        let mut open: Vec<Option<(usize, usize)>> = vec![None; self.rules.len()];
+        let windows = self.windows(text);
+        if windows.is_empty() {
+            return;
+        }
+        let mut found: Vec<Secret> = Vec::new();
+        for (rule_index, from, to) in windows {
+            self.search_window(rule_index, text, from, to, &mut found);
+        }
+        found.sort_by_key(|secret| (secret.start, std::cmp::Reverse(secret.end)));
+        let mut last_end = 0;
+        for secret in found {
+            if secret.start >= last_end {
+                last_end = secret.end;
+                on_secret(secret);
+            }
+        }
+    }
+
+    /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
+    fn windows(&self, text: &str) -> Vec<(usize, usize, usize)> {
+        // The windows of each rule, merged as hits come in order; allocated at the first hit that opens one, so
+        // a text with no keyword costs only the keyword pass.
+        let bytes = text.as_bytes();
+        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
         let mut windows: Vec<(usize, usize, usize)> = Vec::new();
         for hit in self.keywords.find_overlapping_iter(text) {
             for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
-                // A keyword need not be inside the match (`airtable_token: pat…` has the rule's keyword in its
-                // label only): the window reaches [`KEYWORD_REACH`] further.
-                let reach = self.rules[rule].window + KEYWORD_REACH;
-                let (from, to) = (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()));
+                let spec = &self.rules[rule];
+                let (from, to) = if spec.keyword_first {
+                    // A match starts at a keyword's start and is at most `window` long (an unbounded pattern is
+                    // read as far as an unanchored one is).
+                    if spec.word_start
+                        && hit.start() > 0
+                        && is_word(bytes[hit.start() - 1])
+                        && is_word(bytes[hit.start()])
+                    {
+                        continue;
+                    }
+                    let extra = if spec.window >= MAX_WINDOW { KEYWORD_REACH } else { 0 };
+                    (hit.start(), (hit.start() + spec.window + extra).min(text.len()))
+                } else {
+                    // A keyword need not be inside the match (`airtable_token: pat…` has the rule's keyword in
+                    // its label only): the window reaches [`KEYWORD_REACH`] further.
+                    let reach = spec.window + KEYWORD_REACH;
+                    (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
+                };
+                if open.is_empty() {
+                    open = vec![None; self.rules.len()];
+                }
                 match &mut open[rule] {
                     Some((_, end)) if from <= *end => *end = (*end).max(to),
                     slot => {
@@ -282,19 +341,21 @@ impl Providers {
             }
         }
         windows.extend(open.iter().enumerate().filter_map(|(rule, w)| w.map(|(s, e)| (rule, s, e))));
-        if windows.is_empty() {
-            return;
-        }
-        let mut found: Vec<Secret> = Vec::new();
-        for (rule_index, from, to) in windows {
+        windows
+    }
+
+    /// Pushes the kept matches of one rule's pattern in `text[from..to]` to `found`.
+    fn search_window(&self, rule_index: usize, text: &str, from: usize, to: usize, found: &mut Vec<Secret>) {
+        {
             let rule = &self.rules[rule_index];
-            let mut caps = rule.regex.create_captures();
+            let mut caps: Option<Captures> = None;
             let mut at = from;
             while at < to {
                 // The lazy DFA finds the match; the slower capture engines then read only the match itself.
                 let Some(located) = rule.regex.search(&Input::new(text).range(at..to)) else { break };
                 let input = Input::new(text).range(located.range()).anchored(Anchored::Yes);
-                rule.regex.search_captures(&input, &mut caps);
+                let caps = caps.get_or_insert_with(|| rule.regex.create_captures());
+                rule.regex.search_captures(&input, caps);
                 let Some(whole) = caps.get_match() else {
                     at = located.end().max(located.start() + 1);
                     continue;
@@ -311,14 +372,6 @@ impl Providers {
                 if self.keep(rule, text, secret, matched, span.start) {
                     found.push(Secret { start: span.start, end: span.end });
                 }
-            }
-        }
-        found.sort_by_key(|secret| (secret.start, std::cmp::Reverse(secret.end)));
-        let mut last_end = 0;
-        for secret in found {
-            if secret.start >= last_end {
-                last_end = secret.end;
-                on_secret(secret);
             }
         }
     }
@@ -339,14 +392,39 @@ impl Providers {
     }
 }
 
+/// Whether every match of `hir` begins with one of `keywords` (lower case), as its literal prefixes say; `false`
+/// when they cannot say (too many, or a class first).
+fn begins_with_keyword(hir: &Hir, keywords: &[String]) -> bool {
+    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
+    let Some(literals) = prefixes.literals() else { return false };
+    !literals.is_empty()
+        && literals.iter().all(|literal| {
+            let lower = literal.as_bytes().to_ascii_lowercase();
+            keywords.iter().any(|keyword| lower.starts_with(keyword.as_bytes()))
+        })
+}
+
+fn is_word(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
 /// Our filters on a provider secret: not a mask or placeholder, not one repeated character, no run of five
 /// `x` or `X` (`glpat-xxxxxxxx-…`, `XXXXXXXXXX`), not an `EXAMPLE` key.
 fn plausible(secret: &str) -> bool {
     let bytes = secret.as_bytes();
-    let body: Vec<u8> = bytes.iter().copied().filter(u8::is_ascii_alphanumeric).collect();
-    let repeated = body.windows(2).all(|w| w[0] == w[1]);
-    let x_run = secret.contains("xxxxx") || secret.contains("XXXXX");
+    let mut body = bytes.iter().copied().filter(u8::is_ascii_alphanumeric);
+    let repeated = body.next().is_none_or(|first| body.all(|b| b == first));
+    let x_run = has_run(bytes, b'x', 5) || has_run(bytes, b'X', 5);
     !(repeated || x_run || secret.ends_with("EXAMPLE") || is_mask_or_placeholder(secret))
+}
+
+/// Whether `bytes` holds `len` copies of `byte` in a row.
+fn has_run(bytes: &[u8], byte: u8, len: usize) -> bool {
+    let mut run = 0;
+    bytes.iter().any(|&b| {
+        run = if b == byte { run + 1 } else { 0 };
+        run >= len
+    })
 }
 
 /// Bits of entropy per character, as gitleaks measures a secret.
@@ -411,6 +489,41 @@ mod tests {
         // Every byte is near a keyword: the windows of each rule merge into one.
         let text = "glpat-".repeat(50_000);
         assert!(secrets(&text).is_empty());
+    }
+
+    fn rule<'a>(providers: &'a Providers, id_keyword: &str) -> &'a Rule {
+        let at = providers.keywords.find(id_keyword).unwrap().pattern().as_usize();
+        &providers.rules[providers.keyword_rules[at][0]]
+    }
+
+    #[test]
+    fn rules_whose_tokens_begin_with_a_keyword_are_known() {
+        let providers = providers().unwrap();
+        for keyword in ["ghp_", "xoxb", "glpat-", "sk", "ey", "s.", "akia"] {
+            assert!(rule(providers, keyword).keyword_first, "{keyword}");
+        }
+        for keyword in ["ey", "akia", "s.", "a3-"] {
+            assert!(rule(providers, keyword).word_start, "{keyword}");
+        }
+        // Azure's client secret has its keyword inside (`abc8Q~…`), Airtable's in a label only.
+        for keyword in ["q~", "airtable"] {
+            assert!(!rule(providers, keyword).keyword_first, "{keyword}");
+        }
+    }
+
+    #[test]
+    fn a_keyword_glued_to_a_word_opens_no_window() {
+        let providers = providers().unwrap();
+        // `sk`, `ey`, `s.`, `akia` inside words and ids: each rule needs a word boundary or a token after them.
+        let text = "Customer asked for SKU-880001; they keyed it. the boss.\nnakia";
+        let opened: Vec<_> = providers.windows(text).into_iter().map(|(_, from, to)| &text[from..to]).collect();
+        // Only Twilio's `SK…` (no boundary in its pattern) reads from `sked` and `SKU` on, 34 bytes at most each.
+        assert!(opened.iter().map(|w| w.len()).sum::<usize>() <= 2 * 34, "{opened:?}");
+        assert!(secrets(text).is_empty());
+        // The same keywords starting tokens are still found.
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        assert_eq!(secrets(&format!("they sent {jwt} ")), [jwt]);
+        assert_eq!(secrets("asked SK0123456789abcdef0123456789abcdef"), ["SK0123456789abcdef0123456789abcdef"]);
     }
 
     #[test]
