@@ -40,7 +40,9 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 use zeroize::Zeroizing;
 
-pub(crate) use self::closing::{CLOSED_BY, IssuedRequest};
+#[cfg(feature = "mcp")]
+pub(crate) use self::closing::CLOSED_BY;
+pub(crate) use self::closing::IssuedRequest;
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError, ShowError};
 pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
