@@ -2,7 +2,7 @@
 //!
 //! Python reaches the runtime's own dispatcher here: one [`Dispatcher`] per guarded tool, built from the
 //! tool's JSON Schema (a [`JsonTool`]), the policy, the approvals and the ledger's audit log. The LangGraph
-//! glue (`airlock_rs/langgraph.py`) turns a `ToolCallRequest` into a call of [`ToolGuard::dispatch`] and
+//! glue (`airlock_rs/langgraph.py`) turns a `ToolCallRequest` into a call of `ToolGuard::dispatch` and
 //! the outcome back into a `ToolMessage`, a `Command` or an `interrupt()`.
 //!
 //! Everything that crosses into Python is an exception of the `AirlockError` family or a plain value:

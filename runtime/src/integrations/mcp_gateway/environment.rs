@@ -70,7 +70,8 @@ pub enum EnvironmentError {
     },
 }
 
-/// The environment an upstream starts with; see the [module](self).
+/// The environment an upstream starts with: the allow-list [`INHERITED_VARIABLES`], plus what `--env` passes;
+/// never a variable of the gateway's own ([`OWN_PREFIX`]) or one its `--*-env` options name.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamEnvironment {
     /// Copied from the gateway's environment (`None`) or set (`Some`), by name.

@@ -36,7 +36,8 @@ const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC's internal error: what a caller gets for a response the gateway could not read.
 const INTERNAL_ERROR: i64 = -32603;
 
-/// A line-framed JSON-RPC transport over a reader and a writer; see the [module](self).
+/// A line-framed JSON-RPC transport over a reader and a writer: every line is read within a size limit and
+/// never buffered past it, and a line that is not a message is answered with a JSON-RPC error, not dropped.
 pub struct LineTransport<Role: ServiceRole, R, W> {
     read: BufReader<R>,
     write: Arc<Mutex<Option<W>>>,
@@ -70,7 +71,7 @@ impl<Role: ServiceRole, R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Sen
     }
 
     /// The largest message read (bytes, without the newline); a larger one is answered as the
-    /// [module](self) says, never buffered.
+    /// [`LineTransport`] says (a JSON-RPC error, or a failed call for a result), never buffered.
     #[must_use]
     pub fn max_message_bytes(mut self, limit: usize) -> Self {
         self.max_message_bytes = limit;
