@@ -8,6 +8,7 @@
 //! A lock file serialises builds by tests of concurrent runs.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use agent_airlock_tests::python_env::{PythonEnv, Venv};
 
@@ -80,10 +81,19 @@ fn pytest(venv: &Venv, files: &[&str], env: &[(&str, &str)]) {
     assert!(!stdout.contains("skipped"), "pytest skipped tests:\n{stdout}");
 }
 
+/// The environment with the wheel of the current source installed, once for every test of this binary:
+/// installing it again per test (`--force-reinstall` removes the package's files first) would pull the
+/// package out from under another test's pytest, which imports it meanwhile (seen on a fresh clone:
+/// `No module named 'airlock_rs.checkpoint'`).
 fn prepared() -> Venv {
-    let venv = venv();
-    install_wheel(&venv);
-    venv
+    static PREPARED: OnceLock<Venv> = OnceLock::new();
+    PREPARED
+        .get_or_init(|| {
+            let venv = venv();
+            install_wheel(&venv);
+            venv
+        })
+        .clone()
 }
 
 #[test]
