@@ -50,7 +50,7 @@ const FRAGMENTS: &[&str] = &[
     "0123456789abcdef",
 ];
 
-/// With `AIRLOCK_FUZZ_PRINT` set, each input is printed to stderr as the case `tests/tests/fuzz_regressions.rs`
+/// With `AIRLOCK_FUZZ_PRINT` set, each input is printed to stderr as the case `tests/tests/dispatch/fuzz_regressions.rs`
 /// replays (`{"text": …, "secret": …}` or `{"value": …, "secret": …}`), so that a failing input found here
 /// becomes a regression test on stable: `AIRLOCK_FUZZ_PRINT=1 fuzz/target/…/masking <file>`.
 fn print_cases() -> bool {

@@ -1,5 +1,5 @@
 //! What every fuzz target checks, as plain functions: the libFuzzer targets in `fuzz_targets/` call them with
-//! generated inputs, and `tests/tests/fuzz_regressions.rs` (stable toolchain) includes this file and calls
+//! generated inputs, and `tests/tests/dispatch/fuzz_regressions.rs` (stable toolchain) includes this file and calls
 //! them with the inputs that once failed. Each function panics when a property does not hold.
 //!
 //! Only public APIs of `agent-airlock` are used, so the targets keep compiling while its internals change.

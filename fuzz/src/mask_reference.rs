@@ -1,4 +1,4 @@
-//! The slow masking reference, shared by the fuzz checks and `tests/tests/masking_corpus.rs` (which
+//! The slow masking reference, shared by the fuzz checks and `tests/tests/masking/masking_corpus.rs` (which
 //! includes this file).
 
 use agent_airlock::mask::{MaskSet, Masker};

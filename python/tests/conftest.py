@@ -1,6 +1,6 @@
 """Shared pieces of the airlock_rs tests: tools, a graph around a guarded ToolNode, a scripted chat model.
 
-Run by tests/tests/python_langgraph.rs (`cargo test`), which installs the wheel into a pinned virtual
+Run by tests/tests/python/python_langgraph.rs (`cargo test`), which installs the wheel into a pinned virtual
 environment and sets AIRLOCK_CLI to the `airlock` binary it built. No model is downloaded: the chat model
 replays the tool calls a test scripts.
 """

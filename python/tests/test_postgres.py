@@ -16,7 +16,7 @@ from airlock_rs import InterruptApprovals, LedgerError, PostgresApprovalLedger, 
 from airlock_rs.langgraph import airlock_wrap_tool_call
 
 URL = os.environ.get("AIRLOCK_TEST_PG_URL")
-pytestmark = pytest.mark.skipif(URL is None, reason="run by tests/tests/python_langgraph.rs, which starts PostgreSQL")
+pytestmark = pytest.mark.skipif(URL is None, reason="run by tests/tests/python/python_langgraph.rs, which starts PostgreSQL")
 
 
 def test_approvals_in_postgres_with_a_postgres_checkpointer():

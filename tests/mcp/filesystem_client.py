@@ -4,7 +4,7 @@ MCP SDK as the client, and checks each claim on the files the server would have 
 Usage: python3 tests/mcp/filesystem_client.py <config.json>
 
 The config names the `airlock` binary, the policy file, the database, the server's command line and the root
-directory it serves (see tests/tests/mcp_gateway_filesystem.rs). Prints `ok`/`FAILED` per check and
+directory it serves (see tests/tests/gateway_filesystem/mcp_gateway_filesystem.rs). Prints `ok`/`FAILED` per check and
 `N passed, N failed` last; exits 0 only when every check passed.
 """
 

@@ -4,7 +4,7 @@ server `tests/mcp/upstream_server.py`, and checks each claim against the upstrea
 Usage: python3 tests/mcp/gateway_client.py <config.json>
 
 The config names the `airlock` binary, the policy file, the database, the upstream's command line, its call
-log and its notes directory (see tests/tests/mcp_gateway.rs). Each check prints `ok` or `FAILED` with the
+log and its notes directory (see tests/tests/gateway/mcp_gateway.rs). Each check prints `ok` or `FAILED` with the
 reason; the last line is `N passed, N failed`; the exit status is 0 only when every check passed.
 """
 

@@ -4,7 +4,7 @@ with the official Python MCP SDK over HTTP, and checks each claim against the up
 Usage: python3 tests/mcp/http_client.py <config.json>
 
 The config names the gateway's URL, the bearer token, and the upstream's call log and notes directory (see
-tests/tests/mcp_gateway_http.rs). The last line printed is `N passed, N failed`.
+tests/tests/gateway/mcp_gateway_http.rs). The last line printed is `N passed, N failed`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ which are neither listed nor forwarded (the upstream's own log shows what reache
 Usage: python3 tests/mcp/passthrough_client.py <config.json>
 
 The config names the `airlock` binary, the policy file, the database, the upstream's command line and its call
-log (see tests/tests/mcp_gateway_passthrough.rs). The last line printed is `N passed, N failed`.
+log (see tests/tests/gateway/mcp_gateway_passthrough.rs). The last line printed is `N passed, N failed`.
 """
 
 from __future__ import annotations

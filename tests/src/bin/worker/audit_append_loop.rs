@@ -1,0 +1,41 @@
+//! Appends to an audit log from several threads until killed, printing each acknowledged sequence number.
+//!
+//! Usage: `audit_append_loop <db-path> <threads>`. The log is keyed with the test key
+//! [`agent_airlock_tests::audit_test_key`]. Each line on stdout is a record's `seq` whose append returned:
+//! it must survive the kill.
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
+use serde_json::json;
+
+pub fn main() {
+    let mut args = std::env::args().skip(2);
+    let path = args.next().expect("usage: worker audit_append_loop <db-path> <threads>");
+    let threads: usize = args.next().and_then(|n| n.parse().ok()).expect("a thread count");
+    let config = AuditConfig { key: Some(agent_airlock_tests::audit_test_key()), ..AuditConfig::default() };
+    let log = Arc::new(AuditLog::open(&path, config).expect("the audit log opens"));
+    let workers: Vec<_> = (0..threads)
+        .map(|thread| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for i in 0u64.. {
+                    let call_id = format!("call-{thread}-{i}");
+                    let arguments = json!({"payment_id": format!("pi_{i}"), "amount": i});
+                    let event = AuditEvent::new("refund", &call_id, AuditOutcome::Executed)
+                        .thread_id(Some("crash-test"))
+                        .arguments(&arguments)
+                        .result(&arguments);
+                    let receipt = log.append(event).expect("the append succeeds");
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{}", receipt.seq).expect("stdout is open");
+                    out.flush().expect("stdout is open");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a worker ran");
+    }
+}

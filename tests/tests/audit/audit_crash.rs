@@ -1,0 +1,74 @@
+//! A process appending from several threads is SIGKILLed at a random moment, several times over the
+//! same file: each time the log must open, verify, and hold every append that was acknowledged.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use agent_airlock::audit::{self, AuditConfig, AuditLog};
+use agent_airlock_tests::audit_test_key;
+
+const ROUNDS: usize = 4;
+
+/// A pseudo-random delay (no RNG crate needed): the low bits of the clock, stirred.
+fn random_millis(bound: u64) -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("after the epoch").subsec_nanos() as u64;
+    let mut x = nanos ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x % bound
+}
+
+#[test]
+fn a_log_killed_mid_append_opens_and_verifies() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("audit.redb");
+    let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
+    let mut previous_records = 0;
+    for round in 0..ROUNDS {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
+            .arg("audit_append_loop")
+            .arg(&path)
+            .arg("4")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the helper starts");
+        let stdout = child.stdout.take().expect("piped");
+        let (lines, acks) = mpsc::channel::<u64>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let seq = line.trim().parse().expect("a sequence number");
+                if lines.send(seq).is_err() {
+                    break;
+                }
+            }
+        });
+        // Let it get going, then kill it at a random moment while appends are in flight.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = 0;
+        while seen < 20 {
+            acks.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("the helper appends");
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_millis(random_millis(150)));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        reader.join().expect("the reader ends at EOF");
+        let max_acked = acks.try_iter().max().unwrap_or(0);
+
+        let log = AuditLog::open(&path, config.clone()).expect("the log opens after a crash");
+        let report = audit::verify(&log, None)
+            .unwrap_or_else(|err| panic!("round {round}: the log verifies after a crash: {err}"));
+        assert!(
+            report.records >= max_acked,
+            "round {round}: {} records, but #{max_acked} was acknowledged",
+            report.records
+        );
+        assert!(report.records > previous_records, "round {round}: the log grew");
+        assert_eq!(report.signed_records, report.records);
+        previous_records = report.records;
+    }
+}

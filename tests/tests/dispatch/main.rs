@@ -1,0 +1,12 @@
+//! The dispatcher's gates: argument admission, policy (globs, the policy file, shared rate limits), generated calls
+//! and the fuzzers' regressions, tracing events.
+//!
+//! One test binary per subsystem, not one per file: each binary links the whole runtime (CONTRIBUTING.md).
+
+pub mod argument_admission;
+pub mod dispatch_fuzz;
+pub mod dispatch_gates;
+pub mod fuzz_regressions;
+pub mod policy_file;
+pub mod shared_rates;
+pub mod tracing_events;

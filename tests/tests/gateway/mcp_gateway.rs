@@ -1,0 +1,264 @@
+//! `airlock mcp`, the gateway, with real parts on both sides: upstream, an MCP server written with the
+//! official Python SDK (`tests/mcp/upstream_server.py`, which logs every call it receives); downstream, the
+//! official Python SDK as the client (`tests/mcp/gateway_client.py`). Every claim is read from the upstream's
+//! own log or side effects: a denied tool never reaches it, a ghost argument never reaches it, an approved
+//! call runs once, a replayed approval does not, a rug-pulled tool is refused.
+//!
+//! The policy is the one `airlock mcp scan` writes for the upstream (deny by default, every tool pinned),
+//! with tools allowed and rules added as an operator would. The SDK runs from the virtual environment of
+//! `tests/mcp/requirements.txt`, provisioned by the test itself (see `python_env`).
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_airlock::Policy;
+use agent_airlock_tests::mcp_stdio::StdioSession;
+use agent_airlock_tests::python_env::Venv;
+use serde_json::{Value, json};
+
+use crate::gateway;
+use agent_airlock_tests::checks_script::wait_with_deadline;
+use gateway::{AIRLOCK, airlock, run_client, scan, venv};
+
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/gateway_client.py");
+
+/// The scratch files of one upstream: its call log and its notes directory.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch { dir: tempfile::tempdir().expect("a temporary directory") }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn upstream(&self, venv: &Venv) -> Vec<String> {
+        vec![
+            venv.python().display().to_string(),
+            UPSTREAM.to_owned(),
+            self.path("calls.log").display().to_string(),
+            self.path("notes").display().to_string(),
+        ]
+    }
+
+    /// `airlock --db <scratch>/airlock.redb mcp --policy <policy> -- <upstream>`, its stdin and stdout piped.
+    fn gateway(&self, policy: &Path, venv: &Venv) -> Command {
+        let mut command = Command::new(AIRLOCK);
+        command
+            .arg("--db")
+            .arg(self.path("airlock.redb"))
+            .args(["mcp", "--policy"])
+            .arg(policy)
+            .arg("--")
+            .args(self.upstream(venv))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        command
+    }
+
+    /// Every upstream process started so far.
+    fn upstream_pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path("calls.pids"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| line.trim().parse().expect("a pid"))
+            .collect()
+    }
+}
+
+/// `airlock mcp scan`'s starter policy, as an operator edits it: five tools allowed, transfers escalated, the
+/// flaky tool given an effect key.
+fn operator_policy(scratch: &Scratch, venv: &Venv) -> String {
+    let starter = scan(&scratch.upstream(venv));
+
+    let pinned = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("the starter policy parses: {e}\n{starter}"));
+    let mut tools: Vec<&String> = pinned.pins().keys().collect();
+    tools.sort();
+    assert_eq!(tools, ["delete_everything", "die", "flaky", "read_note", "rug_pull", "slow", "transfer", "write_note"]);
+    assert!(pinned.pins().values().all(|pin| pin.starts_with("sha256:") && pin.len() == 71));
+    assert!(pinned.for_tool("write_note").denied_by.is_some(), "the starter denies by default");
+    assert!(std::fs::read_to_string(scratch.path("calls.log")).unwrap_or_default().is_empty(), "scan calls nothing");
+
+    let policy = starter
+        .replace("allow = []", r#"allow = ["read_note", "write_note", "transfer", "flaky", "rug_pull"]"#)
+        .replace("[tools.transfer]\n", "[tools.transfer]\nescalate = \"moves money\"\n")
+        .replace("[tools.flaky]\n", "[tools.flaky]\neffect = \"flaky:{name}\"\n");
+    Policy::from_toml(&policy).unwrap_or_else(|e| panic!("the edited policy parses: {e}\n{policy}"));
+    policy
+}
+
+fn is_running(pid: u32) -> bool {
+    // A reaped process has no /proc entry; a zombie would, but the gateway waits for its child.
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn assert_all_exited(pids: &[u32]) {
+    let started = Instant::now();
+    while pids.iter().any(|&pid| is_running(pid)) && started.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running: Vec<_> = pids.iter().filter(|&&pid| is_running(pid)).collect();
+    assert!(running.is_empty(), "upstream processes outlived their gateway: {running:?}");
+}
+
+#[test]
+fn the_gateway_guards_a_python_sdk_server_for_a_python_sdk_client() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, operator_policy(&scratch, &venv)).expect("the policy is written");
+    let db = scratch.path("airlock.redb");
+    let config = json!({
+        "airlock": AIRLOCK,
+        "policy": policy,
+        "db": db,
+        "upstream": scratch.upstream(&venv),
+        "log": scratch.path("calls.log"),
+        "notes": scratch.path("notes"),
+    });
+    run_client(&venv, CLIENT, &config, scratch.dir.path(), 10);
+
+    // Each client closed its connection: each gateway stopped its upstream.
+    let pids = scratch.upstream_pids();
+    assert_eq!(pids.len(), 4, "scan, two client sessions and the replay each started one upstream: {pids:?}");
+    assert_all_exited(&pids);
+
+    // The approval was recorded in the redb ledger of `--db` and spent exactly once.
+    let spent = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "spent"]);
+    assert!(spent.status.success(), "{}", String::from_utf8_lossy(&spent.stderr));
+    let spent: Value = serde_json::from_slice(&spent.stdout).expect("JSON");
+    let spent = spent.as_array().expect("a list");
+    assert_eq!(spent.len(), 1, "{spent:?}");
+    assert_eq!(spent[0]["tool"], "transfer");
+    // The failed upstream call left its effect ambiguous, for an operator to resolve.
+    let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
+    let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
+    assert_eq!(
+        effects.as_array().map(|e| e.iter().map(|r| r["key"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!("flaky:c.txt")])
+    );
+}
+
+#[test]
+fn sigterm_stops_the_gateway_and_its_upstream() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let mut gateway = scratch.gateway(&policy, &venv).stderr(Stdio::piped()).spawn().expect("the gateway starts");
+    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
+    let mut line = String::new();
+    while !line.contains("offering") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("stderr is readable") > 0, "the gateway stopped before serving");
+    }
+    let pids = scratch.upstream_pids();
+    assert_eq!(pids.len(), 1);
+    assert!(is_running(pids[0]));
+
+    let kill = Command::new("kill").arg("-TERM").arg(gateway.id().to_string()).status().expect("kill runs");
+    assert!(kill.success());
+    let status = wait_with_deadline(&mut gateway, Duration::from_secs(20)).expect("the gateway exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("stderr is readable");
+    assert!(rest.contains("SIGTERM, shutting down"), "{rest}");
+    assert_all_exited(&pids);
+    // Nothing but MCP on stdout: the gateway wrote nothing to a client that never spoke.
+    let mut stdout = String::new();
+    gateway.stdout.take().expect("stdout is piped").read_to_string(&mut stdout).expect("readable");
+    assert_eq!(stdout, "");
+}
+
+#[test]
+fn an_upstream_that_dies_mid_call_leaves_the_effect_ambiguous_and_stops_the_gateway() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n\n[tools.die]\neffect = \"die:{reason}\"\n")
+        .expect("the policy is written");
+    let db = scratch.path("airlock.redb");
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    session.call(2, "die", json!({"reason": "now"}));
+    let answer = session.response(2, Duration::from_secs(60));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().expect("a text");
+    assert!(text.contains("whether it ran is unknown"), "{text}");
+    assert_eq!(std::fs::read_to_string(scratch.path("notes/died.log")).expect("the side effect happened"), "now\n");
+
+    // With its upstream gone the gateway ends the session and exits.
+    let status = session.wait_for_exit(Duration::from_secs(20));
+    assert!(status.success(), "{status}");
+    let effects = airlock(&["--db", db.to_str().expect("UTF-8 path"), "--json", "effects", "list", "--ambiguous"]);
+    let effects: Value = serde_json::from_slice(&effects.stdout).expect("JSON");
+    let keys: Vec<&Value> = effects.as_array().expect("a list").iter().map(|record| &record["key"]).collect();
+    assert_eq!(keys, [&json!("die:now")]);
+}
+
+/// The open flags of the gateway's descriptor `fd`, from `/proc/<pid>/fdinfo` (octal).
+#[cfg(target_os = "linux")]
+fn fd_flags(pid: u32, fd: &str) -> u32 {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).expect("the descriptor's info");
+    let flags = info.lines().find_map(|line| line.strip_prefix("flags:")).expect("a flags line");
+    u32::from_str_radix(flags.trim(), 8).expect("octal flags")
+}
+
+/// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
+/// every message is read and written on the async reactor rather than handed to a blocking thread; its
+/// standard streams, which it shares with whatever else holds those pipes, stay blocking. And it serves
+/// its one stdio client on one thread (the store's writer aside), so no part of a call waits for another
+/// worker to be woken. Those hand-offs were most of the gateway's own latency per call (BENCHMARKS.md §8).
+/// The call through it is still guarded: an undeclared argument is stripped before the upstream sees it.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
+    const O_NONBLOCK: u32 = 0o4000;
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let pid = session.pid();
+    session.call(2, "read_note", json!({"name": "a.txt", "ghost": "x"}));
+    let answer = session.response(2, Duration::from_secs(60));
+    assert_eq!(answer["result"]["content"][0]["text"], "a note", "{answer}");
+    let logged = std::fs::read_to_string(scratch.path("calls.log")).expect("the upstream's log");
+    assert_eq!(logged.trim(), r#"{"arguments": {"name": "a.txt"}, "tool": "read_note"}"#);
+
+    let descriptors: Vec<(String, PathBuf)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the gateway's descriptors")
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            Some((entry.file_name().to_string_lossy().into_owned(), std::fs::read_link(entry.path()).ok()?))
+        })
+        .collect();
+    for standard in ["0", "1"] {
+        let (_, pipe) = descriptors.iter().find(|(fd, _)| fd == standard).expect("a standard stream");
+        assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
+        assert_eq!(fd_flags(pid, standard) & O_NONBLOCK, 0, "fd {standard} was made non-blocking");
+        let own = descriptors
+            .iter()
+            .filter(|(fd, target)| fd != standard && target == pipe)
+            .any(|(fd, _)| fd_flags(pid, fd) & O_NONBLOCK != 0);
+        assert!(own, "no non-blocking descriptor of the gateway's own on fd {standard}'s pipe: {descriptors:?}");
+    }
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the gateway's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    let serving: Vec<&String> = threads.iter().filter(|name| !name.starts_with("airlock-redb")).collect();
+    assert_eq!(serving.len(), 1, "the gateway serves on more than one thread: {threads:?}");
+
+    // The client goes away: the gateway ends with it.
+    session.close();
+}
