@@ -8,6 +8,7 @@
 //! A lock file serialises builds by tests of concurrent runs.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use agent_airlock_tests::python_env::{PythonEnv, Venv};
@@ -28,6 +29,19 @@ fn install_wheel(venv: &Venv) {
     let _lock = agent_airlock_tests::exclusive_lock(&tmp.join("airlock-rs-wheel.lock")).expect("the wheel lock");
     let wheels = tmp.join("airlock-rs-wheels");
     let _ = std::fs::remove_dir_all(&wheels);
+    // maturin asks `cargo metadata`, which wants the sources of every platform's crates in the lock file (the
+    // build of this test fetched only this platform's: `android_system_properties`, say, was missing on a
+    // fresh machine). Fetch them from the registry first, exactly as locked; the build itself is offline.
+    let fetch = Command::new(env!("CARGO"))
+        .args(["fetch", "--locked", "--manifest-path"])
+        .arg(Path::new(PYTHON_DIR).join("Cargo.toml"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        fetch.status.success(),
+        "cargo could not fetch the crates of Cargo.lock for the airlock_rs wheel:\n{}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
     let mut build = venv.command();
     build
         .args(["-m", "maturin", "build", "--profile", "dev", "--manifest-path"])
@@ -37,7 +51,7 @@ fn install_wheel(venv: &Venv) {
         .arg("--interpreter")
         .arg(venv.python())
         .env("CARGO_TARGET_DIR", tmp.join("airlock-rs-target"))
-        // Offline: every crate is in the lock file and was fetched for this build already.
+        // Offline: every crate of the lock file was fetched just above.
         .env("CARGO_NET_OFFLINE", "true");
     let output = build.output().expect("maturin runs");
     assert!(
