@@ -99,6 +99,31 @@ fn an_ambiguous_effect_blocks_until_an_operator_resolves_it() {
 }
 
 #[test]
+fn a_running_reservation_renews_its_lease_until_it_is_settled_or_lapses() {
+    for (name, store, _dir) in stores() {
+        let reservation = store.reserve("k", LEASE, T0).expect("reserved");
+        let renewed = store.renew(&reservation, LEASE, T0 + Duration::from_secs(20)).expect("renewed");
+        assert_eq!(renewed.lease_until(), T0 + Duration::from_secs(50), "{name}");
+        assert_eq!((renewed.attempt(), renewed.reserved_at()), (reservation.attempt(), reservation.reserved_at()));
+        // Past the first lease, the call still holds the key: neither resolvable nor reservable.
+        let later = T0 + Duration::from_secs(40);
+        let record = store.get("k").expect("read").expect("kept");
+        assert_eq!(record.status_at(later), EffectStatus::Reserved, "{name}");
+        assert!(matches!(store.reserve("k", LEASE, later), Err(EffectError::InFlight { .. })), "{name}");
+        assert!(
+            matches!(store.resolve("k", Resolution::Failed, "alice", later), Err(EffectError::StillRunning { .. })),
+            "{name}"
+        );
+        // The reservation handed out first still settles it (the fence is the attempt, not the lease).
+        store.commit(&reservation, later).expect("committed");
+        assert!(matches!(store.renew(&renewed, LEASE, later), Err(EffectError::Stale { .. })), "{name}");
+        // A lapsed lease is not renewed.
+        let other = store.reserve("j", LEASE, T0).expect("reserved");
+        assert!(matches!(store.renew(&other, LEASE, T0 + LEASE), Err(EffectError::Stale { .. })), "{name}");
+    }
+}
+
+#[test]
 fn only_ambiguous_effects_can_be_resolved() {
     for (name, store, _dir) in stores() {
         assert!(
