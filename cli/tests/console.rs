@@ -243,6 +243,37 @@ fn failed_sign_ins_are_throttled_per_account_and_per_client() {
 }
 
 #[test]
+fn behind_a_proxy_sign_ins_are_throttled_per_forwarded_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let operators = operators_file(dir.path(), &[("carol", "correct horse")]);
+    let forwarded = |address: &str| {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-forwarded-for", format!("198.51.100.7, {address}").parse().unwrap());
+        headers
+    };
+    let attempts = |console: &Console| {
+        let mut visitor = Visitor::new(console);
+        for name in ["a", "b", "c"] {
+            assert_eq!(visitor.sign_in_with(name, "wrong", &forwarded("203.0.113.1")).0, StatusCode::UNAUTHORIZED);
+        }
+        // Another account from the same forwarded client waits; what another client sends is its own.
+        let same = visitor.sign_in_with("d", "wrong", &forwarded("203.0.113.1")).0;
+        let other = visitor.sign_in_with("carol", "correct horse", &forwarded("203.0.113.2")).0;
+        (same, other)
+    };
+    let behind = Console::start(
+        &db,
+        &["--operators", operators.to_str().unwrap(), "--client-address-header", "X-Forwarded-For"],
+    );
+    assert_eq!(attempts(&behind), (StatusCode::TOO_MANY_REQUESTS, StatusCode::SEE_OTHER));
+    // Without the flag the header is not believed: every attempt is the peer's.
+    let direct = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
+    assert_eq!(attempts(&direct), (StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS));
+}
+
+#[test]
 fn cookies_are_secure_when_the_console_is_behind_tls() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");

@@ -85,6 +85,12 @@ pub(crate) struct ConsoleArgs {
     /// that is refused at once (503) rather than queued.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     max_sign_in_checks: u16,
+    /// Behind a reverse proxy: the header it puts the client's address in (e.g. `X-Forwarded-For`; the
+    /// last address listed, the one the proxy added, is used), so failed sign-ins are throttled per client
+    /// rather than for everyone behind the proxy at once. Only for a console that only the proxy can reach:
+    /// anyone else could write the header.
+    #[arg(long, value_name = "HEADER")]
+    client_address_header: Option<axum::http::HeaderName>,
     /// A head exported earlier (`airlock audit export-head`), to check the audit log against.
     #[arg(long, value_name = "FILE")]
     anchor: Option<PathBuf>,
@@ -159,6 +165,7 @@ struct Console {
     sessions: Sessions,
     throttle: Throttle,
     check_slots: CheckSlots,
+    client_address_header: Option<axum::http::HeaderName>,
     allow_remote: bool,
 }
 
@@ -224,6 +231,7 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         ),
         throttle: Throttle::new(Arc::new(SystemClock)),
         check_slots: CheckSlots::new(usize::from(args.max_sign_in_checks)),
+        client_address_header: args.client_address_header.clone(),
         allow_remote: args.allow_remote,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -605,6 +613,23 @@ struct LoginForm {
     nonce: String,
 }
 
+/// The client a sign-in comes from: the peer, or behind a proxy the last address of the header it writes
+/// (the peer when the header is missing or holds no address).
+fn client_address(console: &Console, headers: &HeaderMap, peer: SocketAddr) -> std::net::IpAddr {
+    let Some(name) = &console.client_address_header else { return peer.ip() };
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .next_back()
+        .and_then(|last| {
+            let last = last.trim();
+            last.parse::<std::net::IpAddr>().ok().or_else(|| last.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        })
+        .unwrap_or_else(|| peer.ip())
+}
+
 /// A sign-in refused before any password was checked, with when to try again.
 fn try_later(console: &Console, status: StatusCode, retry_after: Duration, message: &str) -> Response {
     let secs = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
@@ -637,7 +662,7 @@ async fn login(
             "too many sign-ins at once",
         );
     };
-    let client = peer.ip();
+    let client = client_address(&console, &headers, peer);
     if let Err(TooSoon { retry_after }) = console.throttle.attempt(&form.name, client) {
         return try_later(&console, StatusCode::TOO_MANY_REQUESTS, retry_after, "too many failed sign-ins");
     }

@@ -151,6 +151,16 @@ impl Visitor {
 
     /// Signs in through the form; returns the form's answer: its status, headers and page.
     pub(crate) fn sign_in_answer(&mut self, name: &str, secret: &str) -> (StatusCode, HeaderMap, String) {
+        self.sign_in_with(name, secret, &HeaderMap::new())
+    }
+
+    /// Signs in through the form, posted with `extra` headers; returns the form's answer.
+    pub(crate) fn sign_in_with(
+        &mut self,
+        name: &str,
+        secret: &str,
+        extra: &HeaderMap,
+    ) -> (StatusCode, HeaderMap, String) {
         let (status, page) = self.get("/login");
         assert_eq!(status, StatusCode::OK);
         let nonce = hidden(&page, "nonce");
@@ -158,6 +168,7 @@ impl Visitor {
             .client
             .post(format!("{}/login", self.base))
             .header("cookie", self.cookie_header())
+            .headers(extra.clone())
             .form(&[("name", name), ("secret", secret), ("nonce", &nonce)])
             .send()
             .unwrap();
