@@ -35,6 +35,17 @@ enum Subject {
     Client(IpAddr),
 }
 
+impl Subject {
+    /// The account a typed name counts against: its first [`ACCOUNT_CHARS`] characters (no operator name
+    /// is longer), so a long name costs no more memory than a short one.
+    fn account(name: &str) -> Subject {
+        Subject::Account(name.chars().take(ACCOUNT_CHARS).collect())
+    }
+}
+
+/// The longest operator name.
+const ACCOUNT_CHARS: usize = 64;
+
 /// The failures of one subject.
 #[derive(Debug, Clone, Copy)]
 struct Failures {
@@ -67,7 +78,7 @@ impl Throttle {
     /// as a failure until [`succeeded`](Self::succeeded) says otherwise.
     pub(super) fn attempt(&self, account: &str, client: IpAddr) -> Result<(), TooSoon> {
         let now = self.clock.now();
-        let subjects = [Subject::Account(account.to_owned()), Subject::Client(client)];
+        let subjects = [Subject::account(account), Subject::Client(client)];
         let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let wait = subjects
             .iter()
@@ -93,7 +104,7 @@ impl Throttle {
     /// The attempt proved who signed in: both counts start again.
     pub(super) fn succeeded(&self, account: &str, client: IpAddr) {
         let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        failures.remove(&Subject::Account(account.to_owned()));
+        failures.remove(&Subject::account(account));
         failures.remove(&Subject::Client(client));
     }
 }
@@ -224,6 +235,18 @@ mod tests {
             let _ = throttle.attempt(&format!("name{n}"), client);
         }
         assert!(throttle.failures.lock().unwrap().len() <= MAX_TRACKED);
+    }
+
+    #[test]
+    fn a_long_name_is_remembered_by_its_first_characters() {
+        let (_, throttle) = throttle();
+        let long = "x".repeat(100_000);
+        for n in 1..=3 {
+            throttle.attempt(&long, ip(n)).unwrap();
+        }
+        assert!(throttle.attempt(&"x".repeat(64), ip(4)).is_err(), "the same account");
+        let remembered = throttle.failures.lock().unwrap();
+        assert!(remembered.keys().all(|s| !matches!(s, Subject::Account(name) if name.len() > ACCOUNT_CHARS)));
     }
 
     #[test]
