@@ -974,7 +974,8 @@ fn resolve_effect(
         Resolution::Committed => "committed (it happened)",
         Resolution::Failed => "failed (it did not happen; a retry may run)",
     };
-    let detail = format!("resolved as {word} by operator `{operator}`");
+    // Escaped: the name is the operator's to type, and the log is read as text.
+    let detail = format!("resolved as {word} by operator `{}`", escape(operator));
     let event = AuditEvent::new("", key, AuditOutcome::EffectResolved { resolution }).detail(Some(&detail));
     log.append(event)
         .map_err(|e| format!("`{}` was resolved, but its audit record could not be written: {e}", escape(key)))?;

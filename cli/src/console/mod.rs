@@ -4,7 +4,9 @@
 //! after its seal is checked (a tampered request is shown as such and cannot be approved), approve and deny
 //! with a reason, recent decisions, ambiguous effects with resolve buttons, and the audit log's status.
 //! Deciding goes through the same functions as `airlock approve` and `airlock deny`; the signed-in operator
-//! is the approver recorded in the grant (and so in the audit record of the call the grant admits).
+//! is the approver recorded in the grant (and so in the audit record of the call the grant admits), and
+//! the operator a resolved effect is recorded under. Sign-in is throttled per account and per client
+//! (`throttle`), with a bounded number of password checks at once.
 //!
 //! Everything is served by the binary (HTML rendered here, one stylesheet, one small script); nothing is
 //! loaded from elsewhere, and the Content-Security-Policy says so. The console listens on a loopback

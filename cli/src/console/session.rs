@@ -6,6 +6,11 @@
 //! nor have the browser send it; the CSRF token is the second, independent check. The sign-in form is
 //! protected by a double-submitted random value (a cookie and a hidden field that must agree), so another
 //! site cannot sign the browser in under its own operator either.
+//!
+//! A session ends at its lifetime, or earlier when the operator has done nothing for the idle time (the
+//! pending list's own refresh is not the operator doing something). Time comes from an injected clock.
+//! Cookies carry `Secure` when the console is served behind TLS. Only a password is a credential of the
+//! operator's own: a session signed in with the one-time token does not count toward several approvers.
 
 use std::collections::HashMap;
 use std::path::Path;
