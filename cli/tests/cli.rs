@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
-use agent_airlock::effect::{EffectStore, RedbEffectStore};
+use agent_airlock::effect::{EffectStore, RedbEffectStore, Resolution};
 use agent_airlock::{
     Clock, SystemClock,
     approval::{AdmitError, BindingInput},
@@ -111,17 +111,102 @@ fn effects_are_listed_and_ambiguous_ones_resolved() {
         store.commit(&done, now).unwrap();
         let unknown = store.reserve("refund:pi_2", Duration::from_secs(60), now).unwrap();
         store.mark_ambiguous(&unknown, now).unwrap();
+        // A call still running, its lease live.
+        store.reserve("refund:pi_3", Duration::from_secs(600), now).unwrap();
     }
     let ambiguous = stdout_json(&airlock(&db, &["effects", "list", "--ambiguous", "--json"]));
     assert_eq!(ambiguous.as_array().unwrap().len(), 1);
     assert_eq!(ambiguous[0]["key"], "refund:pi_2");
-    let resolved = stdout_json(&airlock(&db, &["effects", "resolve", "refund:pi_2", "--outcome", "failed", "--json"]));
+
+    // Nobody resolves anonymously.
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("--db")
+        .arg(&db)
+        .args(["effects", "resolve", "refund:pi_2", "--outcome", "failed"])
+        .env_remove("AIRLOCK_OPERATOR")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--operator"), "{output:?}");
+
+    let resolve =
+        |key: &str| airlock(&db, &["effects", "resolve", key, "--outcome", "failed", "--operator", "alice", "--json"]);
+    let resolved = stdout_json(&resolve("refund:pi_2"));
     assert_eq!(resolved["status"], "failed");
+    assert_eq!(resolved["record"]["resolved_by"], "alice", "{resolved}");
     let all = stdout_json(&airlock(&db, &["effects", "list", "--json"]));
     let statuses: Vec<&str> = all.as_array().unwrap().iter().map(|e| e["status"].as_str().unwrap()).collect();
-    assert_eq!(statuses, ["committed", "failed"]);
-    let output = airlock(&db, &["effects", "resolve", "refund:pi_1", "--outcome", "failed"]);
+    assert_eq!(statuses, ["committed", "failed", "reserved"]);
+    let output = airlock(&db, &["effects", "resolve", "refund:pi_1", "--outcome", "failed", "--operator", "alice"]);
     assert!(!output.status.success(), "a committed effect is not ambiguous");
+
+    // A reservation whose call may still be running is not the operator's to resolve.
+    let output = resolve("refund:pi_3");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("may still be running") && stderr.contains("lapses 20"), "{stderr}");
+    let all = stdout_json(&airlock(&db, &["effects", "list", "--json"]));
+    assert_eq!(all[2]["status"], "reserved", "{all}");
+
+    // The audit log says who resolved what, and how; the refused attempts left no record.
+    let log = AuditLog::open(&db, AuditConfig::default()).unwrap();
+    let records = log.records(1, 100).unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].outcome, AuditOutcome::EffectResolved { resolution: Resolution::Failed });
+    assert_eq!(records[0].tool_call_id, "refund:pi_2");
+    assert!(records[0].detail.as_deref().unwrap().contains("by operator `alice`"), "{:?}", records[0]);
+}
+
+/// A signed audit log gets a signed resolution record, or none: without its key nothing is resolved.
+#[test]
+fn a_resolution_in_a_signed_audit_log_is_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let key_file = dir.path().join("audit.key");
+    std::fs::write(&key_file, "ab".repeat(32)).unwrap();
+    {
+        let key = AuditKey::new("audit-1", &[0xab; 32]).unwrap();
+        let database = std::sync::Arc::new(redb::Database::create(&db).unwrap());
+        let config = AuditConfig { key: Some(key), ..AuditConfig::default() };
+        let log = AuditLog::with_database(std::sync::Arc::clone(&database), config).unwrap();
+        log.append(AuditEvent::new("refund", "call_1", AuditOutcome::Executed)).unwrap();
+        let store = RedbEffectStore::new(database).unwrap();
+        let now = SystemClock.now();
+        let unknown = store.reserve("refund:pi_2", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let args = ["effects", "resolve", "refund:pi_2", "--outcome", "committed", "--operator", "bob"];
+    let output = airlock(&db, &args);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the audit log is signed (key `audit-1`)") && stderr.contains("nothing was resolved"));
+    let listed = stdout_json(&airlock(&db, &["effects", "list", "--ambiguous", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "still ambiguous: {listed}");
+
+    let keyed = [&args[..], &["--audit-key-file", key_file.to_str().unwrap()]].concat();
+    let output = airlock(&db, &keyed);
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("refund:pi_2 is now committed, resolved by bob"));
+    let report =
+        stdout_json(&airlock(&db, &["audit", "verify", "--audit-key-file", key_file.to_str().unwrap(), "--json"]));
+    assert_eq!((report["records"].as_u64(), report["head_signed"].as_bool()), (Some(2), Some(true)), "{report}");
+}
+
+/// The times of effect records read as RFC 3339 with their age; `--json` keeps the numbers.
+#[test]
+fn effect_times_are_shown_as_rfc_3339_with_their_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::open(&db).unwrap();
+        store.reserve("refund:pi_4", Duration::from_secs(600), SystemClock.now()).unwrap();
+    }
+    let listed = support::stdout(&airlock(&db, &["effects", "list"]));
+    let line = listed.lines().next().unwrap();
+    assert!(line.starts_with("reserved    refund:pi_4  (attempt 1)  updated 20"), "{line}");
+    assert!(line.contains("Z, ") && line.contains(" s ago  lease until 20") && line.ends_with(" min"), "{line}");
+    let json = stdout_json(&airlock(&db, &["effects", "list", "--json"]));
+    assert!(json[0]["record"]["updated_at_ns"].is_u64(), "{json}");
 }
 
 #[test]
@@ -364,6 +449,9 @@ fn times_are_shown_as_rfc_3339_with_their_age() {
     assert!(line.starts_with("requested 20") && line.contains("Z, ") && line.ends_with(" s ago"), "{line}");
     let listed = stdout_json(&airlock(&db, &["requests", "list", "--json"]));
     assert!(listed[0]["requested_at_ms"].is_u64(), "{listed}");
+    let listed = support::stdout(&airlock(&db, &["requests", "list"]));
+    let row = listed.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(row.contains("pending   20") && row.contains("Z, ") && row.contains(" s ago"), "{row}");
     let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
     admit(&db, 5, &resume).unwrap();
     let spent = String::from_utf8(airlock(&db, &["spent"]).stdout).unwrap();

@@ -137,7 +137,10 @@ fn effect_records_are_listed_and_resolved_on_postgres() {
     let ambiguous = stdout_json(&airlock(db, &["effects", "list", "--ambiguous", "--json"]));
     assert_eq!(ambiguous.as_array().unwrap().len(), 1, "{ambiguous}");
     assert_eq!(ambiguous[0]["key"], "refund:pi_9");
-    let resolved = stdout_json(&airlock(db, &["effects", "resolve", "refund:pi_9", "--outcome", "failed", "--json"]));
+    let resolved = stdout_json(&airlock(
+        db,
+        &["effects", "resolve", "refund:pi_9", "--outcome", "failed", "--operator", "alice", "--json"],
+    ));
     assert_eq!(resolved["key"], "refund:pi_9", "{resolved}");
     let records = store.list(&agent_airlock::effect::EffectFilter::all(), now + Duration::from_secs(5)).unwrap();
     assert_eq!(records.len(), 1);

@@ -14,7 +14,8 @@ use std::time::Instant;
 use std::time::Duration;
 
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
-use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
+use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome};
+use agent_airlock::effect::{EffectStore as _, RedbEffectStore, Resolution};
 use agent_airlock::ledger::{RedbLedger, RequestStatus};
 use agent_airlock::{Clock as _, SystemClock};
 use hmac::{Hmac, KeyInit, Mac as _};
@@ -119,11 +120,13 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     let id = REFUND.with(700, |call| host.request_approved_by_blocking(call, "policy", "moves money", 2).unwrap());
     let id = id.request_id().to_owned();
 
+    // Each approver signs in with a password of their own: a one-time token counts toward no `N`.
+    let operators = operators_file(dir.path(), &[("alice", "alice's passphrase"), ("bob", "bob's passphrase")]);
+    let console = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
     let sign_in = |operator: &str| {
-        let console = Console::start(&db, &["--operator", operator]);
         let mut visitor = Visitor::new(&console);
-        assert_eq!(visitor.sign_in("", &console.token.clone().unwrap()), StatusCode::SEE_OTHER);
-        (console, visitor)
+        assert_eq!(visitor.sign_in(operator, &format!("{operator}'s passphrase")), StatusCode::SEE_OTHER);
+        visitor
     };
     let approve = |visitor: &mut Visitor| {
         let (status, page) = visitor.get(&format!("/requests/{id}"));
@@ -135,7 +138,7 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
         page
     };
 
-    let (_alice_console, mut alice) = sign_in("alice");
+    let mut alice = sign_in("alice");
     let page = approve(&mut alice);
     assert!(page.contains("approval recorded (1 of 2: alice)"), "{page}");
     assert!(!page.contains(r#"id="resume""#), "no resume value before the second approver: {page}");
@@ -146,7 +149,7 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     let (_, rows) = alice.get("/pending/rows");
     assert!(rows.contains(&format!(r#"data-request="{id}""#)), "{rows}");
 
-    let (_bob_console, mut bob) = sign_in("bob");
+    let mut bob = sign_in("bob");
     let page = approve(&mut bob);
     let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
     let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
@@ -154,6 +157,145 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     REFUND.with(700, |call| host.admit_blocking(call, &resume)).unwrap();
     let (_, page) = bob.get("/decisions");
     assert!(page.contains("approved by alice and bob, spent"), "{page}");
+}
+
+/// An operators file of `NAME:HASH` lines, each from `airlock console hash-password NAME`.
+fn operators_file(dir: &Path, operators: &[(&str, &str)]) -> std::path::PathBuf {
+    let mut lines = String::new();
+    for (name, password) in operators {
+        let output = hash_password(name, format!("{password}\n").as_bytes());
+        assert!(output.status.success(), "{output:?}");
+        lines.push_str(&String::from_utf8(output.stdout).unwrap());
+    }
+    let path = dir.join("operators");
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+/// `airlock console hash-password NAME` with `input` on its standard input.
+fn hash_password(name: &str, input: &[u8]) -> std::process::Output {
+    let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["console", "hash-password", name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hashing.stdin.take().unwrap().write_all(input).unwrap();
+    hashing.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_one_time_token_never_counts_toward_several_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let host = host(&db);
+    let id = REFUND.with(710, |call| host.request_approved_by_blocking(call, "policy", "moves money", 2).unwrap());
+    let id = id.request_id().to_owned();
+    let console = Console::start(&db, &["--operator", "alice"]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    // Its time reads as RFC 3339 in UTC with its age.
+    let (_, rows) = visitor.get("/pending/rows");
+    assert!(rows.contains("<td>20") && rows.contains("Z, ") && rows.contains(" s ago</td>"), "{rows}");
+    let (_, page) = visitor.get(&format!("/requests/{id}"));
+    let csrf = hidden(&page, "csrf");
+    let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+    assert_eq!(status, StatusCode::CONFLICT, "{page}");
+    assert!(page.contains("does not count toward them") && page.contains("--operators FILE"), "{page}");
+    assert_eq!(status_of(&host, &id), RequestStatus::Pending, "not even one approval of two is recorded");
+}
+
+#[test]
+fn hash_password_refuses_an_empty_or_blank_password() {
+    for input in [&b""[..], b"\n", b"   \n", b"\t\r\n"] {
+        let output = hash_password("alice", input);
+        assert!(!output.status.success(), "{input:?}: {output:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("the password is empty"), "{output:?}");
+        assert!(output.stdout.is_empty(), "no hash line: {output:?}");
+    }
+}
+
+#[test]
+fn failed_sign_ins_are_throttled_per_account_and_per_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let operators = operators_file(dir.path(), &[("carol", "correct horse"), ("dave", "battery staple")]);
+    let console = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
+    let mut visitor = Visitor::new(&console);
+    for _ in 0..3 {
+        assert_eq!(visitor.sign_in("carol", "wrong"), StatusCode::UNAUTHORIZED);
+    }
+    // Now even the right password waits, and no password is checked meanwhile.
+    let (status, headers, page) = visitor.sign_in_answer("carol", "correct horse");
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{page}");
+    let wait: u64 = headers.get("retry-after").unwrap().to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "{wait}");
+    assert!(page.contains("too many failed sign-ins: try again in"), "{page}");
+    // From the same client, another account waits too.
+    assert_eq!(visitor.sign_in("dave", "battery staple"), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!visitor.cookies.contains_key("airlock_session"));
+    // Once the wait is over, the right password signs in.
+    std::thread::sleep(Duration::from_secs(wait));
+    assert_eq!(visitor.sign_in("carol", "correct horse"), StatusCode::SEE_OTHER);
+}
+
+#[test]
+fn behind_a_proxy_sign_ins_are_throttled_per_forwarded_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let operators = operators_file(dir.path(), &[("carol", "correct horse")]);
+    let forwarded = |address: &str| {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-forwarded-for", format!("198.51.100.7, {address}").parse().unwrap());
+        headers
+    };
+    let attempts = |console: &Console| {
+        let mut visitor = Visitor::new(console);
+        for name in ["a", "b", "c"] {
+            assert_eq!(visitor.sign_in_with(name, "wrong", &forwarded("203.0.113.1")).0, StatusCode::UNAUTHORIZED);
+        }
+        // Another account from the same forwarded client waits; what another client sends is its own.
+        let same = visitor.sign_in_with("d", "wrong", &forwarded("203.0.113.1")).0;
+        let other = visitor.sign_in_with("carol", "correct horse", &forwarded("203.0.113.2")).0;
+        (same, other)
+    };
+    let behind = Console::start(
+        &db,
+        &["--operators", operators.to_str().unwrap(), "--client-address-header", "X-Forwarded-For"],
+    );
+    assert_eq!(attempts(&behind), (StatusCode::TOO_MANY_REQUESTS, StatusCode::SEE_OTHER));
+    // Without the flag the header is not believed: every attempt is the peer's.
+    let direct = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
+    assert_eq!(attempts(&direct), (StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS));
+}
+
+#[test]
+fn cookies_are_secure_when_the_console_is_behind_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let set_cookies = |args: &[&str]| {
+        let console = Console::start(&db, args);
+        let mut visitor = Visitor::new(&console);
+        let (_, signed_in, _) = visitor.sign_in_answer("", console.token.as_deref().unwrap());
+        let login = visitor.client.get(format!("{}/login", console.url)).send().unwrap();
+        let set: Vec<String> = [&signed_in, login.headers()]
+            .iter()
+            .flat_map(|headers| headers.get_all("set-cookie"))
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert!(set.iter().any(|c| c.starts_with("airlock_session=")), "{set:?}");
+        assert!(set.iter().any(|c| c.starts_with("airlock_login=")), "{set:?}");
+        set
+    };
+    let secure = set_cookies(&["--operator", "alice", "--secure-cookies"]);
+    assert!(secure.iter().all(|c| c.ends_with("; Secure") && c.contains("HttpOnly")), "{secure:?}");
+    let plain = set_cookies(&["--operator", "alice"]);
+    assert!(plain.iter().all(|c| !c.contains("Secure") && c.contains("HttpOnly")), "{plain:?}");
 }
 
 #[test]
@@ -427,6 +569,16 @@ fn ambiguous_effects_are_resolved_and_the_audit_log_is_verified_from_the_console
     assert_eq!((status, location.as_deref()), (StatusCode::SEE_OTHER, Some("/effects")));
     let (_, page) = visitor.get("/effects");
     assert!(page.contains("No effect is waiting") && !page.contains("refund:pi_2"), "{page}");
+    // Who resolved it is kept in the record and the audit log.
+    let database = shared_database(&db);
+    let record = RedbEffectStore::new(Arc::clone(&database)).unwrap().get("refund:pi_2").unwrap().unwrap();
+    assert_eq!(record.resolved_by.as_deref(), Some("alice"));
+    let log = AuditLog::with_database(database, AuditConfig::default()).unwrap();
+    let resolved = log.records(1, 10).unwrap();
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert_eq!(resolved[0].outcome, AuditOutcome::EffectResolved { resolution: Resolution::Failed });
+    assert!(resolved[0].detail.as_deref().unwrap().contains("by operator `alice`"), "{resolved:?}");
+    drop(log);
     let (status, page) = visitor.get("/audit");
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains(r#"id="audit-status" class="verified""#), "{page}");

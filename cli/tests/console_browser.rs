@@ -133,6 +133,24 @@ impl Host {
     }
 }
 
+/// The passwords in the second console's operators file.
+const ALICE_PASSWORD: &str = "alice's passphrase";
+const BOB_PASSWORD: &str = "bob's passphrase";
+
+/// `NAME:HASH` from `airlock console hash-password NAME`.
+fn hashed_password_line(name: &str, password: &str) -> String {
+    let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["console", "hash-password", name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hashing.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    let output = hashing.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
 #[test]
 fn an_operator_uses_the_console_in_chromium() {
     let browser = chromium();
@@ -150,8 +168,14 @@ fn an_operator_uses_the_console_in_chromium() {
     let approvals = approvals_on(ledger, TTL).with_request_ttl(Duration::from_secs(15 * 60));
     let mut host = Host { database, approvals, runs: HashMap::new() };
     let console = Console::start(&db, &["--operator", "alice"]);
-    // A second operator, for the requests that need two people.
-    let second = Console::start(&db, &["--operator", "bob"]);
+    // For the requests that need two people: a console where each signs in with their own password.
+    let operators = dir.path().join("operators");
+    let lines: String = [("alice", ALICE_PASSWORD), ("bob", BOB_PASSWORD)]
+        .iter()
+        .map(|(name, password)| hashed_password_line(name, password))
+        .collect();
+    std::fs::write(&operators, lines).unwrap();
+    let second = Console::start(&db, &["--operators", operators.to_str().unwrap()]);
     let profile = dir.path().join("chromium-profile");
     std::fs::create_dir(&profile).unwrap();
     let screenshot = match std::env::var_os("AIRLOCK_UPDATE_SCREENSHOT") {
@@ -168,7 +192,8 @@ fn an_operator_uses_the_console_in_chromium() {
         .env("AIRLOCK_CONSOLE_URL", &console.url)
         .env("AIRLOCK_CONSOLE_TOKEN", console.token.as_deref().unwrap())
         .env("AIRLOCK_SECOND_URL", &second.url)
-        .env("AIRLOCK_SECOND_TOKEN", second.token.as_deref().unwrap())
+        .env("AIRLOCK_ALICE_PASSWORD", ALICE_PASSWORD)
+        .env("AIRLOCK_BOB_PASSWORD", BOB_PASSWORD)
         .env("AIRLOCK_CHROMIUM", &browser)
         .env("AIRLOCK_PROFILE", &profile)
         .env("AIRLOCK_SCREENSHOT", &screenshot)

@@ -4,7 +4,9 @@
 //! after its seal is checked (a tampered request is shown as such and cannot be approved), approve and deny
 //! with a reason, recent decisions, ambiguous effects with resolve buttons, and the audit log's status.
 //! Deciding goes through the same functions as `airlock approve` and `airlock deny`; the signed-in operator
-//! is the approver recorded in the grant (and so in the audit record of the call the grant admits).
+//! is the approver recorded in the grant (and so in the audit record of the call the grant admits), and
+//! the operator a resolved effect is recorded under. Sign-in is throttled per account and per client
+//! (`throttle`), with a bounded number of password checks at once.
 //!
 //! Everything is served by the binary (HTML rendered here, one stylesheet, one small script); nothing is
 //! loaded from elsewhere, and the Content-Security-Policy says so. The console listens on a loopback
@@ -13,6 +15,7 @@
 
 mod pages;
 mod session;
+mod throttle;
 mod webhook;
 
 use std::net::SocketAddr;
@@ -26,9 +29,9 @@ use agent_airlock::keys::WebhookKey;
 use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::{Clock as _, SystemClock};
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Request, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, LOCATION, REFERRER_POLICY, SET_COOKIE,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, LOCATION, REFERRER_POLICY, RETRY_AFTER, SET_COOKIE,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::request::Parts;
@@ -40,7 +43,8 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 
 use self::pages::Listed;
-use self::session::{LOGIN_COOKIE, Session, Sessions, SignIn};
+use self::session::{Activity, LOGIN_COOKIE, SESSION_COOKIE, Session, SessionRules, Sessions, SignIn};
+use self::throttle::{CheckSlots, Throttle, TooSoon};
 use crate::{
     Approval, AuditKeySource, Cli, Failure, KeySource, Storage, Verifier, approve_request, audit_key, deny_request,
     find, list_requests,
@@ -68,9 +72,27 @@ pub(crate) struct ConsoleArgs {
     /// How long a grant made in the console stays valid, in seconds.
     #[arg(long, default_value_t = 900)]
     ttl_secs: u64,
-    /// How long a sign-in lasts, in seconds.
+    /// How long a sign-in lasts at most, in seconds.
     #[arg(long, default_value_t = 8 * 3600)]
     session_secs: u64,
+    /// How long a sign-in lasts while the operator does nothing (the pending list's own refresh does not
+    /// count), in seconds.
+    #[arg(long, default_value_t = 15 * 60)]
+    idle_secs: u64,
+    /// Mark the cookies `Secure`, so the browser sends them over HTTPS only: for a console served behind
+    /// TLS (a reverse proxy terminating it).
+    #[arg(long)]
+    secure_cookies: bool,
+    /// How many password checks (argon2, about 19 MiB of memory each) may run at once; a sign-in beyond
+    /// that is refused at once (503) rather than queued.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    max_sign_in_checks: u16,
+    /// Behind a reverse proxy: the header it puts the client's address in (e.g. `X-Forwarded-For`; the
+    /// last address listed, the one the proxy added, is used), so failed sign-ins are throttled per client
+    /// rather than for everyone behind the proxy at once. Only for a console that only the proxy can reach:
+    /// anyone else could write the header.
+    #[arg(long, value_name = "HEADER")]
+    client_address_header: Option<axum::http::HeaderName>,
     /// A head exported earlier (`airlock audit export-head`), to check the audit log against.
     #[arg(long, value_name = "FILE")]
     anchor: Option<PathBuf>,
@@ -135,12 +157,17 @@ struct Console {
     ledger: Arc<dyn ApprovalLedger>,
     effects: Arc<dyn EffectStore>,
     audit: Result<AuditLog, Failure>,
+    /// Whether the audit log is opened with its key (its records signed).
+    audit_signed: bool,
     anchor: Option<PathBuf>,
     verifier: Verifier,
     key: KeySource,
     grant_ttl: Duration,
     sign_in: SignIn,
     sessions: Sessions,
+    throttle: Throttle,
+    check_slots: CheckSlots,
+    client_address_header: Option<axum::http::HeaderName>,
     allow_remote: bool,
 }
 
@@ -183,17 +210,30 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
                     `AIRLOCK_APPROVAL_KEY`): it shows and approves only requests whose seal it has checked"
             .to_owned());
     }
-    let audit = audit_key(&args.audit_key).and_then(|key| storage.audit(AuditConfig { key, ..AuditConfig::default() }));
+    let audit_key = audit_key(&args.audit_key);
+    let audit_signed = matches!(audit_key, Ok(Some(_)));
+    let audit = audit_key.and_then(|key| storage.audit(AuditConfig { key, ..AuditConfig::default() }));
     let console = Arc::new(Console {
         effects: storage.effects()?,
         ledger,
         audit,
+        audit_signed,
         anchor: args.anchor.clone(),
         verifier,
         key: args.key.clone(),
         grant_ttl: Duration::from_secs(args.ttl_secs),
         sign_in,
-        sessions: Sessions::new(Duration::from_secs(args.session_secs)),
+        sessions: Sessions::new(
+            SessionRules {
+                lifetime: Duration::from_secs(args.session_secs),
+                idle: Duration::from_secs(args.idle_secs),
+                secure: args.secure_cookies,
+            },
+            Arc::new(SystemClock),
+        ),
+        throttle: Throttle::new(Arc::new(SystemClock)),
+        check_slots: CheckSlots::new(usize::from(args.max_sign_in_checks)),
+        client_address_header: args.client_address_header.clone(),
         allow_remote: args.allow_remote,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -225,7 +265,9 @@ async fn serve(
         tokio::spawn(webhook::announce(Arc::clone(&console), webhook));
     }
     let stop = crate::mcp::termination("airlock console");
-    axum::serve(listener, router(console)).with_graceful_shutdown(stop).await.map_err(|e| e.to_string())
+    // Each connection's peer address: sign-in failures are throttled per client.
+    let app = router(console).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(stop).await.map_err(|e| e.to_string())
 }
 
 fn router(console: Arc<Console>) -> Router {
@@ -310,7 +352,7 @@ impl FromRequestParts<Arc<Console>> for SignedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, console: &Arc<Console>) -> Result<Self, Response> {
-        console.sessions.find(&parts.headers).map(SignedIn).ok_or_else(|| see_other("/login"))
+        console.sessions.find(&parts.headers, Activity::Operator).map(SignedIn).ok_or_else(|| see_other("/login"))
     }
 }
 
@@ -328,7 +370,7 @@ impl IntoResponse for PostRefused {
 
 /// The session of a form post whose CSRF token matches it; anything else is refused.
 fn checked_post(console: &Console, headers: &HeaderMap, csrf: &str) -> Result<Session, PostRefused> {
-    let Some(session) = console.sessions.find(headers) else {
+    let Some(session) = console.sessions.find(headers, Activity::Operator) else {
         return Err(PostRefused { session: None, message: "not signed in: sign in and try again" });
     };
     if !session.csrf_matches(csrf) {
@@ -361,7 +403,8 @@ async fn pending_page(State(console): Shared, SignedIn(session): SignedIn) -> Re
 
 /// The pending table's rows alone, for the page's live refresh.
 async fn pending_rows(State(console): Shared, headers: HeaderMap) -> Response {
-    if console.sessions.find(&headers).is_none() {
+    // The page refreshing itself is not the operator doing something: it does not keep the session alive.
+    if console.sessions.find(&headers, Activity::Refresh).is_none() {
         return StatusCode::UNAUTHORIZED.into_response();
     }
     match listed_pending(&console).await {
@@ -403,6 +446,7 @@ async fn approve(
         Err(refused) => return refused.into_response(),
     };
     let (shared, operator, request_id) = (Arc::clone(&console), session.operator.clone(), id.clone());
+    let personal = session.personal;
     let approved = blocking(move || {
         approve_request(
             Arc::clone(&shared.ledger),
@@ -410,7 +454,15 @@ async fn approve(
             &request_id,
             &operator,
             shared.grant_ttl,
-            |_, entry| match &entry.status {
+            |request, entry| match &entry.status {
+                // Anyone who can read the console's output holds the one-time token: it is no one's own
+                // credential, so it never counts as one of several distinct approvers.
+                _ if !personal && request.approvals_required() > 1 => Err(format!(
+                    "request `{request_id}` needs {} distinct approvers, and a sign-in with the console's one-time \
+                     token does not count toward them: each approver signs in with their own password (start \
+                     the console with `--operators FILE`); nothing was approved",
+                    request.approvals_required()
+                )),
                 status if status.is_waiting() => Ok(()),
                 other => Err(format!("request `{request_id}` is {}, not pending", other.label(now()))),
             },
@@ -481,7 +533,7 @@ async fn effects_page(State(console): Shared, SignedIn(session): SignedIn) -> Re
     let shared = Arc::clone(&console);
     let listed = blocking(move || shared.effects.list(&EffectFilter::ambiguous(), now()).map_err(|e| e.to_string()));
     match listed.await {
-        Ok(records) => Html(pages::effects(&session, &records)).into_response(),
+        Ok(records) => Html(pages::effects(&session, &records, now())).into_response(),
         Err(error) => refusal(StatusCode::INTERNAL_SERVER_ERROR, Some(&session), &error),
     }
 }
@@ -512,8 +564,12 @@ async fn resolve_effect(
             return refusal(StatusCode::BAD_REQUEST, Some(&session), &message);
         }
     };
-    let shared = Arc::clone(&console);
-    let resolved = blocking(move || shared.effects.resolve(&form.key, resolution, now()).map_err(|e| e.to_string()));
+    let (shared, operator) = (Arc::clone(&console), session.operator.clone());
+    let resolved = blocking(move || {
+        let log = shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?;
+        crate::ensure_signable(log, shared.audit_signed)?;
+        crate::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
+    });
     match resolved.await {
         Ok(_) => see_other("/effects"),
         Err(error) => refusal(StatusCode::CONFLICT, Some(&session), &error),
@@ -544,7 +600,7 @@ fn login_form(console: &Console, status: StatusCode, error: Option<&str>) -> Res
         Ok(nonce) => nonce,
         Err(error) => return refusal(StatusCode::INTERNAL_SERVER_ERROR, None, &error),
     };
-    let cookie = format!("{LOGIN_COOKIE}={nonce}; HttpOnly; SameSite=Strict; Path=/login; Max-Age=600");
+    let cookie = console.sessions.cookie(LOGIN_COOKIE, &nonce, "/login", Duration::from_secs(600));
     (status, [(SET_COOKIE, cookie)], Html(pages::login(console.sign_in.asks_for_name(), &nonce, error))).into_response()
 }
 
@@ -559,7 +615,37 @@ struct LoginForm {
     nonce: String,
 }
 
-async fn login(State(console): Shared, headers: HeaderMap, axum::Form(form): axum::Form<LoginForm>) -> Response {
+/// The client a sign-in comes from: the peer, or behind a proxy the last address of the header it writes
+/// (the peer when the header is missing or holds no address).
+fn client_address(console: &Console, headers: &HeaderMap, peer: SocketAddr) -> std::net::IpAddr {
+    let Some(name) = &console.client_address_header else { return peer.ip() };
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .next_back()
+        .and_then(|last| {
+            let last = last.trim();
+            last.parse::<std::net::IpAddr>().ok().or_else(|| last.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        })
+        .unwrap_or_else(|| peer.ip())
+}
+
+/// A sign-in refused before any password was checked, with when to try again.
+fn try_later(console: &Console, status: StatusCode, retry_after: Duration, message: &str) -> Response {
+    let secs = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
+    let mut response = login_form(console, status, Some(&format!("{message}: try again in {secs} s")));
+    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    response
+}
+
+async fn login(
+    State(console): Shared,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
     let cookie = session::cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
     if form.nonce.is_empty() || !session::same(&cookie, &form.nonce) {
         return login_form(
@@ -568,23 +654,45 @@ async fn login(State(console): Shared, headers: HeaderMap, axum::Form(form): axu
             Some("the sign-in form expired or came from elsewhere: try again"),
         );
     }
+    // A bounded number of checks at once, each refused at once beyond that: a flood of sign-ins costs
+    // neither unbounded memory nor a queue.
+    let Some(slot) = console.check_slots.try_take() else {
+        return try_later(
+            &console,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(1),
+            "too many sign-ins at once",
+        );
+    };
+    let client = client_address(&console, &headers, peer);
+    if let Err(TooSoon { retry_after }) = console.throttle.attempt(&form.name, client) {
+        return try_later(&console, StatusCode::TOO_MANY_REQUESTS, retry_after, "too many failed sign-ins");
+    }
     let shared = Arc::clone(&console);
+    let name = form.name.clone();
     // Checking an argon2 hash takes a while: not on the server's threads.
-    let operator = blocking(move || Ok(shared.sign_in.check(&form.name, &form.secret))).await.ok().flatten();
+    let operator = blocking(move || {
+        let checked = shared.sign_in.check(&form.name, &form.secret);
+        drop(slot);
+        Ok(checked)
+    })
+    .await
+    .ok()
+    .flatten();
     let Some(operator) = operator else {
         return login_form(&console, StatusCode::UNAUTHORIZED, Some("wrong name, password or token"));
     };
-    match console.sessions.start(operator) {
+    console.throttle.succeeded(&name, client);
+    match console.sessions.start(operator, console.sign_in.is_personal()) {
         Ok(id) => {
             let mut response = see_other("/");
+            let cleared = console.sessions.cookie(LOGIN_COOKIE, "", "/login", Duration::ZERO);
             let headers = response.headers_mut();
-            if let Ok(value) = HeaderValue::from_str(&console.sessions.cookie_for(&id)) {
-                headers.append(SET_COOKIE, value);
+            for value in [console.sessions.cookie_for(&id), cleared] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.append(SET_COOKIE, value);
+                }
             }
-            headers.append(
-                SET_COOKIE,
-                HeaderValue::from_static("airlock_login=; HttpOnly; SameSite=Strict; Path=/login; Max-Age=0"),
-            );
             response
         }
         Err(error) => refusal(StatusCode::INTERNAL_SERVER_ERROR, None, &error),
@@ -604,9 +712,9 @@ async fn logout(State(console): Shared, headers: HeaderMap, axum::Form(form): ax
     }
     console.sessions.end(&headers);
     let mut response = see_other("/login");
-    response
-        .headers_mut()
-        .append(SET_COOKIE, HeaderValue::from_static("airlock_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
+    if let Ok(cleared) = HeaderValue::from_str(&console.sessions.cookie(SESSION_COOKIE, "", "/", Duration::ZERO)) {
+        response.headers_mut().append(SET_COOKIE, cleared);
+    }
     response
 }
 

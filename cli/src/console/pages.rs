@@ -10,7 +10,7 @@ use agent_airlock::effect::EffectRecord;
 use agent_airlock::ledger::{RequestEntry, RequestStatus};
 
 use super::session::Session;
-use crate::{Sealed, call_site, decision_text, render_request};
+use crate::{Sealed, call_site, decision_text, render_request, when};
 
 /// `text` for an HTML text node or a quoted attribute.
 pub(super) fn h(text: &str) -> String {
@@ -132,7 +132,7 @@ pub(super) fn pending_rows(listed: &[Listed], now: Duration) -> String {
     let mut rows = String::new();
     for item in listed {
         let id = &item.entry.request.request_id;
-        let age = ago(now, item.entry.request.requested_at);
+        let age = when(now, item.entry.request.requested_at);
         let link = format!(r#"<a href="/requests/{}">{}</a>"#, url_segment(id), h(short(id)));
         let _ = match &item.sealed {
             Sealed::Verified(request) => writeln!(
@@ -199,7 +199,7 @@ pub(super) fn request(session: &Session, item: &Listed, now: Duration) -> String
                     n => format!("{n} distinct people must approve"),
                 },
                 call = h(&call_site(request)),
-                age = ago(now, request.requested_at()),
+                age = when(now, request.requested_at()),
                 expiry = request.expires_at().map_or_else(|| "never".to_owned(), |at| until(now, at)),
             );
             // Only a call shown exactly and whole can be approved: otherwise there is no Approve button (and
@@ -295,7 +295,7 @@ pub(super) fn decisions(session: &Session, entries: &[RequestEntry], now: Durati
             tool = h(&entry.request.tool),
             status = h(entry.status.label(now)),
             decision = h(&decision_text(&entry.status).unwrap_or_default()),
-            when = decided_at(&entry.status).map_or_else(String::new, |at| ago(now, at)),
+            when = decided_at(&entry.status).map_or_else(String::new, |at| when(now, at)),
         );
     }
     if rows.is_empty() {
@@ -321,26 +321,27 @@ pub(super) fn decided_at(status: &RequestStatus) -> Option<Duration> {
 }
 
 /// Effects whose outcome is unknown, each with the two answers an operator can give.
-pub(super) fn effects(session: &Session, records: &[EffectRecord]) -> String {
+pub(super) fn effects(session: &Session, records: &[EffectRecord], now: Duration) -> String {
     let mut rows = String::new();
     for record in records {
         let _ = writeln!(
             rows,
-            r#"<tr><td><code>{key}</code></td><td>{attempt}</td><td><form method="post" action="/effects/resolve">{csrf}<input type="hidden" name="key" value="{key}"><button name="outcome" value="committed">It happened</button> <button name="outcome" value="failed">It did not happen</button></form></td></tr>"#,
+            r#"<tr><td><code>{key}</code></td><td>{attempt}</td><td>{since}</td><td><form method="post" action="/effects/resolve">{csrf}<input type="hidden" name="key" value="{key}"><button name="outcome" value="committed">It happened</button> <button name="outcome" value="failed">It did not happen</button></form></td></tr>"#,
             key = h(&record.key),
             attempt = record.attempt,
+            since = when(now, record.updated_at),
             csrf = csrf_field(session),
         );
     }
     if rows.is_empty() {
-        rows = r#"<tr><td colspan="3" class="empty">No effect is waiting for resolution.</td></tr>"#.to_owned();
+        rows = r#"<tr><td colspan="4" class="empty">No effect is waiting for resolution.</td></tr>"#.to_owned();
     }
     page(
         "Ambiguous effects",
         Some(session),
         &format!(
             r#"<p>A call that may or may not have had its effect (it was cut short). Say what really happened: a committed effect makes later calls duplicates; a failed one lets a retry run.</p>
-<table><thead><tr><th>Effect key</th><th>Attempt</th><th>Resolve</th></tr></thead><tbody>{rows}</tbody></table>"#
+<table><thead><tr><th>Effect key</th><th>Attempt</th><th>Last change</th><th>Resolve</th></tr></thead><tbody>{rows}</tbody></table>"#
         ),
     )
 }
@@ -359,18 +360,9 @@ fn short(id: &str) -> &str {
     id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])
 }
 
-/// How long ago `then` was (both since the Unix epoch), in whole seconds.
-fn ago(now: Duration, then: Duration) -> String {
-    format!("{} ago", humantime::format_duration(Duration::from_secs(now.saturating_sub(then).as_secs())))
-}
-
-/// How long until `at`, or that it has passed.
+/// When `at` is or was, for an expiry: RFC 3339 in UTC and how far ahead, or that it has passed and when.
 fn until(now: Duration, at: Duration) -> String {
-    if at <= now {
-        "expired".to_owned()
-    } else {
-        format!("in {}", humantime::format_duration(Duration::from_secs(at.saturating_sub(now).as_secs())))
-    }
+    if at <= now { format!("expired {}", when(now, at)) } else { when(now, at) }
 }
 
 #[cfg(test)]

@@ -6,11 +6,18 @@
 //! nor have the browser send it; the CSRF token is the second, independent check. The sign-in form is
 //! protected by a double-submitted random value (a cookie and a hidden field that must agree), so another
 //! site cannot sign the browser in under its own operator either.
+//!
+//! A session ends at its lifetime, or earlier when the operator has done nothing for the idle time (the
+//! pending list's own refresh is not the operator doing something). Time comes from an injected clock.
+//! Cookies carry `Secure` when the console is served behind TLS. Only a password is a credential of the
+//! operator's own: a session signed in with the one-time token does not count toward several approvers.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_airlock::Clock;
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
@@ -83,6 +90,12 @@ impl SignIn {
         Ok((SignIn::OneTimeToken { operator: operator.to_owned(), token: Mutex::new(Some(token.clone())) }, token))
     }
 
+    /// Whether a sign-in proves a credential of the operator's own (a password), rather than the one-time
+    /// token printed at start.
+    pub(super) fn is_personal(&self) -> bool {
+        matches!(self, SignIn::Operators { .. })
+    }
+
     /// Whether this sign-in asks for a name and a password (otherwise only the token).
     pub(super) fn asks_for_name(&self) -> bool {
         matches!(self, SignIn::Operators { .. })
@@ -90,6 +103,10 @@ impl SignIn {
 
     /// The operator these credentials prove, if they do. A one-time token works once.
     pub(super) fn check(&self, name: &str, secret: &str) -> Option<String> {
+        // No operator has an empty password (`hash-password` refuses one): nothing to check.
+        if secret.trim().is_empty() {
+            return None;
+        }
         match self {
             SignIn::Operators { hashes, decoy } => {
                 let (hash, known) = match hashes.get(name) {
@@ -125,8 +142,8 @@ pub(super) fn hash_password_line(name: &str, password: &str) -> Result<String, S
     if !valid_operator_name(name) {
         return Err(format!("`{name}` is not an operator name (letters, digits, `.`, `_`, `-`, `@`)"));
     }
-    if password.is_empty() {
-        return Err("the password is empty".to_owned());
+    if password.trim().is_empty() {
+        return Err("the password is empty (or only white space): choose one that is not".to_owned());
     }
     Ok(format!("{name}:{}", argon2_hash(password)?))
 }
@@ -147,7 +164,14 @@ pub(super) struct Session {
     pub(super) operator: String,
     /// The token every form of this session carries.
     pub(super) csrf: String,
-    expires: Instant,
+    /// Whether the operator proved who they are with a credential of their own (a password from the
+    /// operators file), not the one-time token the console printed at start (which anyone who can read
+    /// its output holds). Only such a sign-in counts toward a request that needs several approvers.
+    pub(super) personal: bool,
+    /// When the sign-in ends, whatever is done.
+    expires: Duration,
+    /// The last time the operator did something (a page, a form); the live refresh does not count.
+    last_seen: Duration,
 }
 
 impl Session {
@@ -157,33 +181,73 @@ impl Session {
     }
 }
 
+/// How sessions are kept.
+pub(super) struct SessionRules {
+    /// How long a sign-in lasts at most.
+    pub(super) lifetime: Duration,
+    /// How long a sign-in lasts without the operator doing anything.
+    pub(super) idle: Duration,
+    /// Whether cookies carry `Secure` (the console is served behind TLS).
+    pub(super) secure: bool,
+}
+
 /// The live sessions, by id.
 pub(super) struct Sessions {
     live: Mutex<HashMap<String, Session>>,
-    lifetime: Duration,
+    rules: SessionRules,
+    clock: Arc<dyn Clock>,
+}
+
+/// Whether looking a session up counts as the operator doing something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Activity {
+    /// A page or a form: the idle timer starts again.
+    Operator,
+    /// The page's own refresh: the idle timer runs on.
+    Refresh,
 }
 
 impl Sessions {
-    pub(super) fn new(lifetime: Duration) -> Sessions {
-        Sessions { live: Mutex::new(HashMap::new()), lifetime }
+    pub(super) fn new(rules: SessionRules, clock: Arc<dyn Clock>) -> Sessions {
+        Sessions { live: Mutex::new(HashMap::new()), rules, clock }
     }
 
     /// Starts a session for `operator`; returns its id (the cookie's value).
-    pub(super) fn start(&self, operator: String) -> Result<String, String> {
+    pub(super) fn start(&self, operator: String, personal: bool) -> Result<String, String> {
         let id = random_hex()?;
-        let session = Session { operator, csrf: random_hex()?, expires: Instant::now() + self.lifetime };
+        let now = self.clock.now();
+        let session = Session {
+            operator,
+            csrf: random_hex()?,
+            personal,
+            expires: now.saturating_add(self.rules.lifetime),
+            last_seen: now,
+        };
         let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
-        live.retain(|_, s| s.expires > now);
+        live.retain(|_, s| self.is_live(s, now));
         live.insert(id.clone(), session);
         Ok(id)
     }
 
-    /// The session the request's cookie names, if it is live.
-    pub(super) fn find(&self, headers: &HeaderMap) -> Option<Session> {
+    fn is_live(&self, session: &Session, now: Duration) -> bool {
+        now < session.expires && now < session.last_seen.saturating_add(self.rules.idle)
+    }
+
+    /// The session the request's cookie names, if it is live; a session found expired or idle too long
+    /// is ended.
+    pub(super) fn find(&self, headers: &HeaderMap, activity: Activity) -> Option<Session> {
         let id = cookie(headers, SESSION_COOKIE)?;
-        let live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        live.get(&id).filter(|s| s.expires > Instant::now()).cloned()
+        let now = self.clock.now();
+        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let session = live.get_mut(&id)?;
+        if !self.is_live(session, now) {
+            live.remove(&id);
+            return None;
+        }
+        if activity == Activity::Operator {
+            session.last_seen = now;
+        }
+        Some(session.clone())
     }
 
     /// Ends the session the request's cookie names.
@@ -195,7 +259,14 @@ impl Sessions {
 
     /// The `Set-Cookie` value for a session id.
     pub(super) fn cookie_for(&self, id: &str) -> String {
-        format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", self.lifetime.as_secs())
+        self.cookie(SESSION_COOKIE, id, "/", self.rules.lifetime)
+    }
+
+    /// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, and `Secure` behind TLS. An empty value with
+    /// no age clears the cookie.
+    pub(super) fn cookie(&self, name: &str, value: &str, path: &str, max_age: Duration) -> String {
+        let secure = if self.rules.secure { "; Secure" } else { "" };
+        format!("{name}={value}; HttpOnly; SameSite=Strict; Path={path}; Max-Age={}{secure}", max_age.as_secs())
     }
 }
 
@@ -226,6 +297,7 @@ pub(super) fn same(expected: &str, submitted: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_airlock::ManualClock;
 
     #[test]
     fn a_hashed_password_signs_in_its_operator_only() {
@@ -256,6 +328,68 @@ mod tests {
         assert!(err.ends_with(":1: expected `NAME:HASH`"), "{err}");
         std::fs::write(&path, "alice:not-a-hash\n").unwrap();
         assert!(SignIn::from_operators_file(&path).err().unwrap().contains("not a PHC string"));
+    }
+
+    #[test]
+    fn an_empty_or_blank_password_is_refused() {
+        for blank in ["", " ", "\t  "] {
+            let err = hash_password_line("alice", blank).unwrap_err();
+            assert!(err.contains("the password is empty"), "{err}");
+        }
+        assert!(hash_password_line("alice", " x ").is_ok());
+    }
+
+    fn sessions(secure: bool) -> (Arc<ManualClock>, Sessions) {
+        let clock = Arc::new(ManualClock::new(Duration::from_secs(1_796_153_379)));
+        let rules = SessionRules { lifetime: Duration::from_secs(3600), idle: Duration::from_secs(600), secure };
+        (Arc::clone(&clock), Sessions::new(rules, clock))
+    }
+
+    fn with_cookie(id: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(COOKIE, format!("{SESSION_COOKIE}={id}").parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_session_ends_after_it_is_left_idle() {
+        let (clock, sessions) = sessions(false);
+        let headers = with_cookie(&sessions.start("alice".to_owned(), true).unwrap());
+        // Activity within the idle time keeps it; the live refresh does not count as activity.
+        clock.advance(Duration::from_secs(599));
+        assert!(sessions.find(&headers, Activity::Operator).is_some());
+        clock.advance(Duration::from_secs(599));
+        assert!(sessions.find(&headers, Activity::Refresh).is_some());
+        clock.advance(Duration::from_secs(1));
+        assert!(sessions.find(&headers, Activity::Refresh).is_none(), "idle for the whole idle time");
+        // Ended, not just hidden: activity afterwards does not bring it back.
+        clock.set(Duration::from_secs(1_796_153_379));
+        assert!(sessions.find(&headers, Activity::Operator).is_none());
+    }
+
+    #[test]
+    fn a_busy_session_still_ends_at_its_lifetime() {
+        let (clock, sessions) = sessions(false);
+        let headers = with_cookie(&sessions.start("alice".to_owned(), true).unwrap());
+        // Active every 500 s, up to 3500 s of the hour's lifetime.
+        for _ in 0..7 {
+            clock.advance(Duration::from_secs(500));
+            assert!(sessions.find(&headers, Activity::Operator).is_some());
+        }
+        clock.advance(Duration::from_secs(500));
+        assert!(sessions.find(&headers, Activity::Operator).is_none(), "past the lifetime");
+    }
+
+    #[test]
+    fn cookies_are_secure_behind_tls_only() {
+        let (_, plain) = sessions(false);
+        let (_, tls) = sessions(true);
+        assert!(!plain.cookie_for("abc").contains("Secure"));
+        assert_eq!(
+            tls.cookie_for("abc"),
+            "airlock_session=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=3600; Secure"
+        );
+        assert!(tls.cookie(LOGIN_COOKIE, "", "/login", Duration::ZERO).ends_with("; Max-Age=0; Secure"));
     }
 
     #[test]

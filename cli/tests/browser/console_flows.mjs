@@ -1,13 +1,16 @@
 // The operator console as a person uses it, in headless Chromium driven by Playwright: sign in, watch a
 // request appear, open it, approve, deny with a reason, meet a tampered request, lose a form's CSRF token,
-// and approve a request that needs two people: one operator, then another on a second console.
+// and approve a request that needs two people: the one-time token counts toward none of them, so on a
+// second console, with an operators file, one operator signs in with their password and approves, signs
+// out, and another signs in with theirs and approves.
 //
 // Run by cli/tests/console_browser.rs, which owns the database and plays the agent host: this script asks it
 // for things with `ask {json}` lines on standard output and reads one JSON answer per line on standard input
 // (record a request, tamper with one, admit a call, read a request's status).
 //
-// Environment: AIRLOCK_CONSOLE_URL, AIRLOCK_CONSOLE_TOKEN (alice), AIRLOCK_SECOND_URL, AIRLOCK_SECOND_TOKEN
-// (bob, the second approver), AIRLOCK_CHROMIUM (the browser), AIRLOCK_PROFILE
+// Environment: AIRLOCK_CONSOLE_URL, AIRLOCK_CONSOLE_TOKEN (alice), AIRLOCK_SECOND_URL (the console with an
+// operators file), AIRLOCK_ALICE_PASSWORD and AIRLOCK_BOB_PASSWORD (theirs in that file),
+// AIRLOCK_CHROMIUM (the browser), AIRLOCK_PROFILE
 // (a fresh, empty user-data directory), AIRLOCK_SCREENSHOT (where the pending page's picture goes).
 
 import { createRequire } from "node:module";
@@ -157,22 +160,34 @@ try {
   const { id: large } = await ask({ ask: "request", tool: "refund", amount: 9000, reason: "moves money", approvals: 2 });
   await page.goto(`${base}/requests/${large}`);
   check((await page.textContent("#approvals")).includes("2 distinct people"), "the page does not say two approve");
+  // Signed in with the one-time token: it is no one's own credential, and counts toward none of the two.
   await page.click("button.approve");
-  await page.waitForSelector("#outcome");
-  check((await page.textContent("#outcome")).includes("1 of 2: alice"), "the first approval is not shown as one of two");
-  check((await page.locator("#resume").count()) === 0, "one approver of two was given a resume value");
-  const halfway = await ask({ ask: "status", id: large });
-  check(halfway.status === "approving", `after one approver the ledger says ${JSON.stringify(halfway)}`);
+  await page.waitForSelector("#refusal");
+  check((await page.textContent("#refusal")).includes("does not count toward them"), "the token approved one of two");
+  const untouched = await ask({ ask: "status", id: large });
+  check(untouched.status === "pending", `the token's approval was recorded: ${JSON.stringify(untouched)}`);
   const other = await context.newPage();
   other.setDefaultTimeout(15000);
   const secondConsole = env("AIRLOCK_SECOND_URL");
-  await other.goto(`${secondConsole}/`);
-  await other.fill('input[name="secret"]', env("AIRLOCK_SECOND_TOKEN"));
-  await other.click("form.login button");
-  await other.waitForSelector(`tr[data-request="${large}"]`);
-  check((await other.textContent("#operator")) === "bob", "the second operator is not shown");
-  await other.goto(`${secondConsole}/requests/${large}`);
-  await other.click("button.approve");
+  const signIn = async (name, password) => {
+    await other.goto(`${secondConsole}/`);
+    await other.fill('input[name="name"]', name);
+    await other.fill('input[name="secret"]', password);
+    await other.click("form.login button");
+    await other.waitForSelector(`tr[data-request="${large}"]`);
+    check((await other.textContent("#operator")) === name, `${name} is not shown as signed in`);
+    await other.goto(`${secondConsole}/requests/${large}`);
+    await other.click("button.approve");
+  };
+  await signIn("alice", env("AIRLOCK_ALICE_PASSWORD"));
+  await other.waitForSelector("#outcome");
+  check((await other.textContent("#outcome")).includes("1 of 2: alice"), "the first approval is not shown as one of two");
+  check((await other.locator("#resume").count()) === 0, "one approver of two was given a resume value");
+  const halfway = await ask({ ask: "status", id: large });
+  check(halfway.status === "approving", `after one approver the ledger says ${JSON.stringify(halfway)}`);
+  await other.click("form.signout button");
+  await other.waitForSelector("form.login");
+  await signIn("bob", env("AIRLOCK_BOB_PASSWORD"));
   await other.waitForSelector("#resume");
   const both = JSON.parse(await other.textContent("#resume"));
   const ran = await ask({ ask: "admit", tool: "refund", amount: 9000, resume: both });

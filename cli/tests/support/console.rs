@@ -10,6 +10,7 @@ use agent_airlock::ledger::{ProcessSharing, RedbOpenOptions, open_database};
 
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
+use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
 use super::SECRET;
@@ -145,14 +146,38 @@ impl Visitor {
 
     /// Signs in through the form; returns the status of the form's answer.
     pub(crate) fn sign_in(&mut self, name: &str, secret: &str) -> StatusCode {
+        self.sign_in_answer(name, secret).0
+    }
+
+    /// Signs in through the form; returns the form's answer: its status, headers and page.
+    pub(crate) fn sign_in_answer(&mut self, name: &str, secret: &str) -> (StatusCode, HeaderMap, String) {
+        self.sign_in_with(name, secret, &HeaderMap::new())
+    }
+
+    /// Signs in through the form, posted with `extra` headers; returns the form's answer.
+    pub(crate) fn sign_in_with(
+        &mut self,
+        name: &str,
+        secret: &str,
+        extra: &HeaderMap,
+    ) -> (StatusCode, HeaderMap, String) {
         let (status, page) = self.get("/login");
         assert_eq!(status, StatusCode::OK);
         let nonce = hidden(&page, "nonce");
-        let (status, _, location) = self.post("/login", &[("name", name), ("secret", secret), ("nonce", &nonce)]);
+        let response = self
+            .client
+            .post(format!("{}/login", self.base))
+            .header("cookie", self.cookie_header())
+            .headers(extra.clone())
+            .form(&[("name", name), ("secret", secret), ("nonce", &nonce)])
+            .send()
+            .unwrap();
+        self.keep_cookies(&response);
+        let (status, headers) = (response.status(), response.headers().clone());
         if status == StatusCode::SEE_OTHER {
-            assert_eq!(location.as_deref(), Some("/"));
+            assert_eq!(headers.get("location").and_then(|l| l.to_str().ok()), Some("/"));
         }
-        status
+        (status, headers, response.text().unwrap())
     }
 }
 

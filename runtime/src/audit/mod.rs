@@ -133,6 +133,13 @@ pub enum AuditOutcome {
     /// A host resumed from a checkpoint other than the one last committed for its thread: edited in the
     /// store, or an older one (time travel). Recorded by `checkpoint::CheckpointCommitments`' hosts.
     StateTamper,
+    /// An operator said whether an ambiguous effect happened (`airlock effects resolve`, the console).
+    /// The record's `tool` is empty and its `tool_call_id` is the effect key; its `detail` names the
+    /// operator.
+    EffectResolved {
+        /// What the operator said.
+        resolution: crate::effect::Resolution,
+    },
 }
 
 impl fmt::Display for AuditOutcome {
@@ -156,6 +163,12 @@ impl fmt::Display for AuditOutcome {
             AuditOutcome::Ambiguous => f.write_str("ambiguous"),
             AuditOutcome::InFlight => f.write_str("in flight"),
             AuditOutcome::StateTamper => f.write_str("state tamper"),
+            AuditOutcome::EffectResolved { resolution: crate::effect::Resolution::Committed } => {
+                f.write_str("effect resolved (committed)")
+            }
+            AuditOutcome::EffectResolved { resolution: crate::effect::Resolution::Failed } => {
+                f.write_str("effect resolved (failed)")
+            }
         }
     }
 }

@@ -147,7 +147,9 @@ impl DispatcherBuilder {
         self
     }
 
-    /// How long a reserved effect may run before a crash is presumed (default [`DEFAULT_EFFECT_LEASE`]).
+    /// How long a reserved effect's holder may go silent before a crash is presumed (default
+    /// [`DEFAULT_EFFECT_LEASE`]). While the tool runs, the lease is renewed every third of it, so a call
+    /// may run longer than its lease; a process that dies stops renewing, and its lease lapses.
     pub fn effect_lease(mut self, lease: Duration) -> Self {
         self.effect_lease = lease;
         self
@@ -300,6 +302,7 @@ impl DispatcherBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             effects,
             effect_lease: self.effect_lease,
+            lease_keeper: crate::effect::LeaseKeeper::default(),
             audit: self.audit,
             masker: self.masker.unwrap_or_default(),
             observe,

@@ -1,11 +1,13 @@
-//! A reserved effect held by a running call: handed back to be settled with the call's audit record, or
-//! marked ambiguous if the call is cancelled (the dispatch future dropped while the tool ran).
+//! A reserved effect held by a running call: its lease renewed while the tool runs, handed back to be
+//! settled with the call's audit record, or marked ambiguous if the call is cancelled (the dispatch future
+//! dropped while the tool ran).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::decision::{Decide as _, Decision};
 use crate::clock::Clock;
-use crate::effect::{EffectStore, Reservation, Settle};
+use crate::effect::{EffectStore, LeaseKeeper, LeaseTicket, Reservation, Settle};
 use crate::ledger::LedgerError;
 use crate::store::StoreHandle;
 use crate::store::closing::{Closing, DEFAULT_CLOSING_PATIENCE};
@@ -17,21 +19,35 @@ pub(crate) struct EffectGuard {
     handle: Option<StoreHandle>,
     reservation: Option<Reservation>,
     clock: Arc<dyn Clock>,
+    /// Keeps the lease renewed while the guard holds the reservation.
+    renewal: Option<LeaseTicket>,
 }
 
 impl EffectGuard {
     pub(crate) fn new(store: Arc<dyn EffectStore>, reservation: Reservation, clock: Arc<dyn Clock>) -> Self {
-        EffectGuard { handle: store.store_handle(), store, reservation: Some(reservation), clock }
+        EffectGuard { handle: store.store_handle(), store, reservation: Some(reservation), clock, renewal: None }
     }
 
-    /// The reservation, to settle `how`: the guard no longer settles it.
+    /// Renews the lease (of length `lease`) through `keeper` while the guard holds the reservation: a call
+    /// that runs longer than its lease is not presumed dead.
+    pub(crate) fn renewed_by(mut self, keeper: &LeaseKeeper, lease: Duration) -> Self {
+        if let Some(reservation) = &self.reservation {
+            let store = Arc::clone(&self.store);
+            self.renewal = Some(keeper.keep(store, reservation.clone(), lease, Arc::clone(&self.clock)));
+        }
+        self
+    }
+
+    /// The reservation, to settle `how`: the guard no longer settles it, nor renews its lease.
     pub(crate) fn take(&mut self, how: Settle) -> Option<(Reservation, Settle)> {
+        self.renewal = None;
         self.reservation.take().map(|reservation| (reservation, how))
     }
 }
 
 impl Drop for EffectGuard {
     fn drop(&mut self) {
+        self.renewal = None;
         let Some(reservation) = self.reservation.take() else { return };
         tracing::warn!(target: "agent_airlock", key = %reservation.key(), "call cancelled while its effect ran");
         let now = self.clock.now();

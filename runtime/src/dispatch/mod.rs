@@ -46,7 +46,7 @@ use crate::audit::{AuditLog, AuditOutcome};
 use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError, DialectOffer};
-use crate::effect::{EffectStore, Reservation, Settle};
+use crate::effect::{EffectStore, LeaseKeeper, Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
@@ -66,6 +66,8 @@ pub struct Dispatcher {
     clock: Arc<dyn Clock>,
     effects: Option<Arc<dyn EffectStore>>,
     effect_lease: Duration,
+    /// Renews the leases of running calls.
+    lease_keeper: LeaseKeeper,
     audit: Option<Arc<AuditLog>>,
     stores: Stores,
     masker: Arc<Masker>,
@@ -383,9 +385,10 @@ impl Dispatcher {
                 return Err(with_stripped(refused));
             }
         };
-        let mut effect = reservation
-            .zip(self.effects.as_ref())
-            .map(|(reservation, store)| EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock)));
+        let mut effect = reservation.zip(self.effects.as_ref()).map(|(reservation, store)| {
+            EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock))
+                .renewed_by(&self.lease_keeper, self.effect_lease)
+        });
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {

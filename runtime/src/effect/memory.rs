@@ -68,8 +68,18 @@ impl EffectStore for MemoryEffectStore {
             .collect())
     }
 
-    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
-        self.step(key, |current| transition::resolve(current, key, resolution, now))
+    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        self.step(reservation.key(), |current| transition::renew(current, reservation, lease, now))
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution,
+        operator: &str,
+        now: Duration,
+    ) -> Result<EffectRecord, EffectError> {
+        self.step(key, |current| transition::resolve(current, key, resolution, operator, now))
     }
 
     fn storage_id(&self) -> Option<StorageId> {

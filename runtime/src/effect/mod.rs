@@ -12,7 +12,11 @@
 //!   explicit "not executed" error (a retry is then safe), [`mark_ambiguous`](EffectStore::mark_ambiguous)
 //!   for any other error, a panic or a cancellation. Each checks the [`Reservation`], so a holder whose
 //!   reservation was superseded cannot overwrite the record.
-//! - An operator lists records and [`resolve`](EffectStore::resolve)s ambiguous ones.
+//! - While the tool runs, the dispatcher [`renew`](EffectStore::renew)s the lease (every third of it), so
+//!   a call that runs longer than its lease is never presumed dead while its process is alive.
+//! - An operator lists records and [`resolve`](EffectStore::resolve)s ambiguous ones, under their name
+//!   (kept in the record). A reservation whose lease is still running cannot be resolved: its call may
+//!   still be running.
 //!
 //! Time is passed in (`now`, since the Unix epoch), so callers use their [`Clock`](crate::Clock) and tests
 //! never sleep. [`RedbEffectStore`] and [`MemoryEffectStore`] implement the same transitions (one function
@@ -20,6 +24,7 @@
 
 mod memory;
 mod redb;
+mod renewal;
 mod transition;
 
 use std::fmt;
@@ -33,11 +38,12 @@ pub use redb::RedbEffectStore;
 #[cfg(feature = "postgres")]
 pub(crate) use redb::{decode as decode_record, encode as encode_record};
 pub(crate) use redb::{fault as store_fault, read_in, write_in};
+pub(crate) use renewal::{LeaseKeeper, LeaseTicket};
 #[cfg(feature = "postgres")]
 pub(crate) use transition::Step;
-#[cfg(feature = "postgres")]
-pub(crate) use transition::resolve as resolve_step;
 pub(crate) use transition::{Settle, reserve as reserve_step, settle as settle_step};
+#[cfg(feature = "postgres")]
+pub(crate) use transition::{renew as renew_step, resolve as resolve_step};
 
 use crate::store::StoreHandle;
 
@@ -73,6 +79,11 @@ pub trait EffectStore: Send + Sync + 'static {
     /// blocked until an operator resolves it.
     fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError>;
 
+    /// The call holding `reservation` is still running: its lease now runs until `now + lease` (never
+    /// shortened). [`Stale`](EffectError::Stale) if the reservation was settled or superseded, or its
+    /// lease already lapsed.
+    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError>;
+
     /// The record of `key`, if any.
     fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError>;
 
@@ -80,9 +91,17 @@ pub trait EffectStore: Send + Sync + 'static {
     /// [`EffectStatus::Ambiguous`].
     fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError>;
 
-    /// An operator's answer for an ambiguous key (or a reservation whose lease lapsed before `now`): the
+    /// `operator`'s answer for an ambiguous key (or a reservation whose lease lapsed before `now`): the
     /// effect happened ([`Resolution::Committed`]) or did not ([`Resolution::Failed`], a retry is allowed).
-    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError>;
+    /// The record keeps who resolved it. A reservation whose lease still runs is
+    /// [`StillRunning`](EffectError::StillRunning): its call may be running.
+    fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution,
+        operator: &str,
+        now: Duration,
+    ) -> Result<EffectRecord, EffectError>;
 
     /// Which storage the records live in, if the store can tell (custom stores need not).
     fn storage_id(&self) -> Option<StorageId> {
@@ -110,14 +129,23 @@ impl<S: EffectStore + ?Sized> EffectStore for std::sync::Arc<S> {
     fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
         (**self).mark_ambiguous(reservation, now)
     }
+    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        (**self).renew(reservation, lease, now)
+    }
     fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
         (**self).get(key)
     }
     fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError> {
         (**self).list(filter, now)
     }
-    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
-        (**self).resolve(key, resolution, now)
+    fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution,
+        operator: &str,
+        now: Duration,
+    ) -> Result<EffectRecord, EffectError> {
+        (**self).resolve(key, resolution, operator, now)
     }
     fn storage_id(&self) -> Option<StorageId> {
         (**self).storage_id()
@@ -178,6 +206,9 @@ pub struct EffectRecord {
     /// Set when an operator resolved the record.
     #[serde(default)]
     pub resolution: Option<Resolution>,
+    /// The operator who resolved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
 }
 
 impl EffectRecord {
@@ -340,6 +371,21 @@ pub enum EffectError {
         /// The key.
         key: String,
     },
+    /// The key is reserved by a call whose lease still runs (renewed while it runs): it may be running,
+    /// so no one can say yet whether its effect happened.
+    #[error(
+        "effect `{key}` is reserved by a call that may still be running (its lease, renewed while it runs, has not \
+         lapsed): it cannot be resolved until that call ends or its lease lapses"
+    )]
+    StillRunning {
+        /// The key.
+        key: String,
+        /// When the lease lapses unless renewed.
+        lease_until: Duration,
+    },
+    /// A resolution must name the operator who makes it.
+    #[error("an effect is resolved by a named operator, and none was given")]
+    NoOperator,
     /// Only ambiguous records (or lapsed reservations) can be resolved.
     #[error("effect `{key}` is {status}, not ambiguous: only an ambiguous effect can be resolved")]
     NotAmbiguous {

@@ -177,9 +177,20 @@ impl EffectStore for RedbEffectStore {
         Ok(out)
     }
 
-    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
-        let owned = key.to_owned();
-        self.step(key, move |current| transition::resolve(current, &owned, resolution, now))
+    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        let held = reservation.clone();
+        self.step(reservation.key(), move |current| transition::renew(current, &held, lease, now))
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution,
+        operator: &str,
+        now: Duration,
+    ) -> Result<EffectRecord, EffectError> {
+        let (owned, operator) = (key.to_owned(), operator.to_owned());
+        self.step(key, move |current| transition::resolve(current, &owned, resolution, &operator, now))
     }
 
     fn storage_id(&self) -> Option<StorageId> {

@@ -65,6 +65,7 @@ pub(crate) fn reserve(current: Option<EffectRecord>, key: &str, lease: Duration,
         reserved_at: now,
         updated_at: now,
         resolution: None,
+        resolved_by: None,
     };
     Step {
         write: Some(record),
@@ -104,14 +105,46 @@ pub(crate) fn settle(
     Step { write: Some(updated.clone()), answer: Ok(updated) }
 }
 
+/// Extends the lease of `reservation` to `now + lease` while its call runs, if it is still the key's
+/// current reservation and its lease has not lapsed (once lapsed, the key may already have been seen as
+/// ambiguous, and an operator may be deciding it). A lease is never shortened.
+pub(crate) fn renew(
+    current: Option<EffectRecord>,
+    reservation: &Reservation,
+    lease: Duration,
+    now: Duration,
+) -> Step<Reservation> {
+    let stale = || Step::answer(Err(EffectError::Stale { key: reservation.key.clone() }));
+    let Some(record) = current else { return stale() };
+    if record.attempt != reservation.attempt || record.reserved_at != reservation.reserved_at {
+        return stale();
+    }
+    let EffectState::Reserved { lease_until } = record.state else { return stale() };
+    if now >= lease_until {
+        return stale();
+    }
+    let lease_until = now.saturating_add(lease).max(lease_until);
+    let updated = EffectRecord { state: EffectState::Reserved { lease_until }, updated_at: now, ..record };
+    Step { write: Some(updated), answer: Ok(Reservation { lease_until, ..reservation.clone() }) }
+}
+
 pub(crate) fn resolve(
     current: Option<EffectRecord>,
     key: &str,
     resolution: Resolution,
+    operator: &str,
     now: Duration,
 ) -> Step<EffectRecord> {
     let Some(record) = current else { return Step::answer(Err(EffectError::NotFound { key: key.to_owned() })) };
+    if operator.trim().is_empty() {
+        return Step::answer(Err(EffectError::NoOperator));
+    }
     let status = record.status_at(now);
+    if let EffectState::Reserved { lease_until } = record.state
+        && status == EffectStatus::Reserved
+    {
+        return Step::answer(Err(EffectError::StillRunning { key: key.to_owned(), lease_until }));
+    }
     if status != EffectStatus::Ambiguous {
         return Step::answer(Err(EffectError::NotAmbiguous { key: key.to_owned(), status }));
     }
@@ -119,6 +152,12 @@ pub(crate) fn resolve(
         Resolution::Committed => EffectState::Committed { at: now },
         Resolution::Failed => EffectState::Failed { at: now },
     };
-    let updated = EffectRecord { state, updated_at: now, resolution: Some(resolution), ..record };
+    let updated = EffectRecord {
+        state,
+        updated_at: now,
+        resolution: Some(resolution),
+        resolved_by: Some(operator.to_owned()),
+        ..record
+    };
     Step { write: Some(updated.clone()), answer: Ok(updated) }
 }

@@ -515,9 +515,20 @@ impl EffectStore for PostgresEffectStore {
         })
     }
 
-    fn resolve(&self, key: &str, resolution: Resolution, now: Duration) -> Result<EffectRecord, EffectError> {
-        let owned = key.to_owned();
-        self.step(key, move |current| effect::resolve_step(current, &owned, resolution, now))
+    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
+        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
+        self.step(&key, move |current| effect::renew_step(current, &reservation, lease, now))
+    }
+
+    fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution,
+        operator: &str,
+        now: Duration,
+    ) -> Result<EffectRecord, EffectError> {
+        let (owned, operator) = (key.to_owned(), operator.to_owned());
+        self.step(key, move |current| effect::resolve_step(current, &owned, resolution, &operator, now))
     }
 
     fn storage_id(&self) -> Option<StorageId> {

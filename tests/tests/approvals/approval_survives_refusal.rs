@@ -208,7 +208,7 @@ fn an_ambiguous_effect_refuses_the_resume_and_the_grant_runs_after_the_operator_
         let effects = host.ledger.effects();
         let ambiguous = effects.list(&agent_airlock::effect::EffectFilter::ambiguous(), host.clock_now()).unwrap();
         assert_eq!(ambiguous.len(), 1);
-        effects.resolve(&ambiguous[0].key, Resolution::Failed, host.clock_now()).expect("resolved");
+        effects.resolve(&ambiguous[0].key, Resolution::Failed, "ops", host.clock_now()).expect("resolved");
         assert_eq!(host.resume(&second, &resume_second).status, Status::Success);
         assert_eq!(host.provider.paid.load(Ordering::SeqCst), 2, "the ambiguous attempt and the approved retry");
     });

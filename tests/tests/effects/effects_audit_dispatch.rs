@@ -146,7 +146,7 @@ fn not_executed_allows_a_retry_and_other_errors_block_until_resolved() {
     assert_eq!(kind(&blocked), Some(RefusalKind::EffectUnresolved));
     assert!(blocked.content.contains("operator"), "{}", blocked.content);
     // The operator finds the provider did not charge: resolved as failed, a retry runs.
-    host.effects.resolve("charge:o-2", Resolution::Failed, host.clock.now()).unwrap();
+    host.effects.resolve("charge:o-2", Resolution::Failed, "ops", host.clock.now()).unwrap();
     assert_eq!(host.charge("o-2").status, Status::Success);
     assert_eq!(host.charges(), 3);
 }

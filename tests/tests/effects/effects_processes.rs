@@ -86,7 +86,7 @@ fn a_holder_killed_while_reserved_leaves_the_key_ambiguous_once_the_lease_lapses
     let record = store.get(key).expect("readable").expect("present");
     assert_eq!(record.state, EffectState::Ambiguous { since: lease_until, cause: AmbiguityCause::LeaseLapsed });
     // Only an operator makes it runnable again.
-    store.resolve(key, Resolution::Failed, lease_until + Duration::from_secs(10)).expect("resolved");
+    store.resolve(key, Resolution::Failed, "ops", lease_until + Duration::from_secs(10)).expect("resolved");
     let retry = store.reserve(key, Duration::from_secs(60), lease_until + Duration::from_secs(11)).expect("runnable");
     assert_eq!(retry.attempt(), 2);
 }

@@ -82,8 +82,10 @@ fn an_ambiguous_effect_blocks_until_an_operator_resolves_it() {
         let listed = store.list(&EffectFilter::ambiguous(), T0).expect("listed");
         assert_eq!(listed.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["k"]);
 
-        let resolved = store.resolve("k", Resolution::Failed, T0 + Duration::from_secs(5)).expect("resolved");
+        let resolved = store.resolve("k", Resolution::Failed, "alice", T0 + Duration::from_secs(5)).expect("resolved");
         assert_eq!(resolved.resolution, Some(Resolution::Failed));
+        assert_eq!(resolved.resolved_by.as_deref(), Some("alice"), "{name}: who resolved it is kept");
+        assert_eq!(store.get("k").expect("read").expect("kept").resolved_by.as_deref(), Some("alice"));
         let retry = store.reserve("k", LEASE, T0 + Duration::from_secs(6)).expect("runnable after resolution");
         assert_eq!(retry.attempt(), 2);
         assert!(store.list(&EffectFilter::ambiguous(), T0 + Duration::from_secs(6)).expect("listed").is_empty());
@@ -91,22 +93,54 @@ fn an_ambiguous_effect_blocks_until_an_operator_resolves_it() {
         // Resolved as committed: later calls are duplicates.
         let other = store.reserve("j", LEASE, T0).expect("reserved");
         store.mark_ambiguous(&other, T0).expect("marked");
-        store.resolve("j", Resolution::Committed, T0 + Duration::from_secs(1)).expect("resolved");
+        store.resolve("j", Resolution::Committed, "alice", T0 + Duration::from_secs(1)).expect("resolved");
         assert!(matches!(store.reserve("j", LEASE, T0 + Duration::from_secs(2)), Err(EffectError::Duplicate { .. })));
+    }
+}
+
+#[test]
+fn a_running_reservation_renews_its_lease_until_it_is_settled_or_lapses() {
+    for (name, store, _dir) in stores() {
+        let reservation = store.reserve("k", LEASE, T0).expect("reserved");
+        let renewed = store.renew(&reservation, LEASE, T0 + Duration::from_secs(20)).expect("renewed");
+        assert_eq!(renewed.lease_until(), T0 + Duration::from_secs(50), "{name}");
+        assert_eq!((renewed.attempt(), renewed.reserved_at()), (reservation.attempt(), reservation.reserved_at()));
+        // Past the first lease, the call still holds the key: neither resolvable nor reservable.
+        let later = T0 + Duration::from_secs(40);
+        let record = store.get("k").expect("read").expect("kept");
+        assert_eq!(record.status_at(later), EffectStatus::Reserved, "{name}");
+        assert!(matches!(store.reserve("k", LEASE, later), Err(EffectError::InFlight { .. })), "{name}");
+        assert!(
+            matches!(store.resolve("k", Resolution::Failed, "alice", later), Err(EffectError::StillRunning { .. })),
+            "{name}"
+        );
+        // The reservation handed out first still settles it (the fence is the attempt, not the lease).
+        store.commit(&reservation, later).expect("committed");
+        assert!(matches!(store.renew(&renewed, LEASE, later), Err(EffectError::Stale { .. })), "{name}");
+        // A lapsed lease is not renewed.
+        let other = store.reserve("j", LEASE, T0).expect("reserved");
+        assert!(matches!(store.renew(&other, LEASE, T0 + LEASE), Err(EffectError::Stale { .. })), "{name}");
     }
 }
 
 #[test]
 fn only_ambiguous_effects_can_be_resolved() {
     for (name, store, _dir) in stores() {
-        assert!(matches!(store.resolve("nope", Resolution::Failed, T0), Err(EffectError::NotFound { .. })), "{name}");
+        assert!(
+            matches!(store.resolve("nope", Resolution::Failed, "alice", T0), Err(EffectError::NotFound { .. })),
+            "{name}"
+        );
         let reservation = store.reserve("k", LEASE, T0).expect("reserved");
-        match store.resolve("k", Resolution::Failed, T0 + Duration::from_secs(1)) {
-            Err(EffectError::NotAmbiguous { status, .. }) => assert_eq!(status, EffectStatus::Reserved),
+        match store.resolve("k", Resolution::Failed, "alice", T0 + Duration::from_secs(1)) {
+            Err(EffectError::StillRunning { lease_until, .. }) => assert_eq!(lease_until, reservation.lease_until()),
             other => panic!("{name}: a running reservation is not the operator's to resolve, got {other:?}"),
         }
+        assert!(
+            matches!(store.resolve("k", Resolution::Failed, " ", T0 + LEASE), Err(EffectError::NoOperator)),
+            "{name}: a resolution names its operator"
+        );
         store.commit(&reservation, T0).expect("committed");
-        match store.resolve("k", Resolution::Failed, T0) {
+        match store.resolve("k", Resolution::Failed, "alice", T0) {
             Err(err @ EffectError::NotAmbiguous { status: EffectStatus::Committed, .. }) => {
                 assert_eq!(
                     err.to_string(),
