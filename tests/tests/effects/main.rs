@@ -3,6 +3,7 @@
 //!
 //! One test binary per subsystem, not one per file: each binary links the whole runtime (CONTRIBUTING.md).
 
+pub mod effect_lease_renewal;
 pub mod effects_audit_dispatch;
 pub mod effects_processes;
 pub mod effects_spelling;
