@@ -261,7 +261,7 @@ fn exact(n: i128) -> Option<Value> {
 }
 
 /// The arguments schema inside a definition in `dialect`'s request shape.
-fn arguments_schema(definition: &ToolDefinition, dialect: Dialect) -> Option<Value> {
+pub(crate) fn arguments_schema(definition: &ToolDefinition, dialect: Dialect) -> Option<Value> {
     let converted = definition.to_dialect(dialect).ok()?;
     Some(match dialect {
         Dialect::OpenAi => converted["function"]["parameters"].clone(),
@@ -295,7 +295,7 @@ fn sdk_floats(schema: Value) -> Value {
 /// An OpenAPI 3.0 schema (Gemini's) as the JSON Schema it means, for the oracle: `nullable: true` adds
 /// `null` to the `type` (and to the `enum`). Objects stay open where Gemini leaves them so (it has no
 /// `additionalProperties`).
-fn openapi_to_json_schema(schema: &Value) -> Value {
+pub(crate) fn openapi_to_json_schema(schema: &Value) -> Value {
     match schema {
         Value::Object(map) => {
             let mut out: Map<String, Value> =
