@@ -25,7 +25,7 @@ use sha2::Sha256;
 mod support;
 
 use support::console::{Console, Visitor, element_text, hidden, shared_database, tamper};
-use support::{Calls, SECRET, TTL, approvals_on};
+use support::{Calls, SECRET, TTL, approvals_on, signing_key};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
 
@@ -316,7 +316,7 @@ fn a_call_too_long_to_show_has_no_approve_action_anywhere() {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
-        .args(["--multi-process", "approve", &id, "--yes", "--approver", "bob"])
+        .args(["--multi-process", "approve", &id, "--yes", "--signing-key", &signing_key("bob")])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
         .output()
         .unwrap();
@@ -378,7 +378,7 @@ fn the_console_refuses_to_serve_beyond_loopback_or_without_a_way_to_sign_in() {
 }
 
 #[test]
-fn the_cli_records_who_decides_and_requires_an_operator() {
+fn the_cli_records_who_decides_and_requires_a_signing_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");
     let id = REFUND.request(&db, 500, "moves money");
@@ -387,17 +387,17 @@ fn the_cli_records_who_decides_and_requires_an_operator() {
         .arg(&db)
         .args(["approve", &id, "--yes"])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .env_remove("AIRLOCK_OPERATOR")
+        .env_remove("AIRLOCK_SIGNING_KEY")
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--operator"), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--signing-key"), "{output:?}");
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
         .args(["approve", &id, "--yes"])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .env("AIRLOCK_OPERATOR", "dave")
+        .env("AIRLOCK_SIGNING_KEY", signing_key("dave"))
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
