@@ -16,8 +16,8 @@ use agent_airlock::ledger::{
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status,
     approval::{
-        AdmitError, DecisionError, DecisionKind, DecisionSignature, DecisionSigner, DecisionSubject, InterruptApprovals,
-        InterruptRequest, OperatorEntry, OperatorError, OperatorKey, OperatorRole, Operators,
+        AdmitError, DecisionError, DecisionKind, DecisionSignature, DecisionSigner, DecisionSubject,
+        InterruptApprovals, InterruptRequest, OperatorEntry, OperatorError, OperatorKey, OperatorRole, Operators,
     },
 };
 use agent_airlock_tests::block_on;
@@ -64,7 +64,9 @@ impl Host {
     }
 
     fn request(&self, call: &OwnedCall, approvals: u32) -> InterruptRequest {
-        self.shared_key_only().request_approved_by_blocking(&call.input(), "attribute", "moves money", approvals).unwrap()
+        self.shared_key_only()
+            .request_approved_by_blocking(&call.input(), "attribute", "moves money", approvals)
+            .unwrap()
     }
 
     fn log(&self) -> ExecutionLog {
@@ -107,7 +109,12 @@ fn operators(names: &[&str]) -> (Operators, Vec<OperatorKey>) {
     let keys: Vec<OperatorKey> = names.iter().map(|name| OperatorKey::generate(name).unwrap()).collect();
     for key in &keys {
         operators
-            .add(OperatorEntry { name: key.name().to_owned(), key: key.key_id(), role: OperatorRole::Operator, revoked: false })
+            .add(OperatorEntry {
+                name: key.name().to_owned(),
+                key: key.key_id(),
+                role: OperatorRole::Operator,
+                revoked: false,
+            })
             .unwrap();
     }
     (operators, keys)
@@ -117,7 +124,9 @@ fn operators(names: &[&str]) -> (Operators, Vec<OperatorKey>) {
 fn renamed(key: &OperatorKey, name: &str, dir: &Path) -> OperatorKey {
     let original = dir.join(format!("{}.key", key.name()));
     key.write_new(&original).unwrap();
-    let text = std::fs::read_to_string(&original).unwrap().replace(&format!("name = \"{}\"", key.name()), &format!("name = \"{name}\""));
+    let text = std::fs::read_to_string(&original)
+        .unwrap()
+        .replace(&format!("name = \"{}\"", key.name()), &format!("name = \"{name}\""));
     let edited = dir.join(format!("{name}-edited.key"));
     std::fs::write(&edited, text).unwrap();
     let renamed = OperatorKey::from_file(&edited).unwrap();
@@ -126,7 +135,12 @@ fn renamed(key: &OperatorKey, name: &str, dir: &Path) -> OperatorKey {
 }
 
 /// A grant for `request` written straight through the ledger API, carrying `signatures`.
-fn forge_grant(host: &Host, request: &InterruptRequest, approver: &str, signatures: Vec<DecisionSignature>) -> GrantRecord {
+fn forge_grant(
+    host: &Host,
+    request: &InterruptRequest,
+    approver: &str,
+    signatures: Vec<DecisionSignature>,
+) -> GrantRecord {
     let entry = host.ledger.find_request(request.request_id()).unwrap().unwrap();
     let grant = GrantRecord {
         grant_id: format!("{:032x}", u128::from_str_radix(&request.request_id()[..30], 16).unwrap() ^ 0xabc),
@@ -253,7 +267,11 @@ fn a_grant_written_through_the_ledger_without_a_valid_signature_admits_nothing_o
         assert_admits_nothing(&host, &operators, &request, label);
 
         // Signed by a key nobody listed.
-        let host = Host { ledger: Arc::clone(&host.ledger), clock: Arc::clone(&host.clock), dir: tempfile::tempdir().unwrap() };
+        let host = Host {
+            ledger: Arc::clone(&host.ledger),
+            clock: Arc::clone(&host.clock),
+            dir: tempfile::tempdir().unwrap(),
+        };
         let interrupt = host.interrupt(&operators);
         let request = host.shared_key_only().verify_request(&interrupt).unwrap();
         let stranger = OperatorKey::generate("alice").unwrap();
@@ -262,7 +280,11 @@ fn a_grant_written_through_the_ledger_without_a_valid_signature_admits_nothing_o
         assert_admits_nothing(&host, &operators, &request, label);
 
         // A listed key's signature with its bytes altered.
-        let host = Host { ledger: Arc::clone(&host.ledger), clock: Arc::clone(&host.clock), dir: tempfile::tempdir().unwrap() };
+        let host = Host {
+            ledger: Arc::clone(&host.ledger),
+            clock: Arc::clone(&host.clock),
+            dir: tempfile::tempdir().unwrap(),
+        };
         let interrupt = host.interrupt(&operators);
         let request = host.shared_key_only().verify_request(&interrupt).unwrap();
         let mut signature = keys[0].sign(&subject_of(&request, 1), "alice", false, 1).unwrap();
@@ -292,8 +314,9 @@ fn a_signature_over_another_request_or_binding_or_decision_admits_nothing() {
         let other_binding = keys[0]
             .sign(&DecisionSubject { binding: &"0".repeat(64), ..subject_of(&request, 1) }, "alice", false, 1)
             .unwrap();
-        let a_denial =
-            keys[0].sign(&DecisionSubject { kind: DecisionKind::Deny, ..subject_of(&request, 1) }, "alice", false, 1).unwrap();
+        let a_denial = keys[0]
+            .sign(&DecisionSubject { kind: DecisionKind::Deny, ..subject_of(&request, 1) }, "alice", false, 1)
+            .unwrap();
         let fewer_approvals = keys[0].sign(&subject_of(&request, 2), "alice", false, 1).unwrap();
         let other_name = keys[0].sign(&subject_of(&request, 1), "root", false, 1).unwrap();
         let subject = subject_of(&request, 1);
@@ -325,11 +348,15 @@ fn a_signature_by_a_revoked_key_admits_nothing_even_if_made_before_the_revocatio
         assert_admits_nothing(&host, &operators, &request, label);
         // And after: refused at once.
         let later = host.request(&OwnedCall::refund(3), 1);
-        let refused = host.operator_mode(&operators).approve_signed_blocking(later.as_value(), DecisionSigner::Operator(&keys[0]));
+        let refused = host
+            .operator_mode(&operators)
+            .approve_signed_blocking(later.as_value(), DecisionSigner::Operator(&keys[0]));
         assert!(matches!(refused, Err(DecisionError::UnsignedGrant { .. })), "{label}: {refused:?}");
         // Bob's key still counts.
         let bob = host.request(&OwnedCall::refund(4), 1);
-        host.operator_mode(&operators).approve_signed_blocking(bob.as_value(), DecisionSigner::Operator(&keys[1])).unwrap();
+        host.operator_mode(&operators)
+            .approve_signed_blocking(bob.as_value(), DecisionSigner::Operator(&keys[1]))
+            .unwrap();
     }
 }
 
@@ -347,7 +374,8 @@ fn an_unsigned_decision_is_refused_in_operator_mode_and_the_shared_key_alone_app
         host.shared_key_only().approve_blocking(request.as_value(), "alice").unwrap();
         assert_admits_nothing(&host, &operators, &request, label);
         // A signed denial is recorded with its signature; the call is refused with the denier's words.
-        let denied = approvals.deny_signed_blocking(request.as_value(), DecisionSigner::Operator(&keys[0]), Some("no")).unwrap();
+        let denied =
+            approvals.deny_signed_blocking(request.as_value(), DecisionSigner::Operator(&keys[0]), Some("no")).unwrap();
         let status = host.ledger.find_request(request.request_id()).unwrap().unwrap().status;
         let RequestStatus::Denied(DenialRecord { signature: Some(signature), denied_by, .. }) = status else {
             panic!("{label}: {status:?}")
@@ -365,7 +393,12 @@ fn console_attestations_count_each_signed_in_account_once() {
     let console = OperatorKey::generate("console").unwrap();
     let (mut operators, keys) = operators(&["alice"]);
     operators
-        .add(OperatorEntry { name: "console".into(), key: console.key_id(), role: OperatorRole::Console, revoked: false })
+        .add(OperatorEntry {
+            name: "console".into(),
+            key: console.key_id(),
+            role: OperatorRole::Console,
+            revoked: false,
+        })
         .unwrap();
     let approvals = host.operator_mode(&operators);
     let attest = |account| DecisionSigner::Console { key: &console, account };
@@ -412,7 +445,8 @@ fn an_operator_key_is_written_once_readable_by_its_owner_only_and_never_shown() 
     let read = OperatorKey::from_file(&path).unwrap();
     assert_eq!(read.key_id(), key.key_id());
     let text = String::from_utf8(before).unwrap();
-    let secret = text.lines().find_map(|l| l.strip_prefix("secret = \"ed25519:")).unwrap().trim_end_matches('"').to_owned();
+    let secret =
+        text.lines().find_map(|l| l.strip_prefix("secret = \"ed25519:")).unwrap().trim_end_matches('"').to_owned();
     assert!(!format!("{read:?}").contains(&secret), "Debug never shows the secret");
     // A damaged file is refused without quoting it.
     std::fs::write(dir.path().join("bad.key"), text.replace("secret", "secrte")).unwrap();
@@ -432,9 +466,15 @@ fn the_operators_file_refuses_malformed_keys_and_reused_names() {
     ] {
         assert!(Operators::from_toml(bad, "t").is_err(), "{bad}");
     }
-    let again = OperatorEntry { name: "alice".into(), key: OperatorKey::generate("a").unwrap().key_id(), role: OperatorRole::Operator, revoked: false };
+    let again = OperatorEntry {
+        name: "alice".into(),
+        key: OperatorKey::generate("a").unwrap().key_id(),
+        role: OperatorRole::Operator,
+        revoked: false,
+    };
     assert!(operators.add(again).is_err(), "a name is listed once");
-    let same_key = OperatorEntry { name: "eve".into(), key: keys[0].key_id(), role: OperatorRole::Operator, revoked: false };
+    let same_key =
+        OperatorEntry { name: "eve".into(), key: keys[0].key_id(), role: OperatorRole::Operator, revoked: false };
     assert!(operators.add(same_key).is_err(), "a key is listed once");
     assert_eq!(operators.revoke("alice"), 1);
     assert_eq!(operators.revoke("alice"), 0);
