@@ -11,12 +11,13 @@ pub mod display;
 pub mod operators;
 pub(crate) mod protocol;
 
-pub use self::operators::{
-    DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole, Operators,
-};
 pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
+pub use self::operators::{
+    DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole,
+    Operators,
+};
 pub use self::protocol::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_CLOSING_PATIENCE,
-    DEFAULT_MAX_PENDING, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError,
-    ResumeValue, RetiredKeys, ShowError,
+    DEFAULT_MAX_PENDING, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing,
+    RequestError, ResumeValue, RetiredKeys, ShowError,
 };

@@ -184,23 +184,29 @@ impl OperatorKey {
             std::io::ErrorKind::AlreadyExists => OperatorError::Exists { path: path.display().to_string() },
             _ => OperatorError::Io { what: "creating the key file", path: path.display().to_string(), source },
         })?;
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|source| OperatorError::Io { what: "writing the key file", path: path.display().to_string(), source })
+        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(|source| OperatorError::Io {
+            what: "writing the key file",
+            path: path.display().to_string(),
+            source,
+        })
     }
 
     /// Reads a key written by [`write_new`](Self::write_new).
     pub fn from_file(path: &Path) -> Result<Self, OperatorError> {
         let origin = || path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map(Zeroizing::new)
-            .map_err(|source| OperatorError::Io { what: "reading the key file", path: origin(), source })?;
+        let text = std::fs::read_to_string(path).map(Zeroizing::new).map_err(|source| OperatorError::Io {
+            what: "reading the key file",
+            path: origin(),
+            source,
+        })?;
         let invalid = |detail: &str| OperatorError::Invalid { origin: origin(), detail: detail.to_owned() };
         // The parser's message could quote the secret: it is not passed on.
-        let file: KeyFile = toml::from_str(&text).map_err(|_| invalid("not an operator key file (`name`, `secret`)"))?;
+        let file: KeyFile =
+            toml::from_str(&text).map_err(|_| invalid("not an operator key file (`name`, `secret`)"))?;
         let secret = Zeroizing::new(file.secret);
         check_name(&file.name, "`name`").map_err(|_| invalid("`name` is empty or holds control characters"))?;
-        let hex_seed = secret.strip_prefix(KEY_PREFIX).ok_or_else(|| invalid("`secret` does not start with `ed25519:`"))?;
+        let hex_seed =
+            secret.strip_prefix(KEY_PREFIX).ok_or_else(|| invalid("`secret` does not start with `ed25519:`"))?;
         let seed = crate::keys::decode_lower_hex::<32>(hex_seed)
             .map(Zeroizing::new)
             .ok_or_else(|| invalid("`secret` is not `ed25519:` and 64 lowercase hex characters"))?;
@@ -353,9 +359,13 @@ impl Operators {
         let invalid = |detail: String| OperatorError::Invalid { origin: origin.to_owned(), detail };
         let file: OperatorsFile = toml::from_str(text).map_err(|err| invalid(err.to_string()))?;
         for entry in &file.operator {
-            check_name(&entry.name, "`name`").map_err(|_| invalid(format!("operator name {:?} is empty or holds control characters", entry.name)))?;
+            check_name(&entry.name, "`name`")
+                .map_err(|_| invalid(format!("operator name {:?} is empty or holds control characters", entry.name)))?;
             if parse_key(&entry.key).is_none() {
-                return Err(invalid(format!("the key of `{}` is not `ed25519:` and 64 lowercase hex characters of a valid public key", entry.name)));
+                return Err(invalid(format!(
+                    "the key of `{}` is not `ed25519:` and 64 lowercase hex characters of a valid public key",
+                    entry.name
+                )));
             }
         }
         Ok(Operators { entries: file.operator })
@@ -444,7 +454,8 @@ impl Operators {
         if !signature.attested && !entries.any(|e| e.name == signature.operator) {
             return Err(format!("the signature for `{who}` is by a key listed under another name"));
         }
-        let key = parse_key(&signature.key).ok_or_else(|| format!("the signature for `{who}` names a malformed key"))?;
+        let key =
+            parse_key(&signature.key).ok_or_else(|| format!("the signature for `{who}` names a malformed key"))?;
         let bytes = crate::keys::decode_lower_hex::<64>(&signature.signature)
             .ok_or_else(|| format!("the signature for `{who}` is not 128 lowercase hex characters"))?;
         let message = decision_message(subject, &signature.operator, signature.attested, signature.signed_at_ms)?;

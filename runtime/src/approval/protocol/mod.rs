@@ -136,7 +136,7 @@ pub(crate) struct PreparedAdmission {
     attempt: SpendAttempt,
     key_id: String,
     /// Operator mode: the grant whose signatures were verified; the spend must spend exactly it.
-    verified: Option<GrantRecord>,
+    verified: Option<Box<GrantRecord>>,
 }
 
 impl PreparedAdmission {
@@ -739,8 +739,7 @@ impl InterruptApprovals {
         if grant.binding != binding {
             return Err("the grant names another binding".to_owned());
         }
-        let subject =
-            DecisionSubject { kind: DecisionKind::Grant, request_id: &grant.request_id, binding, approvals };
+        let subject = DecisionSubject { kind: DecisionKind::Grant, request_id: &grant.request_id, binding, approvals };
         let count = operators.count(&grant.signatures, &subject);
         let needed = approvals.max(1);
         if count.credentials >= needed {
@@ -759,7 +758,7 @@ impl InterruptApprovals {
 
     /// Operator mode, before a spend: the grant the token names must be recorded for a request sealed
     /// under our key whose binding is this call's, and signed by enough operators. Returns that grant.
-    fn verified_grant(&self, grant_id: &str, binding: &Binding) -> Result<Option<GrantRecord>, AdmitError> {
+    fn verified_grant(&self, grant_id: &str, binding: &Binding) -> Result<Option<Box<GrantRecord>>, AdmitError> {
         if self.operators.is_none() {
             return Ok(None);
         }
@@ -789,7 +788,7 @@ impl InterruptApprovals {
             return Err(unsigned("the grant's request is not this call's".to_owned()));
         }
         self.verify_grant_signatures(&grant, &call_binding, request.body.approvals).map_err(unsigned)?;
-        Ok(Some(grant))
+        Ok(Some(Box::new(grant)))
     }
 
     // ---- 3. admit ----
@@ -957,7 +956,7 @@ fn finish_admission(
     let grant_id = prepared.attempt.grant_id;
     match spent {
         // The grant spent must be the one whose signatures were checked (not one swapped in since).
-        Ok(spent) if prepared.verified.as_ref().is_some_and(|verified| *verified != spent.grant) => {
+        Ok(spent) if prepared.verified.as_deref().is_some_and(|verified| *verified != spent.grant) => {
             tracing::warn!(target: "agent_airlock", %grant_id, "the grant spent differs from the one verified; the call is refused");
             Err(AdmitError::UnsignedGrant { grant_id, detail: "the grant changed while it was being spent".to_owned() })
         }
