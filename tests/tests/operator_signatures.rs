@@ -479,3 +479,29 @@ fn the_operators_file_refuses_malformed_keys_and_reused_names() {
     assert_eq!(operators.revoke("alice"), 1);
     assert_eq!(operators.revoke("alice"), 0);
 }
+
+#[test]
+fn rows_written_before_signatures_read_as_unsigned_and_signed_rows_keep_their_signatures() {
+    let old = serde_json::json!({
+        "grant_id": "00112233445566778899aabbccddeeff", "request_id": "ffeeddccbbaa99887766554433221100",
+        "key_id": "k1", "binding": "ab".repeat(32), "approver": "alice",
+        "granted_at": 1_767_225_600_000_u64, "expires_at": 1_767_226_200_000_u64,
+    });
+    let grant: GrantRecord = serde_json::from_value(old.clone()).unwrap();
+    assert!(grant.signatures.is_empty());
+    assert_eq!(serde_json::to_value(&grant).unwrap(), old, "an unsigned row is written as before");
+    let denial: DenialRecord = serde_json::from_value(serde_json::json!({
+        "request_id": "ffeeddccbbaa99887766554433221100", "denied_by": "bob", "reason": null,
+        "denied_at": 1_767_225_600_000_u64, "revoked_grant": null,
+    }))
+    .unwrap();
+    assert_eq!(denial.signature, None);
+
+    let key = OperatorKey::generate("alice").unwrap();
+    let binding = "ab".repeat(32);
+    let subject =
+        DecisionSubject { kind: DecisionKind::Grant, request_id: &grant.request_id, binding: &binding, approvals: 1 };
+    let signed = GrantRecord { signatures: vec![key.sign(&subject, "alice", false, 5).unwrap()], ..grant };
+    let text = serde_json::to_string(&signed).unwrap();
+    assert_eq!(serde_json::from_str::<GrantRecord>(&text).unwrap(), signed);
+}
