@@ -71,6 +71,7 @@ fn granted(ledger: &PostgresLedger, first: u64, count: u64) -> Vec<SpendAttempt>
                     binding: format!("b-{n}"),
                     approver: "alice".into(),
                     co_approvers: Vec::new(),
+                    signatures: Vec::new(),
                     granted_at: NOW,
                     expires_at: NOW + Duration::from_secs(600),
                 },

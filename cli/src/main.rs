@@ -28,7 +28,10 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::{
     Clock, SystemClock,
-    approval::{DecisionError, InterruptApprovals, InterruptRequest, KeyRing, ResumeValue},
+    approval::{
+        DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyRing, OperatorEntry, OperatorKey,
+        OperatorRole, Operators, ResumeValue,
+    },
     keys::ApprovalKey,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -74,9 +77,8 @@ enum Command {
         /// without a terminal to ask on, nothing is approved.
         #[arg(long)]
         yes: bool,
-        /// Who approves (recorded in the grant, and in the audit record of the call it admits).
-        #[arg(long, visible_alias = "approver", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
-        operator: String,
+        #[command(flatten)]
+        signing: SigningKeySource,
         /// How long the grant stays valid, in seconds.
         #[arg(long, default_value_t = 900)]
         ttl_secs: u64,
@@ -87,14 +89,19 @@ enum Command {
     Deny {
         /// The request id.
         request_id: String,
-        /// Who denies (recorded in the ledger).
-        #[arg(long, visible_alias = "by", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
-        operator: String,
+        #[command(flatten)]
+        signing: SigningKeySource,
         /// Why (shown to the model).
         #[arg(long)]
         reason: Option<String>,
         #[command(flatten)]
         key: KeySource,
+    },
+    /// Operators' signing keys: add one (the private key to a new file, the public key to the operators
+    /// file hosts check decisions against), list them, revoke one.
+    Operators {
+        #[command(subcommand)]
+        command: OperatorsCommand,
     },
     /// Spent grants: approvals that admitted their call.
     Spent,
@@ -126,6 +133,59 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum OperatorsCommand {
+    /// Make a signing key for NAME: the private key goes to a new file readable by its owner only (never
+    /// overwritten), the public key is appended to the operators file.
+    Add {
+        /// The operator's name (or the console's, with `--console`).
+        name: String,
+        /// Where to write the private key (a new file, mode 0600).
+        #[arg(long, value_name = "FILE")]
+        key_out: PathBuf,
+        /// The key is a console's: it attests the operators signed in to that console.
+        #[arg(long)]
+        console: bool,
+        #[command(flatten)]
+        file: OperatorsFileArg,
+    },
+    /// The operators file's entries.
+    List {
+        #[command(flatten)]
+        file: OperatorsFileArg,
+    },
+    /// Revoke every key listed under NAME: its signatures, past and future, count for nothing.
+    Revoke {
+        /// The operator's name.
+        name: String,
+        #[command(flatten)]
+        file: OperatorsFileArg,
+    },
+}
+
+/// The operators file (TOML, `[[operator]] name = … key = "ed25519:…"`).
+#[derive(Args, Clone)]
+struct OperatorsFileArg {
+    /// The operators file.
+    #[arg(long = "operators", env = "AIRLOCK_OPERATORS", default_value = "operators.toml", value_name = "FILE")]
+    operators: PathBuf,
+}
+
+/// The operator's own signing key (from `airlock operators add`), which signs the decision.
+#[derive(Args, Clone)]
+struct SigningKeySource {
+    /// The operator's signing key file; the decision is recorded under the name it holds.
+    #[arg(long, env = "AIRLOCK_SIGNING_KEY", value_name = "FILE")]
+    signing_key: PathBuf,
+}
+
+impl SigningKeySource {
+    fn load(&self) -> Result<OperatorKey, Failure> {
+        warn_if_others_can_read(&self.signing_key);
+        OperatorKey::from_file(&self.signing_key).map_err(|e| e.to_string())
+    }
 }
 
 #[derive(Subcommand)]
@@ -360,6 +420,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         // `hash-password` needs no database.
         return console::run(cli, args);
     }
+    if let Command::Operators { command } = &cli.command {
+        // The operators file needs no database.
+        return operators_command(command, cli.json);
+    }
     let storage = Storage::open(cli)?;
     let now = SystemClock.now();
     match &cli.command {
@@ -425,11 +489,14 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
-        Command::Approve { request_id, yes, operator, ttl_secs, key } => {
+        Command::Approve { request_id, yes, signing, ttl_secs, key } => {
             let ttl = Duration::from_secs(*ttl_secs);
-            let approved = approve_request(storage.ledger()?, key, request_id, operator, ttl, |request, entry| {
-                if *yes { Ok(()) } else { confirm(request, entry.status.label(now)) }
-            })?;
+            let signing_key = signing.load()?;
+            let signer = DecisionSigner::Operator(&signing_key);
+            let approved =
+                approve_request(storage.ledger()?, key, request_id, Some(signer), "", ttl, |request, entry| {
+                    if *yes { Ok(()) } else { confirm(request, entry.status.label(now)) }
+                })?;
             match approved {
                 Approval::Granted(resume) => print_resume(cli, resume.as_value(), "approved"),
                 Approval::Waiting { approvers, required } if cli.json => {
@@ -440,8 +507,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 }
             }
         }
-        Command::Deny { request_id, operator, reason, key } => {
-            let resume = deny_request(storage.ledger()?, key, request_id, operator, reason.as_deref())?;
+        Command::Deny { request_id, signing, reason, key } => {
+            let signing_key = signing.load()?;
+            let signer = DecisionSigner::Operator(&signing_key);
+            let resume = deny_request(storage.ledger()?, key, request_id, Some(signer), "", reason.as_deref())?;
             print_resume(cli, resume.as_value(), "denied");
         }
         Command::Spent => {
@@ -574,6 +643,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Command::Policy { command: PolicyCommand::Check { file, server, .. } } => {
             return check_policy(file, server, cli.json);
         }
+        Command::Operators { command } => return operators_command(command, cli.json),
     }
     Ok(())
 }
@@ -715,7 +785,8 @@ fn list_requests(ledger: &dyn ApprovalLedger, pending_only: bool) -> Result<Vec<
     Ok(entries)
 }
 
-/// Approves `request_id` as `operator` (`airlock approve` and the console): the seal is checked first (a
+/// Approves `request_id`, signed by `signer` (or, from a console without a key of its own, unsigned as
+/// `operator`) (`airlock approve` and the console): the seal is checked first (a
 /// tampered request is approved by no one), then `confirm` is shown the verified request and may refuse;
 /// only then is the approval recorded. Returns the resume value the host resumes the call with, or, for a
 /// request that needs more distinct approvers, who approved so far.
@@ -723,6 +794,7 @@ fn approve_request(
     ledger: Arc<dyn ApprovalLedger>,
     key: &KeySource,
     request_id: &str,
+    signer: Option<DecisionSigner<'_>>,
     operator: &str,
     ttl: Duration,
     confirm: impl FnOnce(&InterruptRequest, &RequestEntry) -> Result<(), Failure>,
@@ -741,7 +813,11 @@ fn approve_request(
         ));
     }
     confirm(&request, &entry)?;
-    match approvals.approve_blocking(&entry.request.interrupt, operator) {
+    let approved = match signer {
+        Some(signer) => approvals.approve_signed_blocking(&entry.request.interrupt, signer),
+        None => approvals.approve_blocking(&entry.request.interrupt, operator),
+    };
+    match approved {
         Ok(resume) => Ok(Approval::Granted(resume)),
         Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
             Ok(Approval::Waiting { approvers, required })
@@ -771,18 +847,103 @@ impl Approval {
     }
 }
 
-/// Denies `request_id` as `operator` (`airlock deny` and the console), after checking its seal; `reason`
-/// reaches the model. Returns the resume value that refuses the call.
+/// Denies `request_id`, signed by `signer` (or, from a console without a key of its own, unsigned as
+/// `operator`), after checking its seal; `reason` reaches the model. Returns the resume value that refuses
+/// the call.
 fn deny_request(
     ledger: Arc<dyn ApprovalLedger>,
     key: &KeySource,
     request_id: &str,
+    signer: Option<DecisionSigner<'_>>,
     operator: &str,
     reason: Option<&str>,
 ) -> Result<ResumeValue, Failure> {
     let entry = find(&*ledger, request_id)?;
     let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
-    approvals.deny_blocking(&entry.request.interrupt, operator, reason).map_err(|e| e.to_string())
+    match signer {
+        Some(signer) => approvals.deny_signed_blocking(&entry.request.interrupt, signer, reason),
+        None => approvals.deny_blocking(&entry.request.interrupt, operator, reason),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// `airlock operators add | list | revoke`.
+fn operators_command(command: &OperatorsCommand, json: bool) -> Result<(), Failure> {
+    match command {
+        OperatorsCommand::Add { name, key_out, console, file } => {
+            let mut operators = Operators::load_or_empty(&file.operators).map_err(|e| e.to_string())?;
+            let key = OperatorKey::generate(name).map_err(|e| e.to_string())?;
+            let role = if *console { OperatorRole::Console } else { OperatorRole::Operator };
+            // Checked before the private key is written, so a refused name leaves no stray key behind.
+            operators
+                .add(OperatorEntry { name: name.clone(), key: key.key_id(), role, revoked: false })
+                .map_err(|e| e.to_string())?;
+            key.write_new(key_out).map_err(|e| e.to_string())?;
+            write_operators(&file.operators, &operators)?;
+            if json {
+                print_json(&json!({"name": name, "key": key.key_id(), "role": role, "key_file": key_out}));
+            } else {
+                println!(
+                    "{} `{}` added to {}: key {}; its private key is in {} (give it to them only)",
+                    if *console { "console" } else { "operator" },
+                    escape(name),
+                    file.operators.display(),
+                    key.key_id(),
+                    key_out.display()
+                );
+            }
+        }
+        OperatorsCommand::List { file } => {
+            let operators = Operators::load(&file.operators).map_err(|e| e.to_string())?;
+            if json {
+                print_json(&serde_json::to_value(operators.entries()).unwrap_or(Value::Null));
+            } else if operators.entries().is_empty() {
+                println!("no operators");
+            } else {
+                for entry in operators.entries() {
+                    let role = match entry.role {
+                        OperatorRole::Operator => "operator",
+                        OperatorRole::Console => "console",
+                    };
+                    let state = if entry.revoked { "REVOKED" } else { "active" };
+                    println!("{:<20}  {role:<8}  {state:<7}  {}", escape(&entry.name), entry.key);
+                }
+            }
+        }
+        OperatorsCommand::Revoke { name, file } => {
+            let mut operators = Operators::load(&file.operators).map_err(|e| e.to_string())?;
+            if operators.revoke(name) == 0 {
+                return Err(format!("no active key listed under `{}` in {}", escape(name), file.operators.display()));
+            }
+            write_operators(&file.operators, &operators)?;
+            if json {
+                print_json(&json!({"revoked": name}));
+            } else {
+                println!(
+                    "`{}` revoked in {}: its signatures, past and future, count for nothing once hosts re-read the file",
+                    escape(name),
+                    file.operators.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the operators file (through a temporary file in the same directory, renamed over it).
+fn write_operators(path: &std::path::Path, operators: &Operators) -> Result<(), Failure> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".new");
+    let temp = PathBuf::from(temp);
+    let text = format!(
+        "# agent-airlock operators: the public keys whose signed decisions hosts count
+{}",
+        operators.to_toml()
+    );
+    std::fs::write(&temp, text)
+        .and_then(|()| std::fs::rename(&temp, path))
+        .map_err(|e| format!("writing {} (in {}): {e}", path.display(), dir.display()))
 }
 
 fn find(ledger: &dyn ApprovalLedger, request_id: &str) -> Result<RequestEntry, Failure> {

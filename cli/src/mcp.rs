@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
-use agent_airlock::approval::{InterruptApprovals, KeyRing};
+use agent_airlock::approval::{InterruptApprovals, KeyRing, Operators};
 use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
@@ -77,6 +77,12 @@ struct GatewayArgs {
     /// policy says `approver = "operator"`), in seconds.
     #[arg(long, default_value_t = 600)]
     approval_timeout_secs: u64,
+    /// The operators file (`airlock operators add`): an approval counts only if it is signed by keys it
+    /// lists, `approvals = N` counts distinct keys, and the approval key or write access to the store no
+    /// longer approves. Every approval is then an operator's: a call routed to the client's human cannot
+    /// be approved. Read once at start; restart the gateway after `airlock operators revoke`.
+    #[arg(long, env = "AIRLOCK_OPERATORS", value_name = "FILE")]
+    operators: Option<PathBuf>,
     /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
@@ -221,7 +227,11 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     let Prepared { policy, ledger, effects, audit, key, key_generated, store_shared } = prepared;
     let pins: ToolPins = policy.pins().iter().map(|(tool, pin)| (tool.clone(), pin.clone())).collect();
     let observe = policy.mode() == PolicyMode::Observe;
-    let approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
+    let mut approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
+    if let Some(path) = &args.operators {
+        let operators = Operators::load(path).map_err(|e| e.to_string())?;
+        approvals = approvals.with_operators(operators);
+    }
 
     let listen = match args.listen {
         Some(addr) => Some(listener(args, addr).await?),
@@ -294,6 +304,12 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         let names = operator_tools.iter().map(|tool| escape(tool).into_owned()).collect::<Vec<_>>().join(", ");
         gateway.shutdown().await;
         return Err(format!("the policy routes the approvals of {names} to an operator, but {why}"));
+    }
+    if !operator_tools.is_empty() && args.operators.is_none() {
+        eprintln!(
+            "airlock mcp: warning: without `--operators FILE` any holder of the approval key, or anyone who can \
+             write the store, can approve; pass the operators file to count only operators' signed approvals"
+        );
     }
     eprintln!(
         "airlock mcp: guarding `{}`; offering {} tool(s): {}",

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 mod support;
 
-use support::{Calls, SECRET, TTL, airlock, approvals, stdout_json};
+use support::{Calls, SECRET, TTL, airlock, approvals, signing_key, stdout_json};
 
 /// `refund` calls, numbered by amount.
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
@@ -49,7 +49,8 @@ fn list_show_approve_and_deny_requests() {
     assert!(text.contains("moves money") && text.contains("\"amount\": 500"), "{text}");
 
     // Approve with the key from the environment; the resume value admits the call once.
-    let resume = stdout_json(&airlock(&db, &["approve", &first, "--yes", "--approver", "alice", "--json"]));
+    let resume =
+        stdout_json(&airlock(&db, &["approve", &first, "--yes", "--signing-key", &signing_key("alice"), "--json"]));
     assert!(resume["airlock_grant"]["token"].is_string());
     admit(&db, 500, &resume).unwrap();
     assert!(matches!(admit(&db, 500, &resume), Err(AdmitError::AlreadySpent { .. })));
@@ -60,7 +61,17 @@ fn list_show_approve_and_deny_requests() {
     let key_arg = key_file.to_str().unwrap();
     let no = stdout_json(&airlock(
         &db,
-        &["deny", &second, "--by", "bob", "--reason", "wrong customer", "--key-file", key_arg, "--json"],
+        &[
+            "deny",
+            &second,
+            "--signing-key",
+            &signing_key("bob"),
+            "--reason",
+            "wrong customer",
+            "--key-file",
+            key_arg,
+            "--json",
+        ],
     ));
     assert!(matches!(admit(&db, 900, &no), Err(AdmitError::Denied { .. })));
 
@@ -79,8 +90,10 @@ fn a_wrong_or_missing_key_approves_nothing_and_never_prints_the_secret() {
     let id = pending_request(&db, 500);
     let wrong = dir.path().join("wrong.key");
     std::fs::write(&wrong, "ff".repeat(32)).unwrap();
-    let output =
-        airlock(&db, &["approve", &id, "--yes", "--approver", "mallory", "--key-file", wrong.to_str().unwrap()]);
+    let output = airlock(
+        &db,
+        &["approve", &id, "--yes", "--signing-key", &signing_key("mallory"), "--key-file", wrong.to_str().unwrap()],
+    );
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("seal"), "{stderr}");
@@ -88,7 +101,7 @@ fn a_wrong_or_missing_key_approves_nothing_and_never_prints_the_secret() {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
-        .args(["approve", &id, "--yes", "--approver", "x"])
+        .args(["approve", &id, "--yes", "--signing-key", &signing_key("x")])
         .env_remove("AIRLOCK_APPROVAL_KEY")
         .output()
         .unwrap();
@@ -304,7 +317,7 @@ fn requests_are_shown_only_from_their_verified_seal() {
     assert!(shown.contains("UNVERIFIED") && !shown.contains("refund") && !shown.contains("4812377"), "{shown}");
 
     // A tampered request is not approved, with or without `--yes`.
-    let output = airlock(&db, &["approve", &altered, "--yes", "--approver", "alice"]);
+    let output = airlock(&db, &["approve", &altered, "--yes", "--signing-key", &signing_key("alice")]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("TAMPERED"));
 }
@@ -333,12 +346,13 @@ fn approve_shows_the_call_and_asks_unless_told_yes() {
     assert!(!shown.contains('\u{202E}'));
 
     // No terminal to ask on and no `--yes`: nothing approved.
-    let output = airlock(&db, &["approve", &id, "--approver", "alice"]);
+    let output = airlock(&db, &["approve", &id, "--signing-key", &signing_key("alice")]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not a terminal") && stderr.contains("--yes"), "{stderr}");
     assert_eq!(stdout_json(&airlock(&db, &["requests", "list", "--json"]))[0]["status"], "pending");
-    let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
+    let resume =
+        stdout_json(&airlock(&db, &["approve", &id, "--yes", "--signing-key", &signing_key("alice"), "--json"]));
     assert!(resume["airlock_grant"].is_object());
 }
 
@@ -355,7 +369,8 @@ fn a_key_file_others_can_read_gives_a_warning_naming_the_fix() {
     let deny = |mode: u32| {
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(mode)).unwrap();
         let id = pending_request(&db, 100 + u64::from(mode));
-        let output = airlock(&db, &["deny", &id, "--by", "bob", "--key-file", key_arg, "--json"]);
+        let output =
+            airlock(&db, &["deny", &id, "--signing-key", &signing_key("bob"), "--key-file", key_arg, "--json"]);
         stdout_json(&output);
         String::from_utf8(output.stderr).unwrap()
     };
@@ -430,7 +445,7 @@ fn approve_refuses_a_row_holding_another_requests_sealed_value() {
         }
         txn.commit().unwrap();
     }
-    let output = airlock(&db, &["approve", &asked, "--yes", "--approver", "alice"]);
+    let output = airlock(&db, &["approve", &asked, "--yes", "--signing-key", &signing_key("alice")]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("TAMPERED") && stderr.contains(&other), "{stderr}");
@@ -452,7 +467,8 @@ fn times_are_shown_as_rfc_3339_with_their_age() {
     let listed = support::stdout(&airlock(&db, &["requests", "list"]));
     let row = listed.lines().find(|l| l.starts_with(&id)).unwrap();
     assert!(row.contains("pending   20") && row.contains("Z, ") && row.contains(" s ago"), "{row}");
-    let resume = stdout_json(&airlock(&db, &["approve", &id, "--yes", "--approver", "alice", "--json"]));
+    let resume =
+        stdout_json(&airlock(&db, &["approve", &id, "--yes", "--signing-key", &signing_key("alice"), "--json"]));
     admit(&db, 5, &resume).unwrap();
     let spent = String::from_utf8(airlock(&db, &["spent"]).stdout).unwrap();
     assert!(spent.contains("approved by alice  spent 20") && spent.contains(" ago"), "{spent}");

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 mod support;
 
-use support::{Calls, airlock, stdout, stdout_json};
+use support::{Calls, airlock, signing_key, stdout, stdout_json};
 
 const PASSWORD: &str = "Tr0ub4dor&3-correct-horse";
 
@@ -29,7 +29,7 @@ fn request(db: &Path, n: u64) -> String {
 }
 
 fn approve(db: &Path, request_id: &str) -> Value {
-    stdout_json(&airlock(db, &["approve", request_id, "--yes", "--approver", "alice", "--json"]))
+    stdout_json(&airlock(db, &["approve", request_id, "--yes", "--signing-key", &signing_key("alice"), "--json"]))
 }
 
 fn admit(db: &Path, n: u64, resume: &Value) -> Result<(), AdmitError> {
@@ -122,7 +122,8 @@ fn a_record_without_a_valid_seal_shows_no_argument() {
     }
     let shown = stdout(&airlock(&db, &["requests", "show", "00000000000000000000000000000000"]));
     assert!(shown.contains("TAMPERED") && !shown.contains(PASSWORD), "{shown}");
-    let output = airlock(&db, &["approve", "00000000000000000000000000000000", "--yes", "--approver", "alice"]);
+    let output =
+        airlock(&db, &["approve", "00000000000000000000000000000000", "--yes", "--signing-key", &signing_key("alice")]);
     assert!(!output.status.success());
 }
 
@@ -160,10 +161,12 @@ fn prune_removes_settled_records_and_keeps_pending_and_live_ones() {
 
     let spent_resume = approve(&db, &spent);
     admit(&db, 2, &spent_resume).unwrap();
-    stdout(&airlock(&db, &["deny", &denied, "--by", "bob"]));
+    stdout(&airlock(&db, &["deny", &denied, "--signing-key", &signing_key("bob")]));
     let live_resume = approve(&db, &live);
-    let expired_resume =
-        stdout_json(&airlock(&db, &["approve", &expired, "--yes", "--approver", "alice", "--ttl-secs", "0", "--json"]));
+    let expired_resume = stdout_json(&airlock(
+        &db,
+        &["approve", &expired, "--yes", "--signing-key", &signing_key("alice"), "--ttl-secs", "0", "--json"],
+    ));
     assert_eq!(record_counts(&db), (5, 3));
 
     // Nothing was settled an hour ago.

@@ -26,7 +26,7 @@ use sha2::Sha256;
 mod support;
 
 use support::console::{Console, Visitor, element_text, hidden, shared_database, tamper};
-use support::{Calls, SECRET, TTL, approvals_on};
+use support::{Calls, SECRET, TTL, approvals_on, signing_key};
 
 const REFUND: Calls = Calls { tool: "refund", arguments: refund_arguments };
 
@@ -458,7 +458,7 @@ fn a_call_too_long_to_show_has_no_approve_action_anywhere() {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
-        .args(["--multi-process", "approve", &id, "--yes", "--approver", "bob"])
+        .args(["--multi-process", "approve", &id, "--yes", "--signing-key", &signing_key("bob")])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
         .output()
         .unwrap();
@@ -496,6 +496,69 @@ fn operators_sign_in_with_their_password_from_an_operators_file() {
     assert!(page.contains(r#"<span id="operator">carol</span>"#), "{page}");
 }
 
+/// `--console-key`: a password sign-in's approval is signed by the console for the account, and counts on a
+/// host that checks signatures; the one-time token's approval is unsigned and counts for nothing there.
+#[test]
+fn the_console_attests_password_sign_ins_and_never_the_one_time_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let operators_toml = dir.path().join("operators.toml");
+    let console_key = dir.path().join("console.key");
+    let added = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["operators", "add", "console", "--console", "--key-out", console_key.to_str().unwrap()])
+        .arg("--operators")
+        .arg(&operators_toml)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let listed = agent_airlock::approval::Operators::load(&operators_toml).unwrap();
+    let checking = |host: InterruptApprovals| host.with_operators(listed.clone());
+
+    let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["console", "hash-password", "carol"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hashing.stdin.take().unwrap().write_all(b"correct horse battery\n").unwrap();
+    let line = String::from_utf8(hashing.wait_with_output().unwrap().stdout).unwrap();
+    let passwords = dir.path().join("passwords");
+    std::fs::write(&passwords, line).unwrap();
+
+    let approve_in_console = |console: &Console, visitor: &mut Visitor, id: &str| -> Value {
+        let (_, page) = visitor.get(&format!("/requests/{id}"));
+        let csrf = hidden(&page, "csrf");
+        let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let _ = console;
+        serde_json::from_str(&element_text(&page, "resume")).unwrap()
+    };
+
+    let attested = REFUND.request_in(&host(&db), 500, "moves money");
+    let token_only = REFUND.request_in(&host(&db), 600, "moves money");
+    {
+        let args = ["--operators", passwords.to_str().unwrap(), "--console-key", console_key.to_str().unwrap()];
+        let console = Console::start(&db, &args);
+        let mut visitor = Visitor::new(&console);
+        assert_eq!(visitor.sign_in("carol", "correct horse battery"), StatusCode::SEE_OTHER);
+        let resume = approve_in_console(&console, &mut visitor, &attested);
+        let host = checking(host(&db));
+        REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
+        let RequestStatus::Spent(spent) = status_of(&host, &attested) else { panic!("not spent") };
+        assert_eq!(spent.grant.approver, "carol");
+        assert!(spent.grant.signatures[0].attested && spent.grant.signatures[0].operator == "carol");
+    }
+    {
+        let console = Console::start(&db, &["--operator", "alice", "--console-key", console_key.to_str().unwrap()]);
+        let mut visitor = Visitor::new(&console);
+        assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+        let resume = approve_in_console(&console, &mut visitor, &token_only);
+        let host = checking(host(&db));
+        let refused = REFUND.with(600, |call| host.admit_blocking(call, &resume));
+        assert!(matches!(refused, Err(AdmitError::UnsignedGrant { .. })), "{refused:?}");
+    }
+}
+
 #[test]
 fn the_console_refuses_to_serve_beyond_loopback_or_without_a_way_to_sign_in() {
     let dir = tempfile::tempdir().unwrap();
@@ -520,7 +583,7 @@ fn the_console_refuses_to_serve_beyond_loopback_or_without_a_way_to_sign_in() {
 }
 
 #[test]
-fn the_cli_records_who_decides_and_requires_an_operator() {
+fn the_cli_records_who_decides_and_requires_a_signing_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("airlock.redb");
     let id = REFUND.request(&db, 500, "moves money");
@@ -529,17 +592,17 @@ fn the_cli_records_who_decides_and_requires_an_operator() {
         .arg(&db)
         .args(["approve", &id, "--yes"])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .env_remove("AIRLOCK_OPERATOR")
+        .env_remove("AIRLOCK_SIGNING_KEY")
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--operator"), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--signing-key"), "{output:?}");
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("--db")
         .arg(&db)
         .args(["approve", &id, "--yes"])
         .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .env("AIRLOCK_OPERATOR", "dave")
+        .env("AIRLOCK_SIGNING_KEY", signing_key("dave"))
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");

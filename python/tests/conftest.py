@@ -94,3 +94,14 @@ class ScriptedChat(GenericFakeChatModel):
 def airlock(*args: str) -> subprocess.CompletedProcess:
     cli = os.environ["AIRLOCK_CLI"]
     return subprocess.run([cli, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+
+
+def signing_key(directory, name: str) -> str:
+    """The signing key file of operator `name` in `directory`, made with `airlock operators add`."""
+    key = os.path.join(str(directory), f"{name}.key")
+    if not os.path.exists(key):
+        added = airlock(
+            "operators", "add", name, "--key-out", key, "--operators", os.path.join(str(directory), "operators.toml")
+        )
+        assert added.returncode == 0, added.stderr
+    return key

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, airlock, call, graph
+from conftest import RAN, TOOLS, airlock, call, graph, signing_key
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -200,7 +200,7 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path):
     assert paused["ran"] == []
     request_id = paused["request_id"]
     approved = airlock(
-        "--db", str(db), "--json", "approve", request_id, "--approver", "ops@example", "--yes", "--key-file", str(key_file)
+        "--db", str(db), "--json", "approve", request_id, "--signing-key", signing_key(key_file.parent, "ops@example"), "--yes", "--key-file", str(key_file)
     )
     assert approved.returncode == 0, approved.stderr
     resumed = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, airlock, call, graph
+from conftest import RAN, TOOLS, airlock, call, graph, signing_key
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -146,7 +146,7 @@ def test_a_pause_in_one_process_and_a_resume_in_another_is_refused_only_after_an
 
     paused = run("pause", str(db), str(sqlite_path), str(key_file))
     approved = airlock(
-        "--db", str(db), "--json", "approve", paused["request_id"], "--approver", "ops", "--yes", "--key-file", str(key_file)
+        "--db", str(db), "--json", "approve", paused["request_id"], "--signing-key", signing_key(key_file.parent, "ops"), "--yes", "--key-file", str(key_file)
     )
     assert approved.returncode == 0, approved.stderr
     if edited:

@@ -108,6 +108,11 @@ pub fn pay_call(call_id: &str, invoice: &str) -> ToolCall {
 /// A dispatcher for the payments tools with interrupt approvals over `ledger`.
 pub fn dispatcher(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>, policy: Policy) -> Dispatcher {
     let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
+    dispatcher_with(approvals, clock, policy)
+}
+
+/// A dispatcher for the payments tools with the given interrupt approvals (e.g. in operator mode).
+pub fn dispatcher_with(approvals: InterruptApprovals, clock: Arc<ManualClock>, policy: Policy) -> Dispatcher {
     Dispatcher::builder()
         .tool(tool!(refund))
         .tool(tool!(cancel_subscription))

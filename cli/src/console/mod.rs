@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_airlock::approval::{DecisionSigner, OperatorKey};
 use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectStore, Resolution};
 use agent_airlock::keys::WebhookKey;
@@ -69,6 +70,12 @@ pub(crate) struct ConsoleArgs {
     /// Without `--operators`: the one operator, who signs in once with a token printed at start.
     #[arg(long, env = "AIRLOCK_OPERATOR", value_name = "NAME")]
     operator: Option<String>,
+    /// The console's own signing key (`airlock operators add NAME --console --key-out FILE`): every decision
+    /// made by an operator who signed in with a password is signed with it, attesting who signed in. Without
+    /// it, or for the one-time token's sign-in, decisions are unsigned and count for nothing on a host that
+    /// checks signatures (`airlock mcp --operators FILE`).
+    #[arg(long, env = "AIRLOCK_CONSOLE_KEY", value_name = "FILE")]
+    console_key: Option<PathBuf>,
     /// How long a grant made in the console stays valid, in seconds.
     #[arg(long, default_value_t = 900)]
     ttl_secs: u64,
@@ -163,6 +170,7 @@ struct Console {
     verifier: Verifier,
     key: KeySource,
     grant_ttl: Duration,
+    console_key: Option<OperatorKey>,
     sign_in: SignIn,
     sessions: Sessions,
     throttle: Throttle,
@@ -172,6 +180,18 @@ struct Console {
 }
 
 type Shared = State<Arc<Console>>;
+
+impl Console {
+    /// Who signs a decision by `account`: the console's key, attesting the account, when the account
+    /// signed in with a password. A one-time token's sign-in is never attested, so it never counts toward
+    /// the approvals a host checking signatures needs.
+    fn attesting<'a>(&'a self, account: &'a str) -> Option<DecisionSigner<'a>> {
+        match (&self.console_key, &self.sign_in) {
+            (Some(key), SignIn::Operators { .. }) => Some(DecisionSigner::Console { key, account }),
+            _ => None,
+        }
+    }
+}
 
 /// Runs `airlock console`: `hash-password`, or the server until SIGTERM or SIGINT.
 pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
@@ -202,6 +222,13 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         }
     };
     let webhook = args.webhook.webhook()?;
+    let console_key = match &args.console_key {
+        Some(path) => {
+            crate::warn_if_others_can_read(path);
+            Some(OperatorKey::from_file(path).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
     let storage = Storage::open(cli)?;
     let ledger = storage.ledger()?;
     let verifier = Verifier::new(Arc::clone(&ledger), &args.key)?;
@@ -222,6 +249,7 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         verifier,
         key: args.key.clone(),
         grant_ttl: Duration::from_secs(args.ttl_secs),
+        console_key,
         sign_in,
         sessions: Sessions::new(
             SessionRules {
@@ -448,10 +476,12 @@ async fn approve(
     let (shared, operator, request_id) = (Arc::clone(&console), session.operator.clone(), id.clone());
     let personal = session.personal;
     let approved = blocking(move || {
+        let signer = shared.attesting(&operator);
         approve_request(
             Arc::clone(&shared.ledger),
             &shared.key,
             &request_id,
+            signer,
             &operator,
             shared.grant_ttl,
             |request, entry| match &entry.status {
@@ -498,7 +528,8 @@ async fn deny(
         if !entry.status.is_waiting() {
             return Err(format!("request `{request_id}` is {}, not pending", entry.status.label(now())));
         }
-        deny_request(Arc::clone(&shared.ledger), &shared.key, &request_id, &operator, reason.as_deref())
+        let signer = shared.attesting(&operator);
+        deny_request(Arc::clone(&shared.ledger), &shared.key, &request_id, signer, &operator, reason.as_deref())
     })
     .await;
     match denied {

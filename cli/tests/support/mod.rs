@@ -34,6 +34,32 @@ pub(crate) fn airlock(db: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The signing key file of operator `name`, made once per test process with `airlock operators add`
+/// (the public keys are listed in [`operators_file`]).
+pub(crate) fn signing_key(name: &str) -> String {
+    static KEYS: std::sync::Mutex<Option<tempfile::TempDir>> = std::sync::Mutex::new(None);
+    let mut dir = KEYS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = dir.get_or_insert_with(|| tempfile::tempdir().unwrap());
+    let path = dir.path().join(format!("{name}.key"));
+    if !path.exists() {
+        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["operators", "add", name, "--key-out"])
+            .arg(&path)
+            .arg("--operators")
+            .arg(dir.path().join("operators.toml"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    path.display().to_string()
+}
+
+/// The operators file listing every key [`signing_key`] made so far.
+pub(crate) fn operators_file() -> String {
+    let key = signing_key("alice");
+    Path::new(&key).with_file_name("operators.toml").display().to_string()
+}
+
 /// The standard output of a run that succeeded (its standard error otherwise, as the failure).
 pub(crate) fn stdout(output: &Output) -> String {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

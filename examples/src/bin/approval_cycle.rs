@@ -3,7 +3,8 @@
 //! ```sh
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- start  --dir demo   # interrupts, saves a checkpoint
 //! cargo run -p agent-airlock-cli -- --db demo/airlock.redb requests list --key-file demo/approval.key
-//! cargo run -p agent-airlock-cli -- --db demo/airlock.redb approve <request-id> --approver alice \
+//! cargo run -p agent-airlock-cli -- operators add alice --key-out demo/alice.key --operators demo/operators.toml
+//! cargo run -p agent-airlock-cli -- --db demo/airlock.redb approve <request-id> --signing-key demo/alice.key \
 //!     --key-file demo/approval.key --yes > demo/resume.json
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- resume --dir demo   # runs the refund once
 //! cargo run -p agent-airlock-examples --bin approval_cycle -- resume --dir demo   # a replay: refused

@@ -3,15 +3,21 @@
 //! - `approver`: the request a human sees during the call, the [`Approver`] callback and its [`Decision`];
 //! - `display`: how a call is shown to a human, whole and with hidden characters escaped;
 //! - `protocol`: the durable approval protocol across an interrupt ([`InterruptApprovals`]): binding, seal,
-//!   token, the key ring, and the messages a host stores and resumes with.
+//!   token, the key ring, and the messages a host stores and resumes with;
+//! - `operators`: who may approve: operators' signing keys, the operators file, decision signatures.
 
 mod approver;
 pub mod display;
+pub mod operators;
 pub(crate) mod protocol;
 
 pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
+pub use self::operators::{
+    DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole,
+    Operators,
+};
 pub use self::protocol::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_CLOSING_PATIENCE,
-    DEFAULT_MAX_PENDING, DecisionError, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing, RequestError,
-    ResumeValue, RetiredKeys, ShowError,
+    DEFAULT_MAX_PENDING, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing,
+    RequestError, ResumeValue, RetiredKeys, ShowError,
 };

@@ -42,6 +42,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::approval::DecisionSignature;
 use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::store::{Fault, Reply, StoreError, StoreHandle};
 
@@ -274,6 +275,10 @@ pub struct GrantRecord {
     /// The other distinct approvers of a request that needed several, in the order they approved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub co_approvers: Vec<String>,
+    /// The approvers' signatures (operator mode: [`Operators`](crate::approval::Operators)), in the
+    /// order they approved; empty for unsigned approvals, which admit nothing in operator mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<DecisionSignature>,
     /// When.
     #[serde(with = "millis")]
     pub granted_at: Duration,
@@ -297,6 +302,9 @@ pub struct PartialApproval {
     /// When.
     #[serde(with = "millis")]
     pub approved_at: Duration,
+    /// The approver's signature, if they signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<DecisionSignature>,
 }
 
 /// What an approval did ([`ApprovalLedger::grant`]).
@@ -338,6 +346,9 @@ pub struct DenialRecord {
     pub denied_at: Duration,
     /// The unspent grant this denial revoked, if there was one (filled in by the ledger).
     pub revoked_grant: Option<String>,
+    /// The denier's signature, if they signed (a denial by the host closing a request is unsigned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<DecisionSignature>,
 }
 
 /// A grant that was spent: its call was admitted to run.

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::approval::operators::ledger_credential;
 use crate::effect::{self, EffectError, EffectRecord};
 
 use super::{
@@ -104,18 +105,25 @@ pub(crate) fn grant(
     let required = request.approvals_required();
     match recorded_status(tables, &grant.request_id)? {
         RequestStatus::Pending if required > 1 => {
-            let approvals = vec![PartialApproval { approver: grant.approver.clone(), approved_at: now }];
+            let approvals = vec![PartialApproval {
+                approver: grant.approver.clone(),
+                approved_at: now,
+                signature: grant.signatures.first().cloned(),
+            }];
             return waiting(tables, &grant.request_id, approvals, required);
         }
         RequestStatus::Pending => decided(tables, &request)?,
         RequestStatus::Approving { mut approvals } => {
-            if !approvals.iter().any(|approval| approval.approver == grant.approver) {
-                approvals.push(PartialApproval { approver: grant.approver.clone(), approved_at: now });
+            let signature = grant.signatures.first().cloned();
+            let credential = ledger_credential(&grant.approver, signature.as_ref());
+            if !approvals.iter().any(|a| ledger_credential(&a.approver, a.signature.as_ref()) == credential) {
+                approvals.push(PartialApproval { approver: grant.approver.clone(), approved_at: now, signature });
             }
             if approvals.len() < required as usize {
                 return waiting(tables, &grant.request_id, approvals, required);
             }
             decided(tables, &request)?;
+            grant.signatures = approvals.iter().filter_map(|approval| approval.signature.clone()).collect();
             grant.co_approvers = approvals
                 .into_iter()
                 .map(|approval| approval.approver)

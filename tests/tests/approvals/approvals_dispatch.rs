@@ -666,6 +666,7 @@ fn a_dispatch_dropped_before_its_interrupt_reaches_the_host_closes_its_request()
         binding: request.binding.clone(),
         approver: "ops".into(),
         co_approvers: Vec::new(),
+        signatures: Vec::new(),
         granted_at: START,
         expires_at: START + GRANT_TTL,
     };

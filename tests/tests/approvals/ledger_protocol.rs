@@ -515,6 +515,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
         binding: binding.into(),
         approver: "alice".into(),
         co_approvers: Vec::new(),
+        signatures: Vec::new(),
         granted_at: now,
         expires_at: now + Duration::from_secs(10),
     };
@@ -548,6 +549,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
         reason: None,
         denied_at: now,
         revoked_grant: None,
+        signature: None,
     };
     assert_eq!(l.deny(denial("bob")).wait().unwrap().denied_by, "bob");
     assert_eq!(l.deny(denial("carol")).wait().unwrap().denied_by, "bob");

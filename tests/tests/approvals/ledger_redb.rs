@@ -122,6 +122,7 @@ fn record(id: usize, now: Duration) -> (RequestRecord, GrantRecord) {
         binding: request.binding.clone(),
         approver: "alice".into(),
         co_approvers: Vec::new(),
+        signatures: Vec::new(),
         granted_at: now,
         expires_at: now + Duration::from_secs(60),
     };

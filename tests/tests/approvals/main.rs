@@ -9,4 +9,5 @@ pub mod ledger_processes;
 pub mod ledger_protocol;
 pub mod ledger_prune;
 pub mod ledger_redb;
+pub mod operator_signatures;
 pub mod store_decisions;

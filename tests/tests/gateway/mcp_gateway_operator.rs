@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_airlock::ledger::{ApprovalLedger, GrantRecord, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
 use agent_airlock_tests::mcp_stdio::StdioSession;
 use agent_airlock_tests::pg_server;
 use agent_airlock_tests::python_env::Venv;
@@ -76,7 +77,20 @@ impl Scratch {
             let owner_only = std::fs::Permissions::from_mode(0o600);
             std::fs::set_permissions(scratch.path("approval.key"), owner_only).expect("the key is private");
         }
+        // The operator's own signing key, listed in the operators file the gateway counts approvals by.
+        let added = Command::new(AIRLOCK)
+            .args(["operators", "add", "ops@example", "--key-out"])
+            .arg(scratch.path("ops.key"))
+            .arg("--operators")
+            .arg(scratch.path("operators.toml"))
+            .output()
+            .expect("airlock runs");
+        assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
         scratch
+    }
+
+    fn signing_key(&self) -> String {
+        self.path("ops.key").display().to_string()
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -129,6 +143,7 @@ fn start_session(scratch: &Scratch, venv: &Venv, store: &Store) -> StdioSession 
     let mut command = Command::new(AIRLOCK);
     command.args(store.args()).args(["mcp", "--policy"]).arg(scratch.path("airlock.toml"));
     command.arg("--key-file").arg(scratch.path("approval.key"));
+    command.arg("--operators").arg(scratch.path("operators.toml"));
     command.args(["--approval-timeout-secs", &APPROVAL_TIMEOUT_SECS.to_string()]);
     if let Store::Postgres { audit, .. } = store {
         command.arg("--audit").arg(audit);
@@ -203,7 +218,7 @@ fn closed_status(store: &Store, scratch: &Scratch, request_id: &str) -> Value {
 }
 
 fn approve(store: &Store, scratch: &Scratch, request_id: &str) -> Result<String, String> {
-    operator(store, scratch, &["approve", request_id, "--approver", "ops@example", "--yes"])
+    operator(store, scratch, &["approve", request_id, "--signing-key", &scratch.signing_key(), "--yes"])
 }
 
 /// The whole operator story against one store.
@@ -229,7 +244,8 @@ fn operator_approvals(scratch: &Scratch, store: &Store) {
     // 2. Denied by the operator: never reaches the upstream; the model reads the operator's reason.
     session.call(2, "transfer", json!({"amount": 7, "to": "mallory"}));
     let second = pending_request(store, scratch, "transfer", &mut seen);
-    operator(store, scratch, &["deny", &second, "--by", "ops@example", "--reason", "mallory is not a customer"])
+    let key = scratch.signing_key();
+    operator(store, scratch, &["deny", &second, "--signing-key", &key, "--reason", "mallory is not a customer"])
         .expect("the operator denies");
     let (text, is_error) = result_text(&session.response(2, Duration::from_secs(30)));
     assert!(is_error, "{text}");
@@ -291,6 +307,77 @@ fn an_operator_approves_through_postgres() {
     let verified =
         Command::new(AIRLOCK).arg("--db").arg(audit).args(["audit", "verify"]).output().expect("airlock runs");
     assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+}
+
+/// A grant written into the store through the ledger API, without an operator's signature (what anyone
+/// who can write the database, or holds the approval key, can do), admits nothing through the gateway's
+/// operator route: the call is refused and never reaches the upstream. A grant signed by a key the
+/// operators file does not list admits nothing either.
+fn forged_grants_admit_nothing(scratch: &Scratch, store: &Store) {
+    let venv = venv();
+    let mut session = start_session(scratch, &venv, store);
+    let mut seen = Vec::new();
+    let ledger: std::sync::Arc<dyn ApprovalLedger> = match store {
+        Store::Redb(path) => std::sync::Arc::new(
+            RedbLedger::open_with(path, &RedbOpenOptions::default().sharing(ProcessSharing::MultiProcess))
+                .expect("the test opens the shared file"),
+        ),
+        Store::Postgres { url, .. } => std::sync::Arc::new(PostgresLedger::connect(url).expect("the database")),
+    };
+
+    session.call(1, "transfer", json!({"amount": 50, "to": "mallory"}));
+    let id = pending_request(store, scratch, "transfer", &mut seen);
+    let request = ledger.find_request(&id).expect("the ledger answers").expect("the request").request;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    let forged = GrantRecord {
+        grant_id: "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0".to_owned(),
+        request_id: request.request_id.clone(),
+        key_id: request.key_id.clone(),
+        binding: request.binding.clone(),
+        approver: "ops@example".to_owned(),
+        co_approvers: Vec::new(),
+        signatures: Vec::new(),
+        granted_at: now,
+        expires_at: now + Duration::from_secs(600),
+    };
+    ledger.grant(forged, now).wait().expect("the ledger records what it is given");
+    let (text, is_error) = result_text(&session.response(1, Duration::from_secs(30)));
+    assert!(is_error, "{text}");
+    assert!(text.contains("not signed by enough operators"), "{text}");
+
+    // Signed, by a key nobody listed.
+    let stranger = Command::new(AIRLOCK)
+        .args(["operators", "add", "ops@example", "--key-out"])
+        .arg(scratch.path("stranger.key"))
+        .arg("--operators")
+        .arg(scratch.path("elsewhere.toml"))
+        .output()
+        .expect("airlock runs");
+    assert!(stranger.status.success());
+    session.call(2, "transfer", json!({"amount": 60, "to": "mallory"}));
+    let id = pending_request(store, scratch, "transfer", &mut seen);
+    let stranger_key = scratch.path("stranger.key").display().to_string();
+    operator(store, scratch, &["approve", &id, "--signing-key", &stranger_key, "--yes"]).expect("recorded");
+    let (text, is_error) = result_text(&session.response(2, Duration::from_secs(30)));
+    assert!(is_error, "{text}");
+    assert!(text.contains("does not list"), "{text}");
+
+    assert!(scratch.upstream_calls().is_empty(), "nothing reached the upstream: {:?}", scratch.upstream_calls());
+    session.close();
+}
+
+#[test]
+fn a_grant_forged_in_a_redb_file_admits_nothing_through_the_gateway() {
+    let scratch = Scratch::new();
+    let store = scratch.redb_store();
+    forged_grants_admit_nothing(&scratch, &store);
+}
+
+#[test]
+fn a_grant_forged_in_postgres_admits_nothing_through_the_gateway() {
+    let scratch = Scratch::new();
+    let store = scratch.postgres_store();
+    forged_grants_admit_nothing(&scratch, &store);
 }
 
 #[test]

@@ -41,6 +41,7 @@ fn grant(id: &str, request_id: &str) -> GrantRecord {
         binding: format!("b-{request_id}"),
         approver: "alice".into(),
         co_approvers: Vec::new(),
+        signatures: Vec::new(),
         granted_at: NOW,
         expires_at: NOW + Duration::from_secs(60),
     }

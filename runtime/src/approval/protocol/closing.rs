@@ -116,6 +116,7 @@ impl Drop for IssuedRequest {
             reason: Some("closed: the call was cancelled before its approval was asked".to_owned()),
             denied_at: self.clock.now(),
             revoked_grant: None,
+            signature: None,
         };
         // Queued now, behind the request's own write; a destructor cannot wait, so the retries run on a
         // thread of their own, which reports if the denial never lands.

@@ -112,6 +112,22 @@ pub enum DecisionError {
     /// No approver (or denier) was named.
     #[error("a decision needs the name of who made it")]
     MissingDecider,
+    /// Operator mode: a decision must be signed with an operator's key
+    /// ([`approve_signed`](super::InterruptApprovals::approve_signed)).
+    #[error("this host counts only signed decisions: approve or deny with an operator's signing key")]
+    SignatureRequired,
+    /// The decision could not be signed.
+    #[error("the decision could not be signed: {0}")]
+    Signing(String),
+    /// Operator mode: the recorded grant is not signed by as many distinct listed, unrevoked operator
+    /// credentials as the request needs. It admits nothing.
+    #[error("the recorded grant `{grant_id}` is not signed by enough operators, so it admits nothing: {detail}")]
+    UnsignedGrant {
+        /// The grant.
+        grant_id: String,
+        /// What is wrong (names, never key material).
+        detail: String,
+    },
     /// The ledger has no such request.
     #[error("approval request `{request_id}` is not in the ledger")]
     UnknownRequest {
@@ -260,6 +276,15 @@ pub enum AdmitError {
         grant_id: String,
         /// When.
         expired_at: Duration,
+    },
+    /// Operator mode: the grant is not signed by as many distinct listed, unrevoked operator credentials
+    /// as its request needs (unsigned, forged, revoked, or signed for another request): it admits nothing.
+    #[error("approval grant `{grant_id}` is not signed by enough operators: {detail}")]
+    UnsignedGrant {
+        /// The grant.
+        grant_id: String,
+        /// What is wrong (names, never key material).
+        detail: String,
     },
     /// The ledger failed. Nothing was spent, unless the failure hid the answer of a spend that took
     /// effect (a connection lost during `COMMIT`): the grant is then spent and its call never ran.

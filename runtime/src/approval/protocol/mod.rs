@@ -53,6 +53,7 @@ use self::message::{
 };
 use crate::approval::EscalationReason;
 use crate::approval::display;
+use crate::approval::operators::{DecisionKind, DecisionSignature, DecisionSubject, OperatorKey, Operators};
 use crate::canonical;
 use crate::clock::{Clock, SystemClock};
 use crate::keys::{ApprovalKey, MAC_LEN, decode_lower_hex};
@@ -76,6 +77,41 @@ pub struct InterruptApprovals {
     request_ttl: Option<Duration>,
     max_pending: Option<u32>,
     closing_patience: Duration,
+    operators: Option<Arc<Operators>>,
+}
+
+/// Who signs a decision: an operator with their own key, or a console with its key, for the operator
+/// signed in to it.
+#[derive(Debug, Clone, Copy)]
+pub enum DecisionSigner<'a> {
+    /// An operator's own key; the decision is recorded under the key's name.
+    Operator(&'a OperatorKey),
+    /// A console's key (listed with `role = "console"`), attesting that `account` signed in to it and
+    /// decided; the decision is recorded under `account`.
+    Console {
+        /// The console's key.
+        key: &'a OperatorKey,
+        /// The account that signed in.
+        account: &'a str,
+    },
+}
+
+impl DecisionSigner<'_> {
+    fn name(&self) -> &str {
+        match self {
+            DecisionSigner::Operator(key) => key.name(),
+            DecisionSigner::Console { account, .. } => account,
+        }
+    }
+
+    fn sign(&self, subject: &DecisionSubject<'_>, signed_at: Duration) -> Result<DecisionSignature, DecisionError> {
+        let at = millis(signed_at);
+        match self {
+            DecisionSigner::Operator(key) => key.sign(subject, key.name(), false, at),
+            DecisionSigner::Console { key, account } => key.sign(subject, account, true, at),
+        }
+        .map_err(|err| DecisionError::Signing(err.to_string()))
+    }
 }
 
 /// How many approval requests of one tool may wait in one thread at a time, unless set
@@ -89,6 +125,7 @@ impl std::fmt::Debug for InterruptApprovals {
             .field("grant_ttl", &self.grant_ttl)
             .field("request_ttl", &self.request_ttl)
             .field("max_pending", &self.max_pending)
+            .field("operator_mode", &self.operators.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +135,8 @@ impl std::fmt::Debug for InterruptApprovals {
 pub(crate) struct PreparedAdmission {
     attempt: SpendAttempt,
     key_id: String,
+    /// Operator mode: the grant whose signatures were verified; the spend must spend exactly it.
+    verified: Option<Box<GrantRecord>>,
 }
 
 impl PreparedAdmission {
@@ -126,7 +165,24 @@ impl InterruptApprovals {
             request_ttl: None,
             max_pending: Some(DEFAULT_MAX_PENDING),
             closing_patience: DEFAULT_CLOSING_PATIENCE,
+            operators: None,
         }
+    }
+
+    /// Operator mode: a recorded decision counts only if it is signed by keys `operators` lists
+    /// ([`crate::approval::operators`]). A grant admits a call only when as many distinct, listed,
+    /// unrevoked credentials signed it as its request needs; the shared approval key alone, or write
+    /// access to the ledger, no longer approves. Unsigned [`approve`](Self::approve) and
+    /// [`deny`](Self::deny) are refused ([`DecisionError::SignatureRequired`]); sign with
+    /// [`approve_signed`](Self::approve_signed) and [`deny_signed`](Self::deny_signed).
+    pub fn with_operators(mut self, operators: Operators) -> Self {
+        self.operators = Some(Arc::new(operators));
+        self
+    }
+
+    /// The operators file this host checks decisions against, in operator mode.
+    pub fn operators(&self) -> Option<&Operators> {
+        self.operators.as_deref()
     }
 
     /// The clock requests, grants and spends are dated by (tests use a [`ManualClock`](crate::ManualClock)).
@@ -405,23 +461,61 @@ impl InterruptApprovals {
     /// valid for the grant time-to-live, and returns the resume value. Approving a request that holds a
     /// live grant returns that grant's resume value again (one approval, one grant), so a host that lost
     /// the resume value can recover it.
+    ///
+    /// In operator mode ([`with_operators`](Self::with_operators)) an unsigned approval is refused
+    /// ([`DecisionError::SignatureRequired`]): use [`approve_signed`](Self::approve_signed).
     pub async fn approve(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
-        let (request, grant) = self.prepare_grant(interrupt, approver)?;
+        self.require_unsigned_allowed()?;
+        let (request, grant) = self.prepare_grant(interrupt, approver, None)?;
         let granted = self.ledger.grant(grant, self.clock.now()).await;
         self.finish_grant(&request, granted)
     }
 
     /// [`InterruptApprovals::approve`], blocking the current thread.
     pub fn approve_blocking(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
-        let (request, grant) = self.prepare_grant(interrupt, approver)?;
+        self.require_unsigned_allowed()?;
+        let (request, grant) = self.prepare_grant(interrupt, approver, None)?;
         let granted = self.ledger.grant(grant, self.clock.now()).wait();
         self.finish_grant(&request, granted)
+    }
+
+    /// [`approve`](Self::approve), signed by `signer`: the grant (or, for a request that needs several
+    /// approvers, this approval) carries a [`DecisionSignature`] over the request id, its binding, the
+    /// number of approvals it needs, the approver's name and the time, which a host in operator mode
+    /// verifies before the grant admits anything.
+    pub async fn approve_signed(
+        &self,
+        interrupt: &Value,
+        signer: DecisionSigner<'_>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let (request, grant) = self.prepare_grant(interrupt, signer.name(), Some(signer))?;
+        let granted = self.ledger.grant(grant, self.clock.now()).await;
+        self.finish_grant(&request, granted)
+    }
+
+    /// [`InterruptApprovals::approve_signed`], blocking the current thread.
+    pub fn approve_signed_blocking(
+        &self,
+        interrupt: &Value,
+        signer: DecisionSigner<'_>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let (request, grant) = self.prepare_grant(interrupt, signer.name(), Some(signer))?;
+        let granted = self.ledger.grant(grant, self.clock.now()).wait();
+        self.finish_grant(&request, granted)
+    }
+
+    fn require_unsigned_allowed(&self) -> Result<(), DecisionError> {
+        match self.operators {
+            Some(_) => Err(DecisionError::SignatureRequired),
+            None => Ok(()),
+        }
     }
 
     fn prepare_grant(
         &self,
         interrupt: &Value,
         approver: &str,
+        signer: Option<DecisionSigner<'_>>,
     ) -> Result<(InterruptRequest, GrantRecord), DecisionError> {
         let request = self.verify_request(interrupt)?;
         if approver.trim().is_empty() {
@@ -435,6 +529,16 @@ impl InterruptApprovals {
         {
             return Err(DecisionError::RequestExpired { expired_at: expires_at });
         }
+        let subject = DecisionSubject {
+            kind: DecisionKind::Grant,
+            request_id: &request.body.request_id,
+            binding: &request.body.binding,
+            approvals: request.body.approvals,
+        };
+        let signatures = match signer {
+            Some(signer) => vec![signer.sign(&subject, now)?],
+            None => Vec::new(),
+        };
         let grant = GrantRecord {
             grant_id: random_id().map_err(DecisionError::Randomness)?,
             request_id: request.body.request_id.clone(),
@@ -442,6 +546,7 @@ impl InterruptApprovals {
             binding: request.body.binding.clone(),
             approver: approver.to_owned(),
             co_approvers: Vec::new(),
+            signatures,
             granted_at: now,
             expires_at: now.saturating_add(self.grant_ttl),
         };
@@ -459,6 +564,14 @@ impl InterruptApprovals {
                 return Err(DecisionError::MoreApproversNeeded { approvers, required });
             }
         };
+        // Operator mode: the host mints a token only for a grant enough listed operators signed.
+        if let Err(detail) = self.verify_grant_signatures(&grant, &request.body.binding, request.body.approvals) {
+            tracing::warn!(
+                target: "agent_airlock", request_id = %grant.request_id, grant_id = %grant.grant_id, %detail,
+                "a recorded approval is not signed by enough operators; it admits nothing"
+            );
+            return Err(DecisionError::UnsignedGrant { grant_id: grant.grant_id, detail });
+        }
         let key = self.keys.find(&grant.key_id).map_err(|err| match err {
             KeyLookupError::Retired { key_id } => DecisionError::RetiredKey { key_id },
             KeyLookupError::Unknown { key_id } => DecisionError::UnknownKey { key_id },
@@ -480,9 +593,52 @@ impl InterruptApprovals {
         denied_by: &str,
         reason: Option<&str>,
     ) -> Result<ResumeValue, DecisionError> {
+        self.require_unsigned_allowed()?;
         let denial = self.prepare_denial(interrupt, denied_by, reason)?;
         let denied = self.ledger.deny(denial).await.map_err(decision_ledger_error)?;
         Ok(denied_resume(&denied))
+    }
+
+    /// [`deny`](Self::deny), signed by `signer` (recorded with the denial, so who denied is attributable).
+    pub async fn deny_signed(
+        &self,
+        interrupt: &Value,
+        signer: DecisionSigner<'_>,
+        reason: Option<&str>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let denial = self.prepare_signed_denial(interrupt, signer, reason)?;
+        let denied = self.ledger.deny(denial).await.map_err(decision_ledger_error)?;
+        Ok(denied_resume(&denied))
+    }
+
+    /// [`InterruptApprovals::deny_signed`], blocking the current thread.
+    pub fn deny_signed_blocking(
+        &self,
+        interrupt: &Value,
+        signer: DecisionSigner<'_>,
+        reason: Option<&str>,
+    ) -> Result<ResumeValue, DecisionError> {
+        let denial = self.prepare_signed_denial(interrupt, signer, reason)?;
+        let denied = self.ledger.deny(denial).wait().map_err(decision_ledger_error)?;
+        Ok(denied_resume(&denied))
+    }
+
+    fn prepare_signed_denial(
+        &self,
+        interrupt: &Value,
+        signer: DecisionSigner<'_>,
+        reason: Option<&str>,
+    ) -> Result<DenialRecord, DecisionError> {
+        let mut denial = self.prepare_denial(interrupt, signer.name(), reason)?;
+        let request = self.verify_request(interrupt)?;
+        let subject = DecisionSubject {
+            kind: DecisionKind::Deny,
+            request_id: &request.body.request_id,
+            binding: &request.body.binding,
+            approvals: request.body.approvals,
+        };
+        denial.signature = Some(signer.sign(&subject, denial.denied_at)?);
+        Ok(denial)
     }
 
     /// [`InterruptApprovals::deny`], blocking the current thread.
@@ -492,6 +648,7 @@ impl InterruptApprovals {
         denied_by: &str,
         reason: Option<&str>,
     ) -> Result<ResumeValue, DecisionError> {
+        self.require_unsigned_allowed()?;
         let denial = self.prepare_denial(interrupt, denied_by, reason)?;
         let denied = self.ledger.deny(denial).wait().map_err(decision_ledger_error)?;
         Ok(denied_resume(&denied))
@@ -513,6 +670,7 @@ impl InterruptApprovals {
             reason: reason.map(str::to_owned),
             denied_at: self.clock.now(),
             revoked_grant: None,
+            signature: None,
         })
     }
 
@@ -540,11 +698,97 @@ impl InterruptApprovals {
                 }
                 self.finish_grant(&request, Ok(Approved::Granted(grant))).map(Some)
             }
-            RequestStatus::Denied(denial) => Ok(Some(denied_resume(&denial))),
+            RequestStatus::Denied(denial) => {
+                // A denial admits nothing, so one that is not signed still refuses the call (whoever can
+                // write the ledger can deny service anyway); in operator mode it is reported.
+                self.report_unsigned_denial(&denial, &request);
+                Ok(Some(denied_resume(&denial)))
+            }
             RequestStatus::Spent(spent) => {
                 Err(DecisionError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at: spent.spent_at })
             }
         }
+    }
+
+    /// Operator mode: a denial that is neither the host's own closing nor validly signed is reported.
+    fn report_unsigned_denial(&self, denial: &DenialRecord, request: &InterruptRequest) {
+        let Some(operators) = &self.operators else { return };
+        if denial.denied_by == closing::CLOSED_BY && denial.signature.is_none() {
+            return;
+        }
+        let subject = DecisionSubject {
+            kind: DecisionKind::Deny,
+            request_id: &request.body.request_id,
+            binding: &request.body.binding,
+            approvals: request.body.approvals,
+        };
+        let count = operators.count(denial.signature.as_slice(), &subject);
+        if count.credentials == 0 {
+            let detail = if count.problems.is_empty() { "unsigned".to_owned() } else { count.problems.join("; ") };
+            tracing::warn!(
+                target: "agent_airlock", request_id = %denial.request_id, %detail,
+                "a recorded denial is not signed by a listed operator; the call is refused all the same"
+            );
+        }
+    }
+
+    /// Operator mode: whether `grant` is signed by as many distinct listed, unrevoked credentials as
+    /// `approvals`, for the request and binding it names. Outside operator mode every grant passes.
+    fn verify_grant_signatures(&self, grant: &GrantRecord, binding: &str, approvals: u32) -> Result<(), String> {
+        let Some(operators) = &self.operators else { return Ok(()) };
+        if grant.binding != binding {
+            return Err("the grant names another binding".to_owned());
+        }
+        let subject = DecisionSubject { kind: DecisionKind::Grant, request_id: &grant.request_id, binding, approvals };
+        let count = operators.count(&grant.signatures, &subject);
+        let needed = approvals.max(1);
+        if count.credentials >= needed {
+            return Ok(());
+        }
+        let mut detail = format!("{} of {needed} distinct operator credential(s) signed it", count.credentials);
+        if grant.signatures.is_empty() {
+            detail.push_str(" (it carries no signature)");
+        }
+        for problem in count.problems {
+            detail.push_str("; ");
+            detail.push_str(&problem);
+        }
+        Err(detail)
+    }
+
+    /// Operator mode, before a spend: the grant the token names must be recorded for a request sealed
+    /// under our key whose binding is this call's, and signed by enough operators. Returns that grant.
+    fn verified_grant(&self, grant_id: &str, binding: &Binding) -> Result<Option<Box<GrantRecord>>, AdmitError> {
+        if self.operators.is_none() {
+            return Ok(None);
+        }
+        let unsigned = |detail: String| {
+            tracing::warn!(
+                target: "agent_airlock", %grant_id, %detail,
+                "a resumed call's grant is not signed by enough operators; it admits nothing"
+            );
+            AdmitError::UnsignedGrant { grant_id: grant_id.to_owned(), detail }
+        };
+        let grant = match self.ledger.find_grant(grant_id) {
+            Ok(Some(entry)) => entry.grant,
+            Ok(None) => return Err(AdmitError::UnknownGrant { grant_id: grant_id.to_owned() }),
+            Err(err) => return Err(AdmitError::Ledger(err)),
+        };
+        let entry = match self.ledger.find_request(&grant.request_id) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return Err(unsigned("the grant's request is not in the ledger".to_owned())),
+            Err(err) => return Err(AdmitError::Ledger(err)),
+        };
+        // The number of approvals needed is read from the sealed request, never from the ledger's copy.
+        let request = self
+            .verify_request(&entry.request.interrupt)
+            .map_err(|err| unsigned(format!("the grant's request does not verify: {err}")))?;
+        let call_binding = binding.to_hex();
+        if request.body.request_id != grant.request_id || request.body.binding != call_binding {
+            return Err(unsigned("the grant's request is not this call's".to_owned()));
+        }
+        self.verify_grant_signatures(&grant, &call_binding, request.body.approvals).map_err(unsigned)?;
+        Ok(Some(Box::new(grant)))
     }
 
     // ---- 3. admit ----
@@ -615,9 +859,12 @@ impl InterruptApprovals {
         if !mac::verify_token(key, &binding, grant_id, &token) {
             return Err(self.diagnose_token(key, call, grant_id, &token));
         }
+        // Operator mode: a token the shared key minted is not enough; the grant must be signed.
+        let verified = self.verified_grant(grant_id, &binding)?;
         Ok(PreparedAdmission {
             attempt: SpendAttempt { grant_id: grant_id.to_owned(), binding: binding.to_hex(), now: self.clock.now() },
             key_id: key_id.to_owned(),
+            verified,
         })
     }
 
@@ -708,6 +955,11 @@ fn finish_admission(
 ) -> Result<Admission, AdmitError> {
     let grant_id = prepared.attempt.grant_id;
     match spent {
+        // The grant spent must be the one whose signatures were checked (not one swapped in since).
+        Ok(spent) if prepared.verified.as_deref().is_some_and(|verified| *verified != spent.grant) => {
+            tracing::warn!(target: "agent_airlock", %grant_id, "the grant spent differs from the one verified; the call is refused");
+            Err(AdmitError::UnsignedGrant { grant_id, detail: "the grant changed while it was being spent".to_owned() })
+        }
         Ok(spent) => Ok(Admission {
             request_id: spent.grant.request_id,
             grant_id: spent.grant.grant_id,

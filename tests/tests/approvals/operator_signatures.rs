@@ -1,0 +1,507 @@
+//! Operator mode: approvals are attributable. Each operator signs with a key of their own, the host
+//! checks every recorded grant against the operators file before it admits anything, and `approvals = N`
+//! counts distinct credentials, not names. Whoever holds the shared approval key or can write the ledger
+//! cannot approve: a grant written through the ledger API without a valid signature admits nothing on any
+//! path (the admit step, `recorded_decision_blocking`, the dispatcher's resume).
+//!
+//! Each case runs on the in-memory ledger and a redb file; the ones about rows written behind the
+//! protocol's back run on PostgreSQL too.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agent_airlock::ledger::{
+    ApprovalLedger, Approved, DenialRecord, GrantRecord, MemoryLedger, PostgresLedger, RedbLedger, RequestStatus,
+};
+use agent_airlock::{
+    ManualClock, Outcome, Policy, RefusalKind, Status,
+    approval::{
+        AdmitError, DecisionError, DecisionKind, DecisionSignature, DecisionSigner, DecisionSubject,
+        InterruptApprovals, InterruptRequest, OperatorEntry, OperatorError, OperatorKey, OperatorRole, Operators,
+    },
+};
+use agent_airlock_tests::block_on;
+use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, key_ring};
+use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher_with, refund_call};
+use serde_json::Value;
+use tempfile::TempDir;
+
+struct Host {
+    ledger: Arc<dyn ApprovalLedger>,
+    clock: Arc<ManualClock>,
+    dir: TempDir,
+}
+
+impl Host {
+    fn memory() -> Self {
+        Host::with(Arc::new(MemoryLedger::new()))
+    }
+
+    fn redb() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = RedbLedger::open(dir.path().join("ledger.redb")).unwrap();
+        Host { ledger: Arc::new(ledger), clock: Arc::new(ManualClock::new(START)), dir }
+    }
+
+    fn postgres() -> Self {
+        let url = agent_airlock_tests::pg_server::shared().fresh_database();
+        Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()))
+    }
+
+    fn with(ledger: Arc<dyn ApprovalLedger>) -> Self {
+        Host { ledger, clock: Arc::new(ManualClock::new(START)), dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// Approvals holding only the shared key: what the holder of that key (or a tool written against the
+    /// ledger) can do.
+    fn shared_key_only(&self) -> InterruptApprovals {
+        InterruptApprovals::new(key_ring(), Arc::clone(&self.ledger), GRANT_TTL).with_clock(Arc::clone(&self.clock))
+    }
+
+    /// The host in operator mode.
+    fn operator_mode(&self, operators: &Operators) -> InterruptApprovals {
+        self.shared_key_only().with_operators(operators.clone())
+    }
+
+    fn request(&self, call: &OwnedCall, approvals: u32) -> InterruptRequest {
+        self.shared_key_only()
+            .request_approved_by_blocking(&call.input(), "attribute", "moves money", approvals)
+            .unwrap()
+    }
+
+    fn log(&self) -> ExecutionLog {
+        ExecutionLog { path: self.dir.path().join("executions.log"), hang_after_start: false }
+    }
+
+    /// The dispatcher's resumed pass, in operator mode.
+    fn resume(&self, operators: &Operators, resume: Value) -> Outcome {
+        let dispatcher = dispatcher_with(self.operator_mode(operators), Arc::clone(&self.clock), Policy::new());
+        block_on(dispatcher.dispatch(refund_call(500), &context(self.log(), "c1", Some(resume))))
+    }
+
+    /// The dispatcher's first pass: the interrupt value of `refund_call(500)`.
+    fn interrupt(&self, operators: &Operators) -> Value {
+        let dispatcher = dispatcher_with(self.operator_mode(operators), Arc::clone(&self.clock), Policy::new());
+        match block_on(dispatcher.dispatch(refund_call(500), &context(self.log(), "c1", None))) {
+            Outcome::Interrupt { request, .. } => request.into_value(),
+            other => panic!("expected an interrupt, got {other:?}"),
+        }
+    }
+
+    fn executions(&self) -> usize {
+        self.log().lines().len()
+    }
+}
+
+fn hosts() -> Vec<(&'static str, Host)> {
+    vec![("memory", Host::memory()), ("redb", Host::redb())]
+}
+
+fn hosts_with_postgres() -> Vec<(&'static str, Host)> {
+    let mut hosts = hosts();
+    hosts.push(("postgres", Host::postgres()));
+    hosts
+}
+
+/// `names` keys, each listed under its own name.
+fn operators(names: &[&str]) -> (Operators, Vec<OperatorKey>) {
+    let mut operators = Operators::default();
+    let keys: Vec<OperatorKey> = names.iter().map(|name| OperatorKey::generate(name).unwrap()).collect();
+    for key in &keys {
+        operators
+            .add(OperatorEntry {
+                name: key.name().to_owned(),
+                key: key.key_id(),
+                role: OperatorRole::Operator,
+                revoked: false,
+            })
+            .unwrap();
+    }
+    (operators, keys)
+}
+
+/// The same secret as `key`, signing under `name` (a key file whose name was edited).
+fn renamed(key: &OperatorKey, name: &str, dir: &Path) -> OperatorKey {
+    let original = dir.join(format!("{}.key", key.name()));
+    key.write_new(&original).unwrap();
+    let text = std::fs::read_to_string(&original)
+        .unwrap()
+        .replace(&format!("name = \"{}\"", key.name()), &format!("name = \"{name}\""));
+    let edited = dir.join(format!("{name}-edited.key"));
+    std::fs::write(&edited, text).unwrap();
+    let renamed = OperatorKey::from_file(&edited).unwrap();
+    assert_eq!((renamed.name(), renamed.key_id()), (name, key.key_id()));
+    renamed
+}
+
+/// A grant for `request` written straight through the ledger API, carrying `signatures`.
+fn forge_grant(
+    host: &Host,
+    request: &InterruptRequest,
+    approver: &str,
+    signatures: Vec<DecisionSignature>,
+) -> GrantRecord {
+    let entry = host.ledger.find_request(request.request_id()).unwrap().unwrap();
+    let grant = GrantRecord {
+        grant_id: format!("{:032x}", u128::from_str_radix(&request.request_id()[..30], 16).unwrap() ^ 0xabc),
+        request_id: entry.request.request_id.clone(),
+        key_id: entry.request.key_id.clone(),
+        binding: entry.request.binding.clone(),
+        approver: approver.to_owned(),
+        co_approvers: Vec::new(),
+        signatures,
+        granted_at: START,
+        expires_at: START + GRANT_TTL,
+    };
+    match host.ledger.grant(grant, START).wait().unwrap() {
+        Approved::Granted(grant) => grant,
+        waiting => panic!("{waiting:?}"),
+    }
+}
+
+/// What the holder of the shared key gets for a granted request: the resume value it mints itself.
+fn minted_resume(host: &Host, request: &InterruptRequest) -> Value {
+    host.shared_key_only().recorded_decision_blocking(request.as_value()).unwrap().expect("granted").into_value()
+}
+
+/// Every way a host in operator mode could let `request`'s granted call run refuses it.
+fn assert_admits_nothing(host: &Host, operators: &Operators, request: &InterruptRequest, label: &str) {
+    let host_approvals = host.operator_mode(operators);
+    let recorded = host_approvals.recorded_decision_blocking(request.as_value());
+    assert!(matches!(recorded, Err(DecisionError::UnsignedGrant { .. })), "{label}: {recorded:?}");
+    let resume = minted_resume(host, request);
+    let call = OwnedCall::refund(500);
+    let admitted = host_approvals.admit_blocking(&call.input(), &resume);
+    assert!(matches!(admitted, Err(AdmitError::UnsignedGrant { .. })), "{label}: {admitted:?}");
+    let message = host.resume(operators, resume).expect_message();
+    assert_eq!(message.refusal.map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{label}");
+    assert_eq!(host.executions(), 0, "{label}: the call never ran");
+    // Nothing was spent: a later, validly signed approval is not blocked by the refusal.
+    let status = host.ledger.find_request(request.request_id()).unwrap().unwrap().status;
+    assert!(matches!(status, RequestStatus::Granted(_)), "{label}: {status:?}");
+}
+
+#[test]
+fn one_credential_under_two_names_does_not_grant_a_request_needing_two_approvals() {
+    for (label, host) in hosts_with_postgres() {
+        let alice = OperatorKey::generate("alice").unwrap();
+        let bob_alias = renamed(&alice, "bob", host.dir.path());
+        // The operators file lists the one key under both names.
+        let operators = Operators::from_toml(
+            &format!(
+                "[[operator]]\nname = \"alice\"\nkey = \"{0}\"\n\n[[operator]]\nname = \"bob\"\nkey = \"{0}\"\n",
+                alice.key_id()
+            ),
+            "test",
+        )
+        .unwrap();
+        let approvals = host.operator_mode(&operators);
+        let request = host.request(&OwnedCall::refund(500), 2);
+        for key in [&alice, &bob_alias, &alice] {
+            let approved = approvals.approve_signed_blocking(request.as_value(), DecisionSigner::Operator(key));
+            assert!(
+                matches!(&approved, Err(DecisionError::MoreApproversNeeded { approvers, required: 2 }) if approvers.len() == 1),
+                "{label}: one key is one approver whatever name it signs under: {approved:?}"
+            );
+        }
+        assert_eq!(approvals.recorded_decision_blocking(request.as_value()).unwrap(), None, "{label}: still waiting");
+
+        // The host counts the same way: both of that key's signatures are one credential.
+        let subject = subject_of(&request, 2);
+        let signatures =
+            [alice.sign(&subject, "alice", false, 1).unwrap(), bob_alias.sign(&subject, "bob", false, 2).unwrap()];
+        assert_eq!(operators.count(&signatures, &subject).credentials, 1, "{label}");
+        // And the ledger, asked directly with the second name's signature: still one approver.
+        let entry = host.ledger.find_request(request.request_id()).unwrap().unwrap();
+        let grant = GrantRecord {
+            grant_id: "0123456789abcdef0123456789abcdef".into(),
+            request_id: entry.request.request_id.clone(),
+            key_id: entry.request.key_id.clone(),
+            binding: entry.request.binding.clone(),
+            approver: "bob".into(),
+            co_approvers: Vec::new(),
+            signatures: vec![signatures[1].clone()],
+            granted_at: START,
+            expires_at: START + GRANT_TTL,
+        };
+        let answer = host.ledger.grant(grant, START).wait().unwrap();
+        assert!(matches!(&answer, Approved::Waiting { approvers, .. } if approvers.len() == 1), "{label}: {answer:?}");
+    }
+}
+
+#[test]
+fn two_distinct_credentials_grant_a_request_needing_two_and_its_call_runs_once() {
+    for (label, host) in hosts() {
+        let (operators, keys) = operators(&["alice", "bob"]);
+        let approvals = host.operator_mode(&operators);
+        let interrupt = host.interrupt(&operators);
+        // The dispatcher's request needs one approver; a request needing two, made the same way:
+        let two = host.request(&OwnedCall::refund(7), 2);
+        let first = approvals.approve_signed_blocking(two.as_value(), DecisionSigner::Operator(&keys[0]));
+        assert!(matches!(first, Err(DecisionError::MoreApproversNeeded { .. })), "{label}: {first:?}");
+        let granted = approvals.approve_signed_blocking(two.as_value(), DecisionSigner::Operator(&keys[1])).unwrap();
+        let recorded = approvals.recorded_decision_blocking(two.as_value()).unwrap().expect("granted");
+        assert_eq!(recorded, granted, "{label}");
+        let admission = approvals.admit_blocking(&OwnedCall::refund(7).input(), granted.as_value()).unwrap();
+        assert_eq!(admission.approver, "bob", "{label}");
+
+        // The dispatcher: one signed approval admits its call, once.
+        let resume = approvals.approve_signed_blocking(&interrupt, DecisionSigner::Operator(&keys[0])).unwrap();
+        let message = host.resume(&operators, resume.clone().into_value()).expect_message();
+        assert_eq!(message.status, Status::Success, "{label}: {message:?}");
+        assert_eq!(host.executions(), 1, "{label}");
+        let again = host.resume(&operators, resume.into_value()).expect_message();
+        assert_eq!(again.refusal.map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{label}");
+        assert_eq!(host.executions(), 1, "{label}");
+    }
+}
+
+#[test]
+fn a_grant_written_through_the_ledger_without_a_valid_signature_admits_nothing_on_any_path() {
+    for (label, host) in hosts_with_postgres() {
+        let (operators, keys) = operators(&["alice"]);
+        let interrupt = host.interrupt(&operators);
+        let request = host.shared_key_only().verify_request(&interrupt).unwrap();
+        // Unsigned, as every grant was before signatures (and as an old row is).
+        forge_grant(&host, &request, "alice", Vec::new());
+        assert_admits_nothing(&host, &operators, &request, label);
+
+        // Signed by a key nobody listed.
+        let host = Host {
+            ledger: Arc::clone(&host.ledger),
+            clock: Arc::clone(&host.clock),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let interrupt = host.interrupt(&operators);
+        let request = host.shared_key_only().verify_request(&interrupt).unwrap();
+        let stranger = OperatorKey::generate("alice").unwrap();
+        let subject = subject_of(&request, 1);
+        forge_grant(&host, &request, "alice", vec![stranger.sign(&subject, "alice", false, 1).unwrap()]);
+        assert_admits_nothing(&host, &operators, &request, label);
+
+        // A listed key's signature with its bytes altered.
+        let host = Host {
+            ledger: Arc::clone(&host.ledger),
+            clock: Arc::clone(&host.clock),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let interrupt = host.interrupt(&operators);
+        let request = host.shared_key_only().verify_request(&interrupt).unwrap();
+        let mut signature = keys[0].sign(&subject_of(&request, 1), "alice", false, 1).unwrap();
+        signature.signed_at_ms += 1;
+        forge_grant(&host, &request, "alice", vec![signature]);
+        assert_admits_nothing(&host, &operators, &request, label);
+    }
+}
+
+fn subject_of(request: &InterruptRequest, approvals: u32) -> DecisionSubject<'_> {
+    DecisionSubject {
+        kind: DecisionKind::Grant,
+        request_id: request.request_id(),
+        binding: request.as_value()["airlock_approval"]["binding"].as_str().unwrap(),
+        approvals,
+    }
+}
+
+#[test]
+fn a_signature_over_another_request_or_binding_or_decision_admits_nothing() {
+    for (label, host) in hosts_with_postgres() {
+        let (operators, keys) = operators(&["alice"]);
+        let interrupt = host.interrupt(&operators);
+        let request = host.shared_key_only().verify_request(&interrupt).unwrap();
+        let elsewhere = host.request(&OwnedCall::refund(9), 1);
+        let other_request = keys[0].sign(&subject_of(&elsewhere, 1), "alice", false, 1).unwrap();
+        let other_binding = keys[0]
+            .sign(&DecisionSubject { binding: &"0".repeat(64), ..subject_of(&request, 1) }, "alice", false, 1)
+            .unwrap();
+        let a_denial = keys[0]
+            .sign(&DecisionSubject { kind: DecisionKind::Deny, ..subject_of(&request, 1) }, "alice", false, 1)
+            .unwrap();
+        let fewer_approvals = keys[0].sign(&subject_of(&request, 2), "alice", false, 1).unwrap();
+        let other_name = keys[0].sign(&subject_of(&request, 1), "root", false, 1).unwrap();
+        let subject = subject_of(&request, 1);
+        for (what, signature) in [
+            ("another request", other_request),
+            ("another binding", other_binding),
+            ("a denial", a_denial),
+            ("another number of approvals", fewer_approvals),
+            ("a name the key is not listed under", other_name),
+        ] {
+            assert_eq!(operators.count(std::slice::from_ref(&signature), &subject).credentials, 0, "{label}: {what}");
+        }
+        let signature = keys[0].sign(&subject_of(&elsewhere, 1), "alice", false, 1).unwrap();
+        forge_grant(&host, &request, "alice", vec![signature]);
+        assert_admits_nothing(&host, &operators, &request, label);
+    }
+}
+
+#[test]
+fn a_signature_by_a_revoked_key_admits_nothing_even_if_made_before_the_revocation() {
+    for (label, host) in hosts() {
+        let (mut operators, keys) = operators(&["alice", "bob"]);
+        let approvals = host.operator_mode(&operators);
+        let interrupt = host.interrupt(&operators);
+        let request = approvals.verify_request(&interrupt).unwrap();
+        // Signed while alice's key was good.
+        approvals.approve_signed_blocking(&interrupt, DecisionSigner::Operator(&keys[0])).unwrap();
+        assert_eq!(operators.revoke("alice"), 1);
+        assert_admits_nothing(&host, &operators, &request, label);
+        // And after: refused at once.
+        let later = host.request(&OwnedCall::refund(3), 1);
+        let refused = host
+            .operator_mode(&operators)
+            .approve_signed_blocking(later.as_value(), DecisionSigner::Operator(&keys[0]));
+        assert!(matches!(refused, Err(DecisionError::UnsignedGrant { .. })), "{label}: {refused:?}");
+        // Bob's key still counts.
+        let bob = host.request(&OwnedCall::refund(4), 1);
+        host.operator_mode(&operators)
+            .approve_signed_blocking(bob.as_value(), DecisionSigner::Operator(&keys[1]))
+            .unwrap();
+    }
+}
+
+#[test]
+fn an_unsigned_decision_is_refused_in_operator_mode_and_the_shared_key_alone_approves_nothing() {
+    for (label, host) in hosts() {
+        let (operators, keys) = operators(&["alice"]);
+        let approvals = host.operator_mode(&operators);
+        let request = host.request(&OwnedCall::refund(500), 1);
+        let unsigned = approvals.approve_blocking(request.as_value(), "alice");
+        assert!(matches!(unsigned, Err(DecisionError::SignatureRequired)), "{label}: {unsigned:?}");
+        let unsigned = approvals.deny_blocking(request.as_value(), "alice", None);
+        assert!(matches!(unsigned, Err(DecisionError::SignatureRequired)), "{label}: {unsigned:?}");
+        // The holder of the shared key records a grant; it mints a token that fits; the host refuses it.
+        host.shared_key_only().approve_blocking(request.as_value(), "alice").unwrap();
+        assert_admits_nothing(&host, &operators, &request, label);
+        // A signed denial is recorded with its signature; the call is refused with the denier's words.
+        let denied =
+            approvals.deny_signed_blocking(request.as_value(), DecisionSigner::Operator(&keys[0]), Some("no")).unwrap();
+        let status = host.ledger.find_request(request.request_id()).unwrap().unwrap().status;
+        let RequestStatus::Denied(DenialRecord { signature: Some(signature), denied_by, .. }) = status else {
+            panic!("{label}: {status:?}")
+        };
+        assert_eq!((denied_by.as_str(), signature.key.as_str()), ("alice", keys[0].key_id().as_str()));
+        let subject = DecisionSubject { kind: DecisionKind::Deny, ..subject_of(&request, 1) };
+        assert_eq!(operators.count(&[signature], &subject).credentials, 1, "{label}");
+        assert_eq!(approvals.recorded_decision_blocking(request.as_value()).unwrap(), Some(denied));
+    }
+}
+
+#[test]
+fn console_attestations_count_each_signed_in_account_once() {
+    let host = Host::memory();
+    let console = OperatorKey::generate("console").unwrap();
+    let (mut operators, keys) = operators(&["alice"]);
+    operators
+        .add(OperatorEntry {
+            name: "console".into(),
+            key: console.key_id(),
+            role: OperatorRole::Console,
+            revoked: false,
+        })
+        .unwrap();
+    let approvals = host.operator_mode(&operators);
+    let attest = |account| DecisionSigner::Console { key: &console, account };
+
+    // Two accounts signed in to the console: two approvers.
+    let two = host.request(&OwnedCall::refund(1), 2);
+    assert!(approvals.approve_signed_blocking(two.as_value(), attest("carol")).is_err());
+    let granted = approvals.approve_signed_blocking(two.as_value(), attest("dave")).unwrap();
+    approvals.admit_blocking(&OwnedCall::refund(1).input(), granted.as_value()).unwrap();
+
+    // One account twice: one approver.
+    let twice = host.request(&OwnedCall::refund(2), 2);
+    for _ in 0..2 {
+        let waiting = approvals.approve_signed_blocking(twice.as_value(), attest("carol"));
+        assert!(matches!(waiting, Err(DecisionError::MoreApproversNeeded { .. })), "{waiting:?}");
+    }
+
+    // Alice with her key and alice through the console: one person, one approver.
+    let same = host.request(&OwnedCall::refund(3), 2);
+    let subject = subject_of(&same, 2);
+    let both = [keys[0].sign(&subject, "alice", false, 1).unwrap(), console.sign(&subject, "alice", true, 2).unwrap()];
+    assert_eq!(operators.count(&both, &subject).credentials, 1);
+    // An operator's key cannot attest, and a console's key does not count as a person's own.
+    let wrong_roles =
+        [keys[0].sign(&subject, "zed", true, 1).unwrap(), console.sign(&subject, "console", false, 2).unwrap()];
+    assert_eq!(operators.count(&wrong_roles, &subject).credentials, 0);
+}
+
+#[test]
+fn an_operator_key_is_written_once_readable_by_its_owner_only_and_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alice.key");
+    let key = OperatorKey::generate("alice").unwrap();
+    key.write_new(&path).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let before = std::fs::read(&path).unwrap();
+    let again = OperatorKey::generate("alice").unwrap().write_new(&path);
+    assert!(matches!(again, Err(OperatorError::Exists { .. })), "{again:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the first key is untouched");
+    let read = OperatorKey::from_file(&path).unwrap();
+    assert_eq!(read.key_id(), key.key_id());
+    let text = String::from_utf8(before).unwrap();
+    let secret =
+        text.lines().find_map(|l| l.strip_prefix("secret = \"ed25519:")).unwrap().trim_end_matches('"').to_owned();
+    assert!(!format!("{read:?}").contains(&secret), "Debug never shows the secret");
+    // A damaged file is refused without quoting it.
+    std::fs::write(dir.path().join("bad.key"), text.replace("secret", "secrte")).unwrap();
+    let bad = OperatorKey::from_file(&dir.path().join("bad.key")).unwrap_err().to_string();
+    assert!(!bad.contains(&secret), "{bad}");
+}
+
+#[test]
+fn the_operators_file_refuses_malformed_keys_and_reused_names() {
+    let (mut operators, keys) = operators(&["alice"]);
+    let text = operators.to_toml();
+    assert_eq!(Operators::from_toml(&text, "t").unwrap(), operators);
+    for bad in [
+        "[[operator]]\nname = \"x\"\nkey = \"ed25519:zz\"\n",
+        "[[operator]]\nname = \"\"\nkey = \"ed25519:00\"\n",
+        "[[operator]]\nname = \"x\"\nkey = \"rsa:00\"\nextra = 1\n",
+    ] {
+        assert!(Operators::from_toml(bad, "t").is_err(), "{bad}");
+    }
+    let again = OperatorEntry {
+        name: "alice".into(),
+        key: OperatorKey::generate("a").unwrap().key_id(),
+        role: OperatorRole::Operator,
+        revoked: false,
+    };
+    assert!(operators.add(again).is_err(), "a name is listed once");
+    let same_key =
+        OperatorEntry { name: "eve".into(), key: keys[0].key_id(), role: OperatorRole::Operator, revoked: false };
+    assert!(operators.add(same_key).is_err(), "a key is listed once");
+    assert_eq!(operators.revoke("alice"), 1);
+    assert_eq!(operators.revoke("alice"), 0);
+}
+
+#[test]
+fn rows_written_before_signatures_read_as_unsigned_and_signed_rows_keep_their_signatures() {
+    let old = serde_json::json!({
+        "grant_id": "00112233445566778899aabbccddeeff", "request_id": "ffeeddccbbaa99887766554433221100",
+        "key_id": "k1", "binding": "ab".repeat(32), "approver": "alice",
+        "granted_at": 1_767_225_600_000_u64, "expires_at": 1_767_226_200_000_u64,
+    });
+    let grant: GrantRecord = serde_json::from_value(old.clone()).unwrap();
+    assert!(grant.signatures.is_empty());
+    assert_eq!(serde_json::to_value(&grant).unwrap(), old, "an unsigned row is written as before");
+    let denial: DenialRecord = serde_json::from_value(serde_json::json!({
+        "request_id": "ffeeddccbbaa99887766554433221100", "denied_by": "bob", "reason": null,
+        "denied_at": 1_767_225_600_000_u64, "revoked_grant": null,
+    }))
+    .unwrap();
+    assert_eq!(denial.signature, None);
+
+    let key = OperatorKey::generate("alice").unwrap();
+    let binding = "ab".repeat(32);
+    let subject =
+        DecisionSubject { kind: DecisionKind::Grant, request_id: &grant.request_id, binding: &binding, approvals: 1 };
+    let signed = GrantRecord { signatures: vec![key.sign(&subject, "alice", false, 5).unwrap()], ..grant };
+    let text = serde_json::to_string(&signed).unwrap();
+    assert_eq!(serde_json::from_str::<GrantRecord>(&text).unwrap(), signed);
+}
