@@ -113,6 +113,24 @@ struct Entry {
 type Refusing = (Refused, Vec<String>);
 
 impl Dispatcher {
+    /// The masker results go through, for what a gateway serves besides tools.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn masker(&self) -> &Arc<Masker> {
+        &self.masker
+    }
+
+    /// The audit log, if the dispatcher keeps one.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.as_ref()
+    }
+
+    /// The clock its rate limits read.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The tools the model may be offered: denied tools are left out, escalated ones kept (a human can
     /// approve them). In registration order.
     pub fn offered_tools(&self) -> Vec<ToolDefinition> {

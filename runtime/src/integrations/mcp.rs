@@ -783,7 +783,7 @@ pub fn tool_result(outcome: Outcome) -> CallToolResult {
 }
 
 /// A JSON-RPC request id as the call's tool call id: its JSON text, so `7` and `"7"` stay distinct.
-fn request_id_text(id: &RequestId) -> String {
+pub(crate) fn request_id_text(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_else(|_| id.to_string())
 }
 
