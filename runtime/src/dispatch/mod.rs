@@ -206,6 +206,7 @@ impl Dispatcher {
                     hints: refused.hints,
                     stripped_arguments: stripped,
                     refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
+                    structured_content: None,
                 })
             }
         };
@@ -653,6 +654,19 @@ impl Dispatcher {
                 }
                 Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
             }
+            ToolOutput::Structured { mut content, mut structured } => {
+                tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                self.mask(&mut content, entry.mask);
+                self.mask(&mut structured, entry.mask);
+                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = Some(serde_json::json!({"content": content, "structuredContent": structured}));
+                }
+                let mut message = message(id, name, Status::Success, content_text(content), stripped);
+                message.structured_content = Some(structured);
+                Outcome::Message(message)
+            }
             ToolOutput::Command(command) => {
                 tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
@@ -698,6 +712,7 @@ fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<
         hints: Vec::new(),
         stripped_arguments: stripped,
         refusal: None,
+        structured_content: None,
     }
 }
 

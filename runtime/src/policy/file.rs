@@ -646,7 +646,12 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
             (h("[resources.\"[x\"]\n"), 3, 12, "invalid glob `[x`"),
             (h("[prompts.summarise]\nrate = \"1/fortnight\"\n"), 4, 8, "invalid rate `1/fortnight` for `summarise`"),
             (h("[resources.\"a://*\"]\nmask = \"gossip\"\n"), 4, 8, "invalid mask `gossip` for `a://*`"),
-            (h("[prompts.summarise]\nescalate = \"no\"\n"), 4, 1, "unknown field `escalate`, expected `rate` or `mask`"),
+            (
+                h("[prompts.summarise]\nescalate = \"no\"\n"),
+                4,
+                1,
+                "unknown field `escalate`, expected `rate` or `mask`",
+            ),
             // Rates.
             (
                 h("[tools.refund]\nrate = \"5/fortnight\"\n"),

@@ -139,15 +139,7 @@ impl McpGateway {
         let surfaces = Arc::new(surface_guard(&dispatcher, Arc::new(Policy::new())));
         let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
         let tools = GatewayTools { offered: served.tool_names(), ..tools };
-        Ok(McpGateway {
-            upstream,
-            served,
-            setup,
-            pins,
-            tools,
-            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            surfaces,
-        })
+        Ok(McpGateway { upstream, served, setup, pins, tools, approval_timeout: DEFAULT_APPROVAL_TIMEOUT, surfaces })
     }
 
     /// The policy whose resource and prompt rules guard the upstream's resources and prompts: `deny_*` and
@@ -370,15 +362,14 @@ fn build(
     Ok((builder.build()?, offered, report))
 }
 
-/// The upstream's definition as offered downstream: its name, title, annotations and description as the
-/// upstream wrote them, its input schema as the guard enforces it (objects the upstream left open closed,
-/// see [`Closing`](crate::json_tool::Closing)), and no output schema (a guarded result is the text of the
-/// upstream's, masked, so structured content is not passed on).
+/// The upstream's definition as offered downstream: its name, title, annotations, description and output
+/// schema as the upstream wrote them (its structured content is passed on, masked like its text), and its
+/// input schema as the guard enforces it (objects the upstream left open closed, see
+/// [`Closing`](crate::json_tool::Closing)).
 fn downstream_definition(mut tool: rmcp::model::Tool, guarded: &JsonTool) -> rmcp::model::Tool {
     if let Value::Object(schema) = guarded.definition_schema() {
         tool.input_schema = Arc::new(schema.clone());
     }
-    tool.output_schema = None;
     tool
 }
 

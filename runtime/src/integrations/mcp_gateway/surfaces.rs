@@ -184,8 +184,7 @@ impl SurfaceGuard {
             let message = format!("{} `{}` is denied by the policy (`{}`)", call.what, shown(key), shown(rule));
             if !observe {
                 tracing::info!(target: "agent_airlock", method = call.method, %rule, "refused by the policy");
-                self.record(call, AuditOutcome::Refused { refusal: RefusalKind::Denied }, Some(rule), None, None)
-                    .await;
+                self.record(call, AuditOutcome::Refused { refusal: RefusalKind::Denied }, Some(rule), None, None).await;
                 return Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None));
             }
             tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the policy would refuse this");
@@ -195,7 +194,8 @@ impl SurfaceGuard {
             Surface::Resource => &self.resource_buckets,
             Surface::Prompt => &self.prompt_buckets,
         };
-        let mut ids: Vec<BucketId> = decided.rate_limits.iter().filter_map(|(rule, _, _)| buckets.get(*rule).copied()).collect();
+        let mut ids: Vec<BucketId> =
+            decided.rate_limits.iter().filter_map(|(rule, _, _)| buckets.get(*rule).copied()).collect();
         ids.sort_unstable();
         ids.dedup();
         if let Err((wait, position)) = self.limiter.acquire(&ids, None, self.clock.now()) {
@@ -278,8 +278,10 @@ impl SurfaceGuard {
         let (rule, detail, result) = (rule.map(str::to_owned), detail.map(str::to_owned), result.cloned());
         // Appending blocks for the commit: off the async threads.
         let written = tokio::task::spawn_blocking(move || {
-            let mut event =
-                AuditEvent::new(method, &id, outcome).rule(rule.as_deref()).detail(detail.as_deref()).arguments(&arguments);
+            let mut event = AuditEvent::new(method, &id, outcome)
+                .rule(rule.as_deref())
+                .detail(detail.as_deref())
+                .arguments(&arguments);
             if let Some(result) = &result {
                 event = event.result(result);
             }
@@ -366,7 +368,10 @@ fn mask_block(masker: &Masker, set: MaskSet, block: &mut ContentBlock) -> bool {
 
 /// An answer of a kind this gateway does not know (rmcp's response enums are open): withheld.
 fn unguardable() -> ErrorData {
-    ErrorData::internal_error("the upstream answered with a kind of result the gateway cannot guard; it is withheld", None)
+    ErrorData::internal_error(
+        "the upstream answered with a kind of result the gateway cannot guard; it is withheld",
+        None,
+    )
 }
 
 #[cfg(test)]
@@ -398,7 +403,10 @@ mod tests {
         };
         let denied = guard.read_resource("1", ReadResourceRequestParams::new("config://secrets"), answer).await;
         let message = denied.unwrap_err().message;
-        assert!(message.contains("resource `config://secrets` is denied by the policy (`not in allow list`)"), "{message}");
+        assert!(
+            message.contains("resource `config://secrets` is denied by the policy (`not in allow list`)"),
+            "{message}"
+        );
         let read = guard.read_resource("2", ReadResourceRequestParams::new("NOTES://a"), answer).await.unwrap();
         let ReadResourceResponse::Complete(result) = read else { panic!("a complete read") };
         let text = serde_json::to_string(&result).unwrap();
