@@ -40,6 +40,9 @@ pub const PROMPT_GET: &str = "prompts/get";
 /// How much of a URI or prompt name a refusal shows, in characters.
 const SHOWN_CHARS: usize = 120;
 
+/// How much of the upstream's own error message is passed on, in characters (it may echo the request).
+const UPSTREAM_ERROR_CHARS: usize = 1_000;
+
 /// The guard of a gateway's resources and prompts: its policy, rate buckets, masker and audit log. One per
 /// gateway, shared by every session it serves (so a rate limit does not start afresh with each session).
 pub struct SurfaceGuard {
@@ -238,8 +241,12 @@ impl SurfaceGuard {
             Ok(response) => response,
             Err(error) => {
                 let error = upstream_error(call.method, error);
-                // The upstream's words can carry secrets too.
-                let message = self.masker.mask_text(&error.message, admitted.mask).into_owned();
+                // The upstream's words can carry secrets too, and echo an unbounded request.
+                let masked = self.masker.mask_text(&error.message, admitted.mask);
+                let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
+                    None => masked.into_owned(),
+                    Some((cut, _)) => format!("{}…", &masked[..cut]),
+                };
                 let result = Value::String(message.clone());
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, detail, Some(&result)).await;
@@ -418,5 +425,26 @@ mod tests {
         let outcomes: Vec<String> = records.iter().map(|r| r.outcome.to_string()).collect();
         assert_eq!(outcomes, ["refused (denied)", "executed", "executed", "refused (rate_limited)"], "{records:?}");
         assert!(records.iter().all(|r| r.tool == RESOURCE_READ));
+    }
+
+    #[tokio::test]
+    async fn the_upstreams_error_is_masked_cut_short_and_audited() {
+        let audit = Arc::new(AuditLog::in_memory(crate::audit::AuditConfig::default()));
+        let guard = SurfaceGuard::new(Arc::new(Policy::new()), Arc::new(Masker::default()), Some(Arc::clone(&audit)));
+        let failing = |request: GetPromptRequestParams| async move {
+            let message = format!("no prompt {} (key AKIAIOSFODNN7QK4RW2Z)", request.name);
+            Err::<GetPromptResponse, _>(ServiceError::McpError(ErrorData::invalid_params(message, None)))
+        };
+        let long = "p".repeat(50_000);
+        let error = guard.get_prompt("7", GetPromptRequestParams::new(long), failing).await.unwrap_err();
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+        assert!(error.message.chars().count() <= UPSTREAM_ERROR_CHARS + 1, "{}", error.message.len());
+        let short = guard.get_prompt("8", GetPromptRequestParams::new("x"), failing).await.unwrap_err();
+        assert!(short.message.starts_with("no prompt x") && !short.message.contains("AKIA"), "{}", short.message);
+        let records = audit.records(0, 10).unwrap();
+        assert_eq!(records.len(), 2);
+        assert!(
+            records.iter().all(|r| r.tool == PROMPT_GET && r.outcome == AuditOutcome::Failed { not_executed: false })
+        );
     }
 }
