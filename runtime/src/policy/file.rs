@@ -189,18 +189,19 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
             "`allow` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every tool not denied runs"
                 .to_owned(),
         ));
-    } else if let Some((key, first)) = [("allow_resources", "resource"), ("allow_prompts", "prompt")]
-        .into_iter()
-        .zip([raw.allow_resources.first(), raw.allow_prompts.first()])
-        .find_map(|((key, what), first)| first.map(|first| ((key, what), first)))
-    {
-        return Err(at(
-            first.span(),
-            format!(
-                "`{}` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every {} not denied is served",
-                key.0, key.1
-            ),
-        ));
+    } else {
+        let surfaces =
+            [("allow_resources", "resource", &raw.allow_resources), ("allow_prompts", "prompt", &raw.allow_prompts)];
+        for (key, what, globs) in surfaces {
+            if let Some(first) = globs.first() {
+                return Err(at(
+                    first.span(),
+                    format!(
+                        "`{key}` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every {what} not denied is served"
+                    ),
+                ));
+            }
+        }
     }
     if raw.mode.as_ref().is_some_and(|mode| *mode.get_ref() == Mode::Observe) {
         file.builder = file.builder.mode(PolicyMode::Observe);

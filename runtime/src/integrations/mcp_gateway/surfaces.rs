@@ -247,10 +247,14 @@ impl SurfaceGuard {
                     None => masked.into_owned(),
                     Some((cut, _)) => format!("{}…", &masked[..cut]),
                 };
+                let mut data = error.data;
+                if let Some(data) = &mut data {
+                    self.masker.mask_value(data, admitted.mask);
+                }
                 let result = Value::String(message.clone());
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, detail, Some(&result)).await;
-                return Err(ErrorData::new(error.code, message, error.data));
+                return Err(ErrorData::new(error.code, message, data));
             }
         };
         let (masked, result) = match mask(&self.masker, admitted.mask, response) {
