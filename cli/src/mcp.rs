@@ -5,7 +5,8 @@
 //! runs every `tools/call` through the gates of the policy file before forwarding it. Approvals are asked
 //! of the client's human by elicitation, or, for tools the policy routes to an operator, wait for
 //! `airlock approve` in the shared store; either way bound to the exact call and spent once through the
-//! ledger in `--db` (a redb file or a PostgreSQL URL). Resources and prompts pass through. The child is shut
+//! ledger in `--db` (a redb file or a PostgreSQL URL). Resource reads and prompt gets go through the
+//! policy's resource and prompt rules, rate limits, masking and the audit log too. The child is shut
 //! down when the client goes away or on SIGTERM/SIGINT. `--upstream-url` reaches a Streamable HTTP upstream
 //! instead of starting one; `--listen` serves clients over Streamable HTTP (bearer token required).
 //!
@@ -467,7 +468,12 @@ fn starter_policy(command: &str, tools: &[agent_airlock::integrations::mcp::rmcp
     out.push_str("# A pin is the digest of the tool's whole definition (name, title, description, input and output\n");
     out.push_str("# schemas, annotations, _meta): if the server changes the tool, the gateway hides it and refuses\n");
     out.push_str("# its calls until you review it and pin it again.\n");
-    out.push_str("version = 1\ndefault = \"deny\"\nallow = []\n");
+    out.push_str(
+        "# Resources and prompts are denied too: add URI globs to `allow_resources` (\"file:///srv/docs/**\")\n",
+    );
+    out.push_str("# and prompt names to `allow_prompts`; `[resources.\"<glob>\"]` and `[prompts.<name>]` tables set\n");
+    out.push_str("# their `rate` and `mask`.\n");
+    out.push_str("version = 1\ndefault = \"deny\"\nallow = []\nallow_resources = []\nallow_prompts = []\n");
     for tool in tools {
         let name = tool.name.as_ref();
         out.push('\n');

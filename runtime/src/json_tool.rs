@@ -55,23 +55,49 @@ pub struct JsonCall {
 
 /// What an executor returns: the result the model reads (masked by the dispatcher), or an error; a
 /// [`ToolError::not_executed`] settles the call's effect as not having happened.
-pub type JsonFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
+pub type JsonFuture = Pin<Box<dyn Future<Output = Result<JsonOutput, ToolError>> + Send + 'static>>;
+
+/// The result of one [`JsonTool`] call: what the model reads and, for a tool with an output schema, the
+/// structured content a client reads (masked like the rest). A [`Value`] converts into one without.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JsonOutput {
+    /// What the model reads.
+    pub content: Value,
+    /// The structured content, if any.
+    pub structured: Option<Value>,
+}
+
+impl JsonOutput {
+    /// A result with structured content.
+    pub fn structured(content: Value, structured: Value) -> Self {
+        JsonOutput { content, structured: Some(structured) }
+    }
+}
+
+impl From<Value> for JsonOutput {
+    fn from(content: Value) -> Self {
+        JsonOutput { content, structured: None }
+    }
+}
 
 /// How a [`JsonTool`]'s admitted calls run. Implemented for every `Fn(JsonCall) -> impl Future<Output =
-/// Result<Value, ToolError>>` closure. [`execute`](Self::execute) is called only once the call has passed
+/// Result<T, ToolError>>` closure whose `T` is a [`JsonOutput`] or a [`Value`]. [`execute`](Self::execute) is called only once the call has passed
 /// every gate, when the dispatcher runs it (gate 8), so even a closure's body acts only for admitted calls.
 pub trait JsonExecutor: Send + Sync + 'static {
     /// Starts one admitted call.
     fn execute(&self, call: JsonCall) -> JsonFuture;
 }
 
-impl<F, Fut> JsonExecutor for F
+impl<F, Fut, T> JsonExecutor for F
 where
     F: Fn(JsonCall) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    Fut: Future<Output = Result<T, ToolError>> + Send + 'static,
+    T: Into<JsonOutput>,
 {
     fn execute(&self, call: JsonCall) -> JsonFuture {
-        Box::pin(self(call))
+        let future = self(call);
+        Box::pin(async move { future.await.map(Into::into) })
     }
 }
 
@@ -331,7 +357,10 @@ impl Tool for JsonTool {
         let executor = Arc::clone(&self.executor);
         Ok(Prepared::new(Box::pin(async move {
             match executor.execute(call).await {
-                Ok(value) => ToolOutput::Content(value),
+                Ok(JsonOutput { content, structured: None }) => ToolOutput::Content(content),
+                Ok(JsonOutput { content, structured: Some(structured) }) => {
+                    ToolOutput::Structured { content, structured }
+                }
                 Err(error) => ToolOutput::Failed(error),
             }
         })))

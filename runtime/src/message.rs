@@ -51,6 +51,10 @@ pub struct ToolMessage {
     /// Why the call was refused, for the host (the model reads `content`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<Refusal>,
+    /// The result as structured content, masked, when the tool gave one
+    /// ([`ToolOutput::Structured`](crate::tool::ToolOutput::Structured)): MCP's `structuredContent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
 }
 
 impl ToolMessage {

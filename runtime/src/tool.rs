@@ -667,6 +667,14 @@ pub enum GhostPolicy {
 pub enum ToolOutput {
     /// A result for the model.
     Content(Value),
+    /// A result for the model, and the same result as structured content for a client that reads it (MCP's
+    /// `structuredContent`, described by the tool's output schema). Both are masked.
+    Structured {
+        /// What the model reads.
+        content: Value,
+        /// The structured content.
+        structured: Value,
+    },
     /// A state update for the host's graph; it passes through untouched.
     Command(HostCommand),
     /// The tool returned an error.

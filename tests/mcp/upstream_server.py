@@ -14,6 +14,10 @@ approval got through the gateway.
 With `UPSTREAM_HTTP_PORT=N` in the environment it serves Streamable HTTP on 127.0.0.1:N (path `/mcp`)
 instead of stdio.
 
+With `SURFACES=1` in the environment it also serves what carries a secret (an AWS access key) for the
+masking tests: the resource `config://leaky`, the prompt `leaky`, and the tool `forecast`, whose result is
+structured content described by its output schema.
+
 With `RUG_PULL=1` in the environment, `read_note` starts with a different description (a definition whose
 pin no longer matches); the `rug_pull` tool makes the same change at run time and announces it with
 `notifications/tools/list_changed`.
@@ -156,6 +160,31 @@ def summarise(name: str) -> str:
 @server.prompt(description="Reset every account (administrators only).")
 def admin_reset() -> str:
     return "Reset every account now."
+
+
+# The AWS key the masker treats as real (`AKIA…EXAMPLE` is the documentation's placeholder it lets pass).
+LEAKED_KEY = "AKIAIOSFODNN7QK4RW2Z"
+
+if os.environ.get("SURFACES") == "1":
+    from pydantic import BaseModel
+
+    class Forecast(BaseModel):
+        city: str
+        sky: str
+        note: str
+
+    @server.resource("config://leaky", description="Settings that hold a cloud key.")
+    def leaky_config() -> str:
+        return f"region = eu-west-1\naws_access_key_id = {LEAKED_KEY}"
+
+    @server.prompt(description="A prompt that quotes a cloud key.")
+    def leaky() -> str:
+        return f"Deploy with the key {LEAKED_KEY} to eu-west-1."
+
+    @server.tool()
+    def forecast(city: str) -> Forecast:
+        """Tomorrow's weather in a city, as structured content."""
+        return Forecast(city=city, sky="clear", note=f"fetched with {LEAKED_KEY}")
 
 
 if __name__ == "__main__":

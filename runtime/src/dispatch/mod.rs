@@ -115,6 +115,24 @@ struct Entry {
 type Refusing = (Refused, Vec<String>);
 
 impl Dispatcher {
+    /// The masker results go through, for what a gateway serves besides tools.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn masker(&self) -> &Arc<Masker> {
+        &self.masker
+    }
+
+    /// The audit log, if the dispatcher keeps one.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.as_ref()
+    }
+
+    /// The clock its rate limits read.
+    #[cfg(feature = "mcp-gateway")]
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The tools the model may be offered: denied tools are left out, escalated ones kept (a human can
     /// approve them). In registration order.
     pub fn offered_tools(&self) -> Vec<ToolDefinition> {
@@ -190,6 +208,7 @@ impl Dispatcher {
                     hints: refused.hints,
                     stripped_arguments: stripped,
                     refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
+                    structured_content: None,
                 })
             }
         };
@@ -638,6 +657,19 @@ impl Dispatcher {
                 }
                 Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
             }
+            ToolOutput::Structured { mut content, mut structured } => {
+                tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                self.mask(&mut content, entry.mask);
+                self.mask(&mut structured, entry.mask);
+                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
+                trail.outcome = Some(AuditOutcome::Executed);
+                if audited {
+                    trail.result = Some(serde_json::json!({"content": content, "structuredContent": structured}));
+                }
+                let mut message = message(id, name, Status::Success, content_text(content), stripped);
+                message.structured_content = Some(structured);
+                Outcome::Message(message)
+            }
             ToolOutput::Command(command) => {
                 tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
@@ -683,6 +715,7 @@ fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<
         hints: Vec::new(),
         stripped_arguments: stripped,
         refusal: None,
+        structured_content: None,
     }
 }
 

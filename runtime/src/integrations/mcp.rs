@@ -591,6 +591,7 @@ fn cancelled_outcome(call: &ToolCall) -> Outcome {
         hints: Vec::new(),
         stripped_arguments: Vec::new(),
         refusal: Some(Refusal { kind: RefusalKind::ApprovalUnavailable, rule: None, retry_after: None }),
+        structured_content: None,
     })
 }
 
@@ -735,10 +736,11 @@ pub fn tool_result(outcome: Outcome) -> CallToolResult {
     match outcome {
         Outcome::Message(message) => {
             let text = super::model_text(&message);
-            let result = match message.status {
+            let mut result = match message.status {
                 Status::Success => CallToolResult::success(vec![ContentBlock::text(text)]),
                 Status::Error => CallToolResult::error(vec![ContentBlock::text(text)]),
             };
+            result.structured_content = message.structured_content.clone();
             let meta = CallReport {
                 tool_call_id: &message.tool_call_id,
                 status: message.status,
@@ -783,7 +785,7 @@ pub fn tool_result(outcome: Outcome) -> CallToolResult {
 }
 
 /// A JSON-RPC request id as the call's tool call id: its JSON text, so `7` and `"7"` stay distinct.
-fn request_id_text(id: &RequestId) -> String {
+pub(crate) fn request_id_text(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_else(|_| id.to_string())
 }
 

@@ -8,6 +8,8 @@
 //! allow = ["read_*", "refund", "write_file"]   # only with default = "deny"
 //! deny_resources = ["file:///**/.env"]           # resource URI globs a gateway hides and refuses to read
 //! deny_prompts = ["admin_*"]                     # prompt name globs a gateway hides and refuses to give
+//! allow_resources = ["file:///srv/docs/**"]      # only with default = "deny": the resources a gateway serves
+//! allow_prompts = ["summarise"]                  # only with default = "deny": the prompts a gateway serves
 //!
 //! [tools.refund]              # a tool name or a glob; every key is optional
 //! escalate = "moves money"    # a human must approve, for this reason
@@ -19,6 +21,13 @@
 //! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
 //! pin = "sha256:…"            # the tool definition's digest (exact names only), enforced by a gateway
 //! approver = "operator"       # who decides its escalations in a gateway: "client" (the default) or "operator"
+//!
+//! [resources."file:///srv/docs/**"]   # a resource URI glob (matched on the URI's normal form)
+//! rate = "30/minute"          # every read of a matching resource, together
+//! mask = "pii"                # masking of the contents, added to the gateway's default (secrets)
+//!
+//! [prompts.summarise]         # a prompt name or a glob: `rate` and `mask` as for resources
+//! rate = "10/minute"
 //!
 //! [[tools.refund.when]]       # argument conditions, see `policy::condition`
 //! if = "amount > 10000"
@@ -43,7 +52,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::rules::{ApprovalRoute, Policy, PolicyBuilder, PolicyError, PolicyMode};
+use super::rules::{ApprovalRoute, Policy, PolicyBuilder, PolicyError, PolicyMode, Surface};
 use crate::rate::RateScope;
 use crate::tool::GhostPolicy;
 
@@ -78,7 +87,23 @@ struct RawPolicy {
     #[serde(default)]
     deny_prompts: Vec<Spanned<String>>,
     #[serde(default)]
+    allow_resources: Vec<Spanned<String>>,
+    #[serde(default)]
+    allow_prompts: Vec<Spanned<String>>,
+    #[serde(default)]
     tools: BTreeMap<Spanned<String>, RawTool>,
+    #[serde(default)]
+    resources: BTreeMap<Spanned<String>, RawSurface>,
+    #[serde(default)]
+    prompts: BTreeMap<Spanned<String>, RawSurface>,
+}
+
+/// A `[resources.…]` or `[prompts.…]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSurface {
+    rate: Option<Spanned<String>>,
+    mask: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +189,19 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
             "`allow` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every tool not denied runs"
                 .to_owned(),
         ));
+    } else {
+        let surfaces =
+            [("allow_resources", "resource", &raw.allow_resources), ("allow_prompts", "prompt", &raw.allow_prompts)];
+        for (key, what, globs) in surfaces {
+            if let Some(first) = globs.first() {
+                return Err(at(
+                    first.span(),
+                    format!(
+                        "`{key}` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every {what} not denied is served"
+                    ),
+                ));
+            }
+        }
     }
     if raw.mode.as_ref().is_some_and(|mode| *mode.get_ref() == Mode::Observe) {
         file.builder = file.builder.mode(PolicyMode::Observe);
@@ -179,6 +217,17 @@ pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
     }
     for glob in &raw.deny_prompts {
         file.apply(|b| b.deny_prompt(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.allow_resources {
+        file.apply(|b| b.allow_resource(glob.get_ref()), &[glob.span()])?;
+    }
+    for glob in &raw.allow_prompts {
+        file.apply(|b| b.allow_prompt(glob.get_ref()), &[glob.span()])?;
+    }
+    for (surface, tables) in [(Surface::Resource, &raw.resources), (Surface::Prompt, &raw.prompts)] {
+        for (glob, table) in tables {
+            file.surface(surface, glob, table)?;
+        }
     }
     // Rules apply in file order (the first matching effect template wins).
     let mut tools: Vec<_> = raw.tools.into_iter().collect();
@@ -222,6 +271,22 @@ impl FileBuilder<'_> {
             None => span.start,
         };
         Err(locate(self.text, start, message))
+    }
+
+    fn surface(&mut self, surface: Surface, glob: &Spanned<String>, table: &RawSurface) -> Result<(), PolicyFileError> {
+        let name = glob.get_ref().as_str();
+        let key = glob.span();
+        if let Err(err) = globset::Glob::new(name) {
+            let error = PolicyError::Glob { pattern: name.to_owned(), message: err.kind().to_string() };
+            return Err(locate(self.text, key.start, error.to_string()));
+        }
+        if let Some(rate) = &table.rate {
+            self.apply(|b| b.surface_rate_limit(surface, name, rate.get_ref()), &[key.clone(), rate.span()])?;
+        }
+        if let Some(mask) = &table.mask {
+            self.apply(|b| b.surface_mask(surface, name, mask.get_ref()), &[key.clone(), mask.span()])?;
+        }
+        Ok(())
     }
 
     fn tool(&mut self, glob: &Spanned<String>, tool: &RawTool) -> Result<(), PolicyFileError> {
@@ -363,6 +428,15 @@ deny = ["delete_*"]
 allow = ["read_*", "refund", "write_file", "delete_all"]
 deny_resources = ["file:///**/.env"]
 deny_prompts = ["admin_*"]
+allow_resources = ["file:///srv/**"]
+allow_prompts = ["summarise", "admin_*"]
+
+[resources."file:///srv/docs/**"]
+rate = "30/minute"
+mask = "pii"
+
+[prompts.summarise]
+rate = "10/minute"
 
 [tools.refund]
 escalate = "moves money"
@@ -495,6 +569,13 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
             (policy.prompt_denied_by("admin_reset"), policy.prompt_denied_by("summarise")),
             (Some("admin_*"), None)
         );
+        assert_eq!(policy.resource_denied_by("file:///etc/passwd"), Some("not in allow list"));
+        let docs = policy.for_surface(Surface::Resource, "FILE:///srv/docs/../docs/a.md");
+        assert_eq!((docs.denied_by, docs.mask), (None, "pii".parse().unwrap()));
+        assert_eq!(docs.rate_limits, vec![(0, "file:///srv/docs/**".to_owned(), "30/minute".parse().unwrap())]);
+        let summarise = policy.for_surface(Surface::Prompt, "summarise");
+        assert_eq!(summarise.rate_limits, vec![(0, "summarise".to_owned(), "10/minute".parse().unwrap())]);
+        assert_eq!(policy.for_surface(Surface::Prompt, "other").denied_by.as_deref(), Some("not in allow list"));
         assert_eq!(policy.for_tool("write_file").approver, ApprovalRoute::Client, "the client's human by default");
         assert_eq!(refund.conditions.len(), 1);
         assert_eq!(refund.conditions[0].name(), "refund when amount > 10000");
@@ -556,6 +637,22 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
             (h("deny_resources = [\"[\"]\n"), 3, 19, "invalid glob `[`"),
             (h("deny_prompts = [\"a{\"]\n"), 3, 17, "invalid glob `a{`"),
             (h("allow = [\"read_*\"]\n"), 3, 10, "`allow` lists only matter with `default = \"deny\"`"),
+            (
+                h("allow_prompts = [\"summarise\"]\n"),
+                3,
+                18,
+                "`allow_prompts` lists only matter with `default = \"deny\"`: under `default = \"allow\"` every prompt",
+            ),
+            ("version = 1\ndefault = \"deny\"\nallow_resources = [\"[\"]\n".to_owned(), 3, 20, "invalid glob `[`"),
+            (h("[resources.\"[x\"]\n"), 3, 12, "invalid glob `[x`"),
+            (h("[prompts.summarise]\nrate = \"1/fortnight\"\n"), 4, 8, "invalid rate `1/fortnight` for `summarise`"),
+            (h("[resources.\"a://*\"]\nmask = \"gossip\"\n"), 4, 8, "invalid mask `gossip` for `a://*`"),
+            (
+                h("[prompts.summarise]\nescalate = \"no\"\n"),
+                4,
+                1,
+                "unknown field `escalate`, expected `rate` or `mask`",
+            ),
             // Rates.
             (
                 h("[tools.refund]\nrate = \"5/fortnight\"\n"),

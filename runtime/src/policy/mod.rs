@@ -14,4 +14,6 @@ pub(crate) mod uri;
 
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;
-pub use self::rules::{ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, UnmatchedTable};
+pub use self::rules::{
+    ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, Surface, SurfacePolicy, UnmatchedTable,
+};

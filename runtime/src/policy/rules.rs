@@ -33,6 +33,14 @@ pub struct Policy {
     approvers: Vec<Rule<ApprovalRoute>>,
     deny_resources: Vec<Rule<()>>,
     deny_prompts: Vec<Rule<()>>,
+    allow_resources: Vec<Rule<()>>,
+    allow_prompts: Vec<Rule<()>>,
+    /// The `[resources.…]` and `[prompts.…]` tables' rules: one bucket per rule, shared by every URI (or
+    /// prompt) it matches.
+    resource_rates: Vec<Rule<Rate>>,
+    prompt_rates: Vec<Rule<Rate>>,
+    resource_masks: Vec<Rule<MaskSet>>,
+    prompt_masks: Vec<Rule<MaskSet>>,
     /// The `[tools.…]` tables of a policy file, by glob, to report those that name no tool.
     tables: Vec<Rule<()>>,
 }
@@ -203,6 +211,30 @@ pub struct ToolPolicy {
     pub approver: ApprovalRoute,
 }
 
+/// Which surface of an MCP server a [`SurfacePolicy`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// `resources/read`, by the resource's URI (its normal form).
+    Resource,
+    /// `prompts/get`, by the prompt's name.
+    Prompt,
+}
+
+/// What the policy says about one resource read or one prompt get through a gateway.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SurfacePolicy {
+    /// Why it is refused: the deny glob that matched, `not in allow list`, `default deny`, or (for a URI)
+    /// that it has no normal form.
+    pub denied_by: Option<String>,
+    /// `(rule, glob, rate)` for each rate-limit rule that matched: `rule` numbers the rule among the
+    /// surface's rate rules ([`Policy::surface_rate_rules`]), one bucket each, shared by everything it
+    /// matches.
+    pub rate_limits: Vec<(usize, String, Rate)>,
+    /// The masking every matching table adds to the gateway's default (the union).
+    pub mask: MaskSet,
+}
+
 /// A policy that could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -316,24 +348,76 @@ impl Policy {
         self.pins.get(name).map(String::as_str)
     }
 
-    /// The glob that denies the resource at `uri` to a gateway's clients, if any. Resources are offered
-    /// unless denied (the default rule and the allow list are about tools). The globs match the URI's normal
-    /// form (RFC 3986: scheme and host lower-cased, unreserved escapes decoded, dot segments
-    /// resolved, `file://localhost/` as `file:///`), so `CONFIG://secrets` and `file:///home/me/%2Eenv` are
-    /// denied by `config://secrets` and `file:///**/.env`. Where any glob denies resources, a URI with no
-    /// normal form (control characters, surrounding blanks, no scheme) is denied too.
+    /// The rule that denies the resource at `uri` to a gateway's clients, if any: a `deny_resources` glob,
+    /// or under `default = "deny"` (and wherever `allow_resources` globs are given) `not in allow list` /
+    /// `default deny` for a URI no `allow_resources` glob matches. The globs match the URI's normal form
+    /// (RFC 3986: scheme and host lower-cased, unreserved escapes decoded, dot segments resolved,
+    /// `file://localhost/` as `file:///`), so `CONFIG://secrets` and `file:///home/me/%2Eenv` are denied by
+    /// `config://secrets` and `file:///**/.env`. Where any rule screens resources, a URI with no normal form
+    /// (control characters, surrounding blanks, no scheme) is denied too.
     pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
-        if self.deny_resources.is_empty() {
+        let screened = !self.deny_resources.is_empty() || !self.allow_resources.is_empty() || self.default_deny;
+        if !screened {
             return None;
         }
         let Some(normal) = super::uri::normalise(uri) else { return Some(super::uri::UNREADABLE_URI) };
-        self.deny_resources.iter().find(|r| r.matcher.is_match(&normal)).map(|r| r.pattern.as_str())
+        self.surface_denied_by(&normal, &self.deny_resources, &self.allow_resources)
     }
 
-    /// The glob that denies the prompt named `name` to a gateway's clients, if any. Prompts are offered
-    /// unless denied.
+    /// The rule that denies the prompt named `name` to a gateway's clients, if any: a `deny_prompts` glob,
+    /// or under `default = "deny"` (and wherever `allow_prompts` globs are given) a name no `allow_prompts`
+    /// glob matches.
     pub fn prompt_denied_by(&self, name: &str) -> Option<&str> {
-        self.deny_prompts.iter().find(|r| r.matcher.is_match(name)).map(|r| r.pattern.as_str())
+        self.surface_denied_by(name, &self.deny_prompts, &self.allow_prompts)
+    }
+
+    fn surface_denied_by<'a>(&'a self, key: &str, deny: &'a [Rule<()>], allow: &'a [Rule<()>]) -> Option<&'a str> {
+        if let Some(rule) = deny.iter().find(|r| r.matcher.is_match(key)) {
+            return Some(rule.pattern.as_str());
+        }
+        if allow.iter().any(|r| r.matcher.is_match(key)) {
+            None
+        } else if !allow.is_empty() {
+            Some("not in allow list")
+        } else {
+            self.default_deny.then_some("default deny")
+        }
+    }
+
+    /// What the policy says about reading the resource at `uri` ([`Surface::Resource`], matched on its
+    /// normal form) or getting the prompt named `key` ([`Surface::Prompt`]) through a gateway.
+    pub fn for_surface(&self, surface: Surface, key: &str) -> SurfacePolicy {
+        let (denied_by, rates, masks) = match surface {
+            Surface::Resource => (self.resource_denied_by(key), &self.resource_rates, &self.resource_masks),
+            Surface::Prompt => (self.prompt_denied_by(key), &self.prompt_rates, &self.prompt_masks),
+        };
+        let normal = match surface {
+            Surface::Resource => super::uri::normalise(key),
+            Surface::Prompt => Some(key.to_owned()),
+        };
+        // A URI with no normal form matches no table: it is refused where anything screens resources, and
+        // otherwise passes with the default masking.
+        let matches = |matcher: &GlobMatcher| normal.as_deref().is_some_and(|key| matcher.is_match(key));
+        SurfacePolicy {
+            denied_by: denied_by.map(str::to_owned),
+            rate_limits: rates
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| matches(&r.matcher))
+                .map(|(index, r)| (index, r.pattern.clone(), r.value))
+                .collect(),
+            mask: masks.iter().filter(|r| matches(&r.matcher)).fold(MaskSet::NONE, |set, r| set | r.value),
+        }
+    }
+
+    /// Every rate rule of `surface`'s tables, in order: `(glob, rate)`, numbered as
+    /// [`SurfacePolicy::rate_limits`] numbers them.
+    pub fn surface_rate_rules(&self, surface: Surface) -> Vec<(String, Rate)> {
+        let rates = match surface {
+            Surface::Resource => &self.resource_rates,
+            Surface::Prompt => &self.prompt_rates,
+        };
+        rates.iter().map(|r| (r.pattern.clone(), r.value)).collect()
     }
 
     /// Every definition pin, by tool name.
@@ -364,6 +448,12 @@ impl Policy {
         lines.extend(self.allow.iter().map(|r| format!("allow     {}", r.pattern)));
         lines.extend(self.deny_resources.iter().map(|r| format!("deny      resource {}", r.pattern)));
         lines.extend(self.deny_prompts.iter().map(|r| format!("deny      prompt {}", r.pattern)));
+        lines.extend(self.allow_resources.iter().map(|r| format!("allow     resource {}", r.pattern)));
+        lines.extend(self.allow_prompts.iter().map(|r| format!("allow     prompt {}", r.pattern)));
+        lines.extend(self.resource_rates.iter().map(|r| format!("rate      resource {}: {}", r.pattern, r.value)));
+        lines.extend(self.prompt_rates.iter().map(|r| format!("rate      prompt {}: {}", r.pattern, r.value)));
+        lines.extend(self.resource_masks.iter().map(|r| format!("mask      resource {}: {}", r.pattern, r.value)));
+        lines.extend(self.prompt_masks.iter().map(|r| format!("mask      prompt {}: {}", r.pattern, r.value)));
         lines.extend(self.escalate.iter().map(|r| format!("escalate  {}: {}", r.pattern, r.value)));
         let rate_line = |r: &Rule<(Rate, RateScope)>, shared: &str| {
             let per = match r.value.1 {
@@ -493,6 +583,66 @@ impl PolicyBuilder {
     pub fn deny_prompt(mut self, glob: &str) -> Self {
         if let Some(rule) = self.rule(glob, ()) {
             self.policy.deny_prompts.push(rule);
+        }
+        self
+    }
+
+    /// Under `default = "deny"`, or once any such glob is given, a gateway's clients may read only the
+    /// resources whose URI (its normal form) matches one of these globs.
+    pub fn allow_resource(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.allow_resources.push(rule);
+        }
+        self
+    }
+
+    /// Under `default = "deny"`, or once any such glob is given, a gateway's clients may get only the
+    /// prompts whose name matches one of these globs.
+    pub fn allow_prompt(mut self, glob: &str) -> Self {
+        if let Some(rule) = self.rule(glob, ()) {
+            self.policy.allow_prompts.push(rule);
+        }
+        self
+    }
+
+    /// Limits a gateway's reads of the resources (or gets of the prompts) matching `glob` to `rate`, all of
+    /// them together: one bucket for the rule.
+    pub fn surface_rate_limit(mut self, surface: Surface, glob: &str, rate: &str) -> Self {
+        match rate.parse::<Rate>() {
+            Ok(parsed) => {
+                if let Some(rule) = self.rule(glob, parsed) {
+                    match surface {
+                        Surface::Resource => self.policy.resource_rates.push(rule),
+                        Surface::Prompt => self.policy.prompt_rates.push(rule),
+                    }
+                }
+            }
+            Err(err) => self.errors.push(PolicyError::Rate {
+                pattern: glob.to_owned(),
+                rate: rate.to_owned(),
+                message: err.to_string(),
+            }),
+        }
+        self
+    }
+
+    /// Masks the contents of the resources (or the messages of the prompts) matching `glob` with `masks`,
+    /// in addition to the gateway's default (secrets).
+    pub fn surface_mask(mut self, surface: Surface, glob: &str, masks: &str) -> Self {
+        match masks.parse::<MaskSet>() {
+            Ok(set) => {
+                if let Some(rule) = self.rule(glob, set) {
+                    match surface {
+                        Surface::Resource => self.policy.resource_masks.push(rule),
+                        Surface::Prompt => self.policy.prompt_masks.push(rule),
+                    }
+                }
+            }
+            Err(err) => self.errors.push(PolicyError::Mask {
+                pattern: glob.to_owned(),
+                mask: masks.to_owned(),
+                message: err.to_string(),
+            }),
         }
         self
     }
@@ -709,6 +859,42 @@ impl PolicyBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resources_and_prompts_follow_the_default_rule() {
+        let open = Policy::new();
+        assert_eq!(open.for_surface(Surface::Resource, "config://secrets").denied_by, None);
+        assert_eq!(open.for_surface(Surface::Resource, " config://secrets").denied_by, None, "nothing screens");
+        assert_eq!(open.for_surface(Surface::Prompt, "admin_reset").denied_by, None);
+
+        let closed = Policy::builder().default_deny().build().unwrap();
+        assert_eq!(closed.for_surface(Surface::Resource, "config://app").denied_by.as_deref(), Some("default deny"));
+        assert_eq!(closed.for_surface(Surface::Prompt, "summarise").denied_by.as_deref(), Some("default deny"));
+        assert_eq!(
+            closed.for_surface(Surface::Resource, "config://sec\trets").denied_by.as_deref(),
+            Some(super::super::uri::UNREADABLE_URI)
+        );
+
+        let allowed = Policy::builder()
+            .default_deny()
+            .allow_resource("config://app")
+            .deny_resource("config://**")
+            .allow_prompt("sum*")
+            .surface_rate_limit(Surface::Resource, "config://*", "1/minute")
+            .surface_mask(Surface::Prompt, "summarise", "pii")
+            .build()
+            .unwrap();
+        assert_eq!(allowed.resource_denied_by("CONFIG://app"), Some("config://**"), "deny beats allow");
+        let summarise = allowed.for_surface(Surface::Prompt, "summarise");
+        assert_eq!((summarise.denied_by, summarise.mask), (None, "pii".parse().unwrap()));
+        assert_eq!(
+            allowed.surface_rate_rules(Surface::Resource),
+            vec![("config://*".to_owned(), "1/minute".parse().unwrap())]
+        );
+        assert!(allowed.surface_rate_rules(Surface::Prompt).is_empty());
+        assert!(Policy::builder().surface_rate_limit(Surface::Prompt, "x", "1/fortnight").build().is_err());
+        assert!(Policy::builder().surface_mask(Surface::Resource, "x", "gossip").build().is_err());
+    }
 
     #[test]
     fn deny_beats_allow_and_allow_lists_close_the_rest() {

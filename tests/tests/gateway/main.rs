@@ -13,3 +13,4 @@ pub mod mcp_gateway_http;
 pub mod mcp_gateway_langgraph;
 pub mod mcp_gateway_operator;
 pub mod mcp_gateway_passthrough;
+pub mod mcp_gateway_surfaces;

@@ -929,3 +929,39 @@ fn a_re_listed_tool_is_dropped_with_its_dispatcher_not_leaked() {
     drop(token);
     assert!(weak.upgrade().is_none(), "every tool, its spec and its executor were dropped");
 }
+
+/// A tool's structured content (MCP's `structuredContent`) comes out of the dispatcher beside the text,
+/// both masked, and the audit record commits to both as masked.
+#[test]
+fn structured_content_is_masked_like_the_text_and_audited() {
+    use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome};
+    use agent_airlock::json_tool::JsonOutput;
+
+    let key = "AKIAIOSFODNN7QK4RW2Z";
+    let tool = JsonTool::builder("forecast", "The weather.", json!({"type": "object", "properties": {}}))
+        .build(move |_call: JsonCall| async move {
+            let structured = json!({"sky": "clear", "note": format!("fetched with {key}")});
+            Ok::<_, ToolError>(JsonOutput::structured(Value::String(structured.to_string()), structured))
+        })
+        .expect("a valid definition");
+    let audit = Arc::new(AuditLog::in_memory(AuditConfig { store_raw: true, ..AuditConfig::default() }));
+    let dispatcher = Dispatcher::builder().tool(tool).audit(Arc::clone(&audit)).build().unwrap();
+    let message = dispatch(&dispatcher, "forecast", json!({}));
+    assert_eq!(message.status, Status::Success, "{message:?}");
+    let structured = message.structured_content.expect("the structured content");
+    assert_eq!(structured["sky"], "clear");
+    assert!(
+        !structured.to_string().contains(key) && !message.content.contains(key),
+        "{structured} {}",
+        message.content
+    );
+    let records = audit.records(0, 10).unwrap();
+    assert_eq!(records.last().map(|r| r.outcome), Some(AuditOutcome::Executed));
+    let raw = records.last().and_then(|r| r.raw_result.clone()).expect("the stored result");
+    assert!(raw.contains("structuredContent") && !raw.contains(key), "{raw}");
+
+    // A tool that gives no structured content has none.
+    let (plain, _) = recording("plain", json!({"type": "object", "properties": {}}));
+    let dispatcher = Dispatcher::builder().tool(plain).build().unwrap();
+    assert_eq!(dispatch(&dispatcher, "plain", json!({})).structured_content, None);
+}

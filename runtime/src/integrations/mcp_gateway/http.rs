@@ -68,7 +68,7 @@ impl McpGateway {
         let loopback = listener.local_addr().map(|addr| addr.ip().is_loopback()).unwrap_or(false);
         let base = self.server(approvals);
         let peer = self.upstream.peer();
-        let policy = Arc::clone(&self.policy);
+        let surfaces = Arc::clone(&self.surfaces);
         let mut config = StreamableHttpServerConfig::default();
         if !loopback {
             // Clients reach a non-loopback address by names the gateway cannot know: the token is the gate.
@@ -76,7 +76,7 @@ impl McpGateway {
         }
         let sessions = config.cancellation_token.clone();
         let service = StreamableHttpService::new(
-            move || Ok(GatewayServer::new(base.for_new_connection(), peer.clone(), Arc::clone(&policy))),
+            move || Ok(GatewayServer::new(base.for_new_connection(), peer.clone(), Arc::clone(&surfaces))),
             Arc::new(LocalSessionManager::default()),
             config,
         );

@@ -14,8 +14,9 @@
 //!   policy's default.
 //! - **Changes.** When the upstream sends `notifications/tools/list_changed`, the gateway lists its tools
 //!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
-//! - **Resources and prompts** pass through to the upstream unchanged, except those the policy denies
-//!   ([`GatewayServer`], [`McpGateway::with_policy`]).
+//! - **Resources and prompts** go through the same gates ([`SurfaceGuard`], [`McpGateway::with_policy`]):
+//!   the policy's resource and prompt rules (`default = "deny"` included), their rate limits, the
+//!   upstream, masking of the contents and messages returned, and an audit record for each read or get.
 //! - **Every request is answered.** Over stdio the gateway frames messages itself ([`LineTransport`]): a
 //!   message too large, too deep or malformed is answered with a JSON-RPC error, never dropped; a result
 //!   too large fails its call (effect ambiguous). Listing the upstream's tools is bounded
@@ -42,6 +43,7 @@ mod framing;
 mod http;
 mod passthrough;
 mod pin;
+mod surfaces;
 mod upstream;
 
 use std::collections::HashSet;
@@ -54,6 +56,7 @@ pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::BearerToken;
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};
 pub use upstream::{
     DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
 };
@@ -109,8 +112,8 @@ pub struct McpGateway {
     pins: ToolPins,
     tools: GatewayTools,
     approval_timeout: Duration,
-    /// Screens the resources and prompts passed through.
-    policy: Arc<Policy>,
+    /// Guards the resources and prompts: one for every session, so their rate limits hold across sessions.
+    surfaces: Arc<SurfaceGuard>,
 }
 
 impl std::fmt::Debug for McpGateway {
@@ -133,24 +136,19 @@ impl McpGateway {
         let setup: DispatcherSetup = Arc::new(setup);
         let listed = upstream.list_tools().await?;
         let (dispatcher, offered, tools) = build(&upstream, &pins, &setup, listed)?;
+        let surfaces = Arc::new(surface_guard(&dispatcher, Arc::new(Policy::new())));
         let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
         let tools = GatewayTools { offered: served.tool_names(), ..tools };
-        Ok(McpGateway {
-            upstream,
-            served,
-            setup,
-            pins,
-            tools,
-            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            policy: Arc::new(Policy::new()),
-        })
+        Ok(McpGateway { upstream, served, setup, pins, tools, approval_timeout: DEFAULT_APPROVAL_TIMEOUT, surfaces })
     }
 
-    /// The policy whose `deny_resources` and `deny_prompts` screen the upstream's resources and prompts
-    /// (without it, all pass through). The tools' policy is the dispatcher's, from the setup.
+    /// The policy whose resource and prompt rules guard the upstream's resources and prompts: `deny_*` and
+    /// `allow_*` globs, `default = "deny"`, the `[resources.…]` and `[prompts.…]` tables' rates and masks
+    /// (without it, all are served, masked and audited with the dispatcher's masker and log). The tools'
+    /// policy is the dispatcher's, from the setup.
     #[must_use]
     pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = Arc::new(policy);
+        self.surfaces = Arc::new(surface_guard(&self.served.dispatcher(), Arc::new(policy)));
         self
     }
 
@@ -227,7 +225,7 @@ impl McpGateway {
         T: IntoTransport<rmcp::RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let server = GatewayServer::new(self.server(approvals), self.upstream.peer(), Arc::clone(&self.policy));
+        let server = GatewayServer::new(self.server(approvals), self.upstream.peer(), Arc::clone(&self.surfaces));
         let mut calls_finished = std::pin::pin!(server.calls_finished());
         let mut shutdown = std::pin::pin!(shutdown);
         // A client that never completes the handshake must not keep the gateway from stopping.
@@ -304,6 +302,16 @@ impl McpGateway {
     }
 }
 
+/// The guard of the resources and prompts: `policy`, with the dispatcher's masker, audit log and clock.
+fn surface_guard(dispatcher: &Dispatcher, policy: Arc<Policy>) -> SurfaceGuard {
+    SurfaceGuard::with_clock(
+        policy,
+        Arc::clone(dispatcher.masker()),
+        dispatcher.audit_log().cloned(),
+        Arc::clone(dispatcher.clock()),
+    )
+}
+
 /// Completes once the upstream's connection is closed.
 async fn watch_closed(caller: UpstreamCaller) {
     loop {
@@ -354,15 +362,14 @@ fn build(
     Ok((builder.build()?, offered, report))
 }
 
-/// The upstream's definition as offered downstream: its name, title, annotations and description as the
-/// upstream wrote them, its input schema as the guard enforces it (objects the upstream left open closed,
-/// see [`Closing`](crate::json_tool::Closing)), and no output schema (a guarded result is the text of the
-/// upstream's, masked, so structured content is not passed on).
+/// The upstream's definition as offered downstream: its name, title, annotations, description and output
+/// schema as the upstream wrote them (its structured content is passed on, masked like its text), and its
+/// input schema as the guard enforces it (objects the upstream left open closed, see
+/// [`Closing`](crate::json_tool::Closing)).
 fn downstream_definition(mut tool: rmcp::model::Tool, guarded: &JsonTool) -> rmcp::model::Tool {
     if let Value::Object(schema) = guarded.definition_schema() {
         tool.input_schema = Arc::new(schema.clone());
     }
-    tool.output_schema = None;
     tool
 }
 

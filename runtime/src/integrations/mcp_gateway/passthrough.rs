@@ -1,25 +1,25 @@
-//! The server a gateway offers downstream: tools through the guard, resources and prompts passed through.
+//! The server a gateway offers downstream: tools, resources and prompts, each through the guard.
 //!
-//! `tools/*` go to the [`GuardedMcpServer`]. `resources/list`, `resources/templates/list`, `resources/read`,
-//! `prompts/list` and `prompts/get` are forwarded to the upstream unchanged, its answers and JSON-RPC errors
-//! returned as they came, with one exception: what the policy denies (`deny_resources` by URI glob,
-//! `deny_prompts` by name glob) is left out of lists and refused when asked for, never forwarded. The
-//! gateway declares resources and prompts only when the upstream does; it does not relay resource
-//! subscriptions or list-change notifications for them.
+//! `tools/*` go to the [`GuardedMcpServer`]. `resources/read` and `prompts/get` go through the
+//! [`SurfaceGuard`] (policy, rate limits, the upstream, masking, audit); what the policy refuses is never
+//! forwarded. `resources/list` and `prompts/list` are the upstream's lists without what the policy denies;
+//! `resources/templates/list` is passed as it came (a template names many URIs: each is screened when it is
+//! read). The gateway declares resources and prompts only when the upstream does; it does not relay
+//! resource subscriptions or list-change notifications for them.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    ErrorCode, GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, PromptsCapability, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ResourcesCapability, ServerCapabilities, ServerConfig,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, PromptsCapability, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ResourcesCapability, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceError};
+use rmcp::{ErrorData, ServerHandler};
 
-use crate::Policy;
-use crate::integrations::mcp::GuardedMcpServer;
+use super::surfaces::{SurfaceGuard, upstream_error};
+use crate::integrations::mcp::{GuardedMcpServer, request_id_text};
 
 /// A gateway's downstream server: the guarded tools, and the upstream's resources and prompts.
 pub struct GatewayServer {
@@ -27,7 +27,7 @@ pub struct GatewayServer {
     upstream: Peer<RoleClient>,
     /// What the upstream declared: resources and prompts are offered only if it serves them.
     upstream_capabilities: ServerCapabilities,
-    policy: Arc<Policy>,
+    surfaces: Arc<SurfaceGuard>,
     /// How many tool calls are being served: when the upstream goes away, the gateway lets them answer
     /// (each fails fast, its effect settled) before it ends the session.
     calls: Arc<tokio::sync::watch::Sender<usize>>,
@@ -49,12 +49,11 @@ impl std::fmt::Debug for GatewayServer {
 }
 
 impl GatewayServer {
-    /// Serves `guarded`'s tools and passes resources and prompts through to `upstream`, except what
-    /// `policy` denies.
-    pub fn new(guarded: GuardedMcpServer, upstream: Peer<RoleClient>, policy: Arc<Policy>) -> Self {
+    /// Serves `guarded`'s tools, and `upstream`'s resources and prompts through `surfaces`.
+    pub fn new(guarded: GuardedMcpServer, upstream: Peer<RoleClient>, surfaces: Arc<SurfaceGuard>) -> Self {
         let upstream_capabilities = upstream.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
         let calls = Arc::new(tokio::sync::watch::Sender::new(0));
-        GatewayServer { guarded, upstream, upstream_capabilities, policy, calls }
+        GatewayServer { guarded, upstream, upstream_capabilities, surfaces, calls }
     }
 
     /// Completes once no tool call is being served (at once if none is).
@@ -65,19 +64,6 @@ impl GatewayServer {
             let _ = calls.wait_for(|calls| *calls == 0).await;
         }
     }
-}
-
-/// An upstream failure as the client sees it: the upstream's own JSON-RPC error as it came, anything else
-/// as an internal error naming the method.
-fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
-    match error {
-        ServiceError::McpError(error) => error,
-        other => ErrorData::internal_error(format!("the upstream server did not answer `{method}`: {other}"), None),
-    }
-}
-
-fn denied(what: &str, name: &str, glob: &str) -> ErrorData {
-    ErrorData::new(ErrorCode::INVALID_PARAMS, format!("{what} `{name}` is denied by the policy (`{glob}`)"), None)
 }
 
 impl ServerHandler for GatewayServer {
@@ -126,7 +112,7 @@ impl ServerHandler for GatewayServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let mut listed =
             self.upstream.list_resources(request).await.map_err(|e| upstream_error("resources/list", e))?;
-        listed.resources.retain(|resource| self.policy.resource_denied_by(&resource.uri).is_none());
+        listed.resources.retain(|resource| self.surfaces.lists_resource(&resource.uri));
         Ok(listed)
     }
 
@@ -142,12 +128,10 @@ impl ServerHandler for GatewayServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        if let Some(glob) = self.policy.resource_denied_by(&request.uri) {
-            return Err(denied("resource", &request.uri, glob));
-        }
-        self.upstream.read_resource_once(request).await.map_err(|e| upstream_error("resources/read", e))
+        let id = request_id_text(&context.id);
+        self.surfaces.read_resource(&id, request, |request| self.upstream.read_resource_once(request)).await
     }
 
     async fn list_prompts(
@@ -156,18 +140,16 @@ impl ServerHandler for GatewayServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let mut listed = self.upstream.list_prompts(request).await.map_err(|e| upstream_error("prompts/list", e))?;
-        listed.prompts.retain(|prompt| self.policy.prompt_denied_by(&prompt.name).is_none());
+        listed.prompts.retain(|prompt| self.surfaces.lists_prompt(&prompt.name));
         Ok(listed)
     }
 
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        if let Some(glob) = self.policy.prompt_denied_by(&request.name) {
-            return Err(denied("prompt", &request.name, glob));
-        }
-        self.upstream.get_prompt_once(request).await.map_err(|e| upstream_error("prompts/get", e))
+        let id = request_id_text(&context.id);
+        self.surfaces.get_prompt(&id, request, |request| self.upstream.get_prompt_once(request)).await
     }
 }

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use super::environment::{EnvironmentError, UpstreamEnvironment};
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
+use crate::json_tool::JsonOutput;
 use crate::tool::ToolError;
 
 /// How long the child is given to exit after its stdin closes, and again after SIGTERM.
@@ -295,14 +296,15 @@ impl UpstreamCaller {
     /// records:
     ///
     /// - a result is the tool's output: its text (text blocks joined by new lines), or the JSON of its
-    ///   content blocks when any is not text;
+    ///   content blocks when any is not text; its `structuredContent`, if any, comes with it (the dispatcher
+    ///   masks both);
     /// - a request that could not be sent (the upstream is gone) is [`ToolError::not_executed`]: nothing
     ///   reached the server, a retry is safe;
     /// - everything after the request was sent is a [`ToolError::new`], whose effect is ambiguous: an
     ///   `isError` result (the tool ran and failed, how far is unknown), a JSON-RPC error, a connection lost
     ///   while waiting;
     /// - dropping the returned future (the downstream client cancelled) sends `notifications/cancelled`.
-    pub async fn call(&self, name: &str, arguments: JsonObject) -> Result<Value, ToolError> {
+    pub async fn call(&self, name: &str, arguments: JsonObject) -> Result<JsonOutput, ToolError> {
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = match self.peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
@@ -319,7 +321,7 @@ impl UpstreamCaller {
 }
 
 /// The outcome of a `tools/call` the upstream received (or may have received).
-fn settle(name: &str, response: Result<ServerResult, ServiceError>) -> Result<Value, ToolError> {
+fn settle(name: &str, response: Result<ServerResult, ServiceError>) -> Result<JsonOutput, ToolError> {
     let result = match response {
         Ok(ServerResult::CallToolResult(result)) => result,
         Ok(_) => {
@@ -349,7 +351,10 @@ fn settle(name: &str, response: Result<ServerResult, ServiceError>) -> Result<Va
         };
         return Err(ToolError::new(text));
     }
-    Ok(output)
+    Ok(match result.structured_content {
+        Some(structured) => JsonOutput::structured(output, structured),
+        None => JsonOutput::from(output),
+    })
 }
 
 /// What the model reads of a tool result: its text, or the content blocks as JSON when any is not text.
@@ -411,7 +416,13 @@ mod tests {
     #[test]
     fn a_result_is_its_text_and_an_error_result_is_ambiguous() {
         let ok = CallToolResult::success(vec![ContentBlock::text("a"), ContentBlock::text("b")]);
-        assert_eq!(settle("t", Ok(ServerResult::CallToolResult(ok))), Ok(json!("a\nb")));
+        assert_eq!(settle("t", Ok(ServerResult::CallToolResult(ok))), Ok(json!("a\nb").into()));
+        let mut structured = CallToolResult::success(vec![ContentBlock::text("{\"n\":1}")]);
+        structured.structured_content = Some(json!({"n": 1}));
+        assert_eq!(
+            settle("t", Ok(ServerResult::CallToolResult(structured))),
+            Ok(JsonOutput::structured(json!("{\"n\":1}"), json!({"n": 1})))
+        );
         let failed = CallToolResult::error(vec![ContentBlock::text("disk full")]);
         let error = settle("t", Ok(ServerResult::CallToolResult(failed))).unwrap_err();
         assert_eq!(error.message(), "disk full");

@@ -1,0 +1,454 @@
+//! The guard around what an upstream serves besides tools: `resources/read` and `prompts/get`.
+//!
+//! Each read or get goes through the gates a tool call does, in the same order: the policy (a resource by
+//! its URI's normal form, a prompt by its name: `deny_*` globs, and under `default = "deny"` only what
+//! `allow_resources` / `allow_prompts` match), the rate limits of the `[resources.…]` / `[prompts.…]`
+//! tables (one bucket per rule, kept by the gateway, not by each session), then the upstream, then masking
+//! of what it returned (text contents, prompt messages and description; the gateway's default masking,
+//! secrets, plus the tables' `mask`), and an audit record, allowed or refused. A refusal is a JSON-RPC
+//! error naming the rule, the URI or name shown escaped and cut short. In observe mode the policy refuses
+//! nothing: what it would refuse is traced and noted in the record.
+//!
+//! Blob contents (and images, audio) are passed as they came: they are not text the masker can read.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+
+use rmcp::model::{
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, ReadResourceRequestParams,
+    ReadResourceResponse, ResourceContents,
+};
+use rmcp::{ErrorData, ServiceError};
+use serde_json::{Value, json};
+
+use crate::Policy;
+use crate::approval::display::escape;
+use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
+use crate::clock::{Clock, SystemClock};
+use crate::mask::{MaskSet, Masker};
+use crate::message::RefusalKind;
+use crate::policy::{PolicyMode, Surface};
+use crate::rate::{BucketId, RateLimiter};
+use crate::tool::DEFAULT_TOOL_MASK;
+
+/// The audit record's tool name for a resource read.
+pub const RESOURCE_READ: &str = "resources/read";
+/// The audit record's tool name for a prompt get.
+pub const PROMPT_GET: &str = "prompts/get";
+
+/// How much of a URI or prompt name a refusal shows, in characters.
+const SHOWN_CHARS: usize = 120;
+
+/// How much of the upstream's own error message is passed on, in characters (it may echo the request).
+const UPSTREAM_ERROR_CHARS: usize = 1_000;
+
+/// The guard of a gateway's resources and prompts: its policy, rate buckets, masker and audit log. One per
+/// gateway, shared by every session it serves (so a rate limit does not start afresh with each session).
+pub struct SurfaceGuard {
+    policy: Arc<Policy>,
+    masker: Arc<Masker>,
+    audit: Option<Arc<AuditLog>>,
+    clock: Arc<dyn Clock>,
+    limiter: RateLimiter,
+    /// The bucket of each rate rule, by the rule's number ([`Policy::surface_rate_rules`]).
+    resource_buckets: Vec<BucketId>,
+    prompt_buckets: Vec<BucketId>,
+}
+
+impl std::fmt::Debug for SurfaceGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SurfaceGuard").field("audited", &self.audit.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl SurfaceGuard {
+    /// Guards resources and prompts with `policy`, masking with `masker` and recording in `audit` (if any);
+    /// rate limits read the system clock.
+    pub fn new(policy: Arc<Policy>, masker: Arc<Masker>, audit: Option<Arc<AuditLog>>) -> Self {
+        Self::with_clock(policy, masker, audit, Arc::new(SystemClock))
+    }
+
+    /// As [`new`](Self::new), with the clock rate limits read.
+    pub fn with_clock(
+        policy: Arc<Policy>,
+        masker: Arc<Masker>,
+        audit: Option<Arc<AuditLog>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let mut limiter = RateLimiter::default();
+        let mut buckets = |surface| -> Vec<BucketId> {
+            policy
+                .surface_rate_rules(surface)
+                .into_iter()
+                .map(|(_, rate)| limiter.add_bucket(rate, crate::rate::RateScope::PerTool))
+                .collect()
+        };
+        let resource_buckets = buckets(Surface::Resource);
+        let prompt_buckets = buckets(Surface::Prompt);
+        SurfaceGuard { policy, masker, audit, clock, limiter, resource_buckets, prompt_buckets }
+    }
+
+    /// A guard with no policy rule, the default masker and no audit log.
+    pub fn unguarded() -> Self {
+        Self::new(Arc::new(Policy::new()), Arc::new(Masker::default()), None)
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Whether the resource at `uri` is listed to clients (the policy does not deny it).
+    pub(crate) fn lists_resource(&self, uri: &str) -> bool {
+        self.policy.mode() == PolicyMode::Observe || self.policy.resource_denied_by(uri).is_none()
+    }
+
+    /// Whether the prompt named `name` is listed to clients.
+    pub(crate) fn lists_prompt(&self, name: &str) -> bool {
+        self.policy.mode() == PolicyMode::Observe || self.policy.prompt_denied_by(name).is_none()
+    }
+
+    /// Serves one `resources/read` through the gates; `forward` asks the upstream.
+    pub(crate) async fn read_resource<F>(
+        &self,
+        id: &str,
+        request: ReadResourceRequestParams,
+        forward: impl FnOnce(ReadResourceRequestParams) -> F,
+    ) -> Result<ReadResourceResponse, ErrorData>
+    where
+        F: Future<Output = Result<ReadResourceResponse, ServiceError>>,
+    {
+        let arguments = json!({ "uri": request.uri });
+        let call = Call { surface: Surface::Resource, method: RESOURCE_READ, what: "resource", id, arguments };
+        let admitted = self.admit(&call, &request.uri).await?;
+        let response = forward(request).await;
+        self.settle(&call, admitted, response, |masker, set, response| match response {
+            ReadResourceResponse::Complete(mut result) => {
+                for contents in &mut result.contents {
+                    mask_contents(masker, set, contents);
+                }
+                let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
+                Ok((ReadResourceResponse::Complete(result), recorded))
+            }
+            // A request for the client's input (its state opaque, not to be touched): passed on, recorded.
+            ReadResourceResponse::InputRequired(input) => {
+                let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
+                Ok((ReadResourceResponse::InputRequired(input), recorded))
+            }
+            _ => Err(unguardable()),
+        })
+        .await
+    }
+
+    /// Serves one `prompts/get` through the gates; `forward` asks the upstream.
+    pub(crate) async fn get_prompt<F>(
+        &self,
+        id: &str,
+        request: GetPromptRequestParams,
+        forward: impl FnOnce(GetPromptRequestParams) -> F,
+    ) -> Result<GetPromptResponse, ErrorData>
+    where
+        F: Future<Output = Result<GetPromptResponse, ServiceError>>,
+    {
+        let arguments = json!({ "name": request.name, "arguments": request.arguments });
+        let call = Call { surface: Surface::Prompt, method: PROMPT_GET, what: "prompt", id, arguments };
+        let admitted = self.admit(&call, &request.name).await?;
+        let response = forward(request).await;
+        self.settle(&call, admitted, response, |masker, set, response| match response {
+            GetPromptResponse::Complete(mut result) => {
+                if let Some(description) = &mut result.description {
+                    mask_string(masker, set, description);
+                }
+                for message in &mut result.messages {
+                    if !mask_block(masker, set, &mut message.content) {
+                        return Err(unguardable());
+                    }
+                }
+                let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
+                Ok((GetPromptResponse::Complete(result), recorded))
+            }
+            GetPromptResponse::InputRequired(input) => {
+                let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
+                Ok((GetPromptResponse::InputRequired(input), recorded))
+            }
+            _ => Err(unguardable()),
+        })
+        .await
+    }
+
+    /// The policy and rate gates: the masking to apply and what observe mode let through, or the refusal
+    /// (audited).
+    async fn admit(&self, call: &Call<'_>, key: &str) -> Result<Admitted, ErrorData> {
+        let decided = self.policy.for_surface(call.surface, key);
+        let observe = self.policy.mode() == PolicyMode::Observe;
+        let mut observed = None;
+        if let Some(rule) = &decided.denied_by {
+            let message = format!("{} `{}` is denied by the policy (`{}`)", call.what, shown(key), shown(rule));
+            if !observe {
+                tracing::info!(target: "agent_airlock", method = call.method, %rule, "refused by the policy");
+                self.record(call, AuditOutcome::Refused { refusal: RefusalKind::Denied }, Some(rule), None, None).await;
+                return Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None));
+            }
+            tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the policy would refuse this");
+            observed = Some(format!("observe mode: would be refused by `{rule}`"));
+        }
+        let buckets = match call.surface {
+            Surface::Resource => &self.resource_buckets,
+            Surface::Prompt => &self.prompt_buckets,
+        };
+        let mut ids: Vec<BucketId> =
+            decided.rate_limits.iter().filter_map(|(rule, _, _)| buckets.get(*rule).copied()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if let Err((wait, position)) = self.limiter.acquire(&ids, None, self.clock.now()) {
+            // `ids` is sorted; find the rule whose bucket needs the longest wait.
+            let bucket = ids.get(position).copied();
+            let (rule, rate) = decided
+                .rate_limits
+                .iter()
+                .find(|(rule, _, _)| buckets.get(*rule).copied() == bucket)
+                .map(|(_, glob, rate)| (glob.as_str(), rate.to_string()))
+                .unwrap_or(("?", String::new()));
+            let seconds = wait.as_secs_f64().ceil().max(1.0);
+            if !observe {
+                let message = format!(
+                    "rate limit `{}` ({rate}) reached for {}s: retry in {seconds:.0} s",
+                    shown(rule),
+                    call.what
+                );
+                tracing::info!(target: "agent_airlock", method = call.method, %rule, "rate limited");
+                self.record(call, AuditOutcome::Refused { refusal: RefusalKind::RateLimited }, Some(rule), None, None)
+                    .await;
+                return Err(ErrorData::new(ErrorCode::INVALID_REQUEST, message, None));
+            }
+            tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the rate limit would refuse this");
+            observed.get_or_insert_with(|| format!("observe mode: would be refused by the rate limit `{rule}`"));
+        }
+        Ok(Admitted { mask: DEFAULT_TOOL_MASK | decided.mask, observed })
+    }
+
+    /// The upstream's answer, masked and audited. A result whose record cannot be written is withheld.
+    async fn settle<T>(
+        &self,
+        call: &Call<'_>,
+        admitted: Admitted,
+        response: Result<T, ServiceError>,
+        mask: impl FnOnce(&Masker, MaskSet, T) -> Result<(T, Value), ErrorData>,
+    ) -> Result<T, ErrorData> {
+        let detail = admitted.observed.as_deref();
+        let response = match response {
+            Ok(response) => response,
+            Err(error) => {
+                let error = upstream_error(call.method, error);
+                // The upstream's words can carry secrets too, and echo an unbounded request.
+                let masked = self.masker.mask_text(&error.message, admitted.mask);
+                let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
+                    None => masked.into_owned(),
+                    Some((cut, _)) => format!("{}…", &masked[..cut]),
+                };
+                let mut data = error.data;
+                if let Some(data) = &mut data {
+                    self.masker.mask_value(data, admitted.mask);
+                }
+                let result = Value::String(message.clone());
+                let outcome = AuditOutcome::Failed { not_executed: false };
+                self.record(call, outcome, None, detail, Some(&result)).await;
+                return Err(ErrorData::new(error.code, message, data));
+            }
+        };
+        let (masked, result) = match mask(&self.masker, admitted.mask, response) {
+            Ok(masked) => masked,
+            Err(error) => {
+                let outcome = AuditOutcome::Failed { not_executed: false };
+                self.record(call, outcome, None, Some(&error.message), None).await;
+                return Err(error);
+            }
+        };
+        if !self.record(call, AuditOutcome::Executed, None, detail, Some(&result)).await {
+            return Err(ErrorData::internal_error(
+                format!("the gateway could not record the {} in its audit log; it is withheld", call.what),
+                None,
+            ));
+        }
+        Ok(masked)
+    }
+
+    /// Appends one audit record (if the gateway keeps a log); whether it was written.
+    async fn record(
+        &self,
+        call: &Call<'_>,
+        outcome: AuditOutcome,
+        rule: Option<&str>,
+        detail: Option<&str>,
+        result: Option<&Value>,
+    ) -> bool {
+        let Some(log) = &self.audit else { return true };
+        let log = Arc::clone(log);
+        let (method, id, arguments) = (call.method, call.id.to_owned(), call.arguments.clone());
+        let (rule, detail, result) = (rule.map(str::to_owned), detail.map(str::to_owned), result.cloned());
+        // Appending blocks for the commit: off the async threads.
+        let written = tokio::task::spawn_blocking(move || {
+            let mut event = AuditEvent::new(method, &id, outcome)
+                .rule(rule.as_deref())
+                .detail(detail.as_deref())
+                .arguments(&arguments);
+            if let Some(result) = &result {
+                event = event.result(result);
+            }
+            log.append(event)
+        })
+        .await;
+        match written {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                tracing::error!(target: "agent_airlock", %error, method, "the audit record could not be written");
+                false
+            }
+            Err(error) => {
+                tracing::error!(target: "agent_airlock", %error, method, "the audit record could not be written");
+                false
+            }
+        }
+    }
+}
+
+/// One read or get being served.
+struct Call<'a> {
+    surface: Surface,
+    method: &'static str,
+    /// `resource` or `prompt`, for messages.
+    what: &'static str,
+    /// The JSON-RPC request id as text.
+    id: &'a str,
+    /// What the audit record commits to: the URI, or the prompt's name and arguments.
+    arguments: Value,
+}
+
+/// A read or get the gates let through.
+struct Admitted {
+    mask: MaskSet,
+    /// What observe mode let through, for the record.
+    observed: Option<String>,
+}
+
+/// `text` escaped and cut to [`SHOWN_CHARS`] characters: a refusal never echoes unbounded input.
+fn shown(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        None => escape(text),
+        Some((cut, _)) => Cow::Owned(format!("{}…", escape(&text[..cut]))),
+    }
+}
+
+/// An upstream failure as the client sees it: the upstream's own JSON-RPC error, anything else as an
+/// internal error naming the method.
+pub(crate) fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
+    match error {
+        ServiceError::McpError(error) => error,
+        other => ErrorData::internal_error(format!("the upstream server did not answer `{method}`: {other}"), None),
+    }
+}
+
+fn mask_string(masker: &Masker, set: MaskSet, text: &mut String) {
+    if let Cow::Owned(masked) = masker.mask_text(text, set) {
+        *text = masked;
+    }
+}
+
+fn mask_contents(masker: &Masker, set: MaskSet, contents: &mut ResourceContents) {
+    if let ResourceContents::TextResourceContents { text, .. } = contents {
+        mask_string(masker, set, text);
+    }
+}
+
+/// Masks the text of one prompt message; `false` for a kind of block the gateway does not know.
+fn mask_block(masker: &Masker, set: MaskSet, block: &mut ContentBlock) -> bool {
+    match block {
+        ContentBlock::Text(content) => mask_string(masker, set, &mut content.text),
+        ContentBlock::Resource(embedded) => mask_contents(masker, set, &mut embedded.resource),
+        ContentBlock::ResourceLink(link) => {
+            if let Some(description) = &mut link.description {
+                mask_string(masker, set, description);
+            }
+        }
+        ContentBlock::Image(_) | ContentBlock::Audio(_) => {}
+        _ => return false,
+    }
+    true
+}
+
+/// An answer of a kind this gateway does not know (rmcp's response enums are open): withheld.
+fn unguardable() -> ErrorData {
+    ErrorData::internal_error(
+        "the upstream answered with a kind of result the gateway cannot guard; it is withheld",
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_shows_a_bounded_escaped_key() {
+        assert_eq!(shown("config://app"), "config://app");
+        let long = "x".repeat(10_000);
+        let cut = shown(&long);
+        assert_eq!(cut.chars().count(), SHOWN_CHARS + 1, "{cut}");
+        assert!(!shown("a\u{1b}[2Jb").contains('\u{1b}'));
+    }
+
+    #[tokio::test]
+    async fn a_read_is_denied_limited_masked_and_audited() {
+        let policy = Policy::from_toml(
+            "version = 1\ndefault = \"deny\"\nallow_resources = [\"notes://**\"]\n\
+             [resources.\"notes://**\"]\nrate = \"2/minute\"\n",
+        )
+        .unwrap();
+        let audit = Arc::new(AuditLog::in_memory(crate::audit::AuditConfig::default()));
+        let guard = SurfaceGuard::new(Arc::new(policy), Arc::new(Masker::default()), Some(Arc::clone(&audit)));
+        let secret = "key AKIAIOSFODNN7QK4RW2Z";
+        let answer = |request: ReadResourceRequestParams| async move {
+            let result = rmcp::model::ReadResourceResult::new(vec![ResourceContents::text(secret, request.uri)]);
+            Ok::<_, ServiceError>(ReadResourceResponse::Complete(result))
+        };
+        let denied = guard.read_resource("1", ReadResourceRequestParams::new("config://secrets"), answer).await;
+        let message = denied.unwrap_err().message;
+        assert!(
+            message.contains("resource `config://secrets` is denied by the policy (`not in allow list`)"),
+            "{message}"
+        );
+        let read = guard.read_resource("2", ReadResourceRequestParams::new("NOTES://a"), answer).await.unwrap();
+        let ReadResourceResponse::Complete(result) = read else { panic!("a complete read") };
+        let text = serde_json::to_string(&result).unwrap();
+        assert!(!text.contains("AKIAIOSFODNN7QK4RW2Z"), "{text}");
+        guard.read_resource("3", ReadResourceRequestParams::new("notes://b"), answer).await.unwrap();
+        let limited = guard.read_resource("4", ReadResourceRequestParams::new("notes://c"), answer).await;
+        assert!(limited.unwrap_err().message.contains("rate limit `notes://**` (2/minute)"));
+        let records = audit.records(0, 10).unwrap();
+        let outcomes: Vec<String> = records.iter().map(|r| r.outcome.to_string()).collect();
+        assert_eq!(outcomes, ["refused (denied)", "executed", "executed", "refused (rate_limited)"], "{records:?}");
+        assert!(records.iter().all(|r| r.tool == RESOURCE_READ));
+    }
+
+    #[tokio::test]
+    async fn the_upstreams_error_is_masked_cut_short_and_audited() {
+        let audit = Arc::new(AuditLog::in_memory(crate::audit::AuditConfig::default()));
+        let guard = SurfaceGuard::new(Arc::new(Policy::new()), Arc::new(Masker::default()), Some(Arc::clone(&audit)));
+        let failing = |request: GetPromptRequestParams| async move {
+            let message = format!("no prompt {} (key AKIAIOSFODNN7QK4RW2Z)", request.name);
+            Err::<GetPromptResponse, _>(ServiceError::McpError(ErrorData::invalid_params(message, None)))
+        };
+        let long = "p".repeat(50_000);
+        let error = guard.get_prompt("7", GetPromptRequestParams::new(long), failing).await.unwrap_err();
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+        assert!(error.message.chars().count() <= UPSTREAM_ERROR_CHARS + 1, "{}", error.message.len());
+        let short = guard.get_prompt("8", GetPromptRequestParams::new("x"), failing).await.unwrap_err();
+        assert!(short.message.starts_with("no prompt x") && !short.message.contains("AKIA"), "{}", short.message);
+        let records = audit.records(0, 10).unwrap();
+        assert_eq!(records.len(), 2);
+        assert!(
+            records.iter().all(|r| r.tool == PROMPT_GET && r.outcome == AuditOutcome::Failed { not_executed: false })
+        );
+    }
+}

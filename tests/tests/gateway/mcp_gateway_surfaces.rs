@@ -1,0 +1,87 @@
+//! `airlock mcp` guards everything the upstream serves, not only tool calls: the official Python SDK as the
+//! client (`tests/mcp/surfaces_client.py`), the Python SDK server of `tests/mcp/upstream_server.py`
+//! upstream (with `SURFACES=1`, passed by `--env`). Under `default = "deny"` a resource or prompt no
+//! `allow_*` glob matches is refused and never forwarded; a `[resources.…]` rate limit refuses the read past
+//! it; secrets in a resource's text, a prompt's messages and a tool's structured content are masked; the
+//! tool's output schema and structured content reach the client; and every read and get, allowed or refused,
+//! has its audit record in the gateway's log.
+
+use agent_airlock::audit::{AuditConfig, AuditLog};
+use agent_airlock::integrations::mcp_gateway::{PROMPT_GET, RESOURCE_READ};
+use serde_json::json;
+
+// Each gateway test uses part of the shared helpers.
+use crate::gateway;
+use gateway::{AIRLOCK, run_client, venv};
+
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/surfaces_client.py");
+
+const POLICY: &str = r#"version = 1
+default = "deny"
+allow = ["read_note", "forecast"]
+allow_resources = ["config://app", "config://leaky", "note://**"]
+allow_prompts = ["summarise", "leaky"]
+
+[resources."note://**"]
+rate = "2/minute"
+"#;
+
+#[test]
+fn resources_prompts_and_structured_results_go_through_the_guard() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let path = |name: &str| scratch.path().join(name);
+    std::fs::write(path("airlock.toml"), POLICY).expect("the policy is written");
+    std::fs::create_dir_all(path("notes")).expect("the notes directory");
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(path("notes").join(name), format!("note {name}")).expect("a note");
+    }
+    let upstream = [
+        venv.python().display().to_string(),
+        UPSTREAM.to_owned(),
+        path("calls.log").display().to_string(),
+        path("notes").display().to_string(),
+    ];
+    let config = json!({
+        "airlock": AIRLOCK,
+        "policy": path("airlock.toml"),
+        "db": path("airlock.redb"),
+        "upstream": upstream,
+        "log": path("calls.log"),
+    });
+    run_client(&venv, CLIENT, &config, scratch.path(), 9);
+
+    // The gateway has exited with its client: its audit log holds a record for every read and get.
+    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
+    let records = log.records(0, 10_000).expect("the records are read");
+    let of = |method: &str| -> Vec<(String, Option<String>)> {
+        records
+            .iter()
+            .filter(|record| record.tool == method)
+            .map(|record| (record.outcome.to_string(), record.rule.clone()))
+            .collect()
+    };
+    let refused = |rule: &str| ("refused (denied)".to_owned(), Some(rule.to_owned()));
+    let executed = || ("executed".to_owned(), None);
+    assert_eq!(
+        of(RESOURCE_READ),
+        vec![
+            refused("not in allow list"),
+            refused("not in allow list"),
+            executed(),
+            executed(),
+            ("refused (rate_limited)".to_owned(), Some("note://**".to_owned())),
+            executed(),
+        ],
+        "{records:#?}"
+    );
+    assert_eq!(of(PROMPT_GET), vec![refused("not in allow list"), executed(), executed()], "{records:#?}");
+    // The long URI's record commits to it, and the stored text of every record holds no secret.
+    for record in &records {
+        for raw in [&record.raw_arguments, &record.raw_result].into_iter().flatten() {
+            assert!(!raw.contains("AKIAIOSFODNN7QK4RW2Z"), "{raw}");
+        }
+    }
+    assert!(records.iter().filter(|r| r.tool == RESOURCE_READ).all(|r| r.arguments.is_some()));
+}
