@@ -151,17 +151,18 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
     map.values().any(|value| deeper(value, 1, limit))
 }
 
-/// Deserializes one argument strictly (`"5"` is not a number, `5.0` is not an integer). Absent means
-/// `null`, which only a type like `Option<T>` accepts.
-///
-/// Deserialized plainly first: only a value that fails is deserialized again with its path tracked (the
-/// tracker copies every key it passes), so an argument that parses pays for no path.
+/// The argument `key` of `args`, as [`argument_value`] deserializes it.
 #[cfg(test)]
 pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     argument_value(args.get(key), key, errors)
 }
 
-/// [`argument`] for the value sent for `key` (`None`: absent), as [`slots`] found it.
+/// Deserializes the value sent for the argument `key` (`None`: absent, as [`slots`] found it) strictly
+/// (`"5"` is not a number, `5.0` is not an integer). Absent means `null`, which only a type like
+/// `Option<T>` accepts.
+///
+/// Deserialized plainly first: only a value that fails is deserialized again with its path tracked (the
+/// tracker copies every key it passes), so an argument that parses pays for no path.
 pub(crate) fn argument_value<T: DeserializeOwned>(
     value: Option<&Value>,
     key: &str,
