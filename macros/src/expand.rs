@@ -199,18 +199,28 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     let param_count = params.iter().filter(|p| !p.injected).count();
     let locals: Vec<syn::Ident> =
         (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
-    let extract = params.iter().zip(&locals).map(|(p, local)| {
-        let key = param_key(&p.ident);
-        let ty = &p.ty;
-        if p.injected {
-            // Spanned at the type: a type that is not `Inject` is reported there.
-            let inject = quote_spanned!(ty.span()=> #private::inject::<#ty>);
-            quote!(let #local = #inject(#invocation, #key, &mut #errors);)
-        } else {
-            let visible = visible_param(ty);
-            quote!(let #local = (#visible.argument)(#arguments, #key, &mut #errors);)
-        }
-    });
+    // The arguments are read in one pass over the map, each into its parameter's slot (no lookup per
+    // parameter); the slot of the n-th model-visible parameter is at n.
+    let slots = syn::Ident::new("__airlock_slots", Span::mixed_site());
+    let mut visible_at = 0_usize;
+    let extract: Vec<TokenStream> = params
+        .iter()
+        .zip(&locals)
+        .map(|(p, local)| {
+            let key = param_key(&p.ident);
+            let ty = &p.ty;
+            if p.injected {
+                // Spanned at the type: a type that is not `Inject` is reported there.
+                let inject = quote_spanned!(ty.span()=> #private::inject::<#ty>);
+                quote!(let #local = #inject(#invocation, #key, &mut #errors);)
+            } else {
+                let visible = visible_param(ty);
+                let at = visible_at;
+                visible_at += 1;
+                quote!(let #local = (#visible.argument)(#slots[#at], #key, &mut #errors);)
+            }
+        })
+        .collect();
     let call = if func.sig.asyncness.is_some() {
         quote!(#fn_ident(#(#locals),*).await)
     } else {
@@ -300,6 +310,7 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     } else {
         quote! {
             let mut #errors = #private::ArgumentErrors::new();
+            let #slots = #private::argument_slots(#arguments, &__AIRLOCK_PARAMS);
             #(#extract)*
             match (#(#locals,)*) {
                 (#(::core::option::Option::Some(#locals),)*) => #prepared,

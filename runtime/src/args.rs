@@ -2,17 +2,19 @@
 //! schema closes, repeated set items, nulls) and strict deserialization with every bad field named. What a
 //! refusal says about them lives with the dispatcher's other refusal wording.
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::{Inject, Invocation};
 use crate::dialect::Dialect;
 use crate::echo;
-use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ToolSpec};
+use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ParamSpec, ToolSpec};
 
 pub(crate) mod nested;
 
-pub(crate) use nested::{Duplicate, Ghost, OutOfRange};
+pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange};
 
 /// How deep an argument object may nest. Deeper input is refused before it is deserialized.
 pub const MAX_ARGUMENT_DEPTH: usize = 64;
@@ -44,11 +46,11 @@ pub(crate) enum ScreeningError {
 /// says `uniqueItems`, and drops top-level `null`s, which count as absent. `ghost` is the tool's own, or
 /// the policy's if stricter. A call in a `dialect` is held to that dialect's schema instead where the two
 /// differ: repeated set items count once where it cannot say `uniqueItems`, and integers keep to the bounds
-/// it states where its SDK holds them as floats.
+/// it states where its SDK holds them as floats. `schema` is compiled once, when the dispatcher is built.
 pub(crate) fn screen(
     arguments: Value,
     spec: &ToolSpec,
-    schema: &Value,
+    schema: &CompiledSchema,
     ghost: GhostPolicy,
     dialect: Option<Dialect>,
 ) -> Result<Screened, ScreeningError> {
@@ -73,7 +75,7 @@ pub(crate) fn screen(
     // The top level is walked like any other object, so a schema that leaves it open (a tool defined by a
     // schema may) keeps keys it does not declare; every typed tool's schema closes it.
     let mut walk = nested::Walk::new(schema, ghost == GhostPolicy::Strip).in_dialect(dialect);
-    walk.object(&mut map, &[schema], &mut String::new());
+    walk.arguments(&mut map);
     // `null` counts as absent, except for an argument that must be sent and may be `null` (a schema can
     // say so; a typed parameter that accepts `null` is never required).
     map.retain(|key, value| !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null()));
@@ -87,7 +89,17 @@ pub(crate) fn screen(
     if !walk.out_of_range.is_empty() {
         return Err(ScreeningError::OutOfRange(walk.out_of_range));
     }
-    let stripped = ghosts.into_iter().map(|ghost| echo::fragment(&ghost.path).into_owned()).collect();
+    // A path short enough to show as it is (the usual case) is kept, not copied.
+    let stripped = ghosts
+        .into_iter()
+        .map(|ghost| {
+            let capped = match echo::fragment(&ghost.path) {
+                Cow::Owned(capped) => Some(capped),
+                Cow::Borrowed(_) => None,
+            };
+            capped.unwrap_or(ghost.path)
+        })
+        .collect();
     Ok(Screened { arguments: map, stripped })
 }
 
@@ -106,6 +118,7 @@ pub(crate) fn discard(value: Value) {
 
 /// Whether any of `roots`, each at the depth given with it, holds a value deeper than `limit`. Iterative, so
 /// a hostile nesting cannot exhaust the stack here.
+#[cfg_attr(not(feature = "json-tool"), allow(dead_code))]
 pub(crate) fn nests_deeper_than<'a>(roots: impl IntoIterator<Item = (&'a Value, usize)>, limit: usize) -> bool {
     let mut stack: Vec<(&Value, usize)> = roots.into_iter().collect();
     while let Some((value, depth)) = stack.pop() {
@@ -121,15 +134,44 @@ pub(crate) fn nests_deeper_than<'a>(roots: impl IntoIterator<Item = (&'a Value, 
     false
 }
 
-/// Whether the arguments (their values at depth 1) nest deeper than `limit`.
+/// Whether the arguments (their values at depth 1) nest deeper than `limit`. Recursive but bounded: it
+/// descends at most `limit` levels before answering, so it needs no heap and a small stack (the limit is
+/// [`MAX_ARGUMENT_DEPTH`] on the dispatch path).
 fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
-    nests_deeper_than(map.values().map(|v| (v, 1)), limit)
+    fn deeper(value: &Value, depth: usize, limit: usize) -> bool {
+        if depth > limit {
+            return true;
+        }
+        match value {
+            Value::Array(items) => items.iter().any(|item| deeper(item, depth + 1, limit)),
+            Value::Object(map) => map.values().any(|child| deeper(child, depth + 1, limit)),
+            _ => false,
+        }
+    }
+    map.values().any(|value| deeper(value, 1, limit))
 }
 
-/// Deserializes one argument strictly (`"5"` is not a number, `5.0` is not an integer). Absent means
-/// `null`, which only a type like `Option<T>` accepts.
+/// The argument `key` of `args`, as [`argument_value`] deserializes it.
+#[cfg(test)]
 pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
-    let value = args.get(key).unwrap_or(&Value::Null);
+    argument_value(args.get(key), key, errors)
+}
+
+/// Deserializes the value sent for the argument `key` (`None`: absent, as [`slots`] found it) strictly
+/// (`"5"` is not a number, `5.0` is not an integer). Absent means `null`, which only a type like
+/// `Option<T>` accepts.
+///
+/// Deserialized plainly first: only a value that fails is deserialized again with its path tracked (the
+/// tracker copies every key it passes), so an argument that parses pays for no path.
+pub(crate) fn argument_value<T: DeserializeOwned>(
+    value: Option<&Value>,
+    key: &str,
+    errors: &mut ArgumentErrors,
+) -> Option<T> {
+    let value = value.unwrap_or(&Value::Null);
+    if let Ok(parsed) = T::deserialize(value) {
+        return Some(parsed);
+    }
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(parsed) => Some(parsed),
         Err(_) if value.is_null() => {
@@ -147,6 +189,24 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
             None
         }
     }
+}
+
+/// The value sent for each of `params`, at the parameter's position, in one pass over `args` and without
+/// hashing a key: each sent key is compared first with the parameter at its own position (a model sends
+/// them in declaration order), then with the others. Keys no parameter has are left out (the screen has
+/// stripped or refused them already).
+pub(crate) fn slots<'a, const N: usize>(args: &'a Arguments, params: &[ParamSpec; N]) -> [Option<&'a Value>; N] {
+    let mut slots = [None; N];
+    for (at, (key, value)) in args.iter().enumerate() {
+        let found = match params.get(at) {
+            Some(param) if param.name() == key => Some(at),
+            _ => params.iter().position(|param| param.name() == key),
+        };
+        if let Some(found) = found {
+            slots[found] = Some(value);
+        }
+    }
+    slots
 }
 
 /// Serde's text for an integer outside its type's range (``invalid value: integer `2147483648`, expected
@@ -194,7 +254,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn depth_is_checked_without_recursion() {
+    fn depth_is_checked_on_a_bounded_stack() {
         let mut deep = json!(1);
         for _ in 0..100_000 {
             deep = Value::Array(vec![deep]);

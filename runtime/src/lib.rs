@@ -437,7 +437,7 @@ pub mod __private {
     pub struct VisibleParam<T> {
         pub schema: fn(&mut SchemaGenerator) -> Schema,
         pub accepts_null: fn() -> bool,
-        pub argument: fn(&Arguments, &str, &mut ArgumentErrors) -> Option<T>,
+        pub argument: fn(Option<&serde_json::Value>, &str, &mut ArgumentErrors) -> Option<T>,
     }
 
     pub const fn visible_param<T: ToolArgument>() -> VisibleParam<T> {
@@ -452,8 +452,20 @@ pub mod __private {
         crate::tool::accepts_null::<T>()
     }
 
-    pub fn argument<T: ToolArgument>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
-        crate::args::argument(args, key, errors)
+    pub fn argument<T: ToolArgument>(
+        value: Option<&serde_json::Value>,
+        key: &str,
+        errors: &mut ArgumentErrors,
+    ) -> Option<T> {
+        crate::args::argument_value(value, key, errors)
+    }
+
+    /// The value sent for each of `params`, at its position: one pass over the arguments.
+    pub fn argument_slots<'a, const N: usize>(
+        args: &'a Arguments,
+        params: &[ParamSpec; N],
+    ) -> [Option<&'a serde_json::Value>; N] {
+        crate::args::slots(args, params)
     }
 
     pub fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors: &mut ArgumentErrors) -> Option<T> {

@@ -13,7 +13,9 @@
 //! when no such alternative declares it. Where the schema leaves an object open, or says something this walk
 //! does not model (`allOf`, `patternProperties`, properties beside alternatives), nothing is stripped.
 
-use std::collections::HashSet;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
@@ -69,10 +71,391 @@ pub(crate) fn closest<'a>(ghost: &str, declared: impl IntoIterator<Item = &'a st
         .map(|(_, name)| name.to_owned())
 }
 
+/// A place in a schema (any JSON value where the walk reads a schema), by index into the compiled nodes.
+type NodeId = usize;
+/// An alternative (a schema object the walk reads keywords from), by index into the compiled leaves.
+type LeafId = usize;
+
+/// The root of every compiled schema.
+const ROOT: NodeId = 0;
+
+/// A tool's canonical schema compiled once, when the dispatcher is built, for the walk: every place the
+/// walk can reach, with what it reads there (the alternatives a place stands for, declared keys sorted for
+/// lookup, tags, `uniqueItems`, bounds) as typed data. Screening a call then looks nothing up in the
+/// schema's JSON and follows no `$ref`: the answers are the ones the walk over the JSON gave, computed once.
+#[derive(Debug)]
+pub(crate) struct CompiledSchema {
+    nodes: Vec<Node>,
+    leaves: Vec<Leaf>,
+}
+
+/// One place: the alternatives its schema stands for (`$ref`s followed, `anyOf`/`oneOf` flattened), split
+/// by the kinds of value each allows. `None`: some alternative accepts anything here, or the schema says
+/// something the walk does not model; nothing below it is screened.
+#[derive(Debug)]
+struct Node {
+    alternatives: Option<Alternatives>,
+}
+
+#[derive(Debug, Default)]
+struct Alternatives {
+    objects: Box<[LeafId]>,
+    arrays: Box<[LeafId]>,
+    numbers: Box<[LeafId]>,
+}
+
+/// The kind of value an alternative is looked up for.
+#[derive(Clone, Copy)]
+enum Kind {
+    Object,
+    Array,
+    Number,
+}
+
+/// What the walk reads from one alternative.
+#[derive(Debug)]
+struct Leaf {
+    /// `properties`, in declaration order: the order a model usually sends them in, and the order "did you
+    /// mean" candidates are tried in.
+    properties: Box<[Property]>,
+    /// Indices into `properties`, sorted by name (binary search).
+    sorted: Box<[u32]>,
+    /// `additionalProperties: false`.
+    closed: bool,
+    /// `additionalProperties` as a schema: the values of keys beyond `properties`.
+    additional: Option<NodeId>,
+    /// `required`, its string entries.
+    required: Box<[Box<str>]>,
+    /// `uniqueItems: true`.
+    unique_items: bool,
+    /// `prefixItems`, each position's schema.
+    prefix_items: Box<[NodeId]>,
+    /// `items` as a schema.
+    items: Option<NodeId>,
+    /// `minimum` and `maximum` as stated.
+    minimum: Option<Value>,
+    maximum: Option<Value>,
+}
+
+#[derive(Debug)]
+struct Property {
+    name: Box<str>,
+    schema: NodeId,
+    /// Its `const` or `enum` (after its `$ref`s): what an alternative's tag must equal to fit.
+    tag: Tag,
+}
+
+#[derive(Debug)]
+enum Tag {
+    None,
+    Const(Value),
+    Enum(Box<[Value]>),
+}
+
+impl Leaf {
+    /// The property `key`, looked for first at `hint` (where the key was sent: in declaration order, one
+    /// comparison finds it), then by binary search.
+    fn property(&self, key: &str, hint: usize) -> Option<&Property> {
+        if let Some(property) = self.properties.get(hint)
+            && *property.name == *key
+        {
+            return Some(property);
+        }
+        let at = self.sorted.binary_search_by(|&at| (*self.properties[at as usize].name).cmp(key)).ok()?;
+        Some(&self.properties[self.sorted[at] as usize])
+    }
+
+    /// Whether `key` (sent at position `hint`) may be sent here: declared, or the object is open.
+    fn admits(&self, key: &str, hint: usize) -> bool {
+        !self.closed || self.property(key, hint).is_some()
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.properties.iter().map(|p| &*p.name)
+    }
+
+    fn item_schema(&self, index: usize) -> Option<NodeId> {
+        self.prefix_items.get(index).copied().or(self.items)
+    }
+
+    /// Whether `value` can be an instance of this alternative: its required keys are present and its tags
+    /// (`const` or `enum` properties) agree.
+    fn fits(&self, value: &Map<String, Value>) -> bool {
+        if self.required.iter().any(|key| !value.contains_key(&**key)) {
+            return false;
+        }
+        value.iter().enumerate().all(|(at, (key, given))| match self.property(key, at).map(|p| &p.tag) {
+            None | Some(Tag::None) => true,
+            Some(Tag::Const(constant)) => constant == given,
+            Some(Tag::Enum(values)) => values.contains(given),
+        })
+    }
+}
+
+impl CompiledSchema {
+    /// Compiles the canonical schema `root` (where `$ref`s resolve).
+    pub(crate) fn compile(root: &Value) -> CompiledSchema {
+        let mut compiler = Compiler {
+            root,
+            nodes: Vec::new(),
+            node_of: HashMap::new(),
+            node_queue: Vec::new(),
+            leaves: Vec::new(),
+            leaf_of: HashMap::new(),
+            leaf_queue: Vec::new(),
+        };
+        let root_id = compiler.node(root);
+        debug_assert_eq!(root_id, ROOT);
+        loop {
+            if let Some((id, schema)) = compiler.node_queue.pop() {
+                compiler.nodes[id] = Some(compiler.compile_node(schema));
+            } else if let Some((id, schema)) = compiler.leaf_queue.pop() {
+                compiler.leaves[id] = Some(compiler.compile_leaf(schema));
+            } else {
+                break;
+            }
+        }
+        CompiledSchema {
+            nodes: compiler.nodes.into_iter().map(|node| node.expect("every queued node is compiled")).collect(),
+            leaves: compiler.leaves.into_iter().map(|leaf| leaf.expect("every queued leaf is compiled")).collect(),
+        }
+    }
+
+    /// The alternatives of `kind` that `schemas` (any of which may apply) stand for; `None` when one of
+    /// them is open. Borrowed for one schema, the common case.
+    fn alternatives(&self, schemas: &[NodeId], kind: Kind) -> Option<Cow<'_, [LeafId]>> {
+        let pick = |id: NodeId| -> Option<&[LeafId]> {
+            let alternatives = self.nodes[id].alternatives.as_ref()?;
+            Some(match kind {
+                Kind::Object => &alternatives.objects,
+                Kind::Array => &alternatives.arrays,
+                Kind::Number => &alternatives.numbers,
+            })
+        };
+        if let [only] = schemas {
+            return pick(*only).map(Cow::Borrowed);
+        }
+        let mut all = Vec::new();
+        for &id in schemas {
+            all.extend_from_slice(pick(id)?);
+        }
+        Some(Cow::Owned(all))
+    }
+}
+
+/// Builds a [`CompiledSchema`]: every schema value reached is compiled once (they are told apart by
+/// address, so a `$ref` cycle ends), its alternatives found with the rules the walk always used.
+struct Compiler<'s> {
+    root: &'s Value,
+    nodes: Vec<Option<Node>>,
+    node_of: HashMap<*const Value, NodeId>,
+    node_queue: Vec<(NodeId, &'s Value)>,
+    leaves: Vec<Option<Leaf>>,
+    leaf_of: HashMap<*const Map<String, Value>, LeafId>,
+    leaf_queue: Vec<(LeafId, &'s Map<String, Value>)>,
+}
+
+impl<'s> Compiler<'s> {
+    fn node(&mut self, schema: &'s Value) -> NodeId {
+        *self.node_of.entry(std::ptr::from_ref(schema)).or_insert_with(|| {
+            self.nodes.push(None);
+            self.node_queue.push((self.nodes.len() - 1, schema));
+            self.nodes.len() - 1
+        })
+    }
+
+    fn leaf(&mut self, schema: &'s Map<String, Value>) -> LeafId {
+        *self.leaf_of.entry(std::ptr::from_ref(schema)).or_insert_with(|| {
+            self.leaves.push(None);
+            self.leaf_queue.push((self.leaves.len() - 1, schema));
+            self.leaves.len() - 1
+        })
+    }
+
+    fn compile_node(&mut self, schema: &'s Value) -> Node {
+        let mut found = Vec::new();
+        if !expand(schema, self.root, 0, &mut found) {
+            return Node { alternatives: None };
+        }
+        let mut alternatives = Alternatives::default();
+        let mut of_kind = |kind: fn(&Map<String, Value>) -> bool| -> Box<[LeafId]> {
+            found.iter().copied().filter(|c| kind(c)).map(|c| self.leaf(c)).collect()
+        };
+        alternatives.objects = of_kind(|c| may_be(c, "object"));
+        alternatives.arrays = of_kind(|c| may_be(c, "array"));
+        alternatives.numbers = of_kind(|c| may_be(c, "integer") || may_be(c, "number"));
+        Node { alternatives: Some(alternatives) }
+    }
+
+    fn compile_leaf(&mut self, schema: &'s Map<String, Value>) -> Leaf {
+        let declared_properties = schema.get("properties").and_then(Value::as_object);
+        let properties: Box<[Property]> = declared_properties
+            .into_iter()
+            .flatten()
+            .map(|(name, declared)| Property {
+                name: name.as_str().into(),
+                schema: self.node(declared),
+                tag: self.tag(declared),
+            })
+            .collect();
+        let mut sorted: Vec<u32> = (0..u32::try_from(properties.len()).expect("fewer than 2^32 properties")).collect();
+        sorted.sort_by(|&a, &b| properties[a as usize].name.cmp(&properties[b as usize].name));
+        let required = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(Box::from)
+            .collect();
+        let additional = schema.get("additionalProperties").filter(|a| a.is_object()).map(|a| self.node(a));
+        let prefix_items = schema
+            .get("prefixItems")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|position| self.node(position))
+            .collect();
+        let items = schema.get("items").filter(|items| items.is_object()).map(|items| self.node(items));
+        Leaf {
+            properties,
+            sorted: sorted.into(),
+            closed: schema.get("additionalProperties") == Some(&Value::Bool(false)),
+            additional,
+            required,
+            unique_items: schema.get("uniqueItems") == Some(&Value::Bool(true)),
+            prefix_items,
+            items,
+            minimum: schema.get("minimum").cloned(),
+            maximum: schema.get("maximum").cloned(),
+        }
+    }
+
+    /// The `const` or `enum` of a declared property, after following its `$ref`s.
+    fn tag(&self, declared: &'s Value) -> Tag {
+        let mut resolved = declared;
+        for _ in 0..MAX_REFERENCE_HOPS {
+            match resolved.get("$ref").and_then(Value::as_str).and_then(|r| resolve(r, self.root)) {
+                Some(target) => resolved = target,
+                None => break,
+            }
+        }
+        match (resolved.get("const"), resolved.get("enum").and_then(Value::as_array)) {
+            (Some(constant), _) => Tag::Const(constant.clone()),
+            (None, Some(values)) => Tag::Enum(values.clone().into()),
+            (None, None) => Tag::None,
+        }
+    }
+}
+
+/// Adds the alternatives `schema` stands for to `out`; `false` when one of them is open.
+fn expand<'s>(schema: &'s Value, root: &'s Value, hops: usize, out: &mut Vec<&'s Map<String, Value>>) -> bool {
+    let map = match schema {
+        Value::Object(map) => map,
+        Value::Bool(accepts) => return !accepts,
+        _ => return false,
+    };
+    if let Some(reference) = map.get("$ref") {
+        if hops >= MAX_REFERENCE_HOPS {
+            return false;
+        }
+        let target = reference.as_str().and_then(|r| resolve(r, root));
+        return target.is_some_and(|target| expand(target, root, hops + 1, out));
+    }
+    if map.contains_key("allOf") || map.contains_key("patternProperties") {
+        return false;
+    }
+    let alternatives = map.get("anyOf").or_else(|| map.get("oneOf"));
+    match alternatives {
+        Some(_) if map.contains_key("properties") => false,
+        Some(Value::Array(branches)) => branches.iter().all(|branch| expand(branch, root, hops + 1, out)),
+        Some(_) => false,
+        None => {
+            out.push(map);
+            true
+        }
+    }
+}
+
+/// Where a value is in the arguments, built only when a finding names it: each level borrows its key or
+/// index from the walk's own stack, so a call that passes builds no path string.
+#[derive(Clone, Copy)]
+pub(crate) enum Path<'p> {
+    /// The top level.
+    Root,
+    /// The value of `key` in the object at the parent path.
+    Key(&'p Path<'p>, &'p str),
+    /// Item `index` of the array at the parent path.
+    Index(&'p Path<'p>, usize),
+}
+
+impl Path<'_> {
+    /// `address.zipcode`, `items[2].zipcode`, or just the key at the top level.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::with_capacity(self.len());
+        self.write(&mut out);
+        out
+    }
+
+    /// The rendered length in bytes (possibly an overestimate by a dot).
+    fn len(&self) -> usize {
+        match self {
+            Path::Root => 0,
+            Path::Key(parent, key) => parent.len() + 1 + key.len(),
+            // `[`, up to 20 digits, `]`.
+            Path::Index(parent, _) => parent.len() + 22,
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Path::Root => {}
+            Path::Key(parent, key) => {
+                parent.write(out);
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Path::Index(parent, index) => {
+                parent.write(out);
+                let _ = write!(out, "[{index}]");
+            }
+        }
+    }
+}
+
+/// Up to a few ids without allocating: the schemas one key or item has among the alternatives (one, for
+/// every alternative but a union's).
+enum Few {
+    Zero,
+    One([NodeId; 1]),
+    Many(Vec<NodeId>),
+}
+
+impl Few {
+    fn collect(mut ids: impl Iterator<Item = NodeId>) -> Few {
+        let Some(first) = ids.next() else { return Few::Zero };
+        let Some(second) = ids.next() else { return Few::One([first]) };
+        let mut many = vec![first, second];
+        many.extend(ids);
+        Few::Many(many)
+    }
+
+    fn as_slice(&self) -> &[NodeId] {
+        match self {
+            Few::Zero => &[],
+            Few::One(one) => one,
+            Few::Many(many) => many,
+        }
+    }
+}
+
 /// One walk over the arguments of a call.
 pub(crate) struct Walk<'s> {
-    root: &'s Value,
-    /// Whether ghosts are removed from the value (strip) or only reported (block: the call is refused).
+    schema: &'s CompiledSchema,
+    /// Whether ghosts are removed from the value (strip) or only reported (block: the call is refused,
+    /// and its refusal suggests the closest declared key).
     remove: bool,
     /// Whether a repeated item of a set counts once (removed) instead of being a duplicate: the call's
     /// dialect cannot say `uniqueItems`.
@@ -85,19 +468,11 @@ pub(crate) struct Walk<'s> {
     pub(crate) out_of_range: Vec<OutOfRange>,
 }
 
-/// What the schema alternatives at one place say.
-enum Candidates<'s> {
-    /// Some alternative accepts anything here (or the schema says what this walk does not model).
-    Open,
-    /// The alternatives, each a schema object.
-    Some(Vec<&'s Map<String, Value>>),
-}
-
 impl<'s> Walk<'s> {
-    /// A walk against the canonical schema `root` (where `$ref`s resolve).
-    pub(crate) fn new(root: &'s Value, remove: bool) -> Self {
+    /// A walk against the compiled canonical schema.
+    pub(crate) fn new(schema: &'s CompiledSchema, remove: bool) -> Self {
         Walk {
-            root,
+            schema,
             remove,
             collapse_repeats: false,
             float_bounds: false,
@@ -116,8 +491,13 @@ impl<'s> Walk<'s> {
         self
     }
 
+    /// Walks the top-level argument object against the schema's root.
+    pub(crate) fn arguments(&mut self, map: &mut Map<String, Value>) {
+        self.object(map, &[ROOT], &Path::Root);
+    }
+
     /// Walks `value` at `path` against `schemas` (any of which may apply).
-    pub(crate) fn value(&mut self, value: &mut Value, schemas: &[&'s Value], path: &mut String) {
+    fn value(&mut self, value: &mut Value, schemas: &[NodeId], path: &Path<'_>) {
         match value {
             Value::Object(map) => self.object(map, schemas, path),
             Value::Array(items) => self.array(items, schemas, path),
@@ -125,126 +505,80 @@ impl<'s> Walk<'s> {
         }
     }
 
-    fn candidates(&self, schemas: &[&'s Value]) -> Candidates<'s> {
-        let mut out = Vec::new();
-        for schema in schemas {
-            if !self.expand(schema, 0, &mut out) {
-                return Candidates::Open;
-            }
-        }
-        Candidates::Some(out)
-    }
-
-    /// Adds the alternatives `schema` stands for to `out`; `false` when one of them is open.
-    fn expand(&self, schema: &'s Value, hops: usize, out: &mut Vec<&'s Map<String, Value>>) -> bool {
-        let map = match schema {
-            Value::Object(map) => map,
-            Value::Bool(accepts) => return !accepts,
-            _ => return false,
-        };
-        if let Some(reference) = map.get("$ref") {
-            if hops >= MAX_REFERENCE_HOPS {
-                return false;
-            }
-            let target = reference.as_str().and_then(|r| resolve(r, self.root));
-            return target.is_some_and(|target| self.expand(target, hops + 1, out));
-        }
-        if map.contains_key("allOf") || map.contains_key("patternProperties") {
-            return false;
-        }
-        let alternatives = map.get("anyOf").or_else(|| map.get("oneOf"));
-        match alternatives {
-            Some(_) if map.contains_key("properties") => false,
-            Some(Value::Array(branches)) => branches.iter().all(|branch| self.expand(branch, hops + 1, out)),
-            Some(_) => false,
-            None => {
-                out.push(map);
-                true
-            }
-        }
-    }
-
-    /// Walks the object `map` at `path` (empty at the top level) against `schemas`.
-    pub(crate) fn object(&mut self, map: &mut Map<String, Value>, schemas: &[&'s Value], path: &mut String) {
-        let Candidates::Some(all) = self.candidates(schemas) else { return };
-        let objects: Vec<&Map<String, Value>> = all.into_iter().filter(|c| may_be(c, "object")).collect();
+    /// Walks the object `map` at `path` against `schemas`.
+    fn object(&mut self, map: &mut Map<String, Value>, schemas: &[NodeId], path: &Path<'_>) {
+        let schema = self.schema;
+        let Some(objects) = schema.alternatives(schemas, Kind::Object) else { return };
         if objects.is_empty() {
             return;
         }
-        let matching: Vec<&Map<String, Value>> = objects.iter().copied().filter(|c| self.fits(c, map)).collect();
-        let alternatives = if matching.is_empty() { objects } else { matching };
-        let mut ghosts = Vec::new();
-        for key in map.keys() {
-            let declared = alternatives.iter().any(|c| property(c, key).is_some() || !is_closed(c));
-            if !declared {
-                let names = alternatives.iter().flat_map(|c| property_names(c));
-                ghosts.push(key.clone());
-                self.ghosts.push(Ghost { path: join_key(path, key), closest: closest(key, names) });
+        // The alternatives the value fits, or all of them when it fits none; one alternative needs no test.
+        let alternatives = if objects.len() == 1 {
+            objects
+        } else {
+            let matching: Vec<LeafId> = objects.iter().copied().filter(|&c| schema.leaves[c].fits(map)).collect();
+            if matching.is_empty() { objects } else { Cow::Owned(matching) }
+        };
+        let admitted = |key: &str, at: usize| alternatives.iter().any(|&c| schema.leaves[c].admits(key, at));
+        let before = self.ghosts.len();
+        // Where the ghosts are, for removing them without looking each key up again (the first 64 keys;
+        // past those, each is looked up again).
+        let mut ghost_at = 0_u64;
+        for (at, key) in map.keys().enumerate() {
+            if !admitted(key, at) {
+                if at < 64 {
+                    ghost_at |= 1 << at;
+                }
+                // The closest declared key is for a refusal's hint: only a walk that refuses needs it.
+                let closest = if self.remove {
+                    None
+                } else {
+                    closest(key, alternatives.iter().flat_map(|&c| schema.leaves[c].names()))
+                };
+                self.ghosts.push(Ghost { path: Path::Key(path, key).render(), closest });
             }
         }
-        if self.remove && !ghosts.is_empty() {
-            map.retain(|key, _| !ghosts.contains(key));
+        if self.remove && self.ghosts.len() > before {
+            let mut at = 0;
+            map.retain(|key, _| {
+                at += 1;
+                if at <= 64 { ghost_at & (1 << (at - 1)) == 0 } else { admitted(key, at - 1) }
+            });
         }
         self.children(map, &alternatives, path);
     }
 
     /// Walks each value with the schemas its key has among `alternatives`.
-    fn children(&mut self, map: &mut Map<String, Value>, alternatives: &[&'s Map<String, Value>], path: &mut String) {
-        for (key, child) in map.iter_mut() {
+    fn children(&mut self, map: &mut Map<String, Value>, alternatives: &[LeafId], path: &Path<'_>) {
+        let schema = self.schema;
+        for (at, (key, child)) in map.iter_mut().enumerate() {
             let scalar = !matches!(child, Value::Object(_) | Value::Array(_));
             if scalar && !(self.float_bounds && child.is_number()) {
                 continue;
             }
-            let schemas: Vec<&'s Value> =
-                alternatives.iter().filter_map(|c| property(c, key).or_else(|| additional_schema(c))).collect();
-            if schemas.is_empty() {
+            let schemas = Few::collect(alternatives.iter().filter_map(|&c| {
+                let leaf = &schema.leaves[c];
+                leaf.property(key, at).map(|p| p.schema).or(leaf.additional)
+            }));
+            if schemas.as_slice().is_empty() {
                 continue;
             }
+            let here = Path::Key(path, key);
             if scalar {
-                self.check_bounds(child, &schemas, || join_key(path, key));
-                continue;
+                self.check_bounds(child, schemas.as_slice(), &here);
+            } else {
+                self.value(child, schemas.as_slice(), &here);
             }
-            let length = path.len();
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(key);
-            self.value(child, &schemas, path);
-            path.truncate(length);
         }
     }
 
-    /// Whether `value` can be an instance of the alternative `schema`: its required keys are present and its
-    /// tags (`const` or one-value `enum` properties) agree.
-    fn fits(&self, schema: &Map<String, Value>, value: &Map<String, Value>) -> bool {
-        let required = schema.get("required").and_then(Value::as_array);
-        if required.into_iter().flatten().filter_map(Value::as_str).any(|key| !value.contains_key(key)) {
-            return false;
-        }
-        value.iter().all(|(key, given)| {
-            let Some(declared) = property(schema, key) else { return true };
-            let mut resolved = declared;
-            for _ in 0..MAX_REFERENCE_HOPS {
-                match resolved.get("$ref").and_then(Value::as_str).and_then(|r| resolve(r, self.root)) {
-                    Some(target) => resolved = target,
-                    None => break,
-                }
-            }
-            match (resolved.get("const"), resolved.get("enum").and_then(Value::as_array)) {
-                (Some(constant), _) => constant == given,
-                (None, Some(values)) => values.contains(given),
-                (None, None) => true,
-            }
-        })
-    }
-
-    fn array(&mut self, items: &mut Vec<Value>, schemas: &[&'s Value], path: &mut String) {
-        let Candidates::Some(all) = self.candidates(schemas) else { return };
-        let arrays: Vec<&Map<String, Value>> = all.into_iter().filter(|c| may_be(c, "array")).collect();
+    fn array(&mut self, items: &mut Vec<Value>, schemas: &[NodeId], path: &Path<'_>) {
+        let schema = self.schema;
+        let Some(arrays) = schema.alternatives(schemas, Kind::Array) else { return };
         if arrays.is_empty() {
             return;
         }
-        if arrays.iter().all(|c| c.get("uniqueItems") == Some(&Value::Bool(true))) {
+        if arrays.iter().all(|&c| schema.leaves[c].unique_items) {
             if self.collapse_repeats {
                 collapse_repeats(items);
             } else {
@@ -256,34 +590,31 @@ impl<'s> Walk<'s> {
             if scalar && !(self.float_bounds && item.is_number()) {
                 continue;
             }
-            let schemas: Vec<&'s Value> = arrays.iter().filter_map(|c| item_schema(c, index)).collect();
-            if schemas.is_empty() {
+            let schemas = Few::collect(arrays.iter().filter_map(|&c| schema.leaves[c].item_schema(index)));
+            if schemas.as_slice().is_empty() {
                 continue;
             }
+            let here = Path::Index(path, index);
             if scalar {
-                self.check_bounds(item, &schemas, || format!("{path}[{index}]"));
-                continue;
+                self.check_bounds(item, schemas.as_slice(), &here);
+            } else {
+                self.value(item, schemas.as_slice(), &here);
             }
-            let length = path.len();
-            path.push_str(&format!("[{index}]"));
-            self.value(item, &schemas, path);
-            path.truncate(length);
         }
     }
 
     /// Under float bounds: `value` (a number) is out of range when every numeric alternative bounds it more
     /// tightly than its canonical bounds do (the canonical bounds themselves the tool checks anyway).
-    fn check_bounds(&mut self, value: &Value, schemas: &[&'s Value], path: impl FnOnce() -> String) {
+    fn check_bounds(&mut self, value: &Value, schemas: &[NodeId], path: &Path<'_>) {
         let Some(n) = value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)) else { return };
-        let Candidates::Some(all) = self.candidates(schemas) else { return };
-        let numeric: Vec<&Map<String, Value>> =
-            all.into_iter().filter(|c| may_be(c, "integer") || may_be(c, "number")).collect();
-        let bound = |c: &Map<String, Value>, key: &str| {
-            let stated = c.get(key)?;
-            Some(crate::dialect::float_exact_bound(stated, key == "maximum").unwrap_or_else(|| stated.clone()))
+        let schema = self.schema;
+        let Some(numeric) = schema.alternatives(schemas, Kind::Number) else { return };
+        let bound = |c: &Leaf, maximum: bool| {
+            let stated = if maximum { c.maximum.as_ref() } else { c.minimum.as_ref() }?;
+            Some(crate::dialect::float_exact_bound(stated, maximum).unwrap_or_else(|| stated.clone()))
         };
-        let within = |c: &Map<String, Value>| {
-            let holds = |key: &str, inside: fn(i128, i128) -> bool| match bound(c, key) {
+        let within = |c: &Leaf| {
+            let holds = |maximum: bool, inside: fn(i128, i128) -> bool| match bound(c, maximum) {
                 Some(b) => match b.as_i64().map(i128::from).or_else(|| b.as_u64().map(i128::from)) {
                     Some(b) => inside(n, b),
                     // A bound that is not an integer (`2.5`): a float already holds it.
@@ -291,27 +622,27 @@ impl<'s> Walk<'s> {
                 },
                 None => true,
             };
-            holds("minimum", |n, b| n >= b) && holds("maximum", |n, b| n <= b)
+            holds(false, |n, b| n >= b) && holds(true, |n, b| n <= b)
         };
-        if numeric.is_empty() || numeric.iter().any(|c| within(c)) {
+        if numeric.is_empty() || numeric.iter().any(|&c| within(&schema.leaves[c])) {
             return;
         }
-        let first = numeric[0];
+        let first = &schema.leaves[numeric[0]];
         self.out_of_range.push(OutOfRange {
-            path: path(),
+            path: path.render(),
             value: value.to_string(),
-            min: bound(first, "minimum").map(|b| b.to_string()),
-            max: bound(first, "maximum").map(|b| b.to_string()),
+            min: bound(first, false).map(|b| b.to_string()),
+            max: bound(first, true).map(|b| b.to_string()),
         });
     }
 
     /// Finds the first repeated item, comparing canonical JSON (so key order does not matter).
-    fn check_unique(&mut self, items: &[Value], path: &str) {
+    fn check_unique(&mut self, items: &[Value], path: &Path<'_>) {
         let mut seen = HashSet::with_capacity(items.len());
         for item in items {
             let text = crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string());
             if !seen.insert(text.clone()) {
-                self.duplicates.push(Duplicate { path: path.to_owned(), item: echo::fragment(&text).into_owned() });
+                self.duplicates.push(Duplicate { path: path.render(), item: echo::fragment(&text).into_owned() });
                 return;
             }
         }
@@ -347,48 +678,23 @@ fn may_be(schema: &Map<String, Value>, kind: &str) -> bool {
     }
 }
 
-fn property<'s>(schema: &'s Map<String, Value>, key: &str) -> Option<&'s Value> {
-    schema.get("properties")?.get(key)
-}
-
-fn property_names(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
-    schema.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.keys().map(String::as_str))
-}
-
-/// `additionalProperties: false`: no key beyond `properties`.
-fn is_closed(schema: &Map<String, Value>) -> bool {
-    schema.get("additionalProperties") == Some(&Value::Bool(false))
-}
-
-/// The schema of the values of keys beyond `properties` (a map's values), if one is given.
-fn additional_schema(schema: &Map<String, Value>) -> Option<&Value> {
-    schema.get("additionalProperties").filter(|a| a.is_object())
-}
-
-fn item_schema(schema: &Map<String, Value>, index: usize) -> Option<&Value> {
-    if let Some(position) = schema.get("prefixItems").and_then(Value::as_array).and_then(|p| p.get(index)) {
-        return Some(position);
-    }
-    schema.get("items").filter(|items| items.is_object())
-}
-
-/// `path.key` (or `key` at the top).
-fn join_key(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn walk(schema: Value, mut value: Value) -> (Value, Vec<String>, Vec<(String, String)>) {
+    fn walk(schema: Value, value: Value) -> (Value, Vec<String>, Vec<(String, String)>) {
         let root = json!({"type": "object", "properties": {"x": schema.clone()}, "$defs": {
             "Node": {"type": "object", "properties": {"label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}, "additionalProperties": false}
         }});
-        let property = &root["properties"]["x"];
-        let mut w = Walk::new(&root, true);
-        w.value(&mut value, &[property], &mut "x".to_owned());
+        // The value is walked as the top level's `x`: the root leaves other keys open, so only what the
+        // schema of `x` says is screened, at paths that start with `x`.
+        let compiled = CompiledSchema::compile(&root);
+        let mut arguments = Map::new();
+        arguments.insert("x".to_owned(), value);
+        let mut w = Walk::new(&compiled, true);
+        w.arguments(&mut arguments);
+        let value = arguments.remove("x").expect("the walk keeps a declared key");
         let ghosts = w.ghosts.iter().map(|g| g.path.clone()).collect();
         let duplicates = w.duplicates.iter().map(|d| (d.path.clone(), d.item.clone())).collect();
         (value, ghosts, duplicates)
@@ -451,6 +757,46 @@ mod tests {
         assert_eq!(duplicates, [("x".to_owned(), r#"{"a":1,"b":2}"#.to_owned())]);
         let (_, _, duplicates) = walk(json!({"type": "array"}), json!([1, 1]));
         assert!(duplicates.is_empty());
+    }
+
+    #[test]
+    fn keys_out_of_order_and_past_the_64th_are_screened_alike() {
+        // 70 declared keys sent in reverse (no key at its declared position), ghosts among the first 64
+        // positions and past them.
+        let declared: Map<String, Value> = (0..70).map(|i| (format!("p{i}"), json!({"type": "integer"}))).collect();
+        let mut sent: Vec<(String, Value)> = (0..70).rev().map(|i| (format!("p{i}"), json!(i))).collect();
+        sent.insert(0, ("ghost_first".to_owned(), json!(1)));
+        sent.insert(40, ("ghost_middle".to_owned(), json!(2)));
+        sent.push(("ghost_last".to_owned(), json!(3)));
+        let value = Value::Object(sent.into_iter().collect());
+        let (value, ghosts, _) = walk(closed(Value::Object(declared)), value);
+        assert_eq!(ghosts, ["x.ghost_first", "x.ghost_middle", "x.ghost_last"]);
+        let kept: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        let expected: Vec<String> = (0..70).rev().map(|i| format!("p{i}")).collect();
+        assert_eq!(kept, expected, "every declared key is kept, in the order sent");
+    }
+
+    #[test]
+    fn only_a_refusing_walk_suggests_a_key() {
+        let root = closed(
+            json!({"zip": {"type": "string"}, "items": {"type": "array", "items": closed(json!({"n": {"type": "integer"}}))}}),
+        );
+        let compiled = CompiledSchema::compile(&root);
+        let arguments = || json!({"zipcode": "1", "items": [{"n": 1}, {"n": 2, "m": 3}]}).as_object().cloned().unwrap();
+        let mut blocking = Walk::new(&compiled, false);
+        let mut kept = arguments();
+        blocking.arguments(&mut kept);
+        let found: Vec<(&str, Option<&str>)> =
+            blocking.ghosts.iter().map(|g| (g.path.as_str(), g.closest.as_deref())).collect();
+        assert_eq!(found, [("zipcode", Some("zip")), ("items[1].m", Some("n"))]);
+        assert_eq!(kept, arguments(), "a refusing walk leaves the arguments as sent");
+        let mut stripping = Walk::new(&compiled, true);
+        let mut stripped = arguments();
+        stripping.arguments(&mut stripped);
+        let found: Vec<(&str, Option<&str>)> =
+            stripping.ghosts.iter().map(|g| (g.path.as_str(), g.closest.as_deref())).collect();
+        assert_eq!(found, [("zipcode", None), ("items[1].m", None)]);
+        assert_eq!(Value::Object(stripped), json!({"items": [{"n": 1}, {"n": 2}]}));
     }
 
     #[test]

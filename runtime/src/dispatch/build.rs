@@ -261,6 +261,7 @@ impl DispatcherBuilder {
                 name,
                 Entry {
                     tool,
+                    screen: crate::args::CompiledSchema::compile(&definition.input_schema),
                     definition,
                     denied_by: decision.denied_by,
                     escalation_rules,

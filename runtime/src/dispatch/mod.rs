@@ -81,6 +81,8 @@ pub struct Dispatcher {
 struct Entry {
     tool: Arc<dyn Tool>,
     definition: ToolDefinition,
+    /// The argument screen of gate 3: `definition`'s input schema, compiled once.
+    screen: args::CompiledSchema,
     denied_by: Option<String>,
     escalations: Vec<EscalationReason>,
     /// Bucket ids in ascending order and, at the same positions, the rule each enforces (`attribute` or
@@ -255,7 +257,7 @@ impl Dispatcher {
 
         // 3. Ghost arguments: the author's mode, or the policy's `block` (observed only, in observe mode).
         let ghost = if entry.ghost_block.is_some() && !self.observe { GhostPolicy::Block } else { spec.ghost() };
-        let screened = args::screen(arguments, spec, &entry.definition.input_schema, ghost, context.dialect())
+        let screened = args::screen(arguments, spec, &entry.screen, ghost, context.dialect())
             .map_err(|err| refuse(refusal::screening(name, spec, err)))?;
         if !screened.stripped.is_empty() {
             tracing::warn!(target: "agent_airlock", stripped = ?screened.stripped, "undeclared arguments stripped");
