@@ -25,6 +25,8 @@ use crate::echo;
 /// How many `$ref`s may be followed without descending into the value: a cycle of references alone
 /// constrains nothing.
 const MAX_REFERENCE_HOPS: usize = 32;
+/// The most steps finding one schema's alternatives may take (see [`expand`]).
+const MAX_EXPANSION_STEPS: usize = 4096;
 
 /// A key no schema alternative at its place declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,7 +276,8 @@ impl<'s> Compiler<'s> {
 
     fn compile_node(&mut self, schema: &'s Value) -> Node {
         let mut found = Vec::new();
-        if !expand(schema, self.root, 0, &mut found) {
+        let mut budget = MAX_EXPANSION_STEPS;
+        if !expand(schema, self.root, 0, &mut budget, &mut found) {
             return Node { alternatives: None };
         }
         let mut alternatives = Alternatives::default();
@@ -348,8 +351,18 @@ impl<'s> Compiler<'s> {
     }
 }
 
-/// Adds the alternatives `schema` stands for to `out`; `false` when one of them is open.
-fn expand<'s>(schema: &'s Value, root: &'s Value, hops: usize, out: &mut Vec<&'s Map<String, Value>>) -> bool {
+/// Adds the alternatives `schema` stands for to `out`; `false` when one of them is open, or when finding
+/// them takes more than `budget` steps (a schema whose `$ref`s fan out into `anyOf`s of `anyOf`s stands for
+/// exponentially many: read as open, its keys are not screened here, and the validator still checks it).
+fn expand<'s>(
+    schema: &'s Value,
+    root: &'s Value,
+    hops: usize,
+    budget: &mut usize,
+    out: &mut Vec<&'s Map<String, Value>>,
+) -> bool {
+    let Some(left) = budget.checked_sub(1) else { return false };
+    *budget = left;
     let map = match schema {
         Value::Object(map) => map,
         Value::Bool(accepts) => return !accepts,
@@ -360,7 +373,7 @@ fn expand<'s>(schema: &'s Value, root: &'s Value, hops: usize, out: &mut Vec<&'s
             return false;
         }
         let target = reference.as_str().and_then(|r| resolve(r, root));
-        return target.is_some_and(|target| expand(target, root, hops + 1, out));
+        return target.is_some_and(|target| expand(target, root, hops + 1, budget, out));
     }
     if map.contains_key("allOf") || map.contains_key("patternProperties") {
         return false;
@@ -368,7 +381,7 @@ fn expand<'s>(schema: &'s Value, root: &'s Value, hops: usize, out: &mut Vec<&'s
     let alternatives = map.get("anyOf").or_else(|| map.get("oneOf"));
     match alternatives {
         Some(_) if map.contains_key("properties") => false,
-        Some(Value::Array(branches)) => branches.iter().all(|branch| expand(branch, root, hops + 1, out)),
+        Some(Value::Array(branches)) => branches.iter().all(|branch| expand(branch, root, hops + 1, budget, out)),
         Some(_) => false,
         None => {
             out.push(map);
@@ -714,6 +727,34 @@ mod tests {
         );
         assert_eq!(ghosts, ["x.home.zipcode", "x.items[1].zipcode"]);
         assert_eq!(value, json!({"home": {"street": "s"}, "items": [{"street": "a"}, {"street": "b"}]}));
+    }
+
+    #[test]
+    fn a_schema_of_exponentially_many_alternatives_is_compiled_in_bounded_steps_and_read_as_open() {
+        // `d0` stands for 2^40 alternatives (each level an `anyOf` of the next, twice): read as open, so
+        // its keys are left to the validator, and compiling takes a bounded number of steps.
+        let mut defs = serde_json::Map::new();
+        for level in 0..40 {
+            let next = json!({"$ref": format!("#/$defs/d{}", level + 1)});
+            defs.insert(format!("d{level}"), json!({"anyOf": [next.clone(), next]}));
+        }
+        defs.insert("d40".into(), closed(json!({"a": {"type": "integer"}})));
+        let root = json!({
+            "type": "object",
+            "properties": {"fan": {"$ref": "#/$defs/d0"}, "b": {"type": "integer"}},
+            "additionalProperties": false,
+            "$defs": defs
+        });
+        let compiled = CompiledSchema::compile(&root);
+        let Value::Object(mut arguments) = json!({"fan": {"a": 1, "ghost": 2}, "b": 1, "ghost": 3}) else {
+            unreachable!()
+        };
+        let mut w = Walk::new(&compiled, true);
+        w.arguments(&mut arguments);
+        let ghosts: Vec<_> = w.ghosts.iter().map(|g| g.path.clone()).collect();
+        assert_eq!(ghosts, ["ghost"]);
+        let value = Value::Object(arguments);
+        assert_eq!(value, json!({"fan": {"a": 1, "ghost": 2}, "b": 1}));
     }
 
     #[test]
