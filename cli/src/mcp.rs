@@ -87,6 +87,10 @@ struct GatewayArgs {
     /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
+    /// The audit log's key (`--audit-key-file` or `--audit-key-env`): every record is then MACed with it, and
+    /// `airlock audit verify` needs the same key. A log already keyed is refused without its key.
+    #[command(flatten)]
+    audit_key: crate::AuditKeySource,
     /// Pass an environment variable to the upstream server: `NAME` copies the gateway's, `NAME=VALUE` sets
     /// it. The server otherwise gets only `PATH`, `HOME`, the locale and a few more (see the README), never an
     /// `AIRLOCK_*` variable nor the ones `--key-env`, `--token-env` and `--upstream-token-env` name.
@@ -199,18 +203,29 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
     let (key, key_generated) = approval_key(args)?;
     // The store is the one every other command opens with the same `--db`.
     let storage = Storage::open(cli)?;
+    let audit_key = crate::audit_key(&args.audit_key)?;
+    let audit_signed = audit_key.is_some();
+    let audit_config = AuditConfig { key: audit_key, ..AuditConfig::default() };
     let audit = match (&args.audit, &storage) {
         (Some(path), _) => {
             let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
-            AuditLog::with_database(Arc::new(database), AuditConfig::default()).map_err(|e| e.to_string())?
+            AuditLog::with_database(Arc::new(database), audit_config).map_err(|e| e.to_string())?
         }
-        (None, Storage::Redb(_)) => storage.audit(AuditConfig::default())?,
+        (None, Storage::Redb(_)) => storage.audit(audit_config)?,
         (None, Storage::Postgres(_)) => {
             return Err("the gateway audits every call, and PostgreSQL holds only the ledger and the effect records: \
                         give the audit log's redb file with `--audit`"
                 .to_owned());
         }
     };
+    let head = audit.head().map_err(|e| format!("the audit log: {e}"))?;
+    if let (Some(key_id), false) = (&head.key_id, audit_signed) {
+        return Err(format!(
+            "the audit log is keyed (key `{}`): give its key (`--audit-key-file` or `--audit-key-env`) so the \
+             gateway's records are keyed too",
+            agent_airlock::approval::display::escape(key_id)
+        ));
+    }
     let store_shared = matches!(storage, Storage::Postgres(_)) || cli.multi_process;
     Ok(Prepared {
         policy,
@@ -351,6 +366,7 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
 fn withheld(args: &GatewayArgs) -> Vec<&str> {
     let mut names = vec![args.key_env.as_str(), args.token_env.as_str()];
     names.extend(args.upstream_token_env.as_deref());
+    names.extend(args.audit_key.audit_key_env.as_deref());
     names
 }
 

@@ -729,14 +729,168 @@ fn a_new_pending_request_is_announced_once_to_the_webhook_signed_and_retried() {
         assert_eq!(notification.headers["x-airlock-signature"], expected);
     }
 
-    // The console has no TLS client: an `https://` webhook is refused at start, not silently dropped.
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .arg("--db")
-        .arg(&db)
-        .args(["console", "--operator", "alice", "--webhook-url", "https://chat.example/hook"])
-        .args(["--webhook-key-file", key_arg])
-        .env("AIRLOCK_APPROVAL_KEY", SECRET)
-        .output()
+    // A scheme other than `http://` and `https://`, or a CA file for a plain `http://` webhook, is refused at
+    // start, not silently dropped.
+    for (url, ca, refusal) in [
+        ("ftp://chat.example/hook", None, "neither `http://` nor `https://`"),
+        (url.as_str(), Some(key_arg), "is for an `https://` webhook"),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        command.arg("--db").arg(&db).args(["console", "--operator", "alice", "--webhook-url", url]);
+        command.args(["--webhook-key-file", key_arg]).env("AIRLOCK_APPROVAL_KEY", SECRET);
+        if let Some(ca) = ca {
+            command.args(["--webhook-ca-file", ca]);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success() && String::from_utf8_lossy(&output.stderr).contains(refusal), "{output:?}");
+    }
+}
+
+/// A certificate authority of the test's own, and a receiver's certificate it signed for `localhost` and
+/// `127.0.0.1`: `(CA PEM, another CA's PEM, the receiver's TLS configuration)`.
+fn tls_receiver_certificates() -> (String, String, Arc<rustls::ServerConfig>) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert, Issuer::new(params, key))
+    };
+    let (ca_cert, issuer) = ca("webhook test CA");
+    let (other_cert, _) = ca("another CA");
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
         .unwrap();
-    assert!(String::from_utf8_lossy(&output.stderr).contains("is not `http://`"), "{output:?}");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+        .unwrap();
+    (ca_cert.pem(), other_cert.pem(), Arc::new(config))
+}
+
+/// An `https://` webhook receiver on a free loopback port, answering 204; returns its URL (for `host`) and
+/// what it received. A connection whose handshake fails is dropped.
+fn tls_webhook_receiver(config: Arc<rustls::ServerConfig>, host: &str) -> (String, Arc<Mutex<Vec<Received>>>) {
+    // Any 127.0.0.0/8 address is this machine: `127.0.0.2` reaches it under a name the certificate lacks.
+    let listener = TcpListener::bind((if host == "localhost" { "127.0.0.1" } else { host }, 0)).unwrap();
+    let url = format!("https://{host}:{}/hook?team=ops", listener.local_addr().unwrap().port());
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let Ok(connection) = rustls::ServerConnection::new(Arc::clone(&config)) else { continue };
+            let mut tls = rustls::StreamOwned::new(connection, stream);
+            let mut reader = BufReader::new(&mut tls);
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            let mut headers = HashMap::new();
+            headers.insert("request-line".to_owned(), request_line.trim_end().to_owned());
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).is_err() {
+                    break;
+                }
+                let Some((name, value)) = line.trim_end().split_once(": ") else { break };
+                headers.insert(name.to_ascii_lowercase(), value.to_owned());
+            }
+            let mut body = vec![0; headers.get("content-length").map_or(0, |n| n.parse().unwrap_or(0))];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            drop(reader);
+            let _ = write!(tls, "HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tls.flush();
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+            log.lock().unwrap().push(Received { headers, body, answered: 204 });
+        }
+    });
+    (url, received)
+}
+
+#[test]
+fn an_https_webhook_is_sent_over_tls_to_a_receiver_its_ca_file_trusts_and_never_to_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    drop(shared_database(&db));
+    let secret = "5a".repeat(32);
+    let key_file = dir.path().join("webhook.key");
+    std::fs::write(&key_file, &secret).unwrap();
+    let key_arg = key_file.to_str().unwrap();
+    let (ca_pem, other_pem, config) = tls_receiver_certificates();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let other_file = dir.path().join("other-ca.pem");
+    std::fs::write(&other_file, other_pem).unwrap();
+
+    // Trusted: delivered once, signed, with its path and query.
+    let (url, received) = tls_webhook_receiver(Arc::clone(&config), "localhost");
+    let webhook =
+        ["--webhook-url", &url, "--webhook-key-file", key_arg, "--webhook-ca-file", ca_file.to_str().unwrap()];
+    let console = Console::start(&db, &[&["--operator", "alice"][..], &webhook[..]].concat());
+    let id = REFUND.request_in(&host(&db), 500, "moves money");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(console);
+    {
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 1, "delivered once over TLS");
+        let notification = &received[0];
+        assert_eq!(notification.headers["request-line"], "POST /hook?team=ops HTTP/1.1");
+        let body: Value = serde_json::from_slice(&notification.body).unwrap();
+        assert_eq!((&body["event"], &body["request_id"]), (&json!("approval.pending"), &json!(id.as_str())));
+        let timestamp = &notification.headers["x-airlock-timestamp"];
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&hex::decode(&secret).unwrap()).unwrap();
+        mac.update(b"agent-airlock/webhook/v1\0");
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(&notification.body);
+        assert_eq!(
+            notification.headers["x-airlock-signature"],
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        );
+    }
+
+    // Another CA, or no CA file (the system's roots do not know the test's CA), or another host name: the
+    // handshake is refused, nothing is delivered, and the console says why.
+    for (host_name, ca, reason) in [
+        ("localhost", Some(&other_file), "the receiver's certificate is not trusted"),
+        ("localhost", None, "the receiver's certificate is not trusted"),
+        ("127.0.0.2", Some(&ca_file), "not valid for the host name `127.0.0.2`"),
+    ] {
+        let db = dir.path().join(format!("refused-{}.redb", ca.is_some() as u8 + host_name.len() as u8));
+        drop(shared_database(&db));
+        let (url, received) = tls_webhook_receiver(Arc::clone(&config), host_name);
+        let mut webhook = vec!["--webhook-url", &url, "--webhook-key-file", key_arg, "--webhook-attempts", "1"];
+        if let Some(ca) = ca {
+            webhook.extend(["--webhook-ca-file", ca.to_str().unwrap()]);
+        }
+        let mut console = Console::start(&db, &[&["--operator", "alice"][..], &webhook[..]].concat());
+        REFUND.request_in(&host(&db), 500, "moves money");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut stderr = String::new();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1500));
+            stderr = console.stop_and_read_stderr();
+            if stderr.contains("failed (attempt 1 of 1)") {
+                break;
+            }
+            console = Console::start(&db, &[&["--operator", "alice"][..], &webhook[..]].concat());
+        }
+        assert!(stderr.contains(reason), "{host_name} {ca:?}: {stderr}");
+        assert!(!stderr.contains(&secret), "{stderr}");
+        assert!(received.lock().unwrap().is_empty(), "{host_name} {ca:?}: delivered to an untrusted receiver");
+    }
 }

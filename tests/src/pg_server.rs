@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// What to install when the binaries are missing.
 const INSTALL_HINT: &str = "PostgreSQL server binaries (`initdb`, `pg_ctl`, `postgres`, `psql`) not found on PATH or in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (`apt-get install postgresql`)";
 
-/// The port in the socket's name (`.s.PGSQL.<port>`); nothing listens on TCP.
+/// The port in the socket's name (`.s.PGSQL.<port>`) of a server that listens only on its Unix socket.
 const PORT: u16 = 5432;
 
 /// How a server makes its commits durable.
@@ -38,6 +38,19 @@ pub struct PgServer {
     /// How commits are made durable (see [`start_crash_safe`](Self::start_crash_safe), [`start_durable`](Self::start_durable)).
     commits: Commits,
     databases: AtomicUsize,
+    /// The port: in the socket's name, and on 127.0.0.1 when [`tcp`](Self::tcp) is set.
+    port: u16,
+    /// Listening on 127.0.0.1 too, with TLS or without.
+    tcp: Option<Tcp>,
+}
+
+/// How a server listens on 127.0.0.1 ([`PgServer::start_tcp`], [`PgServer::start_tls`]).
+#[derive(Debug, Clone, Copy)]
+enum Tcp {
+    /// Plain TCP only (`ssl=off`).
+    Plain,
+    /// TLS offered (`ssl=on`) with the certificate and key written to the server's directory.
+    Tls,
 }
 
 /// The server of this test process, started on first use.
@@ -109,7 +122,23 @@ impl PgServer {
         PgServer::start_with(Commits::Durable)
     }
 
+    /// Like [`start`](Self::start), also listening on 127.0.0.1 (plain TCP, `ssl=off`) on a free port
+    /// ([`tcp_url`](Self::tcp_url)).
+    pub fn start_tcp() -> PgServer {
+        PgServer::start_listening(Commits::Fast, Some((Tcp::Plain, None)))
+    }
+
+    /// Like [`start_tcp`](Self::start_tcp), with TLS offered (`ssl=on`): the server presents
+    /// `cert_pem` (its chain, PEM) and holds `key_pem` (its private key, PEM).
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> PgServer {
+        PgServer::start_listening(Commits::Fast, Some((Tcp::Tls, Some((cert_pem, key_pem)))))
+    }
+
     fn start_with(commits: Commits) -> PgServer {
+        PgServer::start_listening(commits, None)
+    }
+
+    fn start_listening(commits: Commits, tcp: Option<(Tcp, Option<(&str, &str)>)>) -> PgServer {
         let bin = find_bin().unwrap_or_else(|| panic!("{INSTALL_HINT}"));
         let dir = tempfile::Builder::new().prefix("airlock-pg-").tempdir().expect("a temporary directory");
         let as_postgres = is_root();
@@ -124,7 +153,19 @@ impl PgServer {
             as_postgres,
             commits,
             databases: AtomicUsize::new(0),
+            port: if tcp.is_some() { free_port() } else { PORT },
+            tcp: tcp.map(|(tcp, _)| tcp),
         };
+        if let Some((_, Some((cert_pem, key_pem)))) = tcp {
+            for (name, pem) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+                let path = server.socket_dir.join(name);
+                std::fs::write(&path, pem).expect("write the server's certificate");
+                run(Command::new("chmod").arg("600").arg(&path), "chmod the server's key");
+                if as_postgres {
+                    run(Command::new("chown").arg("postgres:postgres").arg(&path), "chown the server's key");
+                }
+            }
+        }
         run(
             server.command("initdb").arg("-D").arg(&data).args([
                 "-U",
@@ -146,9 +187,18 @@ impl PgServer {
     /// Starts the server (again, after [`kill`](Self::kill)) on the same data directory and socket, and
     /// waits until it accepts connections. Panics with the server's log if it does not start.
     pub fn start_again(&self) {
+        let listen = match self.tcp {
+            None => "-c listen_addresses=''".to_owned(),
+            Some(Tcp::Plain) => "-c listen_addresses=127.0.0.1 -c ssl=off".to_owned(),
+            Some(Tcp::Tls) => format!(
+                "-c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key",
+                dir = self.socket_dir.display()
+            ),
+        };
         let options = format!(
-            "-k {} -p {PORT} -c listen_addresses='' {} -c max_connections=200",
+            "-k {} -p {} {listen} {} -c max_connections=200",
             self.socket_dir.display(),
+            self.port,
             match self.commits {
                 Commits::Fast => "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
                 Commits::CrashSafe => "-c fsync=off -c synchronous_commit=on -c full_page_writes=off",
@@ -183,7 +233,7 @@ impl PgServer {
 
     /// The server's Unix socket (`.s.PGSQL.<port>` in its directory).
     pub fn socket_path(&self) -> PathBuf {
-        self.socket_dir.join(format!(".s.PGSQL.{PORT}"))
+        self.socket_dir.join(format!(".s.PGSQL.{}", self.port))
     }
 
     /// A command running `bin` of the server's installation, as the `postgres` user when we are root.
@@ -222,7 +272,15 @@ impl PgServer {
 
     /// A connection string for `database` (over the Unix socket, as `postgres`).
     pub fn url(&self, database: &str) -> String {
-        format!("host={} port={PORT} user=postgres dbname={database}", self.socket_dir.display())
+        format!("host={} port={} user=postgres dbname={database}", self.socket_dir.display(), self.port)
+    }
+
+    /// A connection string for `database` over TCP to 127.0.0.1, naming the server `host` (what TLS
+    /// verifies: `127.0.0.1`, or a name resolving to it such as `localhost`), without TLS settings. Panics
+    /// unless the server was started by [`start_tcp`](Self::start_tcp) or [`start_tls`](Self::start_tls).
+    pub fn tcp_url(&self, database: &str, host: &str) -> String {
+        assert!(self.tcp.is_some(), "this server listens only on its Unix socket");
+        format!("host={host} hostaddr=127.0.0.1 port={} user=postgres dbname={database}", self.port)
     }
 
     /// Creates a new empty database and returns its connection string.
@@ -238,7 +296,18 @@ impl PgServer {
         self.command("psql")
             .arg("-h")
             .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tAc",
+                sql,
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -251,7 +320,18 @@ impl PgServer {
             .command("psql")
             .arg("-h")
             .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tAc",
+                sql,
+            ])
             .output()
             .expect("run psql");
         assert!(output.status.success(), "psql `{sql}` failed: {}", String::from_utf8_lossy(&output.stderr));
@@ -271,6 +351,12 @@ impl Drop for PgServer {
             .status();
         drop(self.dir.take());
     }
+}
+
+/// A port nothing listens on now (the kernel's pick; a race with other processes is unlikely).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("its address").port()
 }
 
 fn run(command: &mut Command, what: &str) {

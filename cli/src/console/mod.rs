@@ -114,12 +114,16 @@ pub(crate) struct ConsoleArgs {
 /// Where new pending requests are announced.
 #[derive(Args)]
 struct WebhookArgs {
-    /// POST each new pending request here (`http://` only), signed with the webhook key.
+    /// POST each new pending request here (`http://` or `https://`), signed with the webhook key.
     #[arg(long, value_name = "URL")]
     webhook_url: Option<String>,
     /// A file holding the webhook key's secret as hex.
     #[arg(long, value_name = "FILE", requires = "webhook_url")]
     webhook_key_file: Option<PathBuf>,
+    /// The CA certificates (PEM) an `https://` webhook's certificate must chain to; without it, the system's
+    /// roots. The receiver's host name is always verified.
+    #[arg(long, value_name = "FILE", requires = "webhook_url")]
+    webhook_ca_file: Option<PathBuf>,
     /// An environment variable holding the webhook key's secret as hex (without `--webhook-key-file`).
     #[arg(long, default_value = "AIRLOCK_WEBHOOK_KEY", value_name = "VAR")]
     webhook_key_env: String,
@@ -143,7 +147,7 @@ impl WebhookArgs {
         }
         .map_err(|e| e.to_string())?;
         let backoff = Duration::from_millis(self.webhook_backoff_ms);
-        webhook::Webhook::new(url, key, self.webhook_attempts, backoff).map(Some)
+        webhook::Webhook::new(url, key, self.webhook_attempts, backoff, self.webhook_ca_file.as_deref()).map(Some)
     }
 }
 

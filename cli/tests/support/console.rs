@@ -66,6 +66,17 @@ impl Console {
         };
         Console { child, url, token }
     }
+
+    /// Stops the console and returns what it wrote on stderr.
+    pub(crate) fn stop_and_read_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        stderr
+    }
 }
 
 impl Drop for Console {

@@ -25,6 +25,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+mod tls;
+
 use super::{Fault, Reply, StoreError};
 
 /// The newest schema version this build knows (the number of its last migration).
@@ -109,11 +111,16 @@ pub struct PostgresOptions {
     /// How long a write waits for a connection (pool exhausted, or the server is unreachable) before it
     /// is refused with a storage error.
     pub connect_timeout: Duration,
+    /// The CA certificates (a PEM file) that a TLS connection trusts when the connection string asks for
+    /// TLS (`sslmode=require`, `verify-ca` or `verify-full`) without naming its own (`sslrootcert=FILE`).
+    /// `None`: the system's root certificates. Giving a CA file with a connection string that does not ask
+    /// for TLS is refused at open ([`PostgresOpenError::Tls`]).
+    pub tls_root_cert: Option<std::path::PathBuf>,
 }
 
 impl Default for PostgresOptions {
     fn default() -> Self {
-        PostgresOptions { pool_size: 16, connect_timeout: Duration::from_secs(10) }
+        PostgresOptions { pool_size: 16, connect_timeout: Duration::from_secs(10), tls_root_cert: None }
     }
 }
 
@@ -124,6 +131,9 @@ pub enum PostgresOpenError {
     /// The connection string could not be parsed.
     #[error("invalid PostgreSQL connection string: {0}")]
     Config(#[source] tokio_postgres::Error),
+    /// The connection string's TLS settings (`sslmode`, `sslrootcert`) or the CA file cannot be used.
+    #[error("cannot set up TLS to PostgreSQL: {0}")]
+    Tls(String),
     /// The pool could not be built.
     #[error("cannot build the PostgreSQL connection pool: {0}")]
     Pool(String),
@@ -169,14 +179,18 @@ impl Drop for Shared {
 /// Connects to `url` with `options`, and creates or upgrades the tables. Blocks until the database
 /// answered.
 pub(crate) fn connect(url: &str, options: &PostgresOptions) -> Result<Arc<Shared>, PostgresOpenError> {
-    let config: tokio_postgres::Config = url.parse().map_err(PostgresOpenError::Config)?;
+    let settings = tls::settings(url, options)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("airlock-postgres")
         .enable_all()
         .build()
         .map_err(PostgresOpenError::Runtime)?;
-    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+    let manager = match settings.tls {
+        Some(tls) => Manager::from_config(settings.config, tls, manager_config),
+        None => Manager::from_config(settings.config, NoTls, manager_config),
+    };
     let pool = Pool::builder(manager)
         .max_size(options.pool_size.max(1))
         .wait_timeout(Some(options.connect_timeout))
@@ -284,8 +298,24 @@ pub(crate) async fn client(pool: &Pool) -> Result<deadpool_postgres::Object, Sto
     pool.get().await.map_err(|err| pool_error(&err))
 }
 
-fn pool_error(err: &impl std::fmt::Display) -> StoreError {
-    StoreError::storage(PoolError(err.to_string()))
+fn pool_error(err: &(impl std::error::Error + 'static)) -> StoreError {
+    StoreError::storage(PoolError(with_causes(err)))
+}
+
+/// `err` and its causes, as one line: deadpool and tokio-postgres show a TLS or I/O failure's reason
+/// (an untrusted certificate, a refused connection) only as a cause.
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        let shown = next.to_string();
+        if !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        cause = next.source();
+    }
+    text
 }
 
 /// A pool error, as text (deadpool's error is generic over the manager's).
@@ -294,7 +324,7 @@ fn pool_error(err: &impl std::fmt::Display) -> StoreError {
 struct PoolError(String);
 
 async fn migrate(pool: &Pool) -> Result<(), PostgresOpenError> {
-    let mut client = pool.get().await.map_err(|err| PostgresOpenError::Connect(err.to_string()))?;
+    let mut client = pool.get().await.map_err(|err| PostgresOpenError::Connect(with_causes(&err)))?;
     let txn = client.transaction().await.map_err(PostgresOpenError::Migration)?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(PostgresOpenError::Migration)?;
     txn.batch_execute(

@@ -496,7 +496,8 @@ fn the_server_killed_and_restarted_during_a_thousand_concurrent_dispatches() {
     let server = Arc::new(PgServer::start_crash_safe());
     let url = server.fresh_database();
     // Calls queue for the pool's connections (and take turns on the chain's head): wait long enough.
-    let options = PostgresOptions { pool_size: 32, connect_timeout: Duration::from_secs(60) };
+    let options =
+        PostgresOptions { pool_size: 32, connect_timeout: Duration::from_secs(60), ..PostgresOptions::default() };
     let host = Arc::new(Host::connect(&url, &options));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let killer = {
