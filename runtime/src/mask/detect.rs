@@ -1149,6 +1149,21 @@ mod tests {
     }
 
     #[test]
+    fn text_without_an_at_sign_is_scanned_without_the_url_password_pattern() {
+        let set = MaskSet::SECRETS | MaskSet::PII;
+        let narrowed = narrow(set, "ABC-DEF-GHIJ https://shop.example.com/x");
+        assert!(!narrowed.contains_kind(MaskKind::ConnectionPassword) && !narrowed.contains_kind(MaskKind::Email));
+        assert!(narrowed.contains_kind(MaskKind::SecretValue));
+        // With an `@` it stays, and still finds the password.
+        let text = "db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop";
+        assert_eq!(narrow(set, text), set);
+        let scanner = Scanner::build(set).unwrap();
+        let mut found = Vec::new();
+        scanner.scan(text, set, |f| found.push((f.kind, &text[f.start..f.end])));
+        assert_eq!(found, [(MaskKind::ConnectionPassword, "s3cr3t-Pa55")]);
+    }
+
+    #[test]
     fn snake_case_keys_hold_no_finding() {
         assert!(key_cannot_hold_a_finding("customer_id"));
         assert!(key_cannot_hold_a_finding("next-page-token"));
