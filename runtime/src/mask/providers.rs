@@ -209,11 +209,11 @@ impl Allowlist {
         Ok(Some(Allowlist { regexes, target, stopwords }))
     }
 
-    fn allows(&self, secret: &str, matched: &str, line: &str) -> bool {
+    fn allows<'t>(&self, secret: &'t str, matched: &'t str, line: impl Fn() -> &'t str) -> bool {
         let target = match self.target {
             Target::Secret => secret,
             Target::Match => matched,
-            Target::Line => line,
+            Target::Line => line(),
         };
         if self.regexes.as_ref().is_some_and(|regex| regex.is_match(target)) {
             return true;
@@ -384,9 +384,13 @@ impl Providers {
         if rule.entropy.is_some_and(|floor| shannon_entropy(secret) < floor) {
             return false;
         }
-        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-        let line = &text[line_start..line_end];
+        // The line only where an allowlist reads it (none of the rules kept does): finding it reads back and
+        // forward to a newline, which on text with no newline costs the whole text per match.
+        let line = || {
+            let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+            let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+            &text[line_start..line_end]
+        };
         !self.global.allows(secret, matched, line)
             && !rule.allowlists.iter().any(|allow| allow.allows(secret, matched, line))
     }
