@@ -126,6 +126,7 @@ impl Dialect {
     }
 
     fn convert(self, canonical: &Value) -> Result<Value, Failure> {
+        let canonical = &*shared::hoist_refs(canonical);
         match self {
             Dialect::OpenAi => openai::strict(canonical),
             Dialect::OpenAiNonStrict => openai::non_strict(canonical),
@@ -432,7 +433,38 @@ pub enum Inexpressible {
 mod tests {
     use serde_json::json;
 
-    use super::float_exact_bound;
+    use super::{Dialect, float_exact_bound};
+
+    #[test]
+    fn references_of_other_shapes_are_hoisted_into_defs_for_the_dialects() {
+        // Draft-07's `definitions` (recursive) and zod's pointer into the schema's own properties.
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "root": {"$ref": "#/definitions/Node"},
+                "edits": {"type": "array", "items": {"type": "object", "properties": {"old": {"type": "string"}}}},
+                "backup": {"$ref": "#/properties/edits/items"}
+            },
+            "definitions": {"Node": {
+                "type": "object",
+                "properties": {"children": {"type": "array", "items": {"$ref": "#/definitions/Node"}}}
+            }}
+        });
+        let mcp = Dialect::Mcp.convert(&schema).expect("MCP takes it");
+        assert_eq!(mcp["properties"]["root"]["$ref"], "#/$defs/definitions.Node");
+        assert_eq!(
+            mcp["$defs"]["definitions.Node"]["properties"]["children"]["items"]["$ref"],
+            "#/$defs/definitions.Node"
+        );
+        assert_eq!(mcp["properties"]["backup"]["$ref"], "#/$defs/properties.edits.items");
+        assert_eq!(mcp["$defs"]["properties.edits.items"], schema["properties"]["edits"]["items"]);
+        assert!(mcp.get("definitions").is_none(), "{mcp}");
+        // A schema the dialects already read is left as it is; an unresolvable pointer is still refused.
+        let plain =
+            json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "string"}}});
+        assert_eq!(Dialect::Mcp.convert(&plain).unwrap(), plain);
+        assert!(Dialect::Mcp.convert(&json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}})).is_err());
+    }
 
     #[test]
     fn bounds_a_float_cannot_hold_move_inward_to_the_nearest_it_can() {

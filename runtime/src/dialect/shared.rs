@@ -1,7 +1,7 @@
 //! What every dialect needs: JSON pointers for error locations, `$ref` resolution, nullability, tuples, and
 //! the keywords no dialect can drop without changing which values are valid.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::Inexpressible;
 
@@ -102,6 +102,87 @@ pub(super) fn root_object<'a>(
         ));
     }
     Ok(map)
+}
+
+/// `root` with every local `$ref` the dialects resolve: a reference of another shape that is a JSON pointer into
+/// the schema itself (draft-07's `#/definitions/Node`, or zod's `#/properties/edits/items` for a repeated
+/// sub-schema) has its target copied into `$defs` under a name of its own and points there; `definitions`
+/// goes once nothing points into it. Borrowed when there is nothing to do. The canonical schema, which the
+/// runtime checks arguments against, is not changed: this is the same schema, written as the dialects read it.
+pub(super) fn hoist_refs(root: &Value) -> std::borrow::Cow<'_, Value> {
+    let mut pending = Vec::new();
+    foreign_refs(root, &mut pending);
+    if pending.is_empty() || !root.is_object() {
+        return std::borrow::Cow::Borrowed(root);
+    }
+    let mut hoisted = root.clone();
+    // Pointer → its name in `$defs`; a target hoisted once however often it is named.
+    let mut names: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    while let Some(reference) = pending.pop() {
+        if names.contains_key(&reference) {
+            continue;
+        }
+        let Some(target) = hoisted.pointer(&reference[1..]).cloned() else { continue };
+        let defs = hoisted.as_object_mut().expect("an object root").entry("$defs").or_insert_with(|| json!({}));
+        let Some(defs) = defs.as_object_mut() else { return std::borrow::Cow::Borrowed(root) };
+        let base: String = reference[2..].replace("~1", "_").replace("~0", "_").replace('/', ".");
+        let mut name = base.clone();
+        let mut n = 1;
+        while defs.contains_key(&name) {
+            n += 1;
+            name = format!("{base}.{n}");
+        }
+        foreign_refs(&target, &mut pending);
+        defs.insert(name.clone(), target);
+        names.insert(reference, name);
+    }
+    rewrite_refs(&mut hoisted, &names);
+    // Every reference into `definitions` that resolves now points into `$defs` (one that does not resolve is
+    // refused by the dialect as before, with or without it).
+    if let Some(map) = hoisted.as_object_mut() {
+        map.remove("definitions");
+    }
+    std::borrow::Cow::Owned(hoisted)
+}
+
+/// The `$ref`s under `schema` that are local JSON pointers but not `#` or `#/$defs/<name>`.
+fn foreign_refs(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get("$ref") {
+                let plain_def = reference.strip_prefix("#/$defs/").is_some_and(|name| !name.contains('/'));
+                if reference.starts_with("#/") && reference != "#" && !plain_def {
+                    out.push(reference.clone());
+                }
+            }
+            for (key, value) in map {
+                if !matches!(key.as_str(), "enum" | "const" | "default" | "examples" | "example") {
+                    foreign_refs(value, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| foreign_refs(item, out)),
+        _ => {}
+    }
+}
+
+fn rewrite_refs(schema: &mut Value, names: &std::collections::BTreeMap<String, String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get_mut("$ref")
+                && let Some(name) = names.get(reference.as_str())
+            {
+                *reference = format!("#/$defs/{}", name.replace('~', "~0").replace('/', "~1"));
+            }
+            for (key, value) in map.iter_mut() {
+                if !matches!(key.as_str(), "enum" | "const" | "default" | "examples" | "example") {
+                    rewrite_refs(value, names);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| rewrite_refs(item, names)),
+        _ => {}
+    }
 }
 
 /// The definition `reference` points to: `#/$defs/<name>` in the root's `$defs` (`None` if it does not
