@@ -293,47 +293,20 @@ impl PgServer {
 
     /// Starts `psql` running `sql` in `database` in the background (to hold a lock while a test runs).
     pub fn psql_in_background(&self, database: &str, sql: &str) -> std::process::Child {
-        self.command("psql")
-            .arg("-h")
-            .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                database,
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-tAc",
-                sql,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run psql")
+        self.psql_command(database, sql).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run psql")
+    }
+
+    /// `psql` over the server's socket running `sql` in `database`, stopping at the first error.
+    fn psql_command(&self, database: &str, sql: &str) -> Command {
+        let mut psql = self.command("psql");
+        psql.arg("-h").arg(&self.socket_dir).args(["-p", &self.port.to_string(), "-U", "postgres", "-d", database]);
+        psql.args(["-v", "ON_ERROR_STOP=1", "-tAc", sql]);
+        psql
     }
 
     /// Runs `sql` in `database` with `psql`, stopping at the first error; returns what it printed.
     pub fn psql(&self, database: &str, sql: &str) -> String {
-        let output = self
-            .command("psql")
-            .arg("-h")
-            .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                database,
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-tAc",
-                sql,
-            ])
-            .output()
-            .expect("run psql");
+        let output = self.psql_command(database, sql).output().expect("run psql");
         assert!(output.status.success(), "psql `{sql}` failed: {}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).into_owned()
     }

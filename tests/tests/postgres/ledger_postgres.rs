@@ -14,13 +14,14 @@ use agent_airlock::ledger::{
 use agent_airlock_tests::pg_server;
 use serde_json::json;
 
-const NOW: Duration = Duration::from_secs(1_700_000_000);
+pub(crate) const NOW: Duration = Duration::from_secs(1_700_000_000);
 
 fn database_of(url: &str) -> &str {
     url.rsplit("dbname=").next().expect("a dbname")
 }
 
-fn request(id: &str) -> RequestRecord {
+/// A pending request `id`, bound to `b-<id>` (also the TLS tests' fixture).
+pub(crate) fn request(id: &str) -> RequestRecord {
     RequestRecord {
         request_id: id.into(),
         key_id: "k1".into(),
@@ -33,7 +34,8 @@ fn request(id: &str) -> RequestRecord {
     }
 }
 
-fn grant(id: &str, request_id: &str) -> GrantRecord {
+/// An unsigned grant `id` of `request_id`, live for a minute after [`NOW`].
+pub(crate) fn grant(id: &str, request_id: &str) -> GrantRecord {
     GrantRecord {
         grant_id: id.into(),
         request_id: request_id.into(),

@@ -9,14 +9,12 @@ use std::time::Duration;
 
 use agent_airlock::effect::{EffectStatus, EffectStore};
 use agent_airlock::ledger::{
-    ApprovalLedger, EffectClaim, GrantRecord, PostgresLedger, PostgresOpenError, PostgresOptions, RequestRecord,
-    SpendAttempt,
+    ApprovalLedger, EffectClaim, PostgresLedger, PostgresOpenError, PostgresOptions, SpendAttempt,
 };
 use agent_airlock_tests::pg_server::PgServer;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use serde_json::json;
 
-const NOW: Duration = Duration::from_secs(1_700_000_000);
+use crate::ledger_postgres::{NOW, grant, request};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 /// A password in the connection strings: it must never show in an error.
 const SECRET: &str = "hunter2-not-for-logs";
@@ -80,33 +78,6 @@ fn refusal(result: Result<PostgresLedger, PostgresOpenError>) -> String {
             assert!(!message.contains(SECRET), "the error shows the password: {message}");
             message
         }
-    }
-}
-
-fn request(id: &str) -> RequestRecord {
-    RequestRecord {
-        request_id: id.into(),
-        key_id: "k1".into(),
-        tool: "refund".into(),
-        rule: "attribute".into(),
-        reason: "r".into(),
-        binding: format!("b-{id}"),
-        requested_at: NOW,
-        interrupt: json!({}),
-    }
-}
-
-fn grant(id: &str, request_id: &str) -> GrantRecord {
-    GrantRecord {
-        grant_id: id.into(),
-        request_id: request_id.into(),
-        key_id: "k1".into(),
-        binding: format!("b-{request_id}"),
-        approver: "alice".into(),
-        co_approvers: Vec::new(),
-        signatures: Vec::new(),
-        granted_at: NOW,
-        expires_at: NOW + Duration::from_secs(60),
     }
 }
 

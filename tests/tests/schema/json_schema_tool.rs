@@ -581,22 +581,8 @@ mod schema_truth {
         })
     }
 
-    /// SplitMix64: proptest picks the seed, the schema walk the rest.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            if n == 0 { 0 } else { (self.next() % n as u64) as usize }
-        }
-    }
+    /// SplitMix64: proptest picks the seed, the schema walk the rest (the schema-truth property's).
+    use crate::schema_truth::Rng;
 
     /// A value for `schema` (references resolve as JSON pointers into `root`).
     fn generate(root: &Value, schema: &Value, rng: &mut Rng, depth: usize) -> Value {
