@@ -22,6 +22,9 @@ pub struct CallContext {
 #[derive(Clone, Default)]
 struct ContextInner {
     thread_id: Option<String>,
+    caller: Option<String>,
+    /// What per-thread rate limits count by when a caller is named: the caller, apart from every thread id.
+    caller_rate_key: Option<String>,
     checkpoint_ns: String,
     checkpoint_map: BTreeMap<String, String>,
     state: TypeMap,
@@ -43,6 +46,19 @@ impl CallContext {
     /// The conversation or graph thread this call belongs to.
     pub fn with_thread(mut self, thread_id: impl Into<String>) -> Self {
         self.inner_mut().thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Who is calling, as the host authenticated them: the holder of a gateway's bearer token, an OAuth
+    /// token's subject. Per-thread rate limits (`rate_per = "thread"`) count by the caller when one is named,
+    /// so a caller does not get a fresh budget by starting a new thread (a new MCP session, say); without
+    /// one they count by the thread. Approvals do not follow it: a request stays bound to its thread.
+    pub fn with_caller(mut self, caller: impl Into<String>) -> Self {
+        let caller = caller.into();
+        let inner = self.inner_mut();
+        // NUL leads no thread id a host uses: a caller's bucket is never a thread's.
+        inner.caller_rate_key = Some(format!("\u{0}caller\u{0}{caller}"));
+        inner.caller = Some(caller);
         self
     }
 
@@ -105,6 +121,16 @@ impl CallContext {
         self.inner.thread_id.as_deref()
     }
 
+    /// Who is calling, if the host said ([`with_caller`](Self::with_caller)).
+    pub fn caller(&self) -> Option<&str> {
+        self.inner.caller.as_deref()
+    }
+
+    /// What per-thread rate limits count this call under: its caller if named, else its thread.
+    pub(crate) fn rate_subject(&self) -> Option<&str> {
+        self.inner.caller_rate_key.as_deref().or(self.inner.thread_id.as_deref())
+    }
+
     /// The checkpoint namespace.
     pub fn checkpoint_ns(&self) -> &str {
         &self.inner.checkpoint_ns
@@ -140,6 +166,7 @@ impl fmt::Debug for CallContext {
         // Values are the host's and may be secret: only their presence is shown.
         f.debug_struct("CallContext")
             .field("thread_id", &self.inner.thread_id)
+            .field("caller", &self.inner.caller)
             .field("checkpoint_ns", &self.inner.checkpoint_ns)
             .field("checkpoint_map", &self.inner.checkpoint_map)
             .field("state_values", &self.inner.state.len())
@@ -256,5 +283,25 @@ impl Inject for ToolCallId {
 impl Inject for CallContext {
     fn inject(invocation: &Invocation<'_>) -> Result<Self, InjectError> {
         Ok(invocation.context.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_thread_rates_count_the_caller_when_named_and_never_mistake_it_for_a_thread() {
+        let thread = CallContext::new().with_thread("mcp-1");
+        assert_eq!(thread.rate_subject(), Some("mcp-1"));
+        assert_eq!(CallContext::new().rate_subject(), None);
+        // Two connections of one caller: one subject, whatever their threads; the threads stay theirs.
+        let first = CallContext::new().with_thread("mcp-1").with_caller("bearer-token");
+        let second = CallContext::new().with_thread("mcp-2").with_caller("bearer-token");
+        assert_eq!(first.rate_subject(), second.rate_subject());
+        assert_eq!((first.thread_id(), first.caller()), (Some("mcp-1"), Some("bearer-token")));
+        // A caller named like a thread is not that thread.
+        let named_like = CallContext::new().with_thread("x").with_caller("mcp-1");
+        assert_ne!(named_like.rate_subject(), thread.rate_subject());
     }
 }

@@ -76,6 +76,24 @@ async def main(config: dict[str, Any]) -> None:
             app = await client.read_resource("config://app")
             assert [c.text for c in app.contents] == ["colour = blue"], app
 
+        @check("a per-thread rate limit counts the caller: a new session of the same client gets no fresh budget")
+        async def _() -> None:
+            for _ in range(2):
+                result = await client.call_tool("read_note", {"name": "web.txt"})
+                assert not result.is_error and text_of(result) == "over http", text_of(result)
+            past = await client.call_tool("read_note", {"name": "web.txt"})
+            assert past.is_error and "is rate limited (2/minute)" in text_of(past), text_of(past)
+            # The same token in a new session (a client reconnecting): the same caller, the same spent budget.
+            again = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            async with again, Client(streamable_http_client(url, http_client=again), read_timeout_seconds=30) as second:
+                fresh = await second.call_tool("read_note", {"name": "web.txt"})
+                assert fresh.is_error and "is rate limited (2/minute)" in text_of(fresh), text_of(fresh)
+                # The session's own tools are still served: only the limited tool is refused.
+                wrote = await second.call_tool("write_note", {"name": "second.txt", "text": "2"})
+                assert not wrote.is_error, text_of(wrote)
+            reads = [entry for entry in logged(log) if entry.get("tool") == "read_note"]
+            assert len(reads) == 2, logged(log)
+
         await run_pending()
 
 

@@ -363,8 +363,9 @@ impl Dispatcher {
 
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
         //    the shared ones (a round trip to the store, awaited), so a call refused here costs the store
-        //    nothing; a shared bucket that cannot be reached refuses the call.
-        let thread = context.thread_id();
+        //    nothing; a shared bucket that cannot be reached refuses the call. Per-thread buckets count by the
+        //    caller when the host names one, so a new thread is no fresh budget.
+        let thread = context.rate_subject();
         let now = self.clock.now();
         if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, thread, now) {
             let (rule, rate) = entry.bucket_rules[position].clone();
@@ -546,13 +547,13 @@ impl Dispatcher {
         context: &CallContext,
     ) -> Result<(), Refused> {
         let now = self.clock.now();
-        if let Err((wait, position)) = self.limiter.check(&entry.buckets, context.thread_id(), now) {
+        if let Err((wait, position)) = self.limiter.check(&entry.buckets, context.rate_subject(), now) {
             let (rule, rate) = entry.bucket_rules[position].clone();
             return Err(refusal::rate_limited(name, rule, rate, wait));
         }
         if let Some(shared) = &self.shared_rates
             && let Err(refused @ SharedRefusal::Empty(..)) =
-                shared.check(&entry.shared_buckets, context.thread_id(), now).await
+                shared.check(&entry.shared_buckets, context.rate_subject(), now).await
         {
             return Err(refusal::shared_rate(name, &entry.shared_buckets, refused));
         }

@@ -21,7 +21,10 @@
 //!
 //! The call's [`CallContext`] has the connection id as its thread ([`GuardedMcpServer::connection_id`]),
 //! and the JSON-RPC request id (as JSON text: `7` or `"abc"`, so a number and a string never collide) as
-//! its tool call id.
+//! its tool call id. Where the transport says who made the request
+//! ([`GuardedMcpServer::with_caller_of`]), the call runs as that caller too
+//! ([`CallContext::with_caller`]): per-thread rate limits then count the caller across all of its
+//! connections, while approvals stay bound to the connection.
 //!
 //! Elicitation is a server-to-client request, which protocol revision 2026-07-28 no longer allows (it
 //! replaces it with `InputRequiredResult` round trips). The server therefore offers the revisions up to
@@ -178,7 +181,13 @@ pub struct GuardedMcpServer {
     approval_timeout: Duration,
     /// The tools with an approval elicitation waiting on this connection.
     eliciting: Arc<Mutex<HashSet<String>>>,
+    /// Who made a request, as its transport says ([`with_caller_of`](Self::with_caller_of)).
+    caller_of: Option<CallerOf>,
 }
+
+/// Who made a request, as its transport attached it to the request (an HTTP request's authenticated
+/// identity, say): the caller its call runs as ([`CallContext::with_caller`]), `None` for none.
+pub type CallerOf = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
 
 /// The dispatcher a [`GuardedMcpServer`] serves and the tools it lists, shared by the servers of every
 /// connection made from it ([`GuardedMcpServer::for_new_connection`]) and replaceable while they serve: a
@@ -311,6 +320,7 @@ impl GuardedMcpServer {
             approvals,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             eliciting: Arc::default(),
+            caller_of: None,
         }
     }
 
@@ -339,6 +349,18 @@ impl GuardedMcpServer {
         self
     }
 
+    /// Reads who made each `tools/call` from what its transport attached to the request: every call runs
+    /// as that caller ([`CallContext::with_caller`]), so per-thread rate limits count by the caller across
+    /// all of its connections, not afresh on each. Approvals stay bound to the connection. Without it (and
+    /// when it answers `None`) calls count by the connection.
+    pub fn with_caller_of(
+        mut self,
+        caller_of: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.caller_of = Some(Arc::new(caller_of));
+        self
+    }
+
     /// This connection's id: the thread id of every call it serves. Random, minted per server value.
     pub fn connection_id(&self) -> &str {
         &self.connection_id
@@ -356,6 +378,7 @@ impl GuardedMcpServer {
             approvals: self.approvals.clone(),
             approval_timeout: self.approval_timeout,
             eliciting: Arc::default(),
+            caller_of: self.caller_of.clone(),
         }
     }
 
@@ -375,6 +398,7 @@ impl GuardedMcpServer {
     async fn dispatch_bound(
         &self,
         dispatcher: &Dispatcher,
+        cx: &CallContext,
         call: ToolCall,
         context: &RequestContext<RoleServer>,
         bound: &InterruptApprovals,
@@ -382,11 +406,10 @@ impl GuardedMcpServer {
         let Some(approver) = self.approver_for(context) else {
             // Nobody can be asked in-band: escalated calls are refused before any request is recorded.
             let call_id = call.clone();
-            return unless_cancelled(context, &call_id, dispatcher.dispatch_with_approver(call, &self.context, None))
-                .await;
+            return unless_cancelled(context, &call_id, dispatcher.dispatch_with_approver(call, cx, None)).await;
         };
         // Without an escalation the tool runs here: a cancellation stops it.
-        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), cx)).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -402,14 +425,14 @@ impl GuardedMcpServer {
         let by = format!("mcp-client:{}", self.connection_id);
         let resume = match approver.ask(question, Some(&interrupt)).await {
             Decision::Approve if context.ct.is_cancelled() => {
-                return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
+                return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, CANCELLED).await;
             }
             Decision::Approve => match bound.approve(&interrupt, &by).await {
                 Ok(resume) => resume.into_value(),
                 Err(error) => {
                     tracing::error!(target: "agent_airlock", %error, "recording an MCP approval failed");
                     return self
-                        .close_unanswered(dispatcher, call, bound, &interrupt, "the approval could not be recorded")
+                        .close_unanswered(dispatcher, cx, call, bound, &interrupt, "the approval could not be recorded")
                         .await;
                 }
             },
@@ -420,25 +443,33 @@ impl GuardedMcpServer {
                     Err(error) => {
                         tracing::error!(target: "agent_airlock", %error, "recording an MCP denial failed");
                         return self
-                            .close_unanswered(dispatcher, call, bound, &interrupt, "the denial could not be recorded")
+                            .close_unanswered(
+                                dispatcher,
+                                cx,
+                                call,
+                                bound,
+                                &interrupt,
+                                "the denial could not be recorded",
+                            )
                             .await;
                     }
                 };
-                return dispatcher.dispatch(call, &self.context.clone().with_resume(resume)).await;
+                return dispatcher.dispatch(call, &cx.clone().with_resume(resume)).await;
             }
             Decision::Unavailable { reason } => {
-                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+                return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, &reason).await;
             }
         };
         if context.ct.is_cancelled() {
             // Cancelled between the answer and the run: the denial revokes the unspent grant.
-            return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
+            return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, CANCELLED).await;
         }
-        self.run_approved(dispatcher, call, context, bound, &interrupt, resume).await
+        self.run_approved(dispatcher, call, context, bound, &interrupt, cx.clone().with_resume(resume)).await
     }
 
-    /// Runs an approved call with its resume value, unless the client cancels it first. Cancelled before
-    /// the grant was spent, the grant is revoked, so the request is closed rather than left granted.
+    /// Runs an approved call in `resumed` (the call's context with its resume value), unless the client
+    /// cancels it first. Cancelled before the grant was spent, the grant is revoked, so the request is
+    /// closed rather than left granted.
     async fn run_approved(
         &self,
         dispatcher: &Dispatcher,
@@ -446,10 +477,9 @@ impl GuardedMcpServer {
         context: &RequestContext<RoleServer>,
         bound: &InterruptApprovals,
         interrupt: &Value,
-        resume: Value,
+        resumed: CallContext,
     ) -> Outcome {
         let call_id = call.clone();
-        let resumed = self.context.clone().with_resume(resume);
         let outcome = unless_cancelled(context, &call_id, dispatcher.dispatch(call, &resumed)).await;
         if context.ct.is_cancelled() {
             // A grant already spent stays spent (the call was admitted); the ledger says so and nothing changes.
@@ -467,12 +497,13 @@ impl GuardedMcpServer {
     async fn dispatch_operator(
         &self,
         dispatcher: &Dispatcher,
+        cx: &CallContext,
         call: ToolCall,
         context: &RequestContext<RoleServer>,
         routed: &RoutedApprovals,
     ) -> Outcome {
         // Without an escalation the tool runs here: a cancellation stops it.
-        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), &self.context)).await {
+        let request = match unless_cancelled(context, &call, dispatcher.dispatch(call.clone(), cx)).await {
             Outcome::Interrupt { request, .. } => request,
             done => return done,
         };
@@ -489,17 +520,18 @@ impl GuardedMcpServer {
         .await;
         let resume = match waited {
             Ok(Ok(resume)) => resume,
-            Ok(Err(reason)) => return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await,
+            Ok(Err(reason)) => return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, &reason).await,
             Err(_elapsed) => {
                 let reason = format!("no operator decided within {} s", self.approval_timeout.as_secs());
-                return self.close_unanswered(dispatcher, call, bound, &interrupt, &reason).await;
+                return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, &reason).await;
             }
         };
         if context.ct.is_cancelled() {
             // Cancelled as the decision came: the denial revokes the unspent grant.
-            return self.close_unanswered(dispatcher, call, bound, &interrupt, CANCELLED).await;
+            return self.close_unanswered(dispatcher, cx, call, bound, &interrupt, CANCELLED).await;
         }
-        self.run_approved(dispatcher, call, context, bound, &interrupt, resume.into_value()).await
+        let resumed = cx.clone().with_resume(resume.into_value());
+        self.run_approved(dispatcher, call, context, bound, &interrupt, resumed).await
     }
 
     /// No human's answer was obtained for a recorded request: close it in the ledger (so it neither stays
@@ -508,6 +540,7 @@ impl GuardedMcpServer {
     async fn close_unanswered(
         &self,
         dispatcher: &Dispatcher,
+        cx: &CallContext,
         call: ToolCall,
         bound: &InterruptApprovals,
         interrupt: &Value,
@@ -518,7 +551,7 @@ impl GuardedMcpServer {
             tracing::error!(target: "agent_airlock", %error, "closing an unanswered MCP approval request failed");
         }
         let unavailable = Unavailable(reason.to_owned());
-        dispatcher.dispatch_with_approver(call, &self.context, Some(&unavailable)).await
+        dispatcher.dispatch_with_approver(call, cx, Some(&unavailable)).await
     }
 
     /// The approver for one request: its client's human, if the client can be asked.
@@ -659,22 +692,32 @@ impl ServerHandler for GuardedMcpServer {
         // The dispatcher of the moment the call arrived serves it to the end, even if it is replaced meanwhile.
         let served = self.served.current();
         let dispatcher = &*served.dispatcher;
+        // The caller, where the transport names one, is what per-thread rate limits count by; the thread (and
+        // so every approval's binding) stays this connection.
+        let with_caller;
+        let cx = match self.caller_of.as_ref().and_then(|caller_of| caller_of(&context)) {
+            Some(caller) => {
+                with_caller = self.context.clone().with_caller(caller);
+                &with_caller
+            }
+            None => &self.context,
+        };
         let outcome = match &self.approvals {
-            McpApprovals::BoundClientElicitation(bound) => self.dispatch_bound(dispatcher, call, &context, bound).await,
+            McpApprovals::BoundClientElicitation(bound) => {
+                self.dispatch_bound(dispatcher, cx, call, &context, bound).await
+            }
             McpApprovals::Routed(routed) => match (routed.routes)(&call.name) {
-                ApprovalRoute::Client => self.dispatch_bound(dispatcher, call, &context, &routed.approvals).await,
-                ApprovalRoute::Operator => self.dispatch_operator(dispatcher, call, &context, routed).await,
+                ApprovalRoute::Client => self.dispatch_bound(dispatcher, cx, call, &context, &routed.approvals).await,
+                ApprovalRoute::Operator => self.dispatch_operator(dispatcher, cx, call, &context, routed).await,
             },
             McpApprovals::ClientElicitation => {
                 let approver = self.approver_for(&context);
-                dispatcher
-                    .dispatch_with_approver(call, &self.context, approver.as_ref().map(|a| a as &dyn Approver))
-                    .await
+                dispatcher.dispatch_with_approver(call, cx, approver.as_ref().map(|a| a as &dyn Approver)).await
             }
             McpApprovals::Dispatcher => {
                 // The dispatcher's approver callback may be waiting on an operator: a cancelled request stops
                 // there, before anything is spent or run.
-                unless_cancelled(&context, &call, dispatcher.dispatch(call.clone(), &self.context)).await
+                unless_cancelled(&context, &call, dispatcher.dispatch(call.clone(), cx)).await
             }
         };
         Ok(tool_result(outcome).into())

@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock_tests::checks_script::wait_with_deadline;
 use serde_json::json;
 
@@ -19,7 +20,8 @@ const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/http_client.py");
 const TOKEN: &str = "gateway-test-token-5b1f";
 
-const POLICY: &str = "version = 1\ndefault = \"allow\"\ndeny = [\"delete_everything\"]\n";
+const POLICY: &str = "version = 1\ndefault = \"allow\"\ndeny = [\"delete_everything\"]\n\n\
+                      [tools.read_note]\nrate = \"2/minute\"\nrate_per = \"thread\"\n";
 
 /// A process killed when the test ends, however it ends.
 struct Reaped(Child);
@@ -90,12 +92,26 @@ fn the_gateway_serves_http_with_a_bearer_token_in_front_of_an_http_upstream() {
     let mut gateway = Reaped(gateway);
 
     let config = json!({"url": url, "token": TOKEN, "log": path("calls.log"), "notes": path("notes")});
-    run_client(&venv, CLIENT, &config, scratch.path(), 5);
+    run_client(&venv, CLIENT, &config, scratch.path(), 6);
 
     let kill = Command::new("kill").arg("-TERM").arg(gateway.0.id().to_string()).status().expect("kill runs");
     assert!(kill.success());
     let status = wait_with_deadline(&mut gateway.0, Duration::from_secs(20)).expect("the gateway exits on SIGTERM");
     assert!(status.success(), "{status}");
+
+    // The two sessions shared one per-thread budget, yet each kept its own thread: the thread (what an
+    // approval is bound to) is still the session's.
+    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
+    let records = log.records(0, 10_000).expect("the records are read");
+    let reads: Vec<(String, String)> = records
+        .iter()
+        .filter(|record| record.tool == "read_note")
+        .map(|record| (record.outcome.to_string(), record.thread_id.clone().expect("a thread")))
+        .collect();
+    let outcomes: Vec<&str> = reads.iter().map(|(outcome, _)| outcome.as_str()).collect();
+    assert_eq!(outcomes, ["executed", "executed", "refused (rate_limited)", "refused (rate_limited)"], "{records:#?}");
+    assert_eq!(reads[0].1, reads[2].1, "{reads:?}");
+    assert_ne!(reads[2].1, reads[3].1, "the second session has a thread of its own: {reads:?}");
 }
 
 #[test]

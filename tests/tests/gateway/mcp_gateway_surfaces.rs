@@ -85,3 +85,81 @@ fn resources_prompts_and_structured_results_go_through_the_guard() {
     }
     assert!(records.iter().filter(|r| r.tool == RESOURCE_READ).all(|r| r.arguments.is_some()));
 }
+
+const OBSERVE_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/surfaces_observe_client.py");
+
+/// What the policy alone would refuse, observed: a deny glob, `default = "deny"` and a rate limit.
+const OBSERVED: &str = r#"version = 1
+default = "deny"
+mode = "observe"
+allow = ["read_note"]
+deny_resources = ["config://leaky"]
+allow_resources = ["config://leaky", "note://**"]
+allow_prompts = ["summarise"]
+
+[resources."note://**"]
+rate = "2/minute"
+"#;
+
+/// In observe mode a read or get the policy would refuse is served, still masked, and its audit trail says
+/// what would have been refused: a `refused` record with the rule ("not enforced"), then `executed`.
+#[test]
+fn observe_mode_serves_masks_and_records_what_the_policy_would_refuse() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let path = |name: &str| scratch.path().join(name);
+    std::fs::write(path("airlock.toml"), OBSERVED).expect("the policy is written");
+    std::fs::create_dir_all(path("notes")).expect("the notes directory");
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(path("notes").join(name), format!("note {name}")).expect("a note");
+    }
+    let upstream = [
+        venv.python().display().to_string(),
+        UPSTREAM.to_owned(),
+        path("calls.log").display().to_string(),
+        path("notes").display().to_string(),
+    ];
+    let config = json!({
+        "airlock": AIRLOCK,
+        "policy": path("airlock.toml"),
+        "db": path("airlock.redb"),
+        "upstream": upstream,
+        "log": path("calls.log"),
+    });
+    run_client(&venv, OBSERVE_CLIENT, &config, scratch.path(), 4);
+
+    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
+    let records = log.records(0, 10_000).expect("the records are read");
+    let trail: Vec<(String, Option<String>, bool)> = records
+        .iter()
+        .filter(|record| record.tool == RESOURCE_READ || record.tool == PROMPT_GET)
+        .map(|record| {
+            let observed = record
+                .detail
+                .as_deref()
+                .is_some_and(|detail| detail.starts_with("observe mode: would refuse, not enforced: "));
+            (record.outcome.to_string(), record.rule.clone(), observed)
+        })
+        .collect();
+    let would = |kind: &str, rule: &str| (format!("refused ({kind})"), Some(rule.to_owned()), true);
+    let executed = || ("executed".to_owned(), None, false);
+    assert_eq!(
+        trail,
+        vec![
+            would("denied", "config://leaky"),
+            executed(),
+            would("denied", "not in allow list"),
+            executed(),
+            executed(),
+            executed(),
+            would("rate_limited", "note://**"),
+            executed(),
+        ],
+        "{records:#?}"
+    );
+    for record in &records {
+        for raw in [&record.raw_arguments, &record.raw_result].into_iter().flatten() {
+            assert!(!raw.contains("AKIAIOSFODNN7QK4RW2Z"), "{raw}");
+        }
+    }
+}

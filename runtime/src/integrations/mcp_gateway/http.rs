@@ -2,7 +2,10 @@
 //! refuses, with `401`, every request without the gateway's bearer token, before any MCP is read.
 //!
 //! Each MCP session (an `initialize` without a session id) gets its own [`GatewayServer`] with a fresh
-//! connection id, so calls of different clients never share approvals or a thread. Bound to a loopback
+//! connection id, so calls of different sessions never share approvals or a thread. Who is calling is not
+//! the session but the credential the request carried ([`Caller`]): every call runs as that caller, so a
+//! per-thread rate limit counts a caller's calls across all of their sessions, and opening a new session
+//! buys no fresh budget. With the one static bearer token, everyone holding it is one caller. Bound to a loopback
 //! address the service also checks the `Host` header (against DNS rebinding); bound elsewhere it does not,
 //! and the token is the only gate.
 
@@ -37,14 +40,40 @@ impl BearerToken {
         (!token.is_empty()).then(|| BearerToken { digest: Sha256::digest(token.as_bytes()).into() })
     }
 
-    /// Whether the request's `Authorization` header carries this token.
-    fn admits<B>(&self, request: &Request<B>) -> bool {
-        let Some(value) = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
-        let Some(token) = value.strip_prefix("Bearer ").map(str::trim) else { return false };
+    /// Who the request comes from, if its `Authorization` header carries this token: everyone holding it
+    /// is one caller.
+    fn admits<B>(&self, request: &Request<B>) -> Option<Caller> {
+        let value = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())?;
+        let token = value.strip_prefix("Bearer ").map(str::trim)?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        digest == self.digest
+        (digest == self.digest).then(|| Caller::new(Caller::BEARER_TOKEN))
+    }
+}
+
+/// Who an admitted HTTP request comes from, as its credential says: attached to the request (its
+/// extensions) once the credential is checked, and read back for each call
+/// ([`GuardedMcpServer::with_caller_of`](crate::integrations::mcp::GuardedMcpServer::with_caller_of)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(Arc<str>);
+
+impl Caller {
+    /// The caller of every request with the gateway's static bearer token: one caller, whoever holds it.
+    pub const BEARER_TOKEN: &'static str = "bearer-token";
+
+    /// A caller by name (for an OAuth token, its issuer and subject).
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        Caller(name.into())
+    }
+
+    /// The name calls run as ([`CallContext::with_caller`](crate::CallContext::with_caller)).
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// The caller attached to the HTTP request behind an MCP request, if any.
+    fn of(context: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Option<String> {
+        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+        parts.extensions.get::<Caller>().map(|caller| caller.0.to_string())
     }
 }
 
@@ -66,7 +95,7 @@ impl McpGateway {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), GatewayError> {
         let loopback = listener.local_addr().map(|addr| addr.ip().is_loopback()).unwrap_or(false);
-        let base = self.server(approvals);
+        let base = self.server(approvals).with_caller_of(Caller::of);
         let peer = self.upstream.peer();
         let surfaces = Arc::clone(&self.surfaces);
         let mut config = StreamableHttpServerConfig::default();
@@ -115,11 +144,11 @@ type Service = StreamableHttpService<GatewayServer, LocalSessionManager>;
 
 /// Serves one TCP connection's HTTP/1 requests on its own task: each is refused unless it has the token.
 fn serve_connection(stream: tokio::net::TcpStream, from: SocketAddr, service: Service, token: BearerToken) {
-    let handler = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+    let handler = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
         let service = service.clone();
-        let admitted = token.admits(&request);
+        let caller = token.admits(&request);
         async move {
-            if !admitted {
+            let Some(caller) = caller else {
                 tracing::warn!(target: "agent_airlock", %from, "a request without the gateway's bearer token was refused");
                 let body = Full::new(Bytes::from_static(b"the gateway needs `Authorization: Bearer <token>`\n"))
                     .map_err(|never: Infallible| match never {})
@@ -128,7 +157,9 @@ fn serve_connection(stream: tokio::net::TcpStream, from: SocketAddr, service: Se
                 *refused.status_mut() = StatusCode::UNAUTHORIZED;
                 refused.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
                 return Ok::<_, Infallible>(refused);
-            }
+            };
+            // rmcp passes the request's parts, extensions included, to the handler of each MCP request.
+            request.extensions_mut().insert(caller);
             Ok(service.handle(request).await)
         }
     });

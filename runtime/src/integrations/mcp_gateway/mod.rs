@@ -53,7 +53,7 @@ use std::time::Duration;
 
 pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, UpstreamEnvironment};
 pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
-pub use http::BearerToken;
+pub use http::{BearerToken, Caller};
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
 pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};

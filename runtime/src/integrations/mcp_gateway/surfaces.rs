@@ -7,7 +7,8 @@
 //! of what it returned (text contents, prompt messages and description; the gateway's default masking,
 //! secrets, plus the tables' `mask`), and an audit record, allowed or refused. A refusal is a JSON-RPC
 //! error naming the rule, the URI or name shown escaped and cut short. In observe mode the policy refuses
-//! nothing: what it would refuse is traced and noted in the record.
+//! nothing: what it would refuse is traced and recorded as a tool call's would be (a `refused` record with
+//! its rule and a detail saying it was not enforced), then served, masked and recorded as usual.
 //!
 //! Blob contents (and images, audio) are passed as they came: they are not text the masker can read.
 
@@ -191,6 +192,7 @@ impl SurfaceGuard {
                 return Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None));
             }
             tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the policy would refuse this");
+            self.would_refuse(call, RefusalKind::Denied, rule, &message).await;
             observed = Some(format!("observe mode: would be refused by `{rule}`"));
         }
         let buckets = match call.surface {
@@ -211,21 +213,26 @@ impl SurfaceGuard {
                 .map(|(_, glob, rate)| (glob.as_str(), rate.to_string()))
                 .unwrap_or(("?", String::new()));
             let seconds = wait.as_secs_f64().ceil().max(1.0);
+            let message =
+                format!("rate limit `{}` ({rate}) reached for {}s: retry in {seconds:.0} s", shown(rule), call.what);
             if !observe {
-                let message = format!(
-                    "rate limit `{}` ({rate}) reached for {}s: retry in {seconds:.0} s",
-                    shown(rule),
-                    call.what
-                );
                 tracing::info!(target: "agent_airlock", method = call.method, %rule, "rate limited");
                 self.record(call, AuditOutcome::Refused { refusal: RefusalKind::RateLimited }, Some(rule), None, None)
                     .await;
                 return Err(ErrorData::new(ErrorCode::INVALID_REQUEST, message, None));
             }
             tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the rate limit would refuse this");
+            self.would_refuse(call, RefusalKind::RateLimited, rule, &message).await;
             observed.get_or_insert_with(|| format!("observe mode: would be refused by the rate limit `{rule}`"));
         }
         Ok(Admitted { mask: DEFAULT_TOOL_MASK | decided.mask, observed })
+    }
+
+    /// Observe mode: the record of a refusal the policy would make and does not, as a tool call's (its
+    /// refusal, its rule, a detail saying it was not enforced), before the read or get goes on.
+    async fn would_refuse(&self, call: &Call<'_>, refusal: RefusalKind, rule: &str, message: &str) {
+        let detail = format!("observe mode: would refuse, not enforced: {message}");
+        self.record(call, AuditOutcome::Refused { refusal }, Some(rule), Some(&detail), None).await;
     }
 
     /// The upstream's answer, masked and audited. A result whose record cannot be written is withheld.
@@ -429,6 +436,93 @@ mod tests {
         let outcomes: Vec<String> = records.iter().map(|r| r.outcome.to_string()).collect();
         assert_eq!(outcomes, ["refused (denied)", "executed", "executed", "refused (rate_limited)"], "{records:?}");
         assert!(records.iter().all(|r| r.tool == RESOURCE_READ));
+    }
+
+    /// Observe mode: a deny glob (matched on any spelling of the URI), `default = "deny"` and a rate limit
+    /// refuse nothing; each would-refusal has its `refused` record (rule, "not enforced"), the read or get
+    /// is served and recorded as executed, and masking (the default and the table's) still applies.
+    #[tokio::test]
+    async fn observe_mode_records_what_it_would_refuse_serves_it_and_still_masks() {
+        let policy = Policy::from_toml(
+            "version = 1\ndefault = \"deny\"\nmode = \"observe\"\ndeny_resources = [\"config://secrets\"]\n\
+             allow_resources = [\"notes://**\", \"config://**\"]\nallow_prompts = [\"summarise\"]\n\
+             [resources.\"notes://**\"]\nrate = \"1/minute\"\nmask = \"pii\"\n",
+        )
+        .unwrap();
+        let audit = Arc::new(AuditLog::in_memory(crate::audit::AuditConfig::default()));
+        let guard = SurfaceGuard::new(Arc::new(policy), Arc::new(Masker::default()), Some(Arc::clone(&audit)));
+        assert!(guard.lists_resource("config://secrets") && guard.lists_resource("other://x"));
+        assert!(guard.lists_prompt("admin_reset"));
+        let text = "key AKIAIOSFODNN7QK4RW2Z, mail jane.doe@example.com";
+        let answer = |request: ReadResourceRequestParams| async move {
+            let result = rmcp::model::ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]);
+            Ok::<_, ServiceError>(ReadResourceResponse::Complete(result))
+        };
+        let served = |read: Result<ReadResourceResponse, ErrorData>| {
+            let ReadResourceResponse::Complete(result) = read.expect("served in observe mode") else {
+                panic!("a complete read")
+            };
+            serde_json::to_string(&result).unwrap()
+        };
+        // A deny glob, spelled otherwise: served, the secret masked (no table: the email stays).
+        let secrets =
+            served(guard.read_resource("1", ReadResourceRequestParams::new("CONFIG://secrets"), answer).await);
+        assert!(!secrets.contains("AKIAIOSFODNN7QK4RW2Z") && secrets.contains("jane.doe@example.com"), "{secrets}");
+        // No allow glob matches under default = "deny": served, masked.
+        let other = served(guard.read_resource("2", ReadResourceRequestParams::new("other://x"), answer).await);
+        assert!(!other.contains("AKIAIOSFODNN7QK4RW2Z"), "{other}");
+        // Past the table's rate: served, masked with the table's `pii` too.
+        for id in ["3", "4"] {
+            let note = served(guard.read_resource(id, ReadResourceRequestParams::new("notes://a"), answer).await);
+            assert!(!note.contains("AKIAIOSFODNN7QK4RW2Z") && !note.contains("jane.doe@example.com"), "{note}");
+        }
+        // A prompt no allow glob matches: given, its messages masked.
+        let prompt = |request: GetPromptRequestParams| async move {
+            let message = rmcp::model::PromptMessage::new_text(rmcp::model::Role::User, text);
+            let result =
+                rmcp::model::GetPromptResult::new(vec![message]).with_description(format!("{} {text}", request.name));
+            Ok::<_, ServiceError>(GetPromptResponse::Complete(result))
+        };
+        let got = guard.get_prompt("5", GetPromptRequestParams::new("admin_reset"), prompt).await;
+        let GetPromptResponse::Complete(got) = got.expect("given in observe mode") else { panic!("a complete get") };
+        let got = serde_json::to_string(&got).unwrap();
+        assert!(!got.contains("AKIAIOSFODNN7QK4RW2Z") && got.contains("admin_reset"), "{got}");
+
+        let records = audit.records(0, 20).unwrap();
+        let seen: Vec<(String, &str, Option<&str>, bool)> = records
+            .iter()
+            .map(|r| {
+                let observed =
+                    r.detail.as_deref().is_some_and(|d| d.starts_with("observe mode: would refuse, not enforced: "));
+                (r.outcome.to_string(), r.tool_call_id.as_str(), r.rule.as_deref(), observed)
+            })
+            .collect();
+        let would = |kind: &str, id, rule| (format!("refused ({kind})"), id, Some(rule), true);
+        let executed = |id| ("executed".to_owned(), id, None, false);
+        assert_eq!(
+            seen,
+            vec![
+                would("denied", "1", "config://secrets"),
+                executed("1"),
+                would("denied", "2", "not in allow list"),
+                executed("2"),
+                executed("3"),
+                would("rate_limited", "4", "notes://**"),
+                executed("4"),
+                would("denied", "5", "not in allow list"),
+                executed("5"),
+            ],
+            "{records:#?}"
+        );
+        let executed_details: Vec<Option<&str>> =
+            records.iter().filter(|r| r.outcome == AuditOutcome::Executed).map(|r| r.detail.as_deref()).collect();
+        assert!(executed_details[0].is_some_and(|d| d.contains("observe mode")), "{executed_details:?}");
+        // What was recorded holds no secret either.
+        for record in &records {
+            for raw in [&record.raw_arguments, &record.raw_result].into_iter().flatten() {
+                assert!(!raw.contains("AKIAIOSFODNN7QK4RW2Z"), "{raw}");
+            }
+        }
     }
 
     #[tokio::test]
