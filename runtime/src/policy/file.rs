@@ -21,6 +21,7 @@
 //! effect = "refund:{payment_id}"   # idempotency key, for tools whose author declared none
 //! pin = "sha256:…"            # the tool definition's digest (exact names only), enforced by a gateway
 //! approver = "operator"       # who decides its escalations in a gateway: "client" (the default) or "operator"
+//! allow_findings = ["secret_parameter"]   # tool-poisoning findings a gateway accepts (exact names only)
 //!
 //! [resources."file:///srv/docs/**"]   # a resource URI glob (matched on the URI's normal form)
 //! rate = "30/minute"          # every read of a matching resource, together
@@ -155,6 +156,8 @@ struct RawTool {
     pin: Option<Spanned<String>>,
     approver: Option<Spanned<Approver>>,
     #[serde(default)]
+    allow_findings: Vec<Spanned<String>>,
+    #[serde(default)]
     when: Vec<Spanned<RawWhen>>,
 }
 
@@ -261,6 +264,7 @@ impl FileBuilder<'_> {
         let (span, offset) = match error {
             PolicyError::Glob { .. } => (pick(0), None),
             PolicyError::Pin { message, .. } if message.contains("glob") => (pick(0), None),
+            PolicyError::Findings { message, .. } if message.contains("glob") => (pick(0), None),
             PolicyError::EmptyReason { .. } | PolicyError::EmptyConditionReason { .. } => (pick(2), None),
             PolicyError::Condition { error, .. } => (pick(1), Some(error.offset)),
             _ => (pick(1), None),
@@ -354,6 +358,9 @@ impl FileBuilder<'_> {
             };
             self.apply(|b| b.approver(name, route), std::slice::from_ref(&key))?;
         }
+        for kind in &tool.allow_findings {
+            self.apply(|b| b.allow_finding(name, kind.get_ref()), &[key.clone(), kind.span()])?;
+        }
         for when in &tool.when {
             let rule = when.get_ref();
             let condition = rule.condition.get_ref();
@@ -419,7 +426,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::policy::{ConditionAction, Evaluation};
+    use crate::policy::{ConditionAction, Evaluation, FindingKind};
 
     const EXAMPLE: &str = r#"
 version = 1
@@ -447,6 +454,7 @@ mask = "pii"
 effect = "refund:{payment_id}"
 pin = "sha256:abc"
 approver = "operator"
+allow_findings = ["secret_parameter", "long_description"]
 
 [[tools.refund.when]]
 if = "amount > 10000"
@@ -563,6 +571,11 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
         assert_eq!(refund.pin.as_deref(), Some("sha256:abc"));
         assert_eq!(policy.pin("refund"), Some("sha256:abc"));
         assert_eq!(refund.approver, ApprovalRoute::Operator);
+        assert_eq!(
+            policy.allowed_findings().get("refund").map(|kinds| kinds.iter().copied().collect::<Vec<_>>()),
+            Some(vec![FindingKind::SecretParameter, FindingKind::LongDescription])
+        );
+        assert_eq!(policy.allowed_findings().len(), 1);
         assert_eq!(policy.resource_denied_by("file:///srv/app/.env"), Some("file:///**/.env"));
         assert_eq!(policy.resource_denied_by("file:///srv/app/main.rs"), None);
         assert_eq!(
@@ -708,6 +721,25 @@ when = [{ if = 'path matches "**/.ssh/**"', deny = "never write ssh keys" }]
             ),
             (h("[tools.refund]\nescalate = \"  \"\n"), 4, 12, "escalation rule `refund` needs a non-empty reason"),
             (h("[tools.refund]\napprovals = 0\n"), 4, 13, "approvals rule `refund` needs at least one approver"),
+            // Findings a gateway accepts: known kinds, for an exact name.
+            (
+                h("[tools.add]\nallow_findings = [\"long_description\", \"sneaky\"]\n"),
+                4,
+                39,
+                "invalid `allow_findings` for `add`: unknown finding kind `sneaky`, expected one of `instruction_tag`",
+            ),
+            (
+                h("[tools.\"a*\"]\nallow_findings = [\"override\"]\n"),
+                3,
+                8,
+                "invalid `allow_findings` for `a*`: findings are allowed for an exact tool name, not a glob",
+            ),
+            (
+                h("[tools.add]\nallow_findings = \"override\"\n"),
+                4,
+                18,
+                "invalid type: string \"override\", expected a sequence",
+            ),
             // Conditions: the column points inside the string where it can.
             (h("[[tools.refund.when]]\nif = \"a > 1\"\n"), 3, 1, "a `when` rule needs exactly one of"),
             (h("[[tools.refund.when]]\nif = \"a > 1\"\ndeny = \"x\"\nescalate = \"y\"\n"), 3, 1, "exactly one of"),

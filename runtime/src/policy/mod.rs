@@ -9,11 +9,13 @@
 
 pub mod condition;
 pub mod file;
+pub mod findings;
 pub(crate) mod rules;
 pub(crate) mod uri;
 
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;
+pub use self::findings::FindingKind;
 pub use self::rules::{
     ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, Surface, SurfacePolicy, UnmatchedTable,
 };

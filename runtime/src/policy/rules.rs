@@ -2,7 +2,7 @@
 //! Its four main names are re-exported at the crate root (the path of one call); the rest from
 //! [`crate::policy`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use agent_airlock_grammar::{Segment, parse_effect_template};
@@ -10,6 +10,7 @@ use globset::{Glob, GlobMatcher};
 
 use super::condition::{Condition, ConditionError, Evaluation};
 use super::file::PolicyFileError;
+use super::findings::FindingKind;
 use crate::mask::MaskSet;
 use crate::rate::{Rate, RateScope};
 use crate::tool::{Arguments, GhostPolicy};
@@ -30,6 +31,8 @@ pub struct Policy {
     effects: Vec<Rule<PolicyEffect>>,
     conditions: Vec<Rule<ConditionRule>>,
     pins: BTreeMap<String, String>,
+    /// The tool-poisoning findings each tool (by exact name) may have and still be offered by a gateway.
+    allowed_findings: BTreeMap<String, BTreeSet<FindingKind>>,
     approvers: Vec<Rule<ApprovalRoute>>,
     deny_resources: Vec<Rule<()>>,
     deny_prompts: Vec<Rule<()>>,
@@ -307,6 +310,14 @@ pub enum PolicyError {
         /// The condition as given.
         condition: String,
     },
+    /// An `allow_findings` entry for a glob, or a kind no scan reports.
+    #[error("invalid `allow_findings` for `{tool}`: {message}")]
+    Findings {
+        /// The tool name as given.
+        tool: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A definition pin for a glob, or an empty one.
     #[error("invalid pin for `{tool}`: {message}")]
     Pin {
@@ -425,6 +436,12 @@ impl Policy {
         &self.pins
     }
 
+    /// The tool-poisoning findings each tool (by exact name) may have and still be offered by a gateway
+    /// (`allow_findings` in the policy file).
+    pub fn allowed_findings(&self) -> &BTreeMap<String, BTreeSet<FindingKind>> {
+        &self.allowed_findings
+    }
+
     /// The `[tools.…]` tables (names or globs, in file order) that match none of `tools` (the names a server
     /// offers), each with the closest offered name. Empty for a policy built in code.
     pub fn tables_naming_no_tool<'a>(&self, tools: impl IntoIterator<Item = &'a str> + Clone) -> Vec<UnmatchedTable> {
@@ -473,6 +490,10 @@ impl Policy {
             ConditionAction::Escalate(reason) => format!("escalate  {}: {reason}", r.value.name),
         }));
         lines.extend(self.pins.iter().map(|(tool, digest)| format!("pin       {tool}: {digest}")));
+        lines.extend(self.allowed_findings.iter().map(|(tool, kinds)| {
+            let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
+            format!("findings  {tool}: {kinds} allowed")
+        }));
         lines.extend(self.approvers.iter().map(|r| {
             let route = match r.value {
                 ApprovalRoute::Client => "the client's human",
@@ -845,6 +866,27 @@ impl PolicyBuilder {
             Some(message) => self.errors.push(PolicyError::Pin { tool: tool.to_owned(), message }),
             None => {
                 self.policy.pins.insert(tool.to_owned(), digest.to_owned());
+            }
+        }
+        self
+    }
+
+    /// Lets a gateway offer the tool registered exactly as `tool` (no glob) although its definition has
+    /// findings of the kind named `kind` ([`FindingKind::name`]).
+    pub fn allow_finding(mut self, tool: &str, kind: &str) -> Self {
+        if tool.contains(['*', '?', '[', ']', '{', '}']) {
+            let message = "findings are allowed for an exact tool name, not a glob".to_owned();
+            self.errors.push(PolicyError::Findings { tool: tool.to_owned(), message });
+            return self;
+        }
+        match FindingKind::from_name(kind) {
+            Some(kind) => {
+                self.policy.allowed_findings.entry(tool.to_owned()).or_default().insert(kind);
+            }
+            None => {
+                let known = FindingKind::ALL.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+                let message = format!("unknown finding kind `{kind}`, expected one of {known}");
+                self.errors.push(PolicyError::Findings { tool: tool.to_owned(), message });
             }
         }
         self

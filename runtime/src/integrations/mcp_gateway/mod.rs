@@ -12,6 +12,10 @@
 //! - **Pins.** The policy can pin each tool's definition ([`tool_pin`]). A pinned tool whose definition the
 //!   upstream changed is hidden and its calls refused until it is pinned again; unpinned tools follow the
 //!   policy's default.
+//! - **Poisoning.** Each tool's definition is scanned ([`scan_tool`]) at every listing: a tool whose
+//!   definition has findings (hidden instructions, hidden characters, a parameter soliciting a secret, …) is
+//!   hidden and its calls refused, pinned or not, unless [`AllowedFindings`] (the policy's `allow_findings`)
+//!   accept every kind it has.
 //! - **Changes.** When the upstream sends `notifications/tools/list_changed`, the gateway lists its tools
 //!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
 //! - **Resources and prompts** go through the same gates ([`SurfaceGuard`], [`McpGateway::with_policy`]):
@@ -43,6 +47,7 @@ mod framing;
 mod http;
 mod passthrough;
 mod pin;
+mod scan;
 mod surfaces;
 mod upstream;
 
@@ -56,6 +61,10 @@ pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::{BearerToken, Caller};
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use scan::{
+    AllowedFindings, Finding, LONG_DESCRIPTION_BASE, LONG_DESCRIPTION_PER_PARAMETER, SPACE_RUN, scan_definition,
+    scan_tool,
+};
 pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};
 pub use upstream::{
     DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
@@ -102,6 +111,12 @@ pub struct GatewayTools {
     /// Tools that cannot be guarded (a name no provider accepts, a schema that does not compile), with why:
     /// hidden.
     pub unusable: Vec<(String, String)>,
+    /// Tools whose definitions have findings the policy does not allow ([`scan_tool`]), with them: hidden,
+    /// their calls refused.
+    pub flagged: Vec<(String, Vec<Finding>)>,
+    /// Tools offered although their definitions have findings, each accepted by the policy
+    /// ([`AllowedFindings`]), with them.
+    pub accepted: Vec<(String, Vec<Finding>)>,
 }
 
 /// The gateway: an upstream, the guarded tools standing for its tools, and the dispatcher serving them.
@@ -110,6 +125,7 @@ pub struct McpGateway {
     served: ServedDispatcher,
     setup: DispatcherSetup,
     pins: ToolPins,
+    allowed: AllowedFindings,
     tools: GatewayTools,
     approval_timeout: Duration,
     /// Guards the resources and prompts: one for every session, so their rate limits hold across sessions.
@@ -127,19 +143,39 @@ impl std::fmt::Debug for McpGateway {
 
 impl McpGateway {
     /// Lists `upstream`'s tools and builds the dispatcher guarding them: `setup` gives a builder with the
-    /// deployment's policy, approvals, effects and audit log; `pins` are the policy's definition pins.
+    /// deployment's policy, approvals, effects and audit log; `pins` are the policy's definition pins. A tool
+    /// with a poisoning finding is hidden ([`start_allowing`](Self::start_allowing) accepts some).
     pub async fn start(
         upstream: Upstream,
         pins: ToolPins,
         setup: impl Fn() -> DispatcherBuilder + Send + Sync + 'static,
     ) -> Result<McpGateway, GatewayError> {
+        Self::start_allowing(upstream, pins, AllowedFindings::new(), setup).await
+    }
+
+    /// [`start`](Self::start), offering the tools whose findings `allowed` accepts (every kind each has).
+    pub async fn start_allowing(
+        upstream: Upstream,
+        pins: ToolPins,
+        allowed: AllowedFindings,
+        setup: impl Fn() -> DispatcherBuilder + Send + Sync + 'static,
+    ) -> Result<McpGateway, GatewayError> {
         let setup: DispatcherSetup = Arc::new(setup);
         let listed = upstream.list_tools().await?;
-        let (dispatcher, offered, tools) = build(&upstream, &pins, &setup, listed)?;
+        let (dispatcher, offered, tools) = build(&upstream, &pins, &allowed, &setup, listed)?;
         let surfaces = Arc::new(surface_guard(&dispatcher, Arc::new(Policy::new())));
         let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
         let tools = GatewayTools { offered: served.tool_names(), ..tools };
-        Ok(McpGateway { upstream, served, setup, pins, tools, approval_timeout: DEFAULT_APPROVAL_TIMEOUT, surfaces })
+        Ok(McpGateway {
+            upstream,
+            served,
+            setup,
+            pins,
+            allowed,
+            tools,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            surfaces,
+        })
     }
 
     /// The policy whose resource and prompt rules guard the upstream's resources and prompts: `deny_*` and
@@ -186,7 +222,7 @@ impl McpGateway {
     /// dispatcher cannot be built leaves the current one in place.
     pub async fn refresh(&mut self) -> Result<&GatewayTools, GatewayError> {
         let listed = self.upstream.list_tools().await?;
-        let (dispatcher, offered, tools) = build(&self.upstream, &self.pins, &self.setup, listed)?;
+        let (dispatcher, offered, tools) = build(&self.upstream, &self.pins, &self.allowed, &self.setup, listed)?;
         self.served.replace(Arc::new(dispatcher), offered).await;
         self.tools = GatewayTools { offered: self.served.tool_names(), ..tools };
         Ok(&self.tools)
@@ -326,6 +362,7 @@ async fn watch_closed(caller: UpstreamCaller) {
 fn build(
     upstream: &Upstream,
     pins: &ToolPins,
+    allowed: &AllowedFindings,
     setup: &DispatcherSetup,
     listed: Vec<rmcp::model::Tool>,
 ) -> Result<(Dispatcher, Vec<rmcp::model::Tool>, GatewayTools), GatewayError> {
@@ -347,6 +384,21 @@ fn build(
             );
             report.changed_pins.push(name);
             continue;
+        }
+        // Pinned or not: a pin says the definition is the one reviewed, not that its findings were accepted
+        // (`airlock mcp scan` pins every tool it lists).
+        let (hiding, accepted) = allowed.split(&name, scan_tool(&tool));
+        if !hiding.is_empty() {
+            let shown: Vec<String> = hiding.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                target: "agent_airlock", tool = %name, findings = ?shown,
+                "an upstream tool's definition has poisoning findings the policy does not allow: hidden and refused"
+            );
+            report.flagged.push((name, hiding));
+            continue;
+        }
+        if !accepted.is_empty() {
+            report.accepted.push((name.clone(), accepted));
         }
         match guarded_tool(&tool, upstream.caller()) {
             Ok(guarded) => {

@@ -1,0 +1,223 @@
+//! The tool-poisoning scan: its precision and recall on the corpus of `tests/corpus/tool_poisoning.json`
+//! (positives in the shapes of published attacks, negatives from real servers and near misses), and what it
+//! does with a real upstream: the official Python SDK server of `tests/mcp/poisoned_upstream.py`, whose `add`
+//! carries Invariant Labs' `<IMPORTANT>` block next to a clean `multiply`. `airlock mcp scan` reports each
+//! finding and fails; the gateway hides the poisoned tool and refuses its calls (pinned or not), serves the
+//! clean one, and offers the poisoned one only where the policy accepts every kind of finding it has. The
+//! upstream's own call log says what reached it.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agent_airlock::Policy;
+use agent_airlock::integrations::mcp_gateway::scan_definition;
+use agent_airlock::policy::FindingKind;
+use agent_airlock_tests::mcp_stdio::StdioSession;
+use serde_json::{Value, json};
+
+use crate::gateway;
+use gateway::{AIRLOCK, airlock, venv};
+
+const CORPUS: &str = include_str!("../../corpus/tool_poisoning.json");
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/poisoned_upstream.py");
+
+/// The floors the scan must keep on the corpus (BENCHMARKS.md reports what it reaches).
+const RECALL_FLOOR: f64 = 0.95;
+const PRECISION_FLOOR: f64 = 0.95;
+
+#[test]
+fn the_scan_keeps_its_precision_and_recall_on_the_corpus() {
+    let corpus: Value = serde_json::from_str(CORPUS).expect("the corpus is JSON");
+    let entries = |key: &str| corpus[key].as_array().cloned().unwrap_or_else(|| panic!("the corpus has {key}"));
+    let (positives, negatives) = (entries("positives"), entries("negatives"));
+    assert!(
+        positives.len() >= 40 && negatives.len() >= 60,
+        "{} positives, {} negatives",
+        positives.len(),
+        negatives.len()
+    );
+
+    let mut missed = Vec::new();
+    let mut expected_kinds = (0, 0);
+    for entry in &positives {
+        let findings = scan_definition(&entry["tool"]);
+        let found: Vec<FindingKind> = findings.iter().map(|f| f.kind).collect();
+        for kind in entry["expect"].as_array().expect("expected kinds") {
+            let kind = FindingKind::from_name(kind.as_str().expect("a kind")).expect("a known kind");
+            expected_kinds.1 += 1;
+            expected_kinds.0 += usize::from(found.contains(&kind));
+        }
+        if findings.is_empty() {
+            missed.push(entry["source"].as_str().unwrap_or("?").to_owned());
+        }
+        // Every finding is shown with its kind, where, and the text, hidden characters escaped.
+        for finding in &findings {
+            let shown = finding.to_string();
+            assert!(shown.starts_with(&format!("{} in ", finding.kind)), "{shown}");
+            assert!(!shown.chars().any(agent_airlock::approval::display::is_hidden_char), "{shown:?}");
+        }
+    }
+    let mut false_alarms = Vec::new();
+    for entry in &negatives {
+        let findings = scan_definition(&entry["tool"]);
+        if !findings.is_empty() {
+            let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+            false_alarms.push(format!("{}: {}", entry["source"].as_str().unwrap_or("?"), shown.join("; ")));
+        }
+    }
+    let true_positives = positives.len() - missed.len();
+    let recall = true_positives as f64 / positives.len() as f64;
+    let precision = true_positives as f64 / (true_positives + false_alarms.len()) as f64;
+    println!(
+        "tool-poisoning corpus: {} positives, {} negatives; recall {recall:.3} ({true_positives}/{}), precision \
+         {precision:.3} ({} false alarm(s)); expected kinds found {}/{}",
+        positives.len(),
+        negatives.len(),
+        positives.len(),
+        false_alarms.len(),
+        expected_kinds.0,
+        expected_kinds.1,
+    );
+    println!("missed: {missed:#?}\nfalse alarms: {false_alarms:#?}");
+    assert!(recall >= RECALL_FLOOR, "recall {recall:.3}; missed: {missed:#?}");
+    assert!(precision >= PRECISION_FLOOR, "precision {precision:.3}; false alarms: {false_alarms:#?}");
+    // Every server-filesystem tool is a negative, and none is flagged: the gateway in front of it hides nothing.
+    assert!(
+        negatives.iter().filter(|e| e["source"].as_str().is_some_and(|s| s.contains("server-filesystem"))).count()
+            >= 14
+    );
+    assert!(!false_alarms.iter().any(|alarm| alarm.contains("server-filesystem")), "{false_alarms:#?}");
+}
+
+fn upstream(python: &Path, log: &Path) -> Vec<String> {
+    vec![python.display().to_string(), UPSTREAM.to_owned(), log.display().to_string()]
+}
+
+/// The tools the upstream's log says were called, in order.
+fn calls(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn scan_reports_each_finding_escaped_and_fails() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let log = scratch.path().join("calls.log");
+    let mut args = vec!["mcp".to_owned(), "scan".to_owned(), "--".to_owned()];
+    args.extend(upstream(venv.python(), &log));
+    let scan = airlock(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let stderr = String::from_utf8_lossy(&scan.stderr);
+    assert_eq!(scan.status.code(), Some(1), "a finding fails the scan: {stderr}");
+    for line in [
+        "airlock mcp scan: `add`: instruction_tag in description: \"",
+        "airlock mcp scan: `add`: concealment in description: \"",
+        "airlock mcp scan: `add`: cross_tool in description: \"",
+        "airlock mcp scan: `add`: sensitive_path in description: \"",
+        "finding(s) in 1 of 2 tool(s)",
+    ] {
+        assert!(stderr.contains(line), "{line}\n{stderr}");
+    }
+    assert!(stderr.contains("<IMPORTANT>"), "the offending text is quoted: {stderr}");
+    assert!(!stderr.contains("`multiply`"), "{stderr}");
+
+    // The starter policy still comes out, each finding in it and the allowance commented out.
+    let starter = String::from_utf8(scan.stdout).expect("UTF-8");
+    let policy = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("{e}\n{starter}"));
+    assert_eq!(policy.pins().len(), 2);
+    assert!(policy.allowed_findings().is_empty());
+    assert!(starter.contains("# FINDINGS"), "{starter}");
+    assert!(
+        starter
+            .contains("# allow_findings = [\"instruction_tag\", \"concealment\", \"cross_tool\", \"sensitive_path\"]"),
+        "{starter}"
+    );
+    assert!(calls(&log).is_empty(), "scan calls nothing");
+}
+
+/// A gateway in front of the poisoned upstream under `policy`, its standard error written to `stderr`.
+fn session(dir: &Path, name: &str, policy: &str, python: &Path) -> (StdioSession, std::path::PathBuf) {
+    let policy_path = dir.join(format!("{name}.toml"));
+    std::fs::write(&policy_path, policy).expect("the policy is written");
+    let stderr = dir.join(format!("{name}.stderr"));
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(dir.join(format!("{name}.redb")))
+        .args(["mcp", "--policy"])
+        .arg(&policy_path)
+        .arg("--")
+        .args(upstream(python, &dir.join("calls.log")))
+        .stderr(Stdio::from(std::fs::File::create(&stderr).expect("the stderr file")));
+    (StdioSession::start(&mut command), stderr)
+}
+
+fn listed(session: &mut StdioSession, id: u64) -> Vec<String> {
+    session.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+    let answer = session.response(id, Duration::from_secs(60));
+    let tools = answer["result"]["tools"].as_array().unwrap_or_else(|| panic!("a tool list: {answer}"));
+    tools.iter().map(|tool| tool["name"].as_str().expect("a name").to_owned()).collect()
+}
+
+fn refused(answer: &Value) -> bool {
+    answer.get("error").is_some() || answer["result"]["isError"] == true
+}
+
+#[test]
+fn the_gateway_hides_a_poisoned_tool_unless_the_policy_accepts_its_findings() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let dir = scratch.path();
+    let log = dir.join("calls.log");
+    let python = venv.python();
+    let arguments = json!({"a": 2, "b": 3, "sidenote": "nothing"});
+
+    // The policy `scan` writes, the tools allowed and pinned, nothing accepted: a pin is not a review of
+    // the findings, since `scan` pins every tool.
+    let mut args = vec!["mcp".to_owned(), "scan".to_owned(), "--".to_owned()];
+    args.extend(upstream(python, &log));
+    let starter =
+        String::from_utf8(airlock(&args.iter().map(String::as_str).collect::<Vec<_>>()).stdout).expect("UTF-8");
+    let pinned = starter.replace("allow = []", "allow = [\"add\", \"multiply\"]");
+    let unpinned = "version = 1\ndefault = \"allow\"\n";
+    let partly =
+        "version = 1\ndefault = \"allow\"\n\n[tools.add]\nallow_findings = [\"instruction_tag\", \"sensitive_path\"]\n";
+    for (name, policy) in [("pinned", pinned.as_str()), ("unpinned", unpinned), ("partly", partly)] {
+        let (mut session, stderr) = session(dir, name, policy, python);
+        assert_eq!(listed(&mut session, 1), ["multiply"], "{name}");
+        session.call(2, "add", arguments.clone());
+        let answer = session.response(2, Duration::from_secs(60));
+        assert!(refused(&answer), "{name}: {answer}");
+        session.call(3, "multiply", json!({"a": 2, "b": 3}));
+        let answer = session.response(3, Duration::from_secs(60));
+        assert_eq!(answer["result"]["content"][0]["text"], "6", "{name}: {answer}");
+        session.close();
+        let stderr = std::fs::read_to_string(stderr).expect("the gateway's stderr");
+        assert!(stderr.contains("`add` is hidden, its calls refused: its definition has "), "{name}: {stderr}");
+        // What the policy accepts is not what hides it; the rest is reported.
+        let reported = stderr.contains("its definition has instruction_tag in description");
+        assert_eq!(reported, name != "partly", "{name}: {stderr}");
+        assert!(stderr.contains("concealment in description: \""), "{name}: {stderr}");
+    }
+    let called: Vec<String> = calls(&log).iter().map(|c| c["tool"].as_str().unwrap_or("?").to_owned()).collect();
+    assert_eq!(called, ["multiply", "multiply", "multiply"], "the poisoned tool never reached the upstream");
+
+    // Accepting every kind it has offers it, and its calls go through the gates to the upstream.
+    let accepting = starter
+        .replace("allow = []", "allow = [\"add\", \"multiply\"]")
+        .replace("# allow_findings = [", "allow_findings = [");
+    let (mut session, stderr) = session(dir, "accepting", &accepting, python);
+    assert_eq!(listed(&mut session, 1), ["add", "multiply"]);
+    session.call(2, "add", arguments.clone());
+    let answer = session.response(2, Duration::from_secs(60));
+    assert_eq!(answer["result"]["content"][0]["text"], "5", "{answer}");
+    session.close();
+    let stderr = std::fs::read_to_string(stderr).expect("the gateway's stderr");
+    assert!(stderr.contains("`add` is offered with findings the policy allows: instruction_tag"), "{stderr}");
+    let last = calls(&log).pop().expect("a call");
+    assert_eq!(last, json!({"tool": "add", "arguments": arguments}));
+}
