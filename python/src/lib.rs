@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
-use agent_airlock::checkpoint::{CheckpointCommitments as Core, RedbCommitments, Verdict};
+use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
@@ -324,7 +324,8 @@ struct CheckpointCommitments {
 
 #[pymethods]
 impl CheckpointCommitments {
-    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s redb file.
+    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s database (its redb file, or
+    /// its PostgreSQL database).
     #[new]
     #[pyo3(signature = (key, ledger, *, key_id = "approval-1"))]
     fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str) -> PyResult<Self> {
@@ -333,9 +334,9 @@ impl CheckpointCommitments {
             Store::Redb { database, audit, .. } => {
                 Ok(CheckpointCommitments { core: Core::new(key, RedbCommitments::new(database)), audit })
             }
-            Store::Postgres { .. } => Err(LedgerError::new_err(
-                "checkpoint commitments are kept in a redb ledger (RedbApprovalLedger); PostgreSQL does not hold them yet",
-            )),
+            Store::Postgres { ledger, audit } => {
+                Ok(CheckpointCommitments { core: Core::new(key, PostgresCommitments::new(&ledger)), audit })
+            }
         }
     }
 
