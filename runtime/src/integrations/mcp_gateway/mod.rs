@@ -43,6 +43,7 @@ mod framing;
 mod http;
 mod passthrough;
 mod pin;
+mod sandbox;
 mod surfaces;
 mod upstream;
 
@@ -56,6 +57,10 @@ pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::BearerToken;
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use sandbox::{
+    DEFAULT_ADDRESS_SPACE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, SYSTEM_READ_PATHS, SYSTEM_WRITE_PATHS, Sandbox,
+    SandboxError, SandboxLauncher, SandboxLimits, SandboxPlan, exec_sandboxed,
+};
 pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};
 pub use upstream::{
     DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
