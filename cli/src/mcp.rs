@@ -38,6 +38,8 @@ use tokio::net::TcpListener;
 
 use crate::{Cli, Storage};
 
+mod sandbox;
+
 /// `airlock mcp …`.
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -62,6 +64,16 @@ enum McpCommand {
         /// The upstream server's command line, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         upstream: Vec<OsString>,
+    },
+    /// The sandbox's launcher, which `--sandbox` starts instead of the server: sets up the sandbox the plan
+    /// describes on itself, then becomes the server.
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec {
+        /// The plan (JSON), made by the gateway.
+        plan: String,
+        /// The server's command line, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
     },
 }
 
@@ -108,6 +120,9 @@ struct GatewayArgs {
     /// reported as a warning); without it such a table (a typo, `[tools.wirte_file]`) stops the gateway.
     #[arg(long)]
     allow_unmatched_tables: bool,
+    /// `--sandbox` and its options.
+    #[command(flatten)]
+    sandbox: sandbox::SandboxArgs,
     /// The upstream server's command line, after `--`.
     #[arg(last = true, required_unless_present = "upstream_url", value_name = "COMMAND")]
     upstream: Vec<OsString>,
@@ -140,9 +155,13 @@ const GRANT_TTL: Duration = Duration::from_secs(600);
 
 /// Runs `airlock mcp …`.
 pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
+    // The launcher must stay one thread (no async runtime): a process with threads cannot enter a user namespace.
+    if let Some(McpCommand::SandboxExec { plan, command }) = &args.command {
+        return sandbox::launch(plan, command);
+    }
     // The database is opened outside the async runtime: PostgreSQL's connection blocks while it connects.
     let prepared = match &args.command {
-        Some(McpCommand::Scan { .. }) => None,
+        Some(McpCommand::Scan { .. } | McpCommand::SandboxExec { .. }) => None,
         None => Some(prepare(&args.run, cli)?),
     };
     // One client on stdio is served on one thread: a call's tasks (the client's transport, the call, the
@@ -161,7 +180,7 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     let result = match (&args.command, prepared) {
         (Some(McpCommand::Scan { env, upstream }), _) => runtime.block_on(scan(env, upstream)),
         (None, Some(prepared)) => runtime.block_on(gateway(&args.run, prepared)),
-        (None, None) => Err("the gateway was not prepared".to_owned()),
+        (Some(McpCommand::SandboxExec { .. }), _) | (None, None) => Err("the gateway was not prepared".to_owned()),
     };
     // Standard input that is not a pipe (a terminal, a file) is read by a blocking thread that nothing but
     // input ends; do not wait for it.
@@ -271,6 +290,7 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
         None => {
             let command =
                 upstream_command(&args.upstream, &args.env, &withheld(args))?.max_message_bytes(args.max_result_bytes);
+            let command = args.sandbox.apply(command)?;
             (Upstream::spawn(&command).await.map_err(|e| e.to_string())?, command.display())
         }
     };

@@ -47,6 +47,7 @@ mod framing;
 mod http;
 mod passthrough;
 mod pin;
+mod sandbox;
 mod scan;
 mod surfaces;
 mod upstream;
@@ -61,6 +62,10 @@ pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::{BearerToken, Caller};
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use sandbox::{
+    DEFAULT_ADDRESS_SPACE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, SYSTEM_READ_PATHS, SYSTEM_WRITE_PATHS, Sandbox,
+    SandboxError, SandboxLauncher, SandboxLimits, SandboxPlan, exec_sandboxed,
+};
 pub use scan::{
     AllowedFindings, Finding, LONG_DESCRIPTION_BASE, LONG_DESCRIPTION_PER_PARAMETER, SPACE_RUN, scan_definition,
     scan_tool,

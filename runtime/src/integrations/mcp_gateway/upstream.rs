@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use super::environment::{EnvironmentError, UpstreamEnvironment};
 use super::framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
+use super::sandbox::{SandboxError, SandboxLauncher, SandboxPlan};
 use crate::json_tool::JsonOutput;
 use crate::tool::ToolError;
 
@@ -42,6 +43,7 @@ pub struct UpstreamCommand {
     current_dir: Option<PathBuf>,
     environment: UpstreamEnvironment,
     max_message_bytes: usize,
+    sandbox: Option<SandboxLauncher>,
 }
 
 impl UpstreamCommand {
@@ -54,7 +56,25 @@ impl UpstreamCommand {
             current_dir: None,
             environment: UpstreamEnvironment::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            sandbox: None,
         }
+    }
+
+    /// Starts the server in a sandbox (Linux): `launcher` sets it up and `exec`s the server
+    /// ([`super::Sandbox`] says what the server may do, [`super::exec_sandboxed`] how it is set up).
+    #[must_use]
+    pub fn sandbox(mut self, launcher: SandboxLauncher) -> Self {
+        self.sandbox = Some(launcher);
+        self
+    }
+
+    /// What the sandbox's launcher will do, if the server is sandboxed: the program found on the server's
+    /// `PATH`, the paths it may read and write, its limits.
+    pub fn sandbox_plan(&self) -> Option<Result<SandboxPlan, SandboxError>> {
+        let launcher = self.sandbox.as_ref()?;
+        let environment = self.environment.resolve(std::env::vars_os()).unwrap_or_default();
+        let var = |name: &str| environment.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_os_str());
+        Some(launcher.sandbox.plan(&self.program, self.current_dir.as_deref(), var("PATH"), var("HOME")))
     }
 
     /// The largest message read from the server, a result included ([`DEFAULT_MAX_MESSAGE_BYTES`]): a larger
@@ -125,6 +145,15 @@ pub enum UpstreamError {
         #[source]
         source: EnvironmentError,
     },
+    /// The sandbox could not be planned.
+    #[error("cannot start the upstream server `{command}`: {source}")]
+    Sandbox {
+        /// The command line.
+        command: String,
+        /// Why.
+        #[source]
+        source: SandboxError,
+    },
     /// The upstream's tools could not be listed.
     #[error("the upstream server did not list its tools: {0}")]
     ListTools(#[source] ServiceError),
@@ -159,7 +188,16 @@ impl Upstream {
             .environment
             .resolve(std::env::vars_os())
             .map_err(|source| UpstreamError::Environment { command: display.clone(), source })?;
-        let mut process = Command::new(&command.program);
+        let mut process = match (&command.sandbox, command.sandbox_plan()) {
+            // The launcher puts itself in the sandbox, then becomes the server.
+            (Some(launcher), Some(plan)) => {
+                let plan = plan.map_err(|source| UpstreamError::Sandbox { command: display.clone(), source })?;
+                let mut process = Command::new(&launcher.program);
+                process.args(&launcher.args).arg(plan.to_arg()).arg("--").arg(&command.program);
+                process
+            }
+            _ => Command::new(&command.program),
+        };
         // The child sees the allow-list and what was asked for, never the gateway's secrets.
         process.env_clear().envs(environment);
         process.args(&command.args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
