@@ -102,17 +102,18 @@ struct ScanState {
     reach: usize,
     /// No finding started inside a refused candidate's reach.
     settled: bool,
-    /// The last search of each scanner: a refused e-mail or URL has the other kinds looked for inside it,
-    /// and that search runs on to the next match of another kind, however far; the next refused match
-    /// must not pay for the same stretch again (quadratic time on `a@2x.png a@2x.png …`).
-    searches: Vec<Search>,
+    /// The last search of each group: every group's next match is looked for once and kept until the scan
+    /// passes its start (each group reads the text about once, whichever group's matches come first); and a
+    /// refused e-mail or URL has the other kinds looked for inside it, a search that runs on to the next
+    /// match of another kind, however far, which the next refused match must not pay for again (quadratic
+    /// time on `a@2x.png a@2x.png …`).
+    searches: [Option<Search>; GROUPS],
 }
 
-/// A search of `scanner` over `from..to` whose leftmost match is `found`: every search from a position
+/// A search of a group over `from..to` whose leftmost match is `found`: every search from a position
 /// between `from` and that match's start finds the same.
 #[derive(Clone, Copy)]
 struct Search {
-    scanner: *const Scanner,
     from: usize,
     to: usize,
     found: Option<Match>,
@@ -393,18 +394,50 @@ fn compile(pattern: &str) -> String {
     pattern.replace(r"\b", r"(?-u:\b)")
 }
 
-/// The patterns of one [`MaskSet`], compiled together.
+/// The patterns of one [`MaskSet`], compiled in a few groups ([`group_of`]), each one multi-pattern regex.
 pub(crate) struct Scanner {
-    regex: meta::Regex,
+    groups: Vec<Group>,
     specs: Vec<&'static PatternSpec>,
-    set: MaskSet,
+    /// Where each of `specs` was compiled: its group, and its pattern there.
+    places: Vec<(usize, PatternID)>,
 }
 
-/// The lazy DFA's cache for one scanner, per thread searching with it at once. The default (2 MiB) is
-/// exhausted by text such as a long base64 run, where the combined patterns keep making new states; the DFA
-/// then clears its cache over and over, then gives up for a slower engine (3 MB/s with `secrets` on random
-/// base64, against 120 MB/s with this capacity). Memory: at most this much per scanner per thread, and at most
-/// [`SCANNER_CACHE_LIMIT`] scanners.
+/// Some of a scanner's patterns, compiled together, in the order of [`PATTERNS`].
+struct Group {
+    regex: meta::Regex,
+    /// The index in [`Scanner::specs`] of each of its patterns.
+    specs: Vec<usize>,
+    /// The kinds its patterns find.
+    kinds: MaskSet,
+}
+
+/// The group a kind's patterns are compiled in. One regex over every pattern made the lazy DFA track the
+/// product of their states: the e-mail's local part (up to 64 characters from any letter), a URL's scheme (up
+/// to 31 from any word, with `-` and `.`) and a labelled value's key (up to eight segments) multiply on runs
+/// of capitals and dashes, base64 or the short labelled values of a secret scanner's corpus, until the DFA
+/// gives up for an engine a hundred times slower. Apart, each stays small: the e-mail and the URL each have a
+/// literal they cannot match without (`@`, `://`), which the regex engine looks for first and reads back
+/// from (its reverse-inner search), so text without one costs a `memchr`. Leftmost-first order across groups
+/// is kept by taking the leftmost match of all groups, the earlier pattern at one position
+/// ([`Scanner::search`]), which is what the one regex returned. A kind excluded from a scan (inside a refused
+/// e-mail or URL, or text without `@`) is a whole group left out, exactly the scan a scanner without it makes.
+fn group_of(kind: MaskKind) -> usize {
+    match kind {
+        MaskKind::Email => 0,
+        MaskKind::ConnectionPassword => 1,
+        MaskKind::SecretValue => 2,
+        _ => 3,
+    }
+}
+
+const GROUPS: usize = 4;
+
+/// The lazy DFA's cache for one group of a scanner, per thread searching with it at once. The default (2 MiB)
+/// was exhausted by text such as a long base64 run when every pattern was in one regex, which kept making new
+/// states; the DFA then cleared its cache over and over, then gave up for a slower engine (3 MB/s with
+/// `secrets` on random base64, against 120 MB/s with this capacity). Memory: at most this much per group
+/// ([`GROUPS`]) per scanner per thread (a cache grows only as states are made; the e-mail and URL groups stay
+/// small), and at most [`SCANNER_CACHE_LIMIT`] scanners.
 const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
 
 /// `only` without the kinds `text` cannot hold because a byte every finding of theirs holds is missing: an
@@ -425,17 +458,25 @@ pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
 impl Scanner {
     fn build(set: MaskSet) -> Result<Scanner, String> {
         let specs: Vec<&'static PatternSpec> = PATTERNS.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
-        let patterns: Vec<String> = specs.iter().map(|spec| compile(spec.regex)).collect();
-        let regex = meta::Regex::builder()
-            .configure(meta::Config::new().hybrid_cache_capacity(HYBRID_CACHE_CAPACITY))
-            .build_many(&patterns)
-            .map_err(|err| err.to_string())?;
-        Ok(Scanner { regex, specs, set })
-    }
-
-    /// The set this scanner was built for.
-    pub(crate) fn set(&self) -> MaskSet {
-        self.set
+        let mut groups = Vec::new();
+        let mut places = vec![(0, PatternID::ZERO); specs.len()];
+        for group in 0..GROUPS {
+            let members: Vec<usize> = (0..specs.len()).filter(|&i| group_of(specs[i].kind) == group).collect();
+            if members.is_empty() {
+                continue;
+            }
+            let patterns: Vec<String> = members.iter().map(|&i| compile(specs[i].regex)).collect();
+            let regex = meta::Regex::builder()
+                .configure(meta::Config::new().hybrid_cache_capacity(HYBRID_CACHE_CAPACITY))
+                .build_many(&patterns)
+                .map_err(|err| err.to_string())?;
+            for (local, &i) in members.iter().enumerate() {
+                places[i] = (groups.len(), PatternID::new(local).map_err(|err| err.to_string())?);
+            }
+            let kinds = members.iter().fold(MaskSet::NONE, |kinds, &i| kinds | MaskSet::of(specs[i].kind));
+            groups.push(Group { regex, specs: members, kinds });
+        }
+        Ok(Scanner { groups, specs, places })
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
@@ -444,7 +485,7 @@ impl Scanner {
     /// masking replaces (`+1 078-05-1120)192.168.0.1` is too long for a phone, `+1 078-05-1120)[IP_ADDRESS]`
     /// is not), and the caller must look again in the text with the findings replaced.
     pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) -> bool {
-        let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: Vec::new() };
+        let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
         self.scan_range(text, 0, text.len(), text.len(), only, 0, &mut state, &mut on_finding);
         state.settled
     }
@@ -470,7 +511,7 @@ impl Scanner {
             return pos;
         }
         while pos < to {
-            let Some(m) = self.search(text, pos, to, state) else { return pos };
+            let Some(m) = self.search(text, pos, to, only, state) else { return pos };
             let start = m.start();
             if start >= starts_before {
                 return pos;
@@ -508,12 +549,11 @@ impl Scanner {
                         .kinds()
                         .filter(|&k| !excluded.contains_kind(k))
                         .fold(MaskSet::NONE, |set, k| set | MaskSet::of(k));
-                    match scanner(others) {
+                    if !others.is_empty() && depth < 4 {
                         // From `start` itself: the other patterns were not tried there yet.
-                        Some((inner, others)) if !others.is_empty() && depth < 4 => {
-                            inner.scan_range(text, start, to, through, others, depth + 1, state, on_finding).max(skip)
-                        }
-                        _ => skip,
+                        self.scan_range(text, start, to, through, others, depth + 1, state, on_finding).max(skip)
+                    } else {
+                        skip
                     }
                 }
                 Verdict::Reject => next_start(bytes, start),
@@ -522,32 +562,58 @@ impl Scanner {
         pos
     }
 
-    /// The leftmost match in `text[pos..to]`, remembered per scanner ([`ScanState::searches`]).
-    fn search(&self, text: &str, pos: usize, to: usize, state: &mut ScanState) -> Option<Match> {
-        let me: *const Scanner = self;
-        let slot = state.searches.iter().position(|search| std::ptr::eq(search.scanner, me));
-        if let Some(search) = slot.map(|slot| state.searches[slot])
-            && search.to == to
-            && search.from <= pos
-            && search.found.is_none_or(|m| pos <= m.start())
-        {
-            return search.found;
+    /// The leftmost match in `text[pos..to]` of the patterns of a kind in `only`, and at one position the
+    /// earlier pattern's, as one regex over all of them would find it; its pattern is its index in `specs`.
+    /// Each group's search is remembered ([`ScanState::searches`]).
+    fn search(&self, text: &str, pos: usize, to: usize, only: MaskSet, state: &mut ScanState) -> Option<Match> {
+        let mut best: Option<Match> = None;
+        for (index, group) in self.groups.iter().enumerate() {
+            if group.kinds.intersection(only).is_empty() {
+                continue;
+            }
+            // A search over `from..` a later or equal end whose match, if any, starts at or after `pos` and ends
+            // by `to` (or starts at or after `to`: nothing then) answers this one: a match in `pos..to` would have
+            // been one there, no earlier.
+            let remembered = state.searches[index].filter(|search| {
+                search.from <= pos
+                    && search.to >= to
+                    && search.found.is_none_or(|m| pos <= m.start() && (m.end() <= to || m.start() >= to))
+            });
+            let found = match remembered {
+                Some(search) => search.found.filter(|m| m.start() < to),
+                None => {
+                    let found = group.regex.search(&Input::new(text).range(pos..to));
+                    // A label's own scan (a shorter range) does not replace the scan's search over the text.
+                    if state.searches[index].is_none_or(|search| to >= search.to) {
+                        state.searches[index] = Some(Search { from: pos, to, found });
+                    }
+                    found
+                }
+            };
+            let Some(m) = found else { continue };
+            let m = Match::new(PatternID::new_unchecked(group.specs[m.pattern().as_usize()]), m.span());
+            if best.is_none_or(|b| (m.start(), m.pattern()) < (b.start(), b.pattern())) {
+                best = Some(m);
+            }
         }
-        let found = self.regex.search(&Input::new(text).range(pos..to));
-        let search = Search { scanner: me, from: pos, to, found };
-        match slot {
-            Some(slot) => state.searches[slot] = search,
-            None => state.searches.push(search),
-        }
-        found
+        best
+    }
+
+    /// The match of `self.specs[index]` anchored at `text[from..to]`'s start.
+    fn anchored(&self, text: &str, index: usize, from: usize, to: usize) -> Option<Match> {
+        let (group, pattern) = self.places[index];
+        let input = Input::new(text).range(from..to).anchored(Anchored::Pattern(pattern));
+        let m = self.groups[group].regex.search(&input)?;
+        Some(Match::new(PatternID::new_unchecked(index), m.span()))
     }
 
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
     fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, state: &mut ScanState) -> Verdict {
         for index in m.pattern().as_usize() + 1..self.specs.len() {
-            let Ok(pattern) = PatternID::new(index) else { break };
-            let input = Input::new(text).range(m.start()..to).anchored(Anchored::Pattern(pattern));
-            if let Some(retry) = self.regex.search(&input) {
+            if !only.contains_kind(self.specs[index].kind) {
+                continue;
+            }
+            if let Some(retry) = self.anchored(text, index, m.start(), to) {
                 match self.verify(text, retry, only, state) {
                     Verdict::Reject => {}
                     verdict => return verdict,
@@ -594,9 +660,7 @@ impl Scanner {
             {
                 continue;
             }
-            let Ok(pattern) = PatternID::new(index) else { break };
-            let input = Input::new(text).range(finding.start..finding.end).anchored(Anchored::Pattern(pattern));
-            if let Some(m) = self.regex.search(&input)
+            if let Some(m) = self.anchored(text, index, finding.start, finding.end)
                 && m.end() == finding.end
                 && let Verdict::Found(key) = (spec.verify)(&Candidate {
                     text,
@@ -694,7 +758,7 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         return true;
     }
     // Elided by `MaskStrategy::Partial` or by hand: `sk-proj-...wxyz`, `j***@x.io`.
-    if v.contains("...") || v.contains("***") || v.contains('…') {
+    if has_three(v, b'.') || has_three(v, b'*') || v.contains('…') {
         return true;
     }
     let bytes = v.as_bytes();
@@ -737,7 +801,7 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         || reference
         || path
         || (bytes.len() >= 3 && bytes.iter().all(|&b| b == bytes[0]))
-        || v.to_ascii_lowercase().contains("abcdefghijklmnopqrstuvwxyz")
+        || holds_the_alphabet(bytes)
     {
         return true;
     }
@@ -751,6 +815,32 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         || ["true", "false", "null", "nil", "none", "undefined", "required", "optional", "redacted", "hidden", "masked"]
             .iter()
             .any(|word| v.eq_ignore_ascii_case(word))
+}
+
+/// Whether `text` holds `byte` three times in a row (`...`, `***`): a loop over the bytes, where `str::contains`
+/// builds a substring searcher per call (this runs for every key of a JSON result).
+pub(crate) fn has_three(text: &str, byte: u8) -> bool {
+    let mut run = 0;
+    text.bytes().any(|b| {
+        run = if b == byte { run + 1 } else { 0 };
+        run == 3
+    })
+}
+
+/// Whether `bytes` hold `abcdefghijklmnopqrstuvwxyz`, any case, without a lower-cased copy.
+fn holds_the_alphabet(bytes: &[u8]) -> bool {
+    let mut run = 0u8;
+    bytes.iter().any(|&b| {
+        let b = b.to_ascii_lowercase();
+        run = if run > 0 && b == b'a' + run {
+            run + 1
+        } else if b == b'a' {
+            1
+        } else {
+            0
+        };
+        run == 26
+    })
 }
 
 fn verify_value(c: &Candidate<'_>) -> Verdict {
@@ -1131,6 +1221,50 @@ mod tests {
     }
 
     #[test]
+    fn the_groups_find_what_one_regex_over_every_pattern_finds() {
+        let texts = [
+            "mail jane.doe@example.com, key AKIAIOSFODNN7QK4RW2Z, build 1.2.3.4, ip 10.20.30.40",
+            "db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop password=\"hunter2\" token: ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "phone: +1 415 555 2671, card 4111 1111 1111 1111, ssn 123-45-6789, iban DE89 3704 0044 0532 0130 00",
+            "Authorization: Bearer abcDEF1234567890ghijKLMNOP a@2x.png https://u:****@host.example.com/x logo@2x.png",
+            "ABC-DEF-GHIJ-KLMN-OPQR-STUV-WXYZ-ABCD@EFGH-IJKL.MNOP.qr secret_key = 'x' api-key: 'Zq8vN2kP4rT6wY1xB3mC'",
+            "sk-proj-abcdefghij0123456789ABCDEFGHIJ eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+            ".2.38.4.2.38.4.2.38.4 1.2.3.41.2.3.4 (415) 555-2671 0171 555 0100 xoxb-1234567890-abcdefghij",
+        ];
+        for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::PII, MaskSet::SECRETS | MaskSet::PII] {
+            let scanner = Scanner::build(set).unwrap();
+            let patterns: Vec<String> = scanner.specs.iter().map(|spec| compile(spec.regex)).collect();
+            let one = meta::Regex::new_many(&patterns).unwrap();
+            for text in texts {
+                for to in [text.len(), text.len() / 2] {
+                    // One state through the positions in order, as a scan uses it; and a fresh one at each.
+                    let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
+                    for pos in 0..to {
+                        let expected = one.search(&Input::new(text).range(pos..to));
+                        assert_eq!(scanner.search(text, pos, to, set, &mut state), expected, "{text:?} {pos}..{to}");
+                        // A label's scan, a shorter range, between two searches of the scan.
+                        let short = (pos + 12).min(to);
+                        let expected_short = one.search(&Input::new(text).range(pos..short));
+                        assert_eq!(
+                            scanner.search(text, pos, short, set, &mut state),
+                            expected_short,
+                            "{text:?} {pos}..{short}"
+                        );
+                        let mut fresh = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
+                        assert_eq!(scanner.search(text, pos, to, set, &mut fresh), expected, "{text:?} {pos}..{to}");
+                        for index in 0..scanner.specs.len() {
+                            let input = Input::new(text)
+                                .range(pos..to)
+                                .anchored(Anchored::Pattern(PatternID::new(index).unwrap()));
+                            assert_eq!(scanner.anchored(text, index, pos, to), one.search(&input), "{text:?} {index}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_full_scanner_cache_falls_back_to_the_full_scanner_filtered() {
         let text = "jane@example.com 4111111111111111 AKIAIOSFODNN7QK4RW2Z";
         let pairs =
@@ -1200,6 +1334,16 @@ mod tests {
         assert_eq!(next_start(b"abc def", 0), 3);
         assert_eq!(next_start(b"abc def", 3), 4);
         assert_eq!(next_start("é1".as_bytes(), 0), 2);
+    }
+
+    #[test]
+    fn runs_and_the_alphabet_are_found_without_a_searcher() {
+        assert!(has_three("sk-...wxyz", b'.') && has_three("j***@x.io", b'*') && has_three("...", b'.'));
+        assert!(!has_three("a..b.c", b'.') && !has_three("**", b'*') && !has_three("", b'.'));
+        assert!(
+            holds_the_alphabet(b"xxABCDEFGHIJKLMNOPQRSTUVWXYZxx") && holds_the_alphabet(b"aabcdefghijklmnopqrstuvwxyz")
+        );
+        assert!(!holds_the_alphabet(b"abcdefghijklmnopqrstuvwxy") && !holds_the_alphabet(b"abcdefghijklmopqrstuvwxyz"));
     }
 
     #[test]

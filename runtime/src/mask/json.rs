@@ -62,9 +62,11 @@ pub(crate) const PRODUCT_SECRET_NAMES: &[&str] = &[
 
 /// Whether the normalised `key` is one of [`PRODUCT_SECRET_NAMES`].
 fn is_product_secret(key: &str) -> bool {
-    PRODUCT_SECRET_NAMES
-        .iter()
-        .any(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).eq(key.bytes()))
+    // Every name starts so; most keys are refused here, before the names are normalised one by one.
+    key.starts_with("airlock")
+        && PRODUCT_SECRET_NAMES
+            .iter()
+            .any(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).eq(key.bytes()))
 }
 
 impl KeyHint {
@@ -137,8 +139,8 @@ fn is_masker_output(text: &str) -> bool {
         _ => text,
     };
     (base.starts_with('[') && super::detect::is_mask_or_placeholder(base))
-        || base.contains("...")
-        || base.contains("***")
+        || super::detect::has_three(base, b'.')
+        || super::detect::has_three(base, b'*')
 }
 
 /// Members that name a sibling: `name` in Kubernetes' `{"name": "DB_PASSWORD", "value": "…"}`, `Key` in
@@ -194,6 +196,12 @@ mod tests {
             assert!(masked.starts_with(&format!("{name}=")) && masked.ends_with("NEXT=1"), "{masked}");
         }
         assert_eq!(KeyHint::of_key("AIRLOCK_LOG"), KeyHint::None);
+    }
+
+    #[test]
+    fn product_secret_names_are_recognised_normalised() {
+        assert!(is_product_secret("airlockapprovalkey") && is_product_secret("airlockdb"));
+        assert!(!is_product_secret("airlockdbx") && !is_product_secret("approvalkey") && !is_product_secret(""));
     }
 
     #[test]

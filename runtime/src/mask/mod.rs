@@ -424,8 +424,8 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
     }
     let Some(providers) = providers::providers() else { return found };
     let mut merged = Vec::with_capacity(found.len());
-    let mut native = found.into_iter().peekable();
-    providers.find(text, |secret| {
+    let mut native = found.iter().copied().peekable();
+    providers.find(text, &found, |secret| {
         while let Some(finding) = native.next_if(|f| f.start < secret.end) {
             merged.push(finding);
         }
@@ -446,14 +446,8 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
 /// point the slow reference reaches. The loop is rare (a refused match running into a finding) and ends: each
 /// extra scan that finds anything covers text no earlier scan covered.
 fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
-    // A narrower scanner where the text cannot hold some kinds, if one is cached or can be (never the wide
-    // scanner a full cache falls back to, which would be slower).
-    let narrowed = detect::narrow(only, text);
-    let narrow_scanner = (narrowed != only).then(|| detect::scanner(narrowed)).flatten().map(|(s, _)| s);
-    let (scanner, only) = match &narrow_scanner {
-        Some(narrow) if narrow.set() == narrowed => (&**narrow, narrowed),
-        _ => (scanner, only),
-    };
+    // Without the kinds the text cannot hold: their groups of patterns are left out of the scan.
+    let only = detect::narrow(only, text);
     let mut found = Vec::new();
     let mut settled = scanner.scan(text, only, |finding| found.push(finding));
     // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,

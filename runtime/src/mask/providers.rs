@@ -22,7 +22,7 @@ use regex_syntax::hir::{
 };
 use serde::Deserialize;
 
-use super::detect::is_mask_or_placeholder;
+use super::detect::{Finding, is_mask_or_placeholder};
 
 /// gitleaks' default configuration, unchanged but for a header naming its source.
 const RULES: &str = include_str!("gitleaks.toml");
@@ -279,15 +279,26 @@ impl Providers {
         Ok(Providers { keywords, keyword_rules, rules, global })
     }
 
-    /// Calls `on_secret` for each provider secret in `text`, in order of start, never overlapping.
-    pub(crate) fn find(&self, text: &str, mut on_secret: impl FnMut(Secret)) {
+    /// Calls `on_secret` for each provider secret in `text`, in order of start, never overlapping, but for
+    /// those inside one of `covered` (other findings, in order, never overlapping): a window that lies inside
+    /// one of them is not searched. Whatever it would find lies inside that finding, and so does anything
+    /// such a secret would keep out (a secret overlapping it overlaps the finding), so leaving the window out
+    /// changes nothing the caller keeps (it drops every secret overlapping a finding). A provider key our own
+    /// patterns found (`AKIA…`, `ghp_…`) is thus not matched, captured and weighed a second time.
+    pub(crate) fn find(&self, text: &str, covered: &[Finding], mut on_secret: impl FnMut(Secret)) {
         let windows = self.windows(text);
         if windows.is_empty() {
             return;
         }
+        let inside_covered = |from: usize, to: usize| {
+            let before = covered.partition_point(|f| f.start <= from);
+            before > 0 && covered[before - 1].end >= to
+        };
         let mut found: Vec<Secret> = Vec::new();
         for (rule_index, from, to) in windows {
-            self.search_window(rule_index, text, from, to, &mut found);
+            if !inside_covered(from, to) {
+                self.search_window(rule_index, text, from, to, &mut found);
+            }
         }
         found.sort_by_key(|secret| (secret.start, std::cmp::Reverse(secret.end)));
         let mut last_end = 0;
@@ -462,7 +473,7 @@ mod tests {
 
     fn secrets(text: &str) -> Vec<&str> {
         let mut found = Vec::new();
-        providers().unwrap().find(text, |s| found.push(&text[s.start..s.end]));
+        providers().unwrap().find(text, &[], |s| found.push(&text[s.start..s.end]));
         found
     }
 
