@@ -48,7 +48,7 @@ use crate::store::{Fault, Reply, StoreError, StoreHandle};
 
 pub use self::memory::MemoryLedger;
 #[cfg(feature = "postgres")]
-pub use self::postgres::{PostgresEffectStore, PostgresLedger};
+pub use self::postgres::PostgresLedger;
 pub use self::redb::RedbLedger;
 pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
 #[cfg(feature = "postgres")]
