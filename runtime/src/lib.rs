@@ -392,7 +392,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
 pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
-pub use policy::rules::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
+pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::{
