@@ -16,7 +16,7 @@
 
 mod argument_refusal;
 mod build;
-mod decision;
+mod durable_write;
 mod effect_guard;
 mod escalation;
 mod refusal;
@@ -33,7 +33,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
-use self::decision::{Decision, NotDecided};
+use self::durable_write::{DurableWrite, NotDecided};
 use self::effect_guard::EffectGuard;
 use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
 use self::refusal::Refused;
@@ -590,12 +590,12 @@ impl Dispatcher {
             // Its detail names the grant, once the write has spent it.
             entries.push(trail.entry(log, name, id, context, AuditOutcome::Approved));
         }
-        let decision = Decision {
+        let decision = DurableWrite {
             now,
             spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
             reserve: claim,
             audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
-            ..Decision::default()
+            ..DurableWrite::default()
         };
         let answer = self.decide(decision).await;
         let refused = |trail: &mut Trail, refused: Refused| {
@@ -608,7 +608,7 @@ impl Dispatcher {
                 Ok(Ok(decided)) => Ok(decided.reservation),
                 Ok(Err(NotDecided::Effect(err))) => refused(trail, refusal::effect(name, err, now)),
                 Ok(Err(NotDecided::Spend(err))) | Err(err) => {
-                    refused(trail, refusal::effect(name, decision::effect_fault(err), now))
+                    refused(trail, refusal::effect(name, durable_write::effect_fault(err), now))
                 }
             };
         };
