@@ -4,9 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::escalation::{Escalation, joined};
-use super::writes::Stores;
-use super::{Dispatcher, Entry};
+use super::dispatcher::{Dispatcher, Entry, Escalation, Stores};
+use super::escalation::joined;
 use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
 use crate::audit::AuditLog;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::Dispatcher;
+use super::dispatcher::Dispatcher;
 use super::durable_write::{Decide as _, Decided, DurableWrite, NotDecided, ReservationNote, name_grant};
 use super::effect_guard::EffectGuard;
 use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
@@ -22,17 +22,6 @@ pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
 /// How long a settlement whose first write failed is tried again (its store unreachable) before the
 /// effect is left reserved (ambiguous once its lease lapses).
 const SETTLEMENT_PATIENCE: Duration = Duration::from_secs(10);
-
-/// Which store writes which part of a decision, worked out once when the dispatcher is built.
-#[derive(Default)]
-pub(super) struct Stores {
-    /// The interrupt approvals' ledger (spends).
-    pub(super) ledger: Option<StoreHandle>,
-    /// The effect records (reservations without a spend, settlements).
-    pub(super) effects: Option<StoreHandle>,
-    /// The audit log.
-    pub(super) audit: Option<StoreHandle>,
-}
 
 impl Dispatcher {
     /// Writes `decision`: in one transaction if its parts live in one store, otherwise the spend and
