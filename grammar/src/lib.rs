@@ -27,3 +27,29 @@ pub use effect::{EffectTemplateError, Segment, parse_effect_template};
 pub use mask::{MASK_SET_NAMES, MaskKind, MaskSet, MaskSetParseError};
 pub use rate::{Rate, RateParseError};
 pub use tool_name::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
+
+/// The first paragraphs of `#[airlock_tool]`'s documentation, its key table included: written once, shown
+/// by the macro crate and by the runtime's re-export (`#[doc = agent_airlock_grammar::airlock_tool_keys!()]`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! airlock_tool_keys {
+    () => {
+        "Turns a free `fn` or `async fn` into a guarded tool; `tool!(path::to::f)` names the tool.\n\
+\n\
+The function stays as written. Its doc comment is the tool's description and each parameter's doc\n\
+comment that parameter's; a parameter marked `#[inject]` is supplied by the host (through the call's\n\
+context) and never seen by the model. Every key is optional and takes a string literal:\n\
+\n\
+| key | what it declares | example |\n\
+|---|---|---|\n\
+| `name` | the registered name, default the fn name; 1 to 64 ASCII letters, digits, `_`, `-` | `name = \"search_docs\"` |\n\
+| `description` | what the model reads, default the doc comment; not blank | `description = \"Search the documentation\"` |\n\
+| `escalate` | why a human must approve each call; not blank | `escalate = \"moves money\"` |\n\
+| `rate` | at most `N` calls per unit (`second`, `minute`, `hour`, `day`; `s`, `sec`, `m`, `min`, `h`, `d`); `N` ≥ 1 | `rate = \"10/minute\"` |\n\
+| `ghost` | what happens to arguments the tool does not declare: `strip` (default) or `block` | `ghost = \"block\"` |\n\
+| `effect` | the idempotency key; each `{param}` names a model-visible parameter whose type is `Serialize` | `effect = \"refund:{payment_id}\"` |\n\
+| `mask` | what is masked in the result: `none`, `all`, `secrets` (default), `pii` or kind names, comma-separated | `mask = \"secrets,pii\"` |\n\
+| `crate` | the path of the runtime crate, when it is renamed or re-exported | `crate = \"::my_runtime::airlock\"` |\n\
+"
+    };
+}

@@ -20,22 +20,7 @@ mod valid;
 
 use proc_macro::TokenStream;
 
-/// Turns a free `fn` or `async fn` into a guarded tool; `tool!(path::to::f)` names the tool.
-///
-/// The function stays as written. Its doc comment is the tool's description and each parameter's doc
-/// comment that parameter's; a parameter marked `#[inject]` is supplied by the host (through the call's
-/// context) and never seen by the model. Every key is optional and takes a string literal:
-///
-/// | key | what it declares | example |
-/// |---|---|---|
-/// | `name` | the registered name, default the fn name; 1 to 64 ASCII letters, digits, `_`, `-` | `name = "search_docs"` |
-/// | `description` | what the model reads, default the doc comment; not blank | `description = "Search the documentation"` |
-/// | `escalate` | why a human must approve each call; not blank | `escalate = "moves money"` |
-/// | `rate` | at most `N` calls per unit (`second`, `minute`, `hour`, `day`; `s`, `sec`, `m`, `min`, `h`, `d`); `N` ≥ 1 | `rate = "10/minute"` |
-/// | `ghost` | what happens to arguments the tool does not declare: `strip` (default) or `block` | `ghost = "block"` |
-/// | `effect` | the idempotency key; each `{param}` names a model-visible parameter whose type is `Serialize` | `effect = "refund:{payment_id}"` |
-/// | `mask` | what is masked in the result: `none`, `all`, `secrets` (default), `pii` or kind names, comma-separated | `mask = "secrets,pii"` |
-/// | `crate` | the path of the runtime crate, when it is renamed or re-exported | `crate = "::my_runtime::airlock"` |
+#[doc = agent_airlock_grammar::airlock_tool_keys!()]
 ///
 /// Every mistake is a compile error at the offending value or type: unknown or duplicate keys, bad values,
 /// methods, generic, `unsafe`, `const` or variadic functions, pattern or `impl Trait` parameters, a

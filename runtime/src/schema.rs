@@ -6,7 +6,7 @@ use schemars::generate::SchemaSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::tool::{Tool, ToolSpec};
+use crate::tool::ToolSpec;
 
 /// A tool as offered to a model: name, description, and the JSON schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,18 +17,6 @@ pub struct ToolDefinition {
     pub description: String,
     /// The canonical JSON schema of the arguments object.
     pub input_schema: Value,
-}
-
-impl ToolDefinition {
-    /// The definition of `tool`.
-    pub fn of(tool: &dyn Tool) -> Self {
-        let spec = tool.spec();
-        ToolDefinition {
-            name: spec.name().to_owned(),
-            description: spec.description().to_owned(),
-            input_schema: input_schema(spec),
-        }
-    }
 }
 
 fn generator() -> SchemaGenerator {

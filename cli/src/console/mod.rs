@@ -46,10 +46,10 @@ use serde::Deserialize;
 use self::pages::Listed;
 use self::session::{Activity, LOGIN_COOKIE, SESSION_COOKIE, Session, SessionRules, Sessions, SignIn};
 use self::throttle::{CheckSlots, Throttle, TooSoon};
-use crate::{
-    Approval, AuditKeySource, Cli, Failure, KeySource, Storage, Verifier, approve_request, audit_key, deny_request,
-    find, list_requests,
-};
+use crate::effects::ensure_signable;
+use crate::keys::{AuditKeySource, KeySource, audit_key, warn_if_others_can_read};
+use crate::requests::{Approval, Verifier, approve_request, deny_request, find, list_requests};
+use crate::{Cli, Failure, Storage};
 
 /// `airlock console`.
 #[derive(Args)]
@@ -140,7 +140,7 @@ impl WebhookArgs {
         let Some(url) = &self.webhook_url else { return Ok(None) };
         let key = match &self.webhook_key_file {
             Some(path) => {
-                crate::warn_if_others_can_read(path);
+                warn_if_others_can_read(path);
                 WebhookKey::from_file(WEBHOOK_KEY_ID, path)
             }
             None => WebhookKey::from_env(WEBHOOK_KEY_ID, &self.webhook_key_env),
@@ -228,7 +228,7 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
     let webhook = args.webhook.webhook()?;
     let console_key = match &args.console_key {
         Some(path) => {
-            crate::warn_if_others_can_read(path);
+            warn_if_others_can_read(path);
             Some(OperatorKey::from_file(path).map_err(|e| e.to_string())?)
         }
         None => None,
@@ -602,8 +602,8 @@ async fn resolve_effect(
     let (shared, operator) = (Arc::clone(&console), session.operator.clone());
     let resolved = blocking(move || {
         let log = shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?;
-        crate::ensure_signable(log, shared.audit_signed)?;
-        crate::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
+        ensure_signable(log, shared.audit_signed)?;
+        crate::effects::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
     });
     match resolved.await {
         Ok(_) => see_other("/effects"),

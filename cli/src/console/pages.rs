@@ -10,7 +10,8 @@ use agent_airlock::effect::EffectRecord;
 use agent_airlock::ledger::{RequestEntry, RequestStatus};
 
 use super::session::Session;
-use crate::{Sealed, call_site, decision_text, render_request, when};
+use crate::output::when;
+use crate::requests::{Sealed, call_site, decision_text, render_request};
 
 /// `text` for an HTML text node or a quoted attribute.
 pub(super) fn h(text: &str) -> String {

@@ -24,7 +24,9 @@ use serde_json::{Value, json};
 
 use super::pages::Listed;
 use super::{Console, listed_pending, now};
-use crate::{Failure, Sealed};
+use crate::Failure;
+use crate::output::millis;
+use crate::requests::Sealed;
 
 /// Where and how notifications go.
 pub(super) struct Webhook {
@@ -100,8 +102,8 @@ impl Webhook {
                 "rule": request.rule(),
                 "reason": request.reason(),
                 "thread_id": request.call().thread_id,
-                "requested_at_ms": crate::millis(request.requested_at()),
-                "expires_at_ms": request.expires_at().map(crate::millis),
+                "requested_at_ms": millis(request.requested_at()),
+                "expires_at_ms": request.expires_at().map(millis),
                 "url": format!("{}/requests/{id}", self.console),
             }),
             _ => json!({

@@ -6,8 +6,6 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::display::DisplayError;
-
 /// A call waiting for a human's decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
@@ -21,17 +19,6 @@ pub struct ApprovalRequest {
     pub reasons: Vec<EscalationReason>,
     /// The admitted arguments (ghosts stripped, nulls dropped), exactly what will run.
     pub arguments: Value,
-}
-
-impl ApprovalRequest {
-    /// The call as a human must see it before deciding: the tool, why it needs approval, and every
-    /// argument in full, with control, bidi and invisible characters escaped (see [`display`](super::display)).
-    ///
-    /// An error means the call is too long to show in full: do not ask a human about it, answer
-    /// [`Decision::Unavailable`].
-    pub fn render(&self) -> Result<String, DisplayError> {
-        super::display::render_call(&self.tool, &self.reasons, &self.arguments)
-    }
 }
 
 /// One rule that asks for a human's approval.

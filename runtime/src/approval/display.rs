@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::EscalationReason;
+use super::{ApprovalRequest, EscalationReason};
 use crate::mask::{MaskKind, MaskSet, Masker};
 
 /// The most text a call may render to. Beyond it no human can be expected to read the call whole, so the
@@ -139,6 +139,17 @@ fn push_arguments(out: &mut String, arguments: &Value) -> Result<(), DisplayErro
 
 fn check_length(bytes: usize) -> Result<(), DisplayError> {
     if bytes > MAX_DISPLAY_BYTES { Err(DisplayError::TooLong { bytes, max: MAX_DISPLAY_BYTES }) } else { Ok(()) }
+}
+
+impl ApprovalRequest {
+    /// The call as a human must see it before deciding: the tool, why it needs approval, and every
+    /// argument in full, with control, bidi and invisible characters escaped (see [`display`](self)).
+    ///
+    /// An error means the call is too long to show in full: do not ask a human about it, answer
+    /// [`Decision::Unavailable`](super::Decision::Unavailable).
+    pub fn render(&self) -> Result<String, DisplayError> {
+        render_call(&self.tool, &self.reasons, &self.arguments)
+    }
 }
 
 /// A call for a human to decide on: the tool, why it needs approval, and every argument in full.

@@ -7,14 +7,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use redb::Database;
 use serde_json::Value;
 
+use super::append::{AuditAppend, AuditEntry, Chain, Prepared, trace};
 use super::crypto::{self, DerivedKeys, GENESIS};
 use super::memory::MemoryAuditStore;
-use super::record::{self, Body};
+use super::record;
 use super::redb::RedbAuditStore;
 use super::store::{AuditStore, Batch};
 use super::{
-    Anchor, AnchorError, AuditConfig, AuditError, AuditEvent, AuditOutcome, AuditReceipt, AuditRecord, Commitment,
-    CommitmentAlg, CommittedPart, VerifyError,
+    Anchor, AnchorError, AuditConfig, AuditError, AuditEvent, AuditReceipt, AuditRecord, Commitment, CommitmentAlg,
+    CommittedPart,
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
 use crate::store::redb::RedbWriter;
@@ -41,20 +42,6 @@ pub struct AuditLog {
     handle: Option<StoreHandle>,
 }
 
-/// What chains records: the signing key and the clock that stamps them. Shared with the writer that
-/// appends them, so records are dated and chained inside the transaction that writes them.
-pub(crate) struct Chain {
-    signing: Option<DerivedKeys>,
-    clock: Arc<dyn Clock>,
-}
-
-/// Prepared records to append in one transaction, and how to chain them.
-#[derive(Clone)]
-pub(crate) struct AuditAppend {
-    chain: Arc<Chain>,
-    pub(crate) entries: Vec<AuditEntry>,
-}
-
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog")
@@ -63,23 +50,6 @@ impl std::fmt::Debug for AuditLog {
             .finish_non_exhaustive()
     }
 }
-
-/// A record as the appending thread prepares it: everything but its position, time and hashes.
-#[derive(Clone)]
-pub(crate) struct AuditEntry {
-    tool: String,
-    tool_call_id: String,
-    thread_id: Option<String>,
-    pub(crate) outcome: AuditOutcome,
-    rule: Option<String>,
-    pub(crate) detail: Option<String>,
-    arguments: Option<Commitment>,
-    result: Option<Commitment>,
-    raw_arguments: Option<String>,
-    raw_result: Option<String>,
-}
-
-type Prepared = AuditEntry;
 
 #[derive(Default)]
 struct GroupCommit {
@@ -291,32 +261,6 @@ impl AuditLog {
         }
     }
 
-    /// Whether `value` is the value `record` committed to as its `part`: lets the holder of the key prove
-    /// what arguments a call had without the log storing them. `Ok(false)` if the record has no such
-    /// commitment.
-    pub fn check_commitment(
-        &self,
-        record: &AuditRecord,
-        part: CommittedPart,
-        value: &Value,
-    ) -> Result<bool, VerifyError> {
-        let commitment = match part {
-            CommittedPart::Arguments => record.arguments,
-            CommittedPart::Result => record.result,
-        };
-        let Some(commitment) = commitment else { return Ok(false) };
-        let mut canonical = Vec::new();
-        crypto::canonical_json(value, &mut canonical);
-        match commitment.alg {
-            CommitmentAlg::Sha256 => Ok(crypto::plain_commitment(part, &canonical) == commitment.digest),
-            CommitmentAlg::HmacSha256 => {
-                let key_id = record.key_id.clone().unwrap_or_default();
-                let keys = self.keys.get(&key_id).ok_or(VerifyError::UnknownKey { seq: record.seq, key_id })?;
-                Ok(keys.verify_commitment(part, &canonical, &commitment.digest))
-            }
-        }
-    }
-
     pub(super) fn store(&self) -> &dyn AuditStore {
         &*self.store
     }
@@ -421,73 +365,6 @@ impl AuditLog {
     }
 }
 
-impl Chain {
-    fn sign_head(&self, seq: u64, hash: super::Digest) -> Anchor {
-        match &self.signing {
-            Some(keys) => Anchor::new(seq, hash, Some(keys.id.clone()), Some(keys.head_mac(seq, &hash))),
-            None => Anchor::new(seq, hash, None, None),
-        }
-    }
-
-    /// Chains `entries` after `head`, all stamped `time_ns`: the records to write, the new head, and a
-    /// receipt per entry.
-    fn link(
-        &self,
-        head: Option<Anchor>,
-        entries: &[Prepared],
-        time_ns: u64,
-    ) -> Result<(Batch, Vec<AuditReceipt>), AuditError> {
-        let (mut seq, mut prev) = head.map_or((0, GENESIS), |head| (head.seq, head.hash));
-        let mut records = Vec::with_capacity(entries.len());
-        let mut receipts = Vec::with_capacity(entries.len());
-        for entry in entries {
-            seq = seq.checked_add(1).ok_or(AuditError::Exhausted)?;
-            let body = Body {
-                seq,
-                prev,
-                time_ns,
-                tool: entry.tool.clone(),
-                tool_call_id: entry.tool_call_id.clone(),
-                thread_id: entry.thread_id.clone(),
-                outcome: entry.outcome,
-                rule: entry.rule.clone(),
-                detail: entry.detail.clone(),
-                arguments: entry.arguments,
-                result: entry.result,
-                raw_arguments: entry.raw_arguments.clone(),
-                raw_result: entry.raw_result.clone(),
-                key_id: self.signing.as_ref().map(|keys| keys.id.clone()),
-            };
-            let bytes = body.encode();
-            let hash = crypto::record_hash(&prev, &bytes);
-            let mac = self.signing.as_ref().map(|keys| keys.record_mac(seq, &hash));
-            records.push((seq, record::encode_frame(&hash, mac.as_ref(), &bytes)));
-            receipts.push(AuditReceipt { seq, hash });
-            prev = hash;
-        }
-        Ok((Batch { records, head: self.sign_head(seq, prev) }, receipts))
-    }
-}
-
-impl AuditAppend {
-    /// The records to write after `head` (read in the writing transaction), the new head, and the
-    /// receipts, stamped now.
-    pub(crate) fn link(&self, head: Option<Anchor>) -> Result<(Batch, Vec<AuditReceipt>), AuditError> {
-        self.chain.link(head, &self.entries, duration_nanos(self.chain.clock.now()))
-    }
-
-    /// Emits each record as a `tracing` event, with its receipt or the error that lost it.
-    pub(crate) fn trace(&self, result: &Result<Vec<AuditReceipt>, AuditError>) {
-        for (index, entry) in self.entries.iter().enumerate() {
-            let one = match result {
-                Ok(receipts) => receipts.get(index).copied().ok_or(AuditError::Abandoned),
-                Err(err) => Err(err.clone()),
-            };
-            trace(entry, &one);
-        }
-    }
-}
-
 impl AuditError {
     /// A fault of the shared writer, as an audit error.
     pub(crate) fn from_store(err: StoreError) -> AuditError {
@@ -498,41 +375,6 @@ impl AuditError {
             },
             other => AuditError::Write(Arc::new(other)),
         }
-    }
-}
-
-/// The record as a `tracing` event: the same facts, commitments only (raw values never go to traces).
-fn trace(entry: &Prepared, result: &Result<AuditReceipt, AuditError>) {
-    let arguments = entry.arguments.map(|c| c.digest.to_hex());
-    let result_digest = entry.result.map(|c| c.digest.to_hex());
-    match result {
-        Ok(receipt) => tracing::info!(
-            target: "agent_airlock::audit",
-            seq = receipt.seq,
-            tool = %entry.tool,
-            tool_call_id = %entry.tool_call_id,
-            thread_id = entry.thread_id.as_deref(),
-            outcome = %entry.outcome,
-            rule = entry.rule.as_deref(),
-            detail = entry.detail.as_deref(),
-            arguments = arguments.as_deref(),
-            result = result_digest.as_deref(),
-            hash = %receipt.hash,
-            "tool call audited"
-        ),
-        Err(err) => tracing::error!(
-            target: "agent_airlock::audit",
-            tool = %entry.tool,
-            tool_call_id = %entry.tool_call_id,
-            thread_id = entry.thread_id.as_deref(),
-            outcome = %entry.outcome,
-            rule = entry.rule.as_deref(),
-            detail = entry.detail.as_deref(),
-            arguments = arguments.as_deref(),
-            result = result_digest.as_deref(),
-            error = %err,
-            "tool call could not be audited"
-        ),
     }
 }
 
@@ -556,6 +398,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::audit::AuditOutcome;
 
     /// A memory store that counts commits, can be slowed down, and can panic once.
     #[derive(Default)]

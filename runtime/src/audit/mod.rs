@@ -56,6 +56,7 @@
 //! The same facts go out as `tracing` events with target `agent_airlock::audit`.
 
 mod anchor;
+mod append;
 mod crypto;
 mod log;
 mod memory;
@@ -80,7 +81,7 @@ pub(crate) use self::postgres::append_in as append_in_postgres;
 pub use crate::keys::AuditKey;
 pub use crate::store::redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use anchor::{Anchor, AnchorError};
-pub(crate) use log::{AuditAppend, AuditEntry};
+pub(crate) use append::{AuditAppend, AuditEntry};
 pub use log::{AuditLog, ExportError};
 pub(crate) use redb::append_in;
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio_postgres::IsolationLevel;
 
-use super::log::AuditAppend;
+use super::append::AuditAppend;
 use super::store::{AuditStore, Batch};
 use super::{Anchor, AuditError, AuditReceipt};
 use crate::store::postgres::{PgTables, Shared, client};

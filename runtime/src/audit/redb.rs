@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::log::AuditAppend;
+use super::append::AuditAppend;
 use super::store::{AuditStore, Batch};
 use super::{Anchor, AuditError, AuditReceipt};
 use crate::store::StoreError;

@@ -4,9 +4,11 @@
 use std::fmt;
 use std::ops::ControlFlow;
 
+use serde_json::Value;
+
 use super::crypto::{self, GENESIS};
 use super::record::{decode_frame, parse_body};
-use super::{Anchor, AuditError, AuditLog, Digest};
+use super::{Anchor, AuditError, AuditLog, AuditRecord, CommitmentAlg, CommittedPart, Digest};
 
 /// What a successful verification checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,5 +321,33 @@ impl Walk<'_> {
         self.prev = frame.hash;
         self.expected = seq + 1;
         Ok(())
+    }
+}
+
+impl AuditLog {
+    /// Whether `value` is the value `record` committed to as its `part`: lets the holder of the key prove
+    /// what arguments a call had without the log storing them. `Ok(false)` if the record has no such
+    /// commitment.
+    pub fn check_commitment(
+        &self,
+        record: &AuditRecord,
+        part: CommittedPart,
+        value: &Value,
+    ) -> Result<bool, VerifyError> {
+        let commitment = match part {
+            CommittedPart::Arguments => record.arguments,
+            CommittedPart::Result => record.result,
+        };
+        let Some(commitment) = commitment else { return Ok(false) };
+        let mut canonical = Vec::new();
+        crypto::canonical_json(value, &mut canonical);
+        match commitment.alg {
+            CommitmentAlg::Sha256 => Ok(crypto::plain_commitment(part, &canonical) == commitment.digest),
+            CommitmentAlg::HmacSha256 => {
+                let key_id = record.key_id.clone().unwrap_or_default();
+                let keys = self.key(&key_id).ok_or(VerifyError::UnknownKey { seq: record.seq, key_id })?;
+                Ok(keys.verify_commitment(part, &canonical, &commitment.digest))
+            }
+        }
     }
 }

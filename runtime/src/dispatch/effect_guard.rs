@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::decision::{Decide as _, Decision};
+use super::durable_write::{Decide as _, DurableWrite};
 use crate::clock::Clock;
 use crate::effect::{EffectStore, LeaseKeeper, LeaseTicket, Reservation, Settle};
 use crate::ledger::LedgerError;
@@ -57,7 +57,8 @@ impl Drop for EffectGuard {
             // ambiguous all the same: never silently re-runnable.
             Some(handle) => {
                 let subject = format!("effect `{}`", reservation.key());
-                let decision = Decision { now, settle: Some((reservation, Settle::Ambiguous)), ..Decision::default() };
+                let decision =
+                    DurableWrite { now, settle: Some((reservation, Settle::Ambiguous)), ..DurableWrite::default() };
                 let handle = handle.clone();
                 let write = move || handle.decide(decision.clone());
                 drop(

@@ -2,12 +2,10 @@
 //! after it. An approval across an interrupt is only *verified* here; it is spent at gate 7, after every
 //! gate that can still refuse, together with the effect reservation.
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
+use super::dispatcher::{Dispatcher, Entry, Escalation};
 use super::refusal::{self, Refused};
-use super::{Dispatcher, Entry};
 use crate::approval::protocol::{
     BindingInput, InterruptApprovals, InterruptRequest, IssuedRequest, PreparedAdmission, RequestError,
 };
@@ -15,16 +13,6 @@ use crate::approval::{ApprovalRequest, Approver, Decision, EscalationReason};
 use crate::context::CallContext;
 use crate::ledger::LedgerError;
 use crate::tool::Arguments;
-
-/// Who answers escalated calls.
-pub(super) enum Escalation {
-    /// No one: escalated calls are refused.
-    Refuse,
-    /// An async callback, answered during the call.
-    Approver(Arc<dyn Approver>),
-    /// A human answers between an interrupt and a resume.
-    Interrupt(Box<InterruptApprovals>),
-}
 
 /// Who reviews an escalated call in this dispatch.
 #[derive(Clone, Copy)]

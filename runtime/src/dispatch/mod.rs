@@ -16,14 +16,14 @@
 
 mod argument_refusal;
 mod build;
-mod decision;
+mod dispatcher;
+mod durable_write;
 mod effect_guard;
 mod escalation;
 mod refusal;
 mod trail;
 mod writes;
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,12 +33,13 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
-use self::decision::{Decision, NotDecided};
+pub use self::dispatcher::Dispatcher;
+use self::dispatcher::Entry;
+use self::durable_write::{DurableWrite, NotDecided};
 use self::effect_guard::EffectGuard;
-use self::escalation::{Escalated, EscalatedCall, Escalation, Reviewer};
+use self::escalation::{Escalated, EscalatedCall, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
-use self::writes::Stores;
 use crate::approval::protocol::PreparedAdmission;
 use crate::approval::{Approver, EscalationReason};
 use crate::args;
@@ -46,72 +47,14 @@ use crate::audit::{AuditLog, AuditOutcome};
 use crate::clock::Clock;
 use crate::context::{CallContext, Invocation};
 use crate::dialect::{Dialect, DialectError, DialectOffer};
-use crate::effect::{EffectStore, LeaseKeeper, Reservation, Settle};
+use crate::effect::{Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::{MaskSet, Masker};
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
-use crate::policy::{ConditionAction, ConditionRule, Evaluation, PolicyEffect};
-use crate::rate::{BucketId, Rate, RateLimiter};
+use crate::policy::{ConditionAction, Evaluation};
 use crate::schema::ToolDefinition;
-use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
-use crate::tool::{Arguments, GhostPolicy, Tool, ToolOutput};
-
-/// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
-pub struct Dispatcher {
-    tools: HashMap<String, Entry>,
-    order: Vec<String>,
-    limiter: RateLimiter,
-    escalation: Escalation,
-    clock: Arc<dyn Clock>,
-    effects: Option<Arc<dyn EffectStore>>,
-    effect_lease: Duration,
-    /// Renews the leases of running calls.
-    lease_keeper: LeaseKeeper,
-    audit: Option<Arc<AuditLog>>,
-    stores: Stores,
-    masker: Arc<Masker>,
-    /// The policy is in observe mode: what it alone would refuse is traced and audited, not refused.
-    observe: bool,
-    /// Where shared buckets live; set whenever a tool has one.
-    shared_rates: Option<SharedRateBuckets>,
-}
-
-/// One registered tool with everything the policy decided about it, computed once at build time.
-struct Entry {
-    tool: Arc<dyn Tool>,
-    definition: ToolDefinition,
-    /// The argument screen of gate 3: `definition`'s input schema, compiled once.
-    screen: args::CompiledSchema,
-    denied_by: Option<String>,
-    escalations: Vec<EscalationReason>,
-    /// Bucket ids in ascending order and, at the same positions, the rule each enforces (`attribute` or
-    /// the policy glob) with its rate.
-    buckets: Vec<BucketId>,
-    bucket_rules: Vec<(String, Rate)>,
-    /// The escalation rules, comma-separated, and their reasons, `; `-separated: what a refusal, an audit
-    /// record and an approval request name, joined once here rather than on every call.
-    escalation_rules: String,
-    escalation_reasons: String,
-    /// How many distinct approvers an escalation across an interrupt needs (the policy's `approvals`).
-    approvals: u32,
-    /// The author's masking plus the policy's.
-    mask: MaskSet,
-    /// In observe mode, the policy's escalations, rate limits (buckets and rules as above): reported, not
-    /// enforced. Empty otherwise (they are in `escalations` and `buckets` then).
-    observed_escalations: Vec<EscalationReason>,
-    observed_buckets: Vec<BucketId>,
-    observed_bucket_rules: Vec<(String, Rate)>,
-    /// The policy's shared rate limits, their buckets in the shared store; in observe mode, reported only.
-    shared_buckets: Vec<SharedBucket>,
-    observed_shared_buckets: Vec<SharedBucket>,
-    /// The policy glob that says `ghost = "block"`, where the author's tool strips.
-    ghost_block: Option<String>,
-    /// The policy's idempotency key template, for a tool whose author declared none.
-    policy_effect: Option<PolicyEffect>,
-    /// The policy's argument conditions for this tool, in order.
-    conditions: Vec<ConditionRule>,
-}
+use crate::tool::{Arguments, GhostPolicy, ToolOutput};
 
 /// A refusal and the argument keys stripped before it.
 type Refusing = (Refused, Vec<String>);
@@ -591,12 +534,12 @@ impl Dispatcher {
             // Its detail names the grant, once the write has spent it.
             entries.push(trail.entry(log, name, id, context, AuditOutcome::Approved));
         }
-        let decision = Decision {
+        let decision = DurableWrite {
             now,
             spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
             reserve: claim,
             audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
-            ..Decision::default()
+            ..DurableWrite::default()
         };
         let answer = self.decide(decision).await;
         let refused = |trail: &mut Trail, refused: Refused| {
@@ -609,7 +552,7 @@ impl Dispatcher {
                 Ok(Ok(decided)) => Ok(decided.reservation),
                 Ok(Err(NotDecided::Effect(err))) => refused(trail, refusal::effect(name, err, now)),
                 Ok(Err(NotDecided::Spend(err))) | Err(err) => {
-                    refused(trail, refusal::effect(name, decision::effect_fault(err), now))
+                    refused(trail, refusal::effect(name, durable_write::effect_fault(err), now))
                 }
             };
         };

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::Dispatcher;
-use super::decision::{Decide as _, Decided, Decision, NotDecided, ReservationNote, name_grant};
+use super::dispatcher::Dispatcher;
+use super::durable_write::{Decide as _, Decided, DurableWrite, NotDecided, ReservationNote, name_grant};
 use super::effect_guard::EffectGuard;
 use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
 use crate::clock::Clock;
@@ -23,21 +23,10 @@ pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
 /// effect is left reserved (ambiguous once its lease lapses).
 const SETTLEMENT_PATIENCE: Duration = Duration::from_secs(10);
 
-/// Which store writes which part of a decision, worked out once when the dispatcher is built.
-#[derive(Default)]
-pub(super) struct Stores {
-    /// The interrupt approvals' ledger (spends).
-    pub(super) ledger: Option<StoreHandle>,
-    /// The effect records (reservations without a spend, settlements).
-    pub(super) effects: Option<StoreHandle>,
-    /// The audit log.
-    pub(super) audit: Option<StoreHandle>,
-}
-
 impl Dispatcher {
     /// Writes `decision`: in one transaction if its parts live in one store, otherwise the spend and
     /// effect steps first and the audit records after them (only if the admission was not refused).
-    pub(super) async fn decide(&self, mut decision: Decision) -> Answer {
+    pub(super) async fn decide(&self, mut decision: DurableWrite) -> Answer {
         let has_state = decision.spend.is_some() || decision.reserve.is_some() || decision.settle.is_some();
         let state_store =
             if decision.spend.is_some() { self.stores.ledger.as_ref() } else { self.stores.effects.as_ref() };
@@ -95,7 +84,7 @@ impl Dispatcher {
     /// `decision` written by `store`, to await; if it reserves an effect and the dispatch is dropped
     /// before the answer, the reservation it makes is marked ambiguous (the tool never ran, but the key
     /// must neither look in flight until its lease lapses nor ever run again unseen).
-    fn watched(&self, store: &StoreHandle, mut decision: Decision) -> Admitting {
+    fn watched(&self, store: &StoreHandle, mut decision: DurableWrite) -> Admitting {
         let watch = decision.reserve.is_some().then(ReservationNote::default);
         decision.note.clone_from(&watch);
         let reply = store.decide(decision);
@@ -107,7 +96,7 @@ impl Dispatcher {
     }
 
     /// The spend and effect steps of `decision` alone, in their own store.
-    async fn decide_state(&self, decision: Decision) -> Answer {
+    async fn decide_state(&self, decision: DurableWrite) -> Answer {
         let store = if decision.spend.is_some() { self.stores.ledger.as_ref() } else { self.stores.effects.as_ref() };
         if let Some(store) = store {
             return self.watched(store, decision).await;
@@ -150,7 +139,7 @@ impl Dispatcher {
     /// has none (memory); the future answers when they are written.
     fn append(&self, audit: AuditAppend) -> impl Future<Output = Result<Vec<AuditReceipt>, AuditError>> + use<> {
         let written: Result<LedgerReply<_>, _> = match (&self.stores.audit, &self.audit) {
-            (Some(store), _) => Ok(store.decide(Decision { audit: Some(audit), ..Decision::default() })),
+            (Some(store), _) => Ok(store.decide(DurableWrite { audit: Some(audit), ..DurableWrite::default() })),
             (None, Some(log)) => Err(log.append_now(audit.entries)),
             (None, None) => Err(Ok(Vec::new())),
         };
@@ -175,7 +164,7 @@ impl Dispatcher {
         let how = settle.as_ref().map(|(_, how)| *how);
         let retry = settle.clone().zip(audit.clone());
         let now = self.clock.now();
-        let answer = self.decide(Decision { now, settle, audit, ..Decision::default() }).await;
+        let answer = self.decide(DurableWrite { now, settle, audit, ..DurableWrite::default() }).await;
         let answer = match (answer, retry) {
             (Err(fault), Some((settle, audit))) => {
                 // One store keeps both, and its answer may have been lost (a connection dropped during
@@ -185,12 +174,12 @@ impl Dispatcher {
                 let again = match (&self.stores.effects, &self.stores.audit) {
                     (Some(effects), Some(log)) if effects.same_store(log) => {
                         tracing::warn!(target: "agent_airlock", error = %fault, "call's settlement not written; writing it again");
-                        let decision = Decision {
+                        let decision = DurableWrite {
                             now,
                             settle: Some(settle.clone()),
                             audit: Some(audit),
                             audit_only_if_settled: true,
-                            ..Decision::default()
+                            ..DurableWrite::default()
                         };
                         effects.decide_again(decision, SETTLEMENT_PATIENCE).await
                     }
@@ -201,7 +190,7 @@ impl Dispatcher {
                     // outcome is worth keeping on its own.
                     Err(fault) => {
                         tracing::error!(target: "agent_airlock", error = %fault, "call's records not written; settling its effect alone");
-                        self.decide(Decision { now, settle: Some(settle), ..Decision::default() }).await
+                        self.decide(DurableWrite { now, settle: Some(settle), ..DurableWrite::default() }).await
                     }
                     written => written,
                 }

@@ -23,6 +23,8 @@
 //! each, shared) and pass the same test suite.
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redb;
 mod renewal;
 mod transition;
@@ -34,16 +36,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryEffectStore;
-pub use redb::RedbEffectStore;
 #[cfg(feature = "postgres")]
-pub(crate) use redb::{decode as decode_record, encode as encode_record};
+pub use postgres::PostgresEffectStore;
+#[cfg(feature = "postgres")]
+pub(crate) use postgres::{read_locked as read_locked_postgres, write as write_postgres};
+pub use redb::RedbEffectStore;
 pub(crate) use redb::{fault as store_fault, read_in, write_in};
 pub(crate) use renewal::{LeaseKeeper, LeaseTicket};
-#[cfg(feature = "postgres")]
-pub(crate) use transition::Step;
 pub(crate) use transition::{Settle, reserve as reserve_step, settle as settle_step};
-#[cfg(feature = "postgres")]
-pub(crate) use transition::{renew as renew_step, resolve as resolve_step};
 
 use crate::store::StoreHandle;
 

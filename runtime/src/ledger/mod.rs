@@ -48,7 +48,7 @@ use crate::store::{Fault, Reply, StoreError, StoreHandle};
 
 pub use self::memory::MemoryLedger;
 #[cfg(feature = "postgres")]
-pub use self::postgres::{PostgresEffectStore, PostgresLedger};
+pub use self::postgres::PostgresLedger;
 pub use self::redb::RedbLedger;
 pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
 #[cfg(feature = "postgres")]
@@ -64,7 +64,7 @@ pub use crate::store::redb::{
 pub type LedgerReply<T> = Reply<T, LedgerError>;
 
 /// Fills in a [`LedgerReply`]. Dropping it unfilled answers [`LedgerError::WriterStopped`].
-pub type ReplySender<T> = crate::store::ReplySender<T, LedgerError>;
+pub type LedgerReplySender<T> = crate::store::ReplySender<T, LedgerError>;
 
 impl<T> Reply<T, LedgerError> {
     /// A reply that is already known (ledgers that answer synchronously).
@@ -74,7 +74,7 @@ impl<T> Reply<T, LedgerError> {
 
     /// A reply to be filled in later by the returned sender. If the sender is dropped unfilled, the reply
     /// is [`LedgerError::WriterStopped`].
-    pub fn channel() -> (ReplySender<T>, LedgerReply<T>) {
+    pub fn channel() -> (LedgerReplySender<T>, LedgerReply<T>) {
         Reply::channel_or(|| LedgerError::WriterStopped)
     }
 }

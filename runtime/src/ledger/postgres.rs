@@ -26,10 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 
-use crate::effect::{
-    self, EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, Resolution, Settle, Step, StorageId,
-    decode_record, encode_record,
-};
+use crate::effect::{self, EffectError, EffectRecord, EffectStore, PostgresEffectStore};
 use crate::store::StoreHandle;
 use crate::store::postgres::{self, PgTables, PostgresOpenError, PostgresOptions, Shared};
 
@@ -85,7 +82,7 @@ impl PostgresLedger {
 
     /// The effect records in this ledger's database (the same store [`ApprovalLedger::effects`] returns).
     pub fn effect_store(&self) -> PostgresEffectStore {
-        PostgresEffectStore { shared: self.shared.clone() }
+        PostgresEffectStore::new(self.shared.clone())
     }
 
     fn write<T: Send + 'static>(
@@ -115,14 +112,6 @@ fn encode<T: Serialize>(value: &T) -> String {
 fn decode<T: DeserializeOwned>(table: &'static str, key: &str, text: &str) -> Result<T, LedgerError> {
     serde_json::from_str(text).map_err(|err| LedgerError::CorruptRecord {
         table,
-        key: key.to_owned(),
-        detail: err.to_string(),
-    })
-}
-
-fn decode_effect(key: &str, text: &str) -> Result<EffectRecord, LedgerError> {
-    decode_record(key, text.as_bytes()).map_err(|err| LedgerError::CorruptRecord {
-        table: "effects",
         key: key.to_owned(),
         detail: err.to_string(),
     })
@@ -234,29 +223,11 @@ impl LedgerTables for PgTables<'_, '_> {
     }
 
     fn effect(&self, key: &str) -> Result<Option<EffectRecord>, LedgerError> {
-        match self.text("SELECT record FROM airlock_effects WHERE effect_key = $1 FOR UPDATE", key)? {
-            Some(Some(record)) => {
-                self.existing_effects.borrow_mut().insert(key.to_owned());
-                decode_effect(key, &record).map(Some)
-            }
-            _ => Ok(None),
-        }
+        Ok(effect::read_locked_postgres(self, key)?)
     }
 
     fn set_effect(&mut self, record: &EffectRecord) -> Result<(), LedgerError> {
-        if self.existing_effects.borrow().contains(&record.key) {
-            self.execute(
-                "UPDATE airlock_effects SET record = $2 WHERE effect_key = $1",
-                &[&record.key, &encode_record_text(record)],
-            )?;
-        } else {
-            self.execute(
-                "INSERT INTO airlock_effects (effect_key, record) VALUES ($1, $2)",
-                &[&record.key, &encode_record_text(record)],
-            )?;
-            self.existing_effects.borrow_mut().insert(record.key.clone());
-        }
-        Ok(())
+        Ok(effect::write_postgres(self, record)?)
     }
 
     fn statuses(&self) -> Result<Vec<(String, RequestStatus)>, LedgerError> {
@@ -294,10 +265,6 @@ impl LedgerTables for PgTables<'_, '_> {
         self.existing_grants.borrow_mut().remove(grant_id);
         Ok(())
     }
-}
-
-fn encode_record_text(record: &EffectRecord) -> String {
-    String::from_utf8(encode_record(record)).unwrap_or_default()
 }
 
 impl ApprovalLedger for PostgresLedger {
@@ -403,139 +370,4 @@ fn entry_from(request_id: &str, record: &str, status: Option<&str>) -> Result<Re
             None => RequestStatus::Pending,
         },
     })
-}
-
-/// Effect records in a PostgreSQL database: the store of a [`PostgresLedger`] (its
-/// [`effect_store`](PostgresLedger::effect_store)), sharing the ledger's pool and runtime. Every step is
-/// one transaction that locks the key's row (`SELECT … FOR UPDATE`), so a key is reserved once across
-/// every host. The methods are synchronous (the trait's): they wait for the database.
-#[derive(Clone)]
-pub struct PostgresEffectStore {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for PostgresEffectStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresEffectStore").finish_non_exhaustive()
-    }
-}
-
-impl PostgresEffectStore {
-    fn step<T: Send + 'static>(
-        &self,
-        key: &str,
-        run: impl Fn(Option<EffectRecord>) -> Step<T> + Send + 'static,
-    ) -> Result<T, EffectError> {
-        let key = key.to_owned();
-        postgres::write(&self.shared, move |tables| -> Result<Result<T, EffectError>, LedgerError> {
-            let current = tables.effect(&key)?;
-            let step = run(current);
-            if let Some(record) = &step.write {
-                tables.set_effect(record)?;
-            }
-            Ok(step.answer)
-        })
-        .wait()
-        .map_err(effect_fault)?
-    }
-
-    fn read<T: Send + 'static, F>(&self, read: impl FnOnce(Pool) -> F) -> Result<T, EffectError>
-    where
-        F: Future<Output = Result<T, LedgerError>> + Send + 'static,
-    {
-        let (sender, reply) = LedgerReply::channel();
-        let future = read(self.shared.pool.clone());
-        self.shared.handle.spawn(async move { sender.send(future.await) });
-        reply.wait().map_err(effect_fault)
-    }
-}
-
-/// A ledger fault as an effect-store fault.
-fn effect_fault(err: LedgerError) -> EffectError {
-    effect::store_fault(err.into())
-}
-
-impl EffectStore for PostgresEffectStore {
-    fn reserve(&self, key: &str, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
-        let owned = key.to_owned();
-        self.step(key, move |current| effect::reserve_step(current, &owned, lease, now))
-    }
-
-    fn commit(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
-        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Commit, now))
-    }
-
-    fn fail(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
-        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Fail, now))
-    }
-
-    fn mark_ambiguous(&self, reservation: &Reservation, now: Duration) -> Result<EffectRecord, EffectError> {
-        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
-        self.step(&key, move |current| effect::settle_step(current, &reservation, Settle::Ambiguous, now))
-    }
-
-    fn get(&self, key: &str) -> Result<Option<EffectRecord>, EffectError> {
-        let key = key.to_owned();
-        self.read(|pool| async move {
-            let client = get_client(&pool).await?;
-            let row = client
-                .query_opt("SELECT record FROM airlock_effects WHERE effect_key = $1", &[&key])
-                .await
-                .map_err(LedgerError::storage)?;
-            row.map(|row| decode_effect(&key, row.get::<_, &str>(0))).transpose()
-        })
-    }
-
-    fn list(&self, filter: &EffectFilter, now: Duration) -> Result<Vec<EffectRecord>, EffectError> {
-        let filter = filter.clone();
-        self.read(|pool| async move {
-            let client = get_client(&pool).await?;
-            let rows = client
-                .query(
-                    "SELECT effect_key, record FROM airlock_effects
-                     WHERE $1::text IS NULL OR starts_with(effect_key, $1)
-                     ORDER BY effect_key",
-                    &[&filter.key_prefix],
-                )
-                .await
-                .map_err(LedgerError::storage)?;
-            let mut out = Vec::new();
-            for row in &rows {
-                if out.len() >= filter.limit.unwrap_or(usize::MAX) {
-                    break;
-                }
-                let record = decode_effect(row.get::<_, &str>(0), row.get::<_, &str>(1))?;
-                if filter.matches(&record, now) {
-                    out.push(record);
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    fn renew(&self, reservation: &Reservation, lease: Duration, now: Duration) -> Result<Reservation, EffectError> {
-        let (key, reservation) = (reservation.key().to_owned(), reservation.clone());
-        self.step(&key, move |current| effect::renew_step(current, &reservation, lease, now))
-    }
-
-    fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution,
-        operator: &str,
-        now: Duration,
-    ) -> Result<EffectRecord, EffectError> {
-        let (owned, operator) = (key.to_owned(), operator.to_owned());
-        self.step(key, move |current| effect::resolve_step(current, &owned, resolution, &operator, now))
-    }
-
-    fn storage_id(&self) -> Option<StorageId> {
-        Some(StorageId::of(&self.shared))
-    }
-
-    fn store_handle(&self) -> Option<StoreHandle> {
-        Some(StoreHandle::postgres(Arc::clone(&self.shared)))
-    }
 }

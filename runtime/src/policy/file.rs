@@ -53,7 +53,8 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::rules::{ApprovalRoute, Policy, PolicyBuilder, PolicyError, PolicyMode, Surface};
+use super::builder::PolicyBuilder;
+use super::policy::{ApprovalRoute, Policy, PolicyError, PolicyMode, Surface};
 use crate::rate::RateScope;
 use crate::tool::GhostPolicy;
 
@@ -171,7 +172,14 @@ struct RawWhen {
 }
 
 /// Reads a policy file; the first mistake, in file order, is the error.
-pub(super) fn parse(text: &str) -> Result<Policy, PolicyFileError> {
+impl Policy {
+    /// Reads a policy file (see [`mod@super::file`] for the format). Every mistake is refused with its line and column.
+    pub fn from_toml(text: &str) -> Result<Policy, PolicyFileError> {
+        parse(text)
+    }
+}
+
+fn parse(text: &str) -> Result<Policy, PolicyFileError> {
     let at = |span: Range<usize>, message: String| locate(text, span.start, message);
     let raw: RawPolicy = toml::from_str(text).map_err(|err| {
         let message = err.message().trim_end_matches('\n').trim_end_matches('.').to_owned();

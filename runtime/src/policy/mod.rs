@@ -7,15 +7,20 @@
 //! (the format is described in [`mod@file`]); the file goes through the same builder, so both follow one set
 //! of rules.
 
+mod builder;
 pub mod condition;
 pub mod file;
 pub mod findings;
-pub(crate) mod rules;
+// Named for what it holds, as tower's `limit/rate/rate.rs`.
+#[allow(clippy::module_inception)]
+mod policy;
 pub(crate) mod uri;
 
+pub use self::builder::PolicyBuilder;
 pub use self::condition::{Condition, ConditionError, Evaluation};
 pub use self::file::PolicyFileError;
 pub use self::findings::FindingKind;
-pub use self::rules::{
+pub use self::policy::{
     ApprovalRoute, ConditionAction, ConditionRule, PolicyEffect, PolicyMode, Surface, SurfacePolicy, UnmatchedTable,
 };
+pub use self::policy::{Policy, PolicyError, ToolPolicy};

@@ -7,8 +7,8 @@
 //!   refuses, nothing is spent, reserved or recorded;
 //! - **settle**: the effect's outcome (committed, failed, ambiguous) and the call's audit record.
 //!
-//! A `Decision` holds the parts of one such write; `decide` is the one state machine that applies
-//! it, over any backend's tables (`DecisionTables`): the redb writer's transaction, a PostgreSQL
+//! A `DurableWrite` holds the parts of one such write; `decide` is the one state machine that applies
+//! it, over any backend's tables (`DurableWriteTables`): the redb writer's transaction, a PostgreSQL
 //! transaction. Every part that the backend of a dispatcher's stores shares is written in one
 //! transaction; a [`StoreHandle`] names that backend, and two parts with equal handles are written
 //! together.
@@ -30,7 +30,7 @@
 //! knows none of them: the redb file (its tables, the one writer thread per database that group-commits
 //! every write, [`Reply`]), and the PostgreSQL pool, schema and transactions. Each subsystem reads and
 //! writes its own rows through the engine's transaction (the ledger's transitions, the effect steps, the
-//! audit chain's append); the dispatcher's `Decision` (in `dispatch/decision.rs`) puts the three together
+//! audit chain's append); the dispatcher's `DurableWrite` (in `dispatch/durable_write.rs`) puts the three together
 //! in one write. Dependencies point one way: `store` ← `effect` ← `ledger` ← `approval` ← `message`
 //! ← `audit` ← the dispatcher (`audit` reads `store` and `effect` directly too).
 pub(crate) mod closing;

@@ -554,7 +554,7 @@ fn a_policy_condition_joins_the_request_and_its_resume_runs_once() {
 struct Interfering {
     inner: Arc<RedbLedger>,
     hold_records: bool,
-    held: Mutex<Vec<agent_airlock::ledger::ReplySender<()>>>,
+    held: Mutex<Vec<agent_airlock::ledger::LedgerReplySender<()>>>,
     failing_denials: AtomicU32,
     denials_tried: AtomicU32,
 }

@@ -1,5 +1,6 @@
-//! A dispatch's decisions, written through a store: the one state machine that applies a decision
-//! ([`decide`]) over any backend's tables, and how each backend runs it (see [`crate::store`]).
+//! A dispatch's durable writes ([`DurableWrite`]: a spend, a reservation, a settlement, audit records),
+//! written through a store: the one state machine that applies one ([`decide`]) over any backend's tables,
+//! and how each backend runs it (see [`crate::store`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -14,12 +15,12 @@ use crate::store::redb::WriteTables;
 pub(crate) trait Decide {
     /// Queues `decision` as one write; the reply answers once it is durable (or refused, or failed). The
     /// write is submitted before this returns: dropping the reply does not cancel it.
-    fn decide(&self, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>>;
+    fn decide(&self, decision: DurableWrite) -> LedgerReply<Result<Decided, NotDecided>>;
 
     /// Like [`decide`](Self::decide), for a decision that can be written any number of times with the
     /// same result (a settlement written again, its records only if it had not landed): a store that
     /// can lose its connection tries again after a fault, for up to `patience`.
-    fn decide_again(&self, decision: Decision, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>>;
+    fn decide_again(&self, decision: DurableWrite, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>>;
 
     /// For a dispatch dropped before its admission answered: queues, behind that admission, a write that
     /// marks the reservation it noted (if it made one) ambiguous, without waiting. `false` if this store
@@ -29,7 +30,7 @@ pub(crate) trait Decide {
 }
 
 impl Decide for StoreHandle {
-    fn decide(&self, decision: Decision) -> LedgerReply<Result<Decided, NotDecided>> {
+    fn decide(&self, decision: DurableWrite) -> LedgerReply<Result<Decided, NotDecided>> {
         if let Some(writer) = self.redb_writer() {
             return writer.op(move |tables| {
                 // The audit tables are opened by the append itself.
@@ -48,7 +49,7 @@ impl Decide for StoreHandle {
         LedgerReply::ready(Err(LedgerError::WriterStopped))
     }
 
-    fn decide_again(&self, decision: Decision, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>> {
+    fn decide_again(&self, decision: DurableWrite, patience: Duration) -> LedgerReply<Result<Decided, NotDecided>> {
         #[cfg(feature = "postgres")]
         if let Some(shared) = self.postgres_shared() {
             return crate::store::postgres::write_patiently(shared, move |tables| decide(tables, &decision), patience);
@@ -79,7 +80,7 @@ impl Decide for StoreHandle {
 /// The parts of one durable write of a dispatch. Every part is optional; the ones present are applied in
 /// one transaction, in this order: spend, reserve, settle, audit.
 #[derive(Clone, Default)]
-pub(crate) struct Decision {
+pub(crate) struct DurableWrite {
     /// Now, for the reservation's lease and the settlement's time.
     pub(crate) now: Duration,
     /// A verified approval to spend.
@@ -124,19 +125,19 @@ pub(crate) enum NotDecided {
 }
 
 /// A backend's tables inside one transaction: the ledger's and the effect records, and the audit log.
-pub(crate) trait DecisionTables: LedgerTables {
+pub(crate) trait DurableWriteTables: LedgerTables {
     /// Appends audit records after the stored head, in this transaction. A fault aborts it.
     fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError>;
 }
 
-impl DecisionTables for WriteTables<'_> {
+impl DurableWriteTables for WriteTables<'_> {
     fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
         audit::append_in(self, append).map_err(LedgerError::from)
     }
 }
 
 #[cfg(feature = "postgres")]
-impl DecisionTables for crate::store::postgres::PgTables<'_, '_> {
+impl DurableWriteTables for crate::store::postgres::PgTables<'_, '_> {
     fn append_audit(&mut self, append: &AuditAppend) -> Result<Vec<AuditReceipt>, LedgerError> {
         audit::append_in_postgres(self, append).map_err(LedgerError::from)
     }
@@ -151,8 +152,8 @@ pub(crate) fn effect_fault(err: LedgerError) -> EffectError {
 /// (but a lapsed lease, which is recorded as ambiguous for every later caller, as [`EffectStore::reserve`](crate::effect::EffectStore::reserve)
 /// records it); a fault (`Err`) must abort the transaction.
 pub(crate) fn decide(
-    tables: &mut impl DecisionTables,
-    decision: &Decision,
+    tables: &mut impl DurableWriteTables,
+    decision: &DurableWrite,
 ) -> Result<Result<Decided, NotDecided>, LedgerError> {
     let mut decided = Decided::default();
     match (&decision.spend, &decision.reserve) {

@@ -1,0 +1,190 @@
+//! `airlock effects list | resolve`: effect records, and an ambiguous one resolved by an operator with
+//! the resolution in the audit log.
+
+use std::time::Duration;
+
+use agent_airlock::approval::display::escape;
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
+use agent_airlock::effect::{
+    EffectError, EffectFilter, EffectRecord, EffectState, EffectStatus, EffectStore, Resolution,
+};
+use agent_airlock::{Clock, SystemClock};
+use clap::{Subcommand, ValueEnum};
+
+use serde_json::{Value, json};
+
+use crate::keys::{AuditKeySource, audit_key};
+use crate::output::{print_json, when};
+use crate::{Cli, Failure, Storage};
+
+#[derive(Subcommand)]
+pub(crate) enum EffectsCommand {
+    /// Effect records in key order.
+    List {
+        /// Only ambiguous ones (what an operator must resolve).
+        #[arg(long)]
+        ambiguous: bool,
+    },
+    /// Say whether an ambiguous effect happened; recorded in the effect record and the audit log under
+    /// the operator's name. A reservation whose call may still be running (its lease, renewed while the
+    /// call runs, has not lapsed) cannot be resolved.
+    Resolve {
+        /// The effect key, e.g. `refund:pi_1`.
+        key: String,
+        /// What really happened.
+        #[arg(long, value_enum)]
+        outcome: ResolvedAs,
+        /// Who resolves it (recorded in the effect record and the audit log).
+        #[arg(long, visible_alias = "by", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
+        operator: String,
+        #[command(flatten)]
+        audit_key: AuditKeySource,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ResolvedAs {
+    /// The effect happened: later calls are duplicates.
+    Committed,
+    /// The effect did not happen: a retry may run.
+    Failed,
+}
+
+/// `airlock effects list | resolve`.
+pub(crate) fn run(cli: &Cli, command: &EffectsCommand) -> Result<(), Failure> {
+    let storage = Storage::open(cli)?;
+    let now = SystemClock.now();
+    let store = storage.effects()?;
+    match command {
+        EffectsCommand::List { ambiguous } => {
+            let filter = if *ambiguous { EffectFilter::ambiguous() } else { EffectFilter::all() };
+            let records = store.list(&filter, now).map_err(|e| e.to_string())?;
+            if cli.json {
+                print_json(&Value::Array(records.iter().map(|r| effect_json(r, now)).collect()));
+            } else if records.is_empty() {
+                println!("no effect records");
+            } else {
+                for r in &records {
+                    println!("{}", effect_line(r, now));
+                }
+            }
+        }
+        EffectsCommand::Resolve { key, outcome, operator, audit_key: key_source } => {
+            let resolution = match outcome {
+                ResolvedAs::Committed => Resolution::Committed,
+                ResolvedAs::Failed => Resolution::Failed,
+            };
+            // The log is opened (and its key checked) before anything changes.
+            let log = resolution_log(&storage, key_source)?;
+            let record = resolve_effect(&*store, &log, key, resolution, operator, now)?;
+            if cli.json {
+                print_json(&effect_json(&record, now));
+            } else {
+                println!(
+                    "{} is now {}, resolved by {}",
+                    escape(&record.key),
+                    status_word(record.status_at(now)),
+                    escape(operator)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn status_word(status: EffectStatus) -> &'static str {
+    match status {
+        EffectStatus::Reserved => "reserved",
+        EffectStatus::Committed => "committed",
+        EffectStatus::Failed => "failed",
+        EffectStatus::Ambiguous => "ambiguous",
+    }
+}
+
+/// One effect record for a person: its status, key, attempt, when it last changed, and who resolved it.
+pub(crate) fn effect_line(record: &EffectRecord, now: Duration) -> String {
+    let mut line = format!(
+        "{:<10}  {}  (attempt {})  updated {}",
+        status_word(record.status_at(now)),
+        escape(&record.key),
+        record.attempt,
+        when(now, record.updated_at)
+    );
+    if let EffectState::Reserved { lease_until } = record.state
+        && record.status_at(now) == EffectStatus::Reserved
+    {
+        line.push_str(&format!("  lease until {}", when(now, lease_until)));
+    }
+    if let Some(operator) = &record.resolved_by {
+        line.push_str(&format!("  resolved by {}", escape(operator)));
+    }
+    line
+}
+
+/// The audit log a resolution is recorded in, refused when it cannot be signed as the log's records
+/// are (an unsigned record in a signed log reads as tampering).
+pub(crate) fn resolution_log(storage: &Storage, source: &AuditKeySource) -> Result<AuditLog, Failure> {
+    let key = audit_key(source)?;
+    let signed = key.is_some();
+    let log = storage.audit(AuditConfig { key, ..AuditConfig::default() })?;
+    ensure_signable(&log, signed)?;
+    Ok(log)
+}
+
+/// Refuses an unkeyed log whose head is signed: its next record must be signed too.
+pub(crate) fn ensure_signable(log: &AuditLog, signed: bool) -> Result<(), Failure> {
+    let head = log.head().map_err(|e| format!("the audit log: {e}"))?;
+    if let (Some(key_id), false) = (&head.key_id, signed) {
+        return Err(format!(
+            "the audit log is signed (key `{}`): give its key (`--audit-key-file` or `--audit-key-env`) so the \
+             resolution's record is signed too; nothing was resolved",
+            escape(key_id)
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves `key` as `operator` (`airlock effects resolve` and the console), then records who resolved
+/// it, and how, in the audit log.
+pub(crate) fn resolve_effect(
+    store: &dyn EffectStore,
+    log: &AuditLog,
+    key: &str,
+    resolution: Resolution,
+    operator: &str,
+    now: Duration,
+) -> Result<EffectRecord, Failure> {
+    let record = store.resolve(key, resolution, operator, now).map_err(|e| resolve_failure(&e, now))?;
+    let word = match resolution {
+        Resolution::Committed => "committed (it happened)",
+        Resolution::Failed => "failed (it did not happen; a retry may run)",
+    };
+    // Escaped: the name is the operator's to type, and the log is read as text.
+    let detail = format!("resolved as {word} by operator `{}`", escape(operator));
+    let event = AuditEvent::new("", key, AuditOutcome::EffectResolved { resolution }).detail(Some(&detail));
+    log.append(event)
+        .map_err(|e| format!("`{}` was resolved, but its audit record could not be written: {e}", escape(key)))?;
+    Ok(record)
+}
+
+/// Why a resolution was refused, with the lease's time for a person to read.
+pub(crate) fn resolve_failure(err: &EffectError, now: Duration) -> Failure {
+    match err {
+        EffectError::StillRunning { key, lease_until } => format!(
+            "effect `{}` is reserved by a call that may still be running: its lease, renewed while the call runs, \
+             lapses {} at the earliest; it cannot be resolved before, and nothing was changed",
+            escape(key),
+            when(now, *lease_until)
+        ),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn effect_json(record: &EffectRecord, now: Duration) -> Value {
+    json!({
+        "key": record.key,
+        "status": status_word(record.status_at(now)),
+        "attempt": record.attempt,
+        "record": serde_json::to_value(record).unwrap_or(Value::Null),
+    })
+}

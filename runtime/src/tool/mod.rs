@@ -1,0 +1,151 @@
+//! The tool trait the macro implements and what a call of it produces. Beside it: the static description
+//! of a tool (`spec`), its arguments and what can be wrong with them (`arguments`), and its effect keys
+//! (`effect_key`).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+
+use crate::context::Invocation;
+use crate::message::HostCommand;
+use crate::schema::{ToolDefinition, input_schema};
+
+mod arguments;
+mod effect_key;
+mod spec;
+
+pub use arguments::{ArgumentError, ArgumentErrors, Arguments};
+pub(crate) use effect_key::render_effect_key;
+pub use effect_key::{EffectKeyError, EffectSegment, EffectTemplate};
+pub use spec::{DEFAULT_TOOL_MASK, GhostPolicy, ParamSpec, ToolSpec, ToolSpecBuilder, ToolSpecError};
+pub(crate) use spec::{accepts_null, param_schema};
+
+/// A tool call that passed validation and injection but has not started: polling it runs the tool.
+pub type PreparedCall = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'static>>;
+
+/// What [`Tool::prepare`] returns: the call, not yet started, and the key of its effect.
+pub struct Prepared {
+    call: PreparedCall,
+    effect_key: Option<String>,
+}
+
+impl Prepared {
+    /// A call without an effect key of its own. For a tool with an effect template the dispatcher then
+    /// renders the key from the admitted JSON arguments ([`EffectTemplate::render`]), which cannot see
+    /// fields a type ignores: a tool with typed parameters should give [`Prepared::with_effect_key`].
+    pub fn new(call: PreparedCall) -> Prepared {
+        Prepared { call, effect_key: None }
+    }
+
+    /// The call's effect key, rendered from its typed arguments ([`EffectTemplate::render_values`]).
+    #[must_use]
+    pub fn with_effect_key(mut self, key: String) -> Prepared {
+        self.effect_key = Some(key);
+        self
+    }
+
+    /// The effect key the tool gave, if any.
+    pub fn effect_key(&self) -> Option<&str> {
+        self.effect_key.as_deref()
+    }
+
+    /// The call and the effect key.
+    pub fn into_parts(self) -> (PreparedCall, Option<String>) {
+        (self.call, self.effect_key)
+    }
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("effect_key", &self.effect_key).finish_non_exhaustive()
+    }
+}
+
+/// A guarded tool. `#[airlock_tool]` implements it; hand-written tools and tools defined at run time
+/// ([`JsonTool`](crate::json_tool::JsonTool), feature `json-tool`) do too.
+pub trait Tool: Send + Sync + 'static {
+    /// What the tool is: name, description, parameters and the author's declared risk. The same spec on
+    /// every call: the dispatcher reads it once, when it is built.
+    ///
+    /// The spec is borrowed from the tool, not `'static`: a tool defined at run time (an MCP upstream's
+    /// tool, re-listed whenever the upstream changes it) owns its spec and is dropped with it, where a
+    /// `&'static` contract would leak one spec per definition. `#[airlock_tool]` still returns a `static`,
+    /// and a hand-written tool may keep the [`ToolSpec::builder`]'s result in a field.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Deserializes every model-visible argument strictly and extracts every injected value, collecting all
+    /// errors. Nothing runs until the returned future is polled, so the dispatcher can still refuse.
+    /// A tool with an effect template should render the key from its typed arguments
+    /// ([`Prepared::with_effect_key`]), so that two spellings of one value share one key.
+    fn prepare(&self, arguments: &Arguments, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors>;
+}
+
+/// What a tool produced.
+#[derive(Debug)]
+pub enum ToolOutput {
+    /// A result for the model.
+    Content(Value),
+    /// A result for the model, and the same result as structured content for a client that reads it (MCP's
+    /// `structuredContent`, described by the tool's output schema). Both are masked.
+    Structured {
+        /// What the model reads.
+        content: Value,
+        /// The structured content.
+        structured: Value,
+    },
+    /// A state update for the host's graph; it passes through untouched.
+    Command(HostCommand),
+    /// The tool returned an error.
+    Failed(ToolError),
+}
+
+/// An error a tool returns. Any `Display` error works as a tool's `Err`; this one also says whether the
+/// side effect certainly did not happen, which makes a retry safe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    message: String,
+    not_executed: bool,
+}
+
+impl ToolError {
+    /// A failure whose side effects are unknown.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError { message: message.into(), not_executed: false }
+    }
+
+    /// A failure before the side effect happened: a retry is safe.
+    pub fn not_executed(message: impl Into<String>) -> Self {
+        ToolError { message: message.into(), not_executed: true }
+    }
+
+    /// The text the model sees.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether the tool said its side effect certainly did not happen.
+    pub fn is_not_executed(&self) -> bool {
+        self.not_executed
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl ToolDefinition {
+    /// The definition of `tool`.
+    pub fn of(tool: &dyn Tool) -> Self {
+        let spec = tool.spec();
+        ToolDefinition {
+            name: spec.name().to_owned(),
+            description: spec.description().to_owned(),
+            input_schema: input_schema(spec),
+        }
+    }
+}
