@@ -16,10 +16,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
+use agent_airlock_grammar::{MaskKind, MaskSet};
 use regex_automata::{Anchored, Input, Match, PatternID, meta};
 
 use super::validate;
-use super::{MaskKind, MaskSet};
 
 /// One value to mask: `text[start..end]` is of `kind`; its first `keep_prefix` bytes are a public prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
