@@ -15,8 +15,8 @@ use super::{EffectError, EffectFilter, EffectRecord, EffectStore, Reservation, R
 use crate::store::postgres::{self, PgTables, Shared};
 use crate::store::{Reply, StoreError, StoreHandle};
 
-/// Effect records in a PostgreSQL database: the store of a [`PostgresLedger`] (its
-/// [`effect_store`](PostgresLedger::effect_store)), sharing the ledger's pool and runtime. Every step is
+/// Effect records in a PostgreSQL database: the store of a [`PostgresLedger`](crate::ledger::PostgresLedger) (its
+/// [`effect_store`](crate::ledger::PostgresLedger::effect_store)), sharing the ledger's pool and runtime. Every step is
 /// one transaction that locks the key's row (`SELECT … FOR UPDATE`), so a key is reserved once across
 /// every host. The methods are synchronous (the trait's): they wait for the database.
 #[derive(Clone)]

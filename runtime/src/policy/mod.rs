@@ -2,7 +2,7 @@
 //! effect templates, argument conditions and tool definition pins. A policy can tighten what a tool's
 //! author declared, never loosen it.
 //!
-//! A policy is built in code with [`PolicyBuilder`](crate::PolicyBuilder) or read from a TOML file with
+//! A policy is built in code with [`PolicyBuilder`] or read from a TOML file with
 //! [`Policy::from_toml`](crate::Policy::from_toml)
 //! (the format is described in [`mod@file`]); the file goes through the same builder, so both follow one set
 //! of rules.

@@ -197,7 +197,8 @@ pub struct ToolPolicy {
     /// `(glob, rate, scope)` for each rate-limit rule that matched, its bucket in each dispatcher's memory.
     pub rate_limits: Vec<(String, Rate, RateScope)>,
     /// `(glob, rate, scope)` for each shared rate-limit rule that matched
-    /// ([`PolicyBuilder::shared_rate_limit`]): one bucket for every dispatcher of the deployment.
+    /// ([`PolicyBuilder::shared_rate_limit`](super::PolicyBuilder::shared_rate_limit)): one bucket for every
+    /// dispatcher of the deployment.
     pub shared_rate_limits: Vec<(String, Rate, RateScope)>,
     /// The masking every matching rule adds (the union).
     pub mask: MaskSet,

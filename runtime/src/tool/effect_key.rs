@@ -78,9 +78,9 @@ impl EffectTemplate {
     }
 
     /// The key for one call from its admitted JSON arguments, for a tool that gives no key of its own
-    /// ([`Prepared::new`]): as [`EffectTemplate::render_values`] over the values as the model sent them, so
-    /// number spelling and key order do not matter but a field the parameter's type ignores does. A value
-    /// with no canonical form (nested too deep) is written as sent.
+    /// ([`Prepared::new`](super::Prepared::new)): as [`EffectTemplate::render_values`] over the values as the
+    /// model sent them, so number spelling and key order do not matter but a field the parameter's type
+    /// ignores does. A value with no canonical form (nested too deep) is written as sent.
     pub fn render(&self, arguments: &Arguments) -> String {
         let segments = self.segments.iter().map(|segment| match segment {
             EffectSegment::Literal(text) => Segment::Literal(text.as_ref()),

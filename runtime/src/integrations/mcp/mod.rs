@@ -1,12 +1,12 @@
 //! A guarded MCP server on [rmcp](https://docs.rs/rmcp), the official MCP Rust SDK (feature `mcp`).
 //!
-//! [`GuardedMcpServer`] serves a [`Dispatcher`]'s tools to any MCP client:
+//! [`GuardedMcpServer`] serves a [`Dispatcher`](crate::Dispatcher)'s tools to any MCP client:
 //!
 //! - `tools/list` returns what the dispatcher offers: denied tools are absent, escalated ones listed;
-//! - `tools/call` runs [`Dispatcher::dispatch_with_approver`]. Refusals and tool failures are tool results
-//!   with `isError: true` whose text is the refusal and its hints (never a JSON-RPC error, which clients
-//!   hide from the model). Every result carries `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool
-//!   call id, the stripped ghost arguments, and for refusals the refusal (kind, rule, retry) and hints;
+//! - `tools/call` runs [`Dispatcher::dispatch_with_approver`](crate::Dispatcher::dispatch_with_approver).
+//!   Refusals and tool failures are tool results with `isError: true` whose text is the refusal and its
+//!   hints (never a JSON-RPC error, which clients hide from the model). Every result carries
+//!   `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool call id, the stripped ghost arguments, and for refusals the refusal (kind, rule, retry) and hints;
 //! - an escalated call is decided as the server's [`McpApprovals`] say, chosen when it is made: the client's
 //!   human through MCP form elicitation on the connection of the request being served (recorded and bound
 //!   in a ledger, or not), or the dispatcher's own approver or interrupt approvals. A client that did not
@@ -19,12 +19,13 @@
 //!   never runs, whatever the human answers later. When no answer is obtained (cancelled, timed out,
 //!   undeliverable) the model is told so, never that a human declined.
 //!
-//! The call's [`CallContext`] has the connection id as its thread ([`GuardedMcpServer::connection_id`]),
+//! The call's [`CallContext`](crate::CallContext) has the connection id as its thread
+//! ([`GuardedMcpServer::connection_id`]),
 //! and the JSON-RPC request id (as JSON text: `7` or `"abc"`, so a number and a string never collide) as
 //! its tool call id. Where the transport says who made the request
 //! ([`GuardedMcpServer::with_caller_of`]), the call runs as that caller too
-//! ([`CallContext::with_caller`]): per-thread rate limits then count the caller across all of its
-//! connections, while approvals stay bound to the connection.
+//! ([`CallContext::with_caller`](crate::CallContext::with_caller)): per-thread rate limits then count the
+//! caller across all of its connections, while approvals stay bound to the connection.
 //!
 //! Elicitation is a server-to-client request, which protocol revision 2026-07-28 no longer allows (it
 //! replaces it with `InputRequiredResult` round trips). The server therefore offers the revisions up to
@@ -62,8 +63,8 @@ pub use self::wire::{mcp_input_schema, mcp_tool, tool_result};
 /// The `_meta` key of every `tools/call` result: what the guard did with the call.
 pub const CALL_META_KEY: &str = "agent-airlock/call";
 
-/// The `_meta` key of an approval elicitation: the [`ApprovalRequest`] as JSON, for clients that show more
-/// than the message.
+/// The `_meta` key of an approval elicitation: the [`ApprovalRequest`](crate::approval::ApprovalRequest) as
+/// JSON, for clients that show more than the message.
 pub const APPROVAL_META_KEY: &str = "agent-airlock/approval";
 
 /// How long an approval elicitation waits for the human before the call is refused.

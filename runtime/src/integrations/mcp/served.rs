@@ -11,9 +11,11 @@ use crate::dispatch::Dispatcher;
 
 use super::wire::mcp_tool;
 
-/// The dispatcher a [`GuardedMcpServer`] serves and the tools it lists, shared by the servers of every
-/// connection made from it ([`GuardedMcpServer::for_new_connection`]) and replaceable while they serve: a
-/// gateway whose upstream changed its tools builds a new dispatcher and [`replace`](Self::replace)s the old.
+/// The dispatcher a [`GuardedMcpServer`](super::GuardedMcpServer) serves and the tools it lists, shared by
+/// the servers of every connection made from it
+/// ([`GuardedMcpServer::for_new_connection`](super::GuardedMcpServer::for_new_connection)) and replaceable
+/// while they serve: a gateway whose upstream changed its tools builds a new dispatcher and
+/// [`replace`](Self::replace)s the old.
 ///
 /// A call is served to its end by the dispatcher it arrived at; later calls and lists see the new one.
 #[derive(Clone)]
