@@ -6,7 +6,8 @@
 //! - `tools/call` runs [`Dispatcher::dispatch_with_approver`](crate::Dispatcher::dispatch_with_approver).
 //!   Refusals and tool failures are tool results with `isError: true` whose text is the refusal and its
 //!   hints (never a JSON-RPC error, which clients hide from the model). Every result carries
-//!   `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool call id, the stripped ghost arguments, and for refusals the refusal (kind, rule, retry) and hints;
+//!   `_meta["agent-airlock/call"]` ([`CALL_META_KEY`]): the tool call id, the stripped ghost arguments,
+//!   and for refusals the refusal (kind, rule, retry) and hints;
 //! - an escalated call is decided as the server's [`McpApprovals`] say, chosen when it is made: the client's
 //!   human through MCP form elicitation on the connection of the request being served (recorded and bound
 //!   in a ledger, or not), or the dispatcher's own approver or interrupt approvals. A client that did not
