@@ -27,6 +27,23 @@ from langgraph.types import Command, interrupt
 
 from ._native import InterruptApprovals, SecurityPolicy, ToolGuard
 
+try:
+    import dataclasses
+
+    from langgraph.prebuilt.tool_node import ToolCallRequest as _ToolCallRequest
+
+    # What `_with_tool_call` relies on: a dataclass of exactly these fields in `__dict__`, no `__post_init__`,
+    # whose `override(tool_call=...)` is `dataclasses.replace`.
+    _PLAIN_REQUEST = (
+        dataclasses.is_dataclass(_ToolCallRequest)
+        and [f.name for f in dataclasses.fields(_ToolCallRequest)] == ["tool_call", "tool", "state", "runtime"]
+        and not hasattr(_ToolCallRequest, "__post_init__")
+        and not hasattr(_ToolCallRequest, "__slots__")
+    )
+except ImportError:  # pragma: no cover - another LangGraph: always `override`
+    _ToolCallRequest = None
+    _PLAIN_REQUEST = False
+
 __all__ = [
     "airlock_awrap_tool_call",
     "airlock_middleware",
@@ -149,21 +166,40 @@ def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
             content = json.loads(content)
         except ValueError:
             pass
+    if content == message.content:
+        # Nothing masked: the message `execute` just made for this call is ours to annotate (its own dict of
+        # extras, made with it).
+        extra = message.additional_kwargs
+        if isinstance(extra, dict):
+            extra[METADATA_KEY] = {"stripped_arguments": stripped}
+        else:
+            message.additional_kwargs = {METADATA_KEY: {"stripped_arguments": stripped}}
+        return message
     extra = dict(message.additional_kwargs or {})
     extra[METADATA_KEY] = {"stripped_arguments": stripped}
-    if content == message.content:
-        # Nothing masked: the message `execute` just made for this call is ours to annotate.
-        message.additional_kwargs = extra
-        return message
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
-def _result_json(result: Any) -> str | None:
+def _result_content(result: Any) -> Any:
     """What the dispatcher masks and records of the node's answer: a message's content (a ``Command`` is
     recorded as nothing: it passes through unmasked)."""
     if isinstance(result, ToolMessage):
-        return json.dumps(result.content, default=str)
+        return result.content
     return None
+
+
+def _with_tool_call(request: Any, call: dict) -> Any:
+    """``request.override(tool_call=call)``, without its cost: ``override`` is ``dataclasses.replace``, which
+    runs ``ToolCallRequest.__init__`` and its ``__setattr__`` (an import and a deprecation check per field).
+    For the plain ``ToolCallRequest`` dataclass the same new object is its fields copied with ``tool_call``
+    replaced; anything else (a subclass, another LangGraph) goes through ``override``."""
+    if type(request) is _ToolCallRequest and _PLAIN_REQUEST:
+        copied = object.__new__(_ToolCallRequest)
+        fields = copied.__dict__
+        fields.update(request.__dict__)
+        fields["tool_call"] = call
+        return copied
+    return request.override(tool_call=call)
 
 
 class _Call:
@@ -176,18 +212,18 @@ class _Call:
         self.site = _call_site(request)
         call = request.tool_call
         self.tool_call_id = call.get("id") or ""
-        self.arguments = json.dumps(call.get("args") or {}, default=str)
+        args = call.get("args")
+        self.arguments = args if isinstance(args, dict) else {}
 
-    def admitted_request(self, arguments: str) -> Any:
-        admitted = json.loads(arguments)
-        if admitted == self.request.tool_call.get("args"):
+    def admitted_request(self, admitted: dict) -> Any:
+        if admitted is self.arguments and admitted is self.request.tool_call.get("args"):
             # Nothing stripped or dropped: the node's own request carries exactly the admitted arguments.
             return self.request
         call = dict(self.request.tool_call)
         call["args"] = admitted
-        return self.request.override(tool_call=call)
+        return _with_tool_call(self.request, call)
 
-    def dispatch(self, run: Callable[[str], str | None], resume: Any = None) -> dict:
+    def dispatch(self, run: Callable[[dict], Any], resume: Any = None) -> dict:
         return self.guard.dispatch(self.tool_call_id, self.arguments, run, resume=resume, **self.site)
 
 
@@ -234,13 +270,13 @@ def airlock_wrap_tool_call(
         call = _Call(guards, request)
         executed: dict = {}
 
-        def run(arguments: str) -> str | None:
+        def run(arguments: dict) -> Any:
             try:
                 executed["result"] = execute(call.admitted_request(arguments))
             except BaseException as error:  # noqa: BLE001 - re-raised below, after the dispatcher recorded it
                 executed["error"] = error
                 raise
-            return _result_json(executed["result"])
+            return _result_content(executed["result"])
 
         resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
         if (refused := _tampered(request, checkpointer, resume)) is not None:
@@ -278,7 +314,7 @@ def airlock_awrap_tool_call(
         context = contextvars.copy_context()
         executed: dict = {}
 
-        def run(arguments: str) -> str | None:
+        def run(arguments: dict) -> Any:
             async def admitted() -> Any:
                 return await execute(call.admitted_request(arguments))
 
@@ -305,7 +341,7 @@ def airlock_awrap_tool_call(
                 executed["error"] = error
                 raise
             executed["result"] = result
-            return _result_json(result)
+            return _result_content(result)
 
         resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
         if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:

@@ -7,7 +7,8 @@ python/requirements.txt with the wheel installed (README, "LangGraph (Python)"):
 Three measures, each the median of five runs of `--calls` calls:
 
 * the guard alone, per call: `ToolGuard.dispatch` (policy, ghost stripping, strict validation, rate limit,
-  masking, FFI both ways, the tool callback) minus calling the same callback directly; and the peer's
+  masking, FFI both ways: the arguments dict in, the admitted dict to the callback, its result back, the
+  outcome out) minus calling the same callback directly; and the peer's
   `@Airlock(policy=...)` decorated function minus the bare function;
 * the wrapper as ToolNode calls it, per call: `airlock_wrap_tool_call(request, execute)` with a
   `ToolCallRequest` and an `execute` that runs the function and builds the `ToolMessage` (as the node
@@ -83,25 +84,25 @@ def main() -> None:
 
     tool = StructuredTool.from_function(search_docs)
     guard = ToolGuard("search_docs", tool.description, json.dumps(_schema_of(tool)), ours)
-    arguments = json.dumps(ARGS)
+    arguments = dict(ARGS)
 
-    def callback(admitted: str) -> str:
-        parsed = json.loads(admitted)
-        return json.dumps(search_docs(**parsed))
+    def callback(admitted: dict) -> str:
+        # The admitted arguments arrive as a dict, the result goes back as it is (converted in Rust).
+        return search_docs(**admitted)
 
     # As in BENCHMARKS.md §1: the peer's audit log off (ours is off too: no ledger given).
     peer_guarded = Airlock(config=AirlockConfig(enable_audit_log=False), policy=peer)(search_docs)
 
     def direct() -> None:
-        callback(json.dumps({"query": "rate limits", "limit": 3}))
+        callback({"query": "rate limits", "limit": 3})
 
     figures = {
         "bare function": per_call(lambda: search_docs("rate limits", 3), calls),
-        "bare callback (JSON in and out)": per_call(direct, calls),
+        "bare callback": per_call(direct, calls),
         "airlock_rs ToolGuard.dispatch": per_call(lambda: guard.dispatch("c1", arguments, callback), calls),
         "agent_airlock @Airlock": per_call(lambda: peer_guarded(**ARGS), calls),
     }
-    ours_guard = figures["airlock_rs ToolGuard.dispatch"] - figures["bare callback (JSON in and out)"]
+    ours_guard = figures["airlock_rs ToolGuard.dispatch"] - figures["bare callback"]
     peer_guard = figures["agent_airlock @Airlock"] - figures["bare function"]
 
     # The wrapper alone, as ToolNode calls it: a request and the node's `execute` (here: run the tool

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
-use agent_airlock::checkpoint::{CheckpointCommitments as Core, RedbCommitments, Verdict};
+use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
@@ -25,8 +25,9 @@ use agent_airlock::ledger::{
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 create_exception!(_native, AirlockError, PyException, "Every error of airlock_rs.");
@@ -324,7 +325,8 @@ struct CheckpointCommitments {
 
 #[pymethods]
 impl CheckpointCommitments {
-    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s redb file.
+    /// Commitments keyed by `key` (raw bytes, at least 16), kept in `ledger`'s database (its redb file, or
+    /// its PostgreSQL database).
     #[new]
     #[pyo3(signature = (key, ledger, *, key_id = "approval-1"))]
     fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str) -> PyResult<Self> {
@@ -333,9 +335,9 @@ impl CheckpointCommitments {
             Store::Redb { database, audit, .. } => {
                 Ok(CheckpointCommitments { core: Core::new(key, RedbCommitments::new(database)), audit })
             }
-            Store::Postgres { .. } => Err(LedgerError::new_err(
-                "checkpoint commitments are kept in a redb ledger (RedbApprovalLedger); PostgreSQL does not hold them yet",
-            )),
+            Store::Postgres { ledger, audit } => {
+                Ok(CheckpointCommitments { core: Core::new(key, PostgresCommitments::new(&ledger)), audit })
+            }
         }
     }
 
@@ -410,7 +412,14 @@ fn manifest_of(text: &str) -> PyResult<Value> {
 
 /// The callbacks of the calls in flight, by tool call id: the dispatcher runs a tool through its
 /// executor, which finds the node's `execute` for this call here.
-type Pending = Arc<Mutex<HashMap<String, Vec<Py<PyAny>>>>>;
+type Pending = Arc<Mutex<HashMap<String, Vec<InFlight>>>>;
+
+/// One call in flight: the node's callback, and the arguments as Python passed them (the object and its
+/// JSON value), so that admitted arguments equal to them reach the callback as that same object.
+struct InFlight {
+    callback: Py<PyAny>,
+    given: Option<(Py<PyAny>, Value)>,
+}
 
 /// One tool under guard: its own dispatcher, built once from the tool's argument schema.
 #[pyclass(frozen, module = "airlock_rs")]
@@ -467,11 +476,12 @@ impl ToolGuard {
         serde_json::to_string(&self.dispatcher.offered_tools()).map_err(|e| AirlockError::new_err(e.to_string()))
     }
 
-    /// Runs one call through every gate. `arguments` is the model's arguments as JSON text; `execute` is
-    /// called with the admitted arguments (JSON text) only if every gate admits the call, and returns the
-    /// result to mask and record (JSON text, or `None`). Returns a dict: `kind` is `message` (with
-    /// `content`, `status`, `hints`, `stripped_arguments`, `refusal`) or `interrupt` (with `value`, the
-    /// approval request to pause with).
+    /// Runs one call through every gate. `arguments` is the model's arguments: a dict (or JSON text);
+    /// `execute` is called with the admitted arguments (a dict: `arguments` itself when the gates changed
+    /// nothing, so `admitted is arguments` says so) only if every gate admits the call, and returns the
+    /// result to mask and record (a string, a JSON-like value, or `None`; other objects are recorded as
+    /// their `str`). Returns a dict: `kind` is `message` (with `content`, `status`, `hints`,
+    /// `stripped_arguments`, `refusal`) or `interrupt` (with `value`, the approval request to pause with).
     #[pyo3(signature = (tool_call_id, arguments, execute, *, thread_id = None, checkpoint_ns = String::new(),
                         checkpoint_map = BTreeMap::new(), resume = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
@@ -479,7 +489,7 @@ impl ToolGuard {
         &self,
         py: Python<'_>,
         tool_call_id: String,
-        arguments: &str,
+        arguments: &Bound<'_, PyAny>,
         execute: Py<PyAny>,
         thread_id: Option<String>,
         checkpoint_ns: String,
@@ -493,8 +503,22 @@ impl ToolGuard {
         if let Some(resume) = resume {
             context = context.with_resume(to_json(py, resume)?);
         }
-        let call = ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), arguments);
-        self.lock().entry(tool_call_id.clone()).or_default().push(execute);
+        let (call, given) = match arguments.cast::<PyString>() {
+            Ok(text) => (ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), text.to_str()?), None),
+            Err(_) => match to_value(arguments, 0) {
+                Ok(value) => {
+                    let given = (arguments.clone().unbind(), value.clone());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), value), Some(given))
+                }
+                // As for JSON text that does not parse: a string, which the dispatcher refuses with a message
+                // the model can act on.
+                Err(error) => {
+                    let text = Value::String(error.value(py).to_string());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), text), None)
+                }
+            },
+        };
+        self.lock().entry(tool_call_id.clone()).or_default().push(InFlight { callback: execute, given });
         let outcome = if self.waits {
             py.detach(|| block_on(self.dispatcher.dispatch(call, &context)))
         } else {
@@ -516,7 +540,7 @@ impl ToolGuard {
 }
 
 impl ToolGuard {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Py<PyAny>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<InFlight>>> {
         // Only pushed to and popped from under the lock; a poisoned lock holds consistent data.
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -524,60 +548,166 @@ impl ToolGuard {
 
 /// Calls the node's `execute` for an admitted call, holding the GIL only for the call itself.
 fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
-    let arguments = serde_json::to_string(&call.arguments).map_err(|e| ToolError::not_executed(e.to_string()))?;
     Python::attach(|py| {
-        let callback = {
+        let found = {
             let pending = pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            pending.get(&call.tool_call_id).and_then(|stack| stack.last()).map(|cb| cb.clone_ref(py))
+            pending.get(&call.tool_call_id).and_then(|stack| stack.last()).map(|in_flight| {
+                // The arguments as given, when the gates changed nothing: no copy for the callback.
+                let same = in_flight
+                    .given
+                    .as_ref()
+                    .filter(|(_, value)| value.as_object() == Some(&call.arguments))
+                    .map(|(object, _)| object.clone_ref(py));
+                (in_flight.callback.clone_ref(py), same)
+            })
         };
-        let Some(callback) = callback else {
+        let Some((callback, same)) = found else {
             return Err(ToolError::not_executed("no callback is registered for this call"));
         };
-        let returned = callback
-            .call1(py, (arguments,))
-            .map_err(|e| ToolError::new(format!("the tool failed: {}", e.value(py))))?;
-        if returned.is_none(py) {
-            return Ok(Value::Null);
-        }
-        let text: String =
-            returned.extract(py).map_err(|_| ToolError::new("the tool's callback must return JSON text or None"))?;
-        serde_json::from_str(&text).map_err(|e| ToolError::new(format!("the tool's result is not JSON: {e}")))
+        let admitted = match same {
+            Some(object) => object,
+            None => object_to_py(py, &call.arguments).map_err(|e| ToolError::not_executed(e.to_string()))?,
+        };
+        let returned =
+            callback.call1(py, (admitted,)).map_err(|e| ToolError::new(format!("the tool failed: {}", e.value(py))))?;
+        to_value(returned.bind(py), 0).map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
     })
+}
+
+/// How deep a value may nest (serde_json's own limit when it parses text).
+const MAX_DEPTH: usize = 128;
+
+/// A Python value as JSON, converted directly (no JSON text in between), as `json.dumps(value,
+/// default=str)` would see it: `None`, booleans, integers, finite floats, strings, dicts (keys as
+/// strings), lists and tuples; any other object is its `str`.
+fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(AirlockError::new_err("not JSON: nested too deeply"));
+    }
+    if object.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(text) = object.cast::<PyString>() {
+        return Ok(Value::String(text.to_str()?.to_owned()));
+    }
+    if let Ok(flag) = object.cast::<PyBool>() {
+        return Ok(Value::Bool(flag.is_true()));
+    }
+    if let Ok(integer) = object.cast::<PyInt>() {
+        if let Ok(n) = integer.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(n) = integer.extract::<u64>() {
+            return Ok(Value::from(n));
+        }
+        // Beyond 64 bits: what serde_json reads such a literal as.
+        let n: f64 = integer.extract()?;
+        return serde_json::Number::from_f64(n)
+            .map(Value::Number)
+            .ok_or_else(|| AirlockError::new_err("not JSON: an integer too large"));
+    }
+    if let Ok(float) = object.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(float.value())
+            .map(Value::Number)
+            .ok_or_else(|| AirlockError::new_err("not JSON: a float that is not finite"));
+    }
+    if let Ok(dict) = object.cast::<PyDict>() {
+        let mut map = serde_json::Map::with_capacity(dict.len());
+        for (key, value) in dict.iter() {
+            map.insert(key_text(&key)?, to_value(&value, depth + 1)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if let Ok(list) = object.cast::<PyList>() {
+        return list.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+    }
+    if let Ok(tuple) = object.cast::<PyTuple>() {
+        return tuple.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+    }
+    Ok(Value::String(object.str()?.to_str()?.to_owned()))
+}
+
+/// A dict key as `json.dumps` writes it.
+fn key_text(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(text) = key.cast::<PyString>() {
+        return Ok(text.to_str()?.to_owned());
+    }
+    if key.is_none() {
+        return Ok("null".to_owned());
+    }
+    if let Ok(flag) = key.cast::<PyBool>() {
+        return Ok(if flag.is_true() { "true" } else { "false" }.to_owned());
+    }
+    if key.cast::<PyInt>().is_ok() || key.cast::<PyFloat>().is_ok() {
+        return Ok(key.str()?.to_str()?.to_owned());
+    }
+    Err(AirlockError::new_err(format!("not JSON: a key of type {}", key.get_type().name()?)))
+}
+
+/// A JSON value as Python's `json.loads` would give it.
+fn value_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Value::Null => py.None(),
+        Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any().unbind(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.into_pyobject(py)?.into_any().unbind(),
+            (None, Some(u)) => u.into_pyobject(py)?.into_any().unbind(),
+            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any().unbind(),
+        },
+        Value::String(text) => PyString::new(py, text).into_any().unbind(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(value_to_py(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Object(map) => object_to_py(py, map)?,
+    })
+}
+
+fn object_to_py(py: Python<'_>, map: &serde_json::Map<String, Value>) -> PyResult<Py<PyAny>> {
+    let dict = PyDict::new(py);
+    for (key, value) in map {
+        dict.set_item(key, value_to_py(py, value)?)?;
+    }
+    Ok(dict.into_any().unbind())
 }
 
 fn outcome_to_py(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
     let dict = PyDict::new(py);
     match outcome {
         Outcome::Message(message) => {
-            dict.set_item("kind", "message")?;
-            dict.set_item("tool_call_id", message.tool_call_id)?;
-            dict.set_item("content", message.content)?;
-            dict.set_item("status", if message.status == Status::Success { "success" } else { "error" })?;
-            dict.set_item("hints", PyList::new(py, message.hints)?)?;
-            dict.set_item("stripped_arguments", PyList::new(py, message.stripped_arguments)?)?;
+            dict.set_item(intern!(py, "kind"), intern!(py, "message"))?;
+            dict.set_item(intern!(py, "tool_call_id"), message.tool_call_id)?;
+            dict.set_item(intern!(py, "content"), message.content)?;
+            let status = if message.status == Status::Success { intern!(py, "success") } else { intern!(py, "error") };
+            dict.set_item(intern!(py, "status"), status)?;
+            dict.set_item(intern!(py, "hints"), PyList::new(py, message.hints)?)?;
+            dict.set_item(intern!(py, "stripped_arguments"), PyList::new(py, message.stripped_arguments)?)?;
             match message.refusal {
                 Some(refusal) => {
                     let detail = PyDict::new(py);
                     let kind = serde_json::to_value(refusal.kind).map_err(|e| AirlockError::new_err(e.to_string()))?;
-                    detail.set_item("kind", kind.as_str().unwrap_or("unknown"))?;
-                    detail.set_item("rule", refusal.rule)?;
-                    detail.set_item("retry_after_secs", refusal.retry_after.map(|d| d.as_secs_f64()))?;
-                    dict.set_item("refusal", detail)?;
+                    detail.set_item(intern!(py, "kind"), kind.as_str().unwrap_or("unknown"))?;
+                    detail.set_item(intern!(py, "rule"), refusal.rule)?;
+                    detail.set_item(intern!(py, "retry_after_secs"), refusal.retry_after.map(|d| d.as_secs_f64()))?;
+                    dict.set_item(intern!(py, "refusal"), detail)?;
                 }
-                None => dict.set_item("refusal", py.None())?,
+                None => dict.set_item(intern!(py, "refusal"), py.None())?,
             }
         }
         Outcome::Interrupt { tool_call_id, request } => {
-            dict.set_item("kind", "interrupt")?;
-            dict.set_item("tool_call_id", tool_call_id)?;
-            dict.set_item("value", from_json(py, request.as_value())?)?;
+            dict.set_item(intern!(py, "kind"), "interrupt")?;
+            dict.set_item(intern!(py, "tool_call_id"), tool_call_id)?;
+            dict.set_item(intern!(py, "value"), from_json(py, request.as_value())?)?;
         }
         Outcome::Command { tool_call_id, .. } => {
             // A JSON tool returns values, never host commands; say so rather than guess.
-            dict.set_item("kind", "unexpected")?;
-            dict.set_item("tool_call_id", tool_call_id)?;
+            dict.set_item(intern!(py, "kind"), "unexpected")?;
+            dict.set_item(intern!(py, "tool_call_id"), tool_call_id)?;
         }
-        _ => dict.set_item("kind", "unexpected")?,
+        _ => dict.set_item(intern!(py, "kind"), "unexpected")?,
     }
     Ok(dict.into_any().unbind())
 }
@@ -589,8 +719,7 @@ fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Value> {
 }
 
 fn from_json(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
-    let text = serde_json::to_string(value).map_err(|e| AirlockError::new_err(e.to_string()))?;
-    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+    value_to_py(py, value)
 }
 
 #[pymodule]

@@ -166,3 +166,93 @@ def test_create_agent_with_the_middleware():
     assert RAN == [("search_docs", {"query": "q", "limit": 2})]
     assert "drop_table" not in ScriptedChat.bound
     assert out["messages"][-1].content == "done"
+
+
+def test_tool_guard_passes_dicts_across_the_ffi_without_json_text():
+    """`ToolGuard.dispatch` takes the arguments as Python objects and hands the admitted ones back as the same
+    object when the gates changed nothing (a copy when they stripped something); the result comes back as it
+    is, masked; values JSON has no form for are refused, never passed through."""
+    from airlock_rs import ToolGuard
+
+    schema = json.dumps(
+        {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer"},
+                "ratio": {"type": "number"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}},
+                "note": {"type": ["string", "null"]},
+            },
+            "required": ["query", "limit"],
+        }
+    )
+    guard = ToolGuard("search_docs", "Search.", schema, SecurityPolicy())
+    seen = []
+
+    def run(admitted):
+        seen.append(admitted)
+        return f"found {admitted['query']} key {SECRET}"
+
+    args = {"query": "q", "limit": 2**40, "ratio": 0.5, "tags": ("a", "b"), "opts": {"deep": False}, "note": None}
+    out = guard.dispatch("c1", args, run)
+    assert out["kind"] == "message" and out["status"] == "success", out
+    assert SECRET not in out["content"] and "found q" in out["content"]
+    assert seen[0] == {"query": "q", "limit": 2**40, "ratio": 0.5, "tags": ["a", "b"], "opts": {"deep": False}}
+
+    plain = {"query": "q", "limit": 1}
+    assert guard.dispatch("c2", plain, run)["status"] == "success"
+    assert seen[-1] is plain, "unchanged arguments reach the callback as the same object"
+
+    ghost = {"query": "q", "limit": 1, "opts": {"deep": True, "sneaky": 1}}
+    out = guard.dispatch("c3", ghost, run)
+    assert out["stripped_arguments"] == ["opts.sneaky"], out
+    assert seen[-1] is not ghost and seen[-1] == {"query": "q", "limit": 1, "opts": {"deep": True}}
+    assert ghost["opts"] == {"deep": True, "sneaky": 1}, "the caller's dict is never changed"
+
+    # JSON text still works; the callback gets a dict.
+    assert guard.dispatch("c4", '{"query": "t", "limit": 1}', run)["status"] == "success"
+    assert seen[-1] == {"query": "t", "limit": 1}
+
+    # Arguments JSON has no form for are refused, as arguments that are not JSON text are.
+    runs = len(seen)
+    nested: dict = {"query": "q", "limit": 1}
+    deep = nested
+    for _ in range(200):
+        deep["opts"] = {}
+        deep = deep["opts"]
+    bad = [{"query": "q", "limit": 1, "ratio": float("nan")}, {"query": "q", "limit": 1, "opts": {1.5j: 1}}, nested]
+    for n, arguments in enumerate(bad):
+        out = guard.dispatch(f"c5-{n}", arguments, run)
+        assert out["status"] == "error" and out["refusal"]["kind"] == "malformed_arguments", out
+    assert len(seen) == runs, "a call whose arguments cannot be read never runs"
+
+    # Objects JSON has no form for are recorded as their `str` (as `json.dumps(default=str)` does).
+    out = guard.dispatch("c7", {"query": "q", "limit": 1}, lambda admitted: [{"type": "text", "text": object}])
+    assert out["status"] == "success" and "class 'object'" in out["content"], out
+
+
+def test_the_cheap_request_copy_is_what_override_makes():
+    """The wrapper copies a request with the admitted arguments without `ToolCallRequest.override` (which
+    costs a `dataclasses.replace` through a warning-checking `__setattr__`): the copy must equal what
+    `override` makes, leave the original alone, and share every other field."""
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from airlock_rs import langgraph as glue
+
+    assert glue._PLAIN_REQUEST, "this LangGraph's ToolCallRequest is the plain dataclass the copy relies on"
+    tool_call = {"name": "search_docs", "args": {"query": "q", "limit": 1, "x": 1}, "id": "c1", "type": "tool_call"}
+    request = ToolCallRequest(tool_call=tool_call, tool=TOOLS[0], state={"messages": []}, runtime=None)
+    call = dict(tool_call, args={"query": "q", "limit": 1})
+    copied = glue._with_tool_call(request, call)
+    assert type(copied) is ToolCallRequest
+    assert copied == request.override(tool_call=call)
+    assert copied is not request and request.tool_call is tool_call and request.tool_call["args"]["x"] == 1
+    assert copied.tool is request.tool and copied.state is request.state and copied.runtime is request.runtime
+
+    class Custom(ToolCallRequest):
+        pass
+
+    custom = Custom(tool_call=tool_call, tool=TOOLS[0], state={}, runtime=None)
+    assert type(glue._with_tool_call(custom, call)) is Custom, "a subclass goes through override"

@@ -15,8 +15,8 @@
 //! and the scope has a head: the checkpoint the graph last went on to. A digest covers the scope, the
 //! checkpoint id, the canonical manifest and the digest it follows (the checkpoint's previous commitment,
 //! or the head's for a new checkpoint), under the approval key's checkpoint domain, so nobody without the
-//! key can write a commitment that verifies. [`CommitmentStore`] says where they are kept (a redb table of
-//! the airlock database, or memory).
+//! key can write a commitment that verifies. [`CommitmentStore`] says where they are kept (a table of
+//! the airlock redb database, a table of the ledger's PostgreSQL database, or memory).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -155,6 +155,62 @@ impl CommitmentStore for RedbCommitments {
             }
         }
         write.commit().map_err(store_error)
+    }
+}
+
+/// Commitments in the airlock tables of a PostgreSQL database (`airlock_checkpoint_commitments`, feature
+/// `postgres`): the database a [`PostgresLedger`](crate::ledger::PostgresLedger) and its audit log use, so a
+/// resume on another host verifies against what the pausing host committed. Each read and each write is
+/// one transaction (a write of several keys, the checkpoint's and the head, commits them together).
+#[cfg(feature = "postgres")]
+#[derive(Clone)]
+pub struct PostgresCommitments(Arc<crate::store::postgres::Shared>);
+
+#[cfg(feature = "postgres")]
+impl std::fmt::Debug for PostgresCommitments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresCommitments").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl PostgresCommitments {
+    /// Commitments in `ledger`'s database, through its pool.
+    pub fn new(ledger: &crate::ledger::PostgresLedger) -> Self {
+        PostgresCommitments(Arc::clone(ledger.shared()))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl CommitmentStore for PostgresCommitments {
+    fn get(&self, key: &str) -> Result<Option<Commitment>, CommitmentError> {
+        let key = key.to_owned();
+        let text = crate::store::postgres::write(&self.0, move |tables| {
+            tables.text("SELECT commitment FROM airlock_checkpoint_commitments WHERE commitment_key = $1", &key)
+        })
+        .wait()
+        .map_err(store_error)?;
+        match text.flatten() {
+            Some(text) => serde_json::from_str(&text).map(Some).map_err(store_error),
+            None => Ok(None),
+        }
+    }
+
+    fn put(&self, keys: &[&str], commitment: &Commitment) -> Result<(), CommitmentError> {
+        let text = serde_json::to_string(commitment).map_err(store_error)?;
+        let keys: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
+        crate::store::postgres::write(&self.0, move |tables| {
+            for key in &keys {
+                tables.execute(
+                    "INSERT INTO airlock_checkpoint_commitments (commitment_key, commitment) VALUES ($1, $2) \
+                     ON CONFLICT (commitment_key) DO UPDATE SET commitment = EXCLUDED.commitment",
+                    &[key, &text],
+                )?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .wait()
+        .map_err(store_error)
     }
 }
 

@@ -30,7 +30,7 @@ mod tls;
 use super::{Fault, Reply, StoreError};
 
 /// The newest schema version this build knows (the number of its last migration).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 5;
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited; a change
 /// is a new one.
@@ -92,6 +92,17 @@ CREATE TABLE airlock_audit_head (
 CREATE TABLE airlock_rate_buckets (
     bucket_key text COLLATE "C" PRIMARY KEY,
     full_at    bigint NOT NULL
+);
+"#,
+    ),
+    (
+        5,
+        r#"
+-- Checkpoint commitments (the `checkpoint` module): each checkpoint's latest commitment under
+-- `<scope>#<checkpoint id>`, and each scope's head under the scope itself; the value is the commitment's JSON.
+CREATE TABLE airlock_checkpoint_commitments (
+    commitment_key text COLLATE "C" PRIMARY KEY,
+    commitment     text NOT NULL
 );
 "#,
     ),

@@ -5,6 +5,7 @@
 
 pub mod approval_survives_refusal;
 pub mod approvals_dispatch;
+pub mod checkpoint_commitments;
 pub mod ledger_processes;
 pub mod ledger_protocol;
 pub mod ledger_prune;
