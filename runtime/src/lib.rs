@@ -337,6 +337,8 @@ pub mod keys;
 pub mod ledger;
 pub mod mask;
 mod message;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod policy;
 mod rate;
 mod schema;
