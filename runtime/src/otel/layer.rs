@@ -95,11 +95,8 @@ impl<T: Tracer> DecisionLayer<T> {
             self.counters.refusals.add(1, &attributes);
         }
         for kind in &decision.would_refuse {
-            let attributes = [
-                KeyValue::new("airlock.refusal.kind", *kind),
-                KeyValue::new("airlock.enforced", false),
-                tool.clone(),
-            ];
+            let attributes =
+                [KeyValue::new("airlock.refusal.kind", *kind), KeyValue::new("airlock.enforced", false), tool.clone()];
             self.counters.refusals.add(1, &attributes);
         }
         if decision.approved {
