@@ -14,6 +14,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use agent_airlock::otel::OtlpExport;
 use clap::{Parser, Subcommand};
 
 mod audit;
@@ -136,8 +137,22 @@ type Failure = String;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
-    match run(&cli) {
+    let export = match init_logging(&cli) {
+        Ok(export) => export,
+        Err(message) => {
+            eprintln!("airlock: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = run(&cli);
+    // What is still queued goes to the collector now, within the export's timeout; a collector that is down
+    // is reported, never a failure of the command.
+    if let Some(export) = export
+        && let Err(error) = export.shutdown()
+    {
+        eprintln!("airlock: warning: {error}");
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("airlock: {message}");
@@ -150,16 +165,37 @@ fn main() -> ExitCode {
 /// effect ran, a gateway's upstream gone) go to standard error, never to standard output (which carries
 /// MCP for `airlock mcp`). `AIRLOCK_LOG` sets the filter (`RUST_LOG` syntax, e.g. `agent_airlock=info`);
 /// warnings and errors by default.
-fn init_logging() {
+///
+/// With `airlock mcp --otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`), each decision of the gateway is also
+/// exported over OTLP, whatever `AIRLOCK_LOG` says: each layer has its own filter.
+fn init_logging(cli: &Cli) -> Result<Option<OtlpExport>, Failure> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // A second initialisation (never in this binary) would fail harmlessly.
-    let _ = tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(true)
-        .with_env_filter(filter)
-        .try_init();
+        .with_filter(filter);
+    let export = match &cli.command {
+        Command::Mcp(args) => match mcp::otlp_endpoint(args) {
+            Some(endpoint) => Some(
+                OtlpExport::http(endpoint)
+                    .service_name("airlock-mcp-gateway")
+                    .build()
+                    .map_err(|error| format!("--otlp-endpoint: {error}"))?,
+            ),
+            None => None,
+        },
+        _ => None,
+    };
+    let decisions = export.as_ref().map(|export| export.layer());
+    // A second initialisation (never in this binary) would fail harmlessly.
+    let _ = tracing_subscriber::registry().with(log).with(decisions).try_init();
+    Ok(export)
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {

@@ -145,6 +145,20 @@ struct GatewayArgs {
     /// An environment variable holding the bearer token clients of `--listen` must send.
     #[arg(long, value_name = "VAR", default_value = "AIRLOCK_GATEWAY_TOKEN")]
     token_env: String,
+    /// Export each decision (a span per tool call, counters of refusals, approvals and effects) over OTLP/HTTP
+    /// to the collector at this base URL, e.g. `http://127.0.0.1:4318` (spans to `/v1/traces`, counters to
+    /// `/v1/metrics`). Never argument values, results or secrets. Sent in the background; what is queued is
+    /// sent when the gateway stops.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+/// The collector `airlock mcp` exports its decisions to, when it runs the gateway and is given one.
+pub(crate) fn otlp_endpoint(args: &McpArgs) -> Option<&str> {
+    match args.command {
+        None => args.run.otlp_endpoint.as_deref(),
+        Some(_) => None,
+    }
 }
 
 /// The approval key's id in the gateway's ledger.

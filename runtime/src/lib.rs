@@ -28,7 +28,7 @@
 //! a backend or a setting for is a public module, and its names live only there: [`approval`] (approvers
 //! and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`store`] (one
 //! write per decision), [`mask`], [`dialect`], [`keys`], [`canonical`], [`integrations`], `json_tool`
-//! (feature `json-tool`), and [`policy`] (the policy file and argument conditions; [`Policy`] itself is
+//! (feature `json-tool`), `otel` (feature `otel`: each decision exported over OpenTelemetry), and [`policy`] (the policy file and argument conditions; [`Policy`] itself is
 //! at the root). No name is reachable by two paths.
 //!
 //! ## A tool and a dispatch
@@ -337,6 +337,8 @@ pub mod keys;
 pub mod ledger;
 pub mod mask;
 mod message;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod policy;
 mod rate;
 mod schema;

@@ -34,6 +34,7 @@ pub mod chromium;
 pub mod ledger_fixtures;
 pub mod mcp_stdio;
 pub mod node_env;
+pub mod otlp_receiver;
 pub mod payments;
 pub mod pg_proxy;
 pub mod pg_server;

@@ -23,6 +23,12 @@ impl StdioSession {
     /// MCP handshake. Panics if it does not start, writes anything but JSON on stdout, or does not answer
     /// `initialize` within 60 s.
     pub fn start(command: &mut Command) -> StdioSession {
+        Self::start_with_capabilities(command, json!({}))
+    }
+
+    /// [`start`](Self::start), the client declaring `capabilities` (e.g. `{"elicitation": {}}` to be asked
+    /// for approvals).
+    pub fn start_with_capabilities(command: &mut Command, capabilities: Value) -> StdioSession {
         let mut server = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("the server starts");
         let stdin = server.stdin.take().expect("stdin is piped");
         let stdout = BufReader::new(server.stdout.take().expect("stdout is piped"));
@@ -38,7 +44,7 @@ impl StdioSession {
         });
         let mut session = StdioSession { server, stdin, messages };
         session.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "hand-written", "version": "0"}}}));
+            "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "hand-written", "version": "0"}}}));
         assert!(session.response(0, Duration::from_secs(60))["result"].is_object(), "the handshake completes");
         session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         session

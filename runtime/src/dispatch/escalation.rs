@@ -146,7 +146,7 @@ async fn ask(approver: &dyn Approver, call: &EscalatedCall<'_>) -> Result<Escala
     };
     match approver.review(request).await {
         Decision::Approve => {
-            tracing::info!(target: "agent_airlock", rules = %call.rules, "human approved");
+            tracing::info!(target: "agent_airlock", outcome = "approved", rules = %call.rules, "human approved");
             Ok(Escalated::Approved { detail: "approver callback".to_owned() })
         }
         Decision::Deny { reason } => Err(refusal::human_denied(call.name, call.rules, reason.as_deref())),

@@ -295,7 +295,7 @@ impl Dispatcher {
                 }
                 Escalated::Resumed(admission) => resumed = Some(admission),
                 Escalated::Interrupt(request, issued) => {
-                    tracing::info!(target: "agent_airlock", outcome = "interrupted", "approval requested");
+                    tracing::info!(target: "agent_airlock", outcome = "interrupted", rules = %rules, "approval requested");
                     trail.outcome = Some(AuditOutcome::Interrupted);
                     trail.detail = Some(format!("request {}", request.request_id()));
                     trail.issued = Some(issued);
@@ -357,7 +357,7 @@ impl Dispatcher {
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
-            tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
+            tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
             trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
             trail.outcome = Some(AuditOutcome::Panicked);
             return Ok(Outcome::Message(message(id, name, Status::Error, format!("tool `{name}` failed"), stripped)));
@@ -566,6 +566,7 @@ impl Dispatcher {
             Ok(admission) => {
                 tracing::info!(
                     target: "agent_airlock",
+                    outcome = "approved",
                     rules = %rules,
                     grant_id = %admission.grant_id,
                     approver = %admission.approver,
@@ -594,7 +595,7 @@ impl Dispatcher {
         let audited = self.audit.is_some();
         match output {
             ToolOutput::Content(mut value) => {
-                tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
                 self.mask(&mut value, entry.mask);
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
                 trail.outcome = Some(AuditOutcome::Executed);
@@ -604,7 +605,7 @@ impl Dispatcher {
                 Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
             }
             ToolOutput::Structured { mut content, mut structured } => {
-                tracing::info!(target: "agent_airlock", outcome = "executed", "tool call executed");
+                tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
                 self.mask(&mut content, entry.mask);
                 self.mask(&mut structured, entry.mask);
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
@@ -617,7 +618,7 @@ impl Dispatcher {
                 Outcome::Message(message)
             }
             ToolOutput::Command(command) => {
-                tracing::info!(target: "agent_airlock", outcome = "command", "tool returned a host command");
+                tracing::info!(target: "agent_airlock", outcome = "command", effect = effect.is_some(), "tool returned a host command");
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
                 trail.outcome = Some(AuditOutcome::Executed);
                 if audited {
@@ -629,7 +630,13 @@ impl Dispatcher {
                 let not_executed = error.is_not_executed();
                 // Error text can carry secrets too (a connection string in a driver's message).
                 let text = self.masker.mask_text(error.message(), entry.mask).into_owned();
-                tracing::info!(target: "agent_airlock", outcome = "failed", not_executed, "tool returned an error");
+                tracing::info!(
+                    target: "agent_airlock",
+                    outcome = "failed",
+                    not_executed,
+                    effect = effect.is_some(),
+                    "tool returned an error"
+                );
                 let how = if not_executed { Settle::Fail } else { Settle::Ambiguous };
                 trail.settle = effect.and_then(|guard| guard.take(how));
                 trail.outcome = Some(AuditOutcome::Failed { not_executed });

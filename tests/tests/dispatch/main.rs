@@ -1,5 +1,5 @@
 //! The dispatcher's gates: argument admission, policy (globs, the policy file, shared rate limits), generated calls
-//! and the fuzzers' regressions, tracing events.
+//! and the fuzzers' regressions, tracing events and their OpenTelemetry export.
 //!
 //! One test binary per subsystem, not one per file: each binary links the whole runtime (CONTRIBUTING.md).
 
@@ -7,6 +7,7 @@ pub mod argument_admission;
 pub mod dispatch_fuzz;
 pub mod dispatch_gates;
 pub mod fuzz_regressions;
+pub mod otel_export;
 pub mod policy_file;
 pub mod shared_rates;
 pub mod tracing_events;

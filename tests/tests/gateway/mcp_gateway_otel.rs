@@ -1,0 +1,182 @@
+//! `airlock mcp --otlp-endpoint`: the gateway, a real process in front of the Python SDK server of
+//! `tests/mcp/upstream_server.py`, exports each decision to an OTLP receiver the test runs on loopback. The
+//! client is a hand-written JSON-RPC session on the gateway's stdio that answers the approval's elicitation.
+//! What arrives is decoded and read back: a span per call with the GenAI and airlock attributes, the counters
+//! (sent when the gateway stops), and no argument value anywhere in the bytes.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agent_airlock_tests::mcp_stdio::StdioSession;
+use agent_airlock_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan, contains};
+use agent_airlock_tests::python_env::Venv;
+use serde_json::{Value, json};
+
+use crate::gateway;
+use gateway::{AIRLOCK, venv};
+
+const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+
+/// What the model sends as arguments: neither may reach the collector.
+const SECRET_TEXT: &str = "db-password-otel-7c1e93";
+const SECRET_ACCOUNT: &str = "acct-otel-5b20d4";
+
+const POLICY: &str = r#"version = 1
+default = "allow"
+deny = ["delete_everything"]
+
+[tools.transfer]
+escalate = "moves money"
+effect = "transfer:{to}"
+
+[tools.write_note]
+effect = "note:{name}"
+"#;
+
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let scratch = Scratch { dir: tempfile::tempdir().expect("a temporary directory") };
+        std::fs::write(scratch.path("airlock.toml"), POLICY).expect("the policy is written");
+        std::fs::create_dir(scratch.path("notes")).expect("the notes directory");
+        scratch
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `airlock --db <scratch>/airlock.redb mcp --policy … --otlp-endpoint <endpoint> -- <upstream>`.
+    fn gateway(&self, venv: &Venv, endpoint: &str) -> Command {
+        let mut command = Command::new(AIRLOCK);
+        command.arg("--db").arg(self.path("airlock.redb")).args(["mcp", "--policy"]).arg(self.path("airlock.toml"));
+        command.args(["--otlp-endpoint", endpoint]);
+        command.arg("--").arg(venv.python()).arg(UPSTREAM).arg(self.path("calls.log")).arg(self.path("notes"));
+        command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").stderr(Stdio::inherit());
+        command
+    }
+}
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+fn call(session: &mut StdioSession, id: u64, tool: &str, arguments: Value) -> Value {
+    session.call(id, tool, arguments);
+    session.response(id, WITHIN)
+}
+
+fn span<'a>(spans: &'a [ReceivedSpan], tool: &str, outcome: &str) -> &'a ReceivedSpan {
+    let found: Vec<_> = spans
+        .iter()
+        .filter(|span| span.attr("gen_ai.tool.name") == Some(tool) && span.attr("airlock.outcome") == Some(outcome))
+        .collect();
+    assert_eq!(found.len(), 1, "one `{outcome}` span for `{tool}`: {spans:#?}");
+    found[0]
+}
+
+#[test]
+fn the_gateway_exports_each_decision_over_otlp_without_argument_values() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let receiver = OtlpReceiver::start();
+    let mut command = scratch.gateway(&venv, &receiver.endpoint());
+    let mut session = StdioSession::start_with_capabilities(&mut command, json!({"elicitation": {}}));
+
+    let note = json!({"name": "a.txt", "text": SECRET_TEXT});
+    let wrote = call(&mut session, 1, "write_note", note.clone());
+    assert_eq!(wrote["result"]["isError"], false, "{wrote}");
+    let again = call(&mut session, 2, "write_note", note);
+    assert_eq!(again["result"]["isError"], true, "the same effect twice is refused: {again}");
+    let denied = call(&mut session, 3, "delete_everything", json!({}));
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+
+    // The escalated transfer asks the client's human, who accepts.
+    session.call(4, "transfer", json!({"amount": 4242, "to": SECRET_ACCOUNT}));
+    let asked = session
+        .message_where(WITHIN, |message| message["method"] == "elicitation/create")
+        .expect("the gateway asks the client's human");
+    session.send(json!({"jsonrpc": "2.0", "id": asked["id"].clone(),
+        "result": {"action": "accept", "content": {"approve": true}}}));
+    let transferred = session.response(4, WITHIN);
+    assert_eq!(transferred["result"]["isError"], false, "{transferred}");
+
+    // Closing stdin stops the gateway, which sends what is queued before it exits.
+    session.close();
+    assert_eq!(receiver.errors(), Vec::<String>::new());
+    let spans = receiver.spans();
+    // Five decisions: the transfer is two, its escalation (the gateway asks the human) and its approved run.
+    assert_eq!(spans.len(), 5, "{spans:#?}");
+    for span in &spans {
+        assert_eq!(span.attr("gen_ai.operation.name"), Some("execute_tool"), "{span:?}");
+        assert!(span.attr("gen_ai.tool.call.id").is_some_and(|id| !id.is_empty()), "{span:?}");
+        assert_eq!(span.service_name.as_deref(), Some("airlock-mcp-gateway"));
+    }
+
+    let executed = span(&spans, "write_note", "executed");
+    assert_eq!(executed.name, "execute_tool write_note");
+    assert_eq!(executed.attr("airlock.effect"), Some("executed"));
+    let replayed = span(&spans, "write_note", "refused");
+    assert_eq!(replayed.attr("airlock.refusal.kind"), Some("duplicate"));
+    assert_eq!(replayed.attr("airlock.effect"), Some("replayed"));
+    assert_eq!(replayed.attr("airlock.rule"), Some("effect"));
+    let refused = span(&spans, "delete_everything", "refused");
+    assert_eq!(refused.attr("airlock.refusal.kind"), Some("denied"));
+    assert_eq!(refused.attr("airlock.rule"), Some("delete_everything"));
+    assert_eq!(refused.status_code, 2);
+    let escalated = span(&spans, "transfer", "escalated");
+    assert_eq!(escalated.attr("airlock.rule"), Some("transfer"));
+    assert_eq!(escalated.attr("airlock.approved"), None);
+    let approved = span(&spans, "transfer", "executed");
+    assert_eq!(approved.attr("gen_ai.tool.call.id"), escalated.attr("gen_ai.tool.call.id"), "one call, two decisions");
+    assert_eq!(approved.attr("airlock.approved"), Some("true"));
+    assert_eq!(approved.attr("airlock.effect"), Some("executed"));
+
+    assert_eq!(receiver.counter("airlock.refusals", &[("airlock.refusal.kind", "denied")]), Some(1));
+    assert_eq!(receiver.counter("airlock.refusals", &[("airlock.refusal.kind", "duplicate")]), Some(1));
+    assert_eq!(receiver.counter("airlock.tool_calls", &[("airlock.outcome", "escalated")]), Some(1));
+    assert_eq!(receiver.counter("airlock.approvals", &[("gen_ai.tool.name", "transfer")]), Some(1));
+    assert_eq!(receiver.counter("airlock.effects", &[("airlock.effect", "executed")]), Some(2));
+    assert_eq!(receiver.counter("airlock.effects", &[("airlock.effect", "replayed")]), Some(1));
+
+    let raw = receiver.raw();
+    assert!(contains(&raw, b"execute_tool transfer"), "the raw bytes are searchable");
+    for secret in [SECRET_TEXT, SECRET_ACCOUNT, "4242"] {
+        assert!(!contains(&raw, secret.as_bytes()), "the argument value `{secret}` reached the collector");
+    }
+}
+
+#[test]
+fn a_collector_that_is_down_breaks_no_call_of_the_gateway() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let endpoint = format!("http://{}", closed.local_addr().expect("its address"));
+    drop(closed);
+    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &endpoint));
+    for id in 1..=3 {
+        let wrote = call(&mut session, id, "write_note", json!({"name": format!("{id}.txt"), "text": "hello"}));
+        assert_eq!(wrote["result"]["isError"], false, "{wrote}");
+    }
+    // It exits successfully: the unsent spans are a warning on stderr, not a failure.
+    session.close();
+}
+
+#[test]
+fn an_endpoint_that_is_not_http_stops_the_gateway_before_it_starts() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let output = scratch
+        .gateway(&venv, "https://collector.invalid:4318")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("airlock runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--otlp-endpoint") && stderr.contains("https"), "{stderr}");
+    assert!(!scratch.path("calls.log").exists(), "no upstream was started");
+}
