@@ -283,8 +283,7 @@ impl Providers {
             for allow in &spec.allowlists {
                 allowlists.extend(Allowlist::compile(allow)?);
             }
-            // Only a bounded pattern: an anchored search then reads at most its longest match and a byte.
-            let start = if longest < MAX_WINDOW { start_of(pattern, &lower) } else { None };
+            let start = start_of(pattern, &lower);
             let index = rules.len();
             rules.push(Rule {
                 regex,
@@ -463,8 +462,9 @@ impl Providers {
                 self.search_window(rule_index, text, at, to, found);
                 return;
             }
-            // A bounded pattern's anchored search reads its longest match and one byte more, at most.
-            read += (rule.window + 1).min(to - s);
+            // An anchored search reads at most to the window's end, and a bounded pattern's at most its longest
+            // match and one byte more.
+            read += if rule.window < MAX_WINDOW { (rule.window + 1).min(to - s) } else { to - s };
             let Some(located) = rule.regex.search(&Input::new(text).range(s..to).anchored(Anchored::Yes)) else {
                 continue;
             };
@@ -536,7 +536,7 @@ impl Providers {
     }
 }
 
-/// Where a bounded rule's matches start ([`Start`]), read from its pattern: a leading run of repetitions of one
+/// Where a rule's matches start ([`Start`]), read from its pattern: a leading run of repetitions of one
 /// class, each from zero (`[\w.-]{0,50}?`, as many as gitleaks' semi-generic rules nest), then literals that
 /// each begin with a keyword. The pattern is read without a leading `(?i)`, whose literals would be too many to
 /// list (every case of `adafruit`); with it the same literals match in any ASCII case, which the keyword pass
@@ -734,9 +734,13 @@ mod tests {
         for keyword in ["ghp_", "glpat-", "akia", "clojars_", "npm_"] {
             assert_eq!(rule(providers, keyword).start.as_ref().map(|start| start.max_before), Some(0), "{keyword}");
         }
-        // Unbounded (`ey…` JWTs, `xoxb-…[a-zA-Z0-9-]*`) or a keyword inside the token (Azure's `…8Q~…`):
-        // searched in windows.
-        for keyword in ["ey", "xoxb", "q~"] {
+        // Unbounded too: the budget counts what such a search may read, to the window's end.
+        for keyword in ["ey", "xoxb", "ops_"] {
+            assert_eq!(rule(providers, keyword).start.as_ref().map(|start| start.max_before), Some(0), "{keyword}");
+        }
+        // A keyword inside the token (Azure's `…8Q~…`), or a YAML block (`kind: secret … data: …`): searched in
+        // windows.
+        for keyword in ["q~", "secret"] {
             assert!(rule(providers, keyword).start.is_none(), "{keyword}");
         }
         let anchored = providers.rules.iter().filter(|rule| rule.start.is_some()).count();
@@ -827,6 +831,13 @@ mod tests {
         texts.push("adafruit".repeat(3_000));
         texts.push(format!("{}adafruit_key = {}", "a.b-c_".repeat(40), "abcdef0123456789".repeat(2)));
         texts.push("glpat-".repeat(2_000) + "glpat-Zq8vN2kP4rT6wY1xB3mC");
+        // Unbounded rules: a long run after one hit, hits dense in a long window.
+        texts.push(format!(
+            "x eyJ{} {}",
+            "a".repeat(5_000),
+            " eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0".repeat(300)
+        ));
+        texts.push(format!("{} xoxb-1234567890-1234567890abc", "xoxb-123456789012-".repeat(500)));
         texts
     }
 
