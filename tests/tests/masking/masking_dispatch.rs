@@ -134,11 +134,11 @@ fn a_result_over_the_masking_budget_is_refused_whole_never_passed_unmasked() {
     // Every leaf is far under the budget; the result's strings together are over it.
     let masker = Masker::new(MaskConfig::default().with_max_text_bytes(1024));
     let d = Dispatcher::builder().tool(tool!(list_events)).masker(masker).build().unwrap();
-    let message = message(&d, "list_events", json!({}));
-    assert!(message.content.contains("TOO_LARGE_TO_MASK"), "{}", message.content);
-    assert!(!message.content.contains(AWS_KEY) && !message.content.contains(EMAIL), "{}", message.content);
+    let refused = message(&d, "list_events", json!({})).content;
+    assert!(refused.contains("TOO_LARGE_TO_MASK"), "{refused}");
+    assert!(!refused.contains(AWS_KEY) && !refused.contains(EMAIL), "{refused}");
     // Under the budget the same result is masked leaf by leaf.
     let d = Dispatcher::builder().tool(tool!(list_events)).build().unwrap();
-    let message = message(&d, "list_events", json!({}));
-    assert!(message.content.contains("[AWS_ACCESS_KEY]") && !message.content.contains(AWS_KEY), "{}", message.content);
+    let masked = message(&d, "list_events", json!({})).content;
+    assert!(masked.contains("[AWS_ACCESS_KEY]") && !masked.contains(AWS_KEY), "{masked}");
 }
