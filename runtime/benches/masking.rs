@@ -67,6 +67,50 @@ fn pseudo_random(len: usize, alphabet: &[u8]) -> String {
 
 const MIB: usize = 1 << 20;
 
+/// Ordinary service logs without secrets: timestamps, levels, `key=value` fields, paths, durations, prose.
+fn log_lines(size: usize) -> String {
+    let mut text = String::with_capacity(size + 256);
+    let mut i = 0usize;
+    while text.len() < size {
+        text.push_str(&format!(
+            "2024-05-{d:02}T10:{m:02}:{s:02}.{i:03}Z INFO http: request handled method=GET path=/api/v1/orders/{i} \
+             status=200 duration_ms={ms} user_agent=\"Mozilla/5.0 (X11; Linux x86_64)\" request_id=req-{i:08x} \
+             msg=\"order shipped, retry count {r} of 3\"\n",
+            d = 1 + i % 28,
+            m = i % 60,
+            s = (i * 7) % 60,
+            i = i % 1000,
+            ms = 3 + i % 250,
+            r = i % 3,
+        ));
+        i += 1;
+    }
+    text.truncate(size); // ASCII only
+    text
+}
+
+/// The texts of the masking fuzz target's regressions (the inputs that once broke it), repeated to `size`.
+fn fuzz_regressions(size: usize) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/masking");
+    let mut inputs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "json"))
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .filter_map(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+        .filter_map(|value| value.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .collect();
+    inputs.sort();
+    let one: String = inputs.iter().flat_map(|t| [t.as_str(), "\n"]).collect();
+    let mut text = one.repeat(size / one.len().max(1) + 1);
+    let mut cut = size.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text
+}
+
 fn adversarial_texts() -> Vec<(&'static str, String)> {
     let base64 = pseudo_random(MIB, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
     let capitals = pseudo_random(MIB, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ-");
@@ -82,9 +126,13 @@ fn adversarial_texts() -> Vec<(&'static str, String)> {
         .collect();
     let ordinary = text_of(MIB, true);
     vec![
+        ("orders_clean_1m", text_of(MIB, false)),
+        ("logs_1m", log_lines(MIB)),
         ("base64_1m", base64),
         ("capitals_dashes_1m", capitals),
+        ("one_char_1m", "a".repeat(MIB)),
         ("glued_quads_1m", quads),
+        ("fuzz_regressions_1m", fuzz_regressions(MIB)),
         ("keywords_1m", keywords),
         ("gitleaks_corpus", corpus),
         ("orders_dirty_1m", ordinary),

@@ -199,11 +199,21 @@ impl Masker {
             *value = Value::String(FULL_MASK.to_owned());
             return report;
         };
+        let max = self.config.max_text_bytes();
+        // The bytes of strings and keys read so far: the budget holds for the whole value, not per leaf, so a
+        // result of many leaves each under it is not masked for longer than one text of its size would be.
+        let mut read = 0usize;
+        let mut over_budget = false;
         // An explicit stack: a deeply nested result must not overflow the thread's stack.
         let mut pending: Vec<(&mut Value, KeyHint)> = vec![(value, KeyHint::None)];
         while let Some((node, hint)) = pending.pop() {
             match node {
                 Value::String(text) => {
+                    read = read.saturating_add(text.len());
+                    if read > max {
+                        over_budget = true;
+                        break;
+                    }
                     if let Some(masked) = self.mask_leaf(&scanner, only, text, hint, &mut report) {
                         *text = masked;
                     }
@@ -220,6 +230,12 @@ impl Masker {
                 // The elements of `"phones": [...]` are phones too.
                 Value::Array(items) => pending.extend(items.iter_mut().map(|item| (item, hint))),
                 Value::Object(fields) => {
+                    read = fields.keys().fold(read, |read, key| read.saturating_add(key.len()));
+                    if read > max {
+                        read = fields.values().fold(read, |read, field| read.saturating_add(text_bytes(field)));
+                        over_budget = true;
+                        break;
+                    }
                     self.mask_keys(&scanner, only, fields, &mut report);
                     // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
                     let pair = json::pair_hint(fields);
@@ -233,6 +249,13 @@ impl Masker {
                 }
                 Value::Null | Value::Bool(_) => {}
             }
+        }
+        if over_budget {
+            // Refused whole, as one text over the budget is: what was masked so far is dropped with the rest. Its
+            // size as it came: what was read, and what was not.
+            let size = pending.iter().fold(read, |size, (node, _)| size.saturating_add(text_bytes(node)));
+            drop(pending);
+            *value = Value::String(strategy::too_large(size, max));
         }
         report
     }
@@ -483,6 +506,24 @@ fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding
     found
 }
 
+/// The bytes of `value`'s strings and object keys together (what masking it reads).
+fn text_bytes(value: &Value) -> usize {
+    let mut total = 0usize;
+    let mut pending = vec![value];
+    while let Some(node) = pending.pop() {
+        match node {
+            Value::String(text) => total = total.saturating_add(text.len()),
+            Value::Array(items) => pending.extend(items),
+            Value::Object(fields) => {
+                total = fields.keys().fold(total, |total, key| total.saturating_add(key.len()));
+                pending.extend(fields.values());
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    total
+}
+
 /// `found` (in order of start) with each finding that starts inside the one before merged into it. Two
 /// findings of the staged text can map back onto one block (a match that runs into a block's rendering
 /// and one that starts inside it, as the partial strategy renders a block): in `text`'s offsets they
@@ -582,9 +623,28 @@ mod tests {
         assert_eq!(masker.mask_text(&long, MaskSet::SECRETS), too_large(long.len(), 64));
         assert_eq!(masker.detect(&long, MaskSet::SECRETS).len(), 1);
         assert_eq!(masker.mask_text("short, AKIAIOSFODNN7QK4RW2Z", MaskSet::SECRETS), "short, [AWS_ACCESS_KEY]");
+        // A JSON value holding it is over the budget too, and refused whole.
         let mut value = serde_json::json!({"note": long, "ok": "fine"});
         masker.mask_value(&mut value, MaskSet::SECRETS);
-        assert_eq!(value, serde_json::json!({"note": too_large(long.len(), 64), "ok": "fine"}));
+        assert_eq!(value, serde_json::Value::String(too_large("note".len() + long.len() + "okfine".len(), 64)));
+    }
+
+    #[test]
+    fn a_json_value_over_the_budget_is_refused_whole_though_each_leaf_is_under_it() {
+        let masker = Masker::new(MaskConfig::default().with_max_text_bytes(64));
+        // Each leaf and key is under 64 bytes; together they are over.
+        let leaf = "AKIAIOSFODNN7QK4RW2Z plain text";
+        let mut value = serde_json::json!({"left": leaf, "more": [leaf, {"key": "AKIAIOSFODNN7QK4RW2Z"}]});
+        let bytes = text_bytes(&value);
+        assert_eq!(bytes, 4 + 31 + 4 + 31 + 3 + 20);
+        masker.mask_value(&mut value, MaskSet::SECRETS);
+        assert_eq!(value, serde_json::Value::String(too_large(bytes, 64)));
+        // At the budget it is masked as usual, leaf by leaf.
+        let masker = Masker::new(MaskConfig::default().with_max_text_bytes(bytes));
+        let mut value = serde_json::json!({"left": leaf, "more": [leaf, {"key": "AKIAIOSFODNN7QK4RW2Z"}]});
+        masker.mask_value(&mut value, MaskSet::SECRETS);
+        let masked = "[AWS_ACCESS_KEY] plain text";
+        assert_eq!(value, serde_json::json!({"left": masked, "more": [masked, {"key": "[AWS_ACCESS_KEY]"}]}));
     }
 
     #[test]

@@ -69,16 +69,17 @@ impl MaskConfig {
         MaskConfig { strategies: std::array::from_fn(|_| strategy.clone()), max_text_bytes: DEFAULT_MAX_TEXT_BYTES }
     }
 
-    /// The budget for one text (a result, a JSON string leaf or key): a longer one is not scanned but replaced
-    /// whole by a message saying so ([`too_large`]), never passed on unmasked. Masking reads each byte a bounded
-    /// number of times, so this bounds its time too.
+    /// The budget for one result, in bytes: a text, or a JSON value's strings and keys together. A longer one
+    /// is not masked but replaced whole by a message saying so ([`too_large`]), never passed on unmasked (a JSON
+    /// value becomes that one string). Masking reads each byte a bounded number of times, so this bounds its
+    /// time too.
     #[must_use]
     pub fn with_max_text_bytes(mut self, max: usize) -> MaskConfig {
         self.max_text_bytes = max;
         self
     }
 
-    /// The budget for one text ([`MaskConfig::with_max_text_bytes`]).
+    /// The budget for one result ([`MaskConfig::with_max_text_bytes`]).
     pub fn max_text_bytes(&self) -> usize {
         self.max_text_bytes
     }

@@ -47,6 +47,14 @@ fn stash() -> HostCommand {
     HostCommand { update: json!({"aws_key": AWS_KEY}), goto: Vec::new() }
 }
 
+/// List recent events (a result of many small leaves).
+#[airlock_tool]
+fn list_events() -> Value {
+    let events: Vec<Value> =
+        (0..50).map(|i| json!({"id": i, "note": format!("event {i} by {EMAIL}, key {AWS_KEY}")})).collect();
+    json!({"events": events})
+}
+
 fn dispatcher(policy: Policy) -> Dispatcher {
     Dispatcher::builder()
         .tool(tool!(read_config))
@@ -119,4 +127,18 @@ fn the_deployment_chooses_the_strategy() {
     let d = Dispatcher::builder().tool(tool!(lookup_customer)).masker(masker).build().unwrap();
     let message = message(&d, "lookup_customer", json!({"id": "c-9"}));
     assert!(!message.content.contains("[EMAIL]") && !message.content.contains(EMAIL), "{}", message.content);
+}
+
+#[test]
+fn a_result_over_the_masking_budget_is_refused_whole_never_passed_unmasked() {
+    // Every leaf is far under the budget; the result's strings together are over it.
+    let masker = Masker::new(MaskConfig::default().with_max_text_bytes(1024));
+    let d = Dispatcher::builder().tool(tool!(list_events)).masker(masker).build().unwrap();
+    let refused = message(&d, "list_events", json!({})).content;
+    assert!(refused.contains("TOO_LARGE_TO_MASK"), "{refused}");
+    assert!(!refused.contains(AWS_KEY) && !refused.contains(EMAIL), "{refused}");
+    // Under the budget the same result is masked leaf by leaf.
+    let d = Dispatcher::builder().tool(tool!(list_events)).build().unwrap();
+    let masked = message(&d, "list_events", json!({})).content;
+    assert!(masked.contains("[AWS_ACCESS_KEY]") && !masked.contains(AWS_KEY), "{masked}");
 }
