@@ -380,7 +380,7 @@ impl Dispatcher {
     ) -> Result<Vec<EscalationReason>, Refused> {
         let mut escalations = Vec::new();
         for rule in &entry.conditions {
-            let evaluation = rule.evaluate(arguments);
+            let evaluation = rule.evaluate_for(arguments, context.identity());
             if !evaluation.applies() {
                 continue;
             }
