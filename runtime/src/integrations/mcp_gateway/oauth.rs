@@ -553,3 +553,202 @@ pub fn parse_algorithm(name: &str) -> Result<Algorithm, OAuthConfigError> {
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header};
+    use serde_json::json;
+
+    use super::*;
+
+    const ISSUER: &str = "https://issuer.test";
+    const RESOURCE: &str = "https://gateway.test/mcp";
+
+    /// An Ed25519 key from a fixed seed: its PKCS#8 encoding (to sign) and its public JWK (to verify).
+    fn ed25519(seed: u8, kid: &str) -> (EncodingKey, Value) {
+        let seed = [seed; 32];
+        let public = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key().to_bytes();
+        // PKCS#8 v1 for Ed25519 (RFC 8410): a fixed prefix, then the 32-byte seed.
+        let mut der = hex::decode("302e020100300506032b657004220420").expect("hex");
+        der.extend_from_slice(&seed);
+        let x = base64_url(&public);
+        (EncodingKey::from_ed_der(&der), json!({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid, "use": "sig"}))
+    }
+
+    fn base64_url(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            }
+        }
+        out
+    }
+
+    fn now() -> u64 {
+        jsonwebtoken::get_current_timestamp()
+    }
+
+    fn claims(sub: &str) -> Value {
+        json!({"iss": ISSUER, "sub": sub, "aud": RESOURCE, "exp": now() + 600, "nbf": now() - 5,
+               "groups": ["payments"], "scope": "mcp:tools read"})
+    }
+
+    fn sign(key: &EncodingKey, kid: &str, claims: &Value) -> String {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(kid.to_owned());
+        jsonwebtoken::encode(&header, claims, key).expect("signed")
+    }
+
+    fn server(jwks: Value) -> OAuthResourceServer {
+        let keys = KeySource::from_json(&jwks.to_string()).expect("a JWKS");
+        let mut config = OAuthConfig::new(ISSUER, RESOURCE, keys);
+        config.claims = vec!["groups".to_owned(), "scope".to_owned()];
+        OAuthResourceServer::new(config).expect("a resource server")
+    }
+
+    fn unsigned(header: &Value, claims: &Value, signature: &str) -> String {
+        format!(
+            "{}.{}.{signature}",
+            base64_url(header.to_string().as_bytes()),
+            base64_url(claims.to_string().as_bytes())
+        )
+    }
+
+    #[tokio::test]
+    async fn a_valid_token_proves_its_subject_and_the_claims_kept() {
+        let (key, jwk) = ed25519(1, "k1");
+        let server = server(json!({"keys": [jwk]}));
+        let caller = server.admit(&sign(&key, "k1", &claims("alice"))).await.expect("admitted");
+        assert_eq!(caller.name(), "https://issuer.test#alice");
+        let identity = caller.identity().expect("an identity");
+        assert_eq!((identity.issuer(), identity.subject()), (ISSUER, "alice"));
+        assert_eq!(identity.claim("groups"), Some(json!(["payments"])));
+        // A space-separated scope becomes a list; a claim not configured is not kept.
+        assert_eq!(identity.claim("scope"), Some(json!(["mcp:tools", "read"])));
+        let mut extra = claims("alice");
+        extra["department"] = json!("finance");
+        let caller = server.admit(&sign(&key, "k1", &extra)).await.expect("admitted");
+        assert_eq!(caller.identity().and_then(|i| i.claim("department")), None);
+        // Without a key id, every key of the algorithm's family is tried.
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = None;
+        let token = jsonwebtoken::encode(&header, &claims("bob"), &key).expect("signed");
+        assert_eq!(server.admit(&token).await.expect("admitted").name(), "https://issuer.test#bob");
+    }
+
+    #[tokio::test]
+    async fn each_bad_token_is_refused_for_its_reason() {
+        let (key, jwk) = ed25519(1, "k1");
+        let (rogue, _) = ed25519(2, "k1");
+        let server = server(json!({"keys": [jwk]}));
+        let with = |change: &dyn Fn(&mut Value)| {
+            let mut claims = claims("mallory");
+            change(&mut claims);
+            sign(&key, "k1", &claims)
+        };
+        let cases: Vec<(&str, String, TokenRefusal)> = vec![
+            ("expired", with(&|c| c["exp"] = json!(now() - 120)), TokenRefusal::Expired),
+            ("not yet valid", with(&|c| c["nbf"] = json!(now() + 120)), TokenRefusal::NotYetValid),
+            ("another audience", with(&|c| c["aud"] = json!("https://other.test/mcp")), TokenRefusal::Audience),
+            ("another issuer", with(&|c| c["iss"] = json!("https://evil.test")), TokenRefusal::Issuer),
+            ("no audience", with(&|c| drop(c.as_object_mut().map(|c| c.remove("aud")))), TokenRefusal::Claims),
+            ("no subject", with(&|c| drop(c.as_object_mut().map(|c| c.remove("sub")))), TokenRefusal::Claims),
+            ("no expiry", with(&|c| drop(c.as_object_mut().map(|c| c.remove("exp")))), TokenRefusal::Claims),
+            ("a string expiry", with(&|c| c["exp"] = json!((now() + 600).to_string())), TokenRefusal::Claims),
+            ("a string nbf", with(&|c| c["nbf"] = json!((now() + 600).to_string())), TokenRefusal::Claims),
+            ("an empty subject", with(&|c| c["sub"] = json!("")), TokenRefusal::Claims),
+            ("another key, a known key id", sign(&rogue, "k1", &claims("mallory")), TokenRefusal::Signature),
+            ("an unknown key id", sign(&key, "k9", &claims("mallory")), TokenRefusal::UnknownKey),
+            (
+                "alg none",
+                unsigned(&json!({"alg": "none", "typ": "JWT"}), &claims("mallory"), ""),
+                TokenRefusal::Malformed,
+            ),
+            (
+                "HS256",
+                unsigned(&json!({"alg": "HS256", "typ": "JWT", "kid": "k1"}), &claims("mallory"), "c2ln"),
+                TokenRefusal::Algorithm,
+            ),
+            ("not a JWT", "not-a-jwt".to_owned(), TokenRefusal::Malformed),
+        ];
+        for (what, token, expected) in cases {
+            assert_eq!(server.admit(&token).await.map(|c| c.name().to_owned()), Err(expected), "{what}");
+            assert!(!expected.to_string().contains(&token), "{what}: the refusal echoes the token");
+        }
+        // A token just past its expiry is still inside the leeway.
+        let late = with(&|c| c["exp"] = json!(now() - 30));
+        assert!(server.admit(&late).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_key_is_used_only_for_the_algorithm_it_names() {
+        let (key, mut jwk) = ed25519(1, "k1");
+        jwk["alg"] = json!("RS256");
+        let server = server(json!({"keys": [jwk]}));
+        let refused = server.admit(&sign(&key, "k1", &claims("alice"))).await;
+        assert_eq!(refused.map(|c| c.name().to_owned()), Err(TokenRefusal::UnknownKey));
+        // An algorithm left off the allow-list refuses the token before any key is looked at.
+        let (key, jwk) = ed25519(1, "k1");
+        let mut config = OAuthConfig::new(
+            ISSUER,
+            RESOURCE,
+            KeySource::from_json(&json!({"keys": [jwk]}).to_string()).expect("a JWKS"),
+        );
+        config.algorithms = vec![Algorithm::RS256];
+        let strict = OAuthResourceServer::new(config).expect("a resource server");
+        let refused = strict.admit(&sign(&key, "k1", &claims("alice"))).await;
+        assert_eq!(refused.map(|c| c.name().to_owned()), Err(TokenRefusal::Algorithm));
+    }
+
+    #[test]
+    fn configurations_that_cannot_be_safe_are_refused() {
+        let (_, jwk) = ed25519(1, "k1");
+        let keys = || KeySource::from_json(&json!({"keys": [jwk.clone()]}).to_string()).expect("a JWKS");
+        let mut hmac = OAuthConfig::new(ISSUER, RESOURCE, keys());
+        hmac.algorithms = vec![Algorithm::ES256, Algorithm::HS256];
+        assert!(
+            matches!(OAuthResourceServer::new(hmac), Err(OAuthConfigError::Algorithm(why)) if why.contains("shared-secret"))
+        );
+        let secret_only = KeySource::from_json(r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#);
+        assert!(matches!(secret_only, Err(OAuthConfigError::Keys(why)) if why.contains("no public signing key")));
+        assert!(matches!(KeySource::from_json("{}"), Err(OAuthConfigError::Keys(_))));
+        let fragment = OAuthConfig::new("https://issuer.test#x", RESOURCE, keys());
+        assert!(matches!(OAuthResourceServer::new(fragment), Err(OAuthConfigError::Url(_))));
+        assert!(matches!(
+            OAuthResourceServer::new(OAuthConfig::new("issuer", RESOURCE, keys())),
+            Err(OAuthConfigError::Url(_))
+        ));
+        assert!(parse_algorithm("none").is_err() && parse_algorithm("EdDSA").is_ok());
+    }
+
+    #[test]
+    fn the_metadata_names_the_resource_and_its_issuer_where_rfc_9728_puts_it() {
+        let (_, jwk) = ed25519(1, "k1");
+        let mut server = server(json!({"keys": [jwk.clone()]}));
+        assert_eq!(server.metadata_path(), "/.well-known/oauth-protected-resource/mcp");
+        assert_eq!(server.metadata_url(), "https://gateway.test/.well-known/oauth-protected-resource/mcp");
+        assert_eq!(
+            server.metadata(),
+            json!({"resource": RESOURCE, "authorization_servers": [ISSUER], "bearer_methods_supported": ["header"]})
+        );
+        let mut config = OAuthConfig::new(
+            ISSUER,
+            "https://gateway.test/",
+            KeySource::from_json(&json!({"keys": [jwk]}).to_string()).expect("a JWKS"),
+        );
+        config.scopes_supported = vec!["mcp:tools".to_owned()];
+        server = OAuthResourceServer::new(config).expect("a resource server");
+        assert_eq!(server.metadata_path(), "/.well-known/oauth-protected-resource");
+        assert_eq!(server.metadata()["scopes_supported"], json!(["mcp:tools"]));
+        assert_eq!(
+            discovery_urls("https://auth.test/tenant/1"),
+            [
+                "https://auth.test/.well-known/oauth-authorization-server/tenant/1",
+                "https://auth.test/tenant/1/.well-known/openid-configuration"
+            ]
+        );
+    }
+}
