@@ -106,6 +106,8 @@ pub struct OAuthConfig {
     pub scopes_supported: Vec<String>,
     /// Clock skew allowed on `exp` and `nbf`.
     pub leeway: Duration,
+    /// The shortest time between two fetches of discovered keys ([`REFETCH_INTERVAL`]).
+    pub refetch_interval: Duration,
 }
 
 impl OAuthConfig {
@@ -122,6 +124,7 @@ impl OAuthConfig {
             claims: Vec::new(),
             scopes_supported: Vec::new(),
             leeway: DEFAULT_LEEWAY,
+            refetch_interval: REFETCH_INTERVAL,
         }
     }
 }
@@ -391,7 +394,7 @@ impl OAuthResourceServer {
         }
         let recent = {
             let cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            cache.last_attempt.is_some_and(|at| at.elapsed() < REFETCH_INTERVAL)
+            cache.last_attempt.is_some_and(|at| at.elapsed() < self.inner.config.refetch_interval)
         };
         if !recent && let Err(error) = self.refetch().await {
             tracing::warn!(target: "agent_airlock", %error, "the issuer's keys could not be fetched");
@@ -701,6 +704,76 @@ mod tests {
         let strict = OAuthResourceServer::new(config).expect("a resource server");
         let refused = strict.admit(&sign(&key, "k1", &claims("alice"))).await;
         assert_eq!(refused.map(|c| c.name().to_owned()), Err(TokenRefusal::Algorithm));
+    }
+
+    /// An issuer on loopback serving its discovery document and whatever JWKS `jwks` holds, counting the
+    /// JWKS fetches.
+    async fn loopback_issuer(jwks: Arc<Mutex<Value>>, fetches: Arc<std::sync::atomic::AtomicUsize>) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let issuer = format!("http://{}", listener.local_addr().expect("an address"));
+        let discovery = json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0; 4096];
+                let read = stream.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..read]).into_owned();
+                let body = if request.starts_with("GET /jwks ") {
+                    fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    jwks.lock().expect("not poisoned").to_string()
+                } else {
+                    discovery.to_string()
+                };
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        issuer
+    }
+
+    #[tokio::test]
+    async fn discovered_keys_are_fetched_again_for_an_unknown_key_id_at_most_once_per_interval() {
+        let (old, old_jwk) = ed25519(1, "old");
+        let (new, new_jwk) = ed25519(2, "new");
+        let jwks = Arc::new(Mutex::new(json!({"keys": [old_jwk.clone()]})));
+        let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let issuer = loopback_issuer(Arc::clone(&jwks), Arc::clone(&fetches)).await;
+        let fetched = || fetches.load(std::sync::atomic::Ordering::SeqCst);
+        let token = |key: &EncodingKey, kid: &str| {
+            let mut claims = claims("alice");
+            claims["iss"] = json!(issuer);
+            sign(key, kid, &claims)
+        };
+        let mut config = OAuthConfig::new(&issuer, RESOURCE, KeySource::Discover);
+        config.refetch_interval = Duration::from_secs(3600);
+        let patient = OAuthResourceServer::new(config.clone()).expect("a resource server");
+        patient.fetch_keys().await.expect("the keys are fetched");
+        assert_eq!(fetched(), 1);
+        assert!(patient.admit(&token(&old, "old")).await.is_ok());
+        // The issuer rotates to a new key: within the interval, an unknown key id fetches nothing.
+        *jwks.lock().expect("not poisoned") = json!({"keys": [old_jwk, new_jwk]});
+        for _ in 0..3 {
+            let refused = patient.admit(&token(&new, "new")).await.map(|c| c.name().to_owned());
+            assert_eq!(refused, Err(TokenRefusal::UnknownKey));
+        }
+        assert_eq!(fetched(), 1, "a stream of unknown key ids hammers the issuer");
+        // Past the interval, the first unknown key id fetches the keys again and is admitted.
+        config.refetch_interval = Duration::ZERO;
+        let eager = OAuthResourceServer::new(config).expect("a resource server");
+        eager.fetch_keys().await.expect("the keys are fetched");
+        let before = fetched();
+        assert!(eager.admit(&token(&new, "new")).await.is_ok());
+        assert!(eager.admit(&token(&old, "old")).await.is_ok());
+        assert_eq!(fetched(), before, "known keys are not fetched again");
+        // A discovery document naming another issuer is not trusted.
+        let mut impostor = OAuthConfig::new("http://127.0.0.1:9/other", RESOURCE, KeySource::Discover);
+        impostor.refetch_interval = Duration::ZERO;
+        let server = OAuthResourceServer::new(impostor).expect("a resource server");
+        let refused = server.admit(&token(&old, "old")).await.map(|c| c.name().to_owned());
+        assert_eq!(refused, Err(TokenRefusal::KeysUnavailable));
     }
 
     #[test]
