@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from harness import check, finish, run_pending, text_of
+from harness import Human, check, finish, run_pending, text_of
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -129,9 +129,10 @@ async def main(config: dict[str, Any]) -> None:
     bob = mint("bob", kid="ec-1", alg="ES256", groups=["support"])
     carol = mint("carol")
 
-    def client_for(token: str) -> tuple[httpx2.AsyncClient, Client]:
+    def client_for(token: str, human: Human | None = None) -> tuple[httpx2.AsyncClient, Client]:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300))
-        return http, Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30)
+        transport = streamable_http_client(url, http_client=http)
+        return http, Client(transport, elicitation_callback=human, read_timeout_seconds=30)
 
     @check("two identities see different tool lists: transfer is offered to the payments team only")
     async def _() -> None:
@@ -180,6 +181,22 @@ async def main(config: dict[str, Any]) -> None:
             again = await client.call_tool("read_note", {"name": "n.txt"})
         assert again.is_error and "rate limited" in text_of(again), text_of(again)
         assert len([e for e in logged(log) if e.get("tool") == "read_note"]) == 2, logged(log)
+
+    @check("an identity condition escalates alice's write only, and the human asked sees who asked")
+    async def _() -> None:
+        human = Human()
+        human.will("accept", {"approve": True})
+        http, client = client_for(alice, human)
+        async with http, client:
+            result = await client.call_tool("write_note", {"name": "a.txt", "text": "from alice"})
+        assert not result.is_error, text_of(result)
+        assert len(human.asked) == 1, human.asked
+        assert f"asked by {issuer}#alice" in human.asked[0]["message"], human.asked[0]
+        http, client = client_for(bob, Human())
+        async with http, client:
+            result = await client.call_tool("write_note", {"name": "b.txt", "text": "from bob"})
+        assert not result.is_error, text_of(result)
+        assert (notes / "a.txt").read_text(encoding="utf-8") == "from alice"
 
     await run_pending()
 

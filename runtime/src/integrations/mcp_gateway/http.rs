@@ -42,12 +42,17 @@ impl BearerToken {
         (!token.is_empty()).then(|| BearerToken { digest: Sha256::digest(token.as_bytes()).into() })
     }
 
+    /// Whether `token` is this token (by digest).
+    pub fn matches(&self, token: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        digest == self.digest
+    }
+
     /// Who the request comes from, if its `Authorization` header carries this token: everyone holding it
     /// is one caller.
     fn admits<B>(&self, request: &Request<B>) -> Option<Caller> {
         let token = bearer_of(request)?;
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        (digest == self.digest).then(|| Caller::new(Caller::BEARER_TOKEN))
+        self.matches(token).then(|| Caller::new(Caller::BEARER_TOKEN))
     }
 }
 
