@@ -272,7 +272,7 @@ impl Condition {
     /// Evaluates the condition against a call's screened arguments and its caller's verified identity.
     pub fn evaluate_for(&self, arguments: &Arguments, identity: Option<&Identity>) -> Evaluation {
         let evaluation = self.evaluate_test(arguments, identity);
-        if self.negations % 2 == 0 {
+        if self.negations.is_multiple_of(2) {
             return evaluation;
         }
         match evaluation {
