@@ -247,14 +247,11 @@ impl ServerHandler for GuardedMcpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let served = self.served.current();
-        let tools = match self.caller_of.as_ref().and_then(|caller_of| caller_of(&context)) {
-            // What the policy denies this caller outright is not offered to it.
-            Some(caller) => {
-                let cx = self.context.clone().with_authenticated(&caller);
-                served.tools.iter().filter(|tool| !served.dispatcher.denies_caller(&tool.name, &cx)).cloned().collect()
-            }
-            None => served.tools.to_vec(),
-        };
+        // What the policy denies this caller outright is not offered to it; a caller without an identity
+        // (stdio, a static token) is denied every tool an identity condition denies (fail closed).
+        let cx = self.call_context(&context);
+        let tools: Vec<_> =
+            served.tools.iter().filter(|tool| !served.dispatcher.denies_caller(&tool.name, &cx)).cloned().collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -270,14 +267,7 @@ impl ServerHandler for GuardedMcpServer {
         let dispatcher = &*served.dispatcher;
         // The caller, where the transport names one, is what per-thread rate limits count by; the thread (and
         // so every approval's binding) stays this connection.
-        let with_caller;
-        let cx = match self.caller_of.as_ref().and_then(|caller_of| caller_of(&context)) {
-            Some(caller) => {
-                with_caller = self.context.clone().with_authenticated(&caller);
-                &with_caller
-            }
-            None => &self.context,
-        };
+        let cx = &*self.call_context(&context);
         let outcome = match &self.approvals {
             McpApprovals::BoundClientElicitation(bound) => {
                 self.dispatch_bound(dispatcher, cx, call, &context, bound).await
@@ -297,6 +287,16 @@ impl ServerHandler for GuardedMcpServer {
             }
         };
         Ok(tool_result(outcome).into())
+    }
+}
+
+impl GuardedMcpServer {
+    /// The context a request runs with: this connection's, as the caller its transport names, if any.
+    fn call_context(&self, request: &RequestContext<RoleServer>) -> Cow<'_, CallContext> {
+        match self.caller_of.as_ref().and_then(|caller_of| caller_of(request)) {
+            Some(caller) => Cow::Owned(self.context.clone().with_authenticated(&caller)),
+            None => Cow::Borrowed(&self.context),
+        }
     }
 }
 
