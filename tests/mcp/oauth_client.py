@@ -182,6 +182,19 @@ async def main(config: dict[str, Any]) -> None:
         assert again.is_error and "rate limited" in text_of(again), text_of(again)
         assert len([e for e in logged(log) if e.get("tool") == "read_note"]) == 2, logged(log)
 
+    @check("a session belongs to the caller who opened it: bob's token does not reach into alice's session")
+    async def _() -> None:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {alice}"})
+            assert opened.status_code == 200, opened
+            session = opened.headers["mcp-session-id"]
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+            for token, status in ((bob, 404), (alice, 200)):
+                headers = {**HEADERS, "Authorization": f"Bearer {token}", "Mcp-Session-Id": session,
+                           "Mcp-Protocol-Version": "2025-11-25"}
+                response = await http.post(url, json=listing, headers=headers)
+                assert response.status_code == status, (token == bob, response, response.text)
+
     @check("an identity condition escalates alice's write only, and the human asked sees who asked")
     async def _() -> None:
         human = Human()

@@ -107,7 +107,7 @@ fn the_gateway_admits_oauth_tokens_of_its_issuer_only_and_the_policy_sees_who_ca
         "log": path("calls.log"),
         "notes": path("notes"),
     });
-    run_client(&venv, CLIENT, &config, scratch.path(), 19);
+    run_client(&venv, CLIENT, &config, scratch.path(), 20);
 
     let kill = Command::new("kill").arg("-TERM").arg(gateway.0.id().to_string()).status().expect("kill runs");
     assert!(kill.success());

@@ -9,10 +9,11 @@
 //! address the service also checks the `Host` header (against DNS rebinding); bound elsewhere it does not,
 //! and the token is the only gate.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -134,13 +135,14 @@ impl McpGateway {
             Arc::new(LocalSessionManager::default()),
             config,
         );
+        let owners = SessionOwners::default();
         let mut shutdown = std::pin::pin!(shutdown);
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, from)) => serve_connection(stream, from, service.clone(), auth.clone()),
+                    Ok((stream, from)) => serve_connection(stream, from, service.clone(), auth.clone(), Arc::clone(&owners)),
                     Err(error) => tracing::warn!(target: "agent_airlock", %error, "a connection was not accepted"),
                 },
                 () = &mut shutdown => {
@@ -168,6 +170,11 @@ impl McpGateway {
 type Service = StreamableHttpService<GatewayServer, LocalSessionManager>;
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Who opened each MCP session (its id → the caller's name).
+type SessionOwners = Arc<Mutex<HashMap<String, Arc<str>>>>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Where the protected resource metadata is served whatever the resource's path.
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
@@ -212,10 +219,17 @@ fn challenge(server: &OAuthResourceServer, refusal: Option<super::oauth::TokenRe
 
 /// Serves one TCP connection's HTTP/1 requests on its own task: each is refused unless `auth` admits it
 /// (the OAuth metadata excepted).
-fn serve_connection(stream: tokio::net::TcpStream, from: SocketAddr, service: Service, auth: HttpAuth) {
+fn serve_connection(
+    stream: tokio::net::TcpStream,
+    from: SocketAddr,
+    service: Service,
+    auth: HttpAuth,
+    owners: SessionOwners,
+) {
     let handler = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
         let service = service.clone();
         let auth = auth.clone();
+        let owners = Arc::clone(&owners);
         async move {
             let caller = match &auth {
                 HttpAuth::Token(token) => match token.admits(&request) {
@@ -251,9 +265,33 @@ fn serve_connection(stream: tokio::net::TcpStream, from: SocketAddr, service: Se
                     }
                 }
             };
+            // A session belongs to the caller who opened it: another caller's credential does not reach into
+            // it (the session id is not a credential).
+            let session = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            if let Some(id) = &session {
+                let owner = owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned();
+                if owner.is_some_and(|owner| *owner != *caller.name()) {
+                    tracing::warn!(target: "agent_airlock", %from, "a request for another caller's session was refused");
+                    return Ok(text_response(StatusCode::NOT_FOUND, "no such session\n"));
+                }
+            }
+            let ending = request.method() == hyper::Method::DELETE;
+            let name: Arc<str> = caller.name().into();
             // rmcp passes the request's parts, extensions included, to the handler of each MCP request.
             request.extensions_mut().insert(caller);
-            Ok(service.handle(request).await.map(|body| body.boxed()))
+            let response = service.handle(request).await;
+            let mut owners = owners.lock().unwrap_or_else(PoisonError::into_inner);
+            match (&session, response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())) {
+                (None, Some(opened)) => {
+                    owners.insert(opened.to_owned(), name);
+                }
+                (Some(id), _) if ending && response.status().is_success() => {
+                    owners.remove(id);
+                }
+                _ => {}
+            }
+            drop(owners);
+            Ok(response.map(|body| body.boxed()))
         }
     });
     tokio::spawn(async move {
