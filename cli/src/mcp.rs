@@ -26,8 +26,8 @@ use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
 use agent_airlock::integrations::mcp_gateway::{
-    AllowedFindings, BearerToken, Finding, McpGateway, ToolPins, Upstream, UpstreamCommand, UpstreamEnvironment,
-    scan_tool, tool_pin,
+    AllowedFindings, BearerToken, Finding, HttpAuth, KeySource, McpGateway, OAuthConfig, OAuthResourceServer, ToolPins,
+    Upstream, UpstreamCommand, UpstreamEnvironment, parse_algorithm, scan_tool, tool_pin,
 };
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::{ApprovalLedger, open_database};
@@ -133,7 +133,8 @@ struct GatewayArgs {
     #[arg(long, value_name = "VAR", requires = "upstream_url")]
     upstream_token_env: Option<String>,
     /// Serve clients over Streamable HTTP on this address (e.g. `127.0.0.1:8765`) instead of stdio. Every
-    /// request needs `Authorization: Bearer <token>`, the token read from `--token-file` or `--token-env`.
+    /// request needs `Authorization: Bearer <token>`: the static token read from `--token-file` or
+    /// `--token-env`, or with `--oauth-issuer` an OAuth access token (a JWT) of that issuer.
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
     /// Allow `--listen` on an address other than loopback (the token is then the only gate).
@@ -151,6 +152,9 @@ struct GatewayArgs {
     /// sent when the gateway stops.
     #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// `--oauth-issuer` and its options: `--listen` as an OAuth 2.1 resource server.
+    #[command(flatten)]
+    oauth: OAuthArgs,
 }
 
 /// The collector `airlock mcp` exports its decisions to, when it runs the gateway and is given one.
@@ -159,6 +163,38 @@ pub(crate) fn otlp_endpoint(args: &McpArgs) -> Option<&str> {
         None => args.run.otlp_endpoint.as_deref(),
         Some(_) => None,
     }
+}
+
+/// The gateway as an OAuth 2.1 resource server (the MCP authorization spec). Exclusive with the static
+/// token: with `--oauth-issuer`, `--token-file` is refused and the `--token-env` variable must be unset.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OAuthArgs {
+    /// Admit OAuth access tokens (JWTs) of this issuer on `--listen`: signed by one of its keys, `iss` equal
+    /// to this URL, `aud` naming this gateway, not expired. The keys are found by the issuer's RFC 8414 or
+    /// OpenID Connect discovery (`jwks_uri`), unless `--jwks-file` gives them.
+    #[arg(long, value_name = "URL", requires = "listen", conflicts_with = "token_file")]
+    oauth_issuer: Option<String>,
+    /// The issuer's signing keys as a JWKS file (`{"keys": [...]}`), instead of fetching them.
+    #[arg(long, value_name = "PATH", requires = "oauth_issuer")]
+    jwks_file: Option<PathBuf>,
+    /// This gateway's public URL, as clients reach it (the protected resource's `resource`); by default
+    /// `http://ADDR/mcp` for the `--listen` address.
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    oauth_resource: Option<String>,
+    /// What a token's `aud` must contain; by default the resource URL.
+    #[arg(long, value_name = "AUD", requires = "oauth_issuer")]
+    oauth_audience: Option<String>,
+    /// The claims kept for the policy's identity conditions besides `sub` and `iss`, comma-separated
+    /// (e.g. `groups,scope`; a space-separated `scope` or `scp` becomes a list).
+    #[arg(long, value_name = "CLAIMS", requires = "oauth_issuer", value_delimiter = ',')]
+    oauth_claims: Vec<String>,
+    /// The scopes the protected resource metadata lists as supported, comma-separated.
+    #[arg(long, value_name = "SCOPES", requires = "oauth_issuer", value_delimiter = ',')]
+    oauth_scopes: Vec<String>,
+    /// The signing algorithms admitted, comma-separated (default: every asymmetric one: RS256, RS384,
+    /// RS512, PS256, PS384, PS512, ES256, ES384, EdDSA). HMAC algorithms are refused.
+    #[arg(long, value_name = "ALGS", requires = "oauth_issuer", value_delimiter = ',')]
+    oauth_algorithms: Vec<String>,
 }
 
 /// The approval key's id in the gateway's ledger.
@@ -409,10 +445,20 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     let routes =
         McpApprovals::Routed(Box::new(RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver)));
     match listen {
-        Some((listener, token)) => {
+        Some((listener, auth)) => {
             let addr = listener.local_addr().map_err(|e| e.to_string())?;
-            eprintln!("airlock mcp: serving MCP over Streamable HTTP on http://{addr}/mcp (bearer token required)");
-            gateway.serve_http(routes, listener, token, stop).await.map_err(|e| e.to_string())
+            match &auth {
+                HttpAuth::OAuth(server) => eprintln!(
+                    "airlock mcp: serving MCP over Streamable HTTP on http://{addr}/mcp (OAuth access tokens of `{}` \
+                     required; metadata at {})",
+                    server.config().issuer,
+                    server.metadata_url()
+                ),
+                _ => eprintln!(
+                    "airlock mcp: serving MCP over Streamable HTTP on http://{addr}/mcp (bearer token required)"
+                ),
+            }
+            gateway.serve_http(routes, listener, auth, stop).await.map_err(|e| e.to_string())
         }
         None => gateway.serve_stdio(routes, stop).await.map_err(|e| e.to_string()),
     }
@@ -426,13 +472,30 @@ fn withheld(args: &GatewayArgs) -> Vec<&str> {
     names
 }
 
-/// The listener of `--listen` and the token its clients must send.
-async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(TcpListener, BearerToken), String> {
+/// The listener of `--listen` and how its clients are admitted: the static token, or OAuth access tokens.
+async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(TcpListener, HttpAuth), String> {
     if !addr.ip().is_loopback() && !args.allow_remote {
         return Err(format!(
             "`--listen {addr}` is not a loopback address: clients on other machines could reach the gateway; pass \
              `--allow-remote` to mean it"
         ));
+    }
+    if let Some(issuer) = &args.oauth.oauth_issuer {
+        if std::env::var_os(&args.token_env).is_some() {
+            return Err(format!(
+                "`--oauth-issuer` admits OAuth access tokens only: unset `{}` (the static bearer token) or leave out \
+                 `--oauth-issuer`",
+                args.token_env
+            ));
+        }
+        let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        let server = oauth_server(&args.oauth, issuer, bound)?;
+        server
+            .fetch_keys()
+            .await
+            .map_err(|why| format!("`--oauth-issuer`: the issuer's keys cannot be fetched: {why}"))?;
+        return Ok((listener, HttpAuth::OAuth(server)));
     }
     let token = match &args.token_file {
         Some(path) => {
@@ -448,7 +511,31 @@ async fn listener(args: &GatewayArgs, addr: std::net::SocketAddr) -> Result<(Tcp
     };
     let token = BearerToken::new(&token).ok_or("the bearer token for `--listen` is empty")?;
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    Ok((listener, token))
+    Ok((listener, HttpAuth::Token(token)))
+}
+
+/// The resource server `--oauth-issuer` and its options describe, for a gateway listening on `bound`.
+fn oauth_server(args: &OAuthArgs, issuer: &str, bound: std::net::SocketAddr) -> Result<OAuthResourceServer, String> {
+    let keys = match &args.jwks_file {
+        Some(path) => KeySource::from_file(path).map_err(|e| format!("`--jwks-file`: {e}"))?,
+        None => KeySource::Discover,
+    };
+    let resource = args.oauth_resource.clone().unwrap_or_else(|| format!("http://{bound}/mcp"));
+    let mut config = OAuthConfig::new(issuer, resource, keys);
+    if let Some(audience) = &args.oauth_audience {
+        config.audience = audience.clone();
+    }
+    config.claims = args.oauth_claims.iter().map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect();
+    config.scopes_supported = args.oauth_scopes.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    if !args.oauth_algorithms.is_empty() {
+        config.algorithms = args
+            .oauth_algorithms
+            .iter()
+            .map(|name| parse_algorithm(name.trim()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("`--oauth-algorithms`: {e}"))?;
+    }
+    OAuthResourceServer::new(config).map_err(|e| format!("`--oauth-issuer`: {e}"))
 }
 
 /// The approval key, and whether it was made for this run.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::dialect::Dialect;
+use crate::identity::{Caller, Identity};
 
 type TypeMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
 
@@ -25,6 +26,8 @@ struct ContextInner {
     caller: Option<String>,
     /// What per-thread rate limits count by when a caller is named: the caller, apart from every thread id.
     caller_rate_key: Option<String>,
+    /// The caller's verified identity, for identity conditions.
+    identity: Option<Arc<Identity>>,
     checkpoint_ns: String,
     checkpoint_map: BTreeMap<String, String>,
     state: TypeMap,
@@ -60,6 +63,15 @@ impl CallContext {
         inner.caller_rate_key = Some(format!("\u{0}caller\u{0}{caller}"));
         inner.caller = Some(caller);
         self
+    }
+
+    /// The caller a transport authenticated: its name as [`with_caller`](Self::with_caller), and its
+    /// verified [`Identity`], if any, for the policy's identity conditions (`identity.sub == "…"`). A caller
+    /// without an identity clears one set before.
+    pub fn with_authenticated(self, caller: &Caller) -> Self {
+        let mut context = self.with_caller(caller.name());
+        context.inner_mut().identity = caller.identity_arc().cloned();
+        context
     }
 
     /// The checkpoint namespace and the map of checkpoint ids (namespace → id) the call runs under.
@@ -126,6 +138,11 @@ impl CallContext {
         self.inner.caller.as_deref()
     }
 
+    /// The caller's verified identity, if the host gave one ([`with_authenticated`](Self::with_authenticated)).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.inner.identity.as_deref()
+    }
+
     /// What per-thread rate limits count this call under: its caller if named, else its thread.
     pub(crate) fn rate_subject(&self) -> Option<&str> {
         self.inner.caller_rate_key.as_deref().or(self.inner.thread_id.as_deref())
@@ -167,6 +184,7 @@ impl fmt::Debug for CallContext {
         f.debug_struct("CallContext")
             .field("thread_id", &self.inner.thread_id)
             .field("caller", &self.inner.caller)
+            .field("identity", &self.inner.identity)
             .field("checkpoint_ns", &self.inner.checkpoint_ns)
             .field("checkpoint_map", &self.inner.checkpoint_map)
             .field("state_values", &self.inner.state.len())

@@ -329,6 +329,7 @@ pub mod dialect;
 mod dispatch;
 mod echo;
 pub mod effect;
+pub mod identity;
 #[cfg(any(feature = "mcp", feature = "rig"))]
 pub mod integrations;
 #[cfg(feature = "json-tool")]

@@ -294,6 +294,7 @@ impl AuditLog {
             tool: event.tool.to_owned(),
             tool_call_id: event.tool_call_id.to_owned(),
             thread_id: event.thread_id.map(str::to_owned),
+            caller: event.caller.map(str::to_owned),
             outcome: event.outcome,
             rule: event.rule.map(str::to_owned),
             detail: event.detail.map(str::to_owned),

@@ -2,7 +2,8 @@
 //!
 //! # What a record holds
 //!
-//! Time (from the log's [`Clock`](crate::Clock)), tool, tool call id, thread id, [`AuditOutcome`], the rule
+//! Time (from the log's [`Clock`](crate::Clock)), tool, tool call id, thread id, the caller (who asked, as
+//! the host authenticated them: an OAuth token's `ISSUER#SUBJECT`), [`AuditOutcome`], the rule
 //! that decided, a short detail, and **commitments** to the canonical JSON of the arguments and of the
 //! result — not the values themselves unless [`AuditConfig::store_raw`] is set.
 //!
@@ -183,6 +184,8 @@ pub struct AuditEvent<'a> {
     pub tool_call_id: &'a str,
     /// The host's thread (conversation) id, if it has one.
     pub thread_id: Option<&'a str>,
+    /// Who called, as the host authenticated them ([`CallContext::caller`](crate::CallContext::caller)).
+    pub caller: Option<&'a str>,
     /// What happened.
     pub outcome: AuditOutcome,
     /// The policy rule or attribute that decided, if one did.
@@ -202,6 +205,7 @@ impl<'a> AuditEvent<'a> {
             tool,
             tool_call_id,
             thread_id: None,
+            caller: None,
             outcome,
             rule: None,
             detail: None,
@@ -213,6 +217,12 @@ impl<'a> AuditEvent<'a> {
     /// Sets the thread id.
     pub fn thread_id(mut self, thread_id: Option<&'a str>) -> Self {
         self.thread_id = thread_id;
+        self
+    }
+
+    /// Sets who called.
+    pub fn caller(mut self, caller: Option<&'a str>) -> Self {
+        self.caller = caller;
         self
     }
 
@@ -329,6 +339,10 @@ pub struct AuditRecord {
     pub tool_call_id: String,
     /// The host's thread id.
     pub thread_id: Option<String>,
+    /// Who called, as the host authenticated them (absent in records written before callers were
+    /// recorded, and for hosts that name none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// What happened.
     pub outcome: AuditOutcome,
     /// The rule that decided.
@@ -367,6 +381,9 @@ impl fmt::Display for AuditRecord {
         )?;
         if let Some(thread) = &self.thread_id {
             write!(f, " thread `{thread}`")?;
+        }
+        if let Some(caller) = &self.caller {
+            write!(f, " caller `{caller}`")?;
         }
         if let Some(rule) = &self.rule {
             write!(f, " rule `{rule}`")?;

@@ -20,6 +20,10 @@ pub(super) struct Body {
     pub(super) tool: String,
     pub(super) tool_call_id: String,
     pub(super) thread_id: Option<String>,
+    /// Who called, as the host authenticated them. Absent from the encoding when unnamed, so records
+    /// written before callers were recorded keep their one canonical form (and their hashes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) caller: Option<String>,
     pub(super) outcome: AuditOutcome,
     pub(super) rule: Option<String>,
     pub(super) detail: Option<String>,
@@ -43,6 +47,7 @@ impl Body {
             tool: self.tool,
             tool_call_id: self.tool_call_id,
             thread_id: self.thread_id,
+            caller: self.caller,
             outcome: self.outcome,
             rule: self.rule,
             detail: self.detail,

@@ -101,10 +101,10 @@ impl Dispatcher {
             Escalation::Interrupt(approvals) => {
                 let binding = call.binding();
                 let Some(resume) = call.context.resume() else {
-                    return match approvals
-                        .request_issued(&binding, call.rules, call.reasons, call.entry.approvals)
-                        .await
-                    {
+                    // The approver (`airlock requests`, the console, an MCP client's human) sees who asked:
+                    // the sealed request's reason names the caller.
+                    let reasons = naming_caller(call.reasons, call.context);
+                    return match approvals.request_issued(&binding, call.rules, &reasons, call.entry.approvals).await {
                         Ok((request, issued)) => Ok(Escalated::Interrupt(Box::new(request), issued)),
                         Err(RequestError::Ledger(LedgerError::TooManyPending {
                             pending, oldest_expires_at, ..
@@ -135,13 +135,28 @@ impl Dispatcher {
     }
 }
 
+/// The reasons a human is shown, followed by who asked when the host named the caller
+/// ([`CallContext::with_caller`]): `moves money (asked by https://issuer.example#alice)`.
+fn naming_caller<'a>(reasons: &'a str, context: &CallContext) -> std::borrow::Cow<'a, str> {
+    match context.caller() {
+        Some(caller) => format!("{reasons} (asked by {caller})").into(),
+        None => reasons.into(),
+    }
+}
+
 /// Asks an approver callback about one call.
 async fn ask(approver: &dyn Approver, call: &EscalatedCall<'_>) -> Result<Escalated, Refused> {
+    let mut reasons = call.escalations.to_vec();
+    if let Some(caller) = call.context.caller() {
+        for reason in &mut reasons {
+            reason.reason = format!("{} (asked by {caller})", reason.reason);
+        }
+    }
     let request = ApprovalRequest {
         tool: call.name.to_owned(),
         tool_call_id: call.id.to_owned(),
         thread_id: call.context.thread_id().map(str::to_owned),
-        reasons: call.escalations.to_vec(),
+        reasons,
         arguments: Value::Object(call.arguments.clone()),
     };
     match approver.review(request).await {

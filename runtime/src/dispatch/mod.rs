@@ -89,6 +89,27 @@ impl Dispatcher {
             .collect()
     }
 
+    /// [`offered_tools`](Self::offered_tools) less those the policy denies to this caller outright: a deny
+    /// condition on the caller's identity alone (`not (identity.groups contains "payments")`) that applies
+    /// to it, so what a caller may not call is not offered to it. A caller with no identity is denied
+    /// every tool with such a rule (identity conditions fail closed). In observe mode nothing is left out.
+    pub fn offered_tools_to(&self, context: &CallContext) -> Vec<ToolDefinition> {
+        self.offered_tools().into_iter().filter(|definition| !self.denies_caller(&definition.name, context)).collect()
+    }
+
+    /// Whether the policy refuses every call of `tool` by this caller, whatever its arguments: one of the
+    /// tool's deny conditions tests only the caller's identity and applies to it. `false` for an unknown
+    /// tool and in observe mode.
+    pub fn denies_caller(&self, tool: &str, context: &CallContext) -> bool {
+        let Some(entry) = self.tools.get(tool) else { return false };
+        !self.observe
+            && entry.conditions.iter().any(|rule| {
+                matches!(rule.action(), ConditionAction::Deny(_))
+                    && rule.condition().is_about_identity()
+                    && rule.evaluate_for(&Arguments::new(), context.identity()).applies()
+            })
+    }
+
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
     /// [`ToolDefinition::to_dialect`]): every tool the dialect can express, and why each other one cannot.
     pub fn offered_tools_in(&self, dialect: Dialect) -> DialectOffer {
@@ -380,7 +401,7 @@ impl Dispatcher {
     ) -> Result<Vec<EscalationReason>, Refused> {
         let mut escalations = Vec::new();
         for rule in &entry.conditions {
-            let evaluation = rule.evaluate(arguments);
+            let evaluation = rule.evaluate_for(arguments, context.identity());
             if !evaluation.applies() {
                 continue;
             }

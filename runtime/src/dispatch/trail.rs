@@ -38,6 +38,7 @@ impl Trail {
     ) -> AuditEntry {
         let mut event = AuditEvent::new(tool, id, outcome)
             .thread_id(context.thread_id())
+            .caller(context.caller())
             .rule(self.rule.as_deref())
             .detail(self.detail.as_deref());
         if let Some(arguments) = &self.arguments {

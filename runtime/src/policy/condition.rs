@@ -1,16 +1,26 @@
-//! Argument conditions: `PATH OP VALUE` over a call's screened arguments, e.g. `amount > 10000` or
-//! `path matches "**/.ssh/**"`.
+//! Conditions: `PATH OP VALUE` over a call's screened arguments or its caller's verified identity, e.g.
+//! `amount > 10000`, `path matches "**/.ssh/**"` or `not (identity.groups contains "payments")`.
 //!
-//! - `PATH` is an argument name followed by `.field` and `[index]` steps (`address.zip`, `items[0].sku`).
+//! - `PATH` is an argument name followed by `.field` and `[index]` steps (`address.zip`, `items[0].sku`),
+//!   or `identity.` and a claim of the caller's [`Identity`]: `identity.sub`, `identity.iss`, or a claim the
+//!   host kept (`identity.groups`, `identity.scope`). `identity` is therefore not an argument name here.
 //! - `OP` is one of `==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `matches` (a glob on a string, `/` is a
-//!   separator) and `starts_with` (a prefix of a string).
+//!   separator), `starts_with` (a prefix of a string) and `contains` (a list holds an item equal to the
+//!   value).
 //! - `VALUE` is a JSON literal: a number, a `"string"`, `true` or `false`, or for `in` a non-empty list of
-//!   scalars of one type. Its type is the type the argument must have.
+//!   scalars of one type. Its type is the type the argument must have (for `contains`, its items').
+//! - `not (CONDITION)` negates a condition (nesting is allowed).
 //!
 //! A condition is typed: `amount > 10000` holds for the number `20000` and not for `5`. An argument that is
 //! missing, or whose type is not the literal's, makes the condition *hold* (fail closed): a deny rule then
 //! denies and an escalation rule escalates, so a model cannot slip past a rule by leaving an argument out or
 //! sending `"20000"` as a string. Strings are matched as sent, without path normalisation.
+//!
+//! The same holds for identity: a call with **no verified identity** (a gateway's static bearer token, a
+//! host that names none), or whose identity lacks the claim, or has it with another type, makes an identity
+//! condition hold. `not` does not undo that: a condition that cannot be decided stays undecided through any
+//! number of `not`s, and the rule applies. So `[[tools.transfer.when]] if = 'not (identity.groups contains
+//! "payments")' deny = "payments team only"` refuses everyone who cannot be shown to be in the group.
 //!
 //! How `matches` reads a path (each spelling has a test, `path_spellings_match_as_documented`):
 //!
@@ -33,14 +43,25 @@ use std::fmt;
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Number, Value};
 
+use crate::identity::Identity;
 use crate::tool::Arguments;
 
-/// A parsed argument condition.
+/// A parsed condition.
 #[derive(Debug, Clone)]
 pub struct Condition {
     source: String,
+    /// How many `not (…)` wrap the test.
+    negations: usize,
+    subject: Subject,
     path: Vec<Step>,
     test: Test,
+}
+
+/// What a condition's path starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    Arguments,
+    Identity,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +78,7 @@ enum Test {
     In(Vec<Scalar>),
     Matches(GlobMatcher),
     StartsWith(String),
+    Contains(Scalar),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,14 +105,15 @@ impl fmt::Display for ConditionError {
 
 impl std::error::Error for ConditionError {}
 
-/// Whether a condition holds for one call's arguments.
+/// Whether a condition holds for one call's arguments (and caller).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Evaluation {
     /// The argument has the literal's type and the test holds.
     Holds,
     /// The argument has the literal's type and the test does not hold.
     DoesNotHold,
-    /// The argument is missing or of another type: treated as holding. The text says why.
+    /// The argument (or identity claim) is missing or of another type, or the call has no identity:
+    /// treated as holding. The text says why.
     FailedClosed(String),
 }
 
@@ -101,14 +124,33 @@ impl Evaluation {
     }
 }
 
-const OPERATORS: &str = "`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `matches`, `starts_with`";
+const OPERATORS: &str = "`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `matches`, `starts_with`, `contains`";
 
 impl Condition {
-    /// Parses `PATH OP VALUE`.
+    /// Parses `PATH OP VALUE`, or `not (CONDITION)`.
     pub fn parse(source: &str) -> Result<Condition, ConditionError> {
         let mut cursor = Cursor { text: source, at: 0 };
         cursor.skip_space();
-        let path = cursor.path()?;
+        let mut negations = 0;
+        while cursor.negation() {
+            negations += 1;
+            cursor.skip_space();
+        }
+        let mut path = cursor.path()?;
+        let subject = match path.first() {
+            Some(Step::Key(root)) if root == "identity" => {
+                if path.len() < 2 {
+                    return Err(ConditionError {
+                        offset: cursor.offset(cursor.at),
+                        message: "expected a claim after `identity`, e.g. `identity.sub` or `identity.groups`"
+                            .to_owned(),
+                    });
+                }
+                path.remove(0);
+                Subject::Identity
+            }
+            _ => Subject::Arguments,
+        };
         cursor.skip_space();
         let op_at = cursor.at;
         let op = cursor.operator().ok_or_else(|| ConditionError {
@@ -124,13 +166,32 @@ impl Condition {
                 message: format!("expected a value after `{op}`"),
             });
         }
-        let value: Value = serde_json::from_str(rest).map_err(|err| ConditionError {
+        let invalid = |err: serde_json::Error| ConditionError {
             offset: cursor.offset(value_at) + json_error_offset(rest, &err),
             message: format!(
                 "invalid value: {}; write a JSON literal such as `10000`, `\"text\"` or `true`",
                 json_error_text(&err)
             ),
-        })?;
+        };
+        // Inside `not (…)` the literal is followed by its closing parentheses: take them off the end first.
+        let mut literal = rest;
+        for _ in 0..negations {
+            let trimmed = literal.trim_end();
+            let Some(inner) = trimmed.strip_suffix(')') else {
+                return Err(ConditionError {
+                    offset: cursor.offset(value_at) + trimmed.chars().count(),
+                    message: "expected `)` to close `not (`".to_owned(),
+                });
+            };
+            literal = inner;
+        }
+        if literal.trim().is_empty() {
+            return Err(ConditionError {
+                offset: cursor.offset(value_at),
+                message: format!("expected a value after `{op}`"),
+            });
+        }
+        let value: Value = serde_json::from_str(literal).map_err(invalid)?;
         let at = cursor.offset(value_at);
         let fail = |message: String| ConditionError { offset: at, message };
         let test = match op {
@@ -178,6 +239,9 @@ impl Condition {
                     .map_err(|err| fail(format!("invalid glob `{pattern}`: {}", err.kind())))?;
                 Test::Matches(glob.compile_matcher())
             }
+            "contains" => Test::Contains(scalar(&value).ok_or_else(|| {
+                fail("`contains` needs the item to look for: a number, string or boolean".to_owned())
+            })?),
             _ => {
                 let Value::String(prefix) = value else {
                     return Err(fail("`starts_with` needs a string such as `\"/etc/\"`".to_owned()));
@@ -185,7 +249,13 @@ impl Condition {
                 Test::StartsWith(prefix)
             }
         };
-        Ok(Condition { source: source.trim().to_owned(), path, test })
+        Ok(Condition { source: source.trim().to_owned(), negations, subject, path, test })
+    }
+
+    /// Whether the condition tests the caller's identity rather than the call's arguments: such a
+    /// condition is decided by who calls alone, so a deny rule on it can hide the tool from that caller.
+    pub fn is_about_identity(&self) -> bool {
+        self.subject == Subject::Identity
     }
 
     /// The condition as written (trimmed).
@@ -193,10 +263,49 @@ impl Condition {
         &self.source
     }
 
-    /// Evaluates the condition against a call's screened arguments.
+    /// Evaluates the condition against a call's screened arguments, with no identity (an identity
+    /// condition fails closed).
     pub fn evaluate(&self, arguments: &Arguments) -> Evaluation {
-        let Some(value) = self.lookup(arguments) else {
-            return Evaluation::FailedClosed(format!("argument `{}` is missing", self.path_text()));
+        self.evaluate_for(arguments, None)
+    }
+
+    /// Evaluates the condition against a call's screened arguments and its caller's verified identity.
+    pub fn evaluate_for(&self, arguments: &Arguments, identity: Option<&Identity>) -> Evaluation {
+        let evaluation = self.evaluate_test(arguments, identity);
+        if self.negations.is_multiple_of(2) {
+            return evaluation;
+        }
+        match evaluation {
+            Evaluation::Holds => Evaluation::DoesNotHold,
+            Evaluation::DoesNotHold => Evaluation::Holds,
+            // Undecided stays undecided: the rule applies however many `not`s wrap it.
+            failed @ Evaluation::FailedClosed(_) => failed,
+        }
+    }
+
+    fn evaluate_test(&self, arguments: &Arguments, identity: Option<&Identity>) -> Evaluation {
+        let claim;
+        let value = match self.subject {
+            Subject::Arguments => match self.lookup(arguments) {
+                Some(value) => value,
+                None => return Evaluation::FailedClosed(format!("{} is missing", self.path_text())),
+            },
+            Subject::Identity => {
+                let Some(identity) = identity else {
+                    return Evaluation::FailedClosed("the call carries no verified identity".to_owned());
+                };
+                // The parser makes an identity path start with a claim's name.
+                let Some((Step::Key(name), rest)) = self.path.split_first() else {
+                    return Evaluation::FailedClosed(format!("{} is missing", self.path_text()));
+                };
+                claim = identity.claim(name);
+                match claim.as_ref().and_then(|value| descend(value, rest)) {
+                    Some(value) => value,
+                    None => {
+                        return Evaluation::FailedClosed(format!("{} is missing", self.path_text()));
+                    }
+                }
+            }
         };
         let decided = match &self.test {
             Test::Equal(expected) => typed(value, expected.kind()).map(|actual| actual.same(expected)),
@@ -209,12 +318,15 @@ impl Condition {
             Test::In(items) => typed(value, items[0].kind()).map(|actual| items.iter().any(|item| actual.same(item))),
             Test::Matches(glob) => value.as_str().map(|text| glob.is_match(text)),
             Test::StartsWith(prefix) => value.as_str().map(|text| text.starts_with(prefix.as_str())),
+            Test::Contains(item) => value.as_array().map(|items| {
+                items.iter().any(|actual| typed(actual, item.kind()).is_some_and(|actual| actual.same(item)))
+            }),
         };
         match decided {
             Some(true) => Evaluation::Holds,
             Some(false) => Evaluation::DoesNotHold,
             None => Evaluation::FailedClosed(format!(
-                "argument `{}` is {}, not {}",
+                "{} is {}, not {}",
                 self.path_text(),
                 kind_of(value),
                 self.expected_kind()
@@ -224,18 +336,18 @@ impl Condition {
 
     fn lookup<'a>(&self, arguments: &'a Arguments) -> Option<&'a Value> {
         let (Step::Key(first), rest) = self.path.split_first()? else { return None };
-        let mut value = arguments.get(first)?;
-        for step in rest {
-            value = match step {
-                Step::Key(key) => value.as_object()?.get(key)?,
-                Step::Index(index) => value.as_array()?.get(*index)?,
-            };
-        }
-        // A `null` inside the arguments is as good as missing.
-        (!value.is_null()).then_some(value)
+        descend(arguments.get(first)?, rest)
     }
 
+    /// The path as written, named for a message: ``argument `a.b` `` or ``identity claim `groups` ``.
     fn path_text(&self) -> String {
+        match self.subject {
+            Subject::Arguments => format!("argument `{}`", self.steps_text()),
+            Subject::Identity => format!("identity claim `{}`", self.steps_text()),
+        }
+    }
+
+    fn steps_text(&self) -> String {
         let mut text = String::new();
         for step in &self.path {
             match step {
@@ -256,8 +368,20 @@ impl Condition {
             Test::In(items) => items[0].kind(),
             Test::Compare(..) => "a number",
             Test::Matches(_) | Test::StartsWith(_) => "a string",
+            Test::Contains(_) => "a list",
         }
     }
+}
+
+/// The value at `steps` below `value`; a `null` is as good as missing.
+fn descend<'a>(mut value: &'a Value, steps: &[Step]) -> Option<&'a Value> {
+    for step in steps {
+        value = match step {
+            Step::Key(key) => value.as_object()?.get(key)?,
+            Step::Index(index) => value.as_array()?.get(*index)?,
+        };
+    }
+    (!value.is_null()).then_some(value)
 }
 
 /// Two conditions are the same if they are written the same.
@@ -388,6 +512,17 @@ impl Cursor<'_> {
         (end > 0).then_some(ident)
     }
 
+    /// Consumes `not (` if the text continues with it.
+    fn negation(&mut self) -> bool {
+        let Some(after) = self.rest().strip_prefix("not") else { return false };
+        let trimmed = after.trim_start();
+        if !trimmed.starts_with('(') {
+            return false;
+        }
+        self.at += 3 + (after.len() - trimmed.len()) + 1;
+        true
+    }
+
     fn path(&mut self) -> Result<Vec<Step>, ConditionError> {
         let start = self.at;
         let Some(first) = self.ident() else {
@@ -426,7 +561,7 @@ impl Cursor<'_> {
 
     fn operator(&mut self) -> Option<&'static str> {
         const SYMBOLS: [&str; 6] = ["==", "!=", "<=", ">=", "<", ">"];
-        const WORDS: [&str; 3] = ["in", "matches", "starts_with"];
+        const WORDS: [&str; 4] = ["in", "matches", "starts_with", "contains"];
         let rest = self.rest();
         let op = SYMBOLS.into_iter().find(|op| rest.starts_with(op)).or_else(|| {
             WORDS.into_iter().find(|word| {
@@ -541,6 +676,94 @@ mod tests {
         assert!(eval("a[3] == 1", json!({"a": [1]})).applies());
         assert!(eval("a.b == 1", json!({"a": {"b": null}})).applies());
         assert!(!eval("amount > 10000", json!({"amount": 1})).applies());
+    }
+
+    fn payments_member() -> Identity {
+        Identity::new("https://issuer.test", "alice")
+            .with_claim("groups", json!(["payments", "staff"]))
+            .with_claim("scope", json!(["mcp:tools", "read"]))
+            .with_claim("level", json!(3))
+    }
+
+    fn on_identity(condition: &str, identity: Option<&Identity>) -> Evaluation {
+        Condition::parse(condition).unwrap().evaluate_for(&Arguments::new(), identity)
+    }
+
+    #[test]
+    fn identity_conditions_test_the_callers_claims() {
+        let alice = payments_member();
+        let bob = Identity::new("https://issuer.test", "bob").with_claim("groups", json!(["support"]));
+        let member = "identity.groups contains \"payments\"";
+        assert_eq!(on_identity(member, Some(&alice)), Evaluation::Holds);
+        assert_eq!(on_identity(member, Some(&bob)), Evaluation::DoesNotHold);
+        assert_eq!(on_identity("identity.sub == \"alice\"", Some(&alice)), Evaluation::Holds);
+        assert_eq!(on_identity("identity.sub == \"alice\"", Some(&bob)), Evaluation::DoesNotHold);
+        assert_eq!(on_identity("identity.iss == \"https://issuer.test\"", Some(&bob)), Evaluation::Holds);
+        assert_eq!(on_identity("identity.scope contains \"read\"", Some(&alice)), Evaluation::Holds);
+        assert_eq!(on_identity("identity.level >= 3", Some(&alice)), Evaluation::Holds);
+        assert_eq!(on_identity("identity.groups[0] == \"payments\"", Some(&alice)), Evaluation::Holds);
+        // `not` flips a decided condition.
+        let outsider = "not (identity.groups contains \"payments\")";
+        assert_eq!(on_identity(outsider, Some(&alice)), Evaluation::DoesNotHold);
+        assert_eq!(on_identity(outsider, Some(&bob)), Evaluation::Holds);
+        assert_eq!(on_identity("not(not(identity.sub == \"bob\"))", Some(&bob)), Evaluation::Holds);
+        assert!(Condition::parse(outsider).unwrap().is_about_identity());
+        assert!(!Condition::parse("not (amount > 1)").unwrap().is_about_identity());
+    }
+
+    #[test]
+    fn identity_conditions_fail_closed_without_an_identity_or_a_claim_even_negated() {
+        let outsider = "not (identity.groups contains \"payments\")";
+        let none = on_identity(outsider, None);
+        assert_eq!(none, Evaluation::FailedClosed("the call carries no verified identity".to_owned()));
+        assert!(none.applies());
+        assert!(on_identity("identity.groups contains \"payments\"", None).applies());
+        let no_groups = Identity::new("https://issuer.test", "carol");
+        let missing = on_identity(outsider, Some(&no_groups));
+        assert_eq!(missing, Evaluation::FailedClosed("identity claim `groups` is missing".to_owned()));
+        // A claim of another type is undecided too: a string is not a list.
+        let stringly = Identity::new("https://issuer.test", "dave").with_claim("groups", json!("payments"));
+        assert_eq!(
+            on_identity(outsider, Some(&stringly)),
+            Evaluation::FailedClosed("identity claim `groups` is a string, not a list".to_owned())
+        );
+        // A claim named `sub` cannot replace the subject.
+        let forged = Identity::new("https://issuer.test", "eve").with_claim("sub", json!("alice"));
+        assert_eq!(on_identity("identity.sub == \"alice\"", Some(&forged)), Evaluation::DoesNotHold);
+        // The argument form is unchanged by an identity: `identity.x` never reads an argument.
+        let args = args(json!({"identity": {"sub": "alice"}}));
+        let parsed = Condition::parse("identity.sub == \"alice\"").unwrap();
+        assert!(matches!(parsed.evaluate(&args), Evaluation::FailedClosed(_)));
+    }
+
+    #[test]
+    fn contains_and_not_work_on_arguments_too() {
+        assert_eq!(eval("tags contains \"urgent\"", json!({"tags": ["a", "urgent"]})), Evaluation::Holds);
+        assert_eq!(eval("tags contains \"urgent\"", json!({"tags": ["a"]})), Evaluation::DoesNotHold);
+        assert_eq!(eval("ids contains 2", json!({"ids": [1, 2.0]})), Evaluation::Holds);
+        assert_eq!(eval("ids contains 2", json!({"ids": ["2"]})), Evaluation::DoesNotHold);
+        assert!(eval("tags contains \"x\"", json!({"tags": "x"})).applies());
+        assert_eq!(eval("not (amount > 10)", json!({"amount": 5})), Evaluation::Holds);
+        assert_eq!(eval("not (amount > 10)", json!({"amount": 50})), Evaluation::DoesNotHold);
+        assert!(eval("not (amount > 10)", json!({})).applies());
+        assert_eq!(eval("not ( currency in [\"usd\"] ) ", json!({"currency": "eur"})), Evaluation::Holds);
+    }
+
+    #[test]
+    fn refuses_malformed_identity_and_negated_conditions() {
+        let err = |c: &str| Condition::parse(c).unwrap_err();
+        assert!(err("identity == \"x\"").message.starts_with("expected a claim after `identity`"));
+        assert_eq!(err("not (amount > 5").message, "expected `)` to close `not (`");
+        assert_eq!(err("not (amount > 5").offset, 15);
+        assert!(err("not (amount > 5))").message.contains("trailing characters"));
+        assert_eq!(
+            Condition::parse("not (name == \"a)\")").unwrap().evaluate(&args(json!({"name": "a)"}))),
+            Evaluation::DoesNotHold
+        );
+        assert_eq!(err("not (amount >)").message, "expected a value after `>`");
+        assert!(err("tags contains [1]").message.contains("`contains` needs the item"));
+        // `not` without a parenthesis is an argument named `not`.
+        assert!(err("not amount > 5").message.starts_with("expected an operator"));
     }
 
     #[test]

@@ -37,6 +37,10 @@
 //! [[tools.write_file.when]]
 //! if = 'path matches "**/.ssh/**"'
 //! deny = "never write ssh keys"
+//!
+//! [[tools.transfer.when]]      # identity conditions: the caller a gateway authenticated (OAuth)
+//! if = 'not (identity.groups contains "payments")'
+//! deny = "payments team only"   # also hides `transfer` from such callers' `tools/list`
 //! ```
 //!
 //! Unknown keys, wrong types, bad globs, rates, masks, templates, conditions and versions are refused

@@ -11,6 +11,7 @@ use globset::GlobMatcher;
 
 use super::condition::{Condition, ConditionError, Evaluation};
 use super::findings::FindingKind;
+use crate::identity::Identity;
 use crate::mask::MaskSet;
 use crate::rate::{Rate, RateScope};
 use crate::tool::Arguments;
@@ -130,6 +131,12 @@ impl ConditionRule {
     /// argument applies it (fail closed).
     pub fn evaluate(&self, arguments: &Arguments) -> Evaluation {
         self.condition.evaluate(arguments)
+    }
+
+    /// As [`evaluate`](Self::evaluate), for a caller with this verified identity (or none: an identity
+    /// condition then applies the rule).
+    pub fn evaluate_for(&self, arguments: &Arguments, identity: Option<&Identity>) -> Evaluation {
+        self.condition.evaluate_for(arguments, identity)
     }
 }
 

@@ -12,6 +12,7 @@ pub mod mcp_gateway;
 pub mod mcp_gateway_boundary;
 pub mod mcp_gateway_http;
 pub mod mcp_gateway_langgraph;
+pub mod mcp_gateway_oauth;
 pub mod mcp_gateway_operator;
 pub mod mcp_gateway_otel;
 pub mod mcp_gateway_passthrough;

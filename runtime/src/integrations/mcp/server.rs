@@ -21,6 +21,7 @@ pub(super) use rmcp;
 use crate::approval::Approver;
 use crate::context::CallContext;
 use crate::dispatch::Dispatcher;
+use crate::identity::Caller;
 use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 use crate::policy::ApprovalRoute;
 
@@ -55,8 +56,8 @@ pub struct GuardedMcpServer {
 }
 
 /// Who made a request, as its transport attached it to the request (an HTTP request's authenticated
-/// identity, say): the caller its call runs as ([`CallContext::with_caller`]), `None` for none.
-pub type CallerOf = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
+/// identity, say): the caller its call runs as ([`CallContext::with_authenticated`]), `None` for none.
+pub type CallerOf = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<Caller> + Send + Sync>;
 
 impl GuardedMcpServer {
     /// A server for `dispatcher`'s offered tools whose escalated calls are decided as `approvals` says,
@@ -125,13 +126,15 @@ impl GuardedMcpServer {
         self
     }
 
-    /// Reads who made each `tools/call` from what its transport attached to the request: every call runs
-    /// as that caller ([`CallContext::with_caller`]), so per-thread rate limits count by the caller across
-    /// all of its connections, not afresh on each. Approvals stay bound to the connection. Without it (and
-    /// when it answers `None`) calls count by the connection.
+    /// Reads who made each request from what its transport attached to it: every call runs as that caller
+    /// ([`CallContext::with_authenticated`]), so per-thread rate limits count by the caller across all of
+    /// its connections, not afresh on each, the audit record names it, and the policy's identity conditions
+    /// test its identity; `tools/list` leaves out what the policy denies it outright
+    /// ([`Dispatcher::offered_tools_to`]). Approvals stay bound to the connection. Without it (and when it
+    /// answers `None`) calls count by the connection.
     pub fn with_caller_of(
         mut self,
-        caller_of: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+        caller_of: impl Fn(&RequestContext<RoleServer>) -> Option<Caller> + Send + Sync + 'static,
     ) -> Self {
         self.caller_of = Some(Arc::new(caller_of));
         self
@@ -241,9 +244,15 @@ impl ServerHandler for GuardedMcpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.served.current().tools.to_vec()))
+        let served = self.served.current();
+        // What the policy denies this caller outright is not offered to it; a caller without an identity
+        // (stdio, a static token) is denied every tool an identity condition denies (fail closed).
+        let cx = self.call_context(&context);
+        let tools: Vec<_> =
+            served.tools.iter().filter(|tool| !served.dispatcher.denies_caller(&tool.name, &cx)).cloned().collect();
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -258,14 +267,7 @@ impl ServerHandler for GuardedMcpServer {
         let dispatcher = &*served.dispatcher;
         // The caller, where the transport names one, is what per-thread rate limits count by; the thread (and
         // so every approval's binding) stays this connection.
-        let with_caller;
-        let cx = match self.caller_of.as_ref().and_then(|caller_of| caller_of(&context)) {
-            Some(caller) => {
-                with_caller = self.context.clone().with_caller(caller);
-                &with_caller
-            }
-            None => &self.context,
-        };
+        let cx = &*self.call_context(&context);
         let outcome = match &self.approvals {
             McpApprovals::BoundClientElicitation(bound) => {
                 self.dispatch_bound(dispatcher, cx, call, &context, bound).await
@@ -285,6 +287,16 @@ impl ServerHandler for GuardedMcpServer {
             }
         };
         Ok(tool_result(outcome).into())
+    }
+}
+
+impl GuardedMcpServer {
+    /// The context a request runs with: this connection's, as the caller its transport names, if any.
+    fn call_context(&self, request: &RequestContext<RoleServer>) -> Cow<'_, CallContext> {
+        match self.caller_of.as_ref().and_then(|caller_of| caller_of(request)) {
+            Some(caller) => Cow::Owned(self.context.clone().with_authenticated(&caller)),
+            None => Cow::Borrowed(&self.context),
+        }
     }
 }
 

@@ -9,10 +9,11 @@
 //! address the service also checks the `Host` header (against DNS rebinding); bound elsewhere it does not,
 //! and the token is the only gate.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -23,7 +24,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpListener;
 
+use super::oauth::OAuthResourceServer;
 use super::{DEFAULT_SHUTDOWN_GRACE, GatewayError, GatewayServer, McpGateway, watch_closed};
+use crate::identity::Caller;
 use crate::integrations::mcp::McpApprovals;
 
 /// The token clients must send as `Authorization: Bearer <token>`. Compared by digest, so the time a
@@ -40,41 +43,57 @@ impl BearerToken {
         (!token.is_empty()).then(|| BearerToken { digest: Sha256::digest(token.as_bytes()).into() })
     }
 
+    /// Whether `token` is this token (by digest).
+    pub fn matches(&self, token: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        digest == self.digest
+    }
+
     /// Who the request comes from, if its `Authorization` header carries this token: everyone holding it
     /// is one caller.
     fn admits<B>(&self, request: &Request<B>) -> Option<Caller> {
-        let value = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())?;
-        let token = value.strip_prefix("Bearer ").map(str::trim)?;
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        (digest == self.digest).then(|| Caller::new(Caller::BEARER_TOKEN))
+        let token = bearer_of(request)?;
+        self.matches(token).then(|| Caller::new(Caller::BEARER_TOKEN))
     }
 }
 
-/// Who an admitted HTTP request comes from, as its credential says: attached to the request (its
-/// extensions) once the credential is checked, and read back for each call
+/// The caller attached to the HTTP request behind an MCP request, if any: attached to the request (its
+/// extensions) once its credential is checked, and read back for each request
 /// ([`GuardedMcpServer::with_caller_of`](crate::integrations::mcp::GuardedMcpServer::with_caller_of)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller(Arc<str>);
+fn caller_of(context: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Option<Caller> {
+    let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+    parts.extensions.get::<Caller>().cloned()
+}
 
-impl Caller {
-    /// The caller of every request with the gateway's static bearer token: one caller, whoever holds it.
-    pub const BEARER_TOKEN: &'static str = "bearer-token";
+/// How `--listen` admits requests: one static bearer token (everyone holding it is one caller, with no
+/// identity), or OAuth 2.1 access tokens (JWTs) of one issuer, each naming its subject. Exclusive: a
+/// gateway in OAuth mode admits no static token.
+#[derive(Debug, Clone)]
+pub enum HttpAuth {
+    /// The static bearer token.
+    Token(BearerToken),
+    /// The gateway as an OAuth 2.1 resource server.
+    OAuth(OAuthResourceServer),
+}
 
-    /// A caller by name (for an OAuth token, its issuer and subject).
-    pub fn new(name: impl Into<Arc<str>>) -> Self {
-        Caller(name.into())
+impl From<BearerToken> for HttpAuth {
+    fn from(token: BearerToken) -> Self {
+        HttpAuth::Token(token)
     }
+}
 
-    /// The name calls run as ([`CallContext::with_caller`](crate::CallContext::with_caller)).
-    pub fn name(&self) -> &str {
-        &self.0
+impl From<OAuthResourceServer> for HttpAuth {
+    fn from(server: OAuthResourceServer) -> Self {
+        HttpAuth::OAuth(server)
     }
+}
 
-    /// The caller attached to the HTTP request behind an MCP request, if any.
-    fn of(context: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Option<String> {
-        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
-        parts.extensions.get::<Caller>().map(|caller| caller.0.to_string())
-    }
+/// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive).
+fn bearer_of<B>(request: &Request<B>) -> Option<&str> {
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 impl std::fmt::Debug for BearerToken {
@@ -85,17 +104,24 @@ impl std::fmt::Debug for BearerToken {
 
 impl McpGateway {
     /// Serves MCP over Streamable HTTP on `listener` (on any path; clients conventionally use `/mcp`) to
-    /// every client that sends `token`, until `shutdown` completes or the upstream goes away; re-lists the
+    /// every client `auth` admits, until `shutdown` completes or the upstream goes away; re-lists the
     /// upstream's tools whenever it says they changed. Then ends every session and shuts the upstream down.
+    ///
+    /// In OAuth mode the protected resource metadata (RFC 9728) is served, to anyone, at
+    /// `/.well-known/oauth-protected-resource` and at that path followed by the resource's path
+    /// ([`OAuthResourceServer::metadata_path`]); every other request needs a valid access token, else it is
+    /// answered `401` with a `WWW-Authenticate: Bearer resource_metadata="…"` challenge (and
+    /// `error="invalid_token"` when a token was sent and refused).
     pub async fn serve_http(
         mut self,
         approvals: McpApprovals,
         listener: TcpListener,
-        token: BearerToken,
+        auth: impl Into<HttpAuth>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), GatewayError> {
+        let auth = auth.into();
         let loopback = listener.local_addr().map(|addr| addr.ip().is_loopback()).unwrap_or(false);
-        let base = self.server(approvals).with_caller_of(Caller::of);
+        let base = self.server(approvals).with_caller_of(caller_of);
         let peer = self.upstream.peer();
         let surfaces = Arc::clone(&self.surfaces);
         let mut config = StreamableHttpServerConfig::default();
@@ -109,13 +135,14 @@ impl McpGateway {
             Arc::new(LocalSessionManager::default()),
             config,
         );
+        let owners = SessionOwners::default();
         let mut shutdown = std::pin::pin!(shutdown);
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, from)) => serve_connection(stream, from, service.clone(), token.clone()),
+                    Ok((stream, from)) => serve_connection(stream, from, service.clone(), auth.clone(), Arc::clone(&owners)),
                     Err(error) => tracing::warn!(target: "agent_airlock", %error, "a connection was not accepted"),
                 },
                 () = &mut shutdown => {
@@ -142,25 +169,129 @@ impl McpGateway {
 
 type Service = StreamableHttpService<GatewayServer, LocalSessionManager>;
 
-/// Serves one TCP connection's HTTP/1 requests on its own task: each is refused unless it has the token.
-fn serve_connection(stream: tokio::net::TcpStream, from: SocketAddr, service: Service, token: BearerToken) {
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Who opened each MCP session (its id → the caller's name).
+type SessionOwners = Arc<Mutex<HashMap<String, Arc<str>>>>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Where the protected resource metadata is served whatever the resource's path.
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+fn text_response(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+    *response.status_mut() = status;
+    response
+}
+
+/// The RFC 9728 metadata, to `GET` (and `HEAD`); CORS-readable, since browser-based clients fetch it too.
+fn metadata_response(server: &OAuthResourceServer, method: &hyper::Method) -> Response<Body> {
+    if method != hyper::Method::GET && method != hyper::Method::HEAD {
+        let mut refused = text_response(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        refused.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+        return refused;
+    }
+    let body = serde_json::to_vec(&server.metadata()).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, header::HeaderValue::from_static("*"));
+    response
+}
+
+/// `401` with the challenge RFC 9728 §5.1 and RFC 6750 §3 describe: where the metadata is, and for a
+/// refused token `error="invalid_token"` with the refusal's fixed phrase.
+fn challenge(server: &OAuthResourceServer, refusal: Option<super::oauth::TokenRefusal>) -> Response<Body> {
+    let metadata = server.metadata_url().replace(['"', '\\'], "");
+    let value = match refusal {
+        None => format!("Bearer resource_metadata=\"{metadata}\""),
+        Some(refusal) => {
+            format!("Bearer error=\"invalid_token\", error_description=\"{refusal}\", resource_metadata=\"{metadata}\"")
+        }
+    };
+    let mut refused = text_response(StatusCode::UNAUTHORIZED, "the gateway needs a valid OAuth access token\n");
+    if let Ok(value) = header::HeaderValue::from_str(&value) {
+        refused.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    refused
+}
+
+/// Serves one TCP connection's HTTP/1 requests on its own task: each is refused unless `auth` admits it
+/// (the OAuth metadata excepted).
+fn serve_connection(
+    stream: tokio::net::TcpStream,
+    from: SocketAddr,
+    service: Service,
+    auth: HttpAuth,
+    owners: SessionOwners,
+) {
     let handler = hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
         let service = service.clone();
-        let caller = token.admits(&request);
+        let auth = auth.clone();
+        let owners = Arc::clone(&owners);
         async move {
-            let Some(caller) = caller else {
-                tracing::warn!(target: "agent_airlock", %from, "a request without the gateway's bearer token was refused");
-                let body = Full::new(Bytes::from_static(b"the gateway needs `Authorization: Bearer <token>`\n"))
-                    .map_err(|never: Infallible| match never {})
-                    .boxed();
-                let mut refused = Response::new(body);
-                *refused.status_mut() = StatusCode::UNAUTHORIZED;
-                refused.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-                return Ok::<_, Infallible>(refused);
+            let caller = match &auth {
+                HttpAuth::Token(token) => match token.admits(&request) {
+                    Some(caller) => caller,
+                    None => {
+                        tracing::warn!(target: "agent_airlock", %from, "a request without the gateway's bearer token was refused");
+                        let mut refused = text_response(
+                            StatusCode::UNAUTHORIZED,
+                            "the gateway needs `Authorization: Bearer <token>`\n",
+                        );
+                        refused
+                            .headers_mut()
+                            .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+                        return Ok::<_, Infallible>(refused);
+                    }
+                },
+                HttpAuth::OAuth(server) => {
+                    let path = request.uri().path();
+                    if path == WELL_KNOWN || path == server.metadata_path() {
+                        return Ok(metadata_response(server, request.method()));
+                    }
+                    let Some(token) = bearer_of(&request) else {
+                        tracing::warn!(target: "agent_airlock", %from, "a request without an access token was refused");
+                        return Ok(challenge(server, None));
+                    };
+                    match server.admit(token).await {
+                        Ok(caller) => caller,
+                        Err(refusal) => {
+                            // The reason, never the token.
+                            tracing::warn!(target: "agent_airlock", %from, reason = %refusal, "an access token was refused");
+                            return Ok(challenge(server, Some(refusal)));
+                        }
+                    }
+                }
             };
+            // A session belongs to the caller who opened it: another caller's credential does not reach into
+            // it (the session id is not a credential).
+            let session = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            if let Some(id) = &session {
+                let owner = owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned();
+                if owner.is_some_and(|owner| *owner != *caller.name()) {
+                    tracing::warn!(target: "agent_airlock", %from, "a request for another caller's session was refused");
+                    return Ok(text_response(StatusCode::NOT_FOUND, "no such session\n"));
+                }
+            }
+            let ending = request.method() == hyper::Method::DELETE;
+            let name: Arc<str> = caller.name().into();
             // rmcp passes the request's parts, extensions included, to the handler of each MCP request.
             request.extensions_mut().insert(caller);
-            Ok(service.handle(request).await)
+            let response = service.handle(request).await;
+            let mut owners = owners.lock().unwrap_or_else(PoisonError::into_inner);
+            match (&session, response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())) {
+                (None, Some(opened)) => {
+                    owners.insert(opened.to_owned(), name);
+                }
+                (Some(id), _) if ending && response.status().is_success() => {
+                    owners.remove(id);
+                }
+                _ => {}
+            }
+            drop(owners);
+            Ok(response.map(|body| body.boxed()))
         }
     });
     tokio::spawn(async move {

@@ -45,6 +45,7 @@
 mod environment;
 mod framing;
 mod http;
+mod oauth;
 mod passthrough;
 mod pin;
 mod sandbox;
@@ -57,9 +58,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::identity::Caller;
 pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, UpstreamEnvironment};
 pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
-pub use http::{BearerToken, Caller};
+pub use http::{BearerToken, HttpAuth};
+pub use oauth::{
+    DEFAULT_ALGORITHMS, DEFAULT_LEEWAY, KEYS_MAX_AGE, KeySource, OAuthConfig, OAuthConfigError, OAuthResourceServer,
+    REFETCH_INTERVAL, TokenRefusal, parse_algorithm,
+};
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
 pub use sandbox::{
