@@ -22,6 +22,7 @@ pub(super) struct Call<'a> {
 
 impl Call<'_> {
     /// The record of this call with `outcome`, as its trail stands now; none without an audit log.
+    #[inline]
     pub(super) fn record(&self, outcome: AuditOutcome) -> Option<AuditEntry> {
         self.audit.map(|log| self.trail.entry(log, self.name, self.id, self.context, outcome))
     }
@@ -29,8 +30,20 @@ impl Call<'_> {
     /// A gate's verdict under the tool's observed rules: a refusal is traced and audited as "would refuse"
     /// (written with the dispatch's next durable write, like a human's approval) and the call goes on.
     /// Whether the call passed.
+    #[inline]
     pub(super) fn observe(&mut self, verdict: Result<(), Refused>) -> bool {
-        let Err(refused) = verdict else { return true };
+        match verdict {
+            Ok(()) => true,
+            Err(refused) => {
+                self.would_refuse(refused);
+                false
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn would_refuse(&mut self, refused: Refused) {
         tracing::warn!(
             target: "agent_airlock",
             outcome = "would_refuse",
@@ -49,7 +62,6 @@ impl Call<'_> {
             let record = observed.entry(log, self.name, self.id, self.context, audit_outcome_of(refused.kind));
             self.trail.pending.push(record);
         }
-        false
     }
 
     /// The message answering this call.

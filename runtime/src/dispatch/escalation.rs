@@ -97,6 +97,7 @@ impl Dispatcher {
 
     /// Gate 5: a call the tool's enforced rules or the conditions it `met` escalate goes to `reviewer`,
     /// once what no human can change (an empty bucket, a duplicate effect) has not refused it.
+    #[inline]
     pub(super) async fn escalation(
         &self,
         call: &mut Call<'_>,

@@ -17,6 +17,7 @@ use crate::tool::{Arguments, GhostPolicy, PreparedCall, ToolSpec};
 
 impl Rules {
     /// Gate 2: a deny glob matched the registered name.
+    #[inline]
     pub(super) fn denial(&self, name: &str) -> Result<(), Refused> {
         match &self.denied_by {
             Some(rule) => Err(refusal::denied(name, rule)),
@@ -25,11 +26,13 @@ impl Rules {
     }
 
     /// Gate 3: how undeclared keys are screened, the author's mode or the policy's `block`.
+    #[inline]
     pub(super) fn ghosts(&self, spec: &ToolSpec) -> GhostPolicy {
         if self.ghost_block.is_some() { GhostPolicy::Block } else { spec.ghost() }
     }
 
     /// Gate 3, for rules the screen did not apply: the policy's `block` would refuse what was stripped.
+    #[inline]
     pub(super) fn ghosts_blocked(&self, name: &str, stripped: &[String]) -> Result<(), Refused> {
         match &self.ghost_block {
             Some(rule) if !stripped.is_empty() => Err(Refused::new(
@@ -43,12 +46,14 @@ impl Rules {
 
     /// Gate 4: the policy's idempotency key over the admitted arguments, for a tool whose author declared
     /// none.
+    #[inline]
     pub(super) fn effect_key(&self, arguments: &Arguments) -> Option<String> {
         self.effect.as_ref().map(|template| template.render(arguments))
     }
 
     /// Gate 4b: each argument condition the call meets (or cannot be shown not to meet), in order: its
     /// escalation, or a deny rule's refusal.
+    #[inline]
     pub(super) fn conditions<'a>(
         &'a self,
         name: &'a str,
@@ -76,7 +81,18 @@ impl Rules {
         })
     }
 
+    /// Gate 4b, enforced: the escalations of the conditions the call meets, or the first deny's refusal.
+    #[inline]
+    pub(super) fn conditions_met(&self, name: &str, arguments: &Arguments) -> Result<Vec<EscalationReason>, Refused> {
+        let mut met = Vec::new();
+        for verdict in self.conditions(name, arguments) {
+            met.push(verdict?);
+        }
+        Ok(met)
+    }
+
     /// Gate 5, for rules nobody is asked about: they would ask a human.
+    #[inline]
     pub(super) fn would_escalate(&self, name: &str) -> Result<(), Refused> {
         match self.escalations.is_empty() {
             true => Ok(()),
@@ -89,6 +105,7 @@ impl Entry {
     /// Gate 4: validation and injection. The call's future is built, not polled; its effect key comes from
     /// the typed values (hand-written tools may leave it to the template), or from the enforced policy's
     /// template over the admitted arguments.
+    #[inline]
     pub(super) fn prepare(
         &self,
         call: &Call<'_>,
@@ -126,6 +143,7 @@ impl Entry {
 impl Dispatcher {
     /// Gate 6 under one set of rules: one token from each of its buckets, in memory first, then shared (a
     /// round trip to the store), or none.
+    #[inline]
     pub(super) async fn take_tokens(
         &self,
         rules: &Rules,
@@ -137,7 +155,10 @@ impl Dispatcher {
             let (rule, rate) = rules.bucket_rules[position].clone();
             return Err(refusal::rate_limited(name, rule, rate, wait));
         }
-        if let Err(refused) = self.take_shared(&rules.shared_buckets, thread, now).await {
+        if let Some(shared) = &self.shared_rates
+            && !rules.shared_buckets.is_empty()
+            && let Err(refused) = shared.acquire(&rules.shared_buckets, thread, now).await
+        {
             self.limiter.refund(&rules.buckets, thread, now);
             return Err(refusal::shared_rate(name, &rules.shared_buckets, refused));
         }
@@ -150,21 +171,8 @@ impl Dispatcher {
         self.refund_shared(&rules.shared_buckets, thread, now).await;
     }
 
-    /// Gate 6's shared buckets: one token from each, or none.
-    async fn take_shared(
-        &self,
-        buckets: &[SharedBucket],
-        thread: Option<&str>,
-        now: Duration,
-    ) -> Result<(), SharedRefusal> {
-        match &self.shared_rates {
-            Some(shared) if !buckets.is_empty() => shared.acquire(buckets, thread, now).await,
-            _ => Ok(()),
-        }
-    }
-
-    /// Gives back what [`take_shared`](Self::take_shared) took. If the store cannot be reached, the tokens
-    /// stay spent: the limit errs on the strict side.
+    /// Gives back what [`take_tokens`](Self::take_tokens) took from shared buckets. If the store cannot be
+    /// reached, the tokens stay spent: the limit errs on the strict side.
     async fn refund_shared(&self, buckets: &[SharedBucket], thread: Option<&str>, now: Duration) {
         if let Some(shared) = &self.shared_rates
             && !buckets.is_empty()

@@ -147,17 +147,22 @@ impl Dispatcher {
                 call.trail.outcome = Some(audit_outcome_of(refused.kind));
                 call.trail.rule.clone_from(&refused.rule);
                 Outcome::Message(ToolMessage {
+                    tool_call_id: id.clone(),
+                    name: name.clone(),
                     content: refused.text,
                     status: Status::Error,
                     hints: refused.hints,
+                    stripped_arguments: stripped,
                     refusal: Some(Refusal { kind: refused.kind, rule: refused.rule, retry_after: refused.retry_after }),
-                    ..call.message(Status::Error, String::new(), stripped)
+                    structured_content: None,
                 })
             }
         };
         // The second durable write: the effect settled and the records, together.
         let mut entries = std::mem::take(&mut call.trail.pending);
-        entries.extend(call.trail.outcome.and_then(|audited| call.record(audited)));
+        if let Some(record) = call.trail.outcome.and_then(|audited| call.record(audited)) {
+            entries.push(record);
+        }
         self.settle_and_record(call.trail.settle.take(), entries).await;
         // Only now does the host hold the interrupt: dropped before this, the request is closed.
         if let Some(issued) = call.trail.issued.take() {
@@ -214,7 +219,7 @@ impl Dispatcher {
         for met in observed.conditions(name, &arguments) {
             call.observe(met.and_then(|met| Err(refusal::would_escalate(name, &met.rule, &met.reason))));
         }
-        let met = enforced.conditions(name, &arguments).collect::<Result<_, _>>().map_err(with_stripped)?;
+        let met = enforced.conditions_met(name, &arguments).map_err(with_stripped)?;
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
