@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dispatcher::{Dispatcher, Entry, Escalation, Stores};
+use super::dispatcher::{Dispatcher, Entry, Escalation, Rules, Stores};
 use super::escalation::joined;
 use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
@@ -215,45 +215,51 @@ impl DispatcherBuilder {
                 return Err(BuildError::NoEffectStore(spec.name().to_owned()));
             }
             let mask = spec.mask() | decision.mask;
-            let mut escalations = Vec::new();
-            if let Some(reason) = spec.escalate() {
-                escalations.push(EscalationReason { rule: "attribute".into(), reason: reason.into() });
-            }
-            let policy_escalations =
-                decision.escalations.into_iter().map(|(rule, reason)| EscalationReason { rule, reason });
-            // In observe mode what the policy adds is evaluated and reported, not enforced.
-            let mut observed_escalations = Vec::new();
-            if observe {
-                observed_escalations.extend(policy_escalations);
-            } else {
-                escalations.extend(policy_escalations);
-            }
+            // The author's rules are always enforced; the policy's with them, or only observed.
+            let author = Unbucketed {
+                rules: Rules {
+                    escalations: spec
+                        .escalate()
+                        .map(|reason| EscalationReason { rule: "attribute".into(), reason: reason.into() })
+                        .into_iter()
+                        .collect(),
+                    ..Rules::default()
+                },
+                limits: spec
+                    .rate()
+                    .map(|rate| ("attribute".to_owned(), rate, RateScope::PerTool))
+                    .into_iter()
+                    .collect(),
+                shared_limits: Vec::new(),
+            };
+            let policy = Unbucketed {
+                rules: Rules {
+                    denied_by: decision.denied_by,
+                    ghost_block: decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block),
+                    effect: policy_effect,
+                    conditions: decision.conditions,
+                    escalations: decision
+                        .escalations
+                        .into_iter()
+                        .map(|(rule, reason)| EscalationReason { rule, reason })
+                        .collect(),
+                    ..Rules::default()
+                },
+                limits: decision.rate_limits,
+                shared_limits: decision.shared_rate_limits,
+            };
+            let (enforced, observed) =
+                if observe { (author, policy) } else { (author.and(policy), Unbucketed::default()) };
             if reserves_effect
-                && !escalations.is_empty()
+                && !enforced.rules.escalations.is_empty()
                 && let (Some(ledger), Some(store)) = (&ledger_effects, &effects)
                 && (ledger.storage_id().is_none() || ledger.storage_id() != store.storage_id())
             {
                 return Err(BuildError::EffectsApartFromLedger(spec.name().to_owned()));
             }
-            // Every applicable limit gets its own bucket, so the stricter one always binds.
-            let mut limits: Vec<(String, Rate, RateScope)> =
-                spec.rate().map(|r| ("attribute".to_owned(), r, RateScope::PerTool)).into_iter().collect();
-            let mut observed_limits = Vec::new();
-            let (mut shared_limits, mut observed_shared_limits) = (Vec::new(), Vec::new());
-            if observe {
-                observed_limits = decision.rate_limits;
-                observed_shared_limits = decision.shared_rate_limits;
-            } else {
-                limits.extend(decision.rate_limits);
-                shared_limits = decision.shared_rate_limits;
-            }
-            let (buckets, bucket_rules) = add_buckets(&mut limiter, limits);
-            let (observed_buckets, observed_bucket_rules) = add_buckets(&mut limiter, observed_limits);
-            let shared_buckets = shared_buckets_of(spec.name(), shared_limits);
-            let observed_shared_buckets = shared_buckets_of(spec.name(), observed_shared_limits);
+            let enforced = enforced.bucketed(&mut limiter, spec.name());
+            let observed = observed.bucketed(&mut limiter, spec.name());
             let definition = ToolDefinition::of(&*tool);
-            let (escalation_rules, escalation_reasons) = joined(&escalations);
-            let ghost_block = decision.ghost_block.filter(|_| spec.ghost() != GhostPolicy::Block);
             let name = spec.name().to_owned();
             order.push(name.clone());
             tools.insert(
@@ -262,22 +268,10 @@ impl DispatcherBuilder {
                     tool,
                     screen: crate::args::CompiledSchema::compile(&definition.input_schema),
                     definition,
-                    denied_by: decision.denied_by,
-                    escalation_rules,
-                    escalation_reasons,
                     approvals: decision.approvals,
-                    escalations,
-                    observed_escalations,
-                    buckets,
-                    bucket_rules,
-                    observed_buckets,
-                    observed_bucket_rules,
-                    shared_buckets,
-                    observed_shared_buckets,
                     mask,
-                    ghost_block,
-                    policy_effect,
-                    conditions: decision.conditions,
+                    enforced,
+                    observed,
                 },
             );
         }
@@ -305,9 +299,36 @@ impl DispatcherBuilder {
             lease_keeper: crate::effect::LeaseKeeper::default(),
             audit: self.audit,
             masker: self.masker.unwrap_or_default(),
-            observe,
             shared_rates,
         })
+    }
+}
+
+/// A set of a tool's rules before its rate limits have buckets.
+#[derive(Default)]
+struct Unbucketed {
+    rules: Rules,
+    limits: Vec<(String, Rate, RateScope)>,
+    shared_limits: Vec<(String, Rate, RateScope)>,
+}
+
+impl Unbucketed {
+    /// The author's rules (`self`) with the policy's: escalations and limits added, the rest the policy's.
+    fn and(mut self, policy: Unbucketed) -> Unbucketed {
+        self.rules.escalations.extend(policy.rules.escalations);
+        self.limits.extend(policy.limits);
+        self.shared_limits.extend(policy.shared_limits);
+        Unbucketed { rules: Rules { escalations: self.rules.escalations, ..policy.rules }, ..self }
+    }
+
+    /// The rules, every applicable limit with its own bucket (so the stricter one always binds) and the
+    /// escalations joined once.
+    fn bucketed(self, limiter: &mut RateLimiter, tool: &str) -> Rules {
+        let mut rules = self.rules;
+        (rules.buckets, rules.bucket_rules) = add_buckets(limiter, self.limits);
+        rules.shared_buckets = shared_buckets_of(tool, self.shared_limits);
+        (rules.escalation_rules, rules.escalation_reasons) = joined(&rules.escalations);
+        rules
     }
 }
 
@@ -342,9 +363,10 @@ fn shared_rates_of(
 ) -> Result<Option<SharedRateBuckets>, BuildError> {
     let needing = order.iter().filter_map(|name| tools.get(name)).find_map(|entry| {
         entry
+            .enforced
             .shared_buckets
             .first()
-            .or(entry.observed_shared_buckets.first())
+            .or(entry.observed.shared_buckets.first())
             .map(|bucket| (bucket.tool.clone(), bucket.rule.clone()))
     });
     let Some((tool, rule)) = needing else { return Ok(None) };

@@ -34,8 +34,6 @@ pub struct Dispatcher {
     pub(super) audit: Option<Arc<AuditLog>>,
     pub(super) stores: Stores,
     pub(super) masker: Arc<Masker>,
-    /// The policy is in observe mode: what it alone would refuse is traced and audited, not refused.
-    pub(super) observe: bool,
     /// Where shared buckets live; set whenever a tool has one.
     pub(super) shared_rates: Option<SharedRateBuckets>,
 }
@@ -46,34 +44,40 @@ pub(super) struct Entry {
     pub(super) definition: ToolDefinition,
     /// The argument screen of gate 3: `definition`'s input schema, compiled once.
     pub(super) screen: args::CompiledSchema,
-    pub(super) denied_by: Option<String>,
-    pub(super) escalations: Vec<EscalationReason>,
-    /// Bucket ids in ascending order and, at the same positions, the rule each enforces (`attribute` or
-    /// the policy glob) with its rate.
-    pub(super) buckets: Vec<BucketId>,
-    pub(super) bucket_rules: Vec<(String, Rate)>,
-    /// The escalation rules, comma-separated, and their reasons, `; `-separated: what a refusal, an audit
-    /// record and an approval request name, joined once here rather than on every call.
-    pub(super) escalation_rules: String,
-    pub(super) escalation_reasons: String,
     /// How many distinct approvers an escalation across an interrupt needs (the policy's `approvals`).
     pub(super) approvals: u32,
     /// The author's masking plus the policy's.
     pub(super) mask: MaskSet,
-    /// In observe mode, the policy's escalations, rate limits (buckets and rules as above): reported, not
-    /// enforced. Empty otherwise (they are in `escalations` and `buckets` then).
-    pub(super) observed_escalations: Vec<EscalationReason>,
-    pub(super) observed_buckets: Vec<BucketId>,
-    pub(super) observed_bucket_rules: Vec<(String, Rate)>,
-    /// The policy's shared rate limits, their buckets in the shared store; in observe mode, reported only.
-    pub(super) shared_buckets: Vec<SharedBucket>,
-    pub(super) observed_shared_buckets: Vec<SharedBucket>,
+    /// The rules the gates enforce: the author's and, unless the policy is in observe mode, the policy's.
+    pub(super) enforced: Rules,
+    /// In observe mode, the policy's rules: evaluated by the same gates, reported, never enforced. Empty
+    /// otherwise.
+    pub(super) observed: Rules,
+}
+
+/// One set of a tool's rules, as the gates read it. A tool has two: the ones enforced and the ones only
+/// observed (see [`Entry`]); each gate evaluates both the same way.
+#[derive(Default)]
+pub(super) struct Rules {
+    /// The policy glob that denies the tool.
+    pub(super) denied_by: Option<String>,
     /// The policy glob that says `ghost = "block"`, where the author's tool strips.
     pub(super) ghost_block: Option<String>,
     /// The policy's idempotency key template, for a tool whose author declared none.
-    pub(super) policy_effect: Option<PolicyEffect>,
+    pub(super) effect: Option<PolicyEffect>,
     /// The policy's argument conditions for this tool, in order.
     pub(super) conditions: Vec<ConditionRule>,
+    pub(super) escalations: Vec<EscalationReason>,
+    /// The escalation rules, comma-separated, and their reasons, `; `-separated: what a refusal, an audit
+    /// record and an approval request name, joined once here rather than on every call.
+    pub(super) escalation_rules: String,
+    pub(super) escalation_reasons: String,
+    /// Bucket ids in ascending order and, at the same positions, the rule each enforces (`attribute` or
+    /// the policy glob) with its rate.
+    pub(super) buckets: Vec<BucketId>,
+    pub(super) bucket_rules: Vec<(String, Rate)>,
+    /// The policy's shared rate limits, their buckets in the shared store.
+    pub(super) shared_buckets: Vec<SharedBucket>,
 }
 
 /// Who answers escalated calls.

@@ -1,10 +1,11 @@
 //! The dispatcher: the guarded counterpart of LangGraph's `ToolNode`. It holds the tools, the policy and
 //! the approver, and runs each model tool call through the gates in order.
 //!
-//! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it:
-//! building (`build`), escalation (`escalation`), what each refusal says (`refusal`) and the audit trail
-//! (`trail`) and the durable writes (`writes`). A reserved effect is held by an
-//! `EffectGuard` while the tool runs.
+//! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it: the
+//! call it carries (`call`, where observe mode records what it would refuse), what each gate asks of a
+//! tool's rules (`gates`), building (`build`), escalation (`escalation`), what each refusal says
+//! (`refusal`), the audit trail (`trail`) and the durable writes (`writes`). A reserved effect is held by
+//! an `EffectGuard` while the tool runs.
 //!
 //! The order matters for what a human's approval is worth: every gate that can refuse runs before the
 //! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
@@ -16,45 +17,46 @@
 
 mod argument_refusal;
 mod build;
+mod call;
 mod dispatcher;
 mod durable_write;
 mod effect_guard;
 mod escalation;
+mod gates;
 mod refusal;
 mod trail;
 mod writes;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use serde_json::Value;
 use tracing::Instrument as _;
 
 pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
+use self::call::Call;
 pub use self::dispatcher::Dispatcher;
 use self::dispatcher::Entry;
 use self::durable_write::{DurableWrite, NotDecided};
 use self::effect_guard::EffectGuard;
-use self::escalation::{Escalated, EscalatedCall, Reviewer};
+use self::escalation::{Cleared, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
+use crate::approval::Approver;
 use crate::approval::protocol::PreparedAdmission;
-use crate::approval::{Approver, EscalationReason};
 use crate::args;
-use crate::audit::{AuditLog, AuditOutcome};
+use crate::audit::AuditOutcome;
 use crate::clock::Clock;
-use crate::context::{CallContext, Invocation};
+use crate::context::CallContext;
 use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::{Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
-use crate::mask::{MaskSet, Masker};
-use crate::message::{Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
-use crate::policy::{ConditionAction, Evaluation};
+use crate::mask::MaskSet;
+use crate::message::{Outcome, Refusal, Status, ToolCall, ToolMessage};
+use crate::policy::ConditionAction;
 use crate::schema::ToolDefinition;
-use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
-use crate::tool::{Arguments, GhostPolicy, ToolOutput};
+use crate::tool::{Arguments, ToolOutput};
 
 /// A refusal and the argument keys stripped before it.
 type Refusing = (Refused, Vec<String>);
@@ -62,13 +64,13 @@ type Refusing = (Refused, Vec<String>);
 impl Dispatcher {
     /// The masker results go through, for what a gateway serves besides tools.
     #[cfg(feature = "mcp-gateway")]
-    pub(crate) fn masker(&self) -> &Arc<Masker> {
+    pub(crate) fn masker(&self) -> &Arc<crate::mask::Masker> {
         &self.masker
     }
 
     /// The audit log, if the dispatcher keeps one.
     #[cfg(feature = "mcp-gateway")]
-    pub(crate) fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+    pub(crate) fn audit_log(&self) -> Option<&Arc<crate::audit::AuditLog>> {
         self.audit.as_ref()
     }
 
@@ -84,7 +86,7 @@ impl Dispatcher {
         self.order
             .iter()
             .filter_map(|name| self.tools.get(name.as_str()))
-            .filter(|entry| entry.denied_by.is_none() || self.observe)
+            .filter(|entry| entry.enforced.denied_by.is_none())
             .map(|entry| entry.definition.clone())
             .collect()
     }
@@ -99,15 +101,14 @@ impl Dispatcher {
 
     /// Whether the policy refuses every call of `tool` by this caller, whatever its arguments: one of the
     /// tool's deny conditions tests only the caller's identity and applies to it. `false` for an unknown
-    /// tool and in observe mode.
+    /// tool and in observe mode (where the policy's conditions are observed, not enforced).
     pub fn denies_caller(&self, tool: &str, context: &CallContext) -> bool {
         let Some(entry) = self.tools.get(tool) else { return false };
-        !self.observe
-            && entry.conditions.iter().any(|rule| {
-                matches!(rule.action(), ConditionAction::Deny(_))
-                    && rule.condition().is_about_identity()
-                    && rule.evaluate_for(&Arguments::new(), context.identity()).applies()
-            })
+        entry.enforced.conditions.iter().any(|rule| {
+            matches!(rule.action(), ConditionAction::Deny(_))
+                && rule.condition().is_about_identity()
+                && rule.evaluate_for(&Arguments::new(), context.identity()).applies()
+        })
     }
 
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
@@ -149,8 +150,8 @@ impl Dispatcher {
     async fn dispatch_escalating_to(&self, call: ToolCall, context: &CallContext, reviewer: Reviewer<'_>) -> Outcome {
         let ToolCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
-        let mut trail = Trail::default();
-        let gates = self.run_gates(&id, &name, arguments, context, reviewer, &mut trail);
+        let mut call = Call { name: &name, id: &id, context, trail: Trail::default(), audit: self.audit.as_deref() };
+        let gates = self.run_gates(&mut call, arguments, reviewer);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
         let outcome = match gates.instrument(span.clone()).await {
             Ok(outcome) => outcome,
@@ -164,8 +165,8 @@ impl Dispatcher {
                         "tool call refused"
                     )
                 });
-                trail.outcome = Some(audit_outcome_of(refused.kind));
-                trail.rule.clone_from(&refused.rule);
+                call.trail.outcome = Some(audit_outcome_of(refused.kind));
+                call.trail.rule.clone_from(&refused.rule);
                 Outcome::Message(ToolMessage {
                     tool_call_id: id.clone(),
                     name: name.clone(),
@@ -179,194 +180,97 @@ impl Dispatcher {
             }
         };
         // The second durable write: the effect settled and the records, together.
-        let mut entries = std::mem::take(&mut trail.pending);
-        if let (Some(audited), Some(log)) = (trail.outcome, &self.audit) {
-            entries.push(trail.entry(log, &name, &id, context, audited));
+        let mut entries = std::mem::take(&mut call.trail.pending);
+        if let Some(record) = call.trail.outcome.and_then(|audited| call.record(audited)) {
+            entries.push(record);
         }
-        self.settle_and_record(trail.settle.take(), entries).await;
+        self.settle_and_record(call.trail.settle.take(), entries).await;
         // Only now does the host hold the interrupt: dropped before this, the request is closed.
-        if let Some(issued) = trail.issued.take() {
+        if let Some(issued) = call.trail.issued.take() {
             issued.handed_over();
         }
         outcome
     }
 
-    /// The gates, in order. Every `return Err` is a refusal; nothing runs until gate 8.
+    /// The gates, in order. Every `return Err` is a refusal; nothing runs until gate 8. Each policy gate
+    /// asks the tool's enforced rules and its observed ones (observe mode) the same question; what the
+    /// observed ones would refuse is recorded by [`Call::observe`], never enforced.
     async fn run_gates(
         &self,
-        id: &str,
-        name: &str,
+        call: &mut Call<'_>,
         arguments: Value,
-        context: &CallContext,
         reviewer: Reviewer<'_>,
-        trail: &mut Trail,
     ) -> Result<Outcome, Refusing> {
-        let refuse = |refused: Refused| (refused, Vec::new());
-
+        let name = call.name;
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
             args::discard(arguments);
-            return Err(refuse(refusal::unknown_tool(name)));
+            return Err((refusal::unknown_tool(name), Vec::new()));
         };
-        let spec = entry.tool.spec();
+        let (spec, enforced, observed) = (entry.tool.spec(), &entry.enforced, &entry.observed);
 
         // 2. Policy on the registered name. Deny beats everything, approvals included.
-        if let Some(rule) = &entry.denied_by {
-            if !self.observe {
-                args::discard(arguments);
-                return Err(refuse(refusal::denied(name, rule)));
-            }
-            self.would_refuse(refusal::denied(name, rule), name, id, context, trail);
+        call.observe(observed.denial(name));
+        if let Err(refused) = enforced.denial(name) {
+            args::discard(arguments);
+            return Err((refused, Vec::new()));
         }
 
-        // 3. Ghost arguments: the author's mode, or the policy's `block` (observed only, in observe mode).
-        let ghost = if entry.ghost_block.is_some() && !self.observe { GhostPolicy::Block } else { spec.ghost() };
-        let screened = args::screen(arguments, spec, &entry.screen, ghost, context.dialect())
-            .map_err(|err| refuse(refusal::screening(name, spec, err)))?;
-        if !screened.stripped.is_empty() {
-            tracing::warn!(target: "agent_airlock", stripped = ?screened.stripped, "undeclared arguments stripped");
+        // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
+        let screened = args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
+            .map_err(|err| (refusal::screening(name, spec, err), Vec::new()))?;
+        let (arguments, stripped) = (screened.arguments, screened.stripped);
+        if !stripped.is_empty() {
+            tracing::warn!(target: "agent_airlock", stripped = ?stripped, "undeclared arguments stripped");
         }
-        let stripped = screened.stripped;
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         if self.audit.is_some() {
-            trail.arguments = Some(Value::Object(screened.arguments.clone()));
+            call.trail.arguments = Some(Value::Object(arguments.clone()));
         }
-        if let Some(rule) = &entry.ghost_block
-            && self.observe
-            && !stripped.is_empty()
-        {
-            let refused = Refused::new(
-                RefusalKind::MalformedArguments,
-                format!("the arguments for `{name}` carry undeclared keys: {}", stripped.join(", ")),
-            )
-            .rule(format!("{rule}: ghost = block"));
-            self.would_refuse(refused, name, id, context, trail);
-        }
+        call.observe(observed.ghosts_blocked(name, &stripped));
 
         // 4. Validation and injection: the future is built but not polled.
-        let invocation = Invocation { context, tool_call_id: id, tool: spec.name() };
-        let (prepared, effect_key) = match entry.tool.prepare(&screened.arguments, &invocation) {
-            Ok(prepared) => prepared.into_parts(),
-            Err(errors) => {
-                let (text, hints) =
-                    argument_refusal::describe_errors(name, &errors, &entry.definition.input_schema, &stripped);
-                let kind = if errors.is_host_error() {
-                    for error in errors.errors() {
-                        tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
-                    }
-                    RefusalKind::HostMisconfigured
-                } else {
-                    RefusalKind::InvalidArguments
-                };
-                let mut refused = Refused::new(kind, text);
-                refused.hints = hints;
-                return Err(with_stripped(refused));
-            }
-        };
-        // The key comes from the typed values (hand-written tools may leave it to the template), or from
-        // the policy's template over the admitted arguments.
-        let effect_key = match spec.effect() {
-            Some(template) => Some(effect_key.unwrap_or_else(|| template.render(&screened.arguments))),
-            None => entry.policy_effect.as_ref().map(|template| template.render(&screened.arguments)),
-        };
-        let effect_key = match effect_key {
-            Some(key) if spec.effect().is_none() && self.observe => {
-                if let Err(refused) = self.effect_refusal(name, &key) {
-                    self.would_refuse(refused, name, id, context, trail);
-                }
-                None
-            }
-            key => key,
-        };
+        let (prepared, effect_key) = entry.prepare(call, &arguments, &stripped).map_err(with_stripped)?;
+        if let Some(key) = observed.effect_key(&arguments) {
+            call.observe(self.effect_refusal(name, &key));
+        }
 
         // 4b. The policy's argument conditions, on the screened arguments. A deny rule refuses at once
         //     (deny beats everything); an escalation rule joins the tool's escalations.
-        let met = self.conditions_met(entry, name, &screened.arguments, id, context, trail).map_err(with_stripped)?;
+        for met in observed.conditions(name, &arguments, call.context.identity()) {
+            call.observe(met.and_then(|met| Err(refusal::would_escalate(name, &met.rule, &met.reason))));
+        }
+        let met = enforced.conditions_met(name, &arguments, call.context.identity()).map_err(with_stripped)?;
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
-        if !entry.observed_escalations.is_empty() {
-            let (rules, reasons) = escalation::joined(&entry.observed_escalations);
-            self.would_refuse(refusal::would_escalate(name, &rules, &reasons), name, id, context, trail);
-        }
-        let mut resumed = None;
-        // The tool's escalations as joined at build time, or with the conditions this call met.
-        let with_met;
-        let (escalations, rules, reasons) = if met.is_empty() {
-            (&entry.escalations, &entry.escalation_rules, &entry.escalation_reasons)
-        } else {
-            let all: Vec<EscalationReason> = entry.escalations.iter().cloned().chain(met).collect();
-            let (rules, reasons) = escalation::joined(&all);
-            with_met = (all, rules, reasons);
-            (&with_met.0, &with_met.1, &with_met.2)
-        };
-        if !escalations.is_empty() {
-            trail.rule = Some(rules.clone());
-            self.refusal_before_asking(entry, name, effect_key.as_deref(), context).await.map_err(with_stripped)?;
-            let call =
-                EscalatedCall { entry, id, name, arguments: &screened.arguments, context, escalations, rules, reasons };
-            match self.escalate(&call, reviewer).await.map_err(with_stripped)? {
-                Escalated::Approved { detail } => {
-                    trail.detail = Some(detail);
-                    // Written with the admission, or with the settlement if nothing is admitted durably.
-                    if let Some(log) = &self.audit {
-                        let approved = trail.entry(log, name, id, context, AuditOutcome::Approved);
-                        trail.pending.push(approved);
-                    }
-                }
-                Escalated::Resumed(admission) => resumed = Some(admission),
-                Escalated::Interrupt(request, issued) => {
-                    tracing::info!(target: "agent_airlock", outcome = "interrupted", rules = %rules, "approval requested");
-                    trail.outcome = Some(AuditOutcome::Interrupted);
-                    trail.detail = Some(format!("request {}", request.request_id()));
-                    trail.issued = Some(issued);
-                    return Ok(Outcome::Interrupt { tool_call_id: id.to_owned(), request });
-                }
+        call.observe(observed.would_escalate(name));
+        let resumed = match self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer).await {
+            Ok(Cleared::Go) => None,
+            Ok(Cleared::Resumed(admission)) => Some(admission),
+            Ok(Cleared::Interrupt(request)) => {
+                return Ok(Outcome::Interrupt { tool_call_id: call.id.to_owned(), request });
             }
-        }
+            Err(refused) => return Err(with_stripped(refused)),
+        };
 
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
         //    the shared ones (a round trip to the store, awaited), so a call refused here costs the store
         //    nothing; a shared bucket that cannot be reached refuses the call. Per-thread buckets count by the
         //    caller when the host names one, so a new thread is no fresh budget.
-        let thread = context.rate_subject();
-        let now = self.clock.now();
-        if let Err((wait, position)) = self.limiter.acquire(&entry.buckets, thread, now) {
-            let (rule, rate) = entry.bucket_rules[position].clone();
-            return Err(with_stripped(refusal::rate_limited(name, rule, rate, wait)));
-        }
-        if let Err(refused) = self.take_shared(&entry.shared_buckets, thread, now).await {
-            self.limiter.refund(&entry.buckets, thread, now);
-            return Err(with_stripped(refusal::shared_rate(name, &entry.shared_buckets, refused)));
-        }
-        let observed_taken = match self.limiter.acquire(&entry.observed_buckets, thread, now) {
-            Ok(()) => match self.take_shared(&entry.observed_shared_buckets, thread, now).await {
-                Ok(()) => true,
-                Err(refused) => {
-                    self.limiter.refund(&entry.observed_buckets, thread, now);
-                    let refused = refusal::shared_rate(name, &entry.observed_shared_buckets, refused);
-                    self.would_refuse(refused, name, id, context, trail);
-                    false
-                }
-            },
-            Err((wait, position)) => {
-                let (rule, rate) = entry.observed_bucket_rules[position].clone();
-                self.would_refuse(refusal::rate_limited(name, rule, rate, wait), name, id, context, trail);
-                false
-            }
-        };
+        let (thread, now) = (call.context.rate_subject(), self.clock.now());
+        self.take_tokens(enforced, name, thread, now).await.map_err(with_stripped)?;
+        let observed_taken = call.observe(self.take_tokens(observed, name, thread, now).await);
 
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
         //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live.
-        let reservation = match self.admit(name, id, effect_key, resumed, context, trail).await {
+        let reservation = match self.admit(call, effect_key, resumed).await {
             Ok(reservation) => reservation,
             Err(refused) => {
                 let now = self.clock.now();
-                self.limiter.refund(&entry.buckets, thread, now);
-                self.refund_shared(&entry.shared_buckets, thread, now).await;
+                self.give_back(enforced, thread, now).await;
                 if observed_taken {
-                    self.limiter.refund(&entry.observed_buckets, thread, now);
-                    self.refund_shared(&entry.observed_shared_buckets, thread, now).await;
+                    self.give_back(observed, thread, now).await;
                 }
                 return Err(with_stripped(refused));
             }
@@ -378,167 +282,25 @@ impl Dispatcher {
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
-            tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
-            trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
-            trail.outcome = Some(AuditOutcome::Panicked);
-            return Ok(Outcome::Message(message(id, name, Status::Error, format!("tool `{name}` failed"), stripped)));
+            tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
+            call.trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
+            call.trail.outcome = Some(AuditOutcome::Panicked);
+            return Ok(Outcome::Message(call.message(Status::Error, format!("tool `{name}` failed"), stripped)));
         };
 
         // 9. Mask what the model (and the audit log) sees; settle the effect from the outcome.
-        Ok(self.settle(output, entry, id, name, stripped, effect.as_mut(), trail))
-    }
-
-    /// Gate 4b: the escalations of every argument condition the call meets (or cannot be shown not to
-    /// meet); a deny condition refuses. In observe mode each is reported instead.
-    fn conditions_met(
-        &self,
-        entry: &Entry,
-        name: &str,
-        arguments: &Arguments,
-        id: &str,
-        context: &CallContext,
-        trail: &mut Trail,
-    ) -> Result<Vec<EscalationReason>, Refused> {
-        let mut escalations = Vec::new();
-        for rule in &entry.conditions {
-            let evaluation = rule.evaluate_for(arguments, context.identity());
-            if !evaluation.applies() {
-                continue;
-            }
-            let why = match &evaluation {
-                Evaluation::FailedClosed(why) => Some(why.as_str()),
-                _ => None,
-            };
-            match rule.action() {
-                ConditionAction::Deny(reason) => {
-                    let refused = refusal::condition_denied(name, rule.name(), reason, why);
-                    if !self.observe {
-                        return Err(refused);
-                    }
-                    self.would_refuse(refused, name, id, context, trail);
-                }
-                ConditionAction::Escalate(reason) => {
-                    let reason = match why {
-                        Some(why) => format!("{reason} ({why}, so the rule applies)"),
-                        None => reason.clone(),
-                    };
-                    if self.observe {
-                        self.would_refuse(
-                            refusal::would_escalate(name, rule.name(), &reason),
-                            name,
-                            id,
-                            context,
-                            trail,
-                        );
-                    } else {
-                        escalations.push(EscalationReason { rule: rule.name().to_owned(), reason });
-                    }
-                }
-            }
-        }
-        Ok(escalations)
-    }
-
-    /// Observe mode: a refusal the policy alone would make, traced and audited as "would refuse", not
-    /// enforced.
-    fn would_refuse(&self, refused: Refused, name: &str, id: &str, context: &CallContext, trail: &mut Trail) {
-        tracing::warn!(
-            target: "agent_airlock",
-            outcome = "would_refuse",
-            kind = ?refused.kind,
-            rule = refused.rule.as_deref().unwrap_or(""),
-            text = %refused.text,
-            "observe mode: the policy would refuse this call; not enforced"
-        );
-        if let Some(log) = &self.audit {
-            let observed = Trail {
-                rule: refused.rule,
-                detail: Some(format!("observe mode: would refuse, not enforced: {}", refused.text)),
-                arguments: trail.arguments.clone(),
-                ..Trail::default()
-            };
-            // Written with the dispatch's next durable write, like a human's approval.
-            trail.pending.push(observed.entry(log, name, id, context, audit_outcome_of(refused.kind)));
-        }
-    }
-
-    /// Whether reserving `key` now would be refused (a duplicate, an ambiguous or running effect), without
-    /// reserving it. A storage fault is not a refusal here.
-    fn effect_refusal(&self, name: &str, key: &str) -> Result<(), Refused> {
-        let Some(store) = &self.effects else { return Ok(()) };
-        let now = self.clock.now();
-        match store.get(key) {
-            Ok(current) => crate::effect::reserve_step(current, key, self.effect_lease, now)
-                .answer
-                .map(|_| ())
-                .map_err(|err| refusal::effect(name, err, now)),
-            Err(_) => Ok(()),
-        }
-    }
-
-    /// Gate 6's shared buckets: one token from each, or none.
-    async fn take_shared(
-        &self,
-        buckets: &[SharedBucket],
-        thread: Option<&str>,
-        now: Duration,
-    ) -> Result<(), SharedRefusal> {
-        match &self.shared_rates {
-            Some(shared) if !buckets.is_empty() => shared.acquire(buckets, thread, now).await,
-            _ => Ok(()),
-        }
-    }
-
-    /// Gives back what [`take_shared`](Self::take_shared) took, for a call a later gate refused. If the
-    /// store cannot be reached, the tokens stay spent: the limit errs on the strict side.
-    async fn refund_shared(&self, buckets: &[SharedBucket], thread: Option<&str>, now: Duration) {
-        if let Some(shared) = &self.shared_rates
-            && !buckets.is_empty()
-            && let Err(err) = shared.refund(buckets, thread, now).await
-        {
-            tracing::warn!(target: "agent_airlock", error = %err, "shared rate tokens not given back");
-        }
-    }
-
-    /// Gate 5's first step: the refusals no human can change, checked without taking anything. Shared
-    /// buckets are checked too (one read of the store): a human is not asked about a call an empty shared
-    /// bucket refuses anyway. A store fault here is not a refusal: gate 6 refuses if it persists.
-    async fn refusal_before_asking(
-        &self,
-        entry: &Entry,
-        name: &str,
-        effect_key: Option<&str>,
-        context: &CallContext,
-    ) -> Result<(), Refused> {
-        let now = self.clock.now();
-        if let Err((wait, position)) = self.limiter.check(&entry.buckets, context.rate_subject(), now) {
-            let (rule, rate) = entry.bucket_rules[position].clone();
-            return Err(refusal::rate_limited(name, rule, rate, wait));
-        }
-        if let Some(shared) = &self.shared_rates
-            && let Err(refused @ SharedRefusal::Empty(..)) =
-                shared.check(&entry.shared_buckets, context.rate_subject(), now).await
-        {
-            return Err(refusal::shared_rate(name, &entry.shared_buckets, refused));
-        }
-        // A storage fault here is not a refusal: gate 7 reports it if it persists.
-        match effect_key {
-            Some(key) => self.effect_refusal(name, key),
-            None => Ok(()),
-        }
+        Ok(self.settle(call, output, entry, stripped, effect.as_mut()))
     }
 
     /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
     /// approval, all or nothing.
     async fn admit(
         &self,
-        name: &str,
-        id: &str,
+        call: &mut Call<'_>,
         effect_key: Option<String>,
         resumed: Option<PreparedAdmission>,
-        context: &CallContext,
-        trail: &mut Trail,
     ) -> Result<Option<Reservation>, Refused> {
+        let name = call.name;
         let now = self.clock.now();
         let claim =
             effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
@@ -547,13 +309,11 @@ impl Dispatcher {
             // Nothing to write durably yet: a human's approval is recorded with the settlement.
             return Ok(None);
         }
-        let earlier = std::mem::take(&mut trail.pending);
+        let earlier = std::mem::take(&mut call.trail.pending);
         let mut entries = earlier.clone();
-        if resumed.is_some()
-            && let Some(log) = &self.audit
-        {
+        if resumed.is_some() {
             // Its detail names the grant, once the write has spent it.
-            entries.push(trail.entry(log, name, id, context, AuditOutcome::Approved));
+            entries.extend(call.record(AuditOutcome::Approved));
         }
         let decision = DurableWrite {
             now,
@@ -563,24 +323,24 @@ impl Dispatcher {
             ..DurableWrite::default()
         };
         let answer = self.decide(decision).await;
-        let refused = |trail: &mut Trail, refused: Refused| {
+        let refused = |call: &mut Call<'_>, refused: Refused| {
             // Nothing was written: what happened before the admission is recorded with the refusal.
-            trail.pending = earlier.clone();
+            call.trail.pending = earlier.clone();
             Err(refused)
         };
         let Some((prepared, _)) = resumed else {
             return match answer {
                 Ok(Ok(decided)) => Ok(decided.reservation),
-                Ok(Err(NotDecided::Effect(err))) => refused(trail, refusal::effect(name, err, now)),
+                Ok(Err(NotDecided::Effect(err))) => refused(call, refusal::effect(name, err, now)),
                 Ok(Err(NotDecided::Spend(err))) | Err(err) => {
-                    refused(trail, refusal::effect(name, durable_write::effect_fault(err), now))
+                    refused(call, refusal::effect(name, durable_write::effect_fault(err), now))
                 }
             };
         };
-        let rules = trail.rule.clone().unwrap_or_default();
+        let rules = call.trail.rule.clone().unwrap_or_default();
         let (spent, reservation) = match answer {
             Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation),
-            Ok(Err(NotDecided::Effect(err))) => return refused(trail, refusal::effect(name, err, now)),
+            Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
             Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None),
         };
         match prepared.admitted(spent) {
@@ -593,27 +353,25 @@ impl Dispatcher {
                     approver = %admission.approver,
                     "approval spent"
                 );
-                trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
+                call.trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
                 Ok(reservation)
             }
-            Err(not_admitted) => refused(trail, refusal::not_admitted(name, &rules, not_admitted)),
+            Err(not_admitted) => refused(call, refusal::not_admitted(name, &rules, not_admitted)),
         }
     }
 
     /// Gate 9: the tool's output as a message (masked) or a host command (untouched), with how its
     /// effect settles and its audit facts noted (written after the gates, in one write).
-    #[allow(clippy::too_many_arguments)]
     fn settle(
         &self,
+        call: &mut Call<'_>,
         output: ToolOutput,
         entry: &Entry,
-        id: &str,
-        name: &str,
         stripped: Vec<String>,
         effect: Option<&mut EffectGuard>,
-        trail: &mut Trail,
     ) -> Outcome {
         let audited = self.audit.is_some();
+        let trail = &mut call.trail;
         match output {
             ToolOutput::Content(mut value) => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
@@ -623,7 +381,7 @@ impl Dispatcher {
                 if audited {
                     trail.result = Some(value.clone());
                 }
-                Outcome::Message(message(id, name, Status::Success, content_text(value), stripped))
+                Outcome::Message(call.message(Status::Success, content_text(value), stripped))
             }
             ToolOutput::Structured { mut content, mut structured } => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
@@ -634,7 +392,7 @@ impl Dispatcher {
                 if audited {
                     trail.result = Some(serde_json::json!({"content": content, "structuredContent": structured}));
                 }
-                let mut message = message(id, name, Status::Success, content_text(content), stripped);
+                let mut message = call.message(Status::Success, content_text(content), stripped);
                 message.structured_content = Some(structured);
                 Outcome::Message(message)
             }
@@ -645,7 +403,7 @@ impl Dispatcher {
                 if audited {
                     trail.result = serde_json::to_value(&command).ok();
                 }
-                Outcome::Command { command, tool_call_id: id.to_owned(), stripped_arguments: stripped }
+                Outcome::Command { command, tool_call_id: call.id.to_owned(), stripped_arguments: stripped }
             }
             ToolOutput::Failed(error) => {
                 let not_executed = error.is_not_executed();
@@ -664,7 +422,7 @@ impl Dispatcher {
                 if audited {
                     trail.result = Some(Value::String(text.clone()));
                 }
-                Outcome::Message(message(id, name, Status::Error, text, stripped))
+                Outcome::Message(call.message(Status::Error, text, stripped))
             }
         }
     }
@@ -677,19 +435,6 @@ impl Dispatcher {
         if !report.is_empty() {
             tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
         }
-    }
-}
-
-fn message(id: &str, name: &str, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {
-    ToolMessage {
-        tool_call_id: id.to_owned(),
-        name: name.to_owned(),
-        content,
-        status,
-        hints: Vec::new(),
-        stripped_arguments: stripped,
-        refusal: None,
-        structured_content: None,
     }
 }
 

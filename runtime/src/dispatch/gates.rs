@@ -1,0 +1,231 @@
+//! What each gate of [`Dispatcher::run_gates`](super::Dispatcher) asks, one method per gate. The policy
+//! gates are methods of [`Rules`], so the sequence asks them once of the rules a tool enforces and once of
+//! the rules it only observes, the same way.
+
+use std::time::Duration;
+
+use super::argument_refusal;
+use super::call::Call;
+use super::dispatcher::{Dispatcher, Entry, Rules};
+use super::refusal::{self, Refused};
+use crate::approval::EscalationReason;
+use crate::context::Invocation;
+use crate::identity::Identity;
+use crate::message::RefusalKind;
+use crate::policy::{ConditionAction, Evaluation};
+use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
+use crate::tool::{Arguments, GhostPolicy, PreparedCall, ToolSpec};
+
+impl Rules {
+    /// Gate 2: a deny glob matched the registered name.
+    #[inline]
+    pub(super) fn denial(&self, name: &str) -> Result<(), Refused> {
+        match &self.denied_by {
+            Some(rule) => Err(refusal::denied(name, rule)),
+            None => Ok(()),
+        }
+    }
+
+    /// Gate 3: how undeclared keys are screened, the author's mode or the policy's `block`.
+    #[inline]
+    pub(super) fn ghosts(&self, spec: &ToolSpec) -> GhostPolicy {
+        if self.ghost_block.is_some() { GhostPolicy::Block } else { spec.ghost() }
+    }
+
+    /// Gate 3, for rules the screen did not apply: the policy's `block` would refuse what was stripped.
+    #[inline]
+    pub(super) fn ghosts_blocked(&self, name: &str, stripped: &[String]) -> Result<(), Refused> {
+        match &self.ghost_block {
+            Some(rule) if !stripped.is_empty() => Err(Refused::new(
+                RefusalKind::MalformedArguments,
+                format!("the arguments for `{name}` carry undeclared keys: {}", stripped.join(", ")),
+            )
+            .rule(format!("{rule}: ghost = block"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Gate 4: the policy's idempotency key over the admitted arguments, for a tool whose author declared
+    /// none.
+    #[inline]
+    pub(super) fn effect_key(&self, arguments: &Arguments) -> Option<String> {
+        self.effect.as_ref().map(|template| template.render(arguments))
+    }
+
+    /// Gate 4b: each condition the call meets (or cannot be shown not to meet), on its arguments and on the
+    /// caller's identity (failing closed without one), in order: its escalation, or a deny rule's refusal.
+    #[inline]
+    pub(super) fn conditions<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a Arguments,
+        identity: Option<&'a Identity>,
+    ) -> impl Iterator<Item = Result<EscalationReason, Refused>> + 'a {
+        self.conditions.iter().filter_map(move |rule| {
+            let evaluation = rule.evaluate_for(arguments, identity);
+            if !evaluation.applies() {
+                return None;
+            }
+            let why = match &evaluation {
+                Evaluation::FailedClosed(why) => Some(why.as_str()),
+                _ => None,
+            };
+            Some(match rule.action() {
+                ConditionAction::Deny(reason) => Err(refusal::condition_denied(name, rule.name(), reason, why)),
+                ConditionAction::Escalate(reason) => Ok(EscalationReason {
+                    rule: rule.name().to_owned(),
+                    reason: match why {
+                        Some(why) => format!("{reason} ({why}, so the rule applies)"),
+                        None => reason.clone(),
+                    },
+                }),
+            })
+        })
+    }
+
+    /// Gate 4b, enforced: the escalations of the conditions the call meets, or the first deny's refusal.
+    #[inline]
+    pub(super) fn conditions_met(
+        &self,
+        name: &str,
+        arguments: &Arguments,
+        identity: Option<&Identity>,
+    ) -> Result<Vec<EscalationReason>, Refused> {
+        let mut met = Vec::new();
+        for verdict in self.conditions(name, arguments, identity) {
+            met.push(verdict?);
+        }
+        Ok(met)
+    }
+
+    /// Gate 5, for rules nobody is asked about: they would ask a human.
+    #[inline]
+    pub(super) fn would_escalate(&self, name: &str) -> Result<(), Refused> {
+        match self.escalations.is_empty() {
+            true => Ok(()),
+            false => Err(refusal::would_escalate(name, &self.escalation_rules, &self.escalation_reasons)),
+        }
+    }
+}
+
+impl Entry {
+    /// Gate 4: validation and injection. The call's future is built, not polled; its effect key comes from
+    /// the typed values (hand-written tools may leave it to the template), or from the enforced policy's
+    /// template over the admitted arguments.
+    #[inline]
+    pub(super) fn prepare(
+        &self,
+        call: &Call<'_>,
+        arguments: &Arguments,
+        stripped: &[String],
+    ) -> Result<(PreparedCall, Option<String>), Refused> {
+        let spec = self.tool.spec();
+        let invocation = Invocation { context: call.context, tool_call_id: call.id, tool: spec.name() };
+        let (prepared, effect_key) = match self.tool.prepare(arguments, &invocation) {
+            Ok(prepared) => prepared.into_parts(),
+            Err(errors) => {
+                let (text, hints) =
+                    argument_refusal::describe_errors(call.name, &errors, &self.definition.input_schema, stripped);
+                let kind = if errors.is_host_error() {
+                    for error in errors.errors() {
+                        tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
+                    }
+                    RefusalKind::HostMisconfigured
+                } else {
+                    RefusalKind::InvalidArguments
+                };
+                let mut refused = Refused::new(kind, text);
+                refused.hints = hints;
+                return Err(refused);
+            }
+        };
+        let effect_key = match spec.effect() {
+            Some(template) => Some(effect_key.unwrap_or_else(|| template.render(arguments))),
+            None => self.enforced.effect_key(arguments),
+        };
+        Ok((prepared, effect_key))
+    }
+}
+
+impl Dispatcher {
+    /// Gate 6 under one set of rules: one token from each of its buckets, in memory first, then shared (a
+    /// round trip to the store), or none.
+    #[inline]
+    pub(super) async fn take_tokens(
+        &self,
+        rules: &Rules,
+        name: &str,
+        thread: Option<&str>,
+        now: Duration,
+    ) -> Result<(), Refused> {
+        if let Err((wait, position)) = self.limiter.acquire(&rules.buckets, thread, now) {
+            let (rule, rate) = rules.bucket_rules[position].clone();
+            return Err(refusal::rate_limited(name, rule, rate, wait));
+        }
+        if let Some(shared) = &self.shared_rates
+            && !rules.shared_buckets.is_empty()
+            && let Err(refused) = shared.acquire(&rules.shared_buckets, thread, now).await
+        {
+            self.limiter.refund(&rules.buckets, thread, now);
+            return Err(refusal::shared_rate(name, &rules.shared_buckets, refused));
+        }
+        Ok(())
+    }
+
+    /// Gives back what [`take_tokens`](Self::take_tokens) took, for a call a later gate refused.
+    pub(super) async fn give_back(&self, rules: &Rules, thread: Option<&str>, now: Duration) {
+        self.limiter.refund(&rules.buckets, thread, now);
+        self.refund_shared(&rules.shared_buckets, thread, now).await;
+    }
+
+    /// Gives back what [`take_tokens`](Self::take_tokens) took from shared buckets. If the store cannot be
+    /// reached, the tokens stay spent: the limit errs on the strict side.
+    async fn refund_shared(&self, buckets: &[SharedBucket], thread: Option<&str>, now: Duration) {
+        if let Some(shared) = &self.shared_rates
+            && !buckets.is_empty()
+            && let Err(err) = shared.refund(buckets, thread, now).await
+        {
+            tracing::warn!(target: "agent_airlock", error = %err, "shared rate tokens not given back");
+        }
+    }
+
+    /// Gate 5's first step: the refusals no human can change, checked without taking anything. Shared
+    /// buckets are checked too (one read of the store): a human is not asked about a call an empty shared
+    /// bucket refuses anyway. A store fault here is not a refusal: gate 6 refuses if it persists.
+    pub(super) async fn refusal_before_asking(
+        &self,
+        call: &Call<'_>,
+        rules: &Rules,
+        effect_key: Option<&str>,
+    ) -> Result<(), Refused> {
+        let (name, subject, now) = (call.name, call.context.rate_subject(), self.clock.now());
+        if let Err((wait, position)) = self.limiter.check(&rules.buckets, subject, now) {
+            let (rule, rate) = rules.bucket_rules[position].clone();
+            return Err(refusal::rate_limited(name, rule, rate, wait));
+        }
+        if let Some(shared) = &self.shared_rates
+            && let Err(refused @ SharedRefusal::Empty(..)) = shared.check(&rules.shared_buckets, subject, now).await
+        {
+            return Err(refusal::shared_rate(name, &rules.shared_buckets, refused));
+        }
+        // A storage fault here is not a refusal: gate 7 reports it if it persists.
+        match effect_key {
+            Some(key) => self.effect_refusal(name, key),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether reserving `key` now would be refused (a duplicate, an ambiguous or running effect), without
+    /// reserving it. A storage fault is not a refusal here.
+    pub(super) fn effect_refusal(&self, name: &str, key: &str) -> Result<(), Refused> {
+        let Some(store) = &self.effects else { return Ok(()) };
+        let now = self.clock.now();
+        match store.get(key) {
+            Ok(current) => crate::effect::reserve_step(current, key, self.effect_lease, now)
+                .answer
+                .map(|_| ())
+                .map_err(|err| refusal::effect(name, err, now)),
+            Err(_) => Ok(()),
+        }
+    }
+}
