@@ -306,6 +306,16 @@ mod tests {
         assert!(render_call("send", &[], &json!({"body": "x".repeat(60_000)})).is_ok());
     }
 
+    #[test]
+    fn a_nested_key_naming_a_secret_is_flagged_after_the_arguments() {
+        // What proptest found on CI: a nested `"PIn"` names a PIN, so the argument holding it is flagged.
+        let text = render_call("", &[], &json!({"": [{"PIn": 0}]})).unwrap();
+        let (shown, flags) = text.split_once("\nLook twice (shown in full above; these look like secrets):\n").unwrap();
+        assert_eq!(shown.lines().count(), 3, "{text}");
+        assert!(shown.contains("  \"\": [{\"PIn\":0}]"), "{text}");
+        assert_eq!(flags, "  \"\" looks like a secret value\n", "{text}");
+    }
+
     fn text_with_hidden() -> impl Strategy<Value = String> {
         let hidden = proptest::sample::select(LISTED.to_vec());
         let plain = proptest::char::any();
@@ -340,12 +350,23 @@ mod tests {
             let reasons = [EscalationReason { rule, reason }];
             let text = render_call(&tool, &reasons, &arguments).unwrap();
             prop_assert!(!text.chars().any(|c| is_hidden_char(c) && c != '\n'), "{text:?}");
-            prop_assert_eq!(text.lines().count(), 3 + arguments.as_object().unwrap().len().max(1));
-            prop_assert!(text.contains(&*escape(&tool)));
-            for (key, value) in arguments.as_object().unwrap() {
+            // Generated arguments may look like secrets (a nested `"PIn": 0` names a PIN): those are flagged in
+            // a section after the arguments, one line per flagged argument, each naming an argument.
+            let (shown, flags) = text
+                .split_once("\nLook twice (shown in full above; these look like secrets):\n")
+                .map_or((text.as_str(), ""), |(shown, flags)| (shown, flags));
+            let map = arguments.as_object().unwrap();
+            prop_assert_eq!(shown.lines().count(), 3 + map.len().max(1), "{:?}", text);
+            prop_assert!(shown.contains(&*escape(&tool)));
+            for (key, value) in map {
                 let line = format!("  {}: {}\n", value_text(&Value::String(key.clone())), value_text(value));
                 prop_assert!(text.contains(&line), "{line:?} not in {text:?}");
+                let flagged = flags.lines().any(|l| l.starts_with(&format!("  {} looks like ", value_text(&Value::String(key.clone())))));
+                let mut probe = Value::Object([(key.clone(), value.clone())].into_iter().collect());
+                let looks_secret = !Masker::default().mask_value(&mut probe, MaskSet::SECRETS).is_empty();
+                prop_assert_eq!(flagged, looks_secret, "{:?} flagged wrongly in {:?}", key, text);
             }
+            prop_assert!(flags.lines().count() <= map.len(), "{text:?}");
         }
     }
 }
