@@ -58,6 +58,8 @@ use crate::policy::ApprovalRoute;
 
 pub use self::served::ServedDispatcher;
 pub use self::server::{CallerOf, GuardedMcpServer, McpServeError};
+// The gateway's passthrough names requests as the server does.
+#[cfg(feature = "mcp-gateway")]
 pub(crate) use self::wire::request_id_text;
 pub use self::wire::{mcp_input_schema, mcp_tool, tool_result};
 
