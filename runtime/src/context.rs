@@ -56,12 +56,17 @@ impl CallContext {
     /// token's subject. Per-thread rate limits (`rate_per = "thread"`) count by the caller when one is named,
     /// so a caller does not get a fresh budget by starting a new thread (a new MCP session, say); without
     /// one they count by the thread. Approvals do not follow it: a request stays bound to its thread.
+    ///
+    /// A caller named this way has no verified identity: one set before (by
+    /// [`with_authenticated`](Self::with_authenticated)) is cleared, so the policy's identity conditions never
+    /// judge one caller by another's claims.
     pub fn with_caller(mut self, caller: impl Into<String>) -> Self {
         let caller = caller.into();
         let inner = self.inner_mut();
         // NUL leads no thread id a host uses: a caller's bucket is never a thread's.
         inner.caller_rate_key = Some(format!("\u{0}caller\u{0}{caller}"));
         inner.caller = Some(caller);
+        inner.identity = None;
         self
     }
 
@@ -321,5 +326,18 @@ mod tests {
         // A caller named like a thread is not that thread.
         let named_like = CallContext::new().with_thread("x").with_caller("mcp-1");
         assert_ne!(named_like.rate_subject(), thread.rate_subject());
+    }
+
+    #[test]
+    fn a_caller_named_later_never_keeps_another_callers_identity() {
+        let alice = crate::identity::Caller::identified(crate::identity::Identity::new("https://issuer.test", "alice"));
+        let context = CallContext::new().with_authenticated(&alice);
+        assert_eq!(context.identity().map(|identity| identity.subject()), Some("alice"));
+        let bob = context.with_caller("bob");
+        assert_eq!((bob.caller(), bob.identity()), (Some("bob"), None));
+        // And the other way round: an authenticated caller replaces a name given before.
+        let renamed = CallContext::new().with_caller("bob").with_authenticated(&alice);
+        assert_eq!(renamed.caller(), Some("https://issuer.test#alice"));
+        assert_eq!(renamed.identity().map(|identity| identity.subject()), Some("alice"));
     }
 }

@@ -318,9 +318,22 @@ impl Condition {
             Test::In(items) => typed(value, items[0].kind()).map(|actual| items.iter().any(|item| actual.same(item))),
             Test::Matches(glob) => value.as_str().map(|text| glob.is_match(text)),
             Test::StartsWith(prefix) => value.as_str().map(|text| text.starts_with(prefix.as_str())),
-            Test::Contains(item) => value.as_array().map(|items| {
-                items.iter().any(|actual| typed(actual, item.kind()).is_some_and(|actual| actual.same(item)))
-            }),
+            Test::Contains(item) => match value.as_array() {
+                // An item of another type is undecided, like a scalar of another type: `["prod"]` nested in
+                // a list, or groups given as objects, cannot slip past `tags contains "prod"`.
+                Some(items) => match contains(items, item) {
+                    Ok(found) => Some(found),
+                    Err(odd) => {
+                        return Evaluation::FailedClosed(format!(
+                            "{} holds {}, not only {}",
+                            self.path_text(),
+                            kind_of(odd),
+                            item.kind()
+                        ));
+                    }
+                },
+                None => None,
+            },
         };
         match decided {
             Some(true) => Evaluation::Holds,
@@ -371,6 +384,19 @@ impl Condition {
             Test::Contains(_) => "a list",
         }
     }
+}
+
+/// Whether `items` holds `item`: `Err` with an item of another type when none equals it.
+fn contains<'a>(items: &'a [Value], item: &Scalar) -> Result<bool, &'a Value> {
+    let mut odd = None;
+    for actual in items {
+        match typed(actual, item.kind()) {
+            Some(actual) if actual.same(item) => return Ok(true),
+            Some(_) => {}
+            None => odd = odd.or(Some(actual)),
+        }
+    }
+    odd.map_or(Ok(false), Err)
 }
 
 /// The value at `steps` below `value`; a `null` is as good as missing.
@@ -741,7 +767,13 @@ mod tests {
         assert_eq!(eval("tags contains \"urgent\"", json!({"tags": ["a", "urgent"]})), Evaluation::Holds);
         assert_eq!(eval("tags contains \"urgent\"", json!({"tags": ["a"]})), Evaluation::DoesNotHold);
         assert_eq!(eval("ids contains 2", json!({"ids": [1, 2.0]})), Evaluation::Holds);
-        assert_eq!(eval("ids contains 2", json!({"ids": ["2"]})), Evaluation::DoesNotHold);
+        // An item of another type leaves the test undecided, so the rule applies (fail closed)...
+        let undecided = eval("ids contains 2", json!({"ids": ["2"]}));
+        assert_eq!(undecided, Evaluation::FailedClosed("argument `ids` holds a string, not only a number".into()));
+        assert!(eval("tags contains \"prod\"", json!({"tags": [["prod"]]})).applies());
+        assert!(eval("tags contains \"prod\"", json!({"tags": ["dev", {"v": "prod"}]})).applies());
+        // ...unless the item is there anyway.
+        assert_eq!(eval("tags contains \"prod\"", json!({"tags": [["x"], "prod"]})), Evaluation::Holds);
         assert!(eval("tags contains \"x\"", json!({"tags": "x"})).applies());
         assert_eq!(eval("not (amount > 10)", json!({"amount": 5})), Evaluation::Holds);
         assert_eq!(eval("not (amount > 10)", json!({"amount": 50})), Evaluation::DoesNotHold);
