@@ -11,9 +11,9 @@
 //! tamper to record (an audit record of [`AuditOutcome::StateTamper`](crate::audit::AuditOutcome)) and,
 //! for an escalated call, a refusal.
 //!
-//! Each checkpoint of a scope (`langgraph:<thread_id>[/<checkpoint_ns>]`) has its own latest commitment,
-//! and the scope has a head: the checkpoint the graph last went on to. A digest covers the scope, the
-//! checkpoint id, the canonical manifest and the digest it follows (the checkpoint's previous commitment,
+//! Each checkpoint of a scope (`langgraph:<thread_id>[/<checkpoint_ns>]`, `%`, `/` and `#` escaped in both
+//! parts) has its own latest commitment, and the scope has a head: the checkpoint the graph last went on to.
+//! A digest covers the scope, the checkpoint id, the canonical manifest and the digest it follows (the checkpoint's previous commitment,
 //! or the head's for a new checkpoint), under the approval key's checkpoint domain, so nobody without the
 //! key can write a commitment that verifies. [`CommitmentStore`] says where they are kept (a table of
 //! the airlock redb database, a table of the ledger's PostgreSQL database, or memory).
@@ -80,6 +80,10 @@ pub enum CommitmentError {
     /// The store failed.
     #[error("the checkpoint commitments cannot be stored: {0}")]
     Store(String),
+    /// The scope holds a `#`, which separates a scope from a checkpoint id in the store's keys (build
+    /// scopes with [`CheckpointCommitments::langgraph_scope`], which escapes it).
+    #[error("a checkpoint scope cannot hold `#` (it separates the scope from the checkpoint id)")]
+    Scope,
 }
 
 /// Where commitments are kept: each under a key naming its scope and checkpoint, the head under the
@@ -233,13 +237,18 @@ impl CheckpointCommitments {
         CheckpointCommitments { key, store: Arc::new(store) }
     }
 
-    /// The scope of a LangGraph thread and checkpoint namespace: `langgraph:<thread_id>[/<checkpoint_ns>]`.
+    /// The scope of a LangGraph thread and checkpoint namespace: `langgraph:<thread_id>[/<checkpoint_ns>]`,
+    /// with `%`, `/` and `#` in either part written `%25`, `%2F` and `%23`, so that no two threads and
+    /// namespaces share a scope (thread `a/b` is not thread `a`'s namespace `b`) and no scope holds a `#`.
     pub fn langgraph_scope(thread_id: &str, checkpoint_ns: &str) -> String {
-        if checkpoint_ns.is_empty() {
-            format!("langgraph:{thread_id}")
-        } else {
-            format!("langgraph:{thread_id}/{checkpoint_ns}")
+        let mut scope = String::with_capacity("langgraph:".len() + thread_id.len() + checkpoint_ns.len() + 1);
+        scope.push_str("langgraph:");
+        push_scope_part(&mut scope, thread_id);
+        if !checkpoint_ns.is_empty() {
+            scope.push('/');
+            push_scope_part(&mut scope, checkpoint_ns);
         }
+        scope
     }
 
     fn mac(
@@ -272,7 +281,7 @@ impl CheckpointCommitments {
         manifest: &Value,
         head: bool,
     ) -> Result<Commitment, CommitmentError> {
-        let own = entry_key(scope, checkpoint_id);
+        let own = entry_key(scope, checkpoint_id)?;
         let previous = match self.store.get(&own)? {
             Some(earlier) => Some(earlier.digest),
             None => self.store.get(scope)?.map(|head| head.digest),
@@ -290,8 +299,9 @@ impl CheckpointCommitments {
     /// Whether `checkpoint_id`, holding `manifest` now, holds what was last committed for it, and whether it
     /// is the scope's head. The digests are compared in constant time.
     pub fn verify(&self, scope: &str, checkpoint_id: &str, manifest: &Value) -> Result<Verdict, CommitmentError> {
+        let own_key = entry_key(scope, checkpoint_id)?;
         let Some(head) = self.store.get(scope)? else { return Ok(Verdict::Unrecorded) };
-        let Some(own) = self.store.get(&entry_key(scope, checkpoint_id))? else { return Ok(Verdict::Unknown) };
+        let Some(own) = self.store.get(&own_key)? else { return Ok(Verdict::Unknown) };
         let Some(expected) = decode_lower_hex::<MAC_LEN>(&own.digest) else { return Ok(Verdict::Edited) };
         let mac = self.mac(scope, checkpoint_id, manifest, own.previous.as_deref())?;
         if !mac.verify(&expected) {
@@ -305,9 +315,24 @@ impl CheckpointCommitments {
     }
 }
 
-/// Where one checkpoint's own commitment is kept (`#` cannot start a LangGraph checkpoint id).
-fn entry_key(scope: &str, checkpoint_id: &str) -> String {
-    format!("{scope}#{checkpoint_id}")
+/// Where one checkpoint's own commitment is kept: `<scope>#<checkpoint_id>`. A scope holds no `#`, so this
+/// key is no scope's head key and no other scope's and checkpoint's entry key.
+fn entry_key(scope: &str, checkpoint_id: &str) -> Result<String, CommitmentError> {
+    if scope.contains('#') {
+        return Err(CommitmentError::Scope);
+    }
+    Ok(format!("{scope}#{checkpoint_id}"))
+}
+
+fn push_scope_part(scope: &mut String, part: &str) {
+    for c in part.chars() {
+        match c {
+            '%' => scope.push_str("%25"),
+            '/' => scope.push_str("%2F"),
+            '#' => scope.push_str("%23"),
+            c => scope.push(c),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -318,6 +343,27 @@ mod tests {
 
     fn commitments() -> CheckpointCommitments {
         CheckpointCommitments::new(ApprovalKey::new("k", &[7; 32]).expect("a key"), MemoryCommitments::default())
+    }
+
+    #[test]
+    fn no_two_threads_and_namespaces_share_a_scope_or_a_key() {
+        let scope = CheckpointCommitments::langgraph_scope;
+        assert_eq!(scope("t1", ""), "langgraph:t1");
+        assert_eq!(scope("t1", "inner"), "langgraph:t1/inner");
+        assert_ne!(scope("a/b", ""), scope("a", "b"));
+        assert_ne!(scope("a/b", "c"), scope("a", "b/c"));
+        assert_ne!(scope("a%2Fb", ""), scope("a/b", ""));
+        assert!(!scope("t#c1", "n#s").contains('#'));
+        // A head written for thread `t#c1` is not thread `t`'s entry for checkpoint `c1`.
+        let c = commitments();
+        let manifest = json!({"channel_values": {}, "pending_writes": []});
+        c.record(&scope("t#c1", ""), "x", &manifest, true).unwrap();
+        assert_eq!(c.verify(&scope("t", ""), "c1", &manifest).unwrap(), Verdict::Unrecorded);
+        c.record(&scope("t", ""), "c1", &manifest, true).unwrap();
+        assert_eq!(c.verify(&scope("t#c1", ""), "x", &manifest).unwrap(), Verdict::Matches);
+        // A scope built by hand with a `#` is refused, never stored under a key another scope owns.
+        assert!(matches!(c.record("langgraph:t#c1", "x", &manifest, true), Err(CommitmentError::Scope)));
+        assert!(matches!(c.verify("langgraph:t#c1", "x", &manifest), Err(CommitmentError::Scope)));
     }
 
     #[test]
