@@ -130,12 +130,17 @@ impl McpGateway {
             config = config.disable_allowed_hosts();
         }
         let sessions = config.cancellation_token.clone();
+        let manager = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
             move || Ok(GatewayServer::new(base.for_new_connection(), peer.clone(), Arc::clone(&surfaces))),
-            Arc::new(LocalSessionManager::default()),
+            Arc::clone(&manager),
             config,
         );
         let owners = SessionOwners::default();
+        // rmcp ends a session a client left idle; its owner is forgotten at the next sweep, so a caller that
+        // opens sessions and never ends them grows nothing here beyond rmcp's own live sessions.
+        let mut sweep = tokio::time::interval(OWNERS_SWEEP_INTERVAL);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
@@ -145,6 +150,7 @@ impl McpGateway {
                     Ok((stream, from)) => serve_connection(stream, from, service.clone(), auth.clone(), Arc::clone(&owners)),
                     Err(error) => tracing::warn!(target: "agent_airlock", %error, "a connection was not accepted"),
                 },
+                _ = sweep.tick() => forget_ended_sessions(&owners, &manager).await,
                 () = &mut shutdown => {
                     tracing::info!(target: "agent_airlock", "shutting down on request");
                     break;
@@ -173,6 +179,15 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// Who opened each MCP session (its id → the caller's name).
 type SessionOwners = Arc<Mutex<HashMap<String, Arc<str>>>>;
+
+/// How often the owners of sessions rmcp has ended are forgotten.
+const OWNERS_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Forgets the owners of sessions `manager` no longer has (ended by their client, or idle for too long).
+async fn forget_ended_sessions(owners: &SessionOwners, manager: &LocalSessionManager) {
+    let live = manager.sessions.read().await;
+    owners.lock().unwrap_or_else(PoisonError::into_inner).retain(|id, _| live.contains_key(id.as_str()));
+}
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -285,7 +300,10 @@ fn serve_connection(
                 (None, Some(opened)) => {
                     owners.insert(opened.to_owned(), name);
                 }
-                (Some(id), _) if ending && response.status().is_success() => {
+                // Ended by this request, or unknown to rmcp (ended before): the owner goes with it.
+                (Some(id), _)
+                    if (ending && response.status().is_success()) || response.status() == StatusCode::NOT_FOUND =>
+                {
                     owners.remove(id);
                 }
                 _ => {}
@@ -300,4 +318,29 @@ fn serve_connection(
             tracing::debug!(target: "agent_airlock", %error, %from, "an HTTP connection ended abnormally");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_owners_of_ended_sessions_are_forgotten_and_no_others() {
+        let manager = LocalSessionManager::default();
+        let (live, _transport) = manager.create_session().await.expect("a session");
+        let (ended, _transport) = manager.create_session().await.expect("a session");
+        let owners = SessionOwners::default();
+        {
+            let mut map = owners.lock().unwrap();
+            for id in [live.to_string(), ended.to_string(), "never-opened".to_owned()] {
+                map.insert(id, Arc::from("alice"));
+            }
+        }
+        manager.close_session(&ended).await.expect("closed");
+        forget_ended_sessions(&owners, &manager).await;
+        let left: Vec<String> = owners.lock().unwrap().keys().cloned().collect();
+        assert_eq!(left, vec![live.to_string()]);
+    }
 }
