@@ -282,7 +282,7 @@ impl Dispatcher {
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
-            tracing::error!(target: "agent_airlock", outcome = "panicked", "tool panicked");
+            tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
             call.trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
             call.trail.outcome = Some(AuditOutcome::Panicked);
             return Ok(Outcome::Message(call.message(Status::Error, format!("tool `{name}` failed"), stripped)));
@@ -386,14 +386,23 @@ impl Dispatcher {
             ToolOutput::Structured { mut content, mut structured } => {
                 tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
                 self.mask(&mut content, entry.mask);
+                let was_object = structured.is_object();
                 self.mask(&mut structured, entry.mask);
+                // Too large to mask, the structured result became the notice saying so: a client checks
+                // `structuredContent` against the tool's output schema, so the notice goes in the text instead.
+                let structured = if was_object && !structured.is_object() {
+                    content = structured;
+                    None
+                } else {
+                    Some(structured)
+                };
                 trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
                 trail.outcome = Some(AuditOutcome::Executed);
                 if audited {
                     trail.result = Some(serde_json::json!({"content": content, "structuredContent": structured}));
                 }
                 let mut message = call.message(Status::Success, content_text(content), stripped);
-                message.structured_content = Some(structured);
+                message.structured_content = structured;
                 Outcome::Message(message)
             }
             ToolOutput::Command(command) => {

@@ -76,8 +76,12 @@ impl<T: Tracer> DecisionLayer<T> {
 
     fn export(&self, decision: &CallDecision) {
         let outcome = decision.outcome();
-        let tool = KeyValue::new("gen_ai.tool.name", decision.tool.clone());
-        let builder = SpanBuilder::from_name(format!("execute_tool {}", decision.tool))
+        // The span's name and the counters' label name one of the dispatcher's tools: a name the model made up
+        // would be a series of its own (and enough of them would fold real tools' counts into the exporter's
+        // overflow series). The span's `gen_ai.tool.name` attribute keeps the name as called.
+        let named = if decision.refusal_kind == Some("unknown_tool") { UNKNOWN_TOOL } else { decision.tool.as_str() };
+        let tool_label = KeyValue::new("gen_ai.tool.name", named.to_owned());
+        let builder = SpanBuilder::from_name(format!("execute_tool {named}"))
             .with_kind(SpanKind::Internal)
             .with_start_time(decision.start)
             .with_attributes(decision.attributes());
@@ -88,25 +92,34 @@ impl<T: Tracer> DecisionLayer<T> {
         }
         span.end_with_timestamp(SystemTime::now());
 
-        self.counters.tool_calls.add(1, &[KeyValue::new("airlock.outcome", outcome.as_str()), tool.clone()]);
+        self.counters.tool_calls.add(1, &[KeyValue::new("airlock.outcome", outcome.as_str()), tool_label.clone()]);
         if let Some(kind) = decision.refusal_kind {
-            let attributes =
-                [KeyValue::new("airlock.refusal.kind", kind), KeyValue::new("airlock.enforced", true), tool.clone()];
+            let attributes = [
+                KeyValue::new("airlock.refusal.kind", kind),
+                KeyValue::new("airlock.enforced", true),
+                tool_label.clone(),
+            ];
             self.counters.refusals.add(1, &attributes);
         }
         for kind in &decision.would_refuse {
-            let attributes =
-                [KeyValue::new("airlock.refusal.kind", *kind), KeyValue::new("airlock.enforced", false), tool.clone()];
+            let attributes = [
+                KeyValue::new("airlock.refusal.kind", *kind),
+                KeyValue::new("airlock.enforced", false),
+                tool_label.clone(),
+            ];
             self.counters.refusals.add(1, &attributes);
         }
         if decision.approved {
-            self.counters.approvals.add(1, std::slice::from_ref(&tool));
+            self.counters.approvals.add(1, std::slice::from_ref(&tool_label));
         }
         if let Some(effect) = decision.effect() {
-            self.counters.effects.add(1, &[KeyValue::new("airlock.effect", effect.as_str()), tool]);
+            self.counters.effects.add(1, &[KeyValue::new("airlock.effect", effect.as_str()), tool_label]);
         }
     }
 }
+
+/// The span name's and the counters' tool for a call to a tool the dispatcher does not have.
+const UNKNOWN_TOOL: &str = "(unknown)";
 
 impl<S, T> tracing_subscriber::Layer<S> for DecisionLayer<T>
 where

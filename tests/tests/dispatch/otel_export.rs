@@ -40,6 +40,15 @@ fn wipe(
     format!("wiped {disk}")
 }
 
+/// Charges a card, and panics while doing it.
+#[airlock_tool(effect = "charge:{reference}")]
+fn charge(
+    /// The charge's reference.
+    reference: String,
+) -> String {
+    panic!("the card reader fell over while charging {reference}")
+}
+
 /// Sends money; each transfer once.
 #[airlock_tool(escalate = "moves money", effect = "send:{reference}")]
 fn send_money(
@@ -56,6 +65,7 @@ fn dispatcher() -> Dispatcher {
         .tool(tool!(echo))
         .tool(tool!(wipe))
         .tool(tool!(send_money))
+        .tool(tool!(charge))
         .policy(Policy::builder().deny("wipe").build().expect("a policy"))
         .approver(|_| async { Decision::Approve })
         .effects(MemoryEffectStore::new())
@@ -96,6 +106,7 @@ fn each_decision_is_a_span_with_the_gen_ai_attributes_and_counters_and_no_argume
             call("c-send-again", "send_money", json!({"reference": "r1", "to": SECRET})),
             call("c-bad", "echo", json!({"word": 42})),
             call("c-unknown", "format_disk", json!({"disk": SECRET})),
+            call("c-panic", "charge", json!({"reference": "r2"})),
         ],
     );
     let texts: Vec<_> = outcomes.into_iter().map(|outcome| outcome.expect_message().content).collect();
@@ -104,8 +115,8 @@ fn each_decision_is_a_span_with_the_gen_ai_attributes_and_counters_and_no_argume
 
     assert_eq!(receiver.errors(), Vec::<String>::new());
     let spans = receiver.spans();
-    assert_eq!(spans.len(), 6, "{spans:#?}");
-    for span in &spans {
+    assert_eq!(spans.len(), 7, "{spans:#?}");
+    for span in spans.iter().filter(|span| span.attr("gen_ai.tool.call.id") != Some("c-unknown")) {
         assert_eq!(span.attr("gen_ai.operation.name"), Some("execute_tool"), "{span:?}");
         assert_eq!(span.name, format!("execute_tool {}", span.attr("gen_ai.tool.name").unwrap_or("")));
         assert_eq!(span.service_name.as_deref(), Some("otel-export-test"));
@@ -138,7 +149,19 @@ fn each_decision_is_a_span_with_the_gen_ai_attributes_and_counters_and_no_argume
     assert_eq!(replayed.attr("airlock.approved"), None, "a duplicate is refused before a human is asked");
 
     assert_eq!(span(&spans, "c-bad").attr("airlock.refusal.kind"), Some("invalid_arguments"));
-    assert_eq!(span(&spans, "c-unknown").attr("airlock.refusal.kind"), Some("unknown_tool"));
+    // A made-up tool names no span and no series of its own; the attribute keeps what was called.
+    let unknown = span(&spans, "c-unknown");
+    assert_eq!(unknown.attr("airlock.refusal.kind"), Some("unknown_tool"));
+    assert_eq!(unknown.name, "execute_tool (unknown)");
+    assert_eq!(unknown.attr("gen_ai.tool.name"), Some("format_disk"));
+    assert_eq!(receiver.counter("airlock.refusals", &[("gen_ai.tool.name", "(unknown)")]), Some(1));
+    assert_eq!(receiver.counter("airlock.refusals", &[("gen_ai.tool.name", "format_disk")]), None);
+
+    // A tool that panics while holding its effect leaves the effect ambiguous, and says so.
+    let panicked = span(&spans, "c-panic");
+    assert_eq!(panicked.attr("airlock.outcome"), Some("panicked"));
+    assert_eq!(panicked.attr("airlock.effect"), Some("ambiguous"));
+    assert_eq!(panicked.status_code, 2);
 
     // The counters, by kind, outcome and effect.
     let refusals = |kind| receiver.counter("airlock.refusals", &[("airlock.refusal.kind", kind)]);
@@ -150,6 +173,8 @@ fn each_decision_is_a_span_with_the_gen_ai_attributes_and_counters_and_no_argume
     assert_eq!(receiver.counter("airlock.approvals", &[("gen_ai.tool.name", "send_money")]), Some(1));
     assert_eq!(receiver.counter("airlock.effects", &[("airlock.effect", "executed")]), Some(1));
     assert_eq!(receiver.counter("airlock.effects", &[("airlock.effect", "replayed")]), Some(1));
+    assert_eq!(receiver.counter("airlock.effects", &[("airlock.effect", "ambiguous")]), Some(1));
+    assert_eq!(receiver.counter("airlock.tool_calls", &[("airlock.outcome", "panicked")]), Some(1));
     assert_eq!(receiver.counter("airlock.tool_calls", &[("airlock.outcome", "executed")]), Some(2));
     assert_eq!(receiver.counter("airlock.tool_calls", &[("airlock.outcome", "refused")]), Some(4));
 

@@ -956,3 +956,25 @@ fn structured_content_is_masked_like_the_text_and_audited() {
     let dispatcher = Dispatcher::builder().tool(plain).build().unwrap();
     assert_eq!(dispatch(&dispatcher, "plain", json!({})).structured_content, None);
 }
+
+/// Structured content too large to mask is not replaced by a notice where the client expects an object that
+/// matches the tool's output schema: it is left out, and the notice is the text.
+#[test]
+fn structured_content_too_large_to_mask_is_left_out_and_the_text_says_why() {
+    use agent_airlock::json_tool::JsonOutput;
+    use agent_airlock::mask::{MaskConfig, Masker};
+
+    let key = "AKIAIOSFODNN7QK4RW2Z";
+    let tool = JsonTool::builder("events", "Recent events.", json!({"type": "object", "properties": {}}))
+        .build(move |_call: JsonCall| async move {
+            let events: Vec<Value> =
+                (0..40).map(|i| json!({"id": i, "note": format!("event {i}, key {key}")})).collect();
+            Ok::<_, ToolError>(JsonOutput::structured(json!("40 events"), json!({"events": events})))
+        })
+        .expect("a valid definition");
+    let masker = Masker::new(MaskConfig::default().with_max_text_bytes(512));
+    let dispatcher = Dispatcher::builder().tool(tool).masker(masker).build().unwrap();
+    let message = dispatch(&dispatcher, "events", json!({}));
+    assert_eq!(message.structured_content, None, "{message:?}");
+    assert!(message.content.contains("TOO_LARGE_TO_MASK") && !message.content.contains(key), "{}", message.content);
+}
