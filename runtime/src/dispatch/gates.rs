@@ -26,6 +26,32 @@ impl Rules {
         }
     }
 
+    /// Gate 2, on the caller: the first deny rule that tests only who calls and applies to this caller
+    /// (failing closed without an identity). It needs no arguments, so it refuses before they are screened
+    /// or validated: a caller a tool is hidden from (see [`Dispatcher::denies_caller`]) learns nothing of its
+    /// arguments from a refusal.
+    #[inline]
+    pub(super) fn caller_denial(&self, name: &str, identity: Option<&Identity>) -> Result<(), Refused> {
+        if self.conditions.is_empty() {
+            return Ok(());
+        }
+        let none = Arguments::new();
+        for rule in &self.conditions {
+            let ConditionAction::Deny(reason) = rule.action() else { continue };
+            if !rule.condition().is_about_identity() {
+                continue;
+            }
+            match rule.evaluate_for(&none, identity) {
+                Evaluation::DoesNotHold => {}
+                Evaluation::Holds => return Err(refusal::condition_denied(name, rule.name(), reason, None)),
+                Evaluation::FailedClosed(why) => {
+                    return Err(refusal::condition_denied(name, rule.name(), reason, Some(&why)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Gate 3: how undeclared keys are screened, the author's mode or the policy's `block`.
     #[inline]
     pub(super) fn ghosts(&self, spec: &ToolSpec) -> GhostPolicy {

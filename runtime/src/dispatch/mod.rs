@@ -54,9 +54,8 @@ use crate::effect::{Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
 use crate::mask::MaskSet;
 use crate::message::{Outcome, Refusal, Status, ToolCall, ToolMessage};
-use crate::policy::ConditionAction;
 use crate::schema::ToolDefinition;
-use crate::tool::{Arguments, ToolOutput};
+use crate::tool::ToolOutput;
 
 /// A refusal and the argument keys stripped before it.
 type Refusing = (Refused, Vec<String>);
@@ -104,11 +103,7 @@ impl Dispatcher {
     /// tool and in observe mode (where the policy's conditions are observed, not enforced).
     pub fn denies_caller(&self, tool: &str, context: &CallContext) -> bool {
         let Some(entry) = self.tools.get(tool) else { return false };
-        entry.enforced.conditions.iter().any(|rule| {
-            matches!(rule.action(), ConditionAction::Deny(_))
-                && rule.condition().is_about_identity()
-                && rule.evaluate_for(&Arguments::new(), context.identity()).applies()
-        })
+        entry.enforced.caller_denial(tool, context.identity()).is_err()
     }
 
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
@@ -209,9 +204,11 @@ impl Dispatcher {
         };
         let (spec, enforced, observed) = (entry.tool.spec(), &entry.enforced, &entry.observed);
 
-        // 2. Policy on the registered name. Deny beats everything, approvals included.
+        // 2. Policy on the registered name, and its deny rules on who calls (they need no arguments, so a
+        //    caller the tool is hidden from learns nothing of them). Deny beats everything, approvals included.
         call.observe(observed.denial(name));
-        if let Err(refused) = enforced.denial(name) {
+        if let Err(refused) = enforced.denial(name).and_then(|()| enforced.caller_denial(name, call.context.identity()))
+        {
             args::discard(arguments);
             return Err((refused, Vec::new()));
         }

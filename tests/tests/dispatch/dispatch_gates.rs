@@ -130,7 +130,7 @@ fn fixture(policy: Policy, approve: Option<bool>) -> Fixture {
             asked.fetch_add(1, Ordering::SeqCst);
             let yes = answer.load(Ordering::SeqCst);
             async move {
-                assert_eq!(request.reasons[0].reason, "moves money");
+                assert!(request.reasons[0].reason.starts_with("moves money"), "{:?}", request.reasons);
                 if yes { Decision::Approve } else { Decision::Deny { reason: Some("not today".into()) } }
             }
         });
@@ -203,6 +203,43 @@ fn denied_tool_with_ghost_args_reports_the_denial() {
     let message = f.message("greet", json!({"name": "x", "sudo": true}));
     assert_eq!(refusal_kind(&message), Some(RefusalKind::Denied));
     assert!(message.stripped_arguments.is_empty(), "denial comes before ghost handling");
+}
+
+/// A tool hidden from a caller by a rule on who calls says nothing of its arguments to that caller: the rule
+/// refuses at the denial gate, before ghost screening and validation, as `tools/list` hides it.
+#[test]
+fn a_caller_a_tool_is_hidden_from_learns_nothing_of_its_arguments() {
+    use agent_airlock::identity::{Caller, Identity};
+
+    let policy = Policy::builder()
+        .deny_when("transfer", "not (identity.groups contains \"payments\")", "payments team only")
+        .build()
+        .unwrap();
+    let f = fixture(policy, Some(true));
+    let as_member = |groups: Value| {
+        let identity = Identity::new("https://issuer.test", "someone").with_claim("groups", groups);
+        f.context.clone().with_authenticated(&Caller::identified(identity))
+    };
+    let call = |context: &CallContext, arguments: Value| {
+        block_on(f.dispatcher.dispatch(ToolCall::new("call-1", "transfer", arguments), context)).expect_message()
+    };
+    for carol in [as_member(json!(["support"])), f.context.clone()] {
+        assert!(f.dispatcher.denies_caller("transfer", &carol), "hidden from tools/list");
+        let message = call(&carol, json!({"sudo": true, "amount": "x"}));
+        assert_eq!(refusal_kind(&message), Some(RefusalKind::Denied), "{message:?}");
+        assert!(message.content.contains("payments team only"), "{}", message.content);
+        for field in ["`from`", "`to`", "`amount`", "`sudo`", "cents"] {
+            assert!(!message.content.contains(field), "{field} in {}", message.content);
+            assert!(!message.hints.iter().any(|hint| hint.contains(field)), "{:?}", message.hints);
+        }
+        assert!(message.stripped_arguments.is_empty(), "nothing screened before the refusal");
+    }
+    // A member is told what is wrong with the arguments, and a good call runs.
+    let alice = as_member(json!(["payments"]));
+    assert!(!f.dispatcher.denies_caller("transfer", &alice));
+    assert_eq!(refusal_kind(&call(&alice, json!({"amount": "x"}))), Some(RefusalKind::InvalidArguments));
+    assert_eq!(call(&alice, json!({"from": "a", "to": "b", "amount": 5})).status, Status::Success);
+    assert_eq!(f.runs.get(), 1);
 }
 
 #[test]
