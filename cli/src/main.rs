@@ -180,14 +180,23 @@ fn init_logging(cli: &Cli) -> Result<Option<OtlpExport>, Failure> {
         .with_ansi(false)
         .with_target(true)
         .with_filter(filter);
+    let build = |endpoint: &str| OtlpExport::http(endpoint).service_name("airlock-mcp-gateway").build();
     let export = match &cli.command {
         Command::Mcp(args) => match mcp::otlp_endpoint(args) {
-            Some(endpoint) => Some(
-                OtlpExport::http(endpoint)
-                    .service_name("airlock-mcp-gateway")
-                    .build()
-                    .map_err(|error| format!("--otlp-endpoint: {error}"))?,
-            ),
+            Some(mcp::OtlpEndpoint::Flag(endpoint)) => {
+                Some(build(&endpoint).map_err(|error| format!("--otlp-endpoint: {error}"))?)
+            }
+            // Set for everything in this environment, not asked of the gateway: it runs without the export.
+            Some(mcp::OtlpEndpoint::Environment(endpoint)) => match build(&endpoint) {
+                Ok(export) => Some(export),
+                Err(error) => {
+                    eprintln!(
+                        "airlock: warning: OTEL_EXPORTER_OTLP_ENDPOINT: {error}; decisions are not exported (give \
+                         --otlp-endpoint to make the export a condition of starting)"
+                    );
+                    None
+                }
+            },
             None => None,
         },
         _ => None,

@@ -149,19 +149,35 @@ struct GatewayArgs {
     /// Export each decision (a span per tool call, counters of refusals, approvals and effects) over OTLP/HTTP
     /// to the collector at this base URL, e.g. `http://127.0.0.1:4318` (spans to `/v1/traces`, counters to
     /// `/v1/metrics`). Never argument values, results or secrets. Sent in the background; what is queued is
-    /// sent when the gateway stops.
-    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    /// sent when the gateway stops. Without it, `OTEL_EXPORTER_OTLP_ENDPOINT` is used if set, and if the
+    /// gateway cannot export there (an `https` collector, say) it says so and runs without exporting.
+    #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
     /// `--oauth-issuer` and its options: `--listen` as an OAuth 2.1 resource server.
     #[command(flatten)]
     oauth: OAuthArgs,
 }
 
+/// Where `airlock mcp`'s decisions are exported to, and who said so.
+pub(crate) enum OtlpEndpoint {
+    /// `--otlp-endpoint`: the gateway does not start without the export.
+    Flag(String),
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, set for whatever runs in this environment: a collector the gateway
+    /// cannot export to is a warning, not a reason not to start.
+    Environment(String),
+}
+
 /// The collector `airlock mcp` exports its decisions to, when it runs the gateway and is given one.
-pub(crate) fn otlp_endpoint(args: &McpArgs) -> Option<&str> {
-    match args.command {
-        None => args.run.otlp_endpoint.as_deref(),
-        Some(_) => None,
+pub(crate) fn otlp_endpoint(args: &McpArgs) -> Option<OtlpEndpoint> {
+    if args.command.is_some() {
+        return None;
+    }
+    match &args.run.otlp_endpoint {
+        Some(endpoint) => Some(OtlpEndpoint::Flag(endpoint.clone())),
+        None => std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .ok()
+            .filter(|endpoint| !endpoint.trim().is_empty())
+            .map(OtlpEndpoint::Environment),
     }
 }
 

@@ -52,9 +52,16 @@ impl Scratch {
 
     /// `airlock --db <scratch>/airlock.redb mcp --policy … --otlp-endpoint <endpoint> -- <upstream>`.
     fn gateway(&self, venv: &Venv, endpoint: &str) -> Command {
+        self.gateway_with(venv, Some(endpoint))
+    }
+
+    /// The same, `--otlp-endpoint` only if given (and `OTEL_EXPORTER_OTLP_ENDPOINT` unset: set it after).
+    fn gateway_with(&self, venv: &Venv, endpoint: Option<&str>) -> Command {
         let mut command = Command::new(AIRLOCK);
         command.arg("--db").arg(self.path("airlock.redb")).args(["mcp", "--policy"]).arg(self.path("airlock.toml"));
-        command.args(["--otlp-endpoint", endpoint]);
+        if let Some(endpoint) = endpoint {
+            command.args(["--otlp-endpoint", endpoint]);
+        }
         command.arg("--").arg(venv.python()).arg(UPSTREAM).arg(self.path("calls.log")).arg(self.path("notes"));
         command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").stderr(Stdio::inherit());
         command
@@ -179,4 +186,34 @@ fn an_endpoint_that_is_not_http_stops_the_gateway_before_it_starts() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--otlp-endpoint") && stderr.contains("https"), "{stderr}");
     assert!(!scratch.path("calls.log").exists(), "no upstream was started");
+}
+
+#[test]
+fn the_environments_endpoint_is_used_and_one_the_gateway_cannot_use_is_a_warning_not_a_stop() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    // Set for everything in the environment (a Kubernetes collector over TLS, say): the gateway starts,
+    // serves, and says it does not export.
+    let stderr = scratch.path("stderr.log");
+    let mut command = scratch.gateway_with(&venv, None);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.invalid:4318")
+        .stderr(std::fs::File::create(&stderr).expect("a log file"));
+    let mut session = StdioSession::start(&mut command);
+    let wrote = call(&mut session, 1, "write_note", json!({"name": "1.txt", "text": "hello"}));
+    assert_eq!(wrote["result"]["isError"], false, "{wrote}");
+    session.close();
+    let warned = std::fs::read_to_string(&stderr).expect("the log");
+    assert!(warned.contains("OTEL_EXPORTER_OTLP_ENDPOINT") && warned.contains("not exported"), "{warned}");
+
+    // A collector it can reach, named by the environment alone, gets the decisions.
+    let receiver = OtlpReceiver::start();
+    let mut command = scratch.gateway_with(&venv, None);
+    command.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    let mut session = StdioSession::start(&mut command);
+    let wrote = call(&mut session, 1, "write_note", json!({"name": "2.txt", "text": "hello"}));
+    assert_eq!(wrote["result"]["isError"], false, "{wrote}");
+    session.close();
+    assert!(receiver.wait_until(WITHIN, |receiver| !receiver.spans().is_empty()), "no span arrived");
+    span(&receiver.spans(), "write_note", "executed");
 }
