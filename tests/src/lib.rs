@@ -32,6 +32,7 @@ pub fn say(line: &str) {
 pub mod checks_script;
 pub mod chromium;
 pub mod ledger_fixtures;
+pub mod loopback_http;
 pub mod mcp_stdio;
 pub mod node_env;
 pub mod otlp_receiver;

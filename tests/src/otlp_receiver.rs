@@ -4,7 +4,6 @@
 //! search the raw bytes for what must never be sent.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,6 +16,8 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
+
+use crate::loopback_http::Response;
 
 /// Everything received so far.
 #[derive(Default)]
@@ -168,56 +169,25 @@ pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|window| window == needle)
 }
 
-/// Serves the HTTP/1.1 requests of one connection (keep-alive) until it closes.
+/// Serves the OTLP/HTTP requests of one connection (keep-alive) until it closes.
 fn serve(stream: TcpStream, received: &Mutex<Received>) {
-    let Ok(mut writer) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
+    crate::loopback_http::serve_connection(stream, |request| {
+        let mut received = received.lock().unwrap_or_else(PoisonError::into_inner);
+        received.raw.extend_from_slice(&request.body);
+        let path = request.path.as_str();
+        match path {
+            "/v1/traces" => match ExportTraceServiceRequest::decode(request.body.as_slice()) {
+                Ok(decoded) => received.traces.push(decoded),
+                Err(err) => received.errors.push(format!("{path}: {err}")),
+            },
+            "/v1/metrics" => match ExportMetricsServiceRequest::decode(request.body.as_slice()) {
+                Ok(decoded) => received.metrics.push(decoded),
+                Err(err) => received.errors.push(format!("{path}: {err}")),
+            },
+            _ => received.errors.push(format!("unexpected request: {}", request.line)),
         }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        {
-            let mut received = received.lock().unwrap_or_else(PoisonError::into_inner);
-            received.raw.extend_from_slice(&body);
-            match path.as_str() {
-                "/v1/traces" => match ExportTraceServiceRequest::decode(body.as_slice()) {
-                    Ok(request) => received.traces.push(request),
-                    Err(err) => received.errors.push(format!("{path}: {err}")),
-                },
-                "/v1/metrics" => match ExportMetricsServiceRequest::decode(body.as_slice()) {
-                    Ok(request) => received.metrics.push(request),
-                    Err(err) => received.errors.push(format!("{path}: {err}")),
-                },
-                other => received.errors.push(format!("unexpected request: {} {other}", request_line.trim())),
-            }
-        }
-        let response = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
-        if writer.write_all(response.as_bytes()).and_then(|()| writer.flush()).is_err() {
-            return;
-        }
-    }
+        Response::ok("application/x-protobuf", Vec::new())
+    });
 }
 
 fn received_span(span: &Span, service_name: Option<String>) -> ReceivedSpan {

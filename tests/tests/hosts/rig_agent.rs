@@ -3,7 +3,6 @@
 //! answers each request with the next scripted tool call, and records every request it receives. The
 //! assertions are on what the "model" was sent back: results, stripped arguments and refusal texts.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +13,7 @@ use agent_airlock::{
     approval::{ApprovalRequest, Decision},
     tool,
 };
+use agent_airlock_tests::loopback_http::{self, Response};
 use rig_agent::AgentBuilder;
 use rig_agent::agent::{AgentHook, HookContext};
 use rig_agent::run::policy::{InvalidToolCallAction, InvalidToolCallContext, InvalidToolCallReason};
@@ -130,35 +130,11 @@ impl FakeModel {
     }
 }
 
-/// Serves HTTP/1.1 requests on one keep-alive connection until the client closes it.
+/// Serves the chat completions requests of one keep-alive connection until the client closes it.
 fn serve(stream: TcpStream, script: &[Turn], served: &AtomicUsize, recorded: &Mutex<Vec<Value>>) {
-    let mut writer = stream.try_clone().expect("a second handle");
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut content_length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                content_length = value.trim().parse().expect("a content length");
-            }
-        }
-        let mut body = vec![0; content_length];
-        reader.read_exact(&mut body).expect("the request body");
-        let body: Value = serde_json::from_slice(&body).expect("a JSON request");
-        assert!(request_line.starts_with("POST /v1/chat/completions "), "unexpected request: {request_line}");
+    loopback_http::serve_connection(stream, |request| {
+        assert!(request.line.starts_with("POST /v1/chat/completions "), "unexpected request: {}", request.line);
+        let body: Value = serde_json::from_slice(&request.body).expect("a JSON request");
         let index = {
             let mut recorded = recorded.lock().expect("not poisoned");
             recorded.push(body);
@@ -172,15 +148,8 @@ fn serve(stream: TcpStream, script: &[Turn], served: &AtomicUsize, recorded: &Mu
                 json!({"error": {"message": "the script is over", "type": "server_error"}}),
             ),
         };
-        let reply = reply.to_string();
-        let response = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-            reply.len()
-        );
-        if writer.write_all(response.as_bytes()).is_err() {
-            return;
-        }
-    }
+        Response { status, content_type: "application/json", body: reply.to_string().into_bytes() }
+    });
 }
 
 /// The text of the tool message answering `call_id` in one recorded request.
