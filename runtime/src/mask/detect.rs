@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use agent_airlock_grammar::{MaskKind, MaskSet};
-use regex_automata::{Anchored, Input, Match, PatternID, meta};
+use regex_automata::{Anchored, Input, Match, PatternID, meta, util::syntax};
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
 use super::validate;
 
@@ -400,6 +401,40 @@ pub(crate) struct Scanner {
     specs: Vec<&'static PatternSpec>,
     /// Where each of `specs` was compiled: its group, and its pattern there.
     places: Vec<(usize, PatternID)>,
+    /// The bytes a match of each of `specs` can start with ([`FirstBytes`]).
+    first_bytes: Vec<FirstBytes>,
+}
+
+/// The bytes a pattern's matches can start with, as its literal prefixes say (`b`/`B` for `(?i)bearer`, the
+/// digits for a card), or every byte where they cannot say (a class too wide, the e-mail's local part). A
+/// refused candidate has the patterns after its own tried anchored at its start ([`Scanner::retry_at`]), up
+/// to twenty of them: one table lookup now leaves out those that cannot start with its first byte.
+struct FirstBytes([bool; 256]);
+
+impl FirstBytes {
+    fn of(pattern: &str) -> FirstBytes {
+        let every = FirstBytes([true; 256]);
+        let Ok(hir) = syntax::parse(pattern) else { return every };
+        let prefixes = Extractor::new()
+            .kind(ExtractKind::Prefix)
+            .limit_literal_len(1)
+            .limit_class(256)
+            .limit_total(1024)
+            .extract(&hir);
+        let Some(literals) = prefixes.literals() else { return every };
+        let mut first = [false; 256];
+        for literal in literals {
+            // An empty prefix: a match may start with any byte.
+            let Some(&byte) = literal.as_bytes().first() else { return every };
+            first[usize::from(byte)] = true;
+        }
+        FirstBytes(first)
+    }
+
+    /// Whether a match can start at `text[at]` (any position past the text's end can start one, for all it says).
+    fn can_start(&self, text: &str, at: usize) -> bool {
+        text.as_bytes().get(at).is_none_or(|&byte| self.0[usize::from(byte)])
+    }
 }
 
 /// Some of a scanner's patterns, compiled together, in the order of [`PATTERNS`].
@@ -476,7 +511,8 @@ impl Scanner {
             let kinds = members.iter().fold(MaskSet::NONE, |kinds, &i| kinds | MaskSet::of(specs[i].kind));
             groups.push(Group { regex, specs: members, kinds });
         }
-        Ok(Scanner { groups, specs, places })
+        let first_bytes = specs.iter().map(|spec| FirstBytes::of(&compile(spec.regex))).collect();
+        Ok(Scanner { groups, specs, places, first_bytes })
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
@@ -610,7 +646,7 @@ impl Scanner {
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
     fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, state: &mut ScanState) -> Verdict {
         for index in m.pattern().as_usize() + 1..self.specs.len() {
-            if !only.contains_kind(self.specs[index].kind) {
+            if !only.contains_kind(self.specs[index].kind) || !self.first_bytes[index].can_start(text, m.start()) {
                 continue;
             }
             if let Some(retry) = self.anchored(text, index, m.start(), to) {
@@ -657,6 +693,7 @@ impl Scanner {
                         | MaskKind::StripeKey
                         | MaskKind::AwsAccessKey
                 )
+                || !self.first_bytes[index].can_start(text, finding.start)
             {
                 continue;
             }
@@ -1256,12 +1293,34 @@ mod tests {
                             let input = Input::new(text)
                                 .range(pos..to)
                                 .anchored(Anchored::Pattern(PatternID::new(index).unwrap()));
-                            assert_eq!(scanner.anchored(text, index, pos, to), one.search(&input), "{text:?} {index}");
+                            let expected = one.search(&input);
+                            assert_eq!(scanner.anchored(text, index, pos, to), expected, "{text:?} {index}");
+                            // The first-byte table never leaves out a pattern that matches there.
+                            assert!(
+                                expected.is_none() || scanner.first_bytes[index].can_start(text, pos),
+                                "{text:?} {pos} {}",
+                                scanner.specs[index].regex
+                            );
                         }
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn first_bytes_are_those_a_pattern_can_start_with() {
+        let first = |regex: &str| {
+            let spec = PATTERNS.iter().find(|spec| spec.regex.starts_with(regex)).unwrap();
+            let table = FirstBytes::of(&compile(spec.regex));
+            (0..=255u8).filter(|&b| table.0[usize::from(b)]).map(char::from).collect::<String>()
+        };
+        assert_eq!(first(r"(?i-u:\bbearer)"), "Bb");
+        assert_eq!(first(r"\b(?:AKIA|"), "A");
+        assert_eq!(first(r"\b[0-9]{3}-"), "0123456789");
+        assert_eq!(first(r"\+[1-9]"), "+");
+        // The e-mail's local part starts with any letter, digit or non-ASCII character: too wide to list.
+        assert_eq!(first(r"[A-Za-z0-9\x{80}-").chars().count(), 256);
     }
 
     #[test]

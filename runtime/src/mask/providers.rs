@@ -81,8 +81,8 @@ struct Allowlist {
     /// Its regexes compiled together: one search per candidate, not one per regex.
     regexes: Option<meta::Regex>,
     target: Target,
-    /// Its stop words in one automaton, ASCII case ignored: a secret is read once, not once per word (the
-    /// global allowlist holds hundreds).
+    /// Its stop words in one automaton, ASCII case ignored: a secret is read once, not once per word (gitleaks'
+    /// generic rule's allowlist holds hundreds).
     stopwords: Option<aho_corasick::AhoCorasick>,
 }
 
@@ -200,7 +200,12 @@ impl Allowlist {
         let stopwords = if spec.stopwords.is_empty() {
             None
         } else {
+            // A DFA without a prefilter: a secret is a few dozen bytes, and the rare-bytes prefilter the default
+            // picks for gitleaks' two global stop words stops at most digits of a secret (about 2,400
+            // instructions per secret on the gitleaks corpus, against a byte's step each).
             let automaton = aho_corasick::AhoCorasick::builder()
+                .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+                .prefilter(false)
                 .ascii_case_insensitive(true)
                 .build(&spec.stopwords)
                 .map_err(|err| format!("allowlist: {err}"))?;
@@ -238,17 +243,23 @@ impl Providers {
             if LEFT_OUT.contains(&spec.id.as_str()) || spec.keywords.is_empty() {
                 continue;
             }
-            let regex = compile(pattern)?;
+            let mut allowlists = Vec::new();
+            for allow in &spec.allowlists {
+                allowlists.extend(Allowlist::compile(allow)?);
+            }
+            // The windows are the full pattern's (its longest match, whether its keyword comes first); the
+            // search runs the pattern without its lead where that finds the same secrets and no allowlist
+            // reads where the match starts.
+            let reads_match = |allow: &Allowlist| allow.target == Target::Match;
+            let lead_kept = reads_match(&global) || allowlists.iter().any(reads_match);
+            let searched = without_lead(pattern).filter(|_| !lead_kept);
+            let regex = compile(searched.as_deref().unwrap_or(pattern))?;
             let hir = syntax::parse(&convert(pattern)).ok();
             let longest = hir.as_ref().and_then(|hir| hir.properties().maximum_len()).unwrap_or(MAX_WINDOW);
             let lower: Vec<String> = spec.keywords.iter().map(|k| k.to_ascii_lowercase()).collect();
             let keyword_first = hir.as_ref().is_some_and(|hir| begins_with_keyword(hir, &lower));
             let word_start = keyword_first
                 && hir.as_ref().is_some_and(|hir| hir.properties().look_set_prefix().contains(Look::WordAscii));
-            let mut allowlists = Vec::new();
-            for allow in &spec.allowlists {
-                allowlists.extend(Allowlist::compile(allow)?);
-            }
             let index = rules.len();
             rules.push(Rule {
                 regex,
@@ -407,6 +418,23 @@ impl Providers {
     }
 }
 
+/// A semi-generic rule's pattern without its lead, the same search for the secrets it finds; `None` for another
+/// rule. gitleaks writes 96 rules in one shape: a lazy run of up to 50 word characters, the keyword, the rest
+/// (`(?i)[\w.-]{0,50}?(?:adafruit)(?:[ \t\w.-]{0,20})…([a-z0-9_-]{32})…`). The lead only moves where a match
+/// starts: the run can be empty, so a match of the rest at `k` is a match from `k`, and leftmost-first search
+/// returns the match of the rest at the smallest `k` where the rest matches (from the start of the run before
+/// it, where the lazy run stops at the first such `k`), with the same end and groups. Its unanchored DFA, though,
+/// tracks where each of the last 50 word characters could have started a match, times the rest's own counted
+/// runs: on text dense with a rule's samples it fills its cache, clears it and gives up for the PikeVM (the
+/// gitleaks corpus ran at ~2 MB/s). Only the start of the match differs, which only an allowlist on the
+/// match reads; none of gitleaks' rules has one where a lead is taken off ([`Providers::build`] checks it).
+fn without_lead(pattern: &str) -> Option<String> {
+    // The keyword's group reopened as the lead leaves it: `(?i)` stays, and the five rules written with a
+    // second, case-sensitive run before a `(?i:` group keep that group.
+    const LEADS: [(&str, &str); 2] = [(r"(?i)[\w.-]{0,50}?", "(?i)"), (r"[\w.-]{0,50}?(?i:[\w.-]{0,50}?", "(?i:")];
+    LEADS.iter().find_map(|(lead, kept)| pattern.strip_prefix(lead).map(|rest| format!("{kept}{rest}")))
+}
+
 /// Whether every match of `hir` begins with one of `keywords` (lower case), as its literal prefixes say; `false`
 /// when they cannot say (too many, or a class first).
 fn begins_with_keyword(hir: &Hir, keywords: &[String]) -> bool {
@@ -539,6 +567,44 @@ mod tests {
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
         assert_eq!(secrets(&format!("they sent {jwt} ")), [jwt]);
         assert_eq!(secrets("asked SK0123456789abcdef0123456789abcdef"), ["SK0123456789abcdef0123456789abcdef"]);
+    }
+
+    #[test]
+    fn a_rule_searched_without_its_lead_finds_what_its_whole_pattern_finds() {
+        let providers = Providers::build().unwrap();
+        let mut whole = Providers::build().unwrap();
+        let config: Config = toml::from_str(RULES).unwrap();
+        let patterns =
+            config.rules.iter().filter(|spec| !LEFT_OUT.contains(&spec.id.as_str()) && !spec.keywords.is_empty());
+        let mut leads = 0;
+        for (rule, spec) in whole.rules.iter_mut().zip(patterns) {
+            let pattern = spec.regex.as_deref().unwrap();
+            leads += usize::from(without_lead(pattern).is_some());
+            rule.regex = compile(pattern).unwrap();
+        }
+        assert!(leads >= 95, "{leads} rules without their lead");
+        // gitleaks' samples one per line (each rule's windows merge over its neighbours), glued into long runs
+        // of word characters, a keyword twice, runs longer than the lead's 50 characters, the Kelvin sign (a
+        // `k` to `(?i)`) and a long `s` inside the run before a keyword.
+        let corpus = include_str!("../../../tests/masking/gitleaks/true_positives.tsv");
+        let samples: Vec<&str> =
+            corpus.lines().filter(|line| !line.starts_with('#')).filter_map(|line| line.rsplit('\t').next()).collect();
+        let run = "a".repeat(60);
+        let texts = [
+            samples.join("\n"),
+            samples.join(" "),
+            samples.iter().map(|s| format!("{run}{s}")).collect::<Vec<_>>().join("\n"),
+            samples.iter().map(|s| format!("x\u{212A}\u{17F}.{s}{s}")).collect::<Vec<_>>().join("-"),
+            "twitter_twitter_key = 123456789012345678-abcdefghijklmnopqrstuvwxyz\n".repeat(3),
+        ];
+        for text in &texts {
+            for (rule, from, to) in providers.windows(text) {
+                let (mut expected, mut found) = (Vec::new(), Vec::new());
+                whole.search_window(rule, text, from, to, &mut expected);
+                providers.search_window(rule, text, from, to, &mut found);
+                assert_eq!(found, expected, "{}", &text[from..to]);
+            }
+        }
     }
 
     #[test]
