@@ -103,9 +103,30 @@ pub(crate) fn screen(
     Ok(Screened { arguments: map, stripped })
 }
 
-/// Drops `value` without recursion: serde_json's own drop recurses once per level, so a value nested a
+/// Drops `value` with bounded recursion: serde_json's own drop recurses once per level, so a value nested a
 /// million levels deep (which a host can build, though no parser would produce it) would overflow the stack.
+/// Up to [`MAX_ARGUMENT_DEPTH`] levels (every argument object a model sends in practice) it recurses, with no
+/// heap of its own; a subtree below that is dropped from a stack on the heap.
 pub(crate) fn discard(value: Value) {
+    discard_at(value, 0);
+}
+
+fn discard_at(value: Value, depth: usize) {
+    match value {
+        Value::Array(items) if depth < MAX_ARGUMENT_DEPTH => {
+            items.into_iter().for_each(|item| discard_at(item, depth + 1));
+        }
+        Value::Object(map) if depth < MAX_ARGUMENT_DEPTH => {
+            map.into_iter().for_each(|(_, child)| discard_at(child, depth + 1));
+        }
+        deep @ (Value::Array(_) | Value::Object(_)) => discard_deep(deep),
+        _ => {}
+    }
+}
+
+/// [`discard`] below the depth it recurses to: iterative, its stack on the heap.
+#[cold]
+fn discard_deep(value: Value) {
     let mut stack = vec![value];
     while let Some(value) = stack.pop() {
         match value {

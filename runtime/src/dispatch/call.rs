@@ -64,11 +64,12 @@ impl Call<'_> {
         }
     }
 
-    /// The message answering this call.
+    /// The message answering this call, its id and tool name left empty: the dispatch moves the call's own
+    /// into it at the end (`address`), instead of copying them here.
     pub(super) fn message(&self, status: Status, content: String, stripped: Vec<String>) -> ToolMessage {
         ToolMessage {
-            tool_call_id: self.id.to_owned(),
-            name: self.name.to_owned(),
+            tool_call_id: String::new(),
+            name: String::new(),
             content,
             status,
             hints: Vec::new(),

@@ -13,6 +13,7 @@ use crate::context::Invocation;
 use crate::identity::Identity;
 use crate::message::RefusalKind;
 use crate::policy::{ConditionAction, Evaluation};
+use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
 use crate::tool::{Arguments, GhostPolicy, PreparedCall, ToolSpec};
 
@@ -174,38 +175,50 @@ impl Entry {
 }
 
 impl Dispatcher {
-    /// Gate 6 under one set of rules: one token from each of its buckets, in memory first, then shared (a
-    /// round trip to the store), or none.
+    /// Gate 6 under one set of rules, the buckets in memory: one token from each, or none. Synchronous: the
+    /// round trip to a shared store is left to [`take_shared_tokens`](Self::take_shared_tokens), whose future
+    /// is built only for rules with shared buckets. The store to take from next, if they have any.
     #[inline]
-    pub(super) async fn take_tokens(
+    pub(super) fn take_local_tokens(
         &self,
         rules: &Rules,
         name: &str,
         thread: Option<&str>,
         now: Duration,
-    ) -> Result<(), Refused> {
+    ) -> Result<Option<&SharedRateBuckets>, Refused> {
         if let Err((wait, position)) = self.limiter.acquire(&rules.buckets, thread, now) {
             let (rule, rate) = rules.bucket_rules[position].clone();
             return Err(refusal::rate_limited(name, rule, rate, wait));
         }
-        if let Some(shared) = &self.shared_rates
-            && !rules.shared_buckets.is_empty()
-            && let Err(refused) = shared.acquire(&rules.shared_buckets, thread, now).await
-        {
+        Ok(self.shared_rates.as_ref().filter(|_| !rules.shared_buckets.is_empty()))
+    }
+
+    /// Gate 6's shared buckets, after [`take_local_tokens`](Self::take_local_tokens) took from the ones in
+    /// memory: one token from each, or none and the local tokens given back.
+    pub(super) async fn take_shared_tokens(
+        &self,
+        shared: &SharedRateBuckets,
+        rules: &Rules,
+        name: &str,
+        thread: Option<&str>,
+        now: Duration,
+    ) -> Result<(), Refused> {
+        if let Err(refused) = shared.acquire(&rules.shared_buckets, thread, now).await {
             self.limiter.refund(&rules.buckets, thread, now);
             return Err(refusal::shared_rate(name, &rules.shared_buckets, refused));
         }
         Ok(())
     }
 
-    /// Gives back what [`take_tokens`](Self::take_tokens) took, for a call a later gate refused.
+    /// Gives back what [`take_local_tokens`](Self::take_local_tokens) and
+    /// [`take_shared_tokens`](Self::take_shared_tokens) took, for a call a later gate refused.
     pub(super) async fn give_back(&self, rules: &Rules, thread: Option<&str>, now: Duration) {
         self.limiter.refund(&rules.buckets, thread, now);
         self.refund_shared(&rules.shared_buckets, thread, now).await;
     }
 
-    /// Gives back what [`take_tokens`](Self::take_tokens) took from shared buckets. If the store cannot be
-    /// reached, the tokens stay spent: the limit errs on the strict side.
+    /// Gives back what [`take_shared_tokens`](Self::take_shared_tokens) took. If the store cannot be reached,
+    /// the tokens stay spent: the limit errs on the strict side.
     async fn refund_shared(&self, buckets: &[SharedBucket], thread: Option<&str>, now: Duration) {
         if let Some(shared) = &self.shared_rates
             && !buckets.is_empty()

@@ -148,7 +148,7 @@ impl Dispatcher {
         let mut call = Call { name: &name, id: &id, context, trail: Trail::default(), audit: self.audit.as_deref() };
         let gates = self.run_gates(&mut call, arguments, reviewer);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
-        let outcome = match gates.instrument(span.clone()).await {
+        let mut outcome = match gates.instrument(span.clone()).await {
             Ok(outcome) => outcome,
             Err((refused, stripped)) => {
                 span.in_scope(|| {
@@ -163,8 +163,9 @@ impl Dispatcher {
                 call.trail.outcome = Some(audit_outcome_of(refused.kind));
                 call.trail.rule.clone_from(&refused.rule);
                 Outcome::Message(ToolMessage {
-                    tool_call_id: id.clone(),
-                    name: name.clone(),
+                    // Addressed below, once the records no longer read them.
+                    tool_call_id: String::new(),
+                    name: String::new(),
                     content: refused.text,
                     status: Status::Error,
                     hints: refused.hints,
@@ -179,9 +180,15 @@ impl Dispatcher {
         if let Some(record) = call.trail.outcome.and_then(|audited| call.record(audited)) {
             entries.push(record);
         }
-        self.settle_and_record(call.trail.settle.take(), entries).await;
+        let settle = call.trail.settle.take();
+        // Awaited (and its future built, boxed) only when there is something to write.
+        if settle.is_some() || (self.audit.is_some() && !entries.is_empty()) {
+            Box::pin(self.settle_and_record(settle, entries)).await;
+        }
+        let issued = call.trail.issued.take();
+        address(&mut outcome, id, name);
         // Only now does the host hold the interrupt: dropped before this, the request is closed.
-        if let Some(issued) = call.trail.issued.take() {
+        if let Some(issued) = issued {
             issued.handed_over();
         }
         outcome
@@ -241,12 +248,19 @@ impl Dispatcher {
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
+        //    A call nothing escalates awaits nothing here: the gate's future is built (and boxed, so the
+        //    dispatch's own future stays small) only for one that does.
         call.observe(observed.would_escalate(name));
-        let resumed = match self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer).await {
+        let escalated = !met.is_empty() || !enforced.escalations.is_empty();
+        let cleared = match escalated {
+            false => Ok(Cleared::Go),
+            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer)).await,
+        };
+        let resumed = match cleared {
             Ok(Cleared::Go) => None,
             Ok(Cleared::Resumed(admission)) => Some(admission),
             Ok(Cleared::Interrupt(request)) => {
-                return Ok(Outcome::Interrupt { tool_call_id: call.id.to_owned(), request });
+                return Ok(Outcome::Interrupt { tool_call_id: String::new(), request });
             }
             Err(refused) => return Err(with_stripped(refused)),
         };
@@ -254,20 +268,32 @@ impl Dispatcher {
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
         //    the shared ones (a round trip to the store, awaited), so a call refused here costs the store
         //    nothing; a shared bucket that cannot be reached refuses the call. Per-thread buckets count by the
-        //    caller when the host names one, so a new thread is no fresh budget.
+        //    caller when the host names one, so a new thread is no fresh budget. Without shared buckets
+        //    (the usual case) the gate is synchronous.
         let (thread, now) = (call.context.rate_subject(), self.clock.now());
-        self.take_tokens(enforced, name, thread, now).await.map_err(with_stripped)?;
-        let observed_taken = call.observe(self.take_tokens(observed, name, thread, now).await);
+        if let Some(shared) = self.take_local_tokens(enforced, name, thread, now).map_err(with_stripped)? {
+            Box::pin(self.take_shared_tokens(shared, enforced, name, thread, now)).await.map_err(with_stripped)?;
+        }
+        let observed_verdict = match self.take_local_tokens(observed, name, thread, now) {
+            Ok(Some(shared)) => Box::pin(self.take_shared_tokens(shared, observed, name, thread, now)).await,
+            verdict => verdict.map(|_| ()),
+        };
+        let observed_taken = call.observe(observed_verdict);
 
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
-        //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live.
-        let reservation = match self.admit(call, effect_key, resumed).await {
+        //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live. A call
+        //    with nothing to write (no effect store or key, no approval to spend) skips it synchronously.
+        let admission = match self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
+            false => Ok(None),
+            true => Box::pin(self.admit(call, effect_key, resumed)).await,
+        };
+        let reservation = match admission {
             Ok(reservation) => reservation,
             Err(refused) => {
                 let now = self.clock.now();
-                self.give_back(enforced, thread, now).await;
+                Box::pin(self.give_back(enforced, thread, now)).await;
                 if observed_taken {
-                    self.give_back(observed, thread, now).await;
+                    Box::pin(self.give_back(observed, thread, now)).await;
                 }
                 return Err(with_stripped(refused));
             }
@@ -289,6 +315,13 @@ impl Dispatcher {
         Ok(self.settle(call, output, entry, stripped, effect.as_mut()))
     }
 
+    /// Whether gate 7 writes anything: an effect key to reserve in an effect store, or an approval across
+    /// an interrupt to spend. Otherwise a human's approval is recorded with the settlement.
+    #[inline]
+    fn admission_writes(&self, effect_key: Option<&String>, resumed: Option<&PreparedAdmission>) -> bool {
+        (effect_key.is_some() && self.effects.is_some()) || (resumed.is_some() && self.interrupt_approvals().is_some())
+    }
+
     /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
     /// approval, all or nothing.
     async fn admit(
@@ -299,13 +332,13 @@ impl Dispatcher {
     ) -> Result<Option<Reservation>, Refused> {
         let name = call.name;
         let now = self.clock.now();
-        let claim =
-            effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
-        let resumed = resumed.zip(self.interrupt_approvals());
-        if claim.is_none() && resumed.is_none() {
+        if !self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
             // Nothing to write durably yet: a human's approval is recorded with the settlement.
             return Ok(None);
         }
+        let claim =
+            effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
+        let resumed = resumed.zip(self.interrupt_approvals());
         let earlier = std::mem::take(&mut call.trail.pending);
         let mut entries = earlier.clone();
         if resumed.is_some() {
@@ -409,7 +442,7 @@ impl Dispatcher {
                 if audited {
                     trail.result = serde_json::to_value(&command).ok();
                 }
-                Outcome::Command { command, tool_call_id: call.id.to_owned(), stripped_arguments: stripped }
+                Outcome::Command { command, tool_call_id: String::new(), stripped_arguments: stripped }
             }
             ToolOutput::Failed(error) => {
                 let not_executed = error.is_not_executed();
@@ -441,6 +474,18 @@ impl Dispatcher {
         if !report.is_empty() {
             tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
         }
+    }
+}
+
+/// Puts the call's id and tool name into the outcome the gates built without them (see [`Call::message`]):
+/// moved there once the call's records no longer read them, rather than copied on every call.
+fn address(outcome: &mut Outcome, id: String, name: String) {
+    match outcome {
+        Outcome::Message(message) => {
+            message.tool_call_id = id;
+            message.name = name;
+        }
+        Outcome::Command { tool_call_id, .. } | Outcome::Interrupt { tool_call_id, .. } => *tool_call_id = id,
     }
 }
 
