@@ -45,6 +45,7 @@
 mod environment;
 mod framing;
 mod http;
+mod issuer_client;
 mod oauth;
 mod passthrough;
 mod pin;

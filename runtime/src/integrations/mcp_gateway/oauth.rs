@@ -28,6 +28,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::issuer_client::IssuerClient;
 use crate::identity::{Caller, Identity};
 
 /// How far `exp` and `nbf` may be off for clock skew.
@@ -60,7 +61,8 @@ pub enum KeySource {
     /// A JWKS read once, from a file or a string: never fetched.
     Fixed(JwkSet),
     /// The issuer's discovery document (`/.well-known/oauth-authorization-server`, else
-    /// `/.well-known/openid-configuration`) names its `jwks_uri`, fetched over HTTP.
+    /// `/.well-known/openid-configuration`) names its `jwks_uri`, fetched over `https://` trusting the
+    /// system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set), or over `http://` for an `http://` issuer.
     Discover,
 }
 
@@ -211,7 +213,7 @@ struct Inner {
     cache: Mutex<KeyCache>,
     /// One fetch at a time; waiting tokens then find the fresh keys.
     fetching: tokio::sync::Mutex<()>,
-    http: reqwest::Client,
+    http: IssuerClient,
 }
 
 impl std::fmt::Debug for OAuthResourceServer {
@@ -255,11 +257,10 @@ impl OAuthResourceServer {
             KeySource::Fixed(keys) => (Arc::new(keys.clone()), Some(Instant::now())),
             KeySource::Discover => (Arc::new(JwkSet { keys: Vec::new() }), None),
         };
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|error| OAuthConfigError::Keys(format!("no HTTP client: {error}")))?;
+        let http = match &config.keys {
+            KeySource::Fixed(_) => IssuerClient::without_tls(),
+            KeySource::Discover => IssuerClient::with_system_roots(),
+        };
         Ok(OAuthResourceServer {
             inner: Arc::new(Inner {
                 allowed: config.algorithms.iter().copied().collect(),
@@ -419,7 +420,7 @@ impl OAuthResourceServer {
         let mut last_error = String::new();
         let mut jwks_uri = None;
         for url in discovery_urls(issuer) {
-            match self.get_json(&url).await {
+            match self.inner.http.get_json(&url).await {
                 Ok(document) => {
                     // RFC 8414 §3.3: the document must be the issuer's own.
                     if document.get("issuer").and_then(Value::as_str) != Some(issuer.as_str()) {
@@ -438,7 +439,11 @@ impl OAuthResourceServer {
             }
         }
         let jwks_uri = jwks_uri.ok_or(last_error)?;
-        let document = self.get_json(&jwks_uri).await?;
+        // Keys fetched in the clear would undo the TLS the discovery document came over.
+        if issuer.starts_with("https://") && !jwks_uri.starts_with("https://") {
+            return Err(format!("the issuer's `jwks_uri` `{jwks_uri}` is not an `https://` URL"));
+        }
+        let document = self.inner.http.get_json(&jwks_uri).await?;
         let keys: JwkSet =
             serde_json::from_value(document).map_err(|error| format!("`{jwks_uri}` is not a JWKS: {error}"))?;
         let usable = usable_keys(&keys).count();
@@ -448,24 +453,9 @@ impl OAuthResourceServer {
         tracing::info!(target: "agent_airlock", keys = usable, "the issuer's signing keys were fetched");
         Ok(())
     }
-
-    async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let response = self.inner.http.get(url).send().await.map_err(|error| format!("`{url}`: {error}"))?;
-        if !response.status().is_success() {
-            return Err(format!("`{url}` answered {}", response.status()));
-        }
-        let body = response.bytes().await.map_err(|error| format!("`{url}`: {error}"))?;
-        if body.len() > MAX_DOCUMENT {
-            return Err(format!("`{url}` answered more than {MAX_DOCUMENT} bytes"));
-        }
-        serde_json::from_slice(&body).map_err(|error| format!("`{url}` is not JSON: {error}"))
-    }
 }
 
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
-
-/// The largest discovery document or JWKS read.
-const MAX_DOCUMENT: usize = 1 << 20;
 
 /// RFC 8414 §3.1 (the well-known segment between the host and the issuer's path), then OpenID Connect
 /// Discovery (appended to the issuer).
