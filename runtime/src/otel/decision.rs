@@ -1,5 +1,6 @@
-//! What the export keeps of one tool call: a fixed list of fields, read by name from the dispatcher's
-//! `tool_call` span and the events inside it. A field not on the list is never read, so an argument value, a
+//! What the export keeps of one tool call (or one resource read or prompt get of the MCP gateway): a fixed
+//! list of fields, read by name from the dispatcher's `tool_call` span (the gateway's `surface_call` span) and
+//! the events inside it. A field not on the list is never read, so an argument value, a
 //! result, a refusal's text or an approver's name cannot reach an exporter: there is no place to put it.
 
 use std::fmt;
@@ -16,8 +17,12 @@ const MAX_NAME_BYTES: usize = 128;
 #[derive(Debug)]
 pub(super) struct CallDecision {
     pub(super) start: SystemTime,
+    /// The tool's name; for a read or get, the prompt's name or the resource URI's scheme.
     pub(super) tool: String,
+    /// The tool call's id; for a read or get, the JSON-RPC request's id.
     pub(super) call_id: String,
+    /// `resources/read` or `prompts/get` for a read or get of the MCP gateway; `None` for a tool call.
+    pub(super) surface: Option<&'static str>,
     pub(super) outcome: Option<CallOutcome>,
     /// The refusal's kind (`snake_case`, as in [`RefusalKind`](crate::RefusalKind)'s serde names).
     pub(super) refusal_kind: Option<&'static str>,
@@ -94,6 +99,7 @@ impl CallDecision {
             start: SystemTime::now(),
             tool: String::new(),
             call_id: String::new(),
+            surface: None,
             outcome: None,
             refusal_kind: None,
             rule: None,
@@ -166,15 +172,51 @@ impl CallDecision {
         }
     }
 
-    /// The span's attributes: the GenAI semantic conventions' for a tool execution, then ours.
+    /// The span's name: `execute_tool {tool}` (GenAI), or `{method} {target}` (MCP) for a read or get.
+    pub(super) fn span_name(&self) -> String {
+        match self.surface {
+            None => format!("execute_tool {}", self.named_tool()),
+            Some(method) => format!("{method} {}", self.tool),
+        }
+    }
+
+    /// The attribute naming what was called, for the counters: the tool, or the MCP method.
+    pub(super) fn subject(&self) -> KeyValue {
+        match self.surface {
+            None => KeyValue::new("gen_ai.tool.name", self.named_tool().to_owned()),
+            Some(method) => KeyValue::new("mcp.method.name", method),
+        }
+    }
+
+    /// The tool as the span's name and the counters' label name it: one of the dispatcher's tools, or
+    /// [`UNKNOWN_TOOL`]. A name the model made up would be a series of its own (and enough of them would fold
+    /// real tools' counts into the exporter's overflow series); the span's `gen_ai.tool.name` attribute keeps
+    /// the name as called.
+    fn named_tool(&self) -> &str {
+        if self.refusal_kind == Some("unknown_tool") { UNKNOWN_TOOL } else { &self.tool }
+    }
+
+    /// The span's attributes: the GenAI semantic conventions' for a tool execution (the MCP ones for a read or
+    /// get), then ours.
     pub(super) fn attributes(&self) -> Vec<KeyValue> {
         let outcome = self.outcome();
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new("gen_ai.tool.name", self.tool.clone()),
-            KeyValue::new("gen_ai.tool.call.id", self.call_id.clone()),
-            KeyValue::new("airlock.outcome", outcome.as_str()),
-        ];
+        let mut attributes = match self.surface {
+            None => vec![
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", self.tool.clone()),
+                KeyValue::new("gen_ai.tool.call.id", self.call_id.clone()),
+            ],
+            Some(method) => vec![
+                KeyValue::new("mcp.method.name", method),
+                KeyValue::new("jsonrpc.request.id", self.call_id.clone()),
+                if method == PROMPT_GET {
+                    KeyValue::new("gen_ai.prompt.name", self.tool.clone())
+                } else {
+                    KeyValue::new("airlock.resource.scheme", self.tool.clone())
+                },
+            ],
+        };
+        attributes.push(KeyValue::new("airlock.outcome", outcome.as_str()));
         if let Some(kind) = self.refusal_kind {
             attributes.push(KeyValue::new("airlock.refusal.kind", kind));
         }
@@ -203,21 +245,27 @@ impl CallDecision {
     }
 }
 
-/// The `tool_call` span's fields: `tool` and `tool_call_id`, nothing else.
+/// The MCP methods a `surface_call` span names.
+const RESOURCE_READ: &str = "resources/read";
+const PROMPT_GET: &str = "prompts/get";
+
+/// The `tool_call` span's fields, `tool` and `tool_call_id`, and the `surface_call` span's, `method`,
+/// `subject` and `request_id`; nothing else.
 struct SpanFields<'a>(&'a mut CallDecision);
 
 impl Visit for SpanFields<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
-            "tool" => self.0.tool = bounded(value),
-            "tool_call_id" => self.0.call_id = bounded(value),
+            "tool" | "subject" => self.0.tool = bounded(value),
+            "tool_call_id" | "request_id" => self.0.call_id = bounded(value),
+            "method" => self.0.surface = [RESOURCE_READ, PROMPT_GET].into_iter().find(|known| *known == value),
             _ => {}
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         // `tool = %name` arrives here, as a value whose `Debug` is its `Display`.
-        if matches!(field.name(), "tool" | "tool_call_id") {
+        if matches!(field.name(), "tool" | "tool_call_id" | "subject" | "request_id") {
             self.record_str(field, &format!("{value:?}"));
         }
     }
@@ -298,6 +346,9 @@ fn bounded(value: &str) -> String {
     }
     format!("{}…", &value[..end])
 }
+
+/// The span name's and the counters' tool for a call to a tool the dispatcher does not have.
+const UNKNOWN_TOOL: &str = "(unknown)";
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,8 @@ use super::decision::{CallDecision, CallOutcome};
 
 /// The dispatcher's span for one tool call (`dispatch/mod.rs`), and the target of its events.
 const CALL_SPAN: &str = "tool_call";
+/// The MCP gateway's span for one resource read or prompt get (`integrations/mcp_gateway/surfaces.rs`).
+const SURFACE_SPAN: &str = "surface_call";
 const TARGET: &str = "agent_airlock";
 
 /// A `tracing` layer that exports each decision of a [`Dispatcher`](crate::Dispatcher) as an OpenTelemetry
@@ -32,9 +34,17 @@ const TARGET: &str = "agent_airlock";
 /// in observe mode, `airlock.would_refuse.kinds`. A refused, failed or panicked call has an error status
 /// and `error.type`.
 ///
+/// The MCP gateway's resource reads and prompt gets are exported the same way, each a span named
+/// `{mcp.method.name} {target}` (`resources/read note`, `prompts/get summarise`) with `mcp.method.name`,
+/// `jsonrpc.request.id`, the prompt's `gen_ai.prompt.name` or the resource URI's scheme only
+/// (`airlock.resource.scheme`: the rest of a URI is the request's argument), and the same `airlock.*`
+/// attributes.
+///
 /// The counters (unit `{call}`): `airlock.tool_calls` by `airlock.outcome`, `airlock.refusals` by
 /// `airlock.refusal.kind` (with `airlock.enforced = false` for what observe mode would have refused),
 /// `airlock.approvals`, and `airlock.effects` by `airlock.effect`; each also by `gen_ai.tool.name`.
+/// `airlock.mcp_requests` counts the reads and gets by `airlock.outcome` and `mcp.method.name`, and their
+/// refusals are in `airlock.refusals` by `mcp.method.name`.
 ///
 /// [`OtlpExport`](super::OtlpExport) builds one exporting over OTLP; give [`DecisionLayer::new`] a tracer and
 /// a meter of your own to export elsewhere. Install it with a filter that lets the target `agent_airlock`
@@ -46,6 +56,7 @@ pub struct DecisionLayer<T> {
 
 struct Counters {
     tool_calls: Counter<u64>,
+    mcp_requests: Counter<u64>,
     refusals: Counter<u64>,
     approvals: Counter<u64>,
     effects: Counter<u64>,
@@ -61,6 +72,7 @@ impl<T: Tracer> DecisionLayer<T> {
             tracer,
             counters: Counters {
                 tool_calls: counter("airlock.tool_calls", "Tool calls decided, by outcome"),
+                mcp_requests: counter("airlock.mcp_requests", "Resource reads and prompt gets decided, by outcome"),
                 refusals: counter("airlock.refusals", "Tool calls refused, by the kind of refusal"),
                 approvals: counter("airlock.approvals", "Tool calls a human approved"),
                 effects: counter("airlock.effects", "Tool calls with an effect, by what happened to it"),
@@ -76,12 +88,8 @@ impl<T: Tracer> DecisionLayer<T> {
 
     fn export(&self, decision: &CallDecision) {
         let outcome = decision.outcome();
-        // The span's name and the counters' label name one of the dispatcher's tools: a name the model made up
-        // would be a series of its own (and enough of them would fold real tools' counts into the exporter's
-        // overflow series). The span's `gen_ai.tool.name` attribute keeps the name as called.
-        let named = if decision.refusal_kind == Some("unknown_tool") { UNKNOWN_TOOL } else { decision.tool.as_str() };
-        let tool_label = KeyValue::new("gen_ai.tool.name", named.to_owned());
-        let builder = SpanBuilder::from_name(format!("execute_tool {named}"))
+        let tool = decision.subject();
+        let builder = SpanBuilder::from_name(decision.span_name())
             .with_kind(SpanKind::Internal)
             .with_start_time(decision.start)
             .with_attributes(decision.attributes());
@@ -92,34 +100,26 @@ impl<T: Tracer> DecisionLayer<T> {
         }
         span.end_with_timestamp(SystemTime::now());
 
-        self.counters.tool_calls.add(1, &[KeyValue::new("airlock.outcome", outcome.as_str()), tool_label.clone()]);
+        let calls = if decision.surface.is_some() { &self.counters.mcp_requests } else { &self.counters.tool_calls };
+        calls.add(1, &[KeyValue::new("airlock.outcome", outcome.as_str()), tool.clone()]);
         if let Some(kind) = decision.refusal_kind {
-            let attributes = [
-                KeyValue::new("airlock.refusal.kind", kind),
-                KeyValue::new("airlock.enforced", true),
-                tool_label.clone(),
-            ];
+            let attributes =
+                [KeyValue::new("airlock.refusal.kind", kind), KeyValue::new("airlock.enforced", true), tool.clone()];
             self.counters.refusals.add(1, &attributes);
         }
         for kind in &decision.would_refuse {
-            let attributes = [
-                KeyValue::new("airlock.refusal.kind", *kind),
-                KeyValue::new("airlock.enforced", false),
-                tool_label.clone(),
-            ];
+            let attributes =
+                [KeyValue::new("airlock.refusal.kind", *kind), KeyValue::new("airlock.enforced", false), tool.clone()];
             self.counters.refusals.add(1, &attributes);
         }
         if decision.approved {
-            self.counters.approvals.add(1, std::slice::from_ref(&tool_label));
+            self.counters.approvals.add(1, std::slice::from_ref(&tool));
         }
         if let Some(effect) = decision.effect() {
-            self.counters.effects.add(1, &[KeyValue::new("airlock.effect", effect.as_str()), tool_label]);
+            self.counters.effects.add(1, &[KeyValue::new("airlock.effect", effect.as_str()), tool]);
         }
     }
 }
-
-/// The span name's and the counters' tool for a call to a tool the dispatcher does not have.
-const UNKNOWN_TOOL: &str = "(unknown)";
 
 impl<S, T> tracing_subscriber::Layer<S> for DecisionLayer<T>
 where
@@ -129,7 +129,7 @@ where
 {
     fn on_new_span(&self, attributes: &span::Attributes<'_>, id: &span::Id, ctx: LayerContext<'_, S>) {
         let metadata = attributes.metadata();
-        if metadata.name() != CALL_SPAN || metadata.target() != TARGET {
+        if !matches!(metadata.name(), CALL_SPAN | SURFACE_SPAN) || metadata.target() != TARGET {
             return;
         }
         if let Some(span) = ctx.span(id) {

@@ -176,3 +176,197 @@ fn oauth_and_the_static_token_are_exclusive_and_a_bad_issuer_stops_the_start() {
     let symmetric = run(&["--oauth-issuer", "http://127.0.0.1:9", "--jwks-file", jwks.to_str().expect("UTF-8")], None);
     assert!(symmetric.contains("holds no public signing key"), "{symmetric}");
 }
+
+/// An OAuth issuer on loopback over HTTPS: a CA of the test's own signs its certificate for `127.0.0.1`; it
+/// serves its RFC 8414 discovery document and a JWKS with one P-256 key, and counts the requests it answers.
+struct HttpsIssuer {
+    url: String,
+    /// The CA's certificate (PEM).
+    ca_pem: String,
+    signing_key: jsonwebtoken::EncodingKey,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+fn test_ca(name: &str) -> (rcgen::CertificateParams, rcgen::KeyPair) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    (params, rcgen::KeyPair::generate().expect("a CA key"))
+}
+
+impl HttpsIssuer {
+    fn start() -> Self {
+        use std::sync::Arc;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+
+        let (ca_params, ca_key) = test_ca("airlock test issuer CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("the CA certificate");
+        let ca = rcgen::Issuer::new(ca_params, ca_key);
+        let tls_key = rcgen::KeyPair::generate().expect("the issuer's TLS key");
+        let tls_cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .expect("server params")
+            .signed_by(&tls_key, &ca)
+            .expect("the issuer's certificate");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![rustls::pki_types::CertificateDer::from_pem_slice(tls_cert.pem().as_bytes()).expect("PEM")],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(tls_key.serialize_pem().as_bytes()).expect("PEM"),
+            )
+            .expect("a TLS server configuration");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
+        // The token signing key: P-256, published as a JWK (x and y of the uncompressed point).
+        let signing = rcgen::KeyPair::generate().expect("a signing key");
+        let point = signing.public_key_raw();
+        let jwk = json!({"kty": "EC", "crv": "P-256", "x": base64_url(&point[1..33]), "y": base64_url(&point[33..65]),
+                         "kid": "es-1", "alg": "ES256", "use": "sig"});
+        let signing_key = jsonwebtoken::EncodingKey::from_ec_der(&signing.serialize_der());
+
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("a runtime");
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("a port");
+        let url = format!("https://{}", listener.local_addr().expect("an address"));
+        let discovery = json!({"issuer": url, "jwks_uri": format!("{url}/jwks.json")}).to_string();
+        let jwks = json!({"keys": [jwk]}).to_string();
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&requests);
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, discovery, jwks, counted) =
+                    (acceptor.clone(), discovery.clone(), jwks.clone(), Arc::clone(&counted));
+                tokio::spawn(async move {
+                    let Ok(mut stream) = acceptor.accept(tcp).await else { return };
+                    let mut request = vec![0; 4096];
+                    let read = stream.read(&mut request).await.unwrap_or(0);
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let request = String::from_utf8_lossy(&request[..read]).into_owned();
+                    let body = if request.starts_with("GET /.well-known/oauth-authorization-server ") {
+                        discovery
+                    } else if request.starts_with("GET /jwks.json ") {
+                        jwks
+                    } else {
+                        let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n").await;
+                        return;
+                    };
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                         connection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        HttpsIssuer { url, ca_pem: ca_cert.pem(), signing_key, requests, _runtime: runtime }
+    }
+
+    /// A token of this issuer for `audience`, signed by `key` under the key id `kid`.
+    fn token(&self, key: &jsonwebtoken::EncodingKey, kid: &str, audience: &str) -> String {
+        let now = jsonwebtoken::get_current_timestamp();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(kid.to_owned());
+        let claims = json!({"iss": self.url, "sub": "alice", "aud": audience, "exp": now + 600, "iat": now});
+        jsonwebtoken::encode(&header, &claims, key).expect("a signed token")
+    }
+}
+
+/// `airlock mcp --listen --oauth-issuer https://…` in front of the Python upstream, trusting the CA in
+/// `ca_file` (`SSL_CERT_FILE`, as rustls-native-certs reads it).
+fn https_gateway(issuer: &str, ca_file: &std::path::Path, scratch: &std::path::Path) -> std::process::Command {
+    let venv = venv();
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(scratch.join("airlock.redb"))
+        .args(["mcp", "--policy"])
+        .arg(scratch.join("airlock.toml"))
+        .args(["--listen", "127.0.0.1:0", "--oauth-issuer", issuer, "--"])
+        .arg(venv.python())
+        .arg(UPSTREAM)
+        .arg(scratch.join("calls.log"))
+        .arg(scratch.join("notes"))
+        .env_remove("AIRLOCK_GATEWAY_TOKEN")
+        .env_remove("SSL_CERT_DIR")
+        .env("SSL_CERT_FILE", ca_file)
+        .stdin(Stdio::null());
+    command
+}
+
+#[test]
+fn the_issuers_keys_are_fetched_over_https_trusting_the_ca_of_ssl_cert_file_and_no_other() {
+    let issuer = HttpsIssuer::start();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let path = |name: &str| scratch.path().join(name);
+    std::fs::write(path("airlock.toml"), POLICY).expect("the policy is written");
+    std::fs::write(path("ca.pem"), &issuer.ca_pem).expect("the CA is written");
+    let (other_params, other_key) = test_ca("another CA");
+    let other = other_params.self_signed(&other_key).expect("another CA certificate");
+    std::fs::write(path("other-ca.pem"), other.pem()).expect("the other CA is written");
+
+    // A CA that did not sign the issuer's certificate: the gateway does not start, and says which URL failed.
+    let refused = https_gateway(&issuer.url, &path("other-ca.pem"), scratch.path()).output().expect("airlock runs");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("the issuer's keys cannot be fetched"), "{stderr}");
+    assert!(stderr.contains(&format!("`{}/.well-known/", issuer.url)), "{stderr}");
+    assert!(stderr.contains("certificate is not trusted"), "{stderr}");
+    assert_eq!(issuer.requests.load(std::sync::atomic::Ordering::SeqCst), 0, "a request passed an untrusted TLS");
+
+    // The issuer's own CA: the keys are fetched over TLS, a token signed by them is admitted.
+    let mut gateway = https_gateway(&issuer.url, &path("ca.pem"), scratch.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
+    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
+    let url = line_after(&mut stderr, "Streamable HTTP on ", "the gateway");
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    let _gateway = Reaped(gateway);
+    assert_eq!(issuer.requests.load(std::sync::atomic::Ordering::SeqCst), 2, "discovery, then the JWKS");
+
+    let initialize = |token: &str| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            reqwest::Client::new()
+                .post(&url)
+                .header("authorization", format!("Bearer {token}"))
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(
+                    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "https-issuer-test", "version": "0"}}})
+                    .to_string(),
+                )
+                .send()
+                .await
+                .expect("the gateway answers")
+                .status()
+                .as_u16()
+        })
+    };
+    assert_eq!(initialize(&issuer.token(&issuer.signing_key, "es-1", &url)), 200);
+    let rogue = rcgen::KeyPair::generate().expect("a rogue key");
+    let rogue = jsonwebtoken::EncodingKey::from_ec_der(&rogue.serialize_der());
+    assert_eq!(initialize(&issuer.token(&rogue, "es-1", &url)), 401, "a key the issuer does not publish");
+}

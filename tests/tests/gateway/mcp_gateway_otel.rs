@@ -2,7 +2,8 @@
 //! `tests/mcp/upstream_server.py`, exports each decision to an OTLP receiver the test runs on loopback. The
 //! client is a hand-written JSON-RPC session on the gateway's stdio that answers the approval's elicitation.
 //! What arrives is decoded and read back: a span per call with the GenAI and airlock attributes, the counters
-//! (sent when the gateway stops), and no argument value anywhere in the bytes.
+//! (sent when the gateway stops), and no argument value anywhere in the bytes. Resource reads and prompt gets
+//! are exported as their own spans, a resource by its URI's scheme only.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -21,10 +22,13 @@ const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server
 /// What the model sends as arguments: neither may reach the collector.
 const SECRET_TEXT: &str = "db-password-otel-7c1e93";
 const SECRET_ACCOUNT: &str = "acct-otel-5b20d4";
+/// A resource URI's path is the request's argument: it may not reach the collector either.
+const SECRET_NOTE: &str = "note-otel-secret-e4a9f1";
 
 const POLICY: &str = r#"version = 1
 default = "allow"
 deny = ["delete_everything"]
+deny_prompts = ["admin_*"]
 
 [tools.transfer]
 escalate = "moves money"
@@ -110,10 +114,27 @@ fn the_gateway_exports_each_decision_over_otlp_without_argument_values() {
     let transferred = session.response(4, WITHIN);
     assert_eq!(transferred["result"]["isError"], false, "{transferred}");
 
+    // Resources and prompts: a read served, a read the upstream fails (no such note), a prompt served, a
+    // prompt the policy denies.
+    let mut request = |id: u64, method: &str, params: Value| {
+        session.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        session.response(id, WITHIN)
+    };
+    let read = request(5, "resources/read", json!({"uri": "note://a.txt"}));
+    assert!(read.get("result").is_some(), "{read}");
+    let missing = request(6, "resources/read", json!({"uri": format!("note://{SECRET_NOTE}.txt")}));
+    assert!(missing.get("error").is_some(), "{missing}");
+    let prompt = request(7, "prompts/get", json!({"name": "summarise", "arguments": {"name": "a.txt"}}));
+    assert!(prompt.get("result").is_some(), "{prompt}");
+    let denied_prompt = request(8, "prompts/get", json!({"name": "admin_reset"}));
+    assert!(denied_prompt.get("error").is_some(), "{denied_prompt}");
+
     // Closing stdin stops the gateway, which sends what is queued before it exits.
     session.close();
     assert_eq!(receiver.errors(), Vec::<String>::new());
-    let spans = receiver.spans();
+    let all = receiver.spans();
+    let (surfaces, spans): (Vec<ReceivedSpan>, Vec<ReceivedSpan>) =
+        all.into_iter().partition(|span| span.attr("mcp.method.name").is_some());
     // Five decisions: the transfer is two, its escalation (the gateway asks the human) and its approved run.
     assert_eq!(spans.len(), 5, "{spans:#?}");
     for span in &spans {
@@ -141,7 +162,38 @@ fn the_gateway_exports_each_decision_over_otlp_without_argument_values() {
     assert_eq!(approved.attr("airlock.approved"), Some("true"));
     assert_eq!(approved.attr("airlock.effect"), Some("executed"));
 
-    assert_eq!(receiver.counter("airlock.refusals", &[("airlock.refusal.kind", "denied")]), Some(1));
+    // The four reads and gets, each its own span.
+    assert_eq!(surfaces.len(), 4, "{surfaces:#?}");
+    let surface = |method: &str, outcome: &str| {
+        let found: Vec<_> = surfaces
+            .iter()
+            .filter(|span| {
+                span.attr("mcp.method.name") == Some(method) && span.attr("airlock.outcome") == Some(outcome)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "one `{outcome}` span for `{method}`: {surfaces:#?}");
+        found[0]
+    };
+    let read = surface("resources/read", "executed");
+    assert_eq!(read.name, "resources/read note");
+    assert_eq!(read.attr("airlock.resource.scheme"), Some("note"));
+    assert_eq!(read.attr("jsonrpc.request.id"), Some("5"));
+    assert_eq!(read.attr("gen_ai.tool.name"), None);
+    let failed = surface("resources/read", "failed");
+    assert_eq!(failed.status_code, 2);
+    let got = surface("prompts/get", "executed");
+    assert_eq!((got.name.as_str(), got.attr("gen_ai.prompt.name")), ("prompts/get summarise", Some("summarise")));
+    let refused_prompt = surface("prompts/get", "refused");
+    assert_eq!(refused_prompt.attr("airlock.refusal.kind"), Some("denied"));
+    assert_eq!(refused_prompt.attr("airlock.rule"), Some("admin_*"));
+    assert_eq!(refused_prompt.attr("gen_ai.prompt.name"), Some("admin_reset"));
+    assert_eq!(refused_prompt.status_code, 2);
+    let denied_prompts = [("airlock.refusal.kind", "denied"), ("mcp.method.name", "prompts/get")];
+    assert_eq!(receiver.counter("airlock.refusals", &denied_prompts), Some(1));
+    assert_eq!(receiver.counter("airlock.mcp_requests", &[("airlock.outcome", "executed")]), Some(2));
+
+    let denied_tool = [("airlock.refusal.kind", "denied"), ("gen_ai.tool.name", "delete_everything")];
+    assert_eq!(receiver.counter("airlock.refusals", &denied_tool), Some(1));
     assert_eq!(receiver.counter("airlock.refusals", &[("airlock.refusal.kind", "duplicate")]), Some(1));
     assert_eq!(receiver.counter("airlock.tool_calls", &[("airlock.outcome", "escalated")]), Some(1));
     assert_eq!(receiver.counter("airlock.approvals", &[("gen_ai.tool.name", "transfer")]), Some(1));
@@ -150,7 +202,7 @@ fn the_gateway_exports_each_decision_over_otlp_without_argument_values() {
 
     let raw = receiver.raw();
     assert!(contains(&raw, b"execute_tool transfer"), "the raw bytes are searchable");
-    for secret in [SECRET_TEXT, SECRET_ACCOUNT, "4242"] {
+    for secret in [SECRET_TEXT, SECRET_ACCOUNT, "4242", SECRET_NOTE] {
         assert!(!contains(&raw, secret.as_bytes()), "the argument value `{secret}` reached the collector");
     }
 }

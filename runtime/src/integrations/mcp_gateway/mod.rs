@@ -45,6 +45,7 @@
 mod environment;
 mod framing;
 mod http;
+mod issuer_client;
 mod oauth;
 mod passthrough;
 mod pin;
@@ -52,6 +53,7 @@ mod sandbox;
 mod scan;
 mod surfaces;
 mod upstream;
+mod verified_tokens;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -64,7 +66,7 @@ pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::{BearerToken, HttpAuth};
 pub use oauth::{
     DEFAULT_ALGORITHMS, DEFAULT_LEEWAY, KEYS_MAX_AGE, KeySource, OAuthConfig, OAuthConfigError, OAuthResourceServer,
-    REFETCH_INTERVAL, TokenRefusal, parse_algorithm,
+    REFETCH_INTERVAL, TokenRefusal, VERIFIED_CACHE_CAPACITY, VERIFIED_CACHE_TTL, parse_algorithm,
 };
 pub use passthrough::GatewayServer;
 pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};

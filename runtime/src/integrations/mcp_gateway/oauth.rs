@@ -16,6 +16,11 @@
 //! ([`OAuthConfig::claims`]; `scope` and `scp` given as one space-separated string become a list). The caller
 //! is named `ISSUER#SUBJECT`, so rate limits and audit records count and name the subject.
 //!
+//! A token that passed every check is remembered by the SHA-256 of the token (see `verified_tokens`): seen again,
+//! it is admitted without checking its signature until its `exp` (with the leeway) or
+//! [`OAuthConfig::verified_ttl`], whichever comes first; refusals are never remembered, and replaced keys empty
+//! the cache.
+//!
 //! Refusals say why in a fixed phrase ([`TokenRefusal`]) and never repeat the token or any of its claims.
 
 use std::collections::HashSet;
@@ -28,6 +33,9 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::issuer_client::IssuerClient;
+use super::verified_tokens::{self, VerifiedTokens};
+use crate::clock::{Clock, SystemClock};
 use crate::identity::{Caller, Identity};
 
 /// How far `exp` and `nbf` may be off for clock skew.
@@ -36,6 +44,12 @@ pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 /// The shortest time between two fetches of the issuer's keys: a stream of tokens naming unknown key ids
 /// cannot make the gateway hammer the issuer.
 pub const REFETCH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How many verified tokens are remembered, so a token seen again is admitted without checking its signature.
+pub const VERIFIED_CACHE_CAPACITY: usize = 1024;
+
+/// How long a verified token is admitted again without checking its signature (never past its `exp`).
+pub const VERIFIED_CACHE_TTL: Duration = Duration::from_secs(60);
 
 /// How long fetched keys are used before they are fetched again (a key the issuer withdrew stops
 /// admitting tokens within this time).
@@ -60,7 +74,8 @@ pub enum KeySource {
     /// A JWKS read once, from a file or a string: never fetched.
     Fixed(JwkSet),
     /// The issuer's discovery document (`/.well-known/oauth-authorization-server`, else
-    /// `/.well-known/openid-configuration`) names its `jwks_uri`, fetched over HTTP.
+    /// `/.well-known/openid-configuration`) names its `jwks_uri`, fetched over `https://` trusting the
+    /// system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set), or over `http://` for an `http://` issuer.
     Discover,
 }
 
@@ -108,6 +123,12 @@ pub struct OAuthConfig {
     pub leeway: Duration,
     /// The shortest time between two fetches of discovered keys ([`REFETCH_INTERVAL`]).
     pub refetch_interval: Duration,
+    /// How many verified tokens are remembered ([`VERIFIED_CACHE_CAPACITY`]; 0 checks every token's
+    /// signature every time).
+    pub verified_cache: usize,
+    /// How long a verified token is admitted again without checking its signature ([`VERIFIED_CACHE_TTL`]),
+    /// never past its `exp` and the leeway.
+    pub verified_ttl: Duration,
 }
 
 impl OAuthConfig {
@@ -125,6 +146,8 @@ impl OAuthConfig {
             scopes_supported: Vec::new(),
             leeway: DEFAULT_LEEWAY,
             refetch_interval: REFETCH_INTERVAL,
+            verified_cache: VERIFIED_CACHE_CAPACITY,
+            verified_ttl: VERIFIED_CACHE_TTL,
         }
     }
 }
@@ -185,10 +208,9 @@ pub enum TokenRefusal {
 struct Registered {
     iss: String,
     sub: String,
-    #[serde(rename = "exp")]
-    _exp: u64,
-    #[serde(default, rename = "nbf")]
-    _nbf: Option<u64>,
+    exp: u64,
+    #[serde(default)]
+    nbf: Option<u64>,
     #[serde(flatten)]
     rest: Map<String, Value>,
 }
@@ -211,7 +233,11 @@ struct Inner {
     cache: Mutex<KeyCache>,
     /// One fetch at a time; waiting tokens then find the fresh keys.
     fetching: tokio::sync::Mutex<()>,
-    http: reqwest::Client,
+    http: IssuerClient,
+    /// Tokens whose signature and claims were checked ([`OAuthConfig::verified_cache`]).
+    verified: Mutex<VerifiedTokens>,
+    /// What `exp`, `nbf` and the cache's deadlines are compared with.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for OAuthResourceServer {
@@ -228,6 +254,11 @@ impl OAuthResourceServer {
     /// A resource server for `config`; its keys are fetched on the first token (see
     /// [`fetch_keys`](Self::fetch_keys) to fetch them at start).
     pub fn new(config: OAuthConfig) -> Result<Self, OAuthConfigError> {
+        Self::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// A resource server whose `exp` and `nbf` checks and cache deadlines read `clock`.
+    pub fn with_clock(config: OAuthConfig, clock: Arc<dyn Clock>) -> Result<Self, OAuthConfigError> {
         for (what, url) in [("issuer", &config.issuer), ("resource", &config.resource)] {
             let parsed = url::Url::parse(url)
                 .map_err(|error| OAuthConfigError::Url(format!("the {what} `{url}` is not a URL: {error}")))?;
@@ -255,14 +286,15 @@ impl OAuthResourceServer {
             KeySource::Fixed(keys) => (Arc::new(keys.clone()), Some(Instant::now())),
             KeySource::Discover => (Arc::new(JwkSet { keys: Vec::new() }), None),
         };
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|error| OAuthConfigError::Keys(format!("no HTTP client: {error}")))?;
+        let http = match &config.keys {
+            KeySource::Fixed(_) => IssuerClient::without_tls(),
+            KeySource::Discover => IssuerClient::with_system_roots(),
+        };
         Ok(OAuthResourceServer {
             inner: Arc::new(Inner {
                 allowed: config.algorithms.iter().copied().collect(),
+                verified: Mutex::new(VerifiedTokens::new(config.verified_cache)),
+                clock,
                 config,
                 cache: Mutex::new(KeyCache { keys, fetched, last_attempt: None }),
                 fetching: tokio::sync::Mutex::new(()),
@@ -317,8 +349,35 @@ impl OAuthResourceServer {
         self.refetch().await
     }
 
-    /// The caller a bearer token proves, or why it is refused.
+    /// How many verified tokens the cache holds ([`OAuthConfig::verified_cache`]).
+    pub fn verified_tokens(&self) -> usize {
+        self.inner.verified.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// The caller a bearer token proves, or why it is refused. A token verified before is admitted from the
+    /// cache until its `exp` or [`OAuthConfig::verified_ttl`], whichever comes first.
     pub async fn admit(&self, token: &str) -> Result<Caller, TokenRefusal> {
+        let digest = verified_tokens::digest(token);
+        let generation = {
+            let verified = self.inner.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(caller) = verified.get(&digest, self.inner.clock.now()) {
+                return Ok(caller);
+            }
+            // Read before the keys are: a verification with keys replaced meanwhile is not stored.
+            verified.generation()
+        };
+        let (caller, until) = self.verify(token).await?;
+        self.inner.verified.lock().unwrap_or_else(PoisonError::into_inner).insert(
+            digest,
+            caller.clone(),
+            until,
+            generation,
+        );
+        Ok(caller)
+    }
+
+    /// Checks a token's signature and claims: the caller it proves and until when that may be remembered.
+    async fn verify(&self, token: &str) -> Result<(Caller, Duration), TokenRefusal> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenRefusal::Malformed)?;
         if !self.inner.allowed.contains(&header.alg) {
             return Err(TokenRefusal::Algorithm);
@@ -332,9 +391,9 @@ impl OAuthResourceServer {
             return Err(TokenRefusal::UnknownKey);
         }
         let mut validation = Validation::new(header.alg);
-        validation.leeway = self.inner.config.leeway.as_secs();
-        validation.validate_exp = true;
-        validation.validate_nbf = true;
+        // `exp` and `nbf` are checked against the injected clock, below.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
         validation.validate_aud = true;
         validation.set_issuer(&[&self.inner.config.issuer]);
         validation.set_audience(&[&self.inner.config.audience]);
@@ -343,7 +402,7 @@ impl OAuthResourceServer {
         for jwk in candidates {
             let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
             match jsonwebtoken::decode::<Registered>(token, &key, &validation) {
-                Ok(data) => return self.identity(data.claims),
+                Ok(data) => return self.in_time(data.claims),
                 Err(error) => {
                     refusal = refused(error.kind());
                     if refusal != TokenRefusal::Signature {
@@ -354,6 +413,21 @@ impl OAuthResourceServer {
             }
         }
         Err(refusal)
+    }
+
+    /// `exp` (with the leeway) has not passed and `nbf` has come; the caller and until when it may be cached.
+    fn in_time(&self, claims: Registered) -> Result<(Caller, Duration), TokenRefusal> {
+        let now = self.inner.clock.now();
+        let leeway = self.inner.config.leeway;
+        let expires = Duration::from_secs(claims.exp).saturating_add(leeway);
+        if expires < now {
+            return Err(TokenRefusal::Expired);
+        }
+        if claims.nbf.is_some_and(|nbf| Duration::from_secs(nbf) > now.saturating_add(leeway)) {
+            return Err(TokenRefusal::NotYetValid);
+        }
+        let until = expires.min(now.saturating_add(self.inner.config.verified_ttl));
+        Ok((self.identity(claims)?, until))
     }
 
     fn identity(&self, claims: Registered) -> Result<Caller, TokenRefusal> {
@@ -419,7 +493,7 @@ impl OAuthResourceServer {
         let mut last_error = String::new();
         let mut jwks_uri = None;
         for url in discovery_urls(issuer) {
-            match self.get_json(&url).await {
+            match self.inner.http.get_json(&url).await {
                 Ok(document) => {
                     // RFC 8414 §3.3: the document must be the issuer's own.
                     if document.get("issuer").and_then(Value::as_str) != Some(issuer.as_str()) {
@@ -438,34 +512,27 @@ impl OAuthResourceServer {
             }
         }
         let jwks_uri = jwks_uri.ok_or(last_error)?;
-        let document = self.get_json(&jwks_uri).await?;
+        // Keys fetched in the clear would undo the TLS the discovery document came over.
+        if issuer.starts_with("https://") && !jwks_uri.starts_with("https://") {
+            return Err(format!("the issuer's `jwks_uri` `{jwks_uri}` is not an `https://` URL"));
+        }
+        let document = self.inner.http.get_json(&jwks_uri).await?;
         let keys: JwkSet =
             serde_json::from_value(document).map_err(|error| format!("`{jwks_uri}` is not a JWKS: {error}"))?;
         let usable = usable_keys(&keys).count();
-        let mut cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.keys = Arc::new(keys);
-        cache.fetched = Some(Instant::now());
+        {
+            let mut cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            cache.keys = Arc::new(keys);
+            cache.fetched = Some(Instant::now());
+        }
+        // After the keys: a verification that read the old generation is never stored.
+        self.inner.verified.lock().unwrap_or_else(PoisonError::into_inner).keys_replaced();
         tracing::info!(target: "agent_airlock", keys = usable, "the issuer's signing keys were fetched");
         Ok(())
-    }
-
-    async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let response = self.inner.http.get(url).send().await.map_err(|error| format!("`{url}`: {error}"))?;
-        if !response.status().is_success() {
-            return Err(format!("`{url}` answered {}", response.status()));
-        }
-        let body = response.bytes().await.map_err(|error| format!("`{url}`: {error}"))?;
-        if body.len() > MAX_DOCUMENT {
-            return Err(format!("`{url}` answered more than {MAX_DOCUMENT} bytes"));
-        }
-        serde_json::from_slice(&body).map_err(|error| format!("`{url}` is not JSON: {error}"))
     }
 }
 
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
-
-/// The largest discovery document or JWKS read.
-const MAX_DOCUMENT: usize = 1 << 20;
 
 /// RFC 8414 §3.1 (the well-known segment between the host and the issuer's path), then OpenID Connect
 /// Discovery (appended to the issuer).
@@ -774,6 +841,61 @@ mod tests {
         let server = OAuthResourceServer::new(impostor).expect("a resource server");
         let refused = server.admit(&token(&old, "old")).await.map(|c| c.name().to_owned());
         assert_eq!(refused, Err(TokenRefusal::KeysUnavailable));
+    }
+
+    #[tokio::test]
+    async fn a_cached_token_is_refused_once_it_expires_and_the_cache_is_bounded() {
+        let (key, jwk) = ed25519(1, "k1");
+        let clock = Arc::new(crate::ManualClock::new(Duration::from_secs(now())));
+        let keys = KeySource::from_json(&json!({"keys": [jwk]}).to_string()).expect("a JWKS");
+        let mut config = OAuthConfig::new(ISSUER, RESOURCE, keys);
+        config.verified_cache = 3;
+        let server = OAuthResourceServer::with_clock(config, clock.clone()).expect("a resource server");
+        let mut short = claims("alice");
+        short["exp"] = json!(now() + 10);
+        let short = sign(&key, "k1", &short);
+        assert!(server.admit(&short).await.is_ok());
+        assert_eq!(server.verified_tokens(), 1);
+        assert!(server.admit(&short).await.is_ok(), "admitted again from the cache");
+        // Past `exp` and the leeway, the cached token is refused (and the refusal is not cached).
+        clock.advance(Duration::from_secs(10) + DEFAULT_LEEWAY + Duration::from_secs(1));
+        assert_eq!(server.admit(&short).await.map(|c| c.name().to_owned()), Err(TokenRefusal::Expired));
+        // Refusals are never cached; the cache holds at most its capacity.
+        let bad = sign(&ed25519(2, "k1").0, "k1", &claims("mallory"));
+        assert_eq!(server.admit(&bad).await.map(|c| c.name().to_owned()), Err(TokenRefusal::Signature));
+        assert_eq!(server.admit(&bad).await.map(|c| c.name().to_owned()), Err(TokenRefusal::Signature));
+        for subject in ["a", "b", "c", "d", "e"] {
+            let mut fresh = claims(subject);
+            fresh["exp"] = json!(clock.now().as_secs() + 600);
+            assert!(server.admit(&sign(&key, "k1", &fresh)).await.is_ok());
+        }
+        assert_eq!(server.verified_tokens(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_token_of_a_key_the_issuer_removed_is_refused_once_the_keys_are_fetched_again() {
+        let (old, old_jwk) = ed25519(1, "old");
+        let (new, new_jwk) = ed25519(2, "new");
+        let jwks = Arc::new(Mutex::new(json!({"keys": [old_jwk]})));
+        let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let issuer = loopback_issuer(Arc::clone(&jwks), Arc::clone(&fetches)).await;
+        let token = |key: &EncodingKey, kid: &str| {
+            let mut claims = claims("alice");
+            claims["iss"] = json!(issuer);
+            sign(key, kid, &claims)
+        };
+        let mut config = OAuthConfig::new(&issuer, RESOURCE, KeySource::Discover);
+        config.refetch_interval = Duration::ZERO;
+        let server = OAuthResourceServer::new(config).expect("a resource server");
+        let cached = token(&old, "old");
+        assert!(server.admit(&cached).await.is_ok());
+        assert!(server.admit(&cached).await.is_ok());
+        assert_eq!(server.verified_tokens(), 1);
+        // The issuer withdraws the old key; a token of its new key makes the gateway fetch the keys again.
+        *jwks.lock().expect("not poisoned") = json!({"keys": [new_jwk]});
+        assert!(server.admit(&token(&new, "new")).await.is_ok());
+        let refused = server.admit(&cached).await.map(|c| c.name().to_owned());
+        assert_eq!(refused, Err(TokenRefusal::UnknownKey), "a cached token outlived its key");
     }
 
     #[test]

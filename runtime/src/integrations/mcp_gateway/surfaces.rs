@@ -22,6 +22,7 @@ use rmcp::model::{
 };
 use rmcp::{ErrorData, ServiceError};
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use crate::Policy;
 use crate::approval::display::escape;
@@ -122,23 +123,28 @@ impl SurfaceGuard {
     {
         let arguments = json!({ "uri": request.uri });
         let call = Call { surface: Surface::Resource, method: RESOURCE_READ, what: "resource", id, arguments };
-        let admitted = self.admit(&call, &request.uri).await?;
-        let response = forward(request).await;
-        self.settle(&call, admitted, response, |masker, set, response| match response {
-            ReadResourceResponse::Complete(mut result) => {
-                for contents in &mut result.contents {
-                    mask_contents(masker, set, contents);
+        let span = surface_span(&call, &request.uri);
+        async move {
+            let admitted = self.admit(&call, &request.uri).await?;
+            let response = forward(request).await;
+            self.settle(&call, admitted, response, |masker, set, response| match response {
+                ReadResourceResponse::Complete(mut result) => {
+                    for contents in &mut result.contents {
+                        mask_contents(masker, set, contents);
+                    }
+                    let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
+                    Ok((ReadResourceResponse::Complete(result), recorded))
                 }
-                let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
-                Ok((ReadResourceResponse::Complete(result), recorded))
-            }
-            // A request for the client's input (its state opaque, not to be touched): passed on, recorded.
-            ReadResourceResponse::InputRequired(input) => {
-                let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
-                Ok((ReadResourceResponse::InputRequired(input), recorded))
-            }
-            _ => Err(unguardable()),
-        })
+                // A request for the client's input (its state opaque, not to be touched): passed on, recorded.
+                ReadResourceResponse::InputRequired(input) => {
+                    let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
+                    Ok((ReadResourceResponse::InputRequired(input), recorded))
+                }
+                _ => Err(unguardable()),
+            })
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -154,27 +160,32 @@ impl SurfaceGuard {
     {
         let arguments = json!({ "name": request.name, "arguments": request.arguments });
         let call = Call { surface: Surface::Prompt, method: PROMPT_GET, what: "prompt", id, arguments };
-        let admitted = self.admit(&call, &request.name).await?;
-        let response = forward(request).await;
-        self.settle(&call, admitted, response, |masker, set, response| match response {
-            GetPromptResponse::Complete(mut result) => {
-                if let Some(description) = &mut result.description {
-                    mask_string(masker, set, description);
-                }
-                for message in &mut result.messages {
-                    if !mask_block(masker, set, &mut message.content) {
-                        return Err(unguardable());
+        let span = surface_span(&call, &request.name);
+        async move {
+            let admitted = self.admit(&call, &request.name).await?;
+            let response = forward(request).await;
+            self.settle(&call, admitted, response, |masker, set, response| match response {
+                GetPromptResponse::Complete(mut result) => {
+                    if let Some(description) = &mut result.description {
+                        mask_string(masker, set, description);
                     }
+                    for message in &mut result.messages {
+                        if !mask_block(masker, set, &mut message.content) {
+                            return Err(unguardable());
+                        }
+                    }
+                    let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
+                    Ok((GetPromptResponse::Complete(result), recorded))
                 }
-                let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
-                Ok((GetPromptResponse::Complete(result), recorded))
-            }
-            GetPromptResponse::InputRequired(input) => {
-                let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
-                Ok((GetPromptResponse::InputRequired(input), recorded))
-            }
-            _ => Err(unguardable()),
-        })
+                GetPromptResponse::InputRequired(input) => {
+                    let recorded = serde_json::to_value(&input).unwrap_or(Value::Null);
+                    Ok((GetPromptResponse::InputRequired(input), recorded))
+                }
+                _ => Err(unguardable()),
+            })
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -187,11 +198,13 @@ impl SurfaceGuard {
         if let Some(rule) = &decided.denied_by {
             let message = format!("{} `{}` is denied by the policy (`{}`)", call.what, shown(key), shown(rule));
             if !observe {
-                tracing::info!(target: "agent_airlock", method = call.method, %rule, "refused by the policy");
+                tracing::info!(target: "agent_airlock", method = call.method, outcome = "refused",
+                    kind = ?RefusalKind::Denied, rule = rule.as_str(), "refused by the policy");
                 self.record(call, AuditOutcome::Refused { refusal: RefusalKind::Denied }, Some(rule), None, None).await;
                 return Err(ErrorData::new(ErrorCode::INVALID_PARAMS, message, None));
             }
-            tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the policy would refuse this");
+            tracing::warn!(target: "agent_airlock", method = call.method, outcome = "would_refuse",
+                kind = ?RefusalKind::Denied, rule = rule.as_str(), "observe mode: the policy would refuse this");
             self.would_refuse(call, RefusalKind::Denied, rule, &message).await;
             observed = Some(format!("observe mode: would be refused by `{rule}`"));
         }
@@ -216,12 +229,14 @@ impl SurfaceGuard {
             let message =
                 format!("rate limit `{}` ({rate}) reached for {}s: retry in {seconds:.0} s", shown(rule), call.what);
             if !observe {
-                tracing::info!(target: "agent_airlock", method = call.method, %rule, "rate limited");
+                tracing::info!(target: "agent_airlock", method = call.method, outcome = "refused",
+                    kind = ?RefusalKind::RateLimited, rule, "rate limited");
                 self.record(call, AuditOutcome::Refused { refusal: RefusalKind::RateLimited }, Some(rule), None, None)
                     .await;
                 return Err(ErrorData::new(ErrorCode::INVALID_REQUEST, message, None));
             }
-            tracing::warn!(target: "agent_airlock", method = call.method, %rule, "observe mode: the rate limit would refuse this");
+            tracing::warn!(target: "agent_airlock", method = call.method, outcome = "would_refuse",
+                kind = ?RefusalKind::RateLimited, rule, "observe mode: the rate limit would refuse this");
             self.would_refuse(call, RefusalKind::RateLimited, rule, &message).await;
             observed.get_or_insert_with(|| format!("observe mode: would be refused by the rate limit `{rule}`"));
         }
@@ -261,6 +276,7 @@ impl SurfaceGuard {
                 let result = Value::String(message.clone());
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, detail, Some(&result)).await;
+                tracing::info!(target: "agent_airlock", method = call.method, outcome = "failed", "the upstream failed");
                 return Err(ErrorData::new(error.code, message, data));
             }
         };
@@ -269,15 +285,18 @@ impl SurfaceGuard {
             Err(error) => {
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, Some(&error.message), None).await;
+                tracing::info!(target: "agent_airlock", method = call.method, outcome = "failed", "the answer cannot be guarded");
                 return Err(error);
             }
         };
         if !self.record(call, AuditOutcome::Executed, None, detail, Some(&result)).await {
+            tracing::info!(target: "agent_airlock", method = call.method, outcome = "failed", "withheld: not audited");
             return Err(ErrorData::internal_error(
                 format!("the gateway could not record the {} in its audit log; it is withheld", call.what),
                 None,
             ));
         }
+        tracing::info!(target: "agent_airlock", method = call.method, outcome = "executed", "served");
         Ok(masked)
     }
 
@@ -317,6 +336,32 @@ impl SurfaceGuard {
                 false
             }
         }
+    }
+}
+
+/// The span of one read or get (`surface_call`): what the OpenTelemetry export reads to make its span
+/// (`otel/`), by these field names; the outcome comes from the events inside it. Its `subject` is a prompt's
+/// name, or only a resource URI's scheme: the rest of a URI is the request's argument (a template's
+/// parameters, a query) and stays out of traces, as a tool's argument values do.
+fn surface_span(call: &Call<'_>, subject: &str) -> tracing::Span {
+    let subject = match call.surface {
+        Surface::Prompt => subject,
+        Surface::Resource => uri_scheme(subject),
+    };
+    tracing::info_span!(target: "agent_airlock", "surface_call", method = call.method, subject, request_id = call.id)
+}
+
+/// A URI's scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`), or `unknown`.
+fn uri_scheme(uri: &str) -> &str {
+    match uri.split_once(':') {
+        Some((scheme, _))
+            if scheme.len() <= 32
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) =>
+        {
+            scheme
+        }
+        _ => "unknown",
     }
 }
 
