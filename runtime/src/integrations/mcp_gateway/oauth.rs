@@ -75,7 +75,8 @@ pub enum KeySource {
     Fixed(JwkSet),
     /// The issuer's discovery document (`/.well-known/oauth-authorization-server`, else
     /// `/.well-known/openid-configuration`) names its `jwks_uri`, fetched over `https://` trusting the
-    /// system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set), or over `http://` for an `http://` issuer.
+    /// system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set), or over `http://` for an `http://` issuer
+    /// on this host (a loopback address or `localhost`; another is refused by [`OAuthResourceServer::new`]).
     Discover,
 }
 
@@ -267,6 +268,13 @@ impl OAuthResourceServer {
                     "the {what} `{url}` must be an `https://` (or `http://`) URL without a fragment"
                 )));
             }
+        }
+        if matches!(config.keys, KeySource::Discover) && !fetched_safely(&config.issuer) {
+            return Err(OAuthConfigError::Url(format!(
+                "the issuer `{}` would be asked for its keys over plain `http` across a network, where anyone on \
+                 the path could answer with keys of their own: use its `https://` URL, or give its keys as a file",
+                config.issuer
+            )));
         }
         if config.audience.trim().is_empty() {
             return Err(OAuthConfigError::Url("the audience is empty".to_owned()));
@@ -512,8 +520,9 @@ impl OAuthResourceServer {
             }
         }
         let jwks_uri = jwks_uri.ok_or(last_error)?;
-        // Keys fetched in the clear would undo the TLS the discovery document came over.
-        if issuer.starts_with("https://") && !jwks_uri.starts_with("https://") {
+        // Keys fetched in the clear would undo the TLS the discovery document came over; over plain http, only
+        // from this host.
+        if (issuer.starts_with("https://") && !jwks_uri.starts_with("https://")) || !fetched_safely(&jwks_uri) {
             return Err(format!("the issuer's `jwks_uri` `{jwks_uri}` is not an `https://` URL"));
         }
         let document = self.inner.http.get_json(&jwks_uri).await?;
@@ -533,6 +542,19 @@ impl OAuthResourceServer {
 }
 
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// Whether keys fetched from `url` cannot be swapped on the way: over `https`, or over `http` from this host
+/// (a loopback address or `localhost`, as an issuer a test or a sidecar runs).
+fn fetched_safely(url: &str) -> bool {
+    let Ok(url) = url::Url::parse(url) else { return false };
+    match (url.scheme(), url.host()) {
+        ("https", _) => true,
+        ("http", Some(url::Host::Ipv4(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Ipv6(ip))) => ip.is_loopback(),
+        ("http", Some(url::Host::Domain(domain))) => domain.eq_ignore_ascii_case("localhost"),
+        _ => false,
+    }
+}
 
 /// RFC 8414 §3.1 (the well-known segment between the host and the issuer's path), then OpenID Connect
 /// Discovery (appended to the issuer).
@@ -917,6 +939,20 @@ mod tests {
             Err(OAuthConfigError::Url(_))
         ));
         assert!(parse_algorithm("none").is_err() && parse_algorithm("EdDSA").is_ok());
+        // Keys discovered over plain http only from this host: across a network anyone on the path could
+        // answer with keys of their own.
+        let discover = |issuer: &str| OAuthResourceServer::new(OAuthConfig::new(issuer, RESOURCE, KeySource::Discover));
+        for remote in ["http://idp.corp:8080/realms/x", "http://10.0.0.7", "http://[2001:db8::1]:80"] {
+            assert!(
+                matches!(discover(remote), Err(OAuthConfigError::Url(why)) if why.contains("plain `http`")),
+                "{remote}"
+            );
+        }
+        for near in ["http://127.0.0.1:9", "http://localhost:8080/x", "http://[::1]:9", "https://idp.corp"] {
+            assert!(discover(near).is_ok(), "{near}");
+        }
+        // Keys given as a file are not fetched: any issuer URL names them.
+        assert!(OAuthResourceServer::new(OAuthConfig::new("http://idp.corp", RESOURCE, keys())).is_ok());
     }
 
     #[test]
