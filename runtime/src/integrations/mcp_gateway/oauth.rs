@@ -766,9 +766,10 @@ mod tests {
             ),
             ("not a JWT", "not-a-jwt".to_owned(), TokenRefusal::Malformed),
         ];
+        // A refusal is a fixed phrase (`TokenRefusal` holds nothing of the token), so neither the log line nor
+        // the `WWW-Authenticate` challenge built from it can echo a token.
         for (what, token, expected) in cases {
             assert_eq!(server.admit(&token).await.map(|c| c.name().to_owned()), Err(expected), "{what}");
-            assert!(!expected.to_string().contains(&token), "{what}: the refusal echoes the token");
         }
         // A token just past its expiry is still inside the leeway.
         let late = with(&|c| c["exp"] = json!(now() - 30));
@@ -842,27 +843,36 @@ mod tests {
         patient.fetch_keys().await.expect("the keys are fetched");
         assert_eq!(fetched(), 1);
         assert!(patient.admit(&token(&old, "old")).await.is_ok());
+        // One that may fetch again at once, with the same keys before the rotation.
+        config.refetch_interval = Duration::ZERO;
+        let eager = OAuthResourceServer::new(config).expect("a resource server");
+        eager.fetch_keys().await.expect("the keys are fetched");
+        assert_eq!(fetched(), 2);
         // The issuer rotates to a new key: within the interval, an unknown key id fetches nothing.
         *jwks.lock().expect("not poisoned") = json!({"keys": [old_jwk, new_jwk]});
         for _ in 0..3 {
             let refused = patient.admit(&token(&new, "new")).await.map(|c| c.name().to_owned());
             assert_eq!(refused, Err(TokenRefusal::UnknownKey));
         }
-        assert_eq!(fetched(), 1, "a stream of unknown key ids hammers the issuer");
-        // Past the interval, the first unknown key id fetches the keys again and is admitted.
-        config.refetch_interval = Duration::ZERO;
-        let eager = OAuthResourceServer::new(config).expect("a resource server");
-        eager.fetch_keys().await.expect("the keys are fetched");
-        let before = fetched();
+        assert_eq!(fetched(), 2, "a stream of unknown key ids hammers the issuer");
+        // Past the interval, the first unknown key id fetches the keys again, once, and is admitted.
         assert!(eager.admit(&token(&new, "new")).await.is_ok());
+        assert_eq!(fetched(), 3, "the unknown key id fetched the keys once");
         assert!(eager.admit(&token(&old, "old")).await.is_ok());
-        assert_eq!(fetched(), before, "known keys are not fetched again");
-        // A discovery document naming another issuer is not trusted.
-        let mut impostor = OAuthConfig::new("http://127.0.0.1:9/other", RESOURCE, KeySource::Discover);
+        assert!(eager.admit(&token(&new, "new")).await.is_ok());
+        assert_eq!(fetched(), 3, "known keys are not fetched again");
+        // A discovery document naming another issuer is not trusted: this issuer's document, asked for as
+        // another issuer's (a path below it), names this one.
+        let mut impostor = OAuthConfig::new(format!("{issuer}/other"), RESOURCE, KeySource::Discover);
         impostor.refetch_interval = Duration::ZERO;
         let server = OAuthResourceServer::new(impostor).expect("a resource server");
-        let refused = server.admit(&token(&old, "old")).await.map(|c| c.name().to_owned());
+        let mut other_token = claims("alice");
+        other_token["iss"] = json!(format!("{issuer}/other"));
+        let refused = server.admit(&sign(&old, "old", &other_token)).await.map(|c| c.name().to_owned());
         assert_eq!(refused, Err(TokenRefusal::KeysUnavailable));
+        assert_eq!(fetched(), 3, "no JWKS was fetched for the impostor");
+        let error = server.fetch_keys().await.expect_err("the impostor's keys are not fetched");
+        assert!(error.contains("names another issuer"), "{error}");
     }
 
     #[tokio::test]
