@@ -395,7 +395,9 @@ impl OAuthResourceServer {
             .filter(|jwk| header.kid.is_none() || jwk.common.key_id.as_deref() == header.kid.as_deref())
             .filter(|jwk| fits(jwk, header.alg))
             .collect();
-        if candidates.is_empty() {
+        // A token naming no key is tried against each key that fits, so that many keys would make one request
+        // cost as many signature checks: past a few, it must say which key signed it.
+        if candidates.is_empty() || (header.kid.is_none() && candidates.len() > MAX_KEYS_WITHOUT_KID) {
             return Err(TokenRefusal::UnknownKey);
         }
         let mut validation = Validation::new(header.alg);
@@ -542,6 +544,10 @@ impl OAuthResourceServer {
 }
 
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// The most keys a token without a `kid` is checked against; with more that fit, it is refused as naming an
+/// unknown key.
+const MAX_KEYS_WITHOUT_KID: usize = 3;
 
 /// Whether keys fetched from `url` cannot be swapped on the way: over `https`, or over `http` from this host
 /// (a loopback address or `localhost`, as an issuer a test or a sidecar runs).
@@ -729,6 +735,23 @@ mod tests {
         header.kid = None;
         let token = jsonwebtoken::encode(&header, &claims("bob"), &key).expect("signed");
         assert_eq!(server.admit(&token).await.expect("admitted").name(), "https://issuer.test#bob");
+    }
+
+    #[tokio::test]
+    async fn a_token_naming_no_key_is_checked_against_a_few_keys_at_most() {
+        let keys: Vec<(EncodingKey, Value)> = (1..=5).map(|seed| ed25519(seed, &format!("k{seed}"))).collect();
+        let kidless = |key: &EncodingKey| {
+            let mut header = Header::new(Algorithm::EdDSA);
+            header.kid = None;
+            jsonwebtoken::encode(&header, &claims("bob"), key).expect("signed")
+        };
+        let few = server(json!({"keys": keys[..MAX_KEYS_WITHOUT_KID].iter().map(|(_, jwk)| jwk).collect::<Vec<_>>()}));
+        assert!(few.admit(&kidless(&keys[MAX_KEYS_WITHOUT_KID - 1].0)).await.is_ok(), "the last of a few keys");
+        let many = server(json!({"keys": keys.iter().map(|(_, jwk)| jwk).collect::<Vec<_>>()}));
+        let refused = many.admit(&kidless(&keys[0].0)).await.map(|c| c.name().to_owned());
+        assert_eq!(refused, Err(TokenRefusal::UnknownKey));
+        // Naming its key, the same token is checked against that key alone and admitted.
+        assert!(many.admit(&sign(&keys[4].0, "k5", &claims("bob"))).await.is_ok());
     }
 
     #[tokio::test]
