@@ -51,8 +51,9 @@ pub const VERIFIED_CACHE_CAPACITY: usize = 1024;
 /// How long a verified token is admitted again without checking its signature (never past its `exp`).
 pub const VERIFIED_CACHE_TTL: Duration = Duration::from_secs(60);
 
-/// How long fetched keys are used before they are fetched again (a key the issuer withdrew stops
-/// admitting tokens within this time).
+/// How long fetched keys are used before they are fetched again. Older keys still admit the tokens they
+/// verify while the fetch runs in the background (no request waits on the issuer), so a key the issuer withdrew
+/// stops admitting tokens within this time of the issuer answering again.
 pub const KEYS_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// The algorithms admitted unless configured otherwise: every asymmetric one the JWT crate verifies.
@@ -124,6 +125,8 @@ pub struct OAuthConfig {
     pub leeway: Duration,
     /// The shortest time between two fetches of discovered keys ([`REFETCH_INTERVAL`]).
     pub refetch_interval: Duration,
+    /// How long discovered keys are used before they are fetched again ([`KEYS_MAX_AGE`]).
+    pub keys_max_age: Duration,
     /// How many verified tokens are remembered ([`VERIFIED_CACHE_CAPACITY`]; 0 checks every token's
     /// signature every time).
     pub verified_cache: usize,
@@ -147,6 +150,7 @@ impl OAuthConfig {
             scopes_supported: Vec::new(),
             leeway: DEFAULT_LEEWAY,
             refetch_interval: REFETCH_INTERVAL,
+            keys_max_age: KEYS_MAX_AGE,
             verified_cache: VERIFIED_CACHE_CAPACITY,
             verified_ttl: VERIFIED_CACHE_TTL,
         }
@@ -460,14 +464,18 @@ impl OAuthResourceServer {
     }
 
     /// The keys to check a token naming `kid` against: the cache, fetched again first if the key id is
-    /// unknown or the cache is stale and the last attempt is long enough ago.
+    /// unknown (at most once per refetch interval). Keys past their age that hold the key are used as they
+    /// are while they are fetched again in the background: an issuer that hangs stalls no request.
     async fn keys_for(&self, kid: Option<&str>) -> Result<Arc<JwkSet>, TokenRefusal> {
         if matches!(self.inner.config.keys, KeySource::Fixed(_)) {
             return Ok(self.cached().0);
         }
         let wanted = |keys: &JwkSet| kid.is_none_or(|kid| keys.find(kid).is_some());
         let (keys, fresh) = self.cached();
-        if fresh && wanted(&keys) {
+        if wanted(&keys) && (fresh || !keys.keys.is_empty()) {
+            if !fresh {
+                self.refresh_in_background();
+            }
             return Ok(keys);
         }
         let _one = self.inner.fetching.lock().await;
@@ -476,11 +484,9 @@ impl OAuthResourceServer {
         if fresh && wanted(&keys) {
             return Ok(keys);
         }
-        let recent = {
-            let cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            cache.last_attempt.is_some_and(|at| at.elapsed() < self.inner.config.refetch_interval)
-        };
-        if !recent && let Err(error) = self.refetch().await {
+        if !self.attempted_recently()
+            && let Err(error) = self.refetch().await
+        {
             tracing::warn!(target: "agent_airlock", %error, "the issuer's keys could not be fetched");
         }
         let (keys, _) = self.cached();
@@ -490,9 +496,30 @@ impl OAuthResourceServer {
         Ok(keys)
     }
 
+    /// Fetches the keys again on a task of its own, unless a fetch is running or one was attempted within
+    /// the refetch interval (outside a Tokio runtime: not at all; the next token past the age asks again).
+    fn refresh_in_background(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let server = self.clone();
+        runtime.spawn(async move {
+            let Ok(_one) = server.inner.fetching.try_lock() else { return };
+            if server.attempted_recently() {
+                return;
+            }
+            if let Err(error) = server.refetch().await {
+                tracing::warn!(target: "agent_airlock", %error, "the issuer's keys could not be fetched again; the older ones are used");
+            }
+        });
+    }
+
+    fn attempted_recently(&self) -> bool {
+        let cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.last_attempt.is_some_and(|at| at.elapsed() < self.inner.config.refetch_interval)
+    }
+
     fn cached(&self) -> (Arc<JwkSet>, bool) {
         let cache = self.inner.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let fresh = cache.fetched.is_some_and(|at| at.elapsed() < KEYS_MAX_AGE);
+        let fresh = cache.fetched.is_some_and(|at| at.elapsed() < self.inner.config.keys_max_age);
         (Arc::clone(&cache.keys), fresh)
     }
 
@@ -735,6 +762,36 @@ mod tests {
         header.kid = None;
         let token = jsonwebtoken::encode(&header, &claims("bob"), &key).expect("signed");
         assert_eq!(server.admit(&token).await.expect("admitted").name(), "https://issuer.test#bob");
+    }
+
+    #[tokio::test]
+    async fn keys_past_their_age_are_used_while_fetched_again_in_the_background() {
+        let (old, old_jwk) = ed25519(1, "old");
+        let (_, new_jwk) = ed25519(2, "new");
+        let jwks = Arc::new(Mutex::new(json!({"keys": [old_jwk]})));
+        let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let issuer = loopback_issuer(Arc::clone(&jwks), Arc::clone(&fetches)).await;
+        let mut claims = claims("alice");
+        claims["iss"] = json!(issuer);
+        let token = sign(&old, "old", &claims);
+        let mut config = OAuthConfig::new(&issuer, RESOURCE, KeySource::Discover);
+        (config.keys_max_age, config.refetch_interval, config.verified_cache) = (Duration::ZERO, Duration::ZERO, 0);
+        let server = OAuthResourceServer::new(config).expect("a resource server");
+        server.fetch_keys().await.expect("the keys are fetched");
+        // The issuer withdraws the key. The keys held are past their age, but the request does not wait for
+        // them to be fetched again (it would be refused if it did): they are used, and fetched in the background.
+        *jwks.lock().expect("not poisoned") = json!({"keys": [new_jwk]});
+        assert!(server.admit(&token).await.is_ok(), "the keys held are used");
+        // Once the background fetch lands, the withdrawn key admits nothing.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match server.admit(&token).await.map(|c| c.name().to_owned()) {
+                Err(TokenRefusal::UnknownKey) => break,
+                other => assert!(Instant::now() < deadline, "the withdrawn key still admits: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(fetches.load(std::sync::atomic::Ordering::SeqCst) >= 2);
     }
 
     #[tokio::test]
