@@ -12,9 +12,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog};
+use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
-use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger, RedbOpenOptions, open_database};
+use agent_airlock::keys::AuditKey;
+use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger};
+use agent_airlock::store::{RedbOpenOptions, open_database};
 use agent_airlock::{Dispatcher, ManualClock, Outcome, Status, airlock_tool, tool};
 use agent_airlock_benches::{BenchCall, START, approvals, approve_calls, block_on};
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime};

@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use agent_airlock::integrations::mcp_gateway::{BearerToken, KeySource, OAuthConfig, OAuthResourceServer};
-use agent_airlock::policy::Condition;
+use agent_airlock::policy::condition::Condition;
 use criterion::{Criterion, criterion_group, criterion_main};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Map, json};

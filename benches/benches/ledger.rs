@@ -139,7 +139,7 @@ fn protocol(group: &mut BenchmarkGroup<'_, WallTime>, fresh: &dyn Fn() -> Interr
             let calls: Vec<BenchCall> = (numbered(iters)..).take(iters as usize).map(BenchCall::refund).collect();
             let start = Instant::now();
             for call in &calls {
-                black_box(approvals.request_blocking(&call.input(), "attribute", "bench").expect("recorded"));
+                black_box(approvals.request(&call.input(), "attribute", "bench").wait().expect("recorded"));
             }
             start.elapsed()
         })
@@ -153,7 +153,7 @@ fn protocol(group: &mut BenchmarkGroup<'_, WallTime>, fresh: &dyn Fn() -> Interr
             let interrupts = request_all(&approvals, &calls);
             let start = Instant::now();
             for interrupt in &interrupts {
-                black_box(approvals.approve_blocking(interrupt, "alice").expect("approved"));
+                black_box(approvals.approve(interrupt, "alice").wait().expect("approved"));
             }
             start.elapsed()
         })
@@ -166,7 +166,7 @@ fn protocol(group: &mut BenchmarkGroup<'_, WallTime>, fresh: &dyn Fn() -> Interr
             let approved = approved_calls(&approvals, numbered(iters), iters);
             let start = Instant::now();
             for (call, resume) in &approved {
-                black_box(approvals.admit_blocking(&call.input(), resume).expect("admitted"));
+                black_box(approvals.admit(&call.input(), resume).wait().expect("admitted"));
             }
             start.elapsed()
         })
@@ -180,8 +180,8 @@ fn protocol(group: &mut BenchmarkGroup<'_, WallTime>, fresh: &dyn Fn() -> Interr
             let interrupts = request_all(&approvals, &calls);
             let start = Instant::now();
             for (call, interrupt) in calls.iter().zip(&interrupts) {
-                let resume = approvals.approve_blocking(interrupt, "alice").expect("approved").into_value();
-                black_box(approvals.admit_blocking(&call.input(), &resume).expect("admitted"));
+                let resume = approvals.approve(interrupt, "alice").wait().expect("approved").into_value();
+                black_box(approvals.admit(&call.input(), &resume).wait().expect("admitted"));
             }
             start.elapsed()
         })
@@ -194,10 +194,10 @@ fn protocol(group: &mut BenchmarkGroup<'_, WallTime>, fresh: &dyn Fn() -> Interr
             let approvals = fresh();
             let approved = approved_calls(&approvals, numbered(1), 1);
             let (call, resume) = &approved[0];
-            approvals.admit_blocking(&call.input(), resume).expect("admitted once");
+            approvals.admit(&call.input(), resume).wait().expect("admitted once");
             let start = Instant::now();
             for _ in 0..iters {
-                black_box(approvals.admit_blocking(&call.input(), resume).expect_err("spent"));
+                black_box(approvals.admit(&call.input(), resume).wait().expect_err("spent"));
             }
             start.elapsed()
         })

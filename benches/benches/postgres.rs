@@ -13,9 +13,8 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use agent_airlock::ledger::{
-    ApprovalLedger, GrantRecord, PostgresLedger, PostgresOptions, RequestRecord, SpendAttempt,
-};
+use agent_airlock::ledger::{ApprovalLedger, GrantRecord, PostgresLedger, RequestRecord, SpendAttempt};
+use agent_airlock::store::PostgresOptions;
 use agent_airlock::{CallContext, Dispatcher, Policy, RateScope, ToolCall, airlock_tool, tool};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pg_server::PgServer;

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use agent_airlock::approval::OperatorKey;
-use agent_airlock::audit::AuditKey;
+use agent_airlock::approval::operators::OperatorKey;
+use agent_airlock::keys::AuditKey;
 use clap::Args;
 
 use crate::Failure;

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
-use agent_airlock::approval::{InterruptApprovals, KeyRing, Operators};
+use agent_airlock::approval::operators::Operators;
+use agent_airlock::approval::{InterruptApprovals, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::EffectStore;
 use agent_airlock::integrations::mcp::{McpApprovals, RoutedApprovals};
@@ -30,9 +31,10 @@ use agent_airlock::integrations::mcp_gateway::{
     Upstream, UpstreamCommand, UpstreamEnvironment, parse_algorithm, scan_tool, tool_pin,
 };
 use agent_airlock::keys::ApprovalKey;
-use agent_airlock::ledger::{ApprovalLedger, open_database};
+use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::policy::{ApprovalRoute, PolicyMode};
-use agent_airlock::{Dispatcher, Policy, SystemClock, check_tool_name};
+use agent_airlock::store::open_database;
+use agent_airlock::{Dispatcher, Policy, SystemClock, tool::check_tool_name};
 use clap::{Args, Subcommand};
 use tokio::net::TcpListener;
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use agent_airlock::approval::display::escape;
-use agent_airlock::approval::{OperatorEntry, OperatorKey, OperatorRole, Operators};
+use agent_airlock::approval::operators::{OperatorEntry, OperatorKey, OperatorRole, Operators};
 use clap::{Args, Subcommand};
 
 use serde_json::{Value, json};

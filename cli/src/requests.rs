@@ -379,8 +379,8 @@ pub(crate) fn approve_request(
     }
     confirm(&request, &entry)?;
     let approved = match signer {
-        Some(signer) => approvals.approve_signed_blocking(&entry.request.interrupt, signer),
-        None => approvals.approve_blocking(&entry.request.interrupt, operator),
+        Some(signer) => approvals.approve_signed(&entry.request.interrupt, signer).wait(),
+        None => approvals.approve(&entry.request.interrupt, operator).wait(),
     };
     match approved {
         Ok(resume) => Ok(Approval::Granted(resume)),
@@ -426,8 +426,8 @@ pub(crate) fn deny_request(
     let entry = find(&*ledger, request_id)?;
     let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
     match signer {
-        Some(signer) => approvals.deny_signed_blocking(&entry.request.interrupt, signer, reason),
-        None => approvals.deny_blocking(&entry.request.interrupt, operator, reason),
+        Some(signer) => approvals.deny_signed(&entry.request.interrupt, signer, reason).wait(),
+        None => approvals.deny(&entry.request.interrupt, operator, reason).wait(),
     }
     .map_err(|e| e.to_string())
 }

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
-use agent_airlock::ledger::{
-    ApprovalLedger, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions, open_database,
-};
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 use redb::Database;
 
 use crate::{Cli, Failure};

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::effect::{EffectStore, RedbEffectStore, Resolution};
+use agent_airlock::keys::AuditKey;
 use agent_airlock::{
     Clock, SystemClock,
     approval::{AdmitError, BindingInput},
@@ -337,7 +338,7 @@ fn approve_shows_the_call_and_asks_unless_told_yes() {
         tool: "refund",
         arguments: &args,
     };
-    let id = approvals.request_blocking(&call, "attribute", "moves money").unwrap().request_id().to_owned();
+    let id = approvals.request(&call, "attribute", "moves money").wait().unwrap().request_id().to_owned();
     drop(approvals);
 
     // Shown in full, the override escaped.

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agent_airlock::approval::{AdmitError, DecisionError, Operators};
+use agent_airlock::approval::operators::Operators;
+use agent_airlock::approval::{AdmitError, DecisionError};
 use serde_json::{Map, Value, json};
 
 mod support;
@@ -85,7 +86,7 @@ fn one_key_under_two_names_is_one_approval_and_a_second_key_grants() {
         .unwrap();
     let id = {
         let approvals = approvals(&db, TTL);
-        REFUND.with(500, |call| approvals.request_approved_by_blocking(call, "attribute", "moves money", 2)).unwrap()
+        REFUND.with(500, |call| approvals.request_approved_by(call, "attribute", "moves money", 2).wait()).unwrap()
     }
     .request_id()
     .to_owned();
@@ -100,13 +101,13 @@ fn one_key_under_two_names_is_one_approval_and_a_second_key_grants() {
     // A host in operator mode admits it: two listed keys signed.
     let listed = Operators::load(&dir.path().join("operators.toml")).unwrap();
     let host = approvals(&db, TTL).with_operators(listed);
-    REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
+    REFUND.with(500, |call| host.admit(call, &resume).wait()).unwrap();
     drop(host);
 
     // Once alice is revoked, a grant she signed admits nothing.
     let next = {
         let approvals = approvals(&db, TTL);
-        REFUND.with(501, |call| approvals.request_blocking(call, "attribute", "moves money")).unwrap()
+        REFUND.with(501, |call| approvals.request(call, "attribute", "moves money").wait()).unwrap()
     }
     .request_id()
     .to_owned();
@@ -114,7 +115,7 @@ fn one_key_under_two_names_is_one_approval_and_a_second_key_grants() {
     stdout(&operators(dir.path(), &["revoke", "alice"]));
     let revoked = Operators::load(&dir.path().join("operators.toml")).unwrap();
     let host = approvals(&db, TTL).with_operators(revoked);
-    let refused = REFUND.with(501, |call| host.admit_blocking(call, &resume));
+    let refused = REFUND.with(501, |call| host.admit(call, &resume).wait());
     assert!(matches!(refused, Err(AdmitError::UnsignedGrant { .. })), "{refused:?}");
     let entry = host.ledger().find_request(&next).unwrap().unwrap();
     let recorded = host.recorded_decision_blocking(&entry.request.interrupt);

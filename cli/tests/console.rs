@@ -93,8 +93,8 @@ fn an_operator_signs_in_sees_a_new_request_and_approves_it_and_the_call_runs_onc
     assert_eq!(grant.approver, "alice");
 
     // The waiting call is admitted once; the same approval admits nothing again.
-    REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
-    let again = REFUND.with(500, |call| host.admit_blocking(call, &resume));
+    REFUND.with(500, |call| host.admit(call, &resume).wait()).unwrap();
+    let again = REFUND.with(500, |call| host.admit(call, &resume).wait());
     assert!(matches!(again, Err(AdmitError::AlreadySpent { .. })), "{again:?}");
     // Approving it a second time from the console is refused: it is no longer pending.
     let (status, page, _) = visitor.post(&format!("/requests/{id}/approve"), &[("csrf", &csrf)]);
@@ -117,7 +117,7 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     let db = dir.path().join("airlock.redb");
     drop(shared_database(&db));
     let host = host(&db);
-    let id = REFUND.with(700, |call| host.request_approved_by_blocking(call, "policy", "moves money", 2).unwrap());
+    let id = REFUND.with(700, |call| host.request_approved_by(call, "policy", "moves money", 2).wait().unwrap());
     let id = id.request_id().to_owned();
 
     // Each approver signs in with a password of their own: a one-time token counts toward no `N`.
@@ -154,7 +154,7 @@ fn a_request_needing_two_approvers_runs_only_after_two_distinct_operators_approv
     let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
     let RequestStatus::Granted(grant) = status_of(&host, &id) else { panic!("not granted") };
     assert_eq!(grant.approvers(), vec!["alice", "bob"]);
-    REFUND.with(700, |call| host.admit_blocking(call, &resume)).unwrap();
+    REFUND.with(700, |call| host.admit(call, &resume).wait()).unwrap();
     let (_, page) = bob.get("/decisions");
     assert!(page.contains("approved by alice and bob, spent"), "{page}");
 }
@@ -191,7 +191,7 @@ fn the_one_time_token_never_counts_toward_several_approvals() {
     let db = dir.path().join("airlock.redb");
     drop(shared_database(&db));
     let host = host(&db);
-    let id = REFUND.with(710, |call| host.request_approved_by_blocking(call, "policy", "moves money", 2).unwrap());
+    let id = REFUND.with(710, |call| host.request_approved_by(call, "policy", "moves money", 2).wait().unwrap());
     let id = id.request_id().to_owned();
     let console = Console::start(&db, &["--operator", "alice"]);
     let mut visitor = Visitor::new(&console);
@@ -313,7 +313,7 @@ fn a_denial_with_its_reason_reaches_the_model() {
         visitor.post(&format!("/requests/{id}/deny"), &[("csrf", &csrf), ("reason", "wrong customer")]);
     assert_eq!(status, StatusCode::OK, "{page}");
     let resume: Value = serde_json::from_str(&element_text(&page, "resume")).unwrap();
-    let refused = REFUND.with(900, |call| host.admit_blocking(call, &resume));
+    let refused = REFUND.with(900, |call| host.admit(call, &resume).wait());
     let Err(AdmitError::Denied { reason, .. }) = refused else { panic!("{refused:?}") };
     assert_eq!(reason.as_deref(), Some("wrong customer"));
     let RequestStatus::Denied(denial) = status_of(&host, &id) else { panic!("not denied") };
@@ -511,7 +511,7 @@ fn the_console_attests_password_sign_ins_and_never_the_one_time_token() {
         .output()
         .unwrap();
     assert!(added.status.success(), "{added:?}");
-    let listed = agent_airlock::approval::Operators::load(&operators_toml).unwrap();
+    let listed = agent_airlock::approval::operators::Operators::load(&operators_toml).unwrap();
     let checking = |host: InterruptApprovals| host.with_operators(listed.clone());
 
     let mut hashing = Command::new(env!("CARGO_BIN_EXE_airlock"))
@@ -543,7 +543,7 @@ fn the_console_attests_password_sign_ins_and_never_the_one_time_token() {
         assert_eq!(visitor.sign_in("carol", "correct horse battery"), StatusCode::SEE_OTHER);
         let resume = approve_in_console(&console, &mut visitor, &attested);
         let host = checking(host(&db));
-        REFUND.with(500, |call| host.admit_blocking(call, &resume)).unwrap();
+        REFUND.with(500, |call| host.admit(call, &resume).wait()).unwrap();
         let RequestStatus::Spent(spent) = status_of(&host, &attested) else { panic!("not spent") };
         assert_eq!(spent.grant.approver, "carol");
         assert!(spent.grant.signatures[0].attested && spent.grant.signatures[0].operator == "carol");
@@ -554,7 +554,7 @@ fn the_console_attests_password_sign_ins_and_never_the_one_time_token() {
         assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
         let resume = approve_in_console(&console, &mut visitor, &token_only);
         let host = checking(host(&db));
-        let refused = REFUND.with(600, |call| host.admit_blocking(call, &resume));
+        let refused = REFUND.with(600, |call| host.admit(call, &resume).wait());
         assert!(matches!(refused, Err(AdmitError::UnsignedGrant { .. })), "{refused:?}");
     }
 }

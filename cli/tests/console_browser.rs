@@ -97,7 +97,7 @@ impl Host {
                 let reason = question["reason"].as_str().unwrap();
                 let approvers = question["approvals"].as_u64().map_or(1, |n| u32::try_from(n).unwrap());
                 let request = calls(tool).with(amount, |call| {
-                    self.approvals.request_approved_by_blocking(call, "attribute", reason, approvers).unwrap()
+                    self.approvals.request_approved_by(call, "attribute", reason, approvers).wait().unwrap()
                 });
                 json!({"id": request.request_id()})
             }
@@ -105,16 +105,14 @@ impl Host {
                 tamper(&self.database, question["id"].as_str().unwrap());
                 json!({})
             }
-            "admit" => {
-                match calls(tool).with(amount, |call| self.approvals.admit_blocking(call, &question["resume"])) {
-                    Ok(_) => {
-                        *self.runs.entry((tool.to_owned(), amount)).or_default() += 1;
-                        json!({"ran": true})
-                    }
-                    Err(AdmitError::Denied { reason, .. }) => json!({"error": "denied", "denied_reason": reason}),
-                    Err(error) => json!({"error": error.to_string()}),
+            "admit" => match calls(tool).with(amount, |call| self.approvals.admit(call, &question["resume"]).wait()) {
+                Ok(_) => {
+                    *self.runs.entry((tool.to_owned(), amount)).or_default() += 1;
+                    json!({"ran": true})
                 }
-            }
+                Err(AdmitError::Denied { reason, .. }) => json!({"error": "denied", "denied_reason": reason}),
+                Err(error) => json!({"error": error.to_string()}),
+            },
             "status" => {
                 let entry = self.approvals.ledger().find_request(question["id"].as_str().unwrap()).unwrap().unwrap();
                 let grant = match &entry.status {

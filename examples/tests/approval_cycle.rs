@@ -36,7 +36,7 @@ fn approve(dir: &Path, ledger: Arc<dyn ApprovalLedger>) {
     let approvals =
         InterruptApprovals::new(KeyRing::new(key), ledger, Duration::from_secs(600)).with_clock(Arc::new(SystemClock));
     let checkpoint: Value = serde_json::from_slice(&std::fs::read(dir.join("checkpoint.json")).unwrap()).unwrap();
-    let resume = approvals.approve_blocking(&checkpoint["interrupt"], "alice").unwrap();
+    let resume = approvals.approve(&checkpoint["interrupt"], "alice").wait().unwrap();
     std::fs::write(dir.join("resume.json"), resume.as_value().to_string()).unwrap();
 }
 

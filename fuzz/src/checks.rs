@@ -519,9 +519,10 @@ impl ApprovalFixture {
         let arguments = json!({"payment_id": "pi_1", "amount": 500}).as_object().cloned().unwrap_or_default();
         let checkpoint = BTreeMap::from([(String::new(), "c1".to_owned())]);
         let request = approvals
-            .request_blocking(&binding(&checkpoint, "call_1", "refund", &arguments), "attribute", "moves money")
+            .request(&binding(&checkpoint, "call_1", "refund", &arguments), "attribute", "moves money")
+            .wait()
             .expect("the request is recorded");
-        let resume = approvals.approve_blocking(request.as_value(), "alice").expect("approved").into_value();
+        let resume = approvals.approve(request.as_value(), "alice").wait().expect("approved").into_value();
         ApprovalFixture { approvals, request, resume, arguments, checkpoint }
     }
 }
@@ -554,14 +555,14 @@ pub fn check_resume(fixture: &ApprovalFixture, untrusted: &Value) {
 
     let other_arguments = json!({"payment_id": "pi_1", "amount": 501}).as_object().cloned().unwrap_or_default();
     let other = binding(&fixture.checkpoint, "call_1", "refund", &other_arguments);
-    match approvals.admit_blocking(&other, untrusted) {
+    match approvals.admit(&other, untrusted).wait() {
         Ok(admission) => panic!("a resume value admitted a call with other arguments: {untrusted} → {admission:?}"),
         Err(AdmitError::Ledger(err)) => panic!("the memory ledger failed: {err}"),
         Err(_) => {}
     }
 
     let real = binding(&fixture.checkpoint, "call_1", "refund", &fixture.arguments);
-    match approvals.admit_blocking(&real, untrusted) {
+    match approvals.admit(&real, untrusted).wait() {
         Ok(_) => assert!(genuine, "admitted without the genuine token: {untrusted}"),
         Err(err) => assert!(
             !genuine || matches!(err, AdmitError::AlreadySpent { .. }),
@@ -587,8 +588,8 @@ pub fn check_resume(fixture: &ApprovalFixture, untrusted: &Value) {
     if untrusted != fixture.request.as_value() {
         let same_request = approvals.verify_request(untrusted).is_ok();
         if !same_request {
-            assert!(approvals.approve_blocking(untrusted, "mallory").is_err(), "approved a forged request");
-            assert!(approvals.deny_blocking(untrusted, "mallory", Some("no")).is_err(), "denied a forged request");
+            assert!(approvals.approve(untrusted, "mallory").wait().is_err(), "approved a forged request");
+            assert!(approvals.deny(untrusted, "mallory", Some("no")).wait().is_err(), "denied a forged request");
         }
     }
 }
@@ -811,7 +812,10 @@ pub fn check_policy_file(data: &[u8]) {
 
 /// A condition answers every argument set; it applies when its argument is missing, and when the argument
 /// has a type other than the literal's: only values of one scalar type can make it not hold.
-pub fn check_condition_fails_closed(condition: &agent_airlock::policy::Condition, sets: &[Map<String, Value>]) {
+pub fn check_condition_fails_closed(
+    condition: &agent_airlock::policy::condition::Condition,
+    sets: &[Map<String, Value>],
+) {
     let source = condition.source();
     for arguments in sets {
         let _ = condition.evaluate(arguments);

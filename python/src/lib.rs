@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
-use agent_airlock::audit::{AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome};
+use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
-use agent_airlock::ledger::{
-    ApprovalLedger, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions, open_database,
-};
+use agent_airlock::keys::AuditKey;
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -292,7 +292,7 @@ impl InterruptApprovals {
     #[pyo3(signature = (value, *, approver = "operator"))]
     fn approve(&self, py: Python<'_>, value: &Bound<'_, PyAny>, approver: &str) -> PyResult<Py<PyAny>> {
         let value = to_json(py, value)?;
-        let resumed = py.detach(|| self.protocol.approve_blocking(&value, approver));
+        let resumed = py.detach(|| self.protocol.approve(&value, approver).wait());
         let resume = resumed.map_err(|e| ApprovalError::new_err(e.to_string()))?;
         from_json(py, resume.as_value())
     }
@@ -308,7 +308,7 @@ impl InterruptApprovals {
         reason: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let value = to_json(py, value)?;
-        let denied = py.detach(|| self.protocol.deny_blocking(&value, approver, reason));
+        let denied = py.detach(|| self.protocol.deny(&value, approver, reason).wait());
         let resume = denied.map_err(|e| ApprovalError::new_err(e.to_string()))?;
         from_json(py, resume.as_value())
     }

@@ -16,8 +16,7 @@ pub(crate) mod nested;
 
 pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange};
 
-/// How deep an argument object may nest. Deeper input is refused before it is deserialized.
-pub const MAX_ARGUMENT_DEPTH: usize = 64;
+pub(crate) use crate::tool::MAX_ARGUMENT_DEPTH;
 
 /// How many ghosts a refusal names; the rest are counted.
 pub(crate) const MAX_LISTED: usize = 16;

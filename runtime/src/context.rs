@@ -236,7 +236,7 @@ impl std::error::Error for InjectError {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be an `#[inject]` parameter",
     label = "not injectable",
-    note = "injectable types are `State<T>`, `Store<T>`, `ToolCallId` and `CallContext`; implement `agent_airlock::Inject` for your own"
+    note = "injectable types are `State<T>`, `Store<T>`, `ToolCallId` and `CallContext`; implement `agent_airlock::tool::Inject` for your own"
 )]
 pub trait Inject: Sized + Send + 'static {
     /// Extracts the value for one call.

@@ -36,7 +36,7 @@
 //! [`CallContext::with_dialect`]: crate::CallContext::with_dialect
 //!
 //! ```
-//! use agent_airlock::{airlock_tool, tool, Tool, ToolDefinition, ToolError, dialect::Dialect};
+//! use agent_airlock::{airlock_tool, tool, tool::Tool, ToolDefinition, ToolError, dialect::Dialect};
 //!
 //! /// Look up an order.
 //! #[airlock_tool]

@@ -30,7 +30,7 @@ use crate::mask::MaskSet;
 use crate::rate::Rate;
 use crate::tool::{
     ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ParamSpec, Prepared, Tool, ToolError, ToolOutput, ToolSpec,
-    ToolSpecError,
+    ToolSpecBuilder, ToolSpecError,
 };
 
 /// How deep a given schema may nest. Deeper schemas are refused before they are compiled, so a hostile
@@ -196,14 +196,8 @@ impl JsonTool {
     /// arguments `input_schema` describes.
     pub fn builder(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> JsonToolBuilder {
         JsonToolBuilder {
-            name: name.into(),
-            description: description.into(),
+            spec: ToolSpec::builder(name.into(), description.into()),
             schema: input_schema,
-            escalate: None,
-            rate: None,
-            ghost: GhostPolicy::Strip,
-            effect: None,
-            mask: None,
             closing: Closing::default(),
         }
     }
@@ -216,51 +210,48 @@ impl JsonTool {
 }
 
 /// Builds a [`JsonTool`]; [`JsonToolBuilder::build`] checks the definition and compiles the schema.
+///
+/// The tool's declared risk (escalation, rate, ghost mode, effect key, masking) is set as on a
+/// hand-written tool's [`ToolSpecBuilder`], which this builder wraps; the parameters come from the schema.
 #[derive(Debug)]
 #[must_use]
 pub struct JsonToolBuilder {
-    name: String,
-    description: String,
+    spec: ToolSpecBuilder,
     schema: Value,
-    escalate: Option<String>,
-    rate: Option<Rate>,
-    ghost: GhostPolicy,
-    effect: Option<String>,
-    mask: Option<MaskSet>,
     closing: Closing,
 }
 
 impl JsonToolBuilder {
     /// Every call needs a human's approval, for this reason.
-    pub fn escalate(mut self, reason: impl Into<String>) -> Self {
-        self.escalate = Some(reason.into());
-        self
+    pub fn escalate(self, reason: impl Into<String>) -> Self {
+        self.with_spec(|spec| spec.escalate(reason.into()))
     }
 
     /// The tool's own rate limit.
-    pub fn rate(mut self, rate: Rate) -> Self {
-        self.rate = Some(rate);
-        self
+    pub fn rate(self, rate: Rate) -> Self {
+        self.with_spec(|spec| spec.rate(rate))
     }
 
     /// What happens to arguments the schema does not declare where it is closed (default
     /// [`GhostPolicy::Strip`]).
-    pub fn ghost(mut self, ghost: GhostPolicy) -> Self {
-        self.ghost = ghost;
-        self
+    pub fn ghost(self, ghost: GhostPolicy) -> Self {
+        self.with_spec(|spec| spec.ghost(ghost))
     }
 
     /// The idempotency key template (`"refund:{payment_id}"`); every placeholder must name a top-level
     /// property of the schema. The key is rendered from the admitted JSON values in canonical form
-    /// ([`EffectTemplate::render`](crate::EffectTemplate::render)).
-    pub fn effect(mut self, template: impl Into<String>) -> Self {
-        self.effect = Some(template.into());
-        self
+    /// ([`EffectTemplate::render`](crate::tool::EffectTemplate::render)).
+    pub fn effect(self, template: impl Into<String>) -> Self {
+        self.with_spec(|spec| spec.effect(template.into()))
     }
 
-    /// The result masking (default [`DEFAULT_TOOL_MASK`](crate::DEFAULT_TOOL_MASK)).
-    pub fn mask(mut self, mask: MaskSet) -> Self {
-        self.mask = Some(mask);
+    /// The result masking (default [`DEFAULT_TOOL_MASK`](crate::tool::DEFAULT_TOOL_MASK)).
+    pub fn mask(self, mask: MaskSet) -> Self {
+        self.with_spec(|spec| spec.mask(mask))
+    }
+
+    fn with_spec(mut self, set: impl FnOnce(ToolSpecBuilder) -> ToolSpecBuilder) -> Self {
+        self.spec = set(self.spec);
         self
     }
 
@@ -277,7 +268,8 @@ impl JsonToolBuilder {
 
     /// The tool, running admitted calls with a shared `executor` (one upstream serving many tools).
     pub fn build_shared(self, executor: Arc<dyn JsonExecutor>) -> Result<JsonTool, JsonToolError> {
-        let JsonToolBuilder { name, description, mut schema, escalate, rate, ghost, effect, mask, closing } = self;
+        let JsonToolBuilder { spec: mut builder, mut schema, closing } = self;
+        let name = builder.name().to_owned();
         let root = match &schema {
             Value::Object(root) => root,
             other => return Err(JsonToolError::NotAnObject { tool: name, found: kind(other) }),
@@ -306,21 +298,8 @@ impl JsonToolBuilder {
         }
         let validator = compile(&schema)?;
 
-        let mut builder = ToolSpec::builder(name, description).ghost(ghost);
         for param in params(&schema, &validator) {
             builder = builder.param(param);
-        }
-        if let Some(reason) = escalate {
-            builder = builder.escalate(reason);
-        }
-        if let Some(rate) = rate {
-            builder = builder.rate(rate);
-        }
-        if let Some(template) = effect {
-            builder = builder.effect(template);
-        }
-        if let Some(mask) = mask {
-            builder = builder.mask(mask);
         }
         let spec = builder.input_schema(schema).build()?;
         Ok(JsonTool { spec, validator, executor })

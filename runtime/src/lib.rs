@@ -21,15 +21,21 @@
 //!
 //! ## Where the names are
 //!
-//! One rule: the crate root holds the path of one call, which every user needs — the macros, the tool
-//! contract ([`Tool`], [`ToolSpec`], [`ToolError`]), the injected context ([`CallContext`], [`State`]),
+//! One rule: the crate root holds the path of one call, which every user needs — the macros, the tool's
+//! error ([`ToolError`]), the injected context ([`CallContext`], [`State`], [`Store`], [`ToolCallId`]),
 //! the [`Dispatcher`] and its [`Policy`] and [`Rate`]s, the clocks, and what a dispatch returns
-//! ([`Outcome`], [`ToolMessage`], [`Refusal`]). Each subsystem that a deployment switches on and chooses
-//! a backend or a setting for is a public module, and its names live only there: [`approval`] (approvers
-//! and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`store`] (one
-//! write per decision), [`mask`], [`dialect`], [`keys`], [`canonical`], [`integrations`], `json_tool`
-//! (feature `json-tool`), `otel` (feature `otel`: each decision exported over OpenTelemetry), and [`policy`] (the policy file and argument conditions; [`Policy`] itself is
-//! at the root). No name is reachable by two paths.
+//! ([`Outcome`], [`ToolMessage`], [`Refusal`]). What a hand-written tool needs beyond that (the [`Tool`]
+//! trait, [`ToolSpec`] and its builder, arguments, injection, effect keys, name rules) is in [`tool`]
+//! (as axum keeps its `handler` and tower its `util`). Each subsystem that a deployment switches on and
+//! chooses a backend or a setting for is a public module, and its names live only there: [`approval`]
+//! (approvers and the approval protocol across an interrupt), [`ledger`], [`effect`], [`audit`], [`store`]
+//! (one write per decision), [`mask`], [`dialect`], [`keys`], [`canonical`], [`checkpoint`],
+//! [`identity`], [`integrations`], `json_tool` (feature `json-tool`), `otel` (feature `otel`: each
+//! decision exported over OpenTelemetry), and [`policy`] (the policy file and argument conditions;
+//! [`Policy`] itself is at the root). No name is reachable by two paths.
+//!
+//! [`Tool`]: crate::tool::Tool
+//! [`ToolSpec`]: crate::tool::ToolSpec
 //!
 //! ## A tool and a dispatch
 //!
@@ -264,7 +270,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use agent_airlock::audit::{self, AuditConfig, AuditKey, AuditLog};
+//! use agent_airlock::audit::{self, AuditConfig, AuditLog};
+//! use agent_airlock::keys::AuditKey;
 //! use agent_airlock::{airlock_tool, tool, CallContext, Dispatcher, ToolCall, ToolError};
 //! use serde_json::json;
 //!
@@ -344,9 +351,8 @@ pub mod policy;
 mod rate;
 mod schema;
 pub mod store;
-mod tool;
+pub mod tool;
 
-pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
 #[doc = agent_airlock_grammar::airlock_tool_keys!()]
 ///
 /// Every mistake is a compile error at the offending value or type: unknown or duplicate keys, bad values,
@@ -368,26 +374,22 @@ pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_nam
 ///     Ok(format!("refunded {amount} on {payment_id}"))
 /// }
 ///
-/// let spec = agent_airlock::Tool::spec(&tool!(refund));
+/// let spec = agent_airlock::tool::Tool::spec(&tool!(refund));
 /// assert_eq!(spec.name(), "refund");
 /// assert_eq!(spec.escalate(), Some("moves money"));
 /// assert_eq!(spec.rate().map(|rate| rate.to_string()).as_deref(), Some("10/minute"));
 /// ```
 pub use agent_airlock_macros::airlock_tool;
 pub use agent_airlock_macros::tool;
-pub use args::MAX_ARGUMENT_DEPTH;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use context::{CallContext, Inject, InjectError, Invocation, State, Store, ToolCallId};
-pub use dispatch::{BuildError, DEFAULT_EFFECT_LEASE, Dispatcher, DispatcherBuilder};
+pub use context::{CallContext, State, Store, ToolCallId};
+pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
-pub use policy::{Policy, PolicyBuilder, PolicyError, ToolPolicy};
+pub use policy::builder::PolicyBuilder;
+pub use policy::policy::{Policy, PolicyError, ToolPolicy};
 pub use rate::{Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
-pub use tool::{
-    ArgumentError, ArgumentErrors, Arguments, DEFAULT_TOOL_MASK, EffectKeyError, EffectSegment, EffectTemplate,
-    GhostPolicy, ParamSpec, Prepared, PreparedCall, Tool, ToolError, ToolOutput, ToolSpec, ToolSpecBuilder,
-    ToolSpecError,
-};
+pub use tool::error::ToolError;
 
 /// Used by the code `#[airlock_tool]` generates. Not a public API: it changes without notice.
 #[doc(hidden)]

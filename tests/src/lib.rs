@@ -41,8 +41,8 @@ pub mod pg_proxy;
 pub mod pg_server;
 pub mod python_env;
 /// The audit key the audit tests and helper binaries share.
-pub fn audit_test_key() -> agent_airlock::audit::AuditKey {
-    agent_airlock::audit::AuditKey::new("test-key-1", b"0123456789abcdef0123456789abcdef").expect("a valid key")
+pub fn audit_test_key() -> agent_airlock::keys::AuditKey {
+    agent_airlock::keys::AuditKey::new("test-key-1", b"0123456789abcdef0123456789abcdef").expect("a valid key")
 }
 
 /// Opens the effect store at `path`, retrying while another process has the file open (redb allows one

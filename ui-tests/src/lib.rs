@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
-use agent_airlock::{CallContext, Dispatcher, Tool, ToolCall, ToolMessage};
+use agent_airlock::{CallContext, Dispatcher, ToolCall, ToolMessage, tool::Tool};
 use serde_json::Value;
 
 /// Polls `future` to completion on the current thread, parking it while the future is pending.

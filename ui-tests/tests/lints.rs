@@ -17,7 +17,8 @@
     clippy::pedantic
 )]
 
-use agent_airlock::{CallContext, State, Tool, ToolCallId, ToolError, airlock_tool, input_schema, tool};
+use agent_airlock::tool::{ParamSpec, Tool};
+use agent_airlock::{CallContext, State, ToolCallId, ToolError, airlock_tool, input_schema, tool};
 use agent_airlock_ui_tests::call;
 use serde::Deserialize;
 use serde_json::json;
@@ -73,10 +74,7 @@ fn constant() -> u8 {
 #[test]
 fn every_tool_expands_and_runs_under_strict_lints() {
     let spec = tool!(clamp).spec();
-    assert_eq!(
-        spec.params().iter().map(agent_airlock::ParamSpec::name).collect::<Vec<_>>(),
-        ["value", "range", "shift"]
-    );
+    assert_eq!(spec.params().iter().map(ParamSpec::name).collect::<Vec<_>>(), ["value", "range", "shift"]);
     assert_eq!(input_schema(spec)["required"], json!(["value", "range"]));
     assert_eq!(spec.escalate(), Some("changes numbers"));
 

@@ -1,7 +1,7 @@
 //! Durable spends from 1, 8 and 32 concurrent resumers against one `RedbLedger`, next to what one commit
 //! per spend gives on the same disk in the same round: spends/s, p50/p99 latency, commits per spend.
 //!
-//! Every resumer is a thread admitting its own pre-approved grants (`admit_blocking`, the resume path of
+//! Every resumer is a thread admitting its own pre-approved grants (`admit(..).wait()`, the resume path of
 //! the dispatcher). After each run the harness checks exactly-once: every grant was admitted once, a
 //! second admission of each is `AlreadySpent`, and the ledger records each grant as spent.
 //!
@@ -178,7 +178,7 @@ fn redb_one_commit_per_spend(dir: &std::path::Path, threads: u64, ops: u64) -> R
 
 /// A spend next to its own writes without the ledger, op by op, in the ledger's own file: `ops` times, a
 /// raw write transaction updating one existing ~300 B record in each of two tables keyed by random-looking
-/// 32-hex ids (as grants and request statuses are) and committing, then one `admit_blocking` of a
+/// 32-hex ids (as grants and request statuses are) and committing, then one `admit(..).wait()` of a
 /// pre-approved grant. What the ledger adds to the redb commit it must make is the difference.
 fn spend_next_to_raw_commit(dir: &std::path::Path, ops: u64) -> [Row; 2] {
     let ledger = Arc::new(RedbLedger::open(dir.join("ledger-same-file.redb")).expect("the ledger opens"));
@@ -201,7 +201,7 @@ fn spend_next_to_raw_commit(dir: &std::path::Path, ops: u64) -> [Row; 2] {
         raw.push(elapsed.as_secs_f64() * 1e6);
 
         let start = Instant::now();
-        approvals.admit_blocking(&call.input(), resume).expect("a fresh grant is admitted");
+        approvals.admit(&call.input(), resume).wait().expect("a fresh grant is admitted");
         let elapsed = start.elapsed();
         admit_time += elapsed;
         admit.push(elapsed.as_secs_f64() * 1e6);
@@ -224,7 +224,7 @@ fn ledger_approvals(dir: &std::path::Path, ops: u64) -> Row {
         .iter()
         .map(|interrupt| {
             timed(|| {
-                approvals.approve_blocking(interrupt, "alice").expect("approved");
+                approvals.approve(interrupt, "alice").wait().expect("approved");
             })
         })
         .collect();
@@ -255,7 +255,7 @@ fn ledger_spends(dir: &std::path::Path, resumers: u64, ops: u64) -> Row {
             .iter()
             .map(|(call, resume)| {
                 timed(|| {
-                    approvals.admit_blocking(&call.input(), resume).expect("a fresh grant is admitted");
+                    approvals.admit(&call.input(), resume).wait().expect("a fresh grant is admitted");
                 })
             })
             .collect()
@@ -264,7 +264,7 @@ fn ledger_spends(dir: &std::path::Path, resumers: u64, ops: u64) -> Row {
 
     // Exactly once: every grant is spent, and a second admission of each is refused as spent.
     for (call, resume) in &approved {
-        match approvals.admit_blocking(&call.input(), resume) {
+        match approvals.admit(&call.input(), resume).wait() {
             Err(AdmitError::AlreadySpent { .. }) => {}
             other => panic!("a spent grant was admitted again or refused otherwise: {other:?}"),
         }

@@ -99,7 +99,7 @@ fn memory_ledger(keys: usize) {
     }
     let granted_with_caller = live() - before;
     for (call, resume) in resumes.iter().flatten() {
-        approvals.admit_blocking(&call.input(), resume).expect("admitted");
+        approvals.admit(&call.input(), resume).wait().expect("admitted");
     }
     let spent_with_caller = live() - before;
     drop(resumes);

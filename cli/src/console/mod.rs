@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::approval::{DecisionSigner, OperatorKey};
+use agent_airlock::approval::DecisionSigner;
+use agent_airlock::approval::operators::OperatorKey;
 use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
 use agent_airlock::effect::{EffectFilter, EffectStore, Resolution};
 use agent_airlock::keys::WebhookKey;

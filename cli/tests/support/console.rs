@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use agent_airlock::ledger::{ProcessSharing, RedbOpenOptions, open_database};
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};

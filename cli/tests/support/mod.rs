@@ -119,11 +119,11 @@ impl Calls {
     /// Records a pending request for call `n` under the rule `attribute` through `approvals`; returns the
     /// request id.
     pub(crate) fn request_in(&self, approvals: &InterruptApprovals, n: u64, reason: &str) -> String {
-        self.with(n, |call| approvals.request_blocking(call, "attribute", reason).unwrap()).request_id().to_owned()
+        self.with(n, |call| approvals.request(call, "attribute", reason).wait().unwrap()).request_id().to_owned()
     }
 
     /// Admits call `n` with `resume`, as the resumed dispatch would, then closes the file.
     pub(crate) fn admit(&self, db: &Path, n: u64, resume: &Value) -> Result<(), AdmitError> {
-        self.with(n, |call| approvals(db, TTL).admit_blocking(call, resume).map(|_| ()))
+        self.with(n, |call| approvals(db, TTL).admit(call, resume).wait().map(|_| ()))
     }
 }

@@ -12,10 +12,7 @@ pub mod operators;
 pub(crate) mod protocol;
 
 pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
-pub use self::operators::{
-    DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole,
-    Operators,
-};
+pub(crate) use self::operators::ledger_credential;
 pub use self::protocol::{
     Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_CLOSING_PATIENCE,
     DEFAULT_MAX_PENDING, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing,

@@ -79,7 +79,7 @@ use crate::message::RefusalKind;
 
 #[cfg(feature = "postgres")]
 pub(crate) use self::postgres::append_in as append_in_postgres;
-pub use crate::keys::AuditKey;
+pub(crate) use crate::keys::AuditKey;
 pub use crate::store::redb::{HEAD_KEY, HEAD_TABLE, RECORDS_TABLE};
 pub use anchor::{Anchor, AnchorError};
 pub(crate) use append::{AuditAppend, AuditEntry};

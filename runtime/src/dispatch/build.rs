@@ -10,6 +10,7 @@ use crate::approval::protocol::InterruptApprovals;
 use crate::approval::{Approver, EscalationReason};
 use crate::audit::AuditLog;
 use crate::clock::{Clock, SystemClock};
+use crate::effect::DEFAULT_EFFECT_LEASE;
 use crate::effect::EffectStore;
 use crate::mask::Masker;
 use crate::policy::Policy;
@@ -19,9 +20,6 @@ use crate::schema::ToolDefinition;
 use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::SharedBucket;
 use crate::tool::{GhostPolicy, Tool};
-
-/// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous.
-pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
 
 /// A dispatcher that could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -34,7 +34,7 @@ use futures_util::FutureExt as _;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-pub use self::build::{BuildError, DEFAULT_EFFECT_LEASE, DispatcherBuilder};
+pub use self::build::{BuildError, DispatcherBuilder};
 use self::call::Call;
 pub use self::dispatcher::Dispatcher;
 use self::dispatcher::Entry;

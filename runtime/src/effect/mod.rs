@@ -45,6 +45,10 @@ pub(crate) use redb::{fault as store_fault, read_in, write_in};
 pub(crate) use renewal::{LeaseKeeper, LeaseTicket};
 pub(crate) use transition::{Settle, reserve as reserve_step, settle as settle_step};
 
+/// How long a reserved effect may run before a crash is presumed and the key becomes ambiguous (the
+/// dispatcher's default, [`DispatcherBuilder::effect_lease`](crate::DispatcherBuilder::effect_lease)).
+pub const DEFAULT_EFFECT_LEASE: Duration = Duration::from_secs(600);
+
 use crate::store::StoreHandle;
 
 /// Which storage an effect store writes to. A dispatcher with interrupt approvals checks that the

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! ```compile_fail
-//! use agent_airlock::{audit::AuditKey, approval::KeyRing};
+//! use agent_airlock::{keys::AuditKey, approval::KeyRing};
 //!
 //! // An audit key is not an approval key, even with the same secret.
 //! let ring = KeyRing::new(AuditKey::new("k1", &[7u8; 32]).unwrap());

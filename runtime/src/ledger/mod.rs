@@ -42,7 +42,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::approval::DecisionSignature;
+use crate::approval::operators::DecisionSignature;
 use crate::effect::{EffectError, EffectStore, Reservation};
 use crate::store::{Fault, Reply, StoreError, StoreHandle};
 
@@ -51,11 +51,6 @@ pub use self::memory::MemoryLedger;
 pub use self::postgres::PostgresLedger;
 pub use self::redb::RedbLedger;
 pub(crate) use self::transitions::{LedgerTables, spend as spend_in, spend_and_reserve as spend_and_reserve_in};
-#[cfg(feature = "postgres")]
-pub use crate::store::postgres::{POSTGRES_SCHEMA_VERSION, PostgresOpenError, PostgresOptions};
-pub use crate::store::redb::{
-    APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbOpenOptions, WriterStats, open_database,
-};
 
 /// The answer to a ledger write, available once the write is durable (or refused).
 ///
@@ -275,7 +270,7 @@ pub struct GrantRecord {
     /// The other distinct approvers of a request that needed several, in the order they approved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub co_approvers: Vec<String>,
-    /// The approvers' signatures (operator mode: [`Operators`](crate::approval::Operators)), in the
+    /// The approvers' signatures (operator mode: [`Operators`](crate::approval::operators::Operators)), in the
     /// order they approved; empty for unsigned approvals, which admit nothing in operator mode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<DecisionSignature>,

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::approval::operators::ledger_credential;
+use crate::approval::ledger_credential;
 use crate::effect::{self, EffectError, EffectRecord};
 
 use super::{

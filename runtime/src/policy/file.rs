@@ -438,7 +438,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::policy::{ConditionAction, Evaluation, FindingKind};
+    use crate::policy::condition::Evaluation;
+    use crate::policy::{ConditionAction, FindingKind};
 
     const EXAMPLE: &str = r#"
 version = 1

@@ -171,7 +171,7 @@ impl PolicyEffect {
         self.segments.iter().filter(|(param, _)| *param).map(|(_, name)| name.as_str())
     }
 
-    /// The key for one call, from its admitted arguments, as [`EffectTemplate::render`](crate::EffectTemplate::render).
+    /// The key for one call, from its admitted arguments, as [`EffectTemplate::render`](crate::tool::EffectTemplate::render).
     pub fn render(&self, arguments: &Arguments) -> String {
         crate::tool::render_effect_key(
             self.segments
@@ -204,7 +204,7 @@ pub struct ToolPolicy {
     /// `(glob, rate, scope)` for each rate-limit rule that matched, its bucket in each dispatcher's memory.
     pub rate_limits: Vec<(String, Rate, RateScope)>,
     /// `(glob, rate, scope)` for each shared rate-limit rule that matched
-    /// ([`PolicyBuilder::shared_rate_limit`](super::PolicyBuilder::shared_rate_limit)): one bucket for every
+    /// ([`PolicyBuilder::shared_rate_limit`](crate::PolicyBuilder::shared_rate_limit)): one bucket for every
     /// dispatcher of the deployment.
     pub shared_rate_limits: Vec<(String, Rate, RateScope)>,
     /// The masking every matching rule adds (the union).

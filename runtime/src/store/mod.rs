@@ -49,6 +49,13 @@ use self::postgres::Shared as PostgresShared;
 pub use self::rate_buckets::SharedRateBuckets;
 use self::redb::RedbWriter;
 pub use self::reply::{Reply, ReplySender};
+// Opening the database a ledger, its effect stores and its audit log share: one home for the options and
+// errors of each backend, whichever of them is opened first.
+#[cfg(feature = "postgres")]
+pub use self::postgres::{POSTGRES_SCHEMA_VERSION, PostgresOpenError, PostgresOptions};
+pub use self::redb::{
+    APPROVALS_SCHEMA_VERSION, OpenError, ProcessSharing, RedbOpenOptions, WriterStats, open_database,
+};
 
 /// The durable store a ledger, an effect store or an audit log writes through: parts of a decision whose
 /// stores have the same handle are written in one transaction. Opaque; compare with [`same_store`](Self::same_store).

@@ -23,6 +23,39 @@ pub struct Reply<T, E> {
 enum ReplyState<T, E> {
     Ready(Option<Result<T, E>>),
     Waiting(Arc<Slot<T, E>>),
+    /// Another reply whose answer is turned into this one's ([`Reply::then`]).
+    Then(Box<dyn Then<T, E>>),
+}
+
+/// A reply of another type and what turns its answer into this one's: `None` once the answer was taken.
+trait Then<T, E>: Send {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, E>>>;
+    fn wait(self: Box<Self>) -> Option<Result<T, E>>;
+}
+
+struct Mapped<U, D, F> {
+    inner: Reply<U, D>,
+    finish: Option<F>,
+}
+
+impl<U: Send, D: Send, T, E, F> Then<T, E> for Mapped<U, D, F>
+where
+    F: FnOnce(Result<U, D>) -> Result<T, E> + Send,
+{
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, E>>> {
+        if self.finish.is_none() {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll(cx) {
+            Poll::Ready(answer) => Poll::Ready(self.finish.take().map(|finish| finish(answer))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn wait(self: Box<Self>) -> Option<Result<T, E>> {
+        let Mapped { inner, finish } = *self;
+        finish.map(|finish| finish(inner.wait()))
+    }
 }
 
 struct Slot<T, E> {
@@ -47,7 +80,7 @@ impl<T, E> std::fmt::Debug for Reply<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             ReplyState::Ready(_) => "ready",
-            ReplyState::Waiting(_) => "waiting",
+            ReplyState::Waiting(_) | ReplyState::Then(_) => "waiting",
         };
         f.debug_struct("Reply").field("state", &state).finish()
     }
@@ -77,11 +110,27 @@ impl<T, E> Reply<T, E> {
         Reply::channel_or(|| E::from_store(StoreError::Stopped))
     }
 
+    /// This reply's answer, once known, turned into another by `finish` (which runs on the thread that
+    /// awaits or waits for the answer). The write is already under way: dropping the result does not
+    /// cancel it. `stopped` answers a reply polled again after its answer was taken.
+    pub(crate) fn then<T2, E2>(
+        self,
+        finish: impl FnOnce(Result<T, E>) -> Result<T2, E2> + Send + 'static,
+        stopped: fn() -> E2,
+    ) -> Reply<T2, E2>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        Reply { state: ReplyState::Then(Box::new(Mapped { inner: self, finish: Some(finish) })), stopped }
+    }
+
     /// Blocks the current thread until the answer is known. Do not call it on an async executor's thread.
     pub fn wait(self) -> Result<T, E> {
         let stopped = self.stopped;
         match self.state {
             ReplyState::Ready(mut value) => value.take().unwrap_or_else(|| Err(stopped())),
+            ReplyState::Then(then) => then.wait().unwrap_or_else(|| Err(stopped())),
             ReplyState::Waiting(slot) => {
                 let mut inner = slot.lock();
                 loop {
@@ -109,6 +158,7 @@ impl<T, E> Future for Reply<T, E> {
         let stopped = this.stopped;
         match &mut this.state {
             ReplyState::Ready(value) => Poll::Ready(value.take().unwrap_or_else(|| Err(stopped()))),
+            ReplyState::Then(then) => then.poll(cx).map(|answer| answer.unwrap_or_else(|| Err(stopped()))),
             ReplyState::Waiting(slot) => {
                 let mut inner = slot.lock();
                 if let Some(value) = inner.value.take() {
@@ -187,6 +237,25 @@ mod tests {
         let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
         drop(sender);
         assert!(matches!(reply.wait(), Err(StoreError::Stopped)));
+    }
+
+    #[test]
+    fn a_reply_turned_into_another_answers_once_awaited_or_waited_for() {
+        let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
+        let doubled = reply.then(|answer| answer.map(|n| n * 2).map_err(|_| "stopped"), || "taken");
+        let handle = std::thread::spawn(move || doubled.wait());
+        sender.send(Ok(21));
+        assert_eq!(handle.join().unwrap(), Ok(42));
+
+        let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
+        let mut doubled = reply.then(|answer| answer.map(|n| n * 2).map_err(|_| "stopped"), || "taken");
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(Pin::new(&mut doubled).poll(&mut cx).is_pending());
+        drop(sender);
+        assert_eq!(Pin::new(&mut doubled).poll(&mut cx), Poll::Ready(Err("stopped")));
+        // Polled again after its answer was taken: the reply's own "stopped" answer, not a panic.
+        assert_eq!(Pin::new(&mut doubled).poll(&mut cx), Poll::Ready(Err("taken")));
     }
 
     #[test]

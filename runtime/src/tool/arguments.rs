@@ -2,6 +2,9 @@
 
 use serde_json::Value;
 
+/// How deep an argument object may nest. Deeper input is refused before it is deserialized.
+pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
 /// The arguments of one call: a JSON object, after ghost stripping.
 pub type Arguments = serde_json::Map<String, Value>;
 

@@ -1,24 +1,33 @@
-//! The tool trait the macro implements and what a call of it produces. Beside it: the static description
-//! of a tool (`spec`), its arguments and what can be wrong with them (`arguments`), and its effect keys
-//! (`effect_key`).
+//! What a hand-written tool needs: the [`Tool`] trait `#[airlock_tool]` implements, the static description
+//! of a tool ([`ToolSpec`], built with [`ToolSpec::builder`]), its arguments and what can be wrong with them
+//! ([`Arguments`], [`ArgumentErrors`]), what a call produces ([`Prepared`], [`ToolOutput`]), the values a
+//! tool can have injected ([`Inject`], [`Invocation`]), its effect keys ([`EffectTemplate`]) and the
+//! rules for a tool's name ([`check_tool_name`]).
+//!
+//! A tool written with `#[airlock_tool]` needs none of these: the macro, [`ToolError`]
+//! and the dispatcher are at the crate root.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::Value;
 
-use crate::context::Invocation;
 use crate::message::HostCommand;
 use crate::schema::{ToolDefinition, input_schema};
 
 mod arguments;
 mod effect_key;
+pub(crate) mod error;
 mod spec;
 
-pub use arguments::{ArgumentError, ArgumentErrors, Arguments};
+pub use arguments::{ArgumentError, ArgumentErrors, Arguments, MAX_ARGUMENT_DEPTH};
 pub(crate) use effect_key::render_effect_key;
 pub use effect_key::{EffectKeyError, EffectSegment, EffectTemplate};
+pub(crate) use error::ToolError;
 pub use spec::{DEFAULT_TOOL_MASK, GhostPolicy, ParamSpec, ToolSpec, ToolSpecBuilder, ToolSpecError};
+
+pub use crate::context::{Inject, InjectError, Invocation};
+pub use agent_airlock_grammar::{MAX_TOOL_NAME_LEN, ToolNameError, check_tool_name};
 pub(crate) use spec::{accepts_null, param_schema};
 
 /// A tool call that passed validation and injection but has not started: polling it runs the tool.
@@ -99,44 +108,6 @@ pub enum ToolOutput {
     /// The tool returned an error.
     Failed(ToolError),
 }
-
-/// An error a tool returns. Any `Display` error works as a tool's `Err`; this one also says whether the
-/// side effect certainly did not happen, which makes a retry safe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolError {
-    message: String,
-    not_executed: bool,
-}
-
-impl ToolError {
-    /// A failure whose side effects are unknown.
-    pub fn new(message: impl Into<String>) -> Self {
-        ToolError { message: message.into(), not_executed: false }
-    }
-
-    /// A failure before the side effect happened: a retry is safe.
-    pub fn not_executed(message: impl Into<String>) -> Self {
-        ToolError { message: message.into(), not_executed: true }
-    }
-
-    /// The text the model sees.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// Whether the tool said its side effect certainly did not happen.
-    pub fn is_not_executed(&self) -> bool {
-        self.not_executed
-    }
-}
-
-impl std::fmt::Display for ToolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ToolError {}
 
 impl ToolDefinition {
     /// The definition of `tool`.

@@ -19,7 +19,7 @@ use crate::rate::Rate;
 /// [`ToolSpec::builder`], which checks what the attribute checks at compile time, and keeps it:
 ///
 /// ```
-/// use agent_airlock::{ParamSpec, ToolSpec};
+/// use agent_airlock::tool::{ParamSpec, ToolSpec};
 ///
 /// let spec = ToolSpec::builder("refund", "Refund a payment.")
 ///     .param(ParamSpec::of::<String>("payment_id", Some("The payment to refund.")))
@@ -191,6 +191,12 @@ impl ToolSpecBuilder {
     pub fn mask(mut self, mask: MaskSet) -> Self {
         self.spec.mask = mask;
         self
+    }
+
+    /// The name given to [`ToolSpec::builder`].
+    #[cfg_attr(not(feature = "json-tool"), allow(dead_code))]
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
     }
 
     /// The published schema of a tool defined by one; its parameters must be the schema's properties.

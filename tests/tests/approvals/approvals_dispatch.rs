@@ -11,9 +11,9 @@ use std::time::Duration;
 use agent_airlock::effect::{EffectError, EffectStore};
 use agent_airlock::ledger::{
     ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    ProcessSharing, PruneReport, RedbLedger, RedbOpenOptions, RequestEntry, RequestRecord, RequestStatus, SpendAttempt,
-    SpendReserved, SpentRecord,
+    PruneReport, RedbLedger, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
     approval::{DecisionError, InterruptApprovals, KeyRing, RetiredKeys},

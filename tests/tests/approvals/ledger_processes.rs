@@ -7,7 +7,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::ledger::{ApprovalLedger, GrantState, OpenError, RedbLedger, RequestStatus};
+use agent_airlock::ledger::{ApprovalLedger, GrantState, RedbLedger, RequestStatus};
+use agent_airlock::store::OpenError;
 use agent_airlock::{
     ManualClock,
     approval::{AdmitError, InterruptApprovals},
@@ -44,8 +45,8 @@ fn with_ledger<T>(path: &Path, f: impl FnOnce(&InterruptApprovals) -> T) -> T {
 }
 
 fn approve(approvals: &InterruptApprovals, call: &OwnedCall) -> Value {
-    let request = approvals.request_blocking(&call.input(), "attribute", "moves money").unwrap();
-    approvals.approve_blocking(request.as_value(), "alice").unwrap().into_value()
+    let request = approvals.request(&call.input(), "attribute", "moves money").wait().unwrap();
+    approvals.approve(request.as_value(), "alice").wait().unwrap().into_value()
 }
 
 fn race(sharing: &str) {
@@ -79,7 +80,7 @@ fn race(sharing: &str) {
         "{results:#?}"
     );
     with_ledger(&path, |approvals| {
-        assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+        assert!(matches!(approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
     });
 }
 
@@ -130,10 +131,10 @@ fn killed_between_approve_and_resume() {
         assert_eq!(entries.len(), 1);
         assert!(matches!(entries[0].status, RequestStatus::Granted(_)));
         // A host that lost the resume value gets the same one by approving again: still one grant.
-        let again = approvals.approve_blocking(&entries[0].request.interrupt, "alice").unwrap();
+        let again = approvals.approve(&entries[0].request.interrupt, "alice").wait().unwrap();
         assert_eq!(again.as_value(), &resume);
-        approvals.admit_blocking(&call.input(), &resume).unwrap();
-        assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+        approvals.admit(&call.input(), &resume).wait().unwrap();
+        assert!(matches!(approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
     });
 }
 
@@ -157,7 +158,7 @@ fn killed_between_spend_and_completion() {
     with_ledger(&path, |approvals| {
         let entries = approvals.ledger().list_requests().unwrap();
         assert!(matches!(entries[0].status, RequestStatus::Spent(_)));
-        assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+        assert!(matches!(approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
     });
 }
 
@@ -192,7 +193,7 @@ fn killed_during_a_stream_of_spends() {
         assert!(spent >= reported, "only {spent} spends recorded, {reported} reported");
         assert!(grants[spent..].iter().all(|s| *s == GrantState::Live), "{grants:?}");
         for (index, (call, resume)) in jobs.iter().enumerate() {
-            let result = approvals.admit_blocking(&call.input(), resume);
+            let result = approvals.admit(&call.input(), resume).wait();
             if index < spent {
                 assert!(matches!(result, Err(AdmitError::AlreadySpent { .. })), "{index}: {result:?}");
             } else {

@@ -57,12 +57,12 @@ impl Harness {
     }
 
     fn request(&self, call: &OwnedCall) -> InterruptRequest {
-        self.approvals.request_blocking(&call.input(), "attribute", "moves money").unwrap()
+        self.approvals.request(&call.input(), "attribute", "moves money").wait().unwrap()
     }
 
     fn approved(&self, call: &OwnedCall) -> (InterruptRequest, Value) {
         let request = self.request(call);
-        let resume = self.approvals.approve_blocking(request.as_value(), "alice").unwrap();
+        let resume = self.approvals.approve(request.as_value(), "alice").wait().unwrap();
         (request, resume.into_value())
     }
 
@@ -82,7 +82,7 @@ fn approve_then_admit(h: Harness) {
     let call = OwnedCall::refund(500);
     let (request, resume) = h.approved(&call);
     assert_eq!(h.status(&request).label(h.clock.now_for_test()), "granted");
-    let admission = h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    let admission = h.approvals.admit(&call.input(), &resume).wait().unwrap();
     assert_eq!(admission.request_id, request.request_id());
     assert_eq!(admission.approver, "alice");
     assert_eq!(admission.key_id, "k1");
@@ -119,26 +119,26 @@ fn forged_resume_admits_nothing(h: Harness) {
     let grant_id = genuine["airlock_grant"]["grant_id"].as_str().unwrap().to_owned();
     // A token made up, and one made with a key of the same id but another secret.
     let made_up = json!({"airlock_grant": {"key_id": "k1", "grant_id": grant_id, "token": "ab".repeat(32)}});
-    let result = h.approvals.admit_blocking(&call.input(), &made_up);
+    let result = h.approvals.admit(&call.input(), &made_up).wait();
     assert!(matches!(result, Err(AdmitError::InvalidToken)), "{result:?}");
     assert_no_secret(result.unwrap_err());
 
     let impostor = h.with_keys(KeyRing::new(ApprovalKey::new("k1", &[9; 32]).unwrap()));
-    let forged_request = impostor.request_blocking(&call.input(), "attribute", "x").unwrap();
+    let forged_request = impostor.request(&call.input(), "attribute", "x").wait().unwrap();
     let forged = json!({"airlock_grant": {"key_id": "k1", "grant_id": grant_id, "token":
         forge_token(&impostor, &forged_request, &h)}});
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &forged), Err(AdmitError::InvalidToken)));
+    assert!(matches!(h.approvals.admit(&call.input(), &forged).wait(), Err(AdmitError::InvalidToken)));
     // A grant id nobody issued.
     let unknown = json!({"airlock_grant": {"key_id": "k1", "grant_id": "00".repeat(16), "token": "cd".repeat(32)}});
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &unknown), Err(AdmitError::InvalidToken)));
+    assert!(matches!(h.approvals.admit(&call.input(), &unknown).wait(), Err(AdmitError::InvalidToken)));
     // The genuine one is untouched by the attempts.
     assert!(matches!(h.status(&request), RequestStatus::Granted(_)));
-    h.approvals.admit_blocking(&call.input(), &genuine).unwrap();
+    h.approvals.admit(&call.input(), &genuine).wait().unwrap();
 }
 
 /// A token made by approving through an impostor key ring sharing the ledger.
 fn forge_token(impostor: &InterruptApprovals, request: &InterruptRequest, _h: &Harness) -> String {
-    let resume = impostor.approve_blocking(request.as_value(), "mallory").unwrap();
+    let resume = impostor.approve(request.as_value(), "mallory").wait().unwrap();
     resume.as_value()["airlock_grant"]["token"].as_str().unwrap().to_owned()
 }
 
@@ -181,33 +181,33 @@ fn altered_request_is_refused_by_approve(h: Harness) {
         ("version", alter(&|b| b["version"] = json!(2))),
     ];
     for (what, altered) in cases {
-        let result = h.approvals.approve_blocking(&altered, "alice");
+        let result = h.approvals.approve(&altered, "alice").wait();
         assert!(matches!(result, Err(DecisionError::SealMismatch)), "{what}: {result:?}");
-        let result = h.approvals.deny_blocking(&altered, "alice", None);
+        let result = h.approvals.deny(&altered, "alice", None).wait();
         assert!(matches!(result, Err(DecisionError::SealMismatch)), "{what}: {result:?}");
     }
     let seal = alter(&|b| b["seal"] = json!("f".repeat(64)));
-    assert!(matches!(h.approvals.approve_blocking(&seal, "alice"), Err(DecisionError::SealMismatch)));
+    assert!(matches!(h.approvals.approve(&seal, "alice").wait(), Err(DecisionError::SealMismatch)));
     let seal = alter(&|b| b["seal"] = json!("F".repeat(64)));
-    assert!(matches!(h.approvals.approve_blocking(&seal, "alice"), Err(DecisionError::Malformed { .. })));
+    assert!(matches!(h.approvals.approve(&seal, "alice").wait(), Err(DecisionError::Malformed { .. })));
     let unsealed = alter(&|b| {
         b.remove("seal");
     });
-    assert!(matches!(h.approvals.approve_blocking(&unsealed, "alice"), Err(DecisionError::Malformed { .. })));
+    assert!(matches!(h.approvals.approve(&unsealed, "alice").wait(), Err(DecisionError::Malformed { .. })));
     for not_a_request in [json!(null), json!({"x": 1}), json!({"airlock_approval": 5}), json!("approve")] {
-        assert!(matches!(h.approvals.approve_blocking(&not_a_request, "alice"), Err(DecisionError::NotARequest)));
+        assert!(matches!(h.approvals.approve(&not_a_request, "alice").wait(), Err(DecisionError::NotARequest)));
     }
     // Nothing was granted by the attempts; the genuine request still approves.
     assert_eq!(h.status(&request), RequestStatus::Pending);
-    h.approvals.approve_blocking(request.as_value(), "alice").unwrap();
+    h.approvals.approve(request.as_value(), "alice").wait().unwrap();
 }
 
 fn replay_admits_nothing(h: Harness) {
     let call = OwnedCall::refund(500);
     let (_, resume) = h.approved(&call);
-    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    h.approvals.admit(&call.input(), &resume).wait().unwrap();
     for _ in 0..3 {
-        let result = h.approvals.admit_blocking(&call.input(), &resume);
+        let result = h.approvals.admit(&call.input(), &resume).wait();
         assert!(matches!(result, Err(AdmitError::AlreadySpent { .. })), "{result:?}");
         assert!(result.unwrap_err().to_string().starts_with("the approval was already used"));
     }
@@ -217,42 +217,39 @@ fn time_travel_after_success_admits_nothing(h: Harness) {
     // The host replays the interrupted checkpoint: same thread, checkpoint, call id, arguments, resume.
     let call = OwnedCall::refund(500);
     let (request, resume) = h.approved(&call);
-    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    h.approvals.admit(&call.input(), &resume).wait().unwrap();
     h.clock.advance(Duration::from_secs(5));
     let replayed = call.clone();
-    assert!(matches!(h.approvals.admit_blocking(&replayed.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+    assert!(matches!(h.approvals.admit(&replayed.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
     // Approving the old request again does not make a second grant either.
-    assert!(matches!(
-        h.approvals.approve_blocking(request.as_value(), "alice"),
-        Err(DecisionError::AlreadySpent { .. })
-    ));
+    assert!(matches!(h.approvals.approve(request.as_value(), "alice").wait(), Err(DecisionError::AlreadySpent { .. })));
 }
 
 fn another_checkpoint_admits_nothing(h: Harness) {
     let call = OwnedCall::refund(500);
     let (_, resume) = h.approved(&call);
     let older = call.clone().with_checkpoint("c0");
-    match h.approvals.admit_blocking(&older.input(), &resume) {
+    match h.approvals.admit(&older.input(), &resume).wait() {
         Err(AdmitError::DifferentCall { differs, .. }) => {
             assert_eq!(differs, [BindingField::Checkpoint])
         }
         other => panic!("{other:?}"),
     }
     let other_call_id = call.clone().with_tool_call_id("call_2");
-    match h.approvals.admit_blocking(&other_call_id.input(), &resume) {
+    match h.approvals.admit(&other_call_id.input(), &resume).wait() {
         Err(AdmitError::DifferentCall { differs, .. }) => {
             assert_eq!(differs, [BindingField::ToolCallId])
         }
         other => panic!("{other:?}"),
     }
-    h.approvals.admit_blocking(&call.input(), &resume).unwrap();
+    h.approvals.admit(&call.input(), &resume).wait().unwrap();
 }
 
 fn approval_for_a_with_b_admits_nothing_and_a_stays_usable(h: Harness) {
     let a = OwnedCall::refund(500);
     let b = OwnedCall::refund(50_000);
     let (request, resume) = h.approved(&a);
-    let result = h.approvals.admit_blocking(&b.input(), &resume);
+    let result = h.approvals.admit(&b.input(), &resume).wait();
     match &result {
         Err(AdmitError::DifferentCall { differs, .. }) => {
             assert_eq!(differs, &[BindingField::Arguments])
@@ -266,20 +263,20 @@ fn approval_for_a_with_b_admits_nothing_and_a_stays_usable(h: Harness) {
     let mut one = a.clone();
     one.arguments.insert("amount".into(), json!(1));
     let (_, resume_one) = h.approved(&one);
-    assert!(matches!(h.approvals.admit_blocking(&truthy.input(), &resume_one), Err(AdmitError::DifferentCall { .. })));
+    assert!(matches!(h.approvals.admit(&truthy.input(), &resume_one).wait(), Err(AdmitError::DifferentCall { .. })));
     assert!(matches!(h.status(&request), RequestStatus::Granted(_)));
-    h.approvals.admit_blocking(&a.input(), &resume).unwrap();
+    h.approvals.admit(&a.input(), &resume).wait().unwrap();
 }
 
 fn tool_x_approval_for_tool_y_admits_nothing(h: Harness) {
     let x = OwnedCall::refund(500);
     let y = x.clone().with_tool("delete_account");
     let (_, resume) = h.approved(&x);
-    match h.approvals.admit_blocking(&y.input(), &resume) {
+    match h.approvals.admit(&y.input(), &resume).wait() {
         Err(AdmitError::DifferentCall { differs, .. }) => assert_eq!(differs, [BindingField::Tool]),
         other => panic!("{other:?}"),
     }
-    h.approvals.admit_blocking(&x.input(), &resume).unwrap();
+    h.approvals.admit(&x.input(), &resume).wait().unwrap();
 }
 
 fn expired_grant_admits_nothing(h: Harness) {
@@ -288,36 +285,36 @@ fn expired_grant_admits_nothing(h: Harness) {
     h.clock.advance(GRANT_TTL - Duration::from_millis(1));
     let (other_request, other_resume) = h.approved(&call.clone().with_tool_call_id("call_2"));
     h.clock.advance(Duration::from_millis(1));
-    let result = h.approvals.admit_blocking(&call.input(), &resume);
+    let result = h.approvals.admit(&call.input(), &resume).wait();
     assert!(matches!(result, Err(AdmitError::Expired { .. })), "{result:?}");
     assert_eq!(h.status(&request).label(h.clock.now_for_test()), "expired");
     // A grant issued later is still valid.
-    h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_2").input(), &other_resume).unwrap();
+    h.approvals.admit(&call.clone().with_tool_call_id("call_2").input(), &other_resume).wait().unwrap();
     assert!(matches!(h.status(&other_request), RequestStatus::Spent(_)));
 
     // Approving the expired request again issues a new grant; the old one is replaced, not revived.
-    let renewed = h.approvals.approve_blocking(request.as_value(), "bob").unwrap().into_value();
+    let renewed = h.approvals.approve(request.as_value(), "bob").wait().unwrap().into_value();
     assert_ne!(renewed["airlock_grant"]["grant_id"], resume["airlock_grant"]["grant_id"]);
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Replaced { .. })));
-    assert_eq!(h.approvals.admit_blocking(&call.input(), &renewed).unwrap().approver, "bob");
+    assert!(matches!(h.approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::Replaced { .. })));
+    assert_eq!(h.approvals.admit(&call.input(), &renewed).wait().unwrap().approver, "bob");
 }
 
 fn approving_twice_issues_one_grant(h: Harness) {
     let call = OwnedCall::refund(500);
     let (request, first) = h.approved(&call);
     h.clock.advance(Duration::from_secs(1));
-    let second = h.approvals.approve_blocking(request.as_value(), "bob").unwrap().into_value();
+    let second = h.approvals.approve(request.as_value(), "bob").wait().unwrap().into_value();
     assert_eq!(first, second, "a lost resume value is recovered by approving again");
-    h.approvals.admit_blocking(&call.input(), &first).unwrap();
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &second), Err(AdmitError::AlreadySpent { .. })));
+    h.approvals.admit(&call.input(), &first).wait().unwrap();
+    assert!(matches!(h.approvals.admit(&call.input(), &second).wait(), Err(AdmitError::AlreadySpent { .. })));
 }
 
 fn a_no_is_a_no(h: Harness) {
     let call = OwnedCall::refund(500);
     let request = h.request(&call);
-    let resume = h.approvals.deny_blocking(request.as_value(), "bob", Some("too large")).unwrap();
+    let resume = h.approvals.deny(request.as_value(), "bob", Some("too large")).wait().unwrap();
     assert!(!resume.is_approval());
-    match h.approvals.admit_blocking(&call.input(), resume.as_value()) {
+    match h.approvals.admit(&call.input(), resume.as_value()).wait() {
         Err(AdmitError::Denied { reason, request_id }) => {
             assert_eq!(reason.as_deref(), Some("too large"));
             assert_eq!(request_id.as_deref(), Some(request.request_id()));
@@ -325,7 +322,7 @@ fn a_no_is_a_no(h: Harness) {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        h.approvals.approve_blocking(request.as_value(), "alice"),
+        h.approvals.approve(request.as_value(), "alice").wait(),
         Err(DecisionError::AlreadyDenied { .. })
     ));
     // Any value other than an approval is a no.
@@ -341,7 +338,7 @@ fn a_no_is_a_no(h: Harness) {
         json!("yes"),
         json!(true),
     ] {
-        let result = h.approvals.admit_blocking(&call.input(), &no);
+        let result = h.approvals.admit(&call.input(), &no).wait();
         assert!(matches!(result, Err(AdmitError::NotAnApproval)), "{no}: {result:?}");
     }
     for malformed in [
@@ -352,7 +349,7 @@ fn a_no_is_a_no(h: Harness) {
         json!({"airlock_grant": {"key_id": "k1", "grant_id": "ab".repeat(16), "token": "ab".repeat(32), "x": 1}}),
         json!({"airlock_grant": {"key_id": 1, "grant_id": "ab".repeat(16), "token": "ab".repeat(32)}}),
     ] {
-        let result = h.approvals.admit_blocking(&call.input(), &malformed);
+        let result = h.approvals.admit(&call.input(), &malformed).wait();
         assert!(matches!(result, Err(AdmitError::MalformedGrant { .. })), "{malformed}: {result:?}");
     }
 }
@@ -360,17 +357,17 @@ fn a_no_is_a_no(h: Harness) {
 fn denial_revokes_an_unspent_grant(h: Harness) {
     let call = OwnedCall::refund(500);
     let (request, resume) = h.approved(&call);
-    h.approvals.deny_blocking(request.as_value(), "bob", None).unwrap();
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Revoked { .. })));
+    h.approvals.deny(request.as_value(), "bob", None).wait().unwrap();
+    assert!(matches!(h.approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::Revoked { .. })));
     match h.status(&request) {
         RequestStatus::Denied(denial) => assert!(denial.revoked_grant.is_some()),
         other => panic!("{other:?}"),
     }
     // Denying a spent request is refused: the call ran.
     let (spent_request, spent_resume) = h.approved(&call.clone().with_tool_call_id("call_2"));
-    h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_2").input(), &spent_resume).unwrap();
+    h.approvals.admit(&call.clone().with_tool_call_id("call_2").input(), &spent_resume).wait().unwrap();
     assert!(matches!(
-        h.approvals.deny_blocking(spent_request.as_value(), "bob", None),
+        h.approvals.deny(spent_request.as_value(), "bob", None).wait(),
         Err(DecisionError::AlreadySpent { .. })
     ));
 }
@@ -380,47 +377,47 @@ fn wrong_and_rotated_keys(h: Harness) {
     // Another secret under the same id: the seal does not match.
     let impostor = h.with_keys(KeyRing::new(ApprovalKey::new("k1", &[9; 32]).unwrap()));
     let request = h.request(&call);
-    let result = impostor.approve_blocking(request.as_value(), "mallory");
+    let result = impostor.approve(request.as_value(), "mallory").wait();
     assert!(matches!(result, Err(DecisionError::SealMismatch)), "{result:?}");
     assert_no_secret(result.unwrap_err());
     // A ring without the key: unknown.
     let stranger = h.with_keys(KeyRing::new(ApprovalKey::new("k9", &[9; 32]).unwrap()));
-    match stranger.approve_blocking(request.as_value(), "mallory") {
+    match stranger.approve(request.as_value(), "mallory").wait() {
         Err(err @ DecisionError::UnknownKey { .. }) => {
             assert_eq!(err.to_string(), "approval request made under unknown key `k1`");
         }
         other => panic!("{other:?}"),
     }
-    let resume = h.approvals.approve_blocking(request.as_value(), "alice").unwrap().into_value();
-    assert!(matches!(stranger.admit_blocking(&call.input(), &resume), Err(AdmitError::UnknownKey { .. })));
+    let resume = h.approvals.approve(request.as_value(), "alice").wait().unwrap().into_value();
+    assert!(matches!(stranger.admit(&call.input(), &resume).wait(), Err(AdmitError::UnknownKey { .. })));
 
     // Rotation: k2 current, k1 retired. Honoured: the k1 grant admits; new requests use k2.
     let rotated = key_ring().rotate(ApprovalKey::new("k2", &[2; 32]).unwrap()).unwrap();
     let honouring = h.with_keys(rotated.clone());
     let refusing = h.with_keys(rotated.retired_keys(RetiredKeys::Refuse));
-    match refusing.admit_blocking(&call.input(), &resume) {
+    match refusing.admit(&call.input(), &resume).wait() {
         Err(err @ AdmitError::RetiredKey { .. }) => {
             assert_eq!(err.to_string(), "approval made under retired key `k1`, which this key ring refuses")
         }
         other => panic!("{other:?}"),
     }
     let pending = h.request(&call.clone().with_tool_call_id("call_2"));
-    assert!(matches!(refusing.approve_blocking(pending.as_value(), "alice"), Err(DecisionError::RetiredKey { .. })));
-    honouring.admit_blocking(&call.input(), &resume).unwrap();
-    let fresh = honouring.request_blocking(&call.clone().with_tool_call_id("call_3").input(), "a", "b").unwrap();
+    assert!(matches!(refusing.approve(pending.as_value(), "alice").wait(), Err(DecisionError::RetiredKey { .. })));
+    honouring.admit(&call.input(), &resume).wait().unwrap();
+    let fresh = honouring.request(&call.clone().with_tool_call_id("call_3").input(), "a", "b").wait().unwrap();
     assert_eq!(fresh.key_id(), "k2");
-    let fresh_resume = honouring.approve_blocking(fresh.as_value(), "alice").unwrap().into_value();
+    let fresh_resume = honouring.approve(fresh.as_value(), "alice").wait().unwrap().into_value();
     assert!(matches!(
-        h.approvals.admit_blocking(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume),
+        h.approvals.admit(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume).wait(),
         Err(AdmitError::UnknownKey { .. })
     ));
-    refusing.admit_blocking(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume).unwrap();
+    refusing.admit(&call.clone().with_tool_call_id("call_3").input(), &fresh_resume).wait().unwrap();
 }
 
 fn integers_beyond_2_pow_53_are_refused(h: Harness) {
     let mut call = OwnedCall::refund(500);
     call.arguments.insert("amount".into(), json!(9_007_199_254_740_993u64));
-    match h.approvals.request_blocking(&call.input(), "attribute", "moves money") {
+    match h.approvals.request(&call.input(), "attribute", "moves money").wait() {
         Err(RequestError::Arguments(err)) => assert_eq!(err.path(), "/amount"),
         other => panic!("{other:?}"),
     }
@@ -428,24 +425,24 @@ fn integers_beyond_2_pow_53_are_refused(h: Harness) {
     let mut near = OwnedCall::refund(500);
     near.arguments.insert("amount".into(), json!(9_007_199_254_740_991u64));
     let (_, resume) = h.approved(&near);
-    assert!(matches!(h.approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::Arguments(_))));
+    assert!(matches!(h.approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::Arguments(_))));
 }
 
 fn decisions_need_a_decider_and_a_fresh_request(h: Harness) {
     let call = OwnedCall::refund(500);
     let request = h.request(&call);
-    assert!(matches!(h.approvals.approve_blocking(request.as_value(), " "), Err(DecisionError::MissingDecider)));
+    assert!(matches!(h.approvals.approve(request.as_value(), " ").wait(), Err(DecisionError::MissingDecider)));
     let timed = h.approvals.clone().with_request_ttl(Duration::from_secs(60));
-    let request = timed.request_blocking(&call.input(), "attribute", "moves money").unwrap();
+    let request = timed.request(&call.input(), "attribute", "moves money").wait().unwrap();
     assert!(request.expires_at().is_some());
     h.clock.advance(Duration::from_secs(60));
-    assert!(matches!(timed.approve_blocking(request.as_value(), "alice"), Err(DecisionError::RequestExpired { .. })));
+    assert!(matches!(timed.approve(request.as_value(), "alice").wait(), Err(DecisionError::RequestExpired { .. })));
     // A request the ledger never recorded (sealed by the key, but recorded elsewhere) is refused.
     let elsewhere =
         InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), GRANT_TTL).with_clock(h.clock.clone());
-    let foreign = elsewhere.request_blocking(&call.input(), "attribute", "moves money").unwrap();
+    let foreign = elsewhere.request(&call.input(), "attribute", "moves money").wait().unwrap();
     assert!(matches!(
-        h.approvals.approve_blocking(foreign.as_value(), "alice"),
+        h.approvals.approve(foreign.as_value(), "alice").wait(),
         Err(DecisionError::UnknownRequest { .. })
     ));
 }
@@ -462,7 +459,7 @@ fn threads_racing_one_grant_admit_exactly_once(h: Harness) {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                approvals.admit_blocking(&call.input(), &resume)
+                approvals.admit(&call.input(), &resume).wait()
             })
         })
         .collect();
@@ -562,7 +559,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
 fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
     let approvals = h.approvals.clone().with_request_ttl(Duration::from_secs(60)).with_max_pending(Some(2));
     let call = OwnedCall::refund(500);
-    let ask = |call: &OwnedCall| approvals.request_blocking(&call.input(), "attribute", "moves money");
+    let ask = |call: &OwnedCall| approvals.request(&call.input(), "attribute", "moves money").wait();
     let first = ask(&call).unwrap();
     h.clock.advance(Duration::from_secs(10));
     let second = ask(&call).unwrap();
@@ -583,22 +580,22 @@ fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
     ask(&elsewhere).unwrap();
     ask(&call.clone().with_tool("cancel_subscription")).unwrap();
     // A decision frees a place: a denial, then an approval.
-    approvals.deny_blocking(first.as_value(), "bob", None).unwrap();
+    approvals.deny(first.as_value(), "bob", None).wait().unwrap();
     let third = ask(&call).unwrap();
     full(ask(&call), START + Duration::from_secs(70));
-    approvals.approve_blocking(second.as_value(), "alice").unwrap();
+    approvals.approve(second.as_value(), "alice").wait().unwrap();
     ask(&call).unwrap();
     full(ask(&call), START + Duration::from_secs(70));
     // Expired requests stop counting.
     h.clock.advance(Duration::from_secs(60));
-    assert!(approvals.approve_blocking(third.as_value(), "alice").is_err(), "expired");
+    assert!(approvals.approve(third.as_value(), "alice").wait().is_err(), "expired");
     ask(&call).unwrap();
     ask(&call).unwrap();
     // The default holds a few per tool and thread, never unbounded.
     let default = h.approvals.clone();
     let mut looping = call.clone();
     looping.thread_id = "a model in a loop".into();
-    let recorded = (0..200).filter(|_| default.request_blocking(&looping.input(), "attribute", "x").is_ok()).count();
+    let recorded = (0..200).filter(|_| default.request(&looping.input(), "attribute", "x").wait().is_ok()).count();
     assert_eq!(recorded, agent_airlock::approval::DEFAULT_MAX_PENDING as usize);
 }
 
@@ -611,7 +608,7 @@ fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
             std::thread::spawn(move || {
                 let call = OwnedCall::refund(500);
                 barrier.wait();
-                approvals.request_blocking(&call.input(), "attribute", "moves money").is_ok()
+                approvals.request(&call.input(), "attribute", "moves money").wait().is_ok()
             })
         })
         .collect();
@@ -625,7 +622,7 @@ fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
 /// second request is ended by a single denial after one approval.
 fn two_person_approval(h: Harness) {
     let call = OwnedCall::refund(5000);
-    let request = h.approvals.request_approved_by_blocking(&call.input(), "attribute", "moves money", 2).unwrap();
+    let request = h.approvals.request_approved_by(&call.input(), "attribute", "moves money", 2).wait().unwrap();
     assert_eq!(request.approvals_required(), 2);
     assert_eq!(h.ledger.find_request(request.request_id()).unwrap().unwrap().request.approvals_required(), 2);
     // The number is sealed: a checkpoint that says one approver (or none) is not a request of ours.
@@ -635,10 +632,10 @@ fn two_person_approval(h: Harness) {
             Value::Null => forged["airlock_approval"].as_object_mut().unwrap().remove("approvals"),
             n => forged["airlock_approval"].as_object_mut().unwrap().insert("approvals".to_owned(), n),
         };
-        assert!(matches!(h.approvals.approve_blocking(&forged, "alice"), Err(DecisionError::SealMismatch)));
+        assert!(matches!(h.approvals.approve(&forged, "alice").wait(), Err(DecisionError::SealMismatch)));
     }
     for _ in 0..2 {
-        match h.approvals.approve_blocking(request.as_value(), "alice") {
+        match h.approvals.approve(request.as_value(), "alice").wait() {
             Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
                 assert_eq!((approvers, required), (vec!["alice".to_owned()], 2));
             }
@@ -648,7 +645,7 @@ fn two_person_approval(h: Harness) {
     assert!(h.status(&request).is_waiting());
     assert_eq!(h.status(&request).label(START), "approving");
     // Without a grant, nothing admits: no resume value was issued, and a forged one names no grant.
-    let resume = h.approvals.approve_blocking(request.as_value(), "bob").unwrap();
+    let resume = h.approvals.approve(request.as_value(), "bob").wait().unwrap();
     match h.status(&request) {
         RequestStatus::Granted(grant) => {
             assert_eq!(grant.approvers(), vec!["alice", "bob"]);
@@ -657,25 +654,22 @@ fn two_person_approval(h: Harness) {
         other => panic!("the second distinct approver grants: {other:?}"),
     }
     // A third approval answers the live grant, as for one approver.
-    let again = h.approvals.approve_blocking(request.as_value(), "carol").unwrap();
+    let again = h.approvals.approve(request.as_value(), "carol").wait().unwrap();
     assert_eq!(again.as_value(), resume.as_value());
-    h.approvals.admit_blocking(&call.input(), resume.as_value()).unwrap();
-    assert!(matches!(
-        h.approvals.admit_blocking(&call.input(), resume.as_value()),
-        Err(AdmitError::AlreadySpent { .. })
-    ));
+    h.approvals.admit(&call.input(), resume.as_value()).wait().unwrap();
+    assert!(matches!(h.approvals.admit(&call.input(), resume.as_value()).wait(), Err(AdmitError::AlreadySpent { .. })));
 
     // One approval, then one denial: the request is over, and the second approver cannot revive it.
     let other = OwnedCall::refund(6000);
-    let request = h.approvals.request_approved_by_blocking(&other.input(), "attribute", "moves money", 2).unwrap();
+    let request = h.approvals.request_approved_by(&other.input(), "attribute", "moves money", 2).wait().unwrap();
     assert!(matches!(
-        h.approvals.approve_blocking(request.as_value(), "alice"),
+        h.approvals.approve(request.as_value(), "alice").wait(),
         Err(DecisionError::MoreApproversNeeded { .. })
     ));
-    let denied = h.approvals.deny_blocking(request.as_value(), "bob", Some("not today")).unwrap();
+    let denied = h.approvals.deny(request.as_value(), "bob", Some("not today")).wait().unwrap();
     assert!(!denied.is_approval());
     assert!(matches!(
-        h.approvals.approve_blocking(request.as_value(), "carol"),
+        h.approvals.approve(request.as_value(), "carol").wait(),
         Err(DecisionError::AlreadyDenied { .. })
     ));
     assert!(matches!(h.status(&request), RequestStatus::Denied(_)));

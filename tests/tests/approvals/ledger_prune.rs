@@ -50,12 +50,12 @@ struct Scenario {
 
 fn request(approvals: &InterruptApprovals, n: u64) -> Case {
     let call = OwnedCall::refund(n).with_tool_call_id(&format!("call_{n}"));
-    let interrupt = approvals.request_blocking(&call.input(), "attribute", "moves money").unwrap().into_value();
+    let interrupt = approvals.request(&call.input(), "attribute", "moves money").wait().unwrap().into_value();
     Case { call, interrupt, resume: None }
 }
 
 fn approve(approvals: &InterruptApprovals, case: &mut Case) {
-    case.resume = Some(approvals.approve_blocking(&case.interrupt, "alice").unwrap().into_value());
+    case.resume = Some(approvals.approve(&case.interrupt, "alice").wait().unwrap().into_value());
 }
 
 /// Builds every state a request can be in, settled at known times:
@@ -72,16 +72,16 @@ fn scenario(approvals: &InterruptApprovals, clock: &ManualClock) -> Scenario {
     clock.set(START + secs(10));
     let mut spent = request(approvals, 4);
     approve(approvals, &mut spent);
-    approvals.admit_blocking(&spent.call.input(), spent.resume.as_ref().unwrap()).unwrap();
+    approvals.admit(&spent.call.input(), spent.resume.as_ref().unwrap()).wait().unwrap();
 
     clock.set(START + secs(20));
     let denied = request(approvals, 5);
-    approvals.deny_blocking(&denied.interrupt, "bob", Some("no")).unwrap();
+    approvals.deny(&denied.interrupt, "bob", Some("no")).wait().unwrap();
 
     clock.set(START + secs(30));
     let mut revoked = request(approvals, 6);
     approve(approvals, &mut revoked);
-    approvals.deny_blocking(&revoked.interrupt, "bob", None).unwrap();
+    approvals.deny(&revoked.interrupt, "bob", None).wait().unwrap();
 
     clock.set(START + secs(900));
     let mut live = request(approvals, 7);
@@ -132,7 +132,7 @@ fn prune_and_check(ledger: &Arc<dyn ApprovalLedger>, approvals: &InterruptApprov
     for case in [&s.spent, &s.denied, &s.revoked, &s.expired] {
         assert!(ledger.find_request(&case.request_id()).unwrap().is_none());
         assert!(matches!(
-            approvals.approve_blocking(&case.interrupt, "alice"),
+            approvals.approve(&case.interrupt, "alice").wait(),
             Err(DecisionError::UnknownRequest { .. })
         ));
     }
@@ -142,16 +142,16 @@ fn prune_and_check(ledger: &Arc<dyn ApprovalLedger>, approvals: &InterruptApprov
 
     // The spent marker is gone, and still a replay of the spent grant's resume value is refused: an
     // unknown grant admits nothing.
-    match approvals.admit_blocking(&s.spent.call.input(), s.spent.resume.as_ref().unwrap()) {
+    match approvals.admit(&s.spent.call.input(), s.spent.resume.as_ref().unwrap()).wait() {
         Err(AdmitError::UnknownGrant { grant_id }) => assert_eq!(grant_id, s.spent.grant_id()),
         other => panic!("a replay after pruning must be refused, got {other:?}"),
     }
 
     // Live grants still spend, once.
-    approvals.admit_blocking(&s.live.call.input(), s.live.resume.as_ref().unwrap()).unwrap();
-    approvals.admit_blocking(&s.reapproved.call.input(), s.reapproved.resume.as_ref().unwrap()).unwrap();
+    approvals.admit(&s.live.call.input(), s.live.resume.as_ref().unwrap()).wait().unwrap();
+    approvals.admit(&s.reapproved.call.input(), s.reapproved.resume.as_ref().unwrap()).wait().unwrap();
     assert!(matches!(
-        approvals.admit_blocking(&s.live.call.input(), s.live.resume.as_ref().unwrap()),
+        approvals.admit(&s.live.call.input(), s.live.resume.as_ref().unwrap()).wait(),
         Err(AdmitError::AlreadySpent { .. })
     ));
     s

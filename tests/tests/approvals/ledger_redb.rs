@@ -8,9 +8,9 @@ use std::time::Duration;
 use agent_airlock::ManualClock;
 use agent_airlock::approval::{AdmitError, InterruptApprovals};
 use agent_airlock::ledger::{
-    ApprovalLedger, GrantRecord, LedgerError, OpenError, RedbLedger, RedbOpenOptions, RequestRecord, RequestStatus,
-    SpendAttempt, open_database,
+    ApprovalLedger, GrantRecord, LedgerError, RedbLedger, RequestRecord, RequestStatus, SpendAttempt,
 };
+use agent_airlock::store::{OpenError, RedbOpenOptions, open_database};
 use agent_airlock_tests::ledger_fixtures::{OwnedCall, START, approvals};
 use redb::{ReadableDatabase, TableDefinition};
 use serde_json::{Value, json};
@@ -22,8 +22,8 @@ fn ledger_at(path: &Path) -> (InterruptApprovals, Arc<ManualClock>) {
 }
 
 fn approve(approvals: &InterruptApprovals, call: &OwnedCall) -> Value {
-    let request = approvals.request_blocking(&call.input(), "attribute", "moves money").unwrap();
-    approvals.approve_blocking(request.as_value(), "alice").unwrap().into_value()
+    let request = approvals.request(&call.input(), "attribute", "moves money").wait().unwrap();
+    approvals.approve(request.as_value(), "alice").wait().unwrap().into_value()
 }
 
 #[test]
@@ -37,10 +37,10 @@ fn grants_and_spends_survive_reopening() {
     };
     {
         let (approvals, _) = ledger_at(&path);
-        approvals.admit_blocking(&call.input(), &resume).unwrap();
+        approvals.admit(&call.input(), &resume).wait().unwrap();
     }
     let (approvals, _) = ledger_at(&path);
-    assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+    assert!(matches!(approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
     let listed = approvals.ledger().list_requests().unwrap();
     assert_eq!(listed.len(), 1);
     assert!(matches!(listed[0].status, RequestStatus::Spent(_)));
@@ -58,10 +58,10 @@ fn refused_replays_commit_nothing() {
         let ledger = Arc::new(RedbLedger::open(&path).unwrap());
         let approvals = approvals(ledger.clone(), Arc::new(ManualClock::new(START)));
         let resume = approve(&approvals, &call);
-        approvals.admit_blocking(&call.input(), &resume).unwrap();
+        approvals.admit(&call.input(), &resume).wait().unwrap();
         let before = ledger.writer_stats();
         for _ in 0..5 {
-            assert!(matches!(approvals.admit_blocking(&call.input(), &resume), Err(AdmitError::AlreadySpent { .. })));
+            assert!(matches!(approvals.admit(&call.input(), &resume).wait(), Err(AdmitError::AlreadySpent { .. })));
         }
         let after = ledger.writer_stats();
         assert_eq!(after.writes - before.writes, 5, "every replay reached the writer");
@@ -94,7 +94,7 @@ fn the_ledger_shares_a_database_with_other_stores() {
         txn.open_table(AUDIT).unwrap().insert(2, "second record").unwrap();
         txn.commit().unwrap();
     }
-    approvals.admit_blocking(&call.input(), &resume).unwrap();
+    approvals.admit(&call.input(), &resume).wait().unwrap();
     drop(approvals);
     drop(ledger);
     // The other store's records are intact, and the database is still usable without the ledger.

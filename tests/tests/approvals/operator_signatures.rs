@@ -10,15 +10,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use agent_airlock::approval::operators::{
+    DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole,
+    Operators,
+};
 use agent_airlock::ledger::{
     ApprovalLedger, Approved, DenialRecord, GrantRecord, MemoryLedger, PostgresLedger, RedbLedger, RequestStatus,
 };
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status,
-    approval::{
-        AdmitError, DecisionError, DecisionKind, DecisionSignature, DecisionSigner, DecisionSubject,
-        InterruptApprovals, InterruptRequest, OperatorEntry, OperatorError, OperatorKey, OperatorRole, Operators,
-    },
+    approval::{AdmitError, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest},
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, key_ring};
@@ -64,9 +65,7 @@ impl Host {
     }
 
     fn request(&self, call: &OwnedCall, approvals: u32) -> InterruptRequest {
-        self.shared_key_only()
-            .request_approved_by_blocking(&call.input(), "attribute", "moves money", approvals)
-            .unwrap()
+        self.shared_key_only().request_approved_by(&call.input(), "attribute", "moves money", approvals).wait().unwrap()
     }
 
     fn log(&self) -> ExecutionLog {
@@ -171,7 +170,7 @@ fn assert_admits_nothing(host: &Host, operators: &Operators, request: &Interrupt
     assert!(matches!(recorded, Err(DecisionError::UnsignedGrant { .. })), "{label}: {recorded:?}");
     let resume = minted_resume(host, request);
     let call = OwnedCall::refund(500);
-    let admitted = host_approvals.admit_blocking(&call.input(), &resume);
+    let admitted = host_approvals.admit(&call.input(), &resume).wait();
     assert!(matches!(admitted, Err(AdmitError::UnsignedGrant { .. })), "{label}: {admitted:?}");
     let message = host.resume(operators, resume).expect_message();
     assert_eq!(message.refusal.map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{label}");
@@ -198,7 +197,7 @@ fn one_credential_under_two_names_does_not_grant_a_request_needing_two_approvals
         let approvals = host.operator_mode(&operators);
         let request = host.request(&OwnedCall::refund(500), 2);
         for key in [&alice, &bob_alias, &alice] {
-            let approved = approvals.approve_signed_blocking(request.as_value(), DecisionSigner::Operator(key));
+            let approved = approvals.approve_signed(request.as_value(), DecisionSigner::Operator(key)).wait();
             assert!(
                 matches!(&approved, Err(DecisionError::MoreApproversNeeded { approvers, required: 2 }) if approvers.len() == 1),
                 "{label}: one key is one approver whatever name it signs under: {approved:?}"
@@ -237,16 +236,16 @@ fn two_distinct_credentials_grant_a_request_needing_two_and_its_call_runs_once()
         let interrupt = host.interrupt(&operators);
         // The dispatcher's request needs one approver; a request needing two, made the same way:
         let two = host.request(&OwnedCall::refund(7), 2);
-        let first = approvals.approve_signed_blocking(two.as_value(), DecisionSigner::Operator(&keys[0]));
+        let first = approvals.approve_signed(two.as_value(), DecisionSigner::Operator(&keys[0])).wait();
         assert!(matches!(first, Err(DecisionError::MoreApproversNeeded { .. })), "{label}: {first:?}");
-        let granted = approvals.approve_signed_blocking(two.as_value(), DecisionSigner::Operator(&keys[1])).unwrap();
+        let granted = approvals.approve_signed(two.as_value(), DecisionSigner::Operator(&keys[1])).wait().unwrap();
         let recorded = approvals.recorded_decision_blocking(two.as_value()).unwrap().expect("granted");
         assert_eq!(recorded, granted, "{label}");
-        let admission = approvals.admit_blocking(&OwnedCall::refund(7).input(), granted.as_value()).unwrap();
+        let admission = approvals.admit(&OwnedCall::refund(7).input(), granted.as_value()).wait().unwrap();
         assert_eq!(admission.approver, "bob", "{label}");
 
         // The dispatcher: one signed approval admits its call, once.
-        let resume = approvals.approve_signed_blocking(&interrupt, DecisionSigner::Operator(&keys[0])).unwrap();
+        let resume = approvals.approve_signed(&interrupt, DecisionSigner::Operator(&keys[0])).wait().unwrap();
         let message = host.resume(&operators, resume.clone().into_value()).expect_message();
         assert_eq!(message.status, Status::Success, "{label}: {message:?}");
         assert_eq!(host.executions(), 1, "{label}");
@@ -343,19 +342,19 @@ fn a_signature_by_a_revoked_key_admits_nothing_even_if_made_before_the_revocatio
         let interrupt = host.interrupt(&operators);
         let request = approvals.verify_request(&interrupt).unwrap();
         // Signed while alice's key was good.
-        approvals.approve_signed_blocking(&interrupt, DecisionSigner::Operator(&keys[0])).unwrap();
+        approvals.approve_signed(&interrupt, DecisionSigner::Operator(&keys[0])).wait().unwrap();
         assert_eq!(operators.revoke("alice"), 1);
         assert_admits_nothing(&host, &operators, &request, label);
         // And after: refused at once.
         let later = host.request(&OwnedCall::refund(3), 1);
-        let refused = host
-            .operator_mode(&operators)
-            .approve_signed_blocking(later.as_value(), DecisionSigner::Operator(&keys[0]));
+        let refused =
+            host.operator_mode(&operators).approve_signed(later.as_value(), DecisionSigner::Operator(&keys[0])).wait();
         assert!(matches!(refused, Err(DecisionError::UnsignedGrant { .. })), "{label}: {refused:?}");
         // Bob's key still counts.
         let bob = host.request(&OwnedCall::refund(4), 1);
         host.operator_mode(&operators)
-            .approve_signed_blocking(bob.as_value(), DecisionSigner::Operator(&keys[1]))
+            .approve_signed(bob.as_value(), DecisionSigner::Operator(&keys[1]))
+            .wait()
             .unwrap();
     }
 }
@@ -366,16 +365,16 @@ fn an_unsigned_decision_is_refused_in_operator_mode_and_the_shared_key_alone_app
         let (operators, keys) = operators(&["alice"]);
         let approvals = host.operator_mode(&operators);
         let request = host.request(&OwnedCall::refund(500), 1);
-        let unsigned = approvals.approve_blocking(request.as_value(), "alice");
+        let unsigned = approvals.approve(request.as_value(), "alice").wait();
         assert!(matches!(unsigned, Err(DecisionError::SignatureRequired)), "{label}: {unsigned:?}");
-        let unsigned = approvals.deny_blocking(request.as_value(), "alice", None);
+        let unsigned = approvals.deny(request.as_value(), "alice", None).wait();
         assert!(matches!(unsigned, Err(DecisionError::SignatureRequired)), "{label}: {unsigned:?}");
         // The holder of the shared key records a grant; it mints a token that fits; the host refuses it.
-        host.shared_key_only().approve_blocking(request.as_value(), "alice").unwrap();
+        host.shared_key_only().approve(request.as_value(), "alice").wait().unwrap();
         assert_admits_nothing(&host, &operators, &request, label);
         // A signed denial is recorded with its signature; the call is refused with the denier's words.
         let denied =
-            approvals.deny_signed_blocking(request.as_value(), DecisionSigner::Operator(&keys[0]), Some("no")).unwrap();
+            approvals.deny_signed(request.as_value(), DecisionSigner::Operator(&keys[0]), Some("no")).wait().unwrap();
         let status = host.ledger.find_request(request.request_id()).unwrap().unwrap().status;
         let RequestStatus::Denied(DenialRecord { signature: Some(signature), denied_by, .. }) = status else {
             panic!("{label}: {status:?}")
@@ -405,14 +404,14 @@ fn console_attestations_count_each_signed_in_account_once() {
 
     // Two accounts signed in to the console: two approvers.
     let two = host.request(&OwnedCall::refund(1), 2);
-    assert!(approvals.approve_signed_blocking(two.as_value(), attest("carol")).is_err());
-    let granted = approvals.approve_signed_blocking(two.as_value(), attest("dave")).unwrap();
-    approvals.admit_blocking(&OwnedCall::refund(1).input(), granted.as_value()).unwrap();
+    assert!(approvals.approve_signed(two.as_value(), attest("carol")).wait().is_err());
+    let granted = approvals.approve_signed(two.as_value(), attest("dave")).wait().unwrap();
+    approvals.admit(&OwnedCall::refund(1).input(), granted.as_value()).wait().unwrap();
 
     // One account twice: one approver.
     let twice = host.request(&OwnedCall::refund(2), 2);
     for _ in 0..2 {
-        let waiting = approvals.approve_signed_blocking(twice.as_value(), attest("carol"));
+        let waiting = approvals.approve_signed(twice.as_value(), attest("carol")).wait();
         assert!(matches!(waiting, Err(DecisionError::MoreApproversNeeded { .. })), "{waiting:?}");
     }
 

@@ -15,11 +15,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog, AuditOutcome, HEAD_KEY, HEAD_TABLE, verify};
+use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, HEAD_KEY, HEAD_TABLE, verify};
 use agent_airlock::effect::{EffectStatus, EffectStore};
-use agent_airlock::ledger::{
-    ApprovalLedger, GrantState, MemoryLedger, PostgresLedger, RedbLedger, RedbOpenOptions, open_database,
-};
+use agent_airlock::keys::AuditKey;
+use agent_airlock::ledger::{ApprovalLedger, GrantState, MemoryLedger, PostgresLedger, RedbLedger};
+use agent_airlock::store::{RedbOpenOptions, open_database};
 use agent_airlock::{
     CallContext, Dispatcher, ManualClock, Outcome, RefusalKind, State, Status, ToolCall, airlock_tool,
     approval::InterruptApprovals, tool,

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use agent_airlock::RefusalKind;
 use agent_airlock::audit::{
-    self, Anchor, AuditConfig, AuditEvent, AuditKey, AuditLog, AuditOutcome, CommitmentAlg, CommittedPart, HEAD_TABLE,
+    self, Anchor, AuditConfig, AuditEvent, AuditLog, AuditOutcome, CommitmentAlg, CommittedPart, HEAD_TABLE,
     RECORDS_TABLE, TamperKind, VerifyError, VerifyReport,
 };
+use agent_airlock::keys::AuditKey;
 use agent_airlock_tests::audit_test_key;
 use redb::{Database, ReadableTable};
 use serde_json::json;

@@ -16,8 +16,9 @@ use std::time::Duration;
 use agent_airlock::approval::Decision;
 use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome};
 use agent_airlock::effect::MemoryEffectStore;
-use agent_airlock::ledger::{ApprovalLedger as _, PostgresLedger, PostgresOptions, RedbLedger};
+use agent_airlock::ledger::{ApprovalLedger as _, PostgresLedger, RedbLedger};
 use agent_airlock::policy::PolicyMode;
+use agent_airlock::store::PostgresOptions;
 use agent_airlock::store::SharedRateBuckets;
 use agent_airlock::{
     BuildError, CallContext, Dispatcher, DispatcherBuilder, ManualClock, Policy, RateScope, RefusalKind, State, Status,

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_airlock::ledger::{ApprovalLedger, GrantRecord, PostgresLedger, ProcessSharing, RedbLedger, RedbOpenOptions};
+use agent_airlock::ledger::{ApprovalLedger, GrantRecord, PostgresLedger, RedbLedger};
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock_tests::mcp_stdio::StdioSession;
 use agent_airlock_tests::pg_server;
 use agent_airlock_tests::python_env::Venv;

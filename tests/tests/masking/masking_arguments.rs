@@ -117,7 +117,7 @@ fn secret_arguments_are_encrypted_where_stored_and_the_call_runs_with_the_real_o
     let shown = verified.render().unwrap();
     assert!(shown.contains(PASSWORD) && shown.contains(API_KEY) && shown.contains(EMAIL), "{shown}");
 
-    let resume = approvals.approve_blocking(&interrupt, "alice").unwrap().into_value();
+    let resume = approvals.approve(&interrupt, "alice").wait().unwrap().into_value();
 
     // A host that rebuilt the call with a masked copy of the arguments gets nothing: the binding covers
     // the exact ones. The grant stays usable.

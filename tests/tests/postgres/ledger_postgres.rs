@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use agent_airlock::effect::{EffectError, EffectStatus, EffectStore};
 use agent_airlock::ledger::{
-    ApprovalLedger, EffectClaim, GrantRecord, GrantState, LedgerError, POSTGRES_SCHEMA_VERSION, PostgresLedger,
-    PostgresOpenError, RequestRecord, SpendAttempt,
+    ApprovalLedger, EffectClaim, GrantRecord, GrantState, LedgerError, PostgresLedger, RequestRecord, SpendAttempt,
 };
+use agent_airlock::store::{POSTGRES_SCHEMA_VERSION, PostgresOpenError};
 use agent_airlock_tests::pg_server;
 use serde_json::json;
 

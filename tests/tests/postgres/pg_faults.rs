@@ -16,9 +16,11 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agent_airlock::audit::{AuditConfig, AuditKey, AuditLog, AuditOutcome, verify};
+use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome, verify};
 use agent_airlock::effect::{EffectStatus, EffectStore};
-use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, PostgresOptions};
+use agent_airlock::keys::AuditKey;
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger};
+use agent_airlock::store::PostgresOptions;
 use agent_airlock::{
     CallContext, Clock as _, Dispatcher, ManualClock, Outcome, RefusalKind, State, Status, ToolCall, ToolError,
     ToolMessage, airlock_tool, approval::InterruptApprovals, tool,
@@ -30,7 +32,7 @@ use agent_airlock_tests::pg_server::PgServer;
 use serde_json::{Value, json};
 
 /// The dispatcher's default effect lease, and a moment after it lapsed.
-const LEASE: Duration = agent_airlock::DEFAULT_EFFECT_LEASE;
+const LEASE: Duration = agent_airlock::effect::DEFAULT_EFFECT_LEASE;
 
 /// Charge an order, once per order (no approval needed).
 #[airlock_tool(effect = "charge:{order}")]

@@ -8,9 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_airlock::effect::{EffectStatus, EffectStore};
-use agent_airlock::ledger::{
-    ApprovalLedger, EffectClaim, PostgresLedger, PostgresOpenError, PostgresOptions, SpendAttempt,
-};
+use agent_airlock::ledger::{ApprovalLedger, EffectClaim, PostgresLedger, SpendAttempt};
+use agent_airlock::store::{PostgresOpenError, PostgresOptions};
 use agent_airlock_tests::pg_server::PgServer;
 
 use crate::ledger_postgres::{NOW, grant, request};

@@ -6,7 +6,10 @@
 use std::sync::{Arc, Mutex};
 
 use agent_airlock::json_tool::{Closing, JsonCall, JsonTool, JsonToolError};
-use agent_airlock::{CallContext, Dispatcher, GhostPolicy, Status, Tool, ToolCall, ToolError, ToolMessage};
+use agent_airlock::{
+    CallContext, Dispatcher, Status, ToolCall, ToolError, ToolMessage,
+    tool::{GhostPolicy, Tool},
+};
 use agent_airlock_tests::block_on;
 use serde_json::{Value, json};
 

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use agent_airlock::{Dispatcher, Tool, ToolDefinition, ToolError, airlock_tool, tool};
+use agent_airlock::{Dispatcher, ToolDefinition, ToolError, airlock_tool, tool, tool::Tool};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 

@@ -387,7 +387,7 @@ mod tests {
         let approvals = approvals();
         let checkpoint = [(String::new(), "c1".to_owned())].into();
         let arguments = json!({"command": CURL, "to": "attacker@evil.example", "iban": "GB82WEST12345698765432"});
-        let request = approvals.request_blocking(&call_input(&checkpoint, &arguments), "attribute", "runs").unwrap();
+        let request = approvals.request(&call_input(&checkpoint, &arguments), "attribute", "runs").wait().unwrap();
         let stored = request.to_value().to_string();
         for secret in ["evil.example", "GB82WEST12345698765432", "make deploy"] {
             assert!(!stored.contains(secret), "{stored}");
@@ -399,7 +399,7 @@ mod tests {
         assert!(shown.contains(&crate::approval::display::value_text(&json!(CURL))), "{shown}");
         assert!(shown.contains("\"to\": \"attacker@evil.example\""), "{shown}");
         assert!(shown.contains("\"iban\": \"GB82WEST12345698765432\""), "{shown}");
-        approvals.approve_blocking(&request.to_value(), "alice").unwrap();
+        approvals.approve(&request.to_value(), "alice").wait().unwrap();
     }
 
     /// The encrypted arguments are sealed: swapped for another request's, the request is refused.
@@ -409,8 +409,8 @@ mod tests {
         let checkpoint = [(String::new(), "c1".to_owned())].into();
         let a = json!({"command": "ls"});
         let b = json!({"command": CURL});
-        let first = approvals.request_blocking(&call_input(&checkpoint, &a), "attribute", "runs").unwrap();
-        let second = approvals.request_blocking(&call_input(&checkpoint, &b), "attribute", "runs").unwrap();
+        let first = approvals.request(&call_input(&checkpoint, &a), "attribute", "runs").wait().unwrap();
+        let second = approvals.request(&call_input(&checkpoint, &b), "attribute", "runs").wait().unwrap();
         let mut swapped = first.to_value();
         swapped[super::REQUEST_MEMBER]["sealed_arguments"] =
             second.to_value()[super::REQUEST_MEMBER]["sealed_arguments"].clone();
@@ -423,7 +423,7 @@ mod tests {
         let old = approvals();
         let checkpoint = [(String::new(), "c1".to_owned())].into();
         let arguments = json!({"command": CURL});
-        let request = old.request_blocking(&call_input(&checkpoint, &arguments), "attribute", "runs").unwrap();
+        let request = old.request(&call_input(&checkpoint, &arguments), "attribute", "runs").wait().unwrap();
         let ring = old.keys().clone().rotate(ApprovalKey::new("k2", &[8; 32]).unwrap()).unwrap();
         let rotated = InterruptApprovals::new(ring, Arc::new(MemoryLedger::new()), Duration::from_secs(60));
         let verified = rotated.verify_request(&request.to_value()).unwrap();
@@ -436,7 +436,7 @@ mod tests {
         let approvals = approvals();
         let checkpoint = [(String::new(), "c1".to_owned())].into();
         let arguments = json!({"body": "x".repeat(crate::approval::display::MAX_DISPLAY_BYTES)});
-        let err = approvals.request_blocking(&call_input(&checkpoint, &arguments), "attribute", "runs").unwrap_err();
+        let err = approvals.request(&call_input(&checkpoint, &arguments), "attribute", "runs").wait().unwrap_err();
         assert!(matches!(err, super::super::RequestError::CannotShow(_)), "{err}");
         assert!(approvals.ledger().list_requests().unwrap().is_empty());
     }
@@ -467,7 +467,7 @@ mod tests {
         let verified = approvals.verify_request(&request).unwrap();
         assert!(!verified.shows_exact_arguments());
         assert!(matches!(verified.render(), Err(super::super::ShowError::MaskedArguments { version: 2 })));
-        let err = approvals.approve_blocking(&request, "alice").unwrap_err();
+        let err = approvals.approve(&request, "alice").wait().unwrap_err();
         assert!(matches!(err, super::super::DecisionError::CannotShow(_)), "{err}");
     }
 

@@ -62,12 +62,14 @@ use crate::ledger::{
     SpentRecord,
 };
 use crate::mask::{MaskSet, Masker};
+use crate::store::Reply;
 pub use crate::store::closing::DEFAULT_CLOSING_PATIENCE;
 
 /// The approval protocol: binds, seals and records requests, records decisions, admits resumed calls.
 ///
-/// Cheap to clone (shared ledger and clock). Every step has an async form, for the dispatcher, and a
-/// `_blocking` form, for threads and command-line tools.
+/// Cheap to clone (shared ledger and clock). Each step that writes to the ledger answers a [`Reply`]: await
+/// it from async code, or [`wait`](Reply::wait) for it from a thread that may block (command-line tools).
+/// The write is sent when the step is called; dropping the reply does not cancel it.
 #[derive(Clone)]
 pub struct InterruptApprovals {
     keys: KeyRing,
@@ -232,23 +234,8 @@ impl InterruptApprovals {
     /// say why approval is needed (e.g. `attribute` and the tool author's `escalate` text). The exact
     /// arguments are stored encrypted ([`InterruptRequest`]); a call too long to show a human in full is
     /// refused ([`RequestError::CannotShow`]) and nothing is recorded.
-    pub async fn request(
-        &self,
-        call: &BindingInput<'_>,
-        rule: &str,
-        reason: &str,
-    ) -> Result<InterruptRequest, RequestError> {
-        self.request_approved_by(call, rule, reason, 1).await
-    }
-
-    /// [`InterruptApprovals::request`], blocking the current thread.
-    pub fn request_blocking(
-        &self,
-        call: &BindingInput<'_>,
-        rule: &str,
-        reason: &str,
-    ) -> Result<InterruptRequest, RequestError> {
-        self.request_approved_by_blocking(call, rule, reason, 1)
+    pub fn request(&self, call: &BindingInput<'_>, rule: &str, reason: &str) -> Reply<InterruptRequest, RequestError> {
+        self.request_approved_by(call, rule, reason, 1)
     }
 
     /// [`InterruptApprovals::request`] for a call that `approvals` distinct approvers must approve before
@@ -258,36 +245,27 @@ impl InterruptApprovals {
     /// The interrupt value the host checkpoints and the ledger's record hold the exact arguments only
     /// encrypted; the binding covers them (through their digest, `arguments_sha256`), so the resumed call
     /// must carry exactly them, and a human is shown exactly them ([`InterruptRequest::render`]).
-    pub async fn request_approved_by(
+    pub fn request_approved_by(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
         reason: &str,
         approvals: u32,
-    ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
-        self.ledger.record_request(record, self.max_pending).await.map_err(RequestError::Ledger)?;
-        Ok(request)
-    }
-
-    /// [`InterruptApprovals::request_approved_by`], blocking the current thread.
-    pub fn request_approved_by_blocking(
-        &self,
-        call: &BindingInput<'_>,
-        rule: &str,
-        reason: &str,
-        approvals: u32,
-    ) -> Result<InterruptRequest, RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
-        self.ledger.record_request(record, self.max_pending).wait().map_err(RequestError::Ledger)?;
-        Ok(request)
+    ) -> Reply<InterruptRequest, RequestError> {
+        match self.prepare_request(call, rule, reason, approvals) {
+            Ok((request, record)) => self
+                .ledger
+                .record_request(record, self.max_pending)
+                .then(move |recorded| recorded.map(|()| request).map_err(RequestError::Ledger), request_writer_stopped),
+            Err(error) => Reply::ready_or(Err(error), request_writer_stopped),
+        }
     }
 
     /// [`InterruptApprovals::request_approved_by`]; `masker` and `mask` are ignored. Requests used to store
     /// their arguments masked, which showed the approver something other than what the grant covers; they
     /// now store the exact arguments encrypted.
     #[deprecated(note = "use `request_approved_by`: a request no longer stores masked arguments")]
-    pub async fn request_masked(
+    pub fn request_masked(
         &self,
         call: &BindingInput<'_>,
         rule: &str,
@@ -295,8 +273,8 @@ impl InterruptApprovals {
         _masker: &Masker,
         _mask: MaskSet,
         approvals: u32,
-    ) -> Result<InterruptRequest, RequestError> {
-        self.request_approved_by(call, rule, reason, approvals).await
+    ) -> Reply<InterruptRequest, RequestError> {
+        self.request_approved_by(call, rule, reason, approvals)
     }
 
     /// [`InterruptApprovals::request_approved_by`] for the dispatcher: with the guard that closes the request
@@ -319,20 +297,6 @@ impl InterruptApprovals {
                 Err(RequestError::Ledger(error))
             }
         }
-    }
-
-    /// [`InterruptApprovals::request_approved_by_blocking`]; `masker` and `mask` are ignored.
-    #[deprecated(note = "use `request_approved_by_blocking`: a request no longer stores masked arguments")]
-    pub fn request_masked_blocking(
-        &self,
-        call: &BindingInput<'_>,
-        rule: &str,
-        reason: &str,
-        _masker: &Masker,
-        _mask: MaskSet,
-        approvals: u32,
-    ) -> Result<InterruptRequest, RequestError> {
-        self.request_approved_by_blocking(call, rule, reason, approvals)
     }
 
     fn prepare_request(
@@ -464,44 +428,33 @@ impl InterruptApprovals {
     ///
     /// In operator mode ([`with_operators`](Self::with_operators)) an unsigned approval is refused
     /// ([`DecisionError::SignatureRequired`]): use [`approve_signed`](Self::approve_signed).
-    pub async fn approve(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
-        self.require_unsigned_allowed()?;
-        let (request, grant) = self.prepare_grant(interrupt, approver, None)?;
-        let granted = self.ledger.grant(grant, self.clock.now()).await;
-        self.finish_grant(&request, granted)
-    }
-
-    /// [`InterruptApprovals::approve`], blocking the current thread.
-    pub fn approve_blocking(&self, interrupt: &Value, approver: &str) -> Result<ResumeValue, DecisionError> {
-        self.require_unsigned_allowed()?;
-        let (request, grant) = self.prepare_grant(interrupt, approver, None)?;
-        let granted = self.ledger.grant(grant, self.clock.now()).wait();
-        self.finish_grant(&request, granted)
+    pub fn approve(&self, interrupt: &Value, approver: &str) -> Reply<ResumeValue, DecisionError> {
+        let prepared = self.require_unsigned_allowed().and_then(|()| self.prepare_grant(interrupt, approver, None));
+        self.record_grant(prepared)
     }
 
     /// [`approve`](Self::approve), signed by `signer`: the grant (or, for a request that needs several
     /// approvers, this approval) carries a [`DecisionSignature`] over the request id, its binding, the
     /// number of approvals it needs, the approver's name and the time, which a host in operator mode
     /// verifies before the grant admits anything.
-    pub async fn approve_signed(
-        &self,
-        interrupt: &Value,
-        signer: DecisionSigner<'_>,
-    ) -> Result<ResumeValue, DecisionError> {
-        let (request, grant) = self.prepare_grant(interrupt, signer.name(), Some(signer))?;
-        let granted = self.ledger.grant(grant, self.clock.now()).await;
-        self.finish_grant(&request, granted)
+    pub fn approve_signed(&self, interrupt: &Value, signer: DecisionSigner<'_>) -> Reply<ResumeValue, DecisionError> {
+        let prepared = self.prepare_grant(interrupt, signer.name(), Some(signer));
+        self.record_grant(prepared)
     }
 
-    /// [`InterruptApprovals::approve_signed`], blocking the current thread.
-    pub fn approve_signed_blocking(
+    fn record_grant(
         &self,
-        interrupt: &Value,
-        signer: DecisionSigner<'_>,
-    ) -> Result<ResumeValue, DecisionError> {
-        let (request, grant) = self.prepare_grant(interrupt, signer.name(), Some(signer))?;
-        let granted = self.ledger.grant(grant, self.clock.now()).wait();
-        self.finish_grant(&request, granted)
+        prepared: Result<(InterruptRequest, GrantRecord), DecisionError>,
+    ) -> Reply<ResumeValue, DecisionError> {
+        match prepared {
+            Ok((request, grant)) => {
+                let approvals = self.clone();
+                self.ledger
+                    .grant(grant, self.clock.now())
+                    .then(move |granted| approvals.finish_grant(&request, granted), decision_writer_stopped)
+            }
+            Err(error) => Reply::ready_or(Err(error), decision_writer_stopped),
+        }
     }
 
     fn require_unsigned_allowed(&self) -> Result<(), DecisionError> {
@@ -587,40 +540,29 @@ impl InterruptApprovals {
 
     /// Records a human's no (the seal is checked first). An unspent grant of the request is revoked.
     /// Returns the resume value that tells the call it was denied.
-    pub async fn deny(
-        &self,
-        interrupt: &Value,
-        denied_by: &str,
-        reason: Option<&str>,
-    ) -> Result<ResumeValue, DecisionError> {
-        self.require_unsigned_allowed()?;
-        let denial = self.prepare_denial(interrupt, denied_by, reason)?;
-        let denied = self.ledger.deny(denial).await.map_err(decision_ledger_error)?;
-        Ok(denied_resume(&denied))
+    pub fn deny(&self, interrupt: &Value, denied_by: &str, reason: Option<&str>) -> Reply<ResumeValue, DecisionError> {
+        let denial = self.require_unsigned_allowed().and_then(|()| self.prepare_denial(interrupt, denied_by, reason));
+        self.record_denial(denial)
     }
 
     /// [`deny`](Self::deny), signed by `signer` (recorded with the denial, so who denied is attributable).
-    pub async fn deny_signed(
+    pub fn deny_signed(
         &self,
         interrupt: &Value,
         signer: DecisionSigner<'_>,
         reason: Option<&str>,
-    ) -> Result<ResumeValue, DecisionError> {
-        let denial = self.prepare_signed_denial(interrupt, signer, reason)?;
-        let denied = self.ledger.deny(denial).await.map_err(decision_ledger_error)?;
-        Ok(denied_resume(&denied))
+    ) -> Reply<ResumeValue, DecisionError> {
+        self.record_denial(self.prepare_signed_denial(interrupt, signer, reason))
     }
 
-    /// [`InterruptApprovals::deny_signed`], blocking the current thread.
-    pub fn deny_signed_blocking(
-        &self,
-        interrupt: &Value,
-        signer: DecisionSigner<'_>,
-        reason: Option<&str>,
-    ) -> Result<ResumeValue, DecisionError> {
-        let denial = self.prepare_signed_denial(interrupt, signer, reason)?;
-        let denied = self.ledger.deny(denial).wait().map_err(decision_ledger_error)?;
-        Ok(denied_resume(&denied))
+    fn record_denial(&self, denial: Result<DenialRecord, DecisionError>) -> Reply<ResumeValue, DecisionError> {
+        match denial {
+            Ok(denial) => self.ledger.deny(denial).then(
+                |denied| denied.map(|denied| denied_resume(&denied)).map_err(decision_ledger_error),
+                decision_writer_stopped,
+            ),
+            Err(error) => Reply::ready_or(Err(error), decision_writer_stopped),
+        }
     }
 
     fn prepare_signed_denial(
@@ -639,19 +581,6 @@ impl InterruptApprovals {
         };
         denial.signature = Some(signer.sign(&subject, denial.denied_at)?);
         Ok(denial)
-    }
-
-    /// [`InterruptApprovals::deny`], blocking the current thread.
-    pub fn deny_blocking(
-        &self,
-        interrupt: &Value,
-        denied_by: &str,
-        reason: Option<&str>,
-    ) -> Result<ResumeValue, DecisionError> {
-        self.require_unsigned_allowed()?;
-        let denial = self.prepare_denial(interrupt, denied_by, reason)?;
-        let denied = self.ledger.deny(denial).wait().map_err(decision_ledger_error)?;
-        Ok(denied_resume(&denied))
     }
 
     fn prepare_denial(
@@ -796,19 +725,16 @@ impl InterruptApprovals {
     /// Admits the call now being made if `resume` approves exactly this call and its grant is unspent
     /// and unexpired; the grant is spent (durably) before this returns `Ok`. Run the call only then.
     ///
-    /// Dropping the future after the spend was handed to the ledger does not undo it: the grant may be
-    /// spent without the call running (at most once, never twice).
-    pub async fn admit(&self, call: &BindingInput<'_>, resume: &Value) -> Result<Admission, AdmitError> {
-        let prepared = self.prepare_admission(call, resume)?;
-        let spent = self.ledger.spend(prepared.attempt.clone()).await;
-        finish_admission(prepared, spent)
-    }
-
-    /// [`InterruptApprovals::admit`], blocking the current thread.
-    pub fn admit_blocking(&self, call: &BindingInput<'_>, resume: &Value) -> Result<Admission, AdmitError> {
-        let prepared = self.prepare_admission(call, resume)?;
-        let spent = self.ledger.spend(prepared.attempt.clone()).wait();
-        finish_admission(prepared, spent)
+    /// The spend is sent to the ledger when this is called; dropping the reply does not undo it: the grant
+    /// may be spent without the call running (at most once, never twice).
+    pub fn admit(&self, call: &BindingInput<'_>, resume: &Value) -> Reply<Admission, AdmitError> {
+        match self.prepare_admission(call, resume) {
+            Ok(prepared) => self
+                .ledger
+                .spend(prepared.attempt.clone())
+                .then(move |spent| finish_admission(prepared, spent), admit_writer_stopped),
+            Err(error) => Reply::ready_or(Err(error), admit_writer_stopped),
+        }
     }
 
     /// Checks that `resume` approves exactly this call (token, key, binding) without spending anything:
@@ -978,6 +904,21 @@ fn finish_admission(
         Err(LedgerError::BindingMismatch { .. }) => Err(AdmitError::DifferentCall { grant_id, differs: Vec::new() }),
         Err(other) => Err(AdmitError::Ledger(other)),
     }
+}
+
+/// What a reply of a request answers when polled again after its answer was taken.
+fn request_writer_stopped() -> RequestError {
+    RequestError::Ledger(LedgerError::WriterStopped)
+}
+
+/// What a reply of a decision answers when polled again after its answer was taken.
+fn decision_writer_stopped() -> DecisionError {
+    DecisionError::Ledger(LedgerError::WriterStopped)
+}
+
+/// What a reply of an admission answers when polled again after its answer was taken.
+fn admit_writer_stopped() -> AdmitError {
+    AdmitError::Ledger(LedgerError::WriterStopped)
 }
 
 fn decision_ledger_error(error: LedgerError) -> DecisionError {

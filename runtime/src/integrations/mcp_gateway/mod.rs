@@ -60,7 +60,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::identity::Caller;
 pub use environment::{EnvironmentError, INHERITED_VARIABLES, OWN_PREFIX, UpstreamEnvironment};
 pub use framing::{DEFAULT_MAX_MESSAGE_BYTES, LineTransport};
 pub use http::{BearerToken, HttpAuth};

@@ -14,7 +14,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions};
+use agent_airlock::ledger::RedbLedger;
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock::{ManualClock, Outcome, Policy, Status, keys::ApprovalKey};
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{KEY_ENV, SECRET_HEX, START};

@@ -22,7 +22,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::ledger::{ProcessSharing, RedbLedger, RedbOpenOptions};
+use agent_airlock::ledger::RedbLedger;
+use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock::{
     ManualClock,
     approval::{InterruptApprovals, KeyRing},
@@ -81,7 +82,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let call: OwnedCall = parse("call", arg(5)?)?;
             let resume: Value = parse("resume", arg(6)?)?;
             let approvals = approvals(ledger)?;
-            let result = approvals.admit_blocking(&call.input(), &resume);
+            let result = approvals.admit(&call.input(), &resume).wait();
             match &result {
                 Ok(admission) => say(&format!("admitted {}", admission.grant_id)),
                 Err(err) => say(&format!("{} {err}", outcome_word(&result))),
@@ -93,8 +94,8 @@ fn run(args: &[String]) -> Result<(), String> {
             let call: OwnedCall = parse("call", arg(2)?)?;
             let approvals = approvals(ledger)?;
             let request =
-                approvals.request_blocking(&call.input(), "attribute", "moves money").map_err(|err| err.to_string())?;
-            let resume = approvals.approve_blocking(request.as_value(), "alice").map_err(|err| err.to_string())?;
+                approvals.request(&call.input(), "attribute", "moves money").wait().map_err(|err| err.to_string())?;
+            let resume = approvals.approve(request.as_value(), "alice").wait().map_err(|err| err.to_string())?;
             say(&resume.into_value().to_string());
             hang()
         }
@@ -103,7 +104,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let call: OwnedCall = parse("call", arg(2)?)?;
             let resume: Value = parse("resume", arg(3)?)?;
             let approvals = approvals(ledger)?;
-            let result = approvals.admit_blocking(&call.input(), &resume);
+            let result = approvals.admit(&call.input(), &resume).wait();
             say(outcome_word(&result));
             hang()
         }
@@ -112,7 +113,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let jobs: Vec<(OwnedCall, Value)> = parse("jobs", arg(2)?)?;
             let approvals = approvals(ledger)?;
             for (index, (call, resume)) in jobs.iter().enumerate() {
-                let result = approvals.admit_blocking(&call.input(), resume);
+                let result = approvals.admit(&call.input(), resume).wait();
                 say(&format!("{} {index}", outcome_word(&result)));
             }
             hang()

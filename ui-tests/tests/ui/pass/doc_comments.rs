@@ -1,7 +1,7 @@
 //! Doc comments become descriptions: paragraphs and indentation survive, and doc attributes written as
 //! macro calls (`concat!`, `include_str!`, a `macro_rules!` fragment) are evaluated when the crate compiles.
 
-use agent_airlock::{Tool, airlock_tool, input_schema, tool};
+use agent_airlock::{airlock_tool, input_schema, tool, tool::Tool};
 
 /// Refund a payment.
 ///

@@ -1,6 +1,6 @@
 //! An effect template over model-visible parameters (raw identifiers included) renders the key.
 
-use agent_airlock::{Tool, airlock_tool, tool};
+use agent_airlock::{airlock_tool, tool, tool::Tool};
 use serde_json::json;
 
 /// Refund a payment.

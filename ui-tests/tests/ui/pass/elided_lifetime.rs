@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use agent_airlock::{CallContext, Tool, airlock_tool, input_schema, tool};
+use agent_airlock::{CallContext, airlock_tool, input_schema, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -54,7 +54,7 @@ fn words(text: std::string::String) -> usize {
 
 fn main() {
     let tool = ::agent_airlock::tool!(greet);
-    let spec = ::agent_airlock::Tool::spec(&tool);
+    let spec = ::agent_airlock::tool::Tool::spec(&tool);
     assert_eq!(spec.name(), "greet");
     assert_eq!(spec.description(), "Greet someone.");
     let names: std::vec::Vec<&str> = spec.params().iter().map(|p| p.name()).collect();
@@ -65,7 +65,7 @@ fn main() {
     assert_eq!(message.content, "hello ada, hello ada", "{message:?}");
 
     let tool = ::agent_airlock::tool!(words);
-    assert_eq!(::agent_airlock::Tool::spec(&tool).ghost(), ::agent_airlock::GhostPolicy::Block);
+    assert_eq!(::agent_airlock::tool::Tool::spec(&tool).ghost(), ::agent_airlock::tool::GhostPolicy::Block);
     let message = call(tool, json!({"text": "one two three"}), &CallContext::new());
     assert_eq!(message.content, "3", "{message:?}");
 }

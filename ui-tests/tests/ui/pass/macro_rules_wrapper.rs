@@ -1,7 +1,7 @@
 //! Tools stamped out by a `macro_rules!`: the user's types come from the caller, the attribute and the
 //! parameter names from the macro, and the generated locals must resolve across both.
 
-use agent_airlock::{CallContext, Tool, airlock_tool, tool};
+use agent_airlock::{CallContext, airlock_tool, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

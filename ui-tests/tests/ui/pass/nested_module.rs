@@ -1,7 +1,7 @@
 //! The attribute in a nested module and in a function body: the tool type lives next to the function and
 //! `tool!` finds it by the function's path.
 
-use agent_airlock::{airlock_tool, tool, CallContext, Tool};
+use agent_airlock::{airlock_tool, tool, CallContext, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -5,7 +5,7 @@ extern crate agent_airlock as renamed;
 
 use agent_airlock as my_airlock;
 use agent_airlock_ui_tests::call;
-use my_airlock::{airlock_tool, tool, CallContext, Tool};
+use my_airlock::{airlock_tool, tool, tool::Tool, CallContext};
 use serde_json::json;
 
 mod runtime {
@@ -36,7 +36,7 @@ fn main() {
     assert_eq!(spec.rate(), Some("3/minute".parse::<my_airlock::Rate>().unwrap()));
     assert_eq!(call(tool!(increment), json!({"value": 1}), &CallContext::new()).content, "2");
 
-    assert_eq!(tool!(add_two).spec().ghost(), renamed::GhostPolicy::Block);
+    assert_eq!(tool!(add_two).spec().ghost(), renamed::tool::GhostPolicy::Block);
     assert_eq!(call(tool!(add_two), json!({"value": 1}), &CallContext::new()).content, "3");
 
     assert_eq!(call(tool!(add_three), json!({"value": 1}), &CallContext::new()).content, "4");

@@ -22,7 +22,7 @@
     clippy::pedantic
 )]
 
-use agent_airlock::{airlock_tool, tool, CallContext, State, Tool, ToolError};
+use agent_airlock::{airlock_tool, tool, CallContext, State, ToolError, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -1,7 +1,7 @@
 //! `tool!` reaches the tool by whatever path reaches the function: a `use` of the function alone, a
 //! renamed import, a glob import, and the full path all name the same tool.
 
-use agent_airlock::{tool, Tool};
+use agent_airlock::{tool, tool::Tool};
 
 mod tools {
     pub(crate) mod billing {
@@ -31,7 +31,7 @@ mod by_use {
     use crate::tools::billing::payout;
 
     pub(crate) fn spec_name() -> &'static str {
-        agent_airlock::Tool::spec(&agent_airlock::tool!(payout)).name()
+        agent_airlock::tool::Tool::spec(&agent_airlock::tool!(payout)).name()
     }
 }
 
@@ -39,7 +39,7 @@ mod by_rename {
     use crate::tools::billing::payout as send_money;
 
     pub(crate) fn spec_name() -> &'static str {
-        agent_airlock::Tool::spec(&agent_airlock::tool!(send_money)).name()
+        agent_airlock::tool::Tool::spec(&agent_airlock::tool!(send_money)).name()
     }
 }
 
@@ -47,7 +47,7 @@ mod by_glob {
     use crate::tools::billing::*;
 
     pub(crate) fn spec_name() -> &'static str {
-        agent_airlock::Tool::spec(&agent_airlock::tool!(lookup)).name()
+        agent_airlock::tool::Tool::spec(&agent_airlock::tool!(lookup)).name()
     }
 }
 

@@ -1,6 +1,6 @@
 //! The tool type has the function's visibility, so `tool!` works wherever the function can be named.
 
-use agent_airlock::{tool, CallContext, Tool};
+use agent_airlock::{tool, CallContext, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 
@@ -22,7 +22,7 @@ mod outer {
     }
 
     pub(crate) fn parent_only_name() -> &'static str {
-        agent_airlock::Tool::spec(&agent_airlock::tool!(inner::parent_only)).name()
+        agent_airlock::tool::Tool::spec(&agent_airlock::tool!(inner::parent_only)).name()
     }
 }
 
