@@ -218,10 +218,14 @@ impl SecurityPolicy {
     /// `denied_tools` and `allowed_tools` are glob lists (with `allowed_tools`, every other tool is
     /// refused); `escalate_tools` maps a glob to the reason a human must approve; `approvals` maps a glob to
     /// how many distinct approvers its escalated calls need (`{"refund": 2}`; 1 otherwise); `rate_limits` maps
-    /// a glob to `N/unit` (`30/minute`); `masks` maps a glob to what is masked in results (`secrets,pii`).
+    /// a glob to `N/unit` (`30/minute`); `masks` maps a glob to what is masked in results (`secrets,pii`);
+    /// `effects` maps a glob to an idempotency key template (`{"refund": "refund:{payment_id}"}`): a call
+    /// whose key already ran is refused as a duplicate, one whose outcome is unknown (the tool failed) is
+    /// refused until an operator resolves it (`airlock effects`); effects need `approval_ledger`, where their
+    /// records are kept.
     #[new]
     #[pyo3(signature = (*, denied_tools = None, allowed_tools = None, escalate_tools = None, rate_limits = None,
-                        masks = None, approvals = None, approval_ledger = None))]
+                        masks = None, approvals = None, effects = None, approval_ledger = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
     fn new(
         denied_tools: Option<Vec<String>>,
@@ -230,6 +234,7 @@ impl SecurityPolicy {
         rate_limits: Option<BTreeMap<String, String>>,
         masks: Option<BTreeMap<String, String>>,
         approvals: Option<BTreeMap<String, u32>>,
+        effects: Option<BTreeMap<String, String>>,
         approval_ledger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut builder = Policy::builder();
@@ -254,10 +259,16 @@ impl SecurityPolicy {
         for (glob, needed) in approvals.iter().flatten() {
             builder = builder.approvals(glob, *needed);
         }
+        for (glob, template) in effects.iter().flatten() {
+            builder = builder.effect(glob, template);
+        }
         let policy = builder.build().map_err(|errors| {
             PolicyError::new_err(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
         })?;
         let store = approval_ledger.map(store_of).transpose()?;
+        if store.is_none() && effects.as_ref().is_some_and(|effects| !effects.is_empty()) {
+            return Err(PolicyError::new_err("`effects` need an `approval_ledger`, where their records are kept"));
+        }
         Ok(SecurityPolicy { policy, store })
     }
 

@@ -371,3 +371,36 @@ def test_the_readme_example_runs():
         "c4: [success",
     ], calls
     assert calls[-1] == "c4: [success] deleted /tmp/x", calls
+
+
+@tool
+def refund(payment_id: str, amount: int) -> str:
+    """Refund a payment."""
+    RAN.append(("refund", {"payment_id": payment_id, "amount": amount}))
+    if amount < 0:
+        raise ValueError("the bank timed out")
+    return f"refunded {amount}"
+
+
+def test_an_effect_key_runs_once_and_a_failed_run_waits_for_an_operator(tmp_path):
+    """`effects`: a second call with the key of one that ran is refused as a duplicate; a call whose tool
+    failed (the node made the error message: `handle_tool_errors`) may have had its effect, so a retry is
+    refused until an operator says whether it happened."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    policy = SecurityPolicy(effects={"refund": "refund:{payment_id}"}, approval_ledger=ledger)
+    app = graph(ToolNode([refund], wrap_tool_call=airlock_wrap_tool_call(policy), handle_tool_errors=True))
+
+    def refund_call(payment_id, amount, call_id):
+        return last(app.invoke({"messages": [call("refund", {"payment_id": payment_id, "amount": amount}, call_id)]}))
+
+    assert refund_call("p1", 5, "r1").status == "success"
+    again = refund_call("p1", 5, "r2")
+    assert again.status == "error" and again.additional_kwargs["airlock"]["refusal"]["kind"] == "duplicate", again
+    failed = refund_call("p2", -1, "r3")
+    assert failed.status == "error" and "timed out" in failed.content, failed.content
+    retry = refund_call("p2", 5, "r4")
+    assert retry.status == "error", retry.content
+    assert retry.additional_kwargs["airlock"]["refusal"]["kind"] == "effect_unresolved", retry
+    assert RAN == [("refund", {"payment_id": "p1", "amount": 5}), ("refund", {"payment_id": "p2", "amount": -1})]
+    with pytest.raises(PolicyError, match="approval_ledger"):
+        SecurityPolicy(effects={"refund": "refund:{payment_id}"})
