@@ -2,7 +2,8 @@
 
 ``SecurityPolicy`` says which tools are refused, allowed, escalated and rate limited; ``InterruptApprovals``
 pauses escalated calls with LangGraph's ``interrupt()`` and admits a resumed call once, only with a human's
-approval bound to it; ``RedbApprovalLedger`` and ``PostgresApprovalLedger`` hold the approvals, effect
+approval bound to it (an ``OperatorKey`` is an approver's own credential, which signs each decision);
+``RedbApprovalLedger`` and ``PostgresApprovalLedger`` hold the approvals, effect
 records and audit log. The LangGraph wrappers are in ``airlock_rs.langgraph``.
 """
 
@@ -13,6 +14,7 @@ from ._native import (
     ApprovalKeyError,
     InterruptApprovals,
     LedgerError,
+    OperatorKey,
     PolicyError,
     PostgresApprovalLedger,
     RedbApprovalLedger,
@@ -30,6 +32,7 @@ __all__ = [
     "CheckpointCommitments",
     "InterruptApprovals",
     "LedgerError",
+    "OperatorKey",
     "PolicyError",
     "PostgresApprovalLedger",
     "RedbApprovalLedger",

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command, interrupt
 
-from ._native import InterruptApprovals, SecurityPolicy, ToolGuard
+from ._native import InterruptApprovals, SecurityPolicy, ToolFailed, ToolGuard
 
 try:
     import dataclasses
@@ -182,8 +182,12 @@ def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
 
 def _result_content(result: Any) -> Any:
     """What the dispatcher masks and records of the node's answer: a message's content (a ``Command`` is
-    recorded as nothing: it passes through unmasked)."""
+    recorded as nothing: it passes through unmasked). A message with ``status="error"`` (the node caught the
+    tool's exception: ``handle_tool_errors``) is a failure, recorded as one, its text masked."""
     if isinstance(result, ToolMessage):
+        if result.status == "error":
+            content = result.content
+            raise ToolFailed(content if isinstance(content, str) else json.dumps(content, default=str))
         return result.content
     return None
 

@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_airlock::approval::{InterruptApprovals as Protocol, KeyRing};
+use agent_airlock::approval::operators::Operators;
+use agent_airlock::approval::{DecisionError, DecisionSigner, InterruptApprovals as Protocol, KeyRing};
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
@@ -24,7 +25,7 @@ use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -35,7 +36,18 @@ create_exception!(_native, PolicyError, AirlockError, "A policy that cannot be b
 create_exception!(_native, SchemaError, AirlockError, "A tool whose argument schema cannot be guarded.");
 create_exception!(_native, LedgerError, AirlockError, "The approval ledger cannot be opened or written.");
 create_exception!(_native, ApprovalError, AirlockError, "An approval request that cannot be decided.");
-create_exception!(_native, ApprovalKeyError, AirlockError, "An approval key that is too short or badly named.");
+create_exception!(
+    _native,
+    ApprovalKeyError,
+    AirlockError,
+    "An approval key that is too short or badly named, or an operator key or operators file that cannot be used."
+);
+create_exception!(
+    _native,
+    ToolFailed,
+    PyException,
+    "Raised by the LangGraph glue inside a tool's callback: the tool ran and failed (the node made an error message)."
+);
 
 /// How long a grant issued by `approve` stays valid unless the caller says otherwise.
 const DEFAULT_GRANT_TTL_SECS: u64 = 900;
@@ -205,17 +217,25 @@ struct SecurityPolicy {
 #[pymethods]
 impl SecurityPolicy {
     /// `denied_tools` and `allowed_tools` are glob lists (with `allowed_tools`, every other tool is
-    /// refused); `escalate_tools` maps a glob to the reason a human must approve; `rate_limits` maps a glob
-    /// to `N/unit` (`30/minute`); `masks` maps a glob to what is masked in results (`secrets,pii`).
+    /// refused); `escalate_tools` maps a glob to the reason a human must approve; `approvals` maps a glob to
+    /// how many distinct approvers its escalated calls need (`{"refund": 2}`; 1 otherwise); `rate_limits` maps
+    /// a glob to `N/unit` (`30/minute`); `masks` maps a glob to what is masked in results (`secrets,pii`);
+    /// `effects` maps a glob to an idempotency key template (`{"refund": "refund:{payment_id}"}`): a call
+    /// whose key already ran is refused as a duplicate, one whose outcome is unknown (the tool failed) is
+    /// refused until an operator resolves it (`airlock effects`); effects need `approval_ledger`, where their
+    /// records are kept.
     #[new]
     #[pyo3(signature = (*, denied_tools = None, allowed_tools = None, escalate_tools = None, rate_limits = None,
-                        masks = None, approval_ledger = None))]
+                        masks = None, approvals = None, effects = None, approval_ledger = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
     fn new(
         denied_tools: Option<Vec<String>>,
         allowed_tools: Option<Vec<String>>,
         escalate_tools: Option<BTreeMap<String, String>>,
         rate_limits: Option<BTreeMap<String, String>>,
         masks: Option<BTreeMap<String, String>>,
+        approvals: Option<BTreeMap<String, u32>>,
+        effects: Option<BTreeMap<String, String>>,
         approval_ledger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut builder = Policy::builder();
@@ -237,10 +257,19 @@ impl SecurityPolicy {
         for (glob, mask) in masks.iter().flatten() {
             builder = builder.mask(glob, mask);
         }
+        for (glob, needed) in approvals.iter().flatten() {
+            builder = builder.approvals(glob, *needed);
+        }
+        for (glob, template) in effects.iter().flatten() {
+            builder = builder.effect(glob, template);
+        }
         let policy = builder.build().map_err(|errors| {
             PolicyError::new_err(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
         })?;
         let store = approval_ledger.map(store_of).transpose()?;
+        if store.is_none() && effects.as_ref().is_some_and(|effects| !effects.is_empty()) {
+            return Err(PolicyError::new_err("`effects` need an `approval_ledger`, where their records are kept"));
+        }
         Ok(SecurityPolicy { policy, store })
     }
 
@@ -251,24 +280,129 @@ impl SecurityPolicy {
     }
 }
 
+/// An approver's credential: an operator's Ed25519 signing key (the file `airlock operators add NAME
+/// --key-out FILE` writes), which signs every decision made with it. A host in operator mode
+/// (`InterruptApprovals(..., operators=FILE)`) counts a decision only if a key its operators file lists
+/// signed it, and `approvals = N` counts distinct keys.
+#[pyclass(frozen, module = "airlock_rs")]
+struct OperatorKey {
+    key: Arc<agent_airlock::approval::operators::OperatorKey>,
+}
+
+#[pymethods]
+impl OperatorKey {
+    /// Reads the key file at `path` (written by `airlock operators add` or `OperatorKey.write`).
+    #[staticmethod]
+    fn from_file(path: std::path::PathBuf) -> PyResult<Self> {
+        let key = agent_airlock::approval::operators::OperatorKey::from_file(&path)
+            .map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        Ok(OperatorKey { key: Arc::new(key) })
+    }
+
+    /// A new key for the operator `name`, from the system's random source (list its `public_key` in the
+    /// operators file, or use `airlock operators add`, which does both).
+    #[staticmethod]
+    fn generate(name: &str) -> PyResult<Self> {
+        let key = agent_airlock::approval::operators::OperatorKey::generate(name)
+            .map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        Ok(OperatorKey { key: Arc::new(key) })
+    }
+
+    /// Writes the key to a new file at `path`, readable by its owner only; an existing file is never
+    /// overwritten.
+    fn write(&self, path: std::path::PathBuf) -> PyResult<()> {
+        self.key.write_new(&path).map_err(|e| ApprovalKeyError::new_err(e.to_string()))
+    }
+
+    /// The name the key signs as.
+    #[getter]
+    fn name(&self) -> &str {
+        self.key.name()
+    }
+
+    /// The public key, `ed25519:<64 hex>`, as the operators file lists it.
+    #[getter]
+    fn public_key(&self) -> String {
+        self.key.key_id()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("OperatorKey(name={:?}, public_key={:?})", self.key.name(), self.key.key_id())
+    }
+}
+
+/// Who a decision is recorded under: a name (unsigned), or an operator's key (signed).
+#[derive(Clone)]
+enum Approver {
+    /// Unsigned, under this name: counted only by hosts without an operators file.
+    Name(String),
+    /// Signed with the operator's key, under the key's name.
+    Key(Arc<agent_airlock::approval::operators::OperatorKey>),
+}
+
+impl Approver {
+    /// `approver` as Python gives it: an `OperatorKey`, or a name.
+    fn of(approver: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(key) = approver.cast::<OperatorKey>() {
+            return Ok(Approver::Key(Arc::clone(&key.get().key)));
+        }
+        if let Ok(name) = approver.cast::<PyString>() {
+            return Ok(Approver::Name(name.to_str()?.to_owned()));
+        }
+        Err(PyTypeError::new_err("`approver` must be an airlock_rs.OperatorKey or a name (str)"))
+    }
+}
+
+/// The approver of the deployment's own operator when none is given: unsigned, as `operator`.
+const DEFAULT_APPROVER: &str = "operator";
+
 /// Approvals across LangGraph's `interrupt()`: requests bound to the call and sealed with `key`, granted
 /// by a human, spent once on resume.
 #[pyclass(frozen, module = "airlock_rs")]
 struct InterruptApprovals {
     protocol: Protocol,
+    /// Who `approve` and `deny` decide as when the call names nobody.
+    approver: Approver,
 }
 
 #[pymethods]
 impl InterruptApprovals {
     /// `key` is the approval secret (raw bytes, at least 16; kept outside the checkpoints), named
     /// `key_id` in the requests it seals; grants from `approve` are valid for `grant_ttl_secs`.
+    ///
+    /// `approver` is the credential `approve(value)` and `deny(value)` decide with when they name none:
+    /// an `OperatorKey` (each decision signed with it), or a name (unsigned; `operator` by default).
+    /// With `operators` (the path of the operators file `airlock operators add` writes) this host is in
+    /// operator mode: a decision counts only if a key the file lists signed it, and a request needing N
+    /// approvers needs N distinct listed keys; a name, an unlisted key, or whoever holds `key` and the
+    /// ledger approves nothing.
     #[new]
-    #[pyo3(signature = (key, ledger, *, key_id = "approval-1", grant_ttl_secs = DEFAULT_GRANT_TTL_SECS))]
-    fn new(key: &[u8], ledger: &Bound<'_, PyAny>, key_id: &str, grant_ttl_secs: u64) -> PyResult<Self> {
+    #[pyo3(signature = (key, ledger, *, approver = None, operators = None, key_id = "approval-1",
+                        grant_ttl_secs = DEFAULT_GRANT_TTL_SECS))]
+    fn new(
+        py: Python<'_>,
+        key: &[u8],
+        ledger: &Bound<'_, PyAny>,
+        approver: Option<&Bound<'_, PyAny>>,
+        operators: Option<std::path::PathBuf>,
+        key_id: &str,
+        grant_ttl_secs: u64,
+    ) -> PyResult<Self> {
         let key = ApprovalKey::new(key_id, key).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+        let approver = approver.map(Approver::of).transpose()?.unwrap_or(Approver::Name(DEFAULT_APPROVER.to_owned()));
         let store = store_of(ledger)?;
-        let protocol = Protocol::new(KeyRing::new(key), store.ledger(), Duration::from_secs(grant_ttl_secs));
-        Ok(InterruptApprovals { protocol })
+        let mut protocol = Protocol::new(KeyRing::new(key), store.ledger(), Duration::from_secs(grant_ttl_secs));
+        if let Some(path) = operators {
+            let listed = py.detach(|| Operators::load(&path)).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
+            protocol = protocol.with_operators(listed);
+        }
+        Ok(InterruptApprovals { protocol, approver })
+    }
+
+    /// Whether this host counts only decisions signed by the keys of an operators file.
+    #[getter]
+    fn operator_mode(&self) -> bool {
+        self.protocol.operators().is_some()
     }
 
     /// Checks an interrupt value's seal and binding and opens its arguments (stored encrypted in the value):
@@ -287,30 +421,71 @@ impl InterruptApprovals {
         from_json(py, &opened)
     }
 
-    /// Approves the request `value` holds (the interrupt's value, `{"airlock_approval": {...}}`) as
-    /// `approver`, after checking its seal: the value to resume the graph with, `Command(resume=...)`.
-    #[pyo3(signature = (value, *, approver = "operator"))]
-    fn approve(&self, py: Python<'_>, value: &Bound<'_, PyAny>, approver: &str) -> PyResult<Py<PyAny>> {
+    /// Approves the request `value` holds (the interrupt's value, `{"airlock_approval": {...}}`) after
+    /// checking its seal: the value to resume the graph with, `Command(resume=...)`. `approver` (an
+    /// `OperatorKey`, or a name) is who approves; without it, the approver the approvals were made with.
+    /// A request that needs more approvers than have approved so far (`approvals` in the policy) records
+    /// this approval and returns `None`; the last one needed returns the resume value (as does any
+    /// approval after it). One credential counts once, whatever it approves as.
+    #[pyo3(signature = (value, *, approver = None))]
+    fn approve(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        approver: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let approver = self.approver_or_default(approver)?;
         let value = to_json(py, value)?;
-        let resumed = py.detach(|| self.protocol.approve(&value, approver).wait());
-        let resume = resumed.map_err(|e| ApprovalError::new_err(e.to_string()))?;
-        from_json(py, resume.as_value())
+        let decided = py.detach(|| match &approver {
+            Approver::Name(name) => self.protocol.approve(&value, name).wait(),
+            Approver::Key(key) => self.protocol.approve_signed(&value, DecisionSigner::Operator(key)).wait(),
+        });
+        match decided {
+            Ok(resume) => from_json(py, resume.as_value()),
+            Err(DecisionError::MoreApproversNeeded { .. }) => Ok(py.None()),
+            Err(error) => Err(ApprovalError::new_err(error.to_string())),
+        }
     }
 
-    /// Denies the request `value` holds, as `approver`, for `reason`: the value to resume with (the call
-    /// is then refused as denied).
-    #[pyo3(signature = (value, *, approver = "operator", reason = None))]
+    /// Denies the request `value` holds, as `approver` (as for `approve`), for `reason`: the value to
+    /// resume with (the call is then refused as denied).
+    #[pyo3(signature = (value, *, approver = None, reason = None))]
     fn deny(
         &self,
         py: Python<'_>,
         value: &Bound<'_, PyAny>,
-        approver: &str,
+        approver: Option<&Bound<'_, PyAny>>,
         reason: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
+        let approver = self.approver_or_default(approver)?;
         let value = to_json(py, value)?;
-        let denied = py.detach(|| self.protocol.deny(&value, approver, reason).wait());
+        let denied = py.detach(|| match &approver {
+            Approver::Name(name) => self.protocol.deny(&value, name, reason).wait(),
+            Approver::Key(key) => self.protocol.deny_signed(&value, DecisionSigner::Operator(key), reason).wait(),
+        });
         let resume = denied.map_err(|e| ApprovalError::new_err(e.to_string()))?;
         from_json(py, resume.as_value())
+    }
+
+    /// The decision recorded for the request `value` holds, by this process or another sharing the ledger
+    /// (`airlock approve`, the console): the value to resume with, or `None` while it waits (pending, or
+    /// approved by fewer approvers than it needs). Records nothing; for polling.
+    fn recorded_decision(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let value = to_json(py, value)?;
+        let recorded = py.detach(|| self.protocol.recorded_decision_blocking(&value));
+        match recorded.map_err(|e| ApprovalError::new_err(e.to_string()))? {
+            Some(resume) => from_json(py, resume.as_value()),
+            None => Ok(py.None()),
+        }
+    }
+}
+
+impl InterruptApprovals {
+    fn approver_or_default(&self, approver: Option<&Bound<'_, PyAny>>) -> PyResult<Approver> {
+        match approver {
+            Some(approver) => Approver::of(approver),
+            None => Ok(self.approver.clone()),
+        }
     }
 }
 
@@ -568,8 +743,15 @@ fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
             Some(object) => object,
             None => object_to_py(py, &call.arguments).map_err(|e| ToolError::not_executed(e.to_string()))?,
         };
-        let returned =
-            callback.call1(py, (admitted,)).map_err(|e| ToolError::new(format!("the tool failed: {}", e.value(py))))?;
+        let returned = callback.call1(py, (admitted,)).map_err(|e| {
+            // The node ran the tool and answered with an error message (its `handle_tool_errors`): a failure
+            // whose text is the message's, masked like any result.
+            if e.is_instance_of::<ToolFailed>(py) {
+                ToolError::new(e.value(py).to_string())
+            } else {
+                ToolError::new(format!("the tool failed: {}", e.value(py)))
+            }
+        })?;
         to_value(returned.bind(py), 0).map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
     })
 }
@@ -729,6 +911,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PostgresApprovalLedger>()?;
     m.add_class::<SecurityPolicy>()?;
     m.add_class::<InterruptApprovals>()?;
+    m.add_class::<OperatorKey>()?;
     m.add_class::<ToolGuard>()?;
     m.add_class::<CheckpointCommitments>()?;
     m.add("AirlockError", py.get_type::<AirlockError>())?;
@@ -737,5 +920,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LedgerError", py.get_type::<LedgerError>())?;
     m.add("ApprovalError", py.get_type::<ApprovalError>())?;
     m.add("ApprovalKeyError", py.get_type::<ApprovalKeyError>())?;
+    m.add("ToolFailed", py.get_type::<ToolFailed>())?;
     Ok(())
 }

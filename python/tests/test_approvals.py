@@ -14,6 +14,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,14 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from airlock_rs import ApprovalError, ApprovalKeyError, InterruptApprovals, RedbApprovalLedger, SecurityPolicy
+from airlock_rs import (
+    ApprovalError,
+    ApprovalKeyError,
+    InterruptApprovals,
+    RedbApprovalLedger,
+    SecurityPolicy,
+    ToolGuard,
+)
 from airlock_rs.langgraph import airlock_wrap_tool_call
 
 KEY = bytes(range(32))
@@ -176,6 +185,23 @@ def test_attack_4_a_resume_from_an_older_checkpoint_after_deleting_the_head_admi
     assert len(RAN) == 1
 
 
+def test_an_escalated_call_takes_one_rate_token_across_its_pause_and_resume(ledger):
+    """The pause takes no token (a human may take longer than the window); the admitted resume takes one;
+    once the bucket is empty a new call is refused at once, before a human is asked."""
+    approvals = InterruptApprovals(KEY, ledger)
+    policy = SecurityPolicy(
+        escalate_tools={"delete_file": "deletes a file"}, rate_limits={"delete_file": "1/hour"}, approval_ledger=ledger
+    )
+    app = graph(ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals)), InMemorySaver())
+    value = pause(app)
+    assert tool_message(app.invoke(Command(resume=approvals.approve(value)), config("t1"))).status == "success"
+    out = app.invoke({"messages": [call("delete_file", {"path": "/tmp/y"}, "call-2")]}, config("t2"))
+    assert "__interrupt__" not in out, "no human is asked for a call the rate limit refuses anyway"
+    message = tool_message(out)
+    assert message.status == "error" and message.additional_kwargs["airlock"]["refusal"]["kind"] == "rate_limited"
+    assert RAN == [("delete_file", {"path": "/tmp/x"})]
+
+
 def test_a_short_key_is_refused(ledger):
     with pytest.raises(ApprovalKeyError):
         InterruptApprovals(b"short", ledger)
@@ -213,3 +239,78 @@ def test_pause_approve_with_the_cli_and_resume_in_another_process(tmp_path):
     # The same resume value in a third process: nothing runs again.
     again = run("resume", str(db), str(sqlite_path), str(key_file), approved.stdout)
     assert again["ran"] == []
+
+
+def test_the_approval_binds_every_field_of_the_call(ledger):
+    """Each field the binding covers, changed alone, makes the approval admit nothing: the thread, the
+    checkpoint namespace, the checkpoint map, the tool call id, the arguments, the tool. Then the call it was
+    given for runs, once."""
+    approvals = InterruptApprovals(KEY, ledger)
+    policy = SecurityPolicy(escalate_tools={"delete_*": "deletes"}, approval_ledger=ledger)
+    schema = json.dumps({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    delete_file = ToolGuard("delete_file", "Delete a file.", schema, policy, approvals)
+    delete_dir = ToolGuard("delete_dir", "Delete a folder.", schema, policy, approvals)
+    site = {"thread_id": "t1", "checkpoint_ns": "tools:1", "checkpoint_map": {"": "cp-1", "tools:1": "cp-2"}}
+    ran = []
+
+    def run(admitted):
+        ran.append(admitted)
+        return "done"
+
+    paused = delete_file.dispatch("call-1", {"path": "/x"}, run, **site)
+    assert paused["kind"] == "interrupt", paused
+    resume = approvals.approve(paused["value"])
+    for guard, call_id, arguments, where in [
+        (delete_file, "call-1", {"path": "/x"}, dict(site, thread_id="t2")),
+        (delete_file, "call-1", {"path": "/x"}, dict(site, checkpoint_ns="tools:2")),
+        (delete_file, "call-1", {"path": "/x"}, dict(site, checkpoint_map={"": "cp-1", "tools:1": "cp-3"})),
+        (delete_file, "call-2", {"path": "/x"}, site),
+        (delete_file, "call-1", {"path": "/y"}, site),
+        (delete_dir, "call-1", {"path": "/x"}, site),
+    ]:
+        out = guard.dispatch(call_id, arguments, run, resume=resume, **where)
+        assert out["kind"] == "message" and out["status"] == "error", (where, call_id, arguments, out)
+        assert ran == [], (where, call_id, arguments)
+    out = delete_file.dispatch("call-1", {"path": "/x"}, run, resume=resume, **site)
+    assert out["status"] == "success", out
+    again = delete_file.dispatch("call-1", {"path": "/x"}, run, resume=resume, **site)
+    assert again["status"] == "error", again
+    assert ran == [{"path": "/x"}], "spent once"
+
+
+HOLD = """
+import sys, time
+from airlock_rs import RedbApprovalLedger
+ledger = RedbApprovalLedger(sys.argv[1])
+print("open", flush=True)
+time.sleep(1.5)
+"""
+
+
+def test_the_gil_is_released_while_the_rust_side_waits_on_the_ledger(tmp_path):
+    """Opening a ledger file another process holds waits for it (`wait_secs`) in Rust: meanwhile this
+    process's other Python threads run."""
+    path = str(tmp_path / "held.redb")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, path], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        ticks: list[float] = []
+        stop = threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.005)
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        started = time.monotonic()
+        RedbApprovalLedger(path, wait_secs=30)
+        waited = time.monotonic() - started
+        stop.set()
+        ticker.join()
+    finally:
+        holder.wait(timeout=30)
+    assert waited > 0.5, f"the ledger was not held: opened after {waited:.2f} s"
+    during = [t for t in ticks if started + 0.05 < t < started + waited - 0.05]
+    assert len(during) >= 20, f"another thread ran {len(during)} times in {waited:.2f} s of waiting"

@@ -3,6 +3,7 @@ refused and recorded; time travel is recorded; an untouched pause and resume goe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -19,7 +20,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from airlock_rs import AirlockCheckpointer, InterruptApprovals, RedbApprovalLedger, SecurityPolicy
-from airlock_rs.langgraph import airlock_wrap_tool_call
+from airlock_rs.langgraph import airlock_awrap_tool_call, airlock_wrap_tool_call
 
 KEY = bytes(range(32))
 AUDIT_KEY = bytes(range(100, 132))
@@ -161,3 +162,45 @@ def test_a_pause_in_one_process_and_a_resume_in_another_is_refused_only_after_an
         assert resumed["status"] == "success", resumed
         assert resumed["ran"] == [["delete_file", {"path": "/srv/report.txt"}]]
         assert records == []
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_an_async_sqlite_checkpoint_edited_between_pause_and_resume_is_refused_and_recorded(tmp_path, edited):
+    """AirlockCheckpointer over AsyncSqliteSaver (its async methods), the graph run with `ainvoke` through
+    `awrap_tool_call`."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path = tmp_path / "cp.sqlite"
+
+    async def run():
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
+            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+            approvals = InterruptApprovals(KEY, ledger)
+            saver = AirlockCheckpointer(inner, ledger, KEY)
+            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+            node = ToolNode(
+                TOOLS,
+                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+            )
+            app = graph(node, saver)
+            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+            paused = await app.ainvoke(start, CFG)
+            assert RAN == []
+            resume = approvals.approve(paused["__interrupt__"][0].value)
+            if edited:
+                await asyncio.to_thread(edit_head_with_sqlite, path, saver)
+            out = await app.ainvoke(Command(resume=resume), CFG)
+            return ledger, out["messages"][-1]
+
+    ledger, message = asyncio.run(run())
+    assert isinstance(message, ToolMessage)
+    if edited:
+        assert message.status == "error", message.content
+        assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+        assert RAN == []
+        assert tampers(ledger) and "edited" in tampers(ledger)[0]["detail"]
+    else:
+        assert message.status == "success", message.content
+        assert RAN == [("delete_file", {"path": "/tmp/x"})]
+        assert tampers(ledger) == []

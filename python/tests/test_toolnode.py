@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
 
 import pytest
 from conftest import RAN, SECRET, TOOLS, ScriptedChat, airlock, call, graph, move_to
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.prebuilt import ToolNode
+from langchain_core.tools import tool
+from langgraph.prebuilt import InjectedState, ToolNode
+from pydantic import BaseModel
 
 from airlock_rs import AirlockError, PolicyError, RedbApprovalLedger, SchemaError, SecurityPolicy
 from airlock_rs.langgraph import airlock_middleware, airlock_wrap_tool_call, filter_tools
@@ -86,7 +92,8 @@ def test_a_missing_tool_is_refused_like_any_other():
     message = last(guarded(SecurityPolicy()).invoke({"messages": [call("no_such_tool", {"a": 1})]}))
     assert message.status == "error"
     assert message.tool_call_id == "call-1"
-    assert "no_such_tool" in message.content
+    assert "no_such_tool" in message.content and "hint:" in message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "unknown_tool"
     assert RAN == []
 
 
@@ -256,3 +263,144 @@ def test_the_cheap_request_copy_is_what_override_makes():
 
     custom = Custom(tool_call=tool_call, tool=TOOLS[0], state={}, runtime=None)
     assert type(glue._with_tool_call(custom, call)) is Custom, "a subclass goes through override"
+
+
+class Recipient(BaseModel):
+    address: str
+    name: str
+
+
+@tool
+def notify(recipients: list[Recipient], note: str, state: Annotated[dict, InjectedState]) -> str:
+    """Notify people."""
+    RAN.append(("notify", {"recipients": [r.model_dump() for r in recipients], "note": note}))
+    return f"notified {len(recipients)} ({len(state['messages'])} messages)"
+
+
+def test_ghosts_inside_nested_models_and_lists_are_stripped_and_the_injected_state_is_the_nodes():
+    app = guarded(SecurityPolicy(), tools=[notify])
+    args = {
+        "recipients": [{"address": "a@example.com", "name": "A", "bcc": "evil@example.com"}],
+        "note": "hi",
+        "state": {"messages": ["forged", "forged"]},
+        "debug": True,
+    }
+    message = last(app.invoke({"messages": [call("notify", args)]}))
+    assert message.status == "success", message.content
+    assert RAN == [("notify", {"recipients": [{"address": "a@example.com", "name": "A"}], "note": "hi"})]
+    assert "(1 messages)" in message.content, "the node injected the real state, not the model's"
+    stripped = message.additional_kwargs["airlock"]["stripped_arguments"]
+    assert "debug" in stripped and "state" in stripped, stripped
+    assert any("bcc" in path and "recipients" in path for path in stripped), stripped
+    assert len(stripped) == 3, stripped
+
+
+@tool
+def flaky(x: int) -> str:
+    """Fails."""
+    RAN.append(("flaky", {"x": x}))
+    raise ValueError("boom")
+
+
+def test_a_tool_that_raises_is_the_tools_own_exception_never_a_panic(tmp_path):
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    policy = SecurityPolicy(approval_ledger=ledger)
+    # The node's own error handling sees the tool's exception, as without the guard.
+    handled = graph(ToolNode([flaky], wrap_tool_call=airlock_wrap_tool_call(policy), handle_tool_errors=True))
+    message = last(handled.invoke({"messages": [call("flaky", {"x": 1}, "f1")]}))
+    assert message.status == "error" and "boom" in message.content, message.content
+    unhandled = graph(ToolNode([flaky], wrap_tool_call=airlock_wrap_tool_call(policy), handle_tool_errors=False))
+    with pytest.raises(ValueError, match="boom"):
+        unhandled.invoke({"messages": [call("flaky", {"x": 2}, "f2")]})
+    assert RAN == [("flaky", {"x": 1}), ("flaky", {"x": 2})]
+    failed = [r for r in ledger.audit_records() if r["outcome"]["kind"] == "failed"]
+    assert len(failed) == 2, ledger.audit_records()
+
+
+def test_nothing_python_passes_makes_the_rust_side_panic():
+    """Hostile values at the FFI boundary are Python exceptions or refusals, never `PanicException` (which is
+    not an `Exception`, so would escape a host's `except Exception`)."""
+    from airlock_rs import ToolGuard
+
+    schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
+    guard = ToolGuard("t", "d", schema, SecurityPolicy())
+
+    class Hostile:
+        def __str__(self):
+            raise RuntimeError("no str for you")
+
+    outcomes = []
+    for n, (arguments, run) in enumerate(
+        [
+            ({"q": "x"}, lambda admitted: Hostile()),  # a result with no JSON form and no str
+            ({"q": Hostile()}, lambda admitted: "ok"),  # an argument with neither
+            ({Hostile(): 1}, lambda admitted: "ok"),  # a key that is not a string
+            ({"q": "x"}, lambda admitted: (_ for _ in ()).throw(KeyboardInterrupt())),  # a BaseException
+            ({"q": "x" * 1_000_000}, lambda admitted: "ok"),
+            ("{" * 10_000, lambda admitted: "ok"),  # JSON text nested past any limit
+            ({"q": "\ud800"}, lambda admitted: "ok"),  # a lone surrogate: not UTF-8
+        ]
+    ):
+        try:
+            outcomes.append(guard.dispatch(f"c{n}", arguments, run))
+        except BaseException as error:  # noqa: BLE001 - what crossed the boundary is the point
+            assert isinstance(error, (Exception, KeyboardInterrupt)), type(error)
+            assert type(error).__name__ != "PanicException", error
+            outcomes.append(error)
+    assert outcomes[0]["status"] == "error", outcomes[0]
+    assert outcomes[1]["status"] == "error" or isinstance(outcomes[1], Exception), outcomes[1]
+    for bad in (None, 1, "x", ["q"], {"q": 1}):
+        try:
+            guard.dispatch("typed", bad, lambda admitted: "ok")
+        except Exception as error:  # noqa: BLE001
+            assert type(error).__name__ != "PanicException"
+
+
+def test_the_readme_example_runs():
+    """README, "LangGraph (Python)": the second of its two commands."""
+    example = Path(__file__).parent.parent / "examples" / "langgraph_agent.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "AKIA" not in done.stdout, "the result's secret is masked"
+    calls = [line for line in done.stdout.splitlines() if line[:1] == "c" and line[1:2].isdigit()]
+    assert [line.split("]")[0] if "[" in line else line.split(":")[0] + ": paused" for line in calls] == [
+        "c1: [success",
+        "c2: [error",
+        "c3: [error",
+        "c4: paused",
+        "c4: [success",
+    ], calls
+    assert calls[-1] == "c4: [success] deleted /tmp/x", calls
+
+
+@tool
+def refund(payment_id: str, amount: int) -> str:
+    """Refund a payment."""
+    RAN.append(("refund", {"payment_id": payment_id, "amount": amount}))
+    if amount < 0:
+        raise ValueError("the bank timed out")
+    return f"refunded {amount}"
+
+
+def test_an_effect_key_runs_once_and_a_failed_run_waits_for_an_operator(tmp_path):
+    """`effects`: a second call with the key of one that ran is refused as a duplicate; a call whose tool
+    failed (the node made the error message: `handle_tool_errors`) may have had its effect, so a retry is
+    refused until an operator says whether it happened."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    policy = SecurityPolicy(effects={"refund": "refund:{payment_id}"}, approval_ledger=ledger)
+    app = graph(ToolNode([refund], wrap_tool_call=airlock_wrap_tool_call(policy), handle_tool_errors=True))
+
+    def refund_call(payment_id, amount, call_id):
+        return last(app.invoke({"messages": [call("refund", {"payment_id": payment_id, "amount": amount}, call_id)]}))
+
+    assert refund_call("p1", 5, "r1").status == "success"
+    again = refund_call("p1", 5, "r2")
+    assert again.status == "error" and again.additional_kwargs["airlock"]["refusal"]["kind"] == "duplicate", again
+    failed = refund_call("p2", -1, "r3")
+    assert failed.status == "error" and "timed out" in failed.content, failed.content
+    retry = refund_call("p2", 5, "r4")
+    assert retry.status == "error", retry.content
+    assert retry.additional_kwargs["airlock"]["refusal"]["kind"] == "effect_unresolved", retry
+    assert RAN == [("refund", {"payment_id": "p1", "amount": 5}), ("refund", {"payment_id": "p2", "amount": -1})]
+    with pytest.raises(PolicyError, match="approval_ledger"):
+        SecurityPolicy(effects={"refund": "refund:{payment_id}"})

@@ -123,6 +123,12 @@ fn escalated_calls_pause_with_interrupt_and_only_a_bound_approval_resumes_them_o
 }
 
 #[test]
+fn approver_credentials_sign_decisions_and_n_person_requests_count_distinct_keys() {
+    let venv = prepared();
+    pytest(&venv, &["test_operators.py"], &[]);
+}
+
+#[test]
 fn async_graphs_are_guarded_through_awrap_tool_call() {
     let venv = prepared();
     pytest(&venv, &["test_async.py"], &[]);
