@@ -13,8 +13,11 @@
 //! address, and answers only requests addressed to a loopback name, unless `--allow-remote` is given (put
 //! TLS in front of it then: the console speaks plain HTTP).
 
+mod decide;
 mod pages;
+mod routes;
 mod session;
+mod sign_in;
 mod throttle;
 mod webhook;
 
@@ -26,30 +29,23 @@ use std::time::Duration;
 use agent_airlock::approval::DecisionSigner;
 use agent_airlock::approval::operators::OperatorKey;
 use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
-use agent_airlock::effect::{EffectFilter, EffectStore, Resolution};
+use agent_airlock::effect::{EffectFilter, EffectStore};
 use agent_airlock::keys::WebhookKey;
 use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::{Clock as _, SystemClock};
-use axum::Router;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Request, State};
-use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST, LOCATION, REFERRER_POLICY, RETRY_AFTER, SET_COOKIE,
-    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
-};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header::LOCATION;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
 use clap::{Args, Subcommand};
-use serde::Deserialize;
 
 use self::pages::Listed;
-use self::session::{Activity, LOGIN_COOKIE, SESSION_COOKIE, Session, SessionRules, Sessions, SignIn};
-use self::throttle::{CheckSlots, Throttle, TooSoon};
-use crate::effects::ensure_signable;
+use self::routes::router;
+use self::session::{Activity, Session, SessionRules, Sessions, SignIn};
+use self::throttle::{CheckSlots, Throttle};
 use crate::keys::{AuditKeySource, KeySource, audit_key, warn_if_others_can_read};
-use crate::requests::{Approval, Verifier, approve_request, deny_request, find, list_requests};
+use crate::requests::{Verifier, find, list_requests};
 use crate::{Cli, Failure, Storage};
 
 /// `airlock console`.
@@ -303,64 +299,6 @@ async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(stop).await.map_err(|e| e.to_string())
 }
 
-fn router(console: Arc<Console>) -> Router {
-    Router::new()
-        .route("/", get(pending_page))
-        .route("/pending/rows", get(pending_rows))
-        .route("/requests/{id}", get(request_page))
-        .route("/requests/{id}/approve", post(approve))
-        .route("/requests/{id}/deny", post(deny))
-        .route("/decisions", get(decisions_page))
-        .route("/effects", get(effects_page))
-        .route("/effects/resolve", post(resolve_effect))
-        .route("/audit", get(audit_page))
-        .route("/login", get(login_page).post(login))
-        .route("/logout", post(logout))
-        .route("/assets/console.js", get(script))
-        .route("/assets/console.css", get(stylesheet))
-        .layer(middleware::from_fn_with_state(Arc::clone(&console), guard_host))
-        .layer(middleware::map_response(security_headers))
-        .with_state(console)
-}
-
-/// Refuses requests addressed to a name that is not loopback (DNS rebinding), unless remote use is allowed.
-async fn guard_host(State(console): Shared, request: Request, next: Next) -> Response {
-    if !console.allow_remote {
-        let host = request.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-        if !is_loopback_host(host) {
-            return (StatusCode::MISDIRECTED_REQUEST, "the console answers only requests to a loopback address")
-                .into_response();
-        }
-    }
-    next.run(request).await
-}
-
-/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
-fn is_loopback_host(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Headers on every answer: nothing loads from elsewhere, nothing frames the console, nothing is cached.
-async fn security_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
-             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
 /// Runs storage work off the server's threads (redb and the PostgreSQL ledger block).
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, Failure> + Send + 'static) -> Result<T, Failure> {
     tokio::task::spawn_blocking(work).await.map_err(|e| format!("the work stopped: {e}"))?
@@ -387,32 +325,6 @@ impl FromRequestParts<Arc<Console>> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, console: &Arc<Console>) -> Result<Self, Response> {
         console.sessions.find(&parts.headers, Activity::Operator).map(SignedIn).ok_or_else(|| see_other("/login"))
     }
-}
-
-/// Why a form post was refused before anything was done.
-struct PostRefused {
-    session: Option<Session>,
-    message: &'static str,
-}
-
-impl IntoResponse for PostRefused {
-    fn into_response(self) -> Response {
-        refusal(StatusCode::FORBIDDEN, self.session.as_ref(), self.message)
-    }
-}
-
-/// The session of a form post whose CSRF token matches it; anything else is refused.
-fn checked_post(console: &Console, headers: &HeaderMap, csrf: &str) -> Result<Session, PostRefused> {
-    let Some(session) = console.sessions.find(headers, Activity::Operator) else {
-        return Err(PostRefused { session: None, message: "not signed in: sign in and try again" });
-    };
-    if !session.csrf_matches(csrf) {
-        return Err(PostRefused {
-            session: Some(session),
-            message: "the form's CSRF token is missing or wrong: nothing was done; reload the page and try again",
-        });
-    }
-    Ok(session)
 }
 
 /// The pending requests, oldest first, each with its seal checked.
@@ -459,93 +371,6 @@ async fn request_page(State(console): Shared, SignedIn(session): SignedIn, Path(
     }
 }
 
-/// A decision form: its CSRF token, and for a denial the reason.
-#[derive(Deserialize)]
-struct DecisionForm {
-    #[serde(default)]
-    csrf: String,
-    #[serde(default)]
-    reason: String,
-}
-
-async fn approve(
-    State(console): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<DecisionForm>,
-) -> Response {
-    let session = match checked_post(&console, &headers, &form.csrf) {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
-    let (shared, operator, request_id) = (Arc::clone(&console), session.operator.clone(), id.clone());
-    let personal = session.personal;
-    let approved = blocking(move || {
-        let signer = shared.attesting(&operator);
-        approve_request(
-            Arc::clone(&shared.ledger),
-            &shared.key,
-            &request_id,
-            signer,
-            &operator,
-            shared.grant_ttl,
-            |request, entry| match &entry.status {
-                // Anyone who can read the console's output holds the one-time token: it is no one's own
-                // credential, so it never counts as one of several distinct approvers.
-                _ if !personal && request.approvals_required() > 1 => Err(format!(
-                    "request `{request_id}` needs {} distinct approvers, and a sign-in with the console's one-time \
-                     token does not count toward them: each approver signs in with their own password (start \
-                     the console with `--operators FILE`); nothing was approved",
-                    request.approvals_required()
-                )),
-                status if status.is_waiting() => Ok(()),
-                other => Err(format!("request `{request_id}` is {}, not pending", other.label(now()))),
-            },
-        )
-    })
-    .await;
-    match approved {
-        Ok(Approval::Granted(resume)) => {
-            let shown = serde_json::to_string_pretty(resume.as_value()).unwrap_or_default();
-            Html(pages::decided(&session, &id, "approved", &shown)).into_response()
-        }
-        Ok(Approval::Waiting { approvers, required }) => {
-            Html(pages::approving(&session, &id, &Approval::waiting_text(&approvers, required))).into_response()
-        }
-        Err(error) => refusal(StatusCode::CONFLICT, Some(&session), &error),
-    }
-}
-
-async fn deny(
-    State(console): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<DecisionForm>,
-) -> Response {
-    let session = match checked_post(&console, &headers, &form.csrf) {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
-    let (shared, operator, request_id) = (Arc::clone(&console), session.operator.clone(), id.clone());
-    let reason = Some(form.reason.trim().to_owned()).filter(|r| !r.is_empty());
-    let denied = blocking(move || {
-        let entry = find(&*shared.ledger, &request_id)?;
-        if !entry.status.is_waiting() {
-            return Err(format!("request `{request_id}` is {}, not pending", entry.status.label(now())));
-        }
-        let signer = shared.attesting(&operator);
-        deny_request(Arc::clone(&shared.ledger), &shared.key, &request_id, signer, &operator, reason.as_deref())
-    })
-    .await;
-    match denied {
-        Ok(resume) => {
-            let shown = serde_json::to_string_pretty(resume.as_value()).unwrap_or_default();
-            Html(pages::decided(&session, &id, "denied", &shown)).into_response()
-        }
-        Err(error) => refusal(StatusCode::CONFLICT, Some(&session), &error),
-    }
-}
-
 /// How many decided requests the decisions page shows.
 const RECENT_DECISIONS: usize = 100;
 
@@ -574,44 +399,6 @@ async fn effects_page(State(console): Shared, SignedIn(session): SignedIn) -> Re
     }
 }
 
-/// An effect's resolution.
-#[derive(Deserialize)]
-struct ResolveForm {
-    #[serde(default)]
-    csrf: String,
-    key: String,
-    outcome: String,
-}
-
-async fn resolve_effect(
-    State(console): Shared,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<ResolveForm>,
-) -> Response {
-    let session = match checked_post(&console, &headers, &form.csrf) {
-        Ok(session) => session,
-        Err(refused) => return refused.into_response(),
-    };
-    let resolution = match form.outcome.as_str() {
-        "committed" => Resolution::Committed,
-        "failed" => Resolution::Failed,
-        other => {
-            let message = format!("unknown outcome `{other}`, expected one of `committed`, `failed`");
-            return refusal(StatusCode::BAD_REQUEST, Some(&session), &message);
-        }
-    };
-    let (shared, operator) = (Arc::clone(&console), session.operator.clone());
-    let resolved = blocking(move || {
-        let log = shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?;
-        ensure_signable(log, shared.audit_signed)?;
-        crate::effects::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
-    });
-    match resolved.await {
-        Ok(_) => see_other("/effects"),
-        Err(error) => refusal(StatusCode::CONFLICT, Some(&session), &error),
-    }
-}
-
 async fn audit_page(State(console): Shared, SignedIn(session): SignedIn) -> Response {
     let shared = Arc::clone(&console);
     let status = blocking(move || {
@@ -626,145 +413,9 @@ async fn audit_page(State(console): Shared, SignedIn(session): SignedIn) -> Resp
     Html(pages::audit(&session, &status)).into_response()
 }
 
-async fn login_page(State(console): Shared) -> Response {
-    login_form(&console, StatusCode::OK, None)
-}
-
-/// The sign-in form with a fresh double-submit value in its cookie.
-fn login_form(console: &Console, status: StatusCode, error: Option<&str>) -> Response {
-    let nonce = match session::random_hex() {
-        Ok(nonce) => nonce,
-        Err(error) => return refusal(StatusCode::INTERNAL_SERVER_ERROR, None, &error),
-    };
-    let cookie = console.sessions.cookie(LOGIN_COOKIE, &nonce, "/login", Duration::from_secs(600));
-    (status, [(SET_COOKIE, cookie)], Html(pages::login(console.sign_in.asks_for_name(), &nonce, error))).into_response()
-}
-
-/// The sign-in form's fields.
-#[derive(Deserialize)]
-struct LoginForm {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    secret: String,
-    #[serde(default)]
-    nonce: String,
-}
-
-/// The client a sign-in comes from: the peer, or behind a proxy the last address of the header it writes
-/// (the peer when the header is missing or holds no address).
-fn client_address(console: &Console, headers: &HeaderMap, peer: SocketAddr) -> std::net::IpAddr {
-    let Some(name) = &console.client_address_header else { return peer.ip() };
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .next_back()
-        .and_then(|last| {
-            let last = last.trim();
-            last.parse::<std::net::IpAddr>().ok().or_else(|| last.parse::<SocketAddr>().ok().map(|a| a.ip()))
-        })
-        .unwrap_or_else(|| peer.ip())
-}
-
-/// A sign-in refused before any password was checked, with when to try again.
-fn try_later(console: &Console, status: StatusCode, retry_after: Duration, message: &str) -> Response {
-    let secs = retry_after.as_secs().saturating_add(u64::from(retry_after.subsec_nanos() > 0)).max(1);
-    let mut response = login_form(console, status, Some(&format!("{message}: try again in {secs} s")));
-    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
-    response
-}
-
-async fn login(
-    State(console): Shared,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<LoginForm>,
-) -> Response {
-    let cookie = session::cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
-    if form.nonce.is_empty() || !session::same(&cookie, &form.nonce) {
-        return login_form(
-            &console,
-            StatusCode::FORBIDDEN,
-            Some("the sign-in form expired or came from elsewhere: try again"),
-        );
-    }
-    // A bounded number of checks at once, each refused at once beyond that: a flood of sign-ins costs
-    // neither unbounded memory nor a queue.
-    let Some(slot) = console.check_slots.try_take() else {
-        return try_later(
-            &console,
-            StatusCode::SERVICE_UNAVAILABLE,
-            Duration::from_secs(1),
-            "too many sign-ins at once",
-        );
-    };
-    let client = client_address(&console, &headers, peer);
-    if let Err(TooSoon { retry_after }) = console.throttle.attempt(&form.name, client) {
-        return try_later(&console, StatusCode::TOO_MANY_REQUESTS, retry_after, "too many failed sign-ins");
-    }
-    let shared = Arc::clone(&console);
-    let name = form.name.clone();
-    // Checking an argon2 hash takes a while: not on the server's threads.
-    let operator = blocking(move || {
-        let checked = shared.sign_in.check(&form.name, &form.secret);
-        drop(slot);
-        Ok(checked)
-    })
-    .await
-    .ok()
-    .flatten();
-    let Some(operator) = operator else {
-        return login_form(&console, StatusCode::UNAUTHORIZED, Some("wrong name, password or token"));
-    };
-    console.throttle.succeeded(&name, client);
-    match console.sessions.start(operator, console.sign_in.is_personal()) {
-        Ok(id) => {
-            let mut response = see_other("/");
-            let cleared = console.sessions.cookie(LOGIN_COOKIE, "", "/login", Duration::ZERO);
-            let headers = response.headers_mut();
-            for value in [console.sessions.cookie_for(&id), cleared] {
-                if let Ok(value) = HeaderValue::from_str(&value) {
-                    headers.append(SET_COOKIE, value);
-                }
-            }
-            response
-        }
-        Err(error) => refusal(StatusCode::INTERNAL_SERVER_ERROR, None, &error),
-    }
-}
-
-/// The sign-out form.
-#[derive(Deserialize)]
-struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-async fn logout(State(console): Shared, headers: HeaderMap, axum::Form(form): axum::Form<CsrfForm>) -> Response {
-    if let Err(refused) = checked_post(&console, &headers, &form.csrf) {
-        return refused.into_response();
-    }
-    console.sessions.end(&headers);
-    let mut response = see_other("/login");
-    if let Ok(cleared) = HeaderValue::from_str(&console.sessions.cookie(SESSION_COOKIE, "", "/", Duration::ZERO)) {
-        response.headers_mut().append(SET_COOKIE, cleared);
-    }
-    response
-}
-
-async fn script() -> Response {
-    ([(CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("assets/console.js")).into_response()
-}
-
-async fn stylesheet() -> Response {
-    ([(CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("assets/console.css")).into_response()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::is_loopback_host;
+    use super::routes::is_loopback_host;
 
     #[test]
     fn only_loopback_host_names_pass() {
