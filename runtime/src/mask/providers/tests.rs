@@ -1,0 +1,117 @@
+//! Unit tests of `providers`.
+
+use super::*;
+
+fn secrets(text: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    providers().unwrap().find(text, &[], |s| found.push(&text[s.start..s.end]));
+    found
+}
+
+#[test]
+fn every_rule_compiles() {
+    let providers = Providers::build().unwrap();
+    assert!(providers.rules.len() > 190, "{} rules", providers.rules.len());
+}
+
+#[test]
+fn a_provider_token_is_found_in_any_shape() {
+    let token = "glpat-Zq8vN2kP4rT6wY1xB3mC";
+    for text in [token.to_owned(), format!("GITLAB_TOKEN := \"{token}\""), format!("<t>\n  {token}\n</t>")] {
+        assert_eq!(secrets(&text), [token], "{text}");
+    }
+}
+
+#[test]
+fn placeholders_and_examples_are_not_secrets() {
+    for text in ["glpat-XXXXXXXXXXX-XXXXXXXX", "AKIAIOSFODNN7EXAMPLE", "xoxb-xxxxxxxxx-xxxxxxxxxx-xxxxxxxxxxxx"] {
+        assert!(secrets(text).is_empty(), "{text}");
+    }
+    assert!(secrets("https://indieweb.org/images/3/35/2018-250-xoxo-indieweb-1.jpg").is_empty());
+}
+
+#[test]
+fn a_keyword_dense_text_reads_each_window_once() {
+    // Every byte is near a keyword: the windows of each rule merge into one.
+    let text = "glpat-".repeat(50_000);
+    assert!(secrets(&text).is_empty());
+}
+
+fn rule<'a>(providers: &'a Providers, id_keyword: &str) -> &'a Rule {
+    let at = providers.keywords.find(id_keyword).unwrap().pattern().as_usize();
+    &providers.rules[providers.keyword_rules[at][0]]
+}
+
+#[test]
+fn rules_whose_tokens_begin_with_a_keyword_are_known() {
+    let providers = providers().unwrap();
+    for keyword in ["ghp_", "xoxb", "glpat-", "sk", "ey", "s.", "akia"] {
+        assert!(rule(providers, keyword).keyword_first, "{keyword}");
+    }
+    for keyword in ["ey", "akia", "s.", "a3-"] {
+        assert!(rule(providers, keyword).word_start, "{keyword}");
+    }
+    // Azure's client secret has its keyword inside (`abc8Q~…`), Airtable's in a label only.
+    for keyword in ["q~", "airtable"] {
+        assert!(!rule(providers, keyword).keyword_first, "{keyword}");
+    }
+}
+
+#[test]
+fn a_keyword_glued_to_a_word_opens_no_window() {
+    let providers = providers().unwrap();
+    // `sk`, `ey`, `s.`, `akia` inside words and ids: each rule needs a word boundary or a token after them.
+    let text = "Customer asked for SKU-880001; they keyed it. the boss.\nnakia";
+    let opened: Vec<_> = providers.windows(text).into_iter().map(|(_, from, to)| &text[from..to]).collect();
+    // Only Twilio's `SK…` (no boundary in its pattern) reads from `sked` and `SKU` on, 34 bytes at most each.
+    assert!(opened.iter().map(|w| w.len()).sum::<usize>() <= 2 * 34, "{opened:?}");
+    assert!(secrets(text).is_empty());
+    // The same keywords starting tokens are still found.
+    let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+    assert_eq!(secrets(&format!("they sent {jwt} ")), [jwt]);
+    assert_eq!(secrets("asked SK0123456789abcdef0123456789abcdef"), ["SK0123456789abcdef0123456789abcdef"]);
+}
+
+#[test]
+fn a_rule_searched_without_its_lead_finds_what_its_whole_pattern_finds() {
+    let providers = Providers::build().unwrap();
+    let mut whole = Providers::build().unwrap();
+    let config: Config = toml::from_str(RULES).unwrap();
+    let patterns =
+        config.rules.iter().filter(|spec| !LEFT_OUT.contains(&spec.id.as_str()) && !spec.keywords.is_empty());
+    let mut leads = 0;
+    for (rule, spec) in whole.rules.iter_mut().zip(patterns) {
+        let pattern = spec.regex.as_deref().unwrap();
+        leads += usize::from(without_lead(pattern).is_some());
+        rule.regex = compile(pattern).unwrap();
+    }
+    assert!(leads >= 95, "{leads} rules without their lead");
+    // gitleaks' samples one per line (each rule's windows merge over its neighbours), glued into long runs
+    // of word characters, a keyword twice, runs longer than the lead's 50 characters, the Kelvin sign (a
+    // `k` to `(?i)`) and a long `s` inside the run before a keyword.
+    let corpus = include_str!("../../../../tests/masking/gitleaks/true_positives.tsv");
+    let samples: Vec<&str> =
+        corpus.lines().filter(|line| !line.starts_with('#')).filter_map(|line| line.rsplit('\t').next()).collect();
+    let run = "a".repeat(60);
+    let texts = [
+        samples.join("\n"),
+        samples.join(" "),
+        samples.iter().map(|s| format!("{run}{s}")).collect::<Vec<_>>().join("\n"),
+        samples.iter().map(|s| format!("x\u{212A}\u{17F}.{s}{s}")).collect::<Vec<_>>().join("-"),
+        "twitter_twitter_key = 123456789012345678-abcdefghijklmnopqrstuvwxyz\n".repeat(3),
+    ];
+    for text in &texts {
+        for (rule, from, to) in providers.windows(text) {
+            let (mut expected, mut found) = (Vec::new(), Vec::new());
+            whole.search_window(rule, text, from, to, &mut expected);
+            providers.search_window(rule, text, from, to, &mut found);
+            assert_eq!(found, expected, "{}", &text[from..to]);
+        }
+    }
+}
+
+#[test]
+fn go_classes_become_ascii_classes() {
+    assert_eq!(convert(r"[\w.-]{0,50}\b\s"), r"[[0-9A-Za-z_].-]{0,50}(?-u:\b)[\t\n\x0C\r ]");
+    assert_eq!(convert(r"^\$(?:\d+|{\d+})$"), r"^\$(?:[0-9]+|\{[0-9]+\})$");
+}
