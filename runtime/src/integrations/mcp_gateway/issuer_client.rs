@@ -49,7 +49,7 @@ pub(super) enum HttpsProxy {
     /// No proxy: every fetch connects directly.
     Direct,
     /// Through this proxy, except the hosts its `NO_PROXY` list matches.
-    Via(Matcher),
+    Via(Box<Matcher>),
     /// A proxy was named that cannot be used: why (never its credentials). No `https://` fetch is made.
     Unusable(String),
 }
@@ -81,7 +81,7 @@ impl HttpsProxy {
                 "`HTTPS_PROXY` names a `{}` proxy; only an `http://` proxy (HTTP CONNECT) is supported",
                 via.uri().scheme_str().unwrap_or_default()
             )),
-            Some(_) => HttpsProxy::Via(Matcher::builder().https(proxy).no(no_proxy).build()),
+            Some(_) => HttpsProxy::Via(Box::new(Matcher::builder().https(proxy).no(no_proxy).build())),
         }
     }
 
