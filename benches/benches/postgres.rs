@@ -51,6 +51,7 @@ fn granted(ledger: &PostgresLedger, first: u64, count: u64) -> Vec<SpendAttempt>
                     binding: format!("b-{n}"),
                     requested_at: NOW,
                     interrupt: json!({"tool": "refund", "arguments": {"payment_id": format!("pi_{n}"), "amount": 2500}}),
+                    caller: None,
                 },
                 None,
             )

@@ -117,6 +117,7 @@ fn a_record_without_a_valid_seal_shows_no_argument() {
             binding: "0".repeat(64),
             requested_at: Duration::from_secs(1),
             interrupt,
+            caller: None,
         };
         ledger.record_request(record, None).wait().unwrap();
     }

@@ -430,6 +430,7 @@ fn first_layout_request(host: &InterruptApprovals, arguments: Value) -> String {
         binding: inner["binding"].as_str().unwrap().to_owned(),
         requested_at: SystemClock.now(),
         interrupt,
+        caller: None,
     };
     host.ledger().record_request(record, None).wait().unwrap();
     request_id.to_owned()

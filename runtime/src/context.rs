@@ -55,7 +55,9 @@ impl CallContext {
     /// Who is calling, as the host authenticated them: the holder of a gateway's bearer token, an OAuth
     /// token's subject. Per-thread rate limits (`rate_per = "thread"`) count by the caller when one is named,
     /// so a caller does not get a fresh budget by starting a new thread (a new MCP session, say); without
-    /// one they count by the thread. Approvals do not follow it: a request stays bound to its thread.
+    /// one they count by the thread. So does the cap on pending approval requests
+    /// ([`InterruptApprovals::with_max_pending`](crate::approval::InterruptApprovals::with_max_pending)).
+    /// Approvals themselves do not follow it: a request stays bound to its thread.
     ///
     /// A caller named this way has no verified identity: one set before (by
     /// [`with_authenticated`](Self::with_authenticated)) is cleared, so the policy's identity conditions never

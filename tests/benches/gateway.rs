@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use agent_airlock_tests::python_env::PythonEnv;
+use agent_airlock_tests::gateway_bench::{self, NOTE, Scratch, line, micros, percentile};
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
@@ -25,8 +25,6 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 
 const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock_cli");
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
-const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/requirements.txt");
 const BLOCK: usize = 50;
 const BURST: usize = 200;
 
@@ -41,22 +39,13 @@ async fn connect(mut command: Command) -> (Client, Child) {
 }
 
 async fn read_note(client: &Client) -> Duration {
-    let arguments = json!({"name": "bench.txt"}).as_object().cloned();
+    let arguments = json!({"name": NOTE}).as_object().cloned();
     let params = CallToolRequestParams::new("read_note").with_arguments(arguments.unwrap_or_default());
     let started = Instant::now();
     let result = client.peer().call_tool(params).await.expect("a tool result");
     let took = started.elapsed();
     assert_ne!(result.is_error, Some(true), "{result:?}");
     took
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 /// The process's resident set, from `/proc`, in KiB.
@@ -68,14 +57,6 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse().ok())
         .unwrap_or(0)
-}
-
-/// Whether `dir` is a tmpfs mount point (from `/proc/mounts`).
-fn is_tmpfs(dir: &str) -> bool {
-    std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|line| {
-        let mut fields = line.split_whitespace().skip(1);
-        fields.next() == Some(dir) && fields.next() == Some("tmpfs")
-    })
 }
 
 /// A redb file of its own for timing bare durable commits on a file system.
@@ -111,63 +92,33 @@ impl Commits {
     }
 }
 
-/// Starts `airlock mcp` with its store at `db`, in front of the upstream logging to `log`.
-fn gateway_command(db: &Path, policy: &Path, upstream: Command) -> Command {
-    let mut command = Command::new(AIRLOCK);
-    command.arg("--db").arg(db).args(["mcp", "--policy"]).arg(policy);
-    command.arg("--").arg(upstream.as_std().get_program()).args(upstream.as_std().get_args());
-    command
-}
-
-/// One path's percentiles, and what it adds over the direct path's when given.
-fn line(label: &str, sorted: &[Duration], direct: Option<&[Duration]>) {
-    let (p50, p99) = (percentile(sorted, 0.50), percentile(sorted, 0.99));
-    let added = direct.map_or_else(String::new, |direct| {
-        format!(
-            "   added p50 {:>7.1} us  p99 {:>7.1} us",
-            micros(p50) - micros(percentile(direct, 0.50)),
-            micros(p99) - micros(percentile(direct, 0.99))
-        )
-    });
-    println!("{label:<22} p50 {:>8.1} us  p99 {:>8.1} us{added}", micros(p50), micros(p99));
+/// `airlock mcp` with its store at `db`, in front of the upstream logging to `log`.
+fn gateway_command(scratch: &Scratch, db: &Path, python: &Path, log: &str) -> Command {
+    Command::from(gateway_bench::gateway_command(AIRLOCK, scratch, db, &[], &scratch.upstream(python, log)))
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    // `cargo bench` passes `--bench`; only `--calls N` is ours.
-    let calls: usize = args
-        .iter()
-        .position(|a| a == "--calls")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1000);
-    let venv = PythonEnv::under_target(env!("CARGO_TARGET_TMPDIR"))
-        .provision(Path::new(REQUIREMENTS))
-        .unwrap_or_else(|why| panic!("the Python MCP SDK cannot be provisioned: {why}"));
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let memory = is_tmpfs("/dev/shm").then(|| tempfile::tempdir_in("/dev/shm").expect("a directory on /dev/shm"));
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::create_dir_all(path("notes")).expect("notes");
-    std::fs::write(path("notes").join("bench.txt"), "a short note").expect("a note");
-    std::fs::write(path("airlock.toml"), "version = 1\ndefault = \"allow\"\n").expect("the policy");
+    let calls = gateway_bench::calls_arg(1000);
+    let venv = gateway_bench::python(env!("CARGO_TARGET_TMPDIR"));
+    let python = venv.python();
+    let scratch = Scratch::new(false);
+    let memory =
+        gateway_bench::is_tmpfs("/dev/shm").then(|| tempfile::tempdir_in("/dev/shm").expect("a directory on /dev/shm"));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
     runtime.block_on(async {
-        let upstream = |log: &str| {
-            let mut command = Command::new(venv.python());
-            command.arg(UPSTREAM).arg(path(log)).arg(path("notes"));
+        let direct_upstream = {
+            let [program, args @ ..] = &scratch.upstream(python, "direct.log")[..] else { unreachable!() };
+            let mut command = Command::new(program);
+            command.args(args);
             command
         };
-        let (direct, _direct_child) = connect(upstream("direct.log")).await;
+        let (direct, _direct_child) = connect(direct_upstream).await;
         let (gateway, gateway_child) =
-            connect(gateway_command(&path("airlock.redb"), &path("airlock.toml"), upstream("gateway.log"))).await;
+            connect(gateway_command(&scratch, &scratch.path("airlock.redb"), python, "gateway.log")).await;
         let in_memory = match &memory {
             Some(dir) => Some(
-                connect(gateway_command(
-                    &dir.path().join("airlock.redb"),
-                    &path("airlock.toml"),
-                    upstream("gateway_tmpfs.log"),
-                ))
-                .await,
+                connect(gateway_command(&scratch, &dir.path().join("airlock.redb"), python, "gateway_tmpfs.log"))
+                    .await,
             ),
             None => None,
         };
@@ -187,7 +138,7 @@ fn main() {
         let mut gateway_times = Vec::with_capacity(calls);
         let mut memory_times = Vec::with_capacity(calls);
         // The file systems' own commit latency, in blocks between the calls', so both see the same load.
-        let mut disk_commits = Commits::create(scratch.path());
+        let mut disk_commits = Commits::create(scratch.dir());
         let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
         while direct_times.len() < calls {
             for _ in 0..BLOCK {
@@ -264,11 +215,9 @@ fn main() {
             burst[BURST / 2].as_secs_f64() * 1e3,
             percentile(&burst, 0.99).as_secs_f64() * 1e3,
         );
-        let gateway_log = std::fs::read_to_string(path("gateway.log")).unwrap_or_default();
-        assert_eq!(gateway_log.lines().count(), BLOCK + gateway_times.len() + BURST, "every call reached the upstream");
+        assert_eq!(scratch.calls_logged("gateway.log"), BLOCK + gateway_times.len() + BURST, "every call reached the upstream");
         if memory.is_some() {
-            let memory_log = std::fs::read_to_string(path("gateway_tmpfs.log")).unwrap_or_default();
-            assert_eq!(memory_log.lines().count(), BLOCK + memory_times.len(), "every call reached the upstream");
+            assert_eq!(scratch.calls_logged("gateway_tmpfs.log"), BLOCK + memory_times.len(), "every call reached the upstream");
         }
         drop(direct);
         drop(gateway);

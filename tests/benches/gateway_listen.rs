@@ -1,87 +1,40 @@
-//! The gateway's added latency over `--listen` with identity on and off, side by side (BENCHMARKS.md §12): a
-//! `tools/call` through `airlock mcp --listen` admitted by the static bearer token, by an OAuth access token
-//! (ES256, the costliest signature to verify) the gateway has verified before (its cache of verified tokens),
-//! and by a fresh OAuth token on every call (a signature verified per call, as without the cache); and what the
-//! tool-poisoning scan costs each listing of the upstream's tools.
+//! The gateway's added latency over `--listen`, every path in one run so the ratios compare (BENCHMARKS.md
+//! §12): a `tools/call` sent straight to the upstream over Streamable HTTP, and through `airlock mcp --listen`
+//! admitted by the static bearer token, by an OAuth access token (ES256, the costliest signature to verify) the
+//! gateway has verified before (its cache of verified tokens), and by a new OAuth token on every call (a
+//! signature verified per call); and what the tool-poisoning scan costs each listing of the upstream's tools.
 //!
-//! The upstream is the Python SDK server of `tests/mcp/upstream_server.py` (its `read_note` tool); each gateway
-//! runs `default = "allow"` and audits every call to a redb file on a tmpfs when there is one (the gateway's
-//! own work, as in §8). The client is the same for every path: one HTTP/1.1 connection per gateway (reqwest),
-//! the MCP session set up once, then `tools/call` POSTs, each with its `Authorization` header. Calls alternate in
-//! blocks of 50 between the paths so load on the shared machine falls on all alike. The OAuth gateways check
-//! tokens against `benches/keys/jwks.json` (`--jwks-file`; test keys, no secret of anyone's).
+//! One upstream serves every path: the Python SDK server of `tests/mcp/upstream_server.py` (its `read_note`
+//! tool) on Streamable HTTP, which the gateways reach with `--upstream-url`, so the direct path and the
+//! gateways' differ by the gateway alone. One more gateway (static token) runs the same server as its child
+//! over stdio, the usual deployment. Each gateway runs `default = "allow"` and audits every call to a redb
+//! file on a tmpfs when there is one (the gateway's own work, as in §8). The client is the same for every path:
+//! one HTTP/1.1 connection per path (reqwest, `TCP_NODELAY`, each request one write), the MCP session set up
+//! once, then `tools/call` POSTs, each with its `Authorization` header. Calls alternate in blocks of 50 between
+//! the paths so load on the shared machine falls on all alike. The OAuth gateways check tokens against
+//! `benches/keys/jwks.json` (`--jwks-file`; test keys, no secret of anyone's).
 //!
-//! The scan runs when the gateway lists the upstream's tools (at start and on `list_changed`), never on a call;
-//! there is no switch to turn it off, so its cost is timed here in process: `scan_tool` over the tools the
-//! gateway lists, as one listing costs.
+//! The scan runs when the gateway lists the upstream's tools (at start and on `list_changed`), never on a call
+//! nor on a client's `tools/list`; there is no switch to turn it off, so its cost is timed here in process:
+//! `scan_tool` over the tools the gateway lists, as one listing costs.
 //!
 //! `cargo bench -p agent-airlock-tests --bench gateway_listen` (`-- --calls N` to change the sample size).
 
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_airlock::integrations::mcp_gateway::scan_tool;
-use agent_airlock_tests::python_env::PythonEnv;
+use agent_airlock_tests::gateway_bench::{self, NOTE, Scratch, line, micros};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
 const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock_cli");
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
-const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/requirements.txt");
 const JWKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/keys/jwks.json");
 const ES256_KEY: &[u8] = include_bytes!("../../benches/keys/es256.der");
 const ISSUER: &str = "https://issuer.test";
 const STATIC_TOKEN: &str = "a-static-gateway-token-of-32-chars";
 const BLOCK: usize = 50;
-
-/// A process killed when the bench ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `airlock mcp --listen` with `extra` arguments (and `token` as the static token, if any); its URL.
-fn gateway(dir: &Path, name: &str, extra: &[&str], token: Option<&str>, python: &Path) -> (String, Reaped) {
-    let notes = dir.join("notes");
-    let mut command = Command::new(AIRLOCK);
-    command
-        .arg("--db")
-        .arg(dir.join(format!("{name}.redb")))
-        .args(["mcp", "--policy"])
-        .arg(dir.join("airlock.toml"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(extra)
-        .arg("--")
-        .arg(python)
-        .arg(UPSTREAM)
-        .arg(dir.join(format!("{name}.log")))
-        .arg(&notes)
-        .env_remove("AIRLOCK_GATEWAY_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(token) = token {
-        command.env("AIRLOCK_GATEWAY_TOKEN", token);
-    }
-    let mut child = command.spawn().expect("the gateway starts");
-    let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        assert!(stderr.read_line(&mut line).expect("readable") > 0, "the gateway stopped: {line}");
-        if let Some(rest) = line.split("Streamable HTTP on ").nth(1) {
-            break rest.split_whitespace().next().expect("a URL").to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    (url, Reaped(child))
-}
+/// The upstream's call log, every path's calls in it.
+const LOG: &str = "calls.log";
 
 /// An ES256 token of the issuer for `audience`; `nonce` makes each token distinct.
 fn token(key: &EncodingKey, audience: &str, nonce: usize) -> String {
@@ -93,7 +46,7 @@ fn token(key: &EncodingKey, audience: &str, nonce: usize) -> String {
     jsonwebtoken::encode(&header, &claims, key).expect("a signed token")
 }
 
-/// One MCP session on a gateway over Streamable HTTP.
+/// One MCP session over Streamable HTTP, on a connection of its own.
 struct Session {
     http: reqwest::Client,
     url: String,
@@ -102,8 +55,11 @@ struct Session {
 }
 
 impl Session {
-    async fn open(url: &str, token: &str) -> Session {
-        let mut session = Session { http: reqwest::Client::new(), url: url.to_owned(), session: None, next_id: 1 };
+    async fn open(url: &str, token: Option<&str>) -> Session {
+        // reqwest's default, said here because the figures depend on it: without it a request's last segment
+        // can wait for the ACK of the one before (Nagle), which the peer delays by up to 40 ms.
+        let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(1).build().expect("a client");
+        let mut session = Session { http, url: url.to_owned(), session: None, next_id: 1 };
         session
             .request(
                 token,
@@ -116,27 +72,29 @@ impl Session {
         session
     }
 
-    fn post(&self, token: &str, body: &Value) -> reqwest::RequestBuilder {
+    fn post(&self, token: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
         let mut request = self
             .http
             .post(&self.url)
-            .header("authorization", format!("Bearer {token}"))
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .body(body.to_string());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
         if let Some(session) = &self.session {
             request = request.header("mcp-session-id", session);
         }
         request
     }
 
-    async fn notify(&self, token: &str, method: &str) {
+    async fn notify(&self, token: Option<&str>, method: &str) {
         let response = self.post(token, &json!({"jsonrpc": "2.0", "method": method})).send().await.expect("sent");
         assert!(response.status().is_success(), "{method}: {}", response.status());
     }
 
     /// Sends a request and returns its JSON-RPC result.
-    async fn request(&mut self, token: &str, method: &str, params: Value) -> Value {
+    async fn request(&mut self, token: Option<&str>, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -159,78 +117,98 @@ impl Session {
         answer.get("result").cloned().unwrap_or_else(|| panic!("{method} failed: {answer}"))
     }
 
-    async fn read_note(&mut self, token: &str) -> Duration {
+    async fn read_note(&mut self, token: Option<&str>) -> Duration {
         let started = Instant::now();
-        let result =
-            self.request(token, "tools/call", json!({"name": "read_note", "arguments": {"name": "bench.txt"}})).await;
+        let result = self.request(token, "tools/call", json!({"name": "read_note", "arguments": {"name": NOTE}})).await;
         let took = started.elapsed();
         assert_ne!(result.get("isError"), Some(&json!(true)), "{result}");
         took
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
+/// How a path's calls present themselves.
+enum Credential {
+    None,
+    Fixed(String),
+    /// A token the gateway has not seen on every call (minted before the timing).
+    Fresh(std::vec::IntoIter<String>),
 }
 
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
+impl Credential {
+    fn next(&mut self) -> Option<String> {
+        match self {
+            Credential::None => None,
+            Credential::Fixed(token) => Some(token.clone()),
+            Credential::Fresh(tokens) => Some(tokens.next().expect("enough tokens")),
+        }
+    }
 }
 
-fn line(label: &str, sorted: &[Duration], baseline: Option<&[Duration]>) {
-    let (p50, p99) = (percentile(sorted, 0.50), percentile(sorted, 0.99));
-    let added = baseline.map_or_else(String::new, |base| {
-        format!(
-            "   beside the static token: p50 {:>+7.1} us  p99 {:>+7.1} us",
-            micros(p50) - micros(percentile(base, 0.50)),
-            micros(p99) - micros(percentile(base, 0.99))
-        )
-    });
-    println!("{label:<36} p50 {:>8.1} us  p99 {:>8.1} us{added}", micros(p50), micros(p99));
+struct Path {
+    label: &'static str,
+    session: Session,
+    credential: Credential,
+    times: Vec<Duration>,
+}
+
+impl Path {
+    async fn open(label: &'static str, url: &str, mut credential: Credential) -> Path {
+        let session = Session::open(url, credential.next().as_deref()).await;
+        Path { label, session, credential, times: Vec::new() }
+    }
+
+    async fn call(&mut self) -> Duration {
+        let token = self.credential.next();
+        self.session.read_note(token.as_deref()).await
+    }
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let calls: usize = args
-        .iter()
-        .position(|a| a == "--calls")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1000);
-    let venv = PythonEnv::under_target(env!("CARGO_TARGET_TMPDIR"))
-        .provision(Path::new(REQUIREMENTS))
-        .unwrap_or_else(|why| panic!("the Python MCP SDK cannot be provisioned: {why}"));
-    let on_tmpfs = std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|line| line.split_whitespace().nth(1) == Some("/dev/shm") && line.contains(" tmpfs "));
-    let scratch = if on_tmpfs { tempfile::tempdir_in("/dev/shm") } else { tempfile::tempdir() }.expect("a directory");
-    let dir = scratch.path();
-    std::fs::create_dir_all(dir.join("notes")).expect("notes");
-    std::fs::write(dir.join("notes").join("bench.txt"), "a short note").expect("a note");
-    std::fs::write(dir.join("airlock.toml"), "version = 1\ndefault = \"allow\"\n").expect("the policy");
+    let calls = gateway_bench::calls_arg(1000);
+    let venv = gateway_bench::python(env!("CARGO_TARGET_TMPDIR"));
+    let scratch = Scratch::new(true);
     let python = venv.python();
+    let (upstream_url, _upstream) = gateway_bench::http_upstream(&scratch, python, LOG);
 
-    let (static_url, _static) = gateway(dir, "static", &[], Some(STATIC_TOKEN), python);
+    let listen = |name: &str, extra: &[&str], token: Option<&str>, stdio: bool| {
+        let db = scratch.path(&format!("{name}.redb"));
+        let upstream = if stdio { scratch.upstream(python, LOG) } else { Vec::new() };
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        if !stdio {
+            args.extend(["--upstream-url", upstream_url.as_str()]);
+        }
+        args.extend(extra);
+        let mut command = gateway_bench::gateway_command(AIRLOCK, &scratch, &db, &args, &upstream);
+        if let Some(token) = token {
+            command.env("AIRLOCK_GATEWAY_TOKEN", token);
+        }
+        gateway_bench::listening_gateway(command)
+    };
     let oauth = ["--oauth-issuer", ISSUER, "--jwks-file", JWKS];
-    let (cached_url, _cached) = gateway(dir, "oauth_cached", &oauth, None, python);
-    let (fresh_url, _fresh) = gateway(dir, "oauth_fresh", &oauth, None, python);
+    let (static_url, _static) = listen("static", &[], Some(STATIC_TOKEN), false);
+    let (cached_url, _cached) = listen("oauth_cached", &oauth, None, false);
+    let (fresh_url, _fresh) = listen("oauth_fresh", &oauth, None, false);
+    let (stdio_url, _stdio) = listen("static_stdio", &[], Some(STATIC_TOKEN), true);
 
     let key = EncodingKey::from_ec_der(ES256_KEY);
     let cached_token = token(&key, &cached_url, 0);
-    // Every call of the fresh path presents a token the gateway has not seen (minted before the timing).
-    let fresh_tokens: Vec<String> = (0..calls + BLOCK + 1).map(|n| token(&key, &fresh_url, n + 1)).collect();
-    let mut fresh_tokens = fresh_tokens.iter();
+    // Every call of the fresh path (warm-up, timed, the session's opening two) presents a new token.
+    let fresh_tokens: Vec<String> = (0..calls + 2 * BLOCK + 2).map(|n| token(&key, &fresh_url, n + 1)).collect();
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
     runtime.block_on(async {
-        let mut static_session = Session::open(&static_url, STATIC_TOKEN).await;
-        let mut cached_session = Session::open(&cached_url, &cached_token).await;
-        let mut fresh_session = Session::open(&fresh_url, fresh_tokens.next().expect("a token")).await;
+        let fixed = |token: &str| Credential::Fixed(token.to_owned());
+        let mut paths = vec![
+            Path::open("direct (client -> upstream, no gateway)", &upstream_url, Credential::None).await,
+            Path::open("gateway, static token", &static_url, fixed(STATIC_TOKEN)).await,
+            Path::open("gateway, OAuth ES256 verified before (cache)", &cached_url, fixed(&cached_token)).await,
+            Path::open("gateway, OAuth ES256 new token per call", &fresh_url, Credential::Fresh(fresh_tokens.into_iter()))
+                .await,
+            Path::open("gateway, static token, upstream on stdio", &stdio_url, fixed(STATIC_TOKEN)).await,
+        ];
 
         // What one listing's scan costs: the tools the gateway lists, each scanned.
-        let listed = static_session.request(STATIC_TOKEN, "tools/list", json!({})).await;
+        let listed = paths[1].session.request(Some(STATIC_TOKEN), "tools/list", json!({})).await;
         let tools: Vec<rmcp::model::Tool> =
             serde_json::from_value(listed["tools"].clone()).expect("the gateway's tools");
         let scans = 1000;
@@ -242,39 +220,43 @@ fn main() {
         }
         let per_listing = started.elapsed() / scans;
 
-        for _ in 0..BLOCK {
-            static_session.read_note(STATIC_TOKEN).await;
-            cached_session.read_note(&cached_token).await;
-            fresh_session.read_note(fresh_tokens.next().expect("a token")).await;
-        }
-        let (mut static_times, mut cached_times, mut fresh_times) = (Vec::new(), Vec::new(), Vec::new());
-        while static_times.len() < calls {
+        for path in &mut paths {
             for _ in 0..BLOCK {
-                static_times.push(static_session.read_note(STATIC_TOKEN).await);
-            }
-            for _ in 0..BLOCK {
-                cached_times.push(cached_session.read_note(&cached_token).await);
-            }
-            for _ in 0..BLOCK {
-                let Some(token) = fresh_tokens.next() else { break };
-                fresh_times.push(fresh_session.read_note(token).await);
+                path.call().await;
             }
         }
-        static_times.sort();
-        cached_times.sort();
-        fresh_times.sort();
+        while paths[0].times.len() < calls {
+            for path in &mut paths {
+                for _ in 0..BLOCK {
+                    let took = path.call().await;
+                    path.times.push(took);
+                }
+            }
+        }
+        for path in &mut paths {
+            path.times.sort();
+        }
         println!(
             "calls per path: {} (blocks of {BLOCK}, alternating; audit on {})",
-            static_times.len(),
-            if on_tmpfs { "tmpfs" } else { "the disk" }
+            paths[0].times.len(),
+            if scratch.on_tmpfs { "tmpfs" } else { "the disk" }
         );
-        line("static bearer token", &static_times, None);
-        line("OAuth ES256, verified before (cache)", &cached_times, Some(&static_times));
-        line("OAuth ES256, a new token per call", &fresh_times, Some(&static_times));
+        let direct = paths[0].times.clone();
+        let static_token = paths[1].times.clone();
+        println!("beside the direct path:");
+        for path in &paths {
+            line(path.label, &path.times, (path.label != paths[0].label).then_some(direct.as_slice()));
+        }
+        println!("beside the gateway with the static token:");
+        for path in &paths[2..4] {
+            line(path.label, &path.times, Some(&static_token));
+        }
         println!(
-            "scan of the {} tools the gateway lists: {:.1} us per listing (never on a call)",
+            "scan of the {} tools the gateway lists: {:.1} us per listing (at start and on list_changed, never on a call)",
             tools.len(),
             micros(per_listing)
         );
+        let made: usize = paths.iter().map(|path| path.times.len() + BLOCK).sum();
+        assert_eq!(scratch.calls_logged(LOG), made, "every call reached the upstream");
     });
 }

@@ -31,6 +31,7 @@ pub fn say(line: &str) {
 
 pub mod checks_script;
 pub mod chromium;
+pub mod gateway_bench;
 pub mod ledger_fixtures;
 pub mod loopback_http;
 pub mod mcp_stdio;

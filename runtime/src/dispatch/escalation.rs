@@ -161,7 +161,13 @@ impl Dispatcher {
                     // the sealed request's reason names the caller.
                     let reasons = naming_caller(escalated.reasons, escalated.call.context);
                     return match approvals
-                        .request_issued(&binding, escalated.rules, &reasons, escalated.entry.approvals)
+                        .request_issued(
+                            &binding,
+                            escalated.call.context.caller(),
+                            escalated.rules,
+                            &reasons,
+                            escalated.entry.approvals,
+                        )
                         .await
                     {
                         Ok((request, issued)) => Ok(Escalated::Interrupt(Box::new(request), issued)),
@@ -170,6 +176,7 @@ impl Dispatcher {
                         })) => Err(refusal::too_many_pending(
                             escalated.call.name,
                             escalated.rules,
+                            escalated.call.context.caller().is_some(),
                             pending,
                             oldest_expires_at,
                             self.clock.now(),

@@ -144,6 +144,7 @@ pub(super) fn approval_not_obtained(name: &str, rules: &str, reason: &str) -> Re
 pub(super) fn too_many_pending(
     name: &str,
     rules: &str,
+    per_caller: bool,
     pending: u32,
     oldest_expires_at: Option<Duration>,
     now: Duration,
@@ -158,7 +159,10 @@ pub(super) fn too_many_pending(
     };
     let mut refused = Refused::new(
         RefusalKind::ApprovalUnavailable,
-        format!("tool `{name}` already has {pending} approval requests waiting in this thread; {when}"),
+        format!(
+            "tool `{name}` already has {pending} approval requests waiting {}; {when}",
+            if per_caller { "for this caller" } else { "in this thread" }
+        ),
     )
     .rule(rules)
     .hint(format!("do not call `{name}` again until the user has answered the approvals already asked"));

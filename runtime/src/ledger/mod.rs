@@ -83,8 +83,9 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// an existing id is [`LedgerError::DuplicateRequest`].
     ///
     /// With `max_pending`, the request is refused ([`LedgerError::TooManyPending`]) if as many requests of
-    /// the same tool and thread are already pending and unexpired ([`RequestRecord::pending_scope`]); the
-    /// count and the insert are one atomic write, so racing recorders cannot overshoot.
+    /// the same tool and caller (without a caller, the same tool and thread) are already pending and unexpired
+    /// ([`RequestRecord::pending_scope`]); the count and the insert are one atomic write, so racing recorders
+    /// cannot overshoot.
     fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()>;
 
     /// Approves `grant`'s request, which must be pending (or granted under a grant that expired unspent,
@@ -228,6 +229,11 @@ pub struct RequestRecord {
     pub requested_at: Duration,
     /// The sealed interrupt value the host was given, `{"airlock_approval": {...}}`, arguments included.
     pub interrupt: Value,
+    /// Who asked, as the host authenticated them ([`CallContext::with_caller`](crate::CallContext::with_caller)):
+    /// the holder of a gateway's bearer token, an OAuth token's subject. When named, the pending limit counts
+    /// this caller's requests across all their threads ([`pending_scope`](Self::pending_scope)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 impl RequestRecord {
@@ -247,10 +253,15 @@ impl RequestRecord {
         self.interrupt["airlock_approval"]["approvals"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(1).max(1)
     }
 
-    /// What pending requests are counted under for the pending limit: the tool and the thread.
+    /// What pending requests are counted under for the pending limit: the tool and the caller when one is
+    /// named, so a caller's new thread (a new MCP session) is no fresh budget; else the tool and the thread.
     pub fn pending_scope(&self) -> String {
-        // NUL cannot occur in a tool name; the thread id comes last.
-        format!("{}\u{0}{}", self.tool, self.thread_id())
+        // NUL cannot occur in a tool name; the thread id, or the caller, comes last. NUL leads no thread id a
+        // host uses (as for the per-caller rate buckets): a caller's scope is never a thread's.
+        match &self.caller {
+            Some(caller) => format!("{}\u{0}\u{0}caller\u{0}{caller}", self.tool),
+            None => format!("{}\u{0}{}", self.tool, self.thread_id()),
+        }
     }
 }
 
@@ -474,9 +485,10 @@ pub enum LedgerError {
         /// The id.
         request_id: String,
     },
-    /// As many requests of this tool in this thread are already pending as the limit allows.
+    /// As many requests of this tool from this caller (or, naming none, in this thread) are already pending as
+    /// the limit allows.
     #[error(
-        "{pending} approval requests for `{tool}` are already waiting in this thread (at most {max}); {}",
+        "{pending} approval requests for `{tool}` are already waiting from this caller or thread (at most {max}); {}",
         retry_text(.oldest_expires_at)
     )]
     TooManyPending {

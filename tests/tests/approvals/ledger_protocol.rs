@@ -504,6 +504,7 @@ fn the_ledger_rules_hold_without_the_protocol(h: Harness) {
         binding: binding.into(),
         requested_at: now,
         interrupt: json!({}),
+        caller: None,
     };
     let grant = |id: &str, request: &str, binding: &str| GrantRecord {
         grant_id: id.into(),
@@ -597,6 +598,58 @@ fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
     looping.thread_id = "a model in a loop".into();
     let recorded = (0..200).filter(|_| default.request(&looping.input(), "attribute", "x").wait().is_ok()).count();
     assert_eq!(recorded, agent_airlock::approval::DEFAULT_MAX_PENDING as usize);
+}
+
+/// A caller's requests count together whatever thread each came from (a new MCP session is no fresh budget);
+/// another caller, and a call naming none (counted by its thread), have counts of their own; a decision frees
+/// the caller's place.
+fn pending_requests_are_bounded_per_caller_across_threads(h: Harness) {
+    let record = |id: &str, thread: &str, caller: Option<&str>| RequestRecord {
+        request_id: id.into(),
+        key_id: "k1".into(),
+        tool: "refund".into(),
+        rule: "attribute".into(),
+        reason: "r".into(),
+        binding: format!("b-{id}"),
+        requested_at: START,
+        interrupt: json!({"airlock_approval": {"call": {"thread_id": thread}}}),
+        caller: caller.map(str::to_owned),
+    };
+    let l = &h.ledger;
+    let max = Some(2);
+    l.record_request(record("a1", "session-1", Some("alice")), max).wait().unwrap();
+    l.record_request(record("a2", "session-2", Some("alice")), max).wait().unwrap();
+    match l.record_request(record("a3", "session-3", Some("alice")), max).wait() {
+        Err(LedgerError::TooManyPending { tool, pending: 2, max: 2, .. }) => assert_eq!(tool, "refund"),
+        other => panic!("a third pending request of alice's, from a third thread: {other:?}"),
+    }
+    // Bob, in alice's very threads, has his own count; so does a call naming no caller, by its thread.
+    l.record_request(record("b1", "session-1", Some("bob")), max).wait().unwrap();
+    l.record_request(record("b2", "session-2", Some("bob")), max).wait().unwrap();
+    l.record_request(record("t1", "session-1", None), max).wait().unwrap();
+    l.record_request(record("t2", "session-1", None), max).wait().unwrap();
+    assert!(matches!(
+        l.record_request(record("t4", "session-1", None), max).wait(),
+        Err(LedgerError::TooManyPending { .. })
+    ));
+    // A decision on either of alice's requests frees her place, from any thread.
+    l.deny(DenialRecord {
+        request_id: "a2".into(),
+        denied_by: "carol".into(),
+        reason: None,
+        denied_at: START,
+        revoked_grant: None,
+        signature: None,
+    })
+    .wait()
+    .unwrap();
+    l.record_request(record("a4", "session-9", Some("alice")), max).wait().unwrap();
+    assert!(matches!(
+        l.record_request(record("a5", "session-1", Some("alice")), max).wait(),
+        Err(LedgerError::TooManyPending { .. })
+    ));
+    // The caller is kept with the request.
+    assert_eq!(l.find_request("a4").unwrap().unwrap().request.caller.as_deref(), Some("alice"));
 }
 
 fn racing_requests_never_overshoot_the_pending_limit(h: Harness) {
@@ -711,6 +764,7 @@ on_every_ledger!(
     async_tasks_racing_one_grant_admit_exactly_once,
     the_ledger_rules_hold_without_the_protocol,
     pending_requests_are_bounded_per_tool_and_thread,
+    pending_requests_are_bounded_per_caller_across_threads,
     racing_requests_never_overshoot_the_pending_limit,
 );
 

@@ -114,6 +114,7 @@ fn record(id: usize, now: Duration) -> (RequestRecord, GrantRecord) {
         binding: format!("b{id:04}"),
         requested_at: now,
         interrupt: json!({"n": id}),
+        caller: None,
     };
     let grant = GrantRecord {
         grant_id: format!("g{id:04}"),

@@ -31,6 +31,7 @@ pub(crate) fn request(id: &str) -> RequestRecord {
         binding: format!("b-{id}"),
         requested_at: NOW,
         interrupt: json!({}),
+        caller: None,
     }
 }
 

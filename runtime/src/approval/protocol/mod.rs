@@ -116,8 +116,8 @@ impl DecisionSigner<'_> {
     }
 }
 
-/// How many approval requests of one tool may wait in one thread at a time, unless set
-/// ([`InterruptApprovals::with_max_pending`]).
+/// How many approval requests of one tool may wait for one caller (or in one thread, for a call naming no
+/// caller) at a time, unless set ([`InterruptApprovals::with_max_pending`]).
 pub const DEFAULT_MAX_PENDING: u32 = 4;
 
 impl std::fmt::Debug for InterruptApprovals {
@@ -197,8 +197,11 @@ impl InterruptApprovals {
         self.clock = clock;
     }
 
-    /// At most `max` requests of one tool may be pending (undecided, unexpired) in one thread
-    /// ([`DEFAULT_MAX_PENDING`] unless set; `None`: no limit). A model calling in a loop then gets refusals
+    /// At most `max` requests of one tool may be pending (undecided, unexpired) for one caller, or in one
+    /// thread when the call names no caller ([`DEFAULT_MAX_PENDING`] unless set; `None`: no limit): a caller
+    /// the host authenticated ([`CallContext::with_caller`](crate::CallContext::with_caller)) does not get a
+    /// fresh count by opening another thread or MCP session. The dispatcher passes the call's caller; the
+    /// `request*` methods here name none, so they count per thread. A model calling in a loop then gets refusals
     /// that say when to retry, not a stored request (and a human's prompt) per call. Counted and recorded
     /// in one ledger write, so racing calls cannot overshoot. With a request time-to-live
     /// ([`with_request_ttl`](Self::with_request_ttl)), expired requests stop counting.
@@ -252,7 +255,7 @@ impl InterruptApprovals {
         reason: &str,
         approvals: u32,
     ) -> Reply<InterruptRequest, RequestError> {
-        match self.prepare_request(call, rule, reason, approvals) {
+        match self.prepare_request(call, None, rule, reason, approvals) {
             Ok((request, record)) => self
                 .ledger
                 .record_request(record, self.max_pending)
@@ -278,15 +281,17 @@ impl InterruptApprovals {
     }
 
     /// [`InterruptApprovals::request_approved_by`] for the dispatcher: with the guard that closes the request
-    /// if the dispatch is dropped before the interrupt reaches the host, armed from before the write.
+    /// if the dispatch is dropped before the interrupt reaches the host, armed from before the write. The
+    /// pending limit counts by `caller` when the call names one.
     pub(crate) async fn request_issued(
         &self,
         call: &BindingInput<'_>,
+        caller: Option<&str>,
         rule: &str,
         reason: &str,
         approvals: u32,
     ) -> Result<(InterruptRequest, IssuedRequest), RequestError> {
-        let (request, record) = self.prepare_request(call, rule, reason, approvals)?;
+        let (request, record) = self.prepare_request(call, caller, rule, reason, approvals)?;
         let issued = self.issued(request.request_id());
         match self.ledger.record_request(record, self.max_pending).await {
             Ok(()) => Ok((request, issued)),
@@ -302,6 +307,7 @@ impl InterruptApprovals {
     fn prepare_request(
         &self,
         call: &BindingInput<'_>,
+        caller: Option<&str>,
         rule: &str,
         reason: &str,
         approvals: u32,
@@ -354,6 +360,7 @@ impl InterruptApprovals {
             binding: body.binding.clone(),
             requested_at: now,
             interrupt: value.clone(),
+            caller: caller.map(str::to_owned),
         };
         Ok((InterruptRequest { body, value }, record))
     }

@@ -312,6 +312,11 @@ fn serve_connection(
             Ok(response.map(|body| body.boxed()))
         }
     });
+    // An answer is written in parts (the head, then each event of the stream): with Nagle's algorithm a part
+    // waits for the ACK of the one before, which the client delays (40 ms on Linux) while it waits for the rest.
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(target: "agent_airlock", %error, %from, "TCP_NODELAY could not be set");
+    }
     tokio::spawn(async move {
         let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), handler);
         if let Err(error) = connection.await {

@@ -8,14 +8,22 @@
 //!   a JWKS an `https://` issuer names must be `https://` too (see `OAuthResourceServer::refetch`).
 //! - **Bounds.** No redirect is followed, an answer larger than [`MAX_DOCUMENT`] is refused, and a fetch,
 //!   connection and handshake included, takes at most [`FETCH_TIMEOUT`].
+//! - **Proxy.** With `HTTPS_PROXY` (or `https_proxy`) set, an `https://` fetch goes through that HTTP proxy: an
+//!   HTTP `CONNECT` tunnel to the issuer's host and port, then TLS to the issuer inside it, its certificate
+//!   checked against the issuer's host name as without a proxy (the proxy sees only ciphertext). A user name
+//!   and password in the proxy's URL are sent as `Proxy-Authorization: Basic`. Hosts `NO_PROXY` (or
+//!   `no_proxy`) matches are reached directly (curl's rules: domains with their subdomains, IP addresses and
+//!   CIDR ranges, `*` for every host). Only an `http://` proxy is supported; `http://` issuers are fetched
+//!   directly.
 //!
-//! Errors name the URL and what failed, never a header or body.
+//! Errors name the URL and what failed, never a header or body, nor the proxy's credentials.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
+use hyper_util::client::proxy::matcher::{Intercept, Matcher};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use serde_json::Value;
@@ -32,7 +40,68 @@ pub(super) struct IssuerClient {
     /// The TLS client, or why there is none (no root certificate was found); only an `https://` fetch
     /// needs it, so an `http://` issuer works on a host without roots.
     tls: Result<tokio_rustls::TlsConnector, String>,
+    /// Where `https://` fetches go: directly, or through a proxy.
+    proxy: HttpsProxy,
 }
+
+/// The proxy `https://` fetches go through, as `HTTPS_PROXY` and `NO_PROXY` say.
+pub(super) enum HttpsProxy {
+    /// No proxy: every fetch connects directly.
+    Direct,
+    /// Through this proxy, except the hosts its `NO_PROXY` list matches.
+    Via(Box<Matcher>),
+    /// A proxy was named that cannot be used: why (never its credentials). No `https://` fetch is made.
+    Unusable(String),
+}
+
+impl HttpsProxy {
+    /// From `HTTPS_PROXY` (else `https_proxy`) and `NO_PROXY` (else `no_proxy`).
+    pub(super) fn from_env() -> Self {
+        let first = |names: [&str; 2]| names.iter().find_map(|name| std::env::var(name).ok()).unwrap_or_default();
+        Self::new(&first(["HTTPS_PROXY", "https_proxy"]), &first(["NO_PROXY", "no_proxy"]))
+    }
+
+    /// Through `proxy` (a URL, `http://[user:password@]host:port`; empty for none) except the hosts `no_proxy`
+    /// lists (comma-separated).
+    pub(super) fn new(proxy: &str, no_proxy: &str) -> Self {
+        let proxy = proxy.trim();
+        // `*` is every host, IP addresses included (the matcher would apply it to names only).
+        if proxy.is_empty() || no_proxy.split(',').any(|entry| entry.trim() == "*") {
+            return HttpsProxy::Direct;
+        }
+        // What the proxy URL is taken for, whatever `NO_PROXY` says (the probe host matches no list).
+        let probe =
+            Matcher::builder().https(proxy).build().intercept(&hyper::Uri::from_static("https://probe.invalid/"));
+        match probe {
+            // The URL is not repeated: it may hold a password.
+            None => HttpsProxy::Unusable(
+                "`HTTPS_PROXY` is not a proxy URL the gateway can use (`http://[user:password@]host:port`)".to_owned(),
+            ),
+            Some(via) if via.uri().scheme_str() != Some("http") => HttpsProxy::Unusable(format!(
+                "`HTTPS_PROXY` names a `{}` proxy; only an `http://` proxy (HTTP CONNECT) is supported",
+                via.uri().scheme_str().unwrap_or_default()
+            )),
+            Some(_) => HttpsProxy::Via(Box::new(Matcher::builder().https(proxy).no(no_proxy).build())),
+        }
+    }
+
+    /// The proxy to reach `url` through, if any.
+    fn for_url(&self, url: &url::Url) -> Result<Option<Intercept>, String> {
+        match self {
+            HttpsProxy::Direct => Ok(None),
+            HttpsProxy::Unusable(why) => Err(why.clone()),
+            HttpsProxy::Via(matcher) => {
+                let uri: hyper::Uri = url.as_str().parse().map_err(|_| "the URL is not one HTTP can use".to_owned())?;
+                Ok(matcher.intercept(&uri))
+            }
+        }
+    }
+}
+
+/// A connection to the issuer: a TCP stream, or a tunnel through a proxy.
+trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection for T {}
 
 impl IssuerClient {
     /// A client trusting the system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
@@ -45,9 +114,10 @@ impl IssuerClient {
                 tls: Err("no root certificate was found to verify the issuer's certificate: install the \
                           system's CA certificates or name a CA file with `SSL_CERT_FILE`"
                     .to_owned()),
+                proxy: HttpsProxy::from_env(),
             };
         }
-        Self::with_roots(roots)
+        Self::with_roots(roots).with_proxy(HttpsProxy::from_env())
     }
 
     /// A client trusting exactly `roots`.
@@ -58,12 +128,17 @@ impl IssuerClient {
             .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
             .map(|config| tokio_rustls::TlsConnector::from(Arc::new(config)))
             .map_err(|error| format!("no TLS client: {error}"));
-        IssuerClient { tls }
+        IssuerClient { tls, proxy: HttpsProxy::Direct }
+    }
+
+    /// This client, its `https://` fetches going through `proxy`.
+    pub(super) fn with_proxy(self, proxy: HttpsProxy) -> Self {
+        IssuerClient { proxy, ..self }
     }
 
     /// A client with no TLS at all (an issuer whose keys are never fetched).
     pub(super) fn without_tls() -> Self {
-        IssuerClient { tls: Err("no TLS client was set up".to_owned()) }
+        IssuerClient { tls: Err("no TLS client was set up".to_owned()), proxy: HttpsProxy::Direct }
     }
 
     /// The JSON document at `url`, or why it could not be had (naming `url`).
@@ -88,20 +163,65 @@ impl IssuerClient {
             Some(url::Host::Ipv6(ip)) => (ip.to_string(), Some(ServerName::IpAddress(std::net::IpAddr::V6(ip).into()))),
             None => return Err("the URL has no host".to_owned()),
         };
-        let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
-            .await
-            .map_err(|error| format!("cannot connect: {error}"))?;
+        let direct = || async {
+            tokio::net::TcpStream::connect((address.as_str(), port))
+                .await
+                .map_err(|error| format!("cannot connect: {error}"))
+        };
         match url.scheme() {
-            "http" => request(tcp, url).await,
+            "http" => request(direct().await?, url).await,
             "https" => {
                 let connector = self.tls.as_ref().map_err(Clone::clone)?;
                 let name = name.ok_or_else(|| format!("`{address}` is not a host name TLS can verify"))?;
-                let tls = connector.connect(name, tcp).await.map_err(|error| explain(&error))?;
+                let connection: Box<dyn Connection> = match self.proxy.for_url(url)? {
+                    Some(proxy) => Box::new(tunnel(&proxy, url, port).await?),
+                    None => Box::new(direct().await?),
+                };
+                // The issuer's own name, never the proxy's: the tunnel is only a path to it.
+                let tls = connector.connect(name, connection).await.map_err(|error| explain(&error))?;
                 request(tls, url).await
             }
             other => Err(format!("`{other}` is not `https` or `http`")),
         }
     }
+}
+
+/// An HTTP `CONNECT` tunnel through `proxy` to `url`'s host and `port`, with the proxy's credentials, if any,
+/// as `Proxy-Authorization`. Errors name the proxy by its host and port only.
+async fn tunnel(proxy: &Intercept, url: &url::Url, port: u16) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+    let proxy_host = proxy.uri().host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let proxy_port = proxy.uri().port_u16().unwrap_or(80);
+    let named = format!("the proxy `{}`", proxy.uri().authority().map(|a| a.as_str()).unwrap_or_default());
+    let tcp = tokio::net::TcpStream::connect((proxy_host, proxy_port))
+        .await
+        .map_err(|error| format!("cannot connect to {named}: {error}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|error| format!("{named}: {error}"))?;
+    // Driven until the tunnel is open, when it hands the connection over.
+    tokio::spawn(connection.with_upgrades());
+    let target = match url.host() {
+        Some(url::Host::Ipv6(ip)) => format!("[{ip}]:{port}"),
+        _ => format!("{}:{port}", url.host_str().unwrap_or_default()),
+    };
+    let mut connect = hyper::Request::connect(target.as_str())
+        .header(hyper::header::HOST, target.as_str())
+        .body(Empty::<Bytes>::new())
+        .map_err(|error| format!("no CONNECT request to {target}: {error}"))?;
+    if let Some(credentials) = proxy.basic_auth() {
+        connect.headers_mut().insert(hyper::header::PROXY_AUTHORIZATION, credentials.clone());
+    }
+    let answer = sender.send_request(connect).await.map_err(|error| format!("{named}: {error}"))?;
+    match answer.status() {
+        status if status.is_success() => {}
+        hyper::StatusCode::PROXY_AUTHENTICATION_REQUIRED => {
+            return Err(format!(
+                "{named} refused the tunnel to {target}: 407 (its credentials, in `HTTPS_PROXY`, are missing or wrong)"
+            ));
+        }
+        status => return Err(format!("{named} refused the tunnel to {target}: {status}")),
+    }
+    let upgraded = hyper::upgrade::on(answer).await.map_err(|error| format!("{named}: the tunnel failed: {error}"))?;
+    Ok(TokioIo::new(upgraded))
 }
 
 /// One `GET` of `url` over `io`; the body of a 2xx answer.
@@ -188,11 +308,16 @@ mod tests {
     /// An HTTPS server on loopback with a certificate for `127.0.0.1` signed by a CA of its own, answering
     /// every `GET` with `body` (or a 404 for `/missing`); its address, and the CA's certificate.
     async fn https_server(body: &'static str) -> (String, rcgen::Certificate) {
+        https_server_for(body, "127.0.0.1").await
+    }
+
+    /// [`https_server`] with a certificate for `name`.
+    async fn https_server_for(body: &'static str, name: &str) -> (String, rcgen::Certificate) {
         let (ca_params, ca_key) = ca("issuer test CA");
         let ca_cert = ca_params.self_signed(&ca_key).expect("the CA certificate");
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().expect("the server's key");
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        let cert = CertificateParams::new(vec![name.to_owned()])
             .expect("server params")
             .signed_by(&key, &issuer)
             .expect("the server's certificate");
@@ -289,5 +414,142 @@ mod tests {
         assert!(big.contains("more than"), "{big}");
         let closed = client.get_json("http://127.0.0.1:9/jwks").await.expect_err("nothing listens");
         assert!(closed.contains("`http://127.0.0.1:9/jwks`: cannot connect"), "{closed}");
+    }
+
+    /// What a loopback CONNECT proxy saw: the head of every request it was sent.
+    type Heads = Arc<std::sync::Mutex<Vec<String>>>;
+
+    /// An HTTP proxy on loopback: it answers `CONNECT` with `answer` (a status line) and, for a 2xx, tunnels
+    /// to the target, except that `issuer.test` is taken to be `issuer_test` (so a URL naming it can only be
+    /// reached through the proxy). Its address, and the heads it was sent.
+    async fn connect_proxy(answer: &'static str, issuer_test: Option<String>) -> (String, Heads) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let address = listener.local_addr().expect("an address").to_string();
+        let heads = Heads::default();
+        let seen = Arc::clone(&heads);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let (seen, issuer_test) = (Arc::clone(&seen), issuer_test.clone());
+                tokio::spawn(async move {
+                    // The head, a byte at a time so nothing after it is read.
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                        let mut byte = [0u8];
+                        if client.read_exact(&mut byte).await.is_err() {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    seen.lock().expect("not poisoned").push(head.clone());
+                    let _ = client.write_all(format!("{answer}\r\ncontent-length: 0\r\n\r\n").as_bytes()).await;
+                    if !answer.starts_with("HTTP/1.1 2") {
+                        return;
+                    }
+                    let target = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                    let target = match (target.strip_prefix("issuer.test:"), &issuer_test) {
+                        (Some(_), Some(real)) => real.clone(),
+                        _ => target,
+                    };
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        (address, heads)
+    }
+
+    fn heads(heads: &Heads) -> Vec<String> {
+        heads.lock().expect("not poisoned").clone()
+    }
+
+    #[tokio::test]
+    async fn an_https_fetch_goes_through_the_proxys_tunnel_and_checks_the_issuers_own_name() {
+        let (server, ca_cert) = https_server_for(r#"{"keys": []}"#, "issuer.test").await;
+        let server_address = server.trim_start_matches("https://").to_owned();
+        let port = server_address.rsplit(':').next().expect("a port").to_owned();
+        let (proxy, seen) = connect_proxy("HTTP/1.1 200 Connection established", Some(server_address)).await;
+        let client = IssuerClient::with_roots(roots(&ca_cert))
+            .with_proxy(HttpsProxy::new(&format!("http://airlock:s3cr%40t@{proxy}"), ""));
+        // `issuer.test` resolves nowhere but in the proxy: only the tunnel reaches it, and TLS inside it checks
+        // the certificate against `issuer.test` (not the proxy's 127.0.0.1, which the certificate does not name).
+        let url = format!("https://issuer.test:{port}/jwks");
+        assert_eq!(client.get_json(&url).await, Ok(serde_json::json!({"keys": []})));
+        let tunnels = heads(&seen);
+        assert_eq!(tunnels.len(), 1, "{tunnels:?}");
+        let head = tunnels[0].to_ascii_lowercase();
+        assert!(head.starts_with(&format!("connect issuer.test:{port} http/1.1\r\n")), "{head}");
+        assert!(head.contains(&format!("host: issuer.test:{port}\r\n")), "{head}");
+        // `airlock:s3cr@t`, percent-decoded from the URL, in Basic.
+        assert!(tunnels[0].contains("proxy-authorization: Basic YWlybG9jazpzM2NyQHQ=\r\n"), "{tunnels:?}");
+        // Through the proxy to a name the certificate does not hold: refused by TLS, as without a proxy.
+        let misnamed = format!("https://127.0.0.1:{port}/jwks");
+        let refused = client.get_json(&misnamed).await.expect_err("the certificate names issuer.test");
+        assert!(refused.contains("not valid for its host name"), "{refused}");
+        assert_eq!(heads(&seen).len(), 2);
+        // Plain `http://` is never sent to the `https://` proxy.
+        let plain = client.get_json("http://127.0.0.1:9/jwks").await.expect_err("nothing listens");
+        assert!(plain.contains("cannot connect:"), "{plain}");
+        assert_eq!(heads(&seen).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_hosts_no_proxy_names_are_fetched_directly() {
+        let (server, ca_cert) = https_server(r#"{"keys": []}"#).await;
+        let (proxy, seen) = connect_proxy("HTTP/1.1 200 Connection established", None).await;
+        let url = format!("{server}/jwks");
+        for no_proxy in ["127.0.0.1", "localhost, 127.0.0.0/8", "*"] {
+            let client = IssuerClient::with_roots(roots(&ca_cert))
+                .with_proxy(HttpsProxy::new(&format!("http://{proxy}"), no_proxy));
+            assert_eq!(client.get_json(&url).await, Ok(serde_json::json!({"keys": []})), "{no_proxy}");
+        }
+        assert!(heads(&seen).is_empty(), "{:?}", heads(&seen));
+        // A list that does not name the host: tunnelled.
+        let client = IssuerClient::with_roots(roots(&ca_cert))
+            .with_proxy(HttpsProxy::new(&format!("http://{proxy}"), "localhost,.example.com,10.0.0.0/8"));
+        assert_eq!(client.get_json(&url).await, Ok(serde_json::json!({"keys": []})));
+        assert_eq!(heads(&seen).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_refuses_or_cannot_be_used_is_a_clear_error_without_its_credentials() {
+        let (server, ca_cert) = https_server(r#"{"keys": []}"#).await;
+        let url = format!("{server}/jwks");
+        let target = server.trim_start_matches("https://");
+        for (answer, expected) in [
+            ("HTTP/1.1 403 Forbidden", format!("refused the tunnel to {target}: 403 Forbidden")),
+            (
+                "HTTP/1.1 407 Proxy Authentication Required",
+                format!("refused the tunnel to {target}: 407 (its credentials"),
+            ),
+        ] {
+            let (proxy, seen) = connect_proxy(answer, None).await;
+            let client = IssuerClient::with_roots(roots(&ca_cert))
+                .with_proxy(HttpsProxy::new(&format!("http://airlock:hunter2@{proxy}"), ""));
+            let refused = client.get_json(&url).await.expect_err("refused");
+            assert!(refused.starts_with(&format!("`{url}`: the proxy `{proxy}` ")), "{refused}");
+            assert!(refused.contains(&expected), "{refused}");
+            assert!(!refused.contains("hunter2") && !refused.contains("airlock:"), "{refused}");
+            assert_eq!(heads(&seen).len(), 1);
+        }
+        // Nothing listens where the proxy should be.
+        let client = IssuerClient::with_roots(roots(&ca_cert))
+            .with_proxy(HttpsProxy::new("http://airlock:hunter2@127.0.0.1:9", ""));
+        let refused = client.get_json(&url).await.expect_err("no proxy listens");
+        assert!(refused.contains("cannot connect to the proxy `127.0.0.1:9`"), "{refused}");
+        assert!(!refused.contains("hunter2"), "{refused}");
+        // A proxy URL that is no HTTP proxy's: no fetch is made, the URL is not repeated.
+        for (proxy, expected) in [
+            ("socks5://airlock:hunter2@127.0.0.1:1080", "only an `http://` proxy (HTTP CONNECT) is supported"),
+            ("ftp://airlock:hunter2@127.0.0.1:21", "not a proxy URL the gateway can use"),
+        ] {
+            let client = IssuerClient::with_roots(roots(&ca_cert)).with_proxy(HttpsProxy::new(proxy, ""));
+            let refused = client.get_json(&url).await.expect_err("unusable");
+            assert!(refused.contains(expected), "{refused}");
+            assert!(!refused.contains("hunter2"), "{refused}");
+        }
+        // An empty `HTTPS_PROXY` is no proxy.
+        let client = IssuerClient::with_roots(roots(&ca_cert)).with_proxy(HttpsProxy::new("  ", "127.0.0.1"));
+        assert_eq!(client.get_json(&url).await, Ok(serde_json::json!({"keys": []})));
     }
 }
