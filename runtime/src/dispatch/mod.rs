@@ -224,13 +224,8 @@ impl Dispatcher {
         let screened = args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
             .map_err(|err| (refusal::screening(name, spec, err), Vec::new()))?;
         let (arguments, stripped) = (screened.arguments, screened.stripped);
-        if !stripped.is_empty() {
-            tracing::warn!(target: "agent_airlock", stripped = ?stripped, "undeclared arguments stripped");
-        }
+        call.screened(&arguments, &stripped);
         let with_stripped = |refused: Refused| (refused, stripped.clone());
-        if self.audit.is_some() {
-            call.trail.arguments = Some(Value::Object(arguments.clone()));
-        }
         call.observe(observed.ghosts_blocked(name, &stripped));
 
         // 4. Validation and injection: the future is built but not polled.
@@ -251,18 +246,16 @@ impl Dispatcher {
         //    A call nothing escalates awaits nothing here: the gate's future is built (and boxed, so the
         //    dispatch's own future stays small) only for one that does.
         call.observe(observed.would_escalate(name));
-        let escalated = !met.is_empty() || !enforced.escalations.is_empty();
-        let cleared = match escalated {
-            false => Ok(Cleared::Go),
-            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer)).await,
+        let cleared = match !met.is_empty() || !enforced.escalations.is_empty() {
+            false => Cleared::Go,
+            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer))
+                .await
+                .map_err(with_stripped)?,
         };
         let resumed = match cleared {
-            Ok(Cleared::Go) => None,
-            Ok(Cleared::Resumed(admission)) => Some(admission),
-            Ok(Cleared::Interrupt(request)) => {
-                return Ok(Outcome::Interrupt { tool_call_id: String::new(), request });
-            }
-            Err(refused) => return Err(with_stripped(refused)),
+            Cleared::Go => None,
+            Cleared::Resumed(admission) => Some(admission),
+            Cleared::Interrupt(request) => return Ok(Outcome::Interrupt { tool_call_id: String::new(), request }),
         };
 
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
@@ -283,32 +276,16 @@ impl Dispatcher {
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
         //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live. A call
         //    with nothing to write (no effect store or key, no approval to spend) skips it synchronously.
-        let admission = match self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
-            false => Ok(None),
-            true => Box::pin(self.admit(call, effect_key, resumed)).await,
-        };
-        let reservation = match admission {
-            Ok(reservation) => reservation,
-            Err(refused) => {
-                let now = self.clock.now();
-                Box::pin(self.give_back(enforced, thread, now)).await;
-                if observed_taken {
-                    Box::pin(self.give_back(observed, thread, now)).await;
-                }
-                return Err(with_stripped(refused));
+        let mut effect = match self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
+            false => None,
+            true => {
+                Box::pin(self.admit(call, entry, effect_key, resumed, observed_taken)).await.map_err(with_stripped)?
             }
         };
-        let mut effect = reservation.zip(self.effects.as_ref()).map(|(reservation, store)| {
-            EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock))
-                .renewed_by(&self.lease_keeper, self.effect_lease)
-        });
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
-            tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
-            call.trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
-            call.trail.outcome = Some(AuditOutcome::Panicked);
-            return Ok(Outcome::Message(call.message(Status::Error, format!("tool `{name}` failed"), stripped)));
+            return Ok(panicked(call, effect.as_mut(), stripped));
         };
 
         // 9. Mask what the model (and the audit log) sees; settle the effect from the outcome.
@@ -322,9 +299,35 @@ impl Dispatcher {
         (effect_key.is_some() && self.effects.is_some()) || (resumed.is_some() && self.interrupt_approvals().is_some())
     }
 
+    /// Gate 7: the admission's write, its reservation held by a guard while the tool runs. A refusal gives
+    /// back gate 6's tokens: the enforced rules' and, if it took them, the observed ones'.
+    async fn admit(
+        &self,
+        call: &mut Call<'_>,
+        entry: &Entry,
+        effect_key: Option<String>,
+        resumed: Option<PreparedAdmission>,
+        observed_taken: bool,
+    ) -> Result<Option<EffectGuard>, Refused> {
+        match self.admission(call, effect_key, resumed).await {
+            Ok(reservation) => Ok(reservation.zip(self.effects.as_ref()).map(|(reservation, store)| {
+                EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock))
+                    .renewed_by(&self.lease_keeper, self.effect_lease)
+            })),
+            Err(refused) => {
+                let (thread, now) = (call.context.rate_subject(), self.clock.now());
+                self.give_back(&entry.enforced, thread, now).await;
+                if observed_taken {
+                    self.give_back(&entry.observed, thread, now).await;
+                }
+                Err(refused)
+            }
+        }
+    }
+
     /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
     /// approval, all or nothing.
-    async fn admit(
+    async fn admission(
         &self,
         call: &mut Call<'_>,
         effect_key: Option<String>,
@@ -475,6 +478,16 @@ impl Dispatcher {
             tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
         }
     }
+}
+
+/// Gate 8's answer for a tool that panicked: an error message, its effect settled as ambiguous.
+#[cold]
+#[inline(never)]
+fn panicked(call: &mut Call<'_>, effect: Option<&mut EffectGuard>, stripped: Vec<String>) -> Outcome {
+    tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
+    call.trail.settle = effect.and_then(|guard| guard.take(Settle::Ambiguous));
+    call.trail.outcome = Some(AuditOutcome::Panicked);
+    Outcome::Message(call.message(Status::Error, format!("tool `{}` failed", call.name), stripped))
 }
 
 /// Puts the call's id and tool name into the outcome the gates built without them (see [`Call::message`]):
