@@ -1,11 +1,14 @@
 //! One call on its way through the gates: what every gate reads about it, and the trail it leaves. Observe
 //! mode lives here, in one place: what a tool's observed rules refuse is recorded, never enforced.
 
+use serde_json::Value;
+
 use super::refusal::Refused;
 use super::trail::{Trail, audit_outcome_of};
 use crate::audit::{AuditEntry, AuditLog, AuditOutcome};
 use crate::context::CallContext;
 use crate::message::{Status, ToolMessage};
+use crate::tool::Arguments;
 
 /// One model tool call being dispatched.
 pub(super) struct Call<'a> {
@@ -25,6 +28,18 @@ impl Call<'_> {
     #[inline]
     pub(super) fn record(&self, outcome: AuditOutcome) -> Option<AuditEntry> {
         self.audit.map(|log| self.trail.entry(log, self.name, self.id, self.context, outcome))
+    }
+
+    /// Gate 3's result noted: the keys it stripped traced, the arguments it admitted kept for the call's
+    /// audit records (copied only when there is an audit log).
+    #[inline]
+    pub(super) fn screened(&mut self, arguments: &Arguments, stripped: &[String]) {
+        if !stripped.is_empty() {
+            tracing::warn!(target: "agent_airlock", stripped = ?stripped, "undeclared arguments stripped");
+        }
+        if self.audit.is_some() {
+            self.trail.arguments = Some(Value::Object(arguments.clone()));
+        }
     }
 
     /// A gate's verdict under the tool's observed rules: a refusal is traced and audited as "would refuse"

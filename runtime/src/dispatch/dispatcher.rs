@@ -1,6 +1,7 @@
 //! The dispatcher's state, computed once at build (`build.rs`): its tools, each with everything the policy
 //! decided about it, the rate limiter, who answers escalations and where each durable write goes. The gates
-//! that read it are in `mod.rs`, `escalation.rs` and `writes.rs`.
+//! that read it are in `mod.rs` (the sequence), `gates.rs`, `escalation.rs`, `admission.rs`, `output.rs` and
+//! `writes.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

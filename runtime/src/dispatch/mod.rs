@@ -3,9 +3,9 @@
 //!
 //! The gate sequence is one function, [`Dispatcher::run_gates`], readable top to bottom. Beside it: the
 //! call it carries (`call`, where observe mode records what it would refuse), what each gate asks of a
-//! tool's rules (`gates`), building (`build`), escalation (`escalation`), what each refusal says
-//! (`refusal`), the audit trail (`trail`) and the durable writes (`writes`). A reserved effect is held by
-//! an `EffectGuard` while the tool runs.
+//! tool's rules (`gates`), building (`build`), escalation (`escalation`), admission (`admission`), the
+//! tool's output (`output`), what each refusal says (`refusal`), the audit trail (`trail`) and the durable
+//! writes (`writes`). A reserved effect is held by an `EffectGuard` while the tool runs.
 //!
 //! The order matters for what a human's approval is worth: every gate that can refuse runs before the
 //! grant is spent, and the grant is spent in the same atomic write that reserves the call's effect, so a
@@ -15,6 +15,7 @@
 //! one write; settlement (the effect's outcome and the call's record) another. Both are awaited: on redb
 //! they are queued to the database's writer thread and share commits with concurrent dispatches.
 
+mod admission;
 mod argument_refusal;
 mod build;
 mod call;
@@ -23,12 +24,12 @@ mod durable_write;
 mod effect_guard;
 mod escalation;
 mod gates;
+mod output;
 mod refusal;
 mod trail;
 mod writes;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 
 use futures_util::FutureExt as _;
 use serde_json::Value;
@@ -37,25 +38,19 @@ use tracing::Instrument as _;
 pub use self::build::{BuildError, DispatcherBuilder};
 use self::call::Call;
 pub use self::dispatcher::Dispatcher;
-use self::dispatcher::Entry;
-use self::durable_write::{DurableWrite, NotDecided};
 use self::effect_guard::EffectGuard;
 use self::escalation::{Cleared, Reviewer};
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
 use crate::approval::Approver;
-use crate::approval::protocol::PreparedAdmission;
 use crate::args;
 use crate::audit::AuditOutcome;
 use crate::clock::Clock;
 use crate::context::CallContext;
 use crate::dialect::{Dialect, DialectError, DialectOffer};
-use crate::effect::{Reservation, Settle};
-use crate::ledger::{EffectClaim, LedgerError};
-use crate::mask::MaskSet;
+use crate::effect::Settle;
 use crate::message::{Outcome, Refusal, Status, ToolCall, ToolMessage};
 use crate::schema::ToolDefinition;
-use crate::tool::ToolOutput;
 
 /// A refusal and the argument keys stripped before it.
 type Refusing = (Refused, Vec<String>);
@@ -63,19 +58,19 @@ type Refusing = (Refused, Vec<String>);
 impl Dispatcher {
     /// The masker results go through, for what a gateway serves besides tools.
     #[cfg(feature = "mcp-gateway")]
-    pub(crate) fn masker(&self) -> &Arc<crate::mask::Masker> {
+    pub(crate) fn masker(&self) -> &std::sync::Arc<crate::mask::Masker> {
         &self.masker
     }
 
     /// The audit log, if the dispatcher keeps one.
     #[cfg(feature = "mcp-gateway")]
-    pub(crate) fn audit_log(&self) -> Option<&Arc<crate::audit::AuditLog>> {
+    pub(crate) fn audit_log(&self) -> Option<&std::sync::Arc<crate::audit::AuditLog>> {
         self.audit.as_ref()
     }
 
     /// The clock its rate limits read.
     #[cfg(feature = "mcp-gateway")]
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+    pub(crate) fn clock(&self) -> &std::sync::Arc<dyn Clock> {
         &self.clock
     }
 
@@ -224,13 +219,8 @@ impl Dispatcher {
         let screened = args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
             .map_err(|err| (refusal::screening(name, spec, err), Vec::new()))?;
         let (arguments, stripped) = (screened.arguments, screened.stripped);
-        if !stripped.is_empty() {
-            tracing::warn!(target: "agent_airlock", stripped = ?stripped, "undeclared arguments stripped");
-        }
+        call.screened(&arguments, &stripped);
         let with_stripped = |refused: Refused| (refused, stripped.clone());
-        if self.audit.is_some() {
-            call.trail.arguments = Some(Value::Object(arguments.clone()));
-        }
         call.observe(observed.ghosts_blocked(name, &stripped));
 
         // 4. Validation and injection: the future is built but not polled.
@@ -251,18 +241,16 @@ impl Dispatcher {
         //    A call nothing escalates awaits nothing here: the gate's future is built (and boxed, so the
         //    dispatch's own future stays small) only for one that does.
         call.observe(observed.would_escalate(name));
-        let escalated = !met.is_empty() || !enforced.escalations.is_empty();
-        let cleared = match escalated {
-            false => Ok(Cleared::Go),
-            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer)).await,
+        let cleared = match !met.is_empty() || !enforced.escalations.is_empty() {
+            false => Cleared::Go,
+            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer))
+                .await
+                .map_err(with_stripped)?,
         };
         let resumed = match cleared {
-            Ok(Cleared::Go) => None,
-            Ok(Cleared::Resumed(admission)) => Some(admission),
-            Ok(Cleared::Interrupt(request)) => {
-                return Ok(Outcome::Interrupt { tool_call_id: String::new(), request });
-            }
-            Err(refused) => return Err(with_stripped(refused)),
+            Cleared::Go => None,
+            Cleared::Resumed(admission) => Some(admission),
+            Cleared::Interrupt(request) => return Ok(Outcome::Interrupt { tool_call_id: String::new(), request }),
         };
 
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then
@@ -283,198 +271,31 @@ impl Dispatcher {
         // 7. Admission, one atomic write: spend the grant (if resumed) and reserve the effect key. A
         //    refusal here gives the rate tokens back (shared ones too) and leaves the grant live. A call
         //    with nothing to write (no effect store or key, no approval to spend) skips it synchronously.
-        let admission = match self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
-            false => Ok(None),
-            true => Box::pin(self.admit(call, effect_key, resumed)).await,
-        };
-        let reservation = match admission {
-            Ok(reservation) => reservation,
-            Err(refused) => {
-                let now = self.clock.now();
-                Box::pin(self.give_back(enforced, thread, now)).await;
-                if observed_taken {
-                    Box::pin(self.give_back(observed, thread, now)).await;
-                }
-                return Err(with_stripped(refused));
+        let mut effect = match self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
+            false => None,
+            true => {
+                Box::pin(self.admit(call, entry, effect_key, resumed, observed_taken)).await.map_err(with_stripped)?
             }
         };
-        let mut effect = reservation.zip(self.effects.as_ref()).map(|(reservation, store)| {
-            EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock))
-                .renewed_by(&self.lease_keeper, self.effect_lease)
-        });
 
         // 8. Execute. A panicking tool becomes an error message, not a crashed host.
         let Ok(output) = AssertUnwindSafe(prepared).catch_unwind().await else {
-            tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
-            call.trail.settle = effect.as_mut().and_then(|guard| guard.take(Settle::Ambiguous));
-            call.trail.outcome = Some(AuditOutcome::Panicked);
-            return Ok(Outcome::Message(call.message(Status::Error, format!("tool `{name}` failed"), stripped)));
+            return Ok(panicked(call, effect.as_mut(), stripped));
         };
 
         // 9. Mask what the model (and the audit log) sees; settle the effect from the outcome.
         Ok(self.settle(call, output, entry, stripped, effect.as_mut()))
     }
+}
 
-    /// Whether gate 7 writes anything: an effect key to reserve in an effect store, or an approval across
-    /// an interrupt to spend. Otherwise a human's approval is recorded with the settlement.
-    #[inline]
-    fn admission_writes(&self, effect_key: Option<&String>, resumed: Option<&PreparedAdmission>) -> bool {
-        (effect_key.is_some() && self.effects.is_some()) || (resumed.is_some() && self.interrupt_approvals().is_some())
-    }
-
-    /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
-    /// approval, all or nothing.
-    async fn admit(
-        &self,
-        call: &mut Call<'_>,
-        effect_key: Option<String>,
-        resumed: Option<PreparedAdmission>,
-    ) -> Result<Option<Reservation>, Refused> {
-        let name = call.name;
-        let now = self.clock.now();
-        if !self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
-            // Nothing to write durably yet: a human's approval is recorded with the settlement.
-            return Ok(None);
-        }
-        let claim =
-            effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
-        let resumed = resumed.zip(self.interrupt_approvals());
-        let earlier = std::mem::take(&mut call.trail.pending);
-        let mut entries = earlier.clone();
-        if resumed.is_some() {
-            // Its detail names the grant, once the write has spent it.
-            entries.extend(call.record(AuditOutcome::Approved));
-        }
-        let decision = DurableWrite {
-            now,
-            spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
-            reserve: claim,
-            audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
-            ..DurableWrite::default()
-        };
-        let answer = self.decide(decision).await;
-        let refused = |call: &mut Call<'_>, refused: Refused| {
-            // Nothing was written: what happened before the admission is recorded with the refusal.
-            call.trail.pending = earlier.clone();
-            Err(refused)
-        };
-        let Some((prepared, _)) = resumed else {
-            return match answer {
-                Ok(Ok(decided)) => Ok(decided.reservation),
-                Ok(Err(NotDecided::Effect(err))) => refused(call, refusal::effect(name, err, now)),
-                Ok(Err(NotDecided::Spend(err))) | Err(err) => {
-                    refused(call, refusal::effect(name, durable_write::effect_fault(err), now))
-                }
-            };
-        };
-        let rules = call.trail.rule.clone().unwrap_or_default();
-        let (spent, reservation) = match answer {
-            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation),
-            Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
-            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None),
-        };
-        match prepared.admitted(spent) {
-            Ok(admission) => {
-                tracing::info!(
-                    target: "agent_airlock",
-                    outcome = "approved",
-                    rules = %rules,
-                    grant_id = %admission.grant_id,
-                    approver = %admission.approver,
-                    "approval spent"
-                );
-                call.trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
-                Ok(reservation)
-            }
-            Err(not_admitted) => refused(call, refusal::not_admitted(name, &rules, not_admitted)),
-        }
-    }
-
-    /// Gate 9: the tool's output as a message (masked) or a host command (untouched), with how its
-    /// effect settles and its audit facts noted (written after the gates, in one write).
-    fn settle(
-        &self,
-        call: &mut Call<'_>,
-        output: ToolOutput,
-        entry: &Entry,
-        stripped: Vec<String>,
-        effect: Option<&mut EffectGuard>,
-    ) -> Outcome {
-        let audited = self.audit.is_some();
-        let trail = &mut call.trail;
-        match output {
-            ToolOutput::Content(mut value) => {
-                tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
-                self.mask(&mut value, entry.mask);
-                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
-                trail.outcome = Some(AuditOutcome::Executed);
-                if audited {
-                    trail.result = Some(value.clone());
-                }
-                Outcome::Message(call.message(Status::Success, content_text(value), stripped))
-            }
-            ToolOutput::Structured { mut content, mut structured } => {
-                tracing::info!(target: "agent_airlock", outcome = "executed", effect = effect.is_some(), "tool call executed");
-                self.mask(&mut content, entry.mask);
-                let was_object = structured.is_object();
-                self.mask(&mut structured, entry.mask);
-                // Too large to mask, the structured result became the notice saying so: a client checks
-                // `structuredContent` against the tool's output schema, so the notice goes in the text instead.
-                let structured = if was_object && !structured.is_object() {
-                    content = structured;
-                    None
-                } else {
-                    Some(structured)
-                };
-                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
-                trail.outcome = Some(AuditOutcome::Executed);
-                if audited {
-                    trail.result = Some(serde_json::json!({"content": content, "structuredContent": structured}));
-                }
-                let mut message = call.message(Status::Success, content_text(content), stripped);
-                message.structured_content = structured;
-                Outcome::Message(message)
-            }
-            ToolOutput::Command(command) => {
-                tracing::info!(target: "agent_airlock", outcome = "command", effect = effect.is_some(), "tool returned a host command");
-                trail.settle = effect.and_then(|guard| guard.take(Settle::Commit));
-                trail.outcome = Some(AuditOutcome::Executed);
-                if audited {
-                    trail.result = serde_json::to_value(&command).ok();
-                }
-                Outcome::Command { command, tool_call_id: String::new(), stripped_arguments: stripped }
-            }
-            ToolOutput::Failed(error) => {
-                let not_executed = error.is_not_executed();
-                // Error text can carry secrets too (a connection string in a driver's message).
-                let text = self.masker.mask_text(error.message(), entry.mask).into_owned();
-                tracing::info!(
-                    target: "agent_airlock",
-                    outcome = "failed",
-                    not_executed,
-                    effect = effect.is_some(),
-                    "tool returned an error"
-                );
-                let how = if not_executed { Settle::Fail } else { Settle::Ambiguous };
-                trail.settle = effect.and_then(|guard| guard.take(how));
-                trail.outcome = Some(AuditOutcome::Failed { not_executed });
-                if audited {
-                    trail.result = Some(Value::String(text.clone()));
-                }
-                Outcome::Message(call.message(Status::Error, text, stripped))
-            }
-        }
-    }
-
-    fn mask(&self, value: &mut Value, set: MaskSet) {
-        if set.is_empty() {
-            return;
-        }
-        let report = self.masker.mask_value(value, set);
-        if !report.is_empty() {
-            tracing::info!(target: "agent_airlock", masked = %report.total(), kinds = %report.kinds(), "result masked");
-        }
-    }
+/// Gate 8's answer for a tool that panicked: an error message, its effect settled as ambiguous.
+#[cold]
+#[inline(never)]
+fn panicked(call: &mut Call<'_>, effect: Option<&mut EffectGuard>, stripped: Vec<String>) -> Outcome {
+    tracing::error!(target: "agent_airlock", outcome = "panicked", effect = effect.is_some(), "tool panicked");
+    call.trail.settle = effect.and_then(|guard| guard.take(Settle::Ambiguous));
+    call.trail.outcome = Some(AuditOutcome::Panicked);
+    Outcome::Message(call.message(Status::Error, format!("tool `{}` failed", call.name), stripped))
 }
 
 /// Puts the call's id and tool name into the outcome the gates built without them (see [`Call::message`]):
@@ -486,13 +307,5 @@ fn address(outcome: &mut Outcome, id: String, name: String) {
             message.name = name;
         }
         Outcome::Command { tool_call_id, .. } | Outcome::Interrupt { tool_call_id, .. } => *tool_call_id = id,
-    }
-}
-
-/// A string result is shown as is; anything else as JSON.
-fn content_text(value: Value) -> String {
-    match value {
-        Value::String(text) => text,
-        other => other.to_string(),
     }
 }

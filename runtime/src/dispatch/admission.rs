@@ -1,0 +1,118 @@
+//! Gate 7, admission: one durable write that spends a verified approval and reserves the call's effect
+//! key, all or nothing, after every gate that can still refuse. A refusal here leaves the grant live and
+//! gives the rate tokens back.
+
+use std::sync::Arc;
+
+use super::call::Call;
+use super::dispatcher::{Dispatcher, Entry};
+use super::durable_write::{self, DurableWrite, NotDecided};
+use super::effect_guard::EffectGuard;
+use super::refusal::{self, Refused};
+use crate::approval::protocol::PreparedAdmission;
+use crate::audit::AuditOutcome;
+use crate::effect::Reservation;
+use crate::ledger::{EffectClaim, LedgerError};
+
+impl Dispatcher {
+    /// Whether gate 7 writes anything: an effect key to reserve in an effect store, or an approval across
+    /// an interrupt to spend. Otherwise a human's approval is recorded with the settlement.
+    #[inline]
+    pub(super) fn admission_writes(&self, effect_key: Option<&String>, resumed: Option<&PreparedAdmission>) -> bool {
+        (effect_key.is_some() && self.effects.is_some()) || (resumed.is_some() && self.interrupt_approvals().is_some())
+    }
+
+    /// Gate 7: the admission's write, its reservation held by a guard while the tool runs. A refusal gives
+    /// back gate 6's tokens: the enforced rules' and, if it took them, the observed ones'.
+    pub(super) async fn admit(
+        &self,
+        call: &mut Call<'_>,
+        entry: &Entry,
+        effect_key: Option<String>,
+        resumed: Option<PreparedAdmission>,
+        observed_taken: bool,
+    ) -> Result<Option<EffectGuard>, Refused> {
+        match self.admission(call, effect_key, resumed).await {
+            Ok(reservation) => Ok(reservation.zip(self.effects.as_ref()).map(|(reservation, store)| {
+                EffectGuard::new(Arc::clone(store), reservation, Arc::clone(&self.clock))
+                    .renewed_by(&self.lease_keeper, self.effect_lease)
+            })),
+            Err(refused) => {
+                let (thread, now) = (call.context.rate_subject(), self.clock.now());
+                self.give_back(&entry.enforced, thread, now).await;
+                if observed_taken {
+                    self.give_back(&entry.observed, thread, now).await;
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// Gate 7, one durable write: spends a verified approval, reserves the effect key and records the
+    /// approval, all or nothing.
+    async fn admission(
+        &self,
+        call: &mut Call<'_>,
+        effect_key: Option<String>,
+        resumed: Option<PreparedAdmission>,
+    ) -> Result<Option<Reservation>, Refused> {
+        let name = call.name;
+        let now = self.clock.now();
+        if !self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
+            // Nothing to write durably yet: a human's approval is recorded with the settlement.
+            return Ok(None);
+        }
+        let claim =
+            effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
+        let resumed = resumed.zip(self.interrupt_approvals());
+        let earlier = std::mem::take(&mut call.trail.pending);
+        let mut entries = earlier.clone();
+        if resumed.is_some() {
+            // Its detail names the grant, once the write has spent it.
+            entries.extend(call.record(AuditOutcome::Approved));
+        }
+        let decision = DurableWrite {
+            now,
+            spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
+            reserve: claim,
+            audit: self.audit.as_ref().filter(|_| !entries.is_empty()).map(|log| log.appending(entries)),
+            ..DurableWrite::default()
+        };
+        let answer = self.decide(decision).await;
+        let refused = |call: &mut Call<'_>, refused: Refused| {
+            // Nothing was written: what happened before the admission is recorded with the refusal.
+            call.trail.pending = earlier.clone();
+            Err(refused)
+        };
+        let Some((prepared, _)) = resumed else {
+            return match answer {
+                Ok(Ok(decided)) => Ok(decided.reservation),
+                Ok(Err(NotDecided::Effect(err))) => refused(call, refusal::effect(name, err, now)),
+                Ok(Err(NotDecided::Spend(err))) | Err(err) => {
+                    refused(call, refusal::effect(name, durable_write::effect_fault(err), now))
+                }
+            };
+        };
+        let rules = call.trail.rule.clone().unwrap_or_default();
+        let (spent, reservation) = match answer {
+            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation),
+            Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
+            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None),
+        };
+        match prepared.admitted(spent) {
+            Ok(admission) => {
+                tracing::info!(
+                    target: "agent_airlock",
+                    outcome = "approved",
+                    rules = %rules,
+                    grant_id = %admission.grant_id,
+                    approver = %admission.approver,
+                    "approval spent"
+                );
+                call.trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
+                Ok(reservation)
+            }
+            Err(not_admitted) => refused(call, refusal::not_admitted(name, &rules, not_admitted)),
+        }
+    }
+}
