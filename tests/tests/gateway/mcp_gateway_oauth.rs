@@ -545,7 +545,10 @@ fn the_pending_approvals_of_one_caller_are_capped_across_their_sessions() {
 
 /// Over `--listen` a call is answered in two writes (the head with the event stream's first event, then the
 /// result's event); without `TCP_NODELAY` on the gateway's socket the second waited for the client's delayed ACK,
-/// 40 ms on Linux, on every call. Twenty calls on one connection: their median stays well under that.
+/// 40 ms on Linux, on every call (43.9 ms to 48 ms each, measured with `set_nodelay(false)`). Twenty calls on
+/// one connection: the quickest is well under that. Not a performance check: the quickest of twenty is slowed
+/// past 35 ms only by the stall (or by a machine so loaded that every one of twenty calls waits), so the test
+/// does not flake under load the way a median would.
 #[test]
 fn a_call_over_listen_does_not_wait_for_a_delayed_ack() {
     const TOKEN: &str = "a-static-gateway-token-of-32-chars";
@@ -588,5 +591,5 @@ fn a_call_over_listen_does_not_wait_for_a_delayed_ack() {
         times
     });
     times.sort();
-    assert!(times[10] < Duration::from_millis(30), "median {:?} of {times:?}", times[10]);
+    assert!(times[0] < Duration::from_millis(35), "the quickest of twenty calls took {:?}: {times:?}", times[0]);
 }

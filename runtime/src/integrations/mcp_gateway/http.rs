@@ -189,6 +189,13 @@ async fn forget_ended_sessions(owners: &SessionOwners, manager: &LocalSessionMan
     owners.lock().unwrap_or_else(PoisonError::into_inner).retain(|id, _| live.contains_key(id.as_str()));
 }
 
+/// Whether the session `id` was opened by `caller`. A session whose owner is not known (never opened here,
+/// or forgotten once rmcp ended it) is nobody's: refused like another caller's, so a lost owner can never
+/// let a credential into a session it did not open. To the client both look like a session that ended.
+fn opened_by(owners: &SessionOwners, id: &str, caller: &str) -> bool {
+    owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).is_some_and(|owner| **owner == *caller)
+}
+
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Where the protected resource metadata is served whatever the resource's path.
@@ -283,12 +290,11 @@ fn serve_connection(
             // A session belongs to the caller who opened it: another caller's credential does not reach into
             // it (the session id is not a credential).
             let session = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            if let Some(id) = &session {
-                let owner = owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned();
-                if owner.is_some_and(|owner| *owner != *caller.name()) {
-                    tracing::warn!(target: "agent_airlock", %from, "a request for another caller's session was refused");
-                    return Ok(text_response(StatusCode::NOT_FOUND, "no such session\n"));
-                }
+            if let Some(id) = &session
+                && !opened_by(&owners, id, caller.name())
+            {
+                tracing::warn!(target: "agent_airlock", %from, "a request for another caller's session was refused");
+                return Ok(text_response(StatusCode::NOT_FOUND, "no such session\n"));
             }
             let ending = request.method() == hyper::Method::DELETE;
             let name: Arc<str> = caller.name().into();
@@ -330,6 +336,17 @@ mod tests {
     use rmcp::transport::streamable_http_server::session::SessionManager as _;
 
     use super::*;
+
+    #[test]
+    fn a_session_admits_only_the_caller_who_opened_it_and_an_unknown_one_nobody() {
+        let owners = SessionOwners::default();
+        owners.lock().unwrap().insert("s1".to_owned(), Arc::from("alice"));
+        assert!(opened_by(&owners, "s1", "alice"));
+        assert!(!opened_by(&owners, "s1", "bob"));
+        assert!(!opened_by(&owners, "s1", "alic"));
+        // An owner that was never recorded, or swept: fail closed.
+        assert!(!opened_by(&owners, "s2", "alice"));
+    }
 
     #[tokio::test]
     async fn the_owners_of_ended_sessions_are_forgotten_and_no_others() {
