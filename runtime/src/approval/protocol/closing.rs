@@ -12,7 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DecisionError, InterruptApprovals, ResumeValue, decision_ledger_error, denied_resume};
+use super::error::decision_ledger_error;
+use super::message::denied_resume;
+use super::{DecisionError, InterruptApprovals, ResumeValue};
 use crate::clock::Clock;
 use crate::ledger::{ApprovalLedger, DenialRecord, LedgerError};
 use crate::store::closing::Closing;

@@ -305,3 +305,15 @@ fn list(fields: &[BindingField]) -> String {
     }
     fields.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
+
+/// A ledger's refusal of a decision, as the decision's error (a request already decided or spent says so).
+pub(super) fn decision_ledger_error(error: LedgerError) -> DecisionError {
+    match error {
+        LedgerError::UnknownRequest { request_id } => DecisionError::UnknownRequest { request_id },
+        LedgerError::AlreadyDenied(denial) => {
+            DecisionError::AlreadyDenied { request_id: denial.request_id, denied_by: denial.denied_by }
+        }
+        LedgerError::AlreadySpent { grant_id, spent_at } => DecisionError::AlreadySpent { grant_id, spent_at },
+        other => DecisionError::Ledger(other),
+    }
+}

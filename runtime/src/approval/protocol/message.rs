@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::error::ShowError;
 use super::mac::BindingInput;
 use crate::approval::EscalationReason;
 use crate::approval::display::render_call;
+use crate::ledger::DenialRecord;
 
 pub(crate) const REQUEST_MEMBER: &str = InterruptRequest::MEMBER;
 pub(crate) const GRANT_MEMBER: &str = ResumeValue::GRANT_MEMBER;
@@ -308,6 +309,11 @@ pub struct Admission {
     pub spent_at: Duration,
 }
 
+/// The resume value that tells a call it was denied.
+pub(super) fn denied_resume(denial: &DenialRecord) -> ResumeValue {
+    ResumeValue(json!({ DENIED_MEMBER: { "request_id": denial.request_id, "reason": denial.reason } }))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
@@ -317,9 +323,10 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::super::mac;
-    use super::super::{ApprovalKey, InterruptApprovals, KeyRing};
+    use super::super::{InterruptApprovals, KeyRing};
     use crate::canonical;
     use crate::clock::ManualClock;
+    use crate::keys::ApprovalKey;
     use crate::ledger::MemoryLedger;
 
     fn approvals() -> InterruptApprovals {
