@@ -41,6 +41,7 @@ pub mod payments;
 pub mod pg_proxy;
 pub mod pg_server;
 pub mod python_env;
+pub mod tracing_capture;
 /// The audit key the audit tests and helper binaries share.
 pub fn audit_test_key() -> agent_airlock::keys::AuditKey {
     agent_airlock::keys::AuditKey::new("test-key-1", b"0123456789abcdef0123456789abcdef").expect("a valid key")

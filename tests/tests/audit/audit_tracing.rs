@@ -58,7 +58,7 @@ fn each_append_is_traced_with_its_facts() {
     let capture = Capture::default();
     let log = AuditLog::in_memory(AuditConfig { store_raw: true, ..AuditConfig::default() });
     let arguments = json!({"path": "/etc/secret-file"});
-    tracing::subscriber::with_default(capture.clone(), || {
+    agent_airlock_tests::tracing_capture::with_default(capture.clone(), || {
         let event = AuditEvent::new("delete_file", "call_9", AuditOutcome::Refused { refusal: RefusalKind::Denied })
             .thread_id(Some("t-1"))
             .rule(Some("delete_*"))

@@ -84,7 +84,7 @@ fn span<'a>(spans: &'a [ReceivedSpan], call_id: &str) -> &'a ReceivedSpan {
 fn export_calls(receiver: &OtlpReceiver, dispatcher: &Dispatcher, calls: Vec<(ToolCall, CallContext)>) -> Vec<Outcome> {
     let export = OtlpExport::http(receiver.endpoint()).service_name("otel-export-test").build().expect("an export");
     let subscriber = Registry::default().with(export.layer());
-    let outcomes = tracing::subscriber::with_default(subscriber, || {
+    let outcomes = agent_airlock_tests::tracing_capture::with_default(subscriber, || {
         calls.into_iter().map(|(call, context)| block_on(dispatcher.dispatch(call, &context))).collect()
     });
     export.shutdown().expect("the receiver took everything");
@@ -197,7 +197,7 @@ fn an_escalation_and_its_approval_on_resume_are_two_spans() {
 
     let export = OtlpExport::http(receiver.endpoint()).build().expect("an export");
     let subscriber = Registry::default().with(export.layer());
-    tracing::subscriber::with_default(subscriber, || {
+    agent_airlock_tests::tracing_capture::with_default(subscriber, || {
         let first = block_on(dispatcher.dispatch(call.clone(), &payments::context(log(), "c1", None)));
         let Outcome::Interrupt { request, .. } = first else { panic!("an interrupt: {first:?}") };
         let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL).with_clock(clock);
@@ -262,7 +262,7 @@ fn a_collector_that_is_down_or_never_answers_fails_and_slows_no_call() {
             .build()
             .expect("an export is built without reaching its endpoint");
         let subscriber = Registry::default().with(export.layer());
-        tracing::subscriber::with_default(subscriber, || {
+        agent_airlock_tests::tracing_capture::with_default(subscriber, || {
             for n in 0..200 {
                 let call = ToolCall::new(format!("c{n}"), "echo", json!({"word": n.to_string()}));
                 let message = block_on(dispatcher.dispatch(call, &CallContext::new())).expect_message();

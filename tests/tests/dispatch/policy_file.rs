@@ -416,7 +416,7 @@ fn observe_mode_traces_each_would_refuse() {
     let policy = "version = 1\ndefault = \"allow\"\nmode = \"observe\"\ndeny = [\"write_*\"]\n";
     let h = host(policy, None);
     let capture = Capture::default();
-    let message = tracing::subscriber::with_default(capture.clone(), || {
+    let message = agent_airlock_tests::tracing_capture::with_default(capture.clone(), || {
         h.call("write_file", json!({"path": "/home/me/.ssh/id", "content": "x"}))
     });
     assert_eq!(message.status, Status::Success);

@@ -41,7 +41,7 @@ impl<S: tracing::Subscriber> Layer<S> for Captured {
 fn events_of(dispatcher: &Dispatcher, call: ToolCall) -> Vec<String> {
     let captured = Captured::default();
     let subscriber = Registry::default().with(captured.clone());
-    tracing::subscriber::with_default(subscriber, || {
+    agent_airlock_tests::tracing_capture::with_default(subscriber, || {
         block_on(dispatcher.dispatch(call, &CallContext::new()));
     });
     captured.0.lock().unwrap().clone()
