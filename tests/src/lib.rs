@@ -19,6 +19,13 @@ pub fn exclusive_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
+/// How many cases a property test runs: `default` (what the suite and CI run), or `PROPTEST_CASES` when it is
+/// set to a number, for a deeper hunt on demand (`PROPTEST_CASES=5000 cargo test -p agent-airlock-tests --test
+/// schema`). `ProptestConfig::with_cases` alone would ignore the variable.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.trim().parse().ok()).unwrap_or(default)
+}
+
 /// Writes one line to standard output and flushes it at once: how the worker binaries (`dispatch_worker`,
 /// `ledger_worker`, `pg_dispatch_worker`, `pg_rate_worker`) answer the test that started them, line by line.
 /// A closed pipe is ignored (the test may have stopped reading).

@@ -217,7 +217,7 @@ fn keys(value: &Value) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(256)))]
 
     #[test]
     fn refusal_text_is_bounded_by_the_number_of_fields(

@@ -87,7 +87,7 @@ fn dispatcher() -> Dispatcher {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(512)))]
 
     #[test]
     fn arbitrary_arguments_get_a_message(arguments in json_value()) {

@@ -327,7 +327,7 @@ fn any_json() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(256)))]
 
     /// A path under `.ssh` never gets through, however it is spelled around the `.ssh` component.
     #[test]

@@ -530,7 +530,7 @@ fn fragment() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(512)))]
 
     #[test]
     fn arbitrary_text_never_panics_and_masking_is_idempotent(text in any::<String>()) {
@@ -753,7 +753,7 @@ fn a_secret_inside_a_refused_email_or_url_is_still_masked() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(256)))]
 
     #[test]
     fn a_secret_glued_inside_a_refused_match_never_survives(

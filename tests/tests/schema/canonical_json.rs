@@ -235,7 +235,7 @@ fn arb_value() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(512)))]
 
     /// An independent implementation (`serde_json_canonicalizer`) writes the same bytes.
     #[test]

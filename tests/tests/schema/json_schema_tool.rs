@@ -813,7 +813,7 @@ mod schema_truth {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(64)))]
 
         #[test]
         fn the_published_schema_and_the_runtime_agree(seed in any::<u64>()) {

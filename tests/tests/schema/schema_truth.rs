@@ -463,7 +463,7 @@ fn check_seed(seed: u64, mutation: Option<Mutation>) -> Result<usize, TestCaseEr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(48)))]
 
     #[test]
     fn arguments_generated_from_each_dialects_schema_are_admitted(seed in any::<u64>()) {
