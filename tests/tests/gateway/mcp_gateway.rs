@@ -20,9 +20,8 @@ use serde_json::{Value, json};
 
 use crate::gateway;
 use agent_airlock_tests::checks_script::wait_with_deadline;
-use gateway::{AIRLOCK, airlock, run_client, scan, venv};
+use gateway::{AIRLOCK, UPSTREAM, airlock, run_client, scan, venv};
 
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/gateway_client.py");
 
 /// The scratch files of one upstream: its call log and its notes directory.

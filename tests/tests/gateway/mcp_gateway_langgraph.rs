@@ -14,9 +14,8 @@ use serde_json::json;
 
 // Each gateway test uses part of the shared helpers.
 use crate::gateway;
-use gateway::{AIRLOCK, run_client, venv};
+use gateway::{AIRLOCK, UPSTREAM, run_client, venv};
 
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/langgraph_client.py");
 const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/requirements-langgraph.txt");
 

@@ -5,18 +5,15 @@
 //! identities see different tool lists and different outcomes of one `identity.groups` condition; rate limits
 //! and audit records follow the identity.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::BufReader;
+use std::process::Stdio;
 use std::time::Duration;
 
-use agent_airlock::audit::{AuditConfig, AuditLog};
-use agent_airlock_tests::checks_script::wait_with_deadline;
 use serde_json::json;
 
 use crate::gateway;
-use gateway::{AIRLOCK, run_client, venv};
+use gateway::{HttpSession, Listening, Reaped, Scratch, run_client, venv, word_after};
 
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const ISSUER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/oauth_issuer.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/oauth_client.py");
 
@@ -37,39 +34,15 @@ if = 'identity.sub == "alice"'
 escalate = "alice's notes are reviewed"
 "#;
 
-/// A process killed when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The first line of `child`'s standard output (or error) that contains `marker`, and what follows it.
-fn line_after(reader: &mut impl std::io::BufRead, marker: &str, what: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(reader.read_line(&mut line).expect("readable") > 0, "{what} stopped before saying `{marker}`");
-        if let Some(rest) = line.split(marker).nth(1) {
-            return rest.split_whitespace().next().expect("a value").to_owned();
-        }
-    }
-}
-
 #[test]
 fn the_gateway_admits_oauth_tokens_of_its_issuer_only_and_the_policy_sees_who_calls() {
     let venv = venv();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::write(path("airlock.toml"), POLICY).expect("the policy is written");
+    let scratch = Scratch::with_policy(POLICY);
 
     let mut issuer = venv
         .command()
         .arg(ISSUER)
-        .arg(path("issuer"))
+        .arg(scratch.path("issuer"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -77,51 +50,32 @@ fn the_gateway_admits_oauth_tokens_of_its_issuer_only_and_the_policy_sees_who_ca
         .expect("the issuer starts");
     let mut issuer_out = BufReader::new(issuer.stdout.take().expect("stdout is piped"));
     let _issuer = Reaped(issuer);
-    let issuer_url = line_after(&mut issuer_out, "issuer ", "the issuer");
+    let issuer_url = word_after(&mut issuer_out, "issuer ", "the issuer");
 
-    let mut gateway = Command::new(AIRLOCK)
-        .arg("--db")
-        .arg(path("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(path("airlock.toml"))
-        .args(["--listen", "127.0.0.1:0", "--oauth-issuer", &issuer_url, "--oauth-claims", "groups,scope"])
-        .args(["--oauth-scopes", "mcp:tools", "--"])
-        .arg(venv.python())
-        .arg(UPSTREAM)
-        .arg(path("calls.log"))
-        .arg(path("notes"))
-        .env_remove("AIRLOCK_GATEWAY_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
-    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
-    let url = line_after(&mut stderr, "Streamable HTTP on ", "the gateway");
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    let mut gateway = Reaped(gateway);
+    let gateway = Listening::start(
+        scratch
+            .gateway()
+            .args(["--listen", "127.0.0.1:0", "--oauth-issuer", &issuer_url, "--oauth-claims", "groups,scope"])
+            .args(["--oauth-scopes", "mcp:tools", "--"])
+            .args(scratch.upstream(&venv)),
+    );
 
     let config = json!({
-        "url": url,
-        "keys": path("issuer").join("keys.json"),
-        "log": path("calls.log"),
-        "notes": path("notes"),
+        "url": gateway.url,
+        "keys": scratch.path("issuer").join("keys.json"),
+        "log": scratch.path("calls.log"),
+        "notes": scratch.path("notes"),
     });
-    run_client(&venv, CLIENT, &config, scratch.path(), 20);
-
-    let kill = Command::new("kill").arg("-TERM").arg(gateway.0.id().to_string()).status().expect("kill runs");
-    assert!(kill.success());
-    let status = wait_with_deadline(&mut gateway.0, Duration::from_secs(20)).expect("the gateway exits on SIGTERM");
-    assert!(status.success(), "{status}");
+    run_client(&venv, CLIENT, &config, scratch.dir(), 20);
+    gateway.terminate();
 
     // The keys were fetched once, at start: no token (not even those naming an unknown key id, within the
     // refetch interval) made the gateway fetch them again.
-    let requests = std::fs::read_to_string(path("issuer").join("requests.log")).expect("the issuer logged");
+    let requests = std::fs::read_to_string(scratch.path("issuer").join("requests.log")).expect("the issuer logged");
     assert_eq!(requests.lines().collect::<Vec<_>>(), ["/.well-known/oauth-authorization-server", "/jwks.json"]);
 
     // The audit records name who asked: the subject, prefixed with its issuer.
-    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
-    let records = log.records(0, 10_000).expect("the records are read");
+    let records = scratch.audit_records();
     let transfers: Vec<(String, Option<String>)> = records
         .iter()
         .filter(|record| record.tool == "transfer")
@@ -139,25 +93,18 @@ fn the_gateway_admits_oauth_tokens_of_its_issuer_only_and_the_policy_sees_who_ca
     );
     assert!(records.iter().all(|record| record.caller.as_deref().is_some_and(|c| c.starts_with(&issuer_url))));
     // The caller is part of each record's hashed body: the chain still verifies.
+    let log = agent_airlock::audit::AuditLog::open(scratch.path("airlock.redb"), Default::default())
+        .expect("the gateway's audit log opens");
     let verified = agent_airlock::audit::verify(&log, None).expect("the log verifies");
     assert_eq!(verified.records, records.len() as u64, "{verified}");
 }
 
 #[test]
 fn oauth_and_the_static_token_are_exclusive_and_a_bad_issuer_stops_the_start() {
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    std::fs::write(scratch.path().join("airlock.toml"), POLICY).expect("the policy is written");
+    let scratch = Scratch::with_policy(POLICY);
     let run = |extra: &[&str], token: Option<&str>| {
-        let mut command = Command::new(AIRLOCK);
-        command
-            .arg("--db")
-            .arg(scratch.path().join("airlock.redb"))
-            .args(["mcp", "--policy"])
-            .arg(scratch.path().join("airlock.toml"))
-            .args(["--listen", "127.0.0.1:0", "--upstream-url", "http://127.0.0.1:9/mcp"])
-            .args(extra)
-            .env_remove("AIRLOCK_GATEWAY_TOKEN")
-            .stdin(Stdio::null());
+        let mut command = scratch.gateway();
+        command.args(["--listen", "127.0.0.1:0", "--upstream-url", "http://127.0.0.1:9/mcp"]).args(extra);
         if let Some(token) = token {
             command.env("AIRLOCK_GATEWAY_TOKEN", token);
         }
@@ -171,7 +118,7 @@ fn oauth_and_the_static_token_are_exclusive_and_a_bad_issuer_stops_the_start() {
     assert!(unreachable.contains("the issuer's keys cannot be fetched"), "{unreachable}");
     let hmac = run(&["--oauth-issuer", "http://127.0.0.1:9", "--oauth-algorithms", "RS256,HS256"], None);
     assert!(hmac.contains("shared-secret algorithm"), "{hmac}");
-    let jwks = scratch.path().join("jwks.json");
+    let jwks = scratch.path("jwks.json");
     std::fs::write(&jwks, r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#).expect("written");
     let symmetric = run(&["--oauth-issuer", "http://127.0.0.1:9", "--jwks-file", jwks.to_str().expect("UTF-8")], None);
     assert!(symmetric.contains("holds no public signing key"), "{symmetric}");
@@ -292,39 +239,28 @@ impl HttpsIssuer {
 
 /// `airlock mcp --listen --oauth-issuer https://…` in front of the Python upstream, trusting the CA in
 /// `ca_file` (`SSL_CERT_FILE`, as rustls-native-certs reads it).
-fn https_gateway(issuer: &str, ca_file: &std::path::Path, scratch: &std::path::Path) -> std::process::Command {
-    let venv = venv();
-    let mut command = Command::new(AIRLOCK);
+fn https_gateway(issuer: &str, ca_file: &std::path::Path, scratch: &Scratch) -> std::process::Command {
+    let mut command = scratch.gateway();
     command
-        .arg("--db")
-        .arg(scratch.join("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(scratch.join("airlock.toml"))
         .args(["--listen", "127.0.0.1:0", "--oauth-issuer", issuer, "--"])
-        .arg(venv.python())
-        .arg(UPSTREAM)
-        .arg(scratch.join("calls.log"))
-        .arg(scratch.join("notes"))
-        .env_remove("AIRLOCK_GATEWAY_TOKEN")
+        .args(scratch.upstream(&venv()))
         .env_remove("SSL_CERT_DIR")
-        .env("SSL_CERT_FILE", ca_file)
-        .stdin(Stdio::null());
+        .env("SSL_CERT_FILE", ca_file);
     command
 }
 
 #[test]
 fn the_issuers_keys_are_fetched_over_https_trusting_the_ca_of_ssl_cert_file_and_no_other() {
     let issuer = HttpsIssuer::start();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::write(path("airlock.toml"), POLICY).expect("the policy is written");
+    let scratch = Scratch::with_policy(POLICY);
+    let path = |name: &str| scratch.path(name);
     std::fs::write(path("ca.pem"), &issuer.ca_pem).expect("the CA is written");
     let (other_params, other_key) = test_ca("another CA");
     let other = other_params.self_signed(&other_key).expect("another CA certificate");
     std::fs::write(path("other-ca.pem"), other.pem()).expect("the other CA is written");
 
     // A CA that did not sign the issuer's certificate: the gateway does not start, and says which URL failed.
-    let refused = https_gateway(&issuer.url, &path("other-ca.pem"), scratch.path()).output().expect("airlock runs");
+    let refused = https_gateway(&issuer.url, &path("other-ca.pem"), &scratch).output().expect("airlock runs");
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("the issuer's keys cannot be fetched"), "{stderr}");
@@ -333,112 +269,19 @@ fn the_issuers_keys_are_fetched_over_https_trusting_the_ca_of_ssl_cert_file_and_
     assert_eq!(issuer.requests.load(std::sync::atomic::Ordering::SeqCst), 0, "a request passed an untrusted TLS");
 
     // The issuer's own CA: the keys are fetched over TLS, a token signed by them is admitted.
-    let mut gateway = https_gateway(&issuer.url, &path("ca.pem"), scratch.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
-    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
-    let url = line_after(&mut stderr, "Streamable HTTP on ", "the gateway");
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    let _gateway = Reaped(gateway);
+    let gateway = Listening::start(&mut https_gateway(&issuer.url, &path("ca.pem"), &scratch));
+    let url = &gateway.url;
     assert_eq!(issuer.requests.load(std::sync::atomic::Ordering::SeqCst), 2, "discovery, then the JWKS");
 
     let initialize = |token: &str| {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        runtime.block_on(async {
-            reqwest::Client::new()
-                .post(&url)
-                .header("authorization", format!("Bearer {token}"))
-                .header("accept", "application/json, text/event-stream")
-                .header("content-type", "application/json")
-                .body(
-                    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                        "protocolVersion": "2025-11-25", "capabilities": {},
-                        "clientInfo": {"name": "https-issuer-test", "version": "0"}}})
-                    .to_string(),
-                )
-                .send()
-                .await
-                .expect("the gateway answers")
-                .status()
-                .as_u16()
-        })
+        let response = runtime.block_on(gateway::initialize(&reqwest::Client::new(), url, token, "https-issuer-test"));
+        response.status().as_u16()
     };
-    assert_eq!(initialize(&issuer.token(&issuer.signing_key, "es-1", &url)), 200);
+    assert_eq!(initialize(&issuer.token(&issuer.signing_key, "es-1", url)), 200);
     let rogue = rcgen::KeyPair::generate().expect("a rogue key");
     let rogue = jsonwebtoken::EncodingKey::from_ec_der(&rogue.serialize_der());
-    assert_eq!(initialize(&issuer.token(&rogue, "es-1", &url)), 401, "a key the issuer does not publish");
-}
-
-/// One MCP session over Streamable HTTP with `token`, for the pending-limit test: initialized, then
-/// `tools/call`s, each answered on its own event stream.
-#[derive(Clone)]
-struct HttpSession {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-    session: String,
-}
-
-impl HttpSession {
-    async fn open(url: &str, token: &str) -> HttpSession {
-        let http = reqwest::Client::new();
-        let opened = http
-            .post(url)
-            .header("authorization", format!("Bearer {token}"))
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "pending-limit-test", "version": "0"}}})
-                .to_string(),
-            )
-            .send()
-            .await
-            .expect("the gateway answers");
-        assert!(opened.status().is_success(), "{}", opened.status());
-        let session = opened.headers()["mcp-session-id"].to_str().expect("ASCII").to_owned();
-        let session = HttpSession { http, url: url.to_owned(), token: token.to_owned(), session };
-        session.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-        session
-    }
-
-    async fn post(&self, body: serde_json::Value) -> String {
-        let response = self
-            .http
-            .post(&self.url)
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-session-id", &self.session)
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("the gateway answers");
-        assert!(response.status().is_success(), "{}", response.status());
-        response.text().await.expect("a body")
-    }
-
-    /// Calls `write_note`; the text of its result.
-    async fn write_note(&self, id: u64) -> String {
-        self.call(id, "write_note", json!({"name": format!("n{id}.txt"), "text": "x"})).await
-    }
-
-    /// Calls `tool`; the text of its result.
-    async fn call(&self, id: u64, tool: &str, arguments: serde_json::Value) -> String {
-        let body = self
-            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                         "params": {"name": tool, "arguments": arguments}}))
-            .await;
-        body.lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
-            .find(|message| message["id"] == id)
-            .map(|message| message["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_else(|| panic!("no answer to call {id}: {body}"))
-    }
+    assert_eq!(initialize(&issuer.token(&rogue, "es-1", url)), 401, "a key the issuer does not publish");
 }
 
 /// The cap on pending approval requests (4 per tool) counts per caller over `--listen`: two MCP sessions of
@@ -449,45 +292,29 @@ fn the_pending_approvals_of_one_caller_are_capped_across_their_sessions() {
     const ES256_KEY: &[u8] = include_bytes!("../../../benches/keys/es256.der");
     const CAP: usize = agent_airlock::approval::DEFAULT_MAX_PENDING as usize;
     let venv = venv();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
     // Every write waits for an operator nobody is: each stays pending for the whole test.
-    let policy =
-        "version = 1\ndefault = \"allow\"\n\n[tools.write_note]\nescalate = \"reviewed\"\napprover = \"operator\"\n";
-    std::fs::write(path("airlock.toml"), policy).expect("the policy is written");
-    let mut gateway = Command::new(AIRLOCK)
-        .arg("--db")
-        .arg(path("airlock.redb"))
-        .args(["--multi-process", "mcp", "--policy"])
-        .arg(path("airlock.toml"))
-        .args(["--listen", "127.0.0.1:0", "--oauth-issuer", "https://issuer.test", "--jwks-file", JWKS])
-        .args(["--approval-timeout-secs", "120", "--"])
-        .arg(venv.python())
-        .arg(UPSTREAM)
-        .arg(path("calls.log"))
-        .arg(path("notes"))
-        .env_remove("AIRLOCK_GATEWAY_TOKEN")
-        // Each recorded request is logged at `info`.
-        .env("AIRLOCK_LOG", "agent_airlock=info")
-        // The approval key an operator would decide with (none does here).
-        .env("AIRLOCK_APPROVAL_KEY", "0f".repeat(32))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
-    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
-    let url = line_after(&mut stderr, "Streamable HTTP on ", "the gateway");
-    let _gateway = Reaped(gateway);
+    let scratch = Scratch::with_policy(
+        "version = 1\ndefault = \"allow\"\n\n[tools.write_note]\nescalate = \"reviewed\"\napprover = \"operator\"\n",
+    );
     // Each request recorded as pending is announced on standard error.
     let (waiting, announced) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
+    let gateway = Listening::start_watching(
+        scratch
+            .gateway()
+            .args(["--multi-process", "--listen", "127.0.0.1:0", "--oauth-issuer", "https://issuer.test"])
+            .args(["--jwks-file", JWKS, "--approval-timeout-secs", "120", "--"])
+            .args(scratch.upstream(&venv))
+            // Each recorded request is logged at `info`.
+            .env("AIRLOCK_LOG", "agent_airlock=info")
+            // The approval key an operator would decide with (none does here).
+            .env("AIRLOCK_APPROVAL_KEY", "0f".repeat(32)),
+        move |line| {
             if line.contains("waits for an operator") {
                 let _ = waiting.send(line);
             }
-        }
-    });
+        },
+    );
+    let url = &gateway.url;
     let await_pending = |count: usize| {
         for n in 0..count {
             announced
@@ -506,8 +333,8 @@ fn the_pending_approvals_of_one_caller_are_capped_across_their_sessions() {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
     runtime.block_on(async {
-        let alice = [HttpSession::open(&url, &token("alice")).await, HttpSession::open(&url, &token("alice")).await];
-        let bob = HttpSession::open(&url, &token("bob")).await;
+        let alice = [HttpSession::open(url, &token("alice")).await, HttpSession::open(url, &token("alice")).await];
+        let bob = HttpSession::open(url, &token("bob")).await;
         // Alice fills her cap from two sessions, half in each; every call waits.
         let mut held = Vec::new();
         for n in 0..CAP {
@@ -540,7 +367,7 @@ fn the_pending_approvals_of_one_caller_are_capped_across_their_sessions() {
             call.abort();
         }
     });
-    assert_eq!(std::fs::read_to_string(path("calls.log")).unwrap_or_default(), "", "no write reached the upstream");
+    assert_eq!(scratch.upstream_calls(), "", "no write reached the upstream");
 }
 
 /// Over `--listen` a call is answered in two writes (the head with the event stream's first event, then the
@@ -553,34 +380,19 @@ fn the_pending_approvals_of_one_caller_are_capped_across_their_sessions() {
 fn a_call_over_listen_does_not_wait_for_a_delayed_ack() {
     const TOKEN: &str = "a-static-gateway-token-of-32-chars";
     let venv = venv();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::write(path("airlock.toml"), "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    std::fs::create_dir_all(path("notes")).expect("notes");
-    std::fs::write(path("notes").join("a.txt"), "a note").expect("a note");
-    let mut gateway = Command::new(AIRLOCK)
-        .arg("--db")
-        .arg(path("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(path("airlock.toml"))
-        .args(["--listen", "127.0.0.1:0", "--"])
-        .arg(venv.python())
-        .arg(UPSTREAM)
-        .arg(path("calls.log"))
-        .arg(path("notes"))
-        .env("AIRLOCK_GATEWAY_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the gateway starts");
-    let mut stderr = BufReader::new(gateway.stderr.take().expect("stderr is piped"));
-    let url = line_after(&mut stderr, "Streamable HTTP on ", "the gateway");
-    std::thread::spawn(move || for _ in stderr.lines() {});
-    let _gateway = Reaped(gateway);
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
+    scratch.notes(&[("a.txt", "a note")]);
+    let gateway = Listening::start(
+        scratch
+            .gateway()
+            .args(["--listen", "127.0.0.1:0", "--"])
+            .args(scratch.upstream(&venv))
+            .env("AIRLOCK_GATEWAY_TOKEN", TOKEN),
+    );
+    let url = &gateway.url;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
     let mut times = runtime.block_on(async {
-        let session = HttpSession::open(&url, TOKEN).await;
+        let session = HttpSession::open(url, TOKEN).await;
         let mut times = Vec::new();
         for id in 1..=20 {
             let started = std::time::Instant::now();

@@ -23,9 +23,7 @@ use serde_json::{Value, json};
 
 // Each gateway test uses part of the shared helpers.
 use crate::gateway;
-use gateway::{AIRLOCK, venv};
-
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+use gateway::{AIRLOCK, UPSTREAM, venv};
 
 /// How long an escalated call waits for the operator in these tests.
 const APPROVAL_TIMEOUT_SECS: u64 = 6;

@@ -15,9 +15,7 @@ use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
 use crate::gateway;
-use gateway::{AIRLOCK, venv};
-
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+use gateway::{AIRLOCK, UPSTREAM, venv};
 
 /// What the model sends as arguments: neither may reach the collector.
 const SECRET_TEXT: &str = "db-password-otel-7c1e93";

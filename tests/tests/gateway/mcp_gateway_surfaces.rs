@@ -6,15 +6,12 @@
 //! tool's output schema and structured content reach the client; and every read and get, allowed or refused,
 //! has its audit record in the gateway's log.
 
-use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::integrations::mcp_gateway::{PROMPT_GET, RESOURCE_READ};
-use serde_json::json;
 
 // Each gateway test uses part of the shared helpers.
 use crate::gateway;
-use gateway::{AIRLOCK, run_client, venv};
+use gateway::{Scratch, run_client, venv};
 
-const UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/surfaces_client.py");
 
 const POLICY: &str = r#"version = 1
@@ -30,31 +27,12 @@ rate = "2/minute"
 #[test]
 fn resources_prompts_and_structured_results_go_through_the_guard() {
     let venv = venv();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::write(path("airlock.toml"), POLICY).expect("the policy is written");
-    std::fs::create_dir_all(path("notes")).expect("the notes directory");
-    for name in ["a.txt", "b.txt", "c.txt"] {
-        std::fs::write(path("notes").join(name), format!("note {name}")).expect("a note");
-    }
-    let upstream = [
-        venv.python().display().to_string(),
-        UPSTREAM.to_owned(),
-        path("calls.log").display().to_string(),
-        path("notes").display().to_string(),
-    ];
-    let config = json!({
-        "airlock": AIRLOCK,
-        "policy": path("airlock.toml"),
-        "db": path("airlock.redb"),
-        "upstream": upstream,
-        "log": path("calls.log"),
-    });
-    run_client(&venv, CLIENT, &config, scratch.path(), 9);
+    let scratch = Scratch::with_policy(POLICY);
+    scratch.notes(&[("a.txt", "note a.txt"), ("b.txt", "note b.txt"), ("c.txt", "note c.txt")]);
+    run_client(&venv, CLIENT, &scratch.stdio_client_config(&venv), scratch.dir(), 9);
 
     // The gateway has exited with its client: its audit log holds a record for every read and get.
-    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
-    let records = log.records(0, 10_000).expect("the records are read");
+    let records = scratch.audit_records();
     let of = |method: &str| -> Vec<(String, Option<String>)> {
         records
             .iter()
@@ -106,30 +84,11 @@ rate = "2/minute"
 #[test]
 fn observe_mode_serves_masks_and_records_what_the_policy_would_refuse() {
     let venv = venv();
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let path = |name: &str| scratch.path().join(name);
-    std::fs::write(path("airlock.toml"), OBSERVED).expect("the policy is written");
-    std::fs::create_dir_all(path("notes")).expect("the notes directory");
-    for name in ["a.txt", "b.txt", "c.txt"] {
-        std::fs::write(path("notes").join(name), format!("note {name}")).expect("a note");
-    }
-    let upstream = [
-        venv.python().display().to_string(),
-        UPSTREAM.to_owned(),
-        path("calls.log").display().to_string(),
-        path("notes").display().to_string(),
-    ];
-    let config = json!({
-        "airlock": AIRLOCK,
-        "policy": path("airlock.toml"),
-        "db": path("airlock.redb"),
-        "upstream": upstream,
-        "log": path("calls.log"),
-    });
-    run_client(&venv, OBSERVE_CLIENT, &config, scratch.path(), 4);
+    let scratch = Scratch::with_policy(OBSERVED);
+    scratch.notes(&[("a.txt", "note a.txt"), ("b.txt", "note b.txt"), ("c.txt", "note c.txt")]);
+    run_client(&venv, OBSERVE_CLIENT, &scratch.stdio_client_config(&venv), scratch.dir(), 4);
 
-    let log = AuditLog::open(path("airlock.redb"), AuditConfig::default()).expect("the gateway's audit log opens");
-    let records = log.records(0, 10_000).expect("the records are read");
+    let records = scratch.audit_records();
     let trail: Vec<(String, Option<String>, bool)> = records
         .iter()
         .filter(|record| record.tool == RESOURCE_READ || record.tool == PROMPT_GET)
