@@ -58,10 +58,9 @@ impl Dispatcher {
     ) -> Result<Option<Reservation>, Refused> {
         let name = call.name;
         let now = self.clock.now();
-        if !self.admission_writes(effect_key.as_ref(), resumed.as_ref()) {
-            // Nothing to write durably yet: a human's approval is recorded with the settlement.
-            return Ok(None);
-        }
+        // `run_gates` comes here only when there is something to write (`admission_writes`); a call without
+        // one skips gate 7, and a human's approval is recorded with the settlement.
+        debug_assert!(self.admission_writes(effect_key.as_ref(), resumed.as_ref()), "gate 7 with nothing to write");
         let claim =
             effect_key.filter(|_| self.effects.is_some()).map(|key| EffectClaim { key, lease: self.effect_lease });
         let resumed = resumed.zip(self.interrupt_approvals());
