@@ -20,7 +20,7 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
-from harness import check, finish, Human, report_of, run_pending
+from harness import check, finish, gateway_command, Human, report_of, run_pending
 
 
 def all_text_of(result: types.CallToolResult) -> str:
@@ -31,7 +31,7 @@ def all_text_of(result: types.CallToolResult) -> str:
 async def main(config: dict[str, Any]) -> None:
     root = Path(config["root"])
     human = Human()
-    command = [config["airlock"], "--db", config["db"], "mcp", "--policy", config["policy"], "--", *config["upstream"]]
+    command = gateway_command(config)
     # Launched the way a desktop client does: from another folder, with absolute paths.
     server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ), cwd="/")
     async with Client(server, elicitation_callback=human, read_timeout_seconds=30) as client:

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from harness import CALL_META, check, finish, Human, RawSession, report_of, run_pending, text_of
+from harness import CALL_META, check, finish, gateway_command, Human, RawSession, report_of, run_pending, text_of
 
 
 class UpstreamLog:
@@ -35,23 +35,13 @@ class UpstreamLog:
         return [entry for entry in entries if tool is None or entry.get("tool") == tool]
 
 
-def gateway_command(config: dict[str, Any], db: str, passed: list[str] | None = None) -> list[str]:
-    return [
-        config["airlock"],
-        "--db",
-        db,
-        "mcp",
-        "--policy",
-        config["policy"],
-        # The upstream sees only what is passed by name: `--env NAME` for each variable it is to read.
-        *[arg for name in (passed or []) for arg in ("--env", name)],
-        "--",
-        *config["upstream"],
-    ]
+def passing(passed: list[str] | None) -> list[str]:
+    """The upstream sees only what is passed by name: `--env NAME` for each variable it is to read."""
+    return [arg for name in (passed or []) for arg in ("--env", name)]
 
 
 def gateway(config: dict[str, Any], db: str, env: dict[str, str] | None = None) -> StdioServerParameters:
-    command = gateway_command(config, db, list(env or {}))
+    command = gateway_command(config, *passing(list(env or {})), db=db)
     return StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})})
 
 
@@ -165,7 +155,7 @@ def transfer_and_answer(session: RawSession, request_id: Any, answer: dict[str, 
 async def raw_replay(config: dict[str, Any], log: UpstreamLog) -> None:
     def run() -> None:
         replay_db = str(Path(config["db"]).with_name("replay.redb"))
-        session = RawSession(gateway_command(config, replay_db))
+        session = RawSession(gateway_command(config, db=replay_db))
         try:
             session.initialize("replay")
             before = len(log.calls("transfer"))

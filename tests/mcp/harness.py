@@ -1,7 +1,8 @@
 """What the Python MCP client scripts under tests/mcp share: a list of named async checks run in order (each
 prints `ok` or `FAILED` with its traceback, the last line is `N passed, N failed`, and the exit status is 0
-only when every check passed), a scripted human who answers elicitations, readers of a tool result, and a
-raw JSON-RPC session for requests no SDK would send (a replayed call id).
+only when every check passed), a scripted human who answers elicitations, readers of a tool result, a
+raw JSON-RPC session for requests no SDK would send (a replayed call id), the gateway's command line from a
+test's config, and what reached the upstream.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +22,20 @@ CALL_META = "agent-airlock/call"
 
 _pending: list[tuple[str, Callable[[], Awaitable[None]]]] = []
 _counts = {"passed": 0, "failed": 0}
+
+
+def gateway_command(config: dict[str, Any], *options: str, db: str | None = None) -> list[str]:
+    """`airlock --db DB mcp --policy POLICY [OPTIONS] -- UPSTREAM...` from the config the Rust test wrote (its
+    `airlock`, `db`, `policy` and `upstream`), with another database where `db` is given."""
+    database = config["db"] if db is None else db
+    return [config["airlock"], "--db", database, "mcp", "--policy", config["policy"], *options, "--", *config["upstream"]]
+
+
+def reached(log: Path) -> list[dict[str, Any]]:
+    """Every request the upstream logged (its call log): tool calls, resource reads, prompt gets."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
 
 
 def check(name: str) -> Callable[[Callable[[], Awaitable[None]]], None]:

@@ -19,19 +19,13 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from harness import check, finish, run_pending
+from harness import check, finish, gateway_command, reached, run_pending
 
-
-def reached(log: Path) -> list[dict[str, Any]]:
-    """Every request the upstream logged: tool calls, resource reads, prompt gets."""
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
 
 
 async def main(config: dict[str, Any]) -> None:
     log = Path(config["log"])
-    command = [config["airlock"], "--db", config["db"], "mcp", "--policy", config["policy"], "--", *config["upstream"]]
+    command = gateway_command(config)
     params = StdioServerParameters(command=command[0], args=command[1:])
     async with Client(params, read_timeout_seconds=30) as client:
 
