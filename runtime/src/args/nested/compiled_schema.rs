@@ -96,6 +96,11 @@ enum Tag {
 impl Leaf {
     /// The property `key`, looked for first at `hint` (where the key was sent: in declaration order, one
     /// comparison finds it), then by binary search.
+    ///
+    /// `#[inline]`: the walk calls it for every key it reads, from another module (`walk.rs`), so without
+    /// the hint it can land in another codegen unit and be called out of line (+~0.5 k instructions per
+    /// allowed call in `scripts/instruction_budget.py`, measured when `nested.rs` was split).
+    #[inline]
     pub(super) fn property(&self, key: &str, hint: usize) -> Option<&Property> {
         if let Some(property) = self.properties.get(hint)
             && *property.name == *key
