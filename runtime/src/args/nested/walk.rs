@@ -1,0 +1,244 @@
+//! One walk over a call's arguments beside the compiled schema: ghosts found (and stripped), sets checked
+//! for repeats, integers held to the bounds the call's dialect states.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use super::compiled_schema::{CompiledSchema, Kind, Leaf, LeafId, NodeId, ROOT};
+use super::findings::{Duplicate, Ghost, OutOfRange, closest};
+use super::path::Path;
+use crate::dialect::Dialect;
+use crate::echo;
+
+/// Up to a few ids without allocating: the schemas one key or item has among the alternatives (one, for
+/// every alternative but a union's).
+enum Few {
+    Zero,
+    One([NodeId; 1]),
+    Many(Vec<NodeId>),
+}
+
+impl Few {
+    fn collect(mut ids: impl Iterator<Item = NodeId>) -> Few {
+        let Some(first) = ids.next() else { return Few::Zero };
+        let Some(second) = ids.next() else { return Few::One([first]) };
+        let mut many = vec![first, second];
+        many.extend(ids);
+        Few::Many(many)
+    }
+
+    fn as_slice(&self) -> &[NodeId] {
+        match self {
+            Few::Zero => &[],
+            Few::One(one) => one,
+            Few::Many(many) => many,
+        }
+    }
+}
+
+/// One walk over the arguments of a call.
+pub(crate) struct Walk<'s> {
+    schema: &'s CompiledSchema,
+    /// Whether ghosts are removed from the value (strip) or only reported (block: the call is refused,
+    /// and its refusal suggests the closest declared key).
+    remove: bool,
+    /// Whether a repeated item of a set counts once (removed) instead of being a duplicate: the call's
+    /// dialect cannot say `uniqueItems`.
+    collapse_repeats: bool,
+    /// Whether integers are held to bounds a float holds exactly: the call's dialect's SDK stores bounds
+    /// as floats.
+    float_bounds: bool,
+    pub(crate) ghosts: Vec<Ghost>,
+    pub(crate) duplicates: Vec<Duplicate>,
+    pub(crate) out_of_range: Vec<OutOfRange>,
+}
+
+impl<'s> Walk<'s> {
+    /// A walk against the compiled canonical schema.
+    pub(crate) fn new(schema: &'s CompiledSchema, remove: bool) -> Self {
+        Walk {
+            schema,
+            remove,
+            collapse_repeats: false,
+            float_bounds: false,
+            ghosts: Vec::new(),
+            duplicates: Vec::new(),
+            out_of_range: Vec::new(),
+        }
+    }
+
+    /// The walk for a call offered in `dialect`: held to what that dialect's schema says.
+    pub(crate) fn in_dialect(mut self, dialect: Option<Dialect>) -> Self {
+        if let Some(dialect) = dialect {
+            self.collapse_repeats = !dialect.says_unique_items();
+            self.float_bounds = dialect.float_bounds();
+        }
+        self
+    }
+
+    /// Walks the top-level argument object against the schema's root.
+    pub(crate) fn arguments(&mut self, map: &mut Map<String, Value>) {
+        self.object(map, &[ROOT], &Path::Root);
+    }
+
+    /// Walks `value` at `path` against `schemas` (any of which may apply).
+    fn value(&mut self, value: &mut Value, schemas: &[NodeId], path: &Path<'_>) {
+        match value {
+            Value::Object(map) => self.object(map, schemas, path),
+            Value::Array(items) => self.array(items, schemas, path),
+            _ => {}
+        }
+    }
+
+    /// Walks the object `map` at `path` against `schemas`.
+    fn object(&mut self, map: &mut Map<String, Value>, schemas: &[NodeId], path: &Path<'_>) {
+        let schema = self.schema;
+        let Some(objects) = schema.alternatives(schemas, Kind::Object) else { return };
+        if objects.is_empty() {
+            return;
+        }
+        // The alternatives the value fits, or all of them when it fits none; one alternative needs no test.
+        let alternatives = if objects.len() == 1 {
+            objects
+        } else {
+            let matching: Vec<LeafId> = objects.iter().copied().filter(|&c| schema.leaves[c].fits(map)).collect();
+            if matching.is_empty() { objects } else { Cow::Owned(matching) }
+        };
+        let admitted = |key: &str, at: usize| alternatives.iter().any(|&c| schema.leaves[c].admits(key, at));
+        let before = self.ghosts.len();
+        // Where the ghosts are, for removing them without looking each key up again (the first 64 keys;
+        // past those, each is looked up again).
+        let mut ghost_at = 0_u64;
+        for (at, key) in map.keys().enumerate() {
+            if !admitted(key, at) {
+                if at < 64 {
+                    ghost_at |= 1 << at;
+                }
+                // The closest declared key is for a refusal's hint: only a walk that refuses needs it.
+                let closest = if self.remove {
+                    None
+                } else {
+                    closest(key, alternatives.iter().flat_map(|&c| schema.leaves[c].names()))
+                };
+                self.ghosts.push(Ghost { path: Path::Key(path, key).render(), closest });
+            }
+        }
+        if self.remove && self.ghosts.len() > before {
+            let mut at = 0;
+            map.retain(|key, _| {
+                at += 1;
+                if at <= 64 { ghost_at & (1 << (at - 1)) == 0 } else { admitted(key, at - 1) }
+            });
+        }
+        self.children(map, &alternatives, path);
+    }
+
+    /// Walks each value with the schemas its key has among `alternatives`.
+    fn children(&mut self, map: &mut Map<String, Value>, alternatives: &[LeafId], path: &Path<'_>) {
+        let schema = self.schema;
+        for (at, (key, child)) in map.iter_mut().enumerate() {
+            let scalar = !matches!(child, Value::Object(_) | Value::Array(_));
+            if scalar && !(self.float_bounds && child.is_number()) {
+                continue;
+            }
+            let schemas = Few::collect(alternatives.iter().filter_map(|&c| {
+                let leaf = &schema.leaves[c];
+                leaf.property(key, at).map(|p| p.schema).or(leaf.additional)
+            }));
+            if schemas.as_slice().is_empty() {
+                continue;
+            }
+            let here = Path::Key(path, key);
+            if scalar {
+                self.check_bounds(child, schemas.as_slice(), &here);
+            } else {
+                self.value(child, schemas.as_slice(), &here);
+            }
+        }
+    }
+
+    fn array(&mut self, items: &mut Vec<Value>, schemas: &[NodeId], path: &Path<'_>) {
+        let schema = self.schema;
+        let Some(arrays) = schema.alternatives(schemas, Kind::Array) else { return };
+        if arrays.is_empty() {
+            return;
+        }
+        if arrays.iter().all(|&c| schema.leaves[c].unique_items) {
+            if self.collapse_repeats {
+                collapse_repeats(items);
+            } else {
+                self.check_unique(items, path);
+            }
+        }
+        for (index, item) in items.iter_mut().enumerate() {
+            let scalar = !matches!(item, Value::Object(_) | Value::Array(_));
+            if scalar && !(self.float_bounds && item.is_number()) {
+                continue;
+            }
+            let schemas = Few::collect(arrays.iter().filter_map(|&c| schema.leaves[c].item_schema(index)));
+            if schemas.as_slice().is_empty() {
+                continue;
+            }
+            let here = Path::Index(path, index);
+            if scalar {
+                self.check_bounds(item, schemas.as_slice(), &here);
+            } else {
+                self.value(item, schemas.as_slice(), &here);
+            }
+        }
+    }
+
+    /// Under float bounds: `value` (a number) is out of range when every numeric alternative bounds it more
+    /// tightly than its canonical bounds do (the canonical bounds themselves the tool checks anyway).
+    fn check_bounds(&mut self, value: &Value, schemas: &[NodeId], path: &Path<'_>) {
+        let Some(n) = value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from)) else { return };
+        let schema = self.schema;
+        let Some(numeric) = schema.alternatives(schemas, Kind::Number) else { return };
+        let bound = |c: &Leaf, maximum: bool| {
+            let stated = if maximum { c.maximum.as_ref() } else { c.minimum.as_ref() }?;
+            Some(crate::dialect::float_exact_bound(stated, maximum).unwrap_or_else(|| stated.clone()))
+        };
+        let within = |c: &Leaf| {
+            let holds = |maximum: bool, inside: fn(i128, i128) -> bool| match bound(c, maximum) {
+                Some(b) => match b.as_i64().map(i128::from).or_else(|| b.as_u64().map(i128::from)) {
+                    Some(b) => inside(n, b),
+                    // A bound that is not an integer (`2.5`): a float already holds it.
+                    None => true,
+                },
+                None => true,
+            };
+            holds(false, |n, b| n >= b) && holds(true, |n, b| n <= b)
+        };
+        if numeric.is_empty() || numeric.iter().any(|&c| within(&schema.leaves[c])) {
+            return;
+        }
+        let first = &schema.leaves[numeric[0]];
+        self.out_of_range.push(OutOfRange {
+            path: path.render(),
+            value: value.to_string(),
+            min: bound(first, false).map(|b| b.to_string()),
+            max: bound(first, true).map(|b| b.to_string()),
+        });
+    }
+
+    /// Finds the first repeated item, comparing canonical JSON (so key order does not matter).
+    fn check_unique(&mut self, items: &[Value], path: &Path<'_>) {
+        let mut seen = HashSet::with_capacity(items.len());
+        for item in items {
+            let text = crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string());
+            if !seen.insert(text.clone()) {
+                self.duplicates.push(Duplicate { path: path.render(), item: echo::fragment(&text).into_owned() });
+                return;
+            }
+        }
+    }
+}
+
+/// Removes every repeat of an earlier item (canonical JSON compared, so key order does not matter): a set
+/// holds each item once.
+fn collapse_repeats(items: &mut Vec<Value>) {
+    let mut seen = HashSet::with_capacity(items.len());
+    items.retain(|item| seen.insert(crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string())));
+}
