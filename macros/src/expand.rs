@@ -90,7 +90,7 @@ fn fallback(func: &ToolFn, attrs: &Attrs, errors: TokenStream) -> TokenStream {
 
             fn prepare(
                 &self,
-                _: &#private::Arguments,
+                _: #private::Cow<'_, #private::Arguments>,
                 _: &#private::Invocation<'_>,
             ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                 ::core::unreachable!()
@@ -200,8 +200,10 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     let locals: Vec<syn::Ident> =
         (0..params.len()).map(|i| format_ident!("__airlock_arg_{}", i, span = Span::mixed_site())).collect();
     // The arguments are read in one pass over the map, each into its parameter's slot (no lookup per
-    // parameter); the slot of the n-th model-visible parameter is at n.
-    let slots = syn::Ident::new("__airlock_slots", Span::mixed_site());
+    // parameter; owned arguments' values moved there); the slot of the n-th model-visible parameter is the
+    // n-th of the array, taken apart by a pattern so each value moves into its parameter.
+    let slot_locals: Vec<syn::Ident> =
+        (0..param_count).map(|i| format_ident!("__airlock_slot_{}", i, span = Span::mixed_site())).collect();
     let mut visible_at = 0_usize;
     let extract: Vec<TokenStream> = params
         .iter()
@@ -215,9 +217,9 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
                 quote!(let #local = #inject(#invocation, #key, &mut #errors);)
             } else {
                 let visible = visible_param(ty);
-                let at = visible_at;
+                let slot = &slot_locals[visible_at];
                 visible_at += 1;
-                quote!(let #local = (#visible.argument)(#slots[#at], #key, &mut #errors);)
+                quote!(let #local = (#visible.argument)(#slot, #key, &mut #errors);)
             }
         })
         .collect();
@@ -310,7 +312,8 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
     } else {
         quote! {
             let mut #errors = #private::ArgumentErrors::new();
-            let #slots = #private::argument_slots(#arguments, &__AIRLOCK_PARAMS);
+            let mut #arguments = #arguments;
+            let [#(#slot_locals),*] = #private::argument_slots(&mut #arguments, &__AIRLOCK_PARAMS);
             #(#extract)*
             match (#(#locals,)*) {
                 (#(::core::option::Option::Some(#locals),)*) => #prepared,
@@ -357,7 +360,7 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
                 #[allow(unused_variables)]
                 fn prepare(
                     &self,
-                    #arguments: &#private::Arguments,
+                    #arguments: #private::Cow<'_, #private::Arguments>,
                     #invocation: &#private::Invocation<'_>,
                 ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                     #body

@@ -174,7 +174,17 @@ fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
 /// The argument `key` of `args`, as [`argument_value`] deserializes it.
 #[cfg(test)]
 pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
-    argument_value(args.get(key), key, errors)
+    argument_value(args.get(key).map(ArgumentSlot::Lent), key, errors)
+}
+
+/// The value sent for one argument, as [`slots`] found it: lent by arguments the dispatcher still reads
+/// after gate 4, or given by arguments it gave up (a string in it is moved into the typed value, not copied).
+#[derive(Debug)]
+pub enum ArgumentSlot<'a> {
+    /// Borrowed: deserialized from the reference.
+    Lent(&'a Value),
+    /// Given up: a string at its top may be taken (an empty one is left in its place).
+    Given(&'a mut Value),
 }
 
 /// Deserializes the value sent for the argument `key` (`None`: absent, as [`slots`] found it) strictly
@@ -182,16 +192,46 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
 /// `Option<T>` accepts.
 ///
 /// Deserialized plainly first: only a value that fails is deserialized again with its path tracked (the
-/// tracker copies every key it passes), so an argument that parses pays for no path.
+/// tracker copies every key it passes), so an argument that parses pays for no path. A string given up is
+/// moved into a type that takes one by value (`String`, `Option<String>`, a newtype of it); a type that
+/// took it and still failed failed at the string itself, which is the path the tracker would report, and
+/// any other failure left the string where it was, to be tracked as usual. Either way a value that fails
+/// is reported the same.
 pub(crate) fn argument_value<T: DeserializeOwned>(
-    value: Option<&Value>,
+    slot: Option<ArgumentSlot<'_>>,
     key: &str,
     errors: &mut ArgumentErrors,
 ) -> Option<T> {
-    let value = value.unwrap_or(&Value::Null);
+    let value: &Value = match slot {
+        Some(ArgumentSlot::Given(value)) if value.is_string() => {
+            let mut taking = TakeString { value, taken: false };
+            match T::deserialize(&mut taking) {
+                Ok(parsed) => return Some(parsed),
+                Err(err) if taking.taken => {
+                    errors.push(ArgumentError::Invalid {
+                        field: key.to_owned(),
+                        message: range_message(err.to_string()),
+                    });
+                    return None;
+                }
+                // Left in place: tracked below, as a lent value that failed would be.
+                Err(_) => return tracked(&*taking.value, key, errors),
+            }
+        }
+        Some(ArgumentSlot::Given(value)) => value,
+        Some(ArgumentSlot::Lent(value)) => value,
+        None => &Value::Null,
+    };
     if let Ok(parsed) = T::deserialize(value) {
         return Some(parsed);
     }
+    tracked(value, key, errors)
+}
+
+/// A value that failed, deserialized again with its path tracked, for the error's field.
+#[cold]
+#[inline(never)]
+fn tracked<T: DeserializeOwned>(value: &Value, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(parsed) => Some(parsed),
         Err(_) if value.is_null() => {
@@ -211,22 +251,138 @@ pub(crate) fn argument_value<T: DeserializeOwned>(
     }
 }
 
+/// A string value given up, deserialized as serde_json deserializes a `&Value`, except that a type asking
+/// for a string (`deserialize_any`, `_str`, `_string`) is handed this one by value (`visit_string`, as
+/// serde_json does for an owned `Value`), and an empty string is left in its place. Every other request is answered
+/// by the borrowed value, which stays whole. A `&Value` never reports a path below a string except inside
+/// an enum, which is answered by the borrowed value: so a type that took the string and failed failed at
+/// the string itself.
+struct TakeString<'a> {
+    value: &'a mut Value,
+    taken: bool,
+}
+
+impl TakeString<'_> {
+    /// The string, an empty one left in its place. Only strings are handed over (`argument_value` checks),
+    /// and one deserialization asks for the value once.
+    fn take(&mut self) -> String {
+        self.taken = true;
+        match self.value {
+            Value::String(string) => std::mem::take(string),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Answers `deserialize_$name` from the borrowed value, which is not consumed.
+macro_rules! lend {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            fn $name<V: serde::de::Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, Self::Error> {
+                (&*self.value).$name($($arg,)* visitor)
+            }
+        )*
+    };
+}
+
+impl<'de> serde::Deserializer<'de> for &'de mut TakeString<'_> {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_string(self.take())
+    }
+
+    fn deserialize_str<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_string(self.take())
+    }
+
+    fn deserialize_string<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_string(self.take())
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        // Not `null`: serde_json's `Some`.
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        // serde_json's raw value (feature `raw_value`) is read from the borrowed value, as serde_json does.
+        if name.starts_with("$serde_json") {
+            return (&*self.value).deserialize_newtype_struct(name, visitor);
+        }
+        visitor.visit_newtype_struct(self)
+    }
+
+    lend! {
+        deserialize_bool();
+        deserialize_i8();
+        deserialize_i16();
+        deserialize_i32();
+        deserialize_i64();
+        deserialize_i128();
+        deserialize_u8();
+        deserialize_u16();
+        deserialize_u32();
+        deserialize_u64();
+        deserialize_u128();
+        deserialize_f32();
+        deserialize_f64();
+        deserialize_char();
+        deserialize_bytes();
+        deserialize_byte_buf();
+        deserialize_unit();
+        deserialize_unit_struct(name: &'static str);
+        deserialize_seq();
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+        deserialize_identifier();
+        deserialize_ignored_any();
+    }
+}
+
 /// The value sent for each of `params`, at the parameter's position, in one pass over `args` and without
 /// hashing a key: each sent key is compared first with the parameter at its own position (a model sends
-/// them in declaration order), then with the others. Keys no parameter has are left out (the screen has
+/// them in declaration order), then with the others. Arguments given up give their values (a string is
+/// moved out, not copied); borrowed ones lend them. Keys no parameter has are left out (the screen has
 /// stripped or refused them already).
-pub(crate) fn slots<'a, const N: usize>(args: &'a Arguments, params: &[ParamSpec; N]) -> [Option<&'a Value>; N] {
-    let mut slots = [None; N];
-    for (at, (key, value)) in args.iter().enumerate() {
-        let found = match params.get(at) {
-            Some(param) if param.name() == key => Some(at),
-            _ => params.iter().position(|param| param.name() == key),
-        };
-        if let Some(found) = found {
-            slots[found] = Some(value);
+pub(crate) fn slots<'a, const N: usize>(
+    args: &'a mut Cow<'_, Arguments>,
+    params: &[ParamSpec; N],
+) -> [Option<ArgumentSlot<'a>>; N] {
+    let mut slots = [const { None }; N];
+    match args {
+        Cow::Borrowed(args) => {
+            for (at, (key, value)) in args.iter().enumerate() {
+                if let Some(found) = position(params, at, key) {
+                    slots[found] = Some(ArgumentSlot::Lent(value));
+                }
+            }
+        }
+        Cow::Owned(args) => {
+            for (at, (key, value)) in args.iter_mut().enumerate() {
+                if let Some(found) = position(params, at, key) {
+                    slots[found] = Some(ArgumentSlot::Given(value));
+                }
+            }
         }
     }
     slots
+}
+
+/// The position of the parameter named `key`, sent at `at`: looked for there first.
+#[inline(always)]
+fn position(params: &[ParamSpec], at: usize, key: &str) -> Option<usize> {
+    match params.get(at) {
+        Some(param) if param.name() == key => Some(at),
+        _ => params.iter().position(|param| param.name() == key),
+    }
 }
 
 /// Serde's text for an integer outside its type's range (``invalid value: integer `2147483648`, expected
@@ -351,5 +507,73 @@ mod tests {
         // In range but written with a decimal point: serde's own words stand.
         assert!(messages[3].contains("floating point"), "{}", messages[3]);
         assert!(messages[4].contains("from -9223372036854775808 to 18446744073709551615"), "{}", messages[4]);
+    }
+
+    /// The same value, lent and given up: what `T` it becomes (its `Debug`), the errors, and whether the
+    /// string given up was moved out (left empty) or left in place.
+    fn lent_and_given<T: DeserializeOwned + std::fmt::Debug>(value: Value) -> (String, Vec<ArgumentError>, bool) {
+        let mut lent_errors = ArgumentErrors::new();
+        let lent = format!("{:?}", argument_value::<T>(Some(ArgumentSlot::Lent(&value)), "p", &mut lent_errors));
+        let mut given_value = value.clone();
+        let mut given_errors = ArgumentErrors::new();
+        let given =
+            format!("{:?}", argument_value::<T>(Some(ArgumentSlot::Given(&mut given_value)), "p", &mut given_errors));
+        assert_eq!(lent, given, "{value}");
+        assert_eq!(lent_errors.errors(), given_errors.errors(), "{value}");
+        let moved = given_value != value;
+        (given, given_errors.errors().to_vec(), moved)
+    }
+
+    #[test]
+    fn a_string_given_up_is_moved_and_read_as_a_lent_one() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Name(#[allow(dead_code)] String);
+        #[derive(Debug, serde::Deserialize)]
+        enum Kind {
+            Plain,
+            Tagged(#[allow(dead_code)] u32),
+        }
+
+        // Taken by a type that takes a string by value.
+        assert_eq!(lent_and_given::<String>(json!("refund")), ("Some(\"refund\")".into(), vec![], true));
+        assert_eq!(lent_and_given::<Option<String>>(json!("a")), ("Some(Some(\"a\"))".into(), vec![], true));
+        assert_eq!(lent_and_given::<Name>(json!("a")), ("Some(Name(\"a\"))".into(), vec![], true));
+        assert!(lent_and_given::<Value>(json!("a")).2);
+        // Read from the borrowed value, which stays whole.
+        assert_eq!(lent_and_given::<char>(json!("x")), ("Some('x')".into(), vec![], false));
+        assert_eq!(lent_and_given::<Kind>(json!("Plain")), ("Some(Plain)".into(), vec![], false));
+        // Refused alike: a string for a number (left in place), a string a type took and could not parse, a
+        // unit variant's name given for a variant with content (a path below the string).
+        let (_, errors, moved) = lent_and_given::<u32>(json!("5"));
+        assert!(!moved);
+        assert!(
+            matches!(&errors[..], [ArgumentError::Invalid { field, message }] if field == "p" && message.contains("string \"5\""))
+        );
+        let (_, errors, moved) = lent_and_given::<std::net::IpAddr>(json!("not an address"));
+        assert!(moved);
+        assert!(matches!(&errors[..], [ArgumentError::Invalid { field, .. }] if field == "p"), "{errors:?}");
+        let (_, errors, _) = lent_and_given::<Kind>(json!("Tagged"));
+        assert!(matches!(&errors[..], [ArgumentError::Invalid { field, .. }] if field == "p.Tagged"), "{errors:?}");
+        let (_, errors, _) = lent_and_given::<Kind>(json!("Other"));
+        assert!(matches!(&errors[..], [ArgumentError::Invalid { field, .. }] if field == "p"), "{errors:?}");
+    }
+
+    #[test]
+    fn given_arguments_give_their_values_to_the_slots() {
+        static PARAMS: [ParamSpec; 2] = [
+            ParamSpec::from_checked_parts("a", None, |_| schemars::json_schema!({"type": "string"}), || false),
+            ParamSpec::from_checked_parts("b", None, |_| schemars::json_schema!({"type": "string"}), || false),
+        ];
+        let args: Arguments = serde_json::from_value(json!({"b": "x", "a": "y", "c": 1})).unwrap();
+        let mut lent = Cow::Borrowed(&args);
+        let [a, b] = slots(&mut lent, &PARAMS);
+        assert!(matches!((a, b), (Some(ArgumentSlot::Lent(a)), Some(ArgumentSlot::Lent(b))) if a == "y" && b == "x"));
+        let mut given: Cow<'_, Arguments> = Cow::Owned(args.clone());
+        let [a, b] = slots(&mut given, &PARAMS);
+        let mut errors = ArgumentErrors::new();
+        let (a, b) = (argument_value::<String>(a, "a", &mut errors), argument_value::<String>(b, "b", &mut errors));
+        assert_eq!((a.as_deref(), b.as_deref()), (Some("y"), Some("x")));
+        // Moved out: an empty string left in each place, the key no parameter has untouched.
+        assert_eq!(Value::Object(given.into_owned()), json!({"b": "", "a": "", "c": 1}));
     }
 }

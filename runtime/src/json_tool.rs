@@ -16,6 +16,7 @@
 //! The host says how a call runs ([`JsonExecutor`], any `async` closure taking a [`JsonCall`]): a gateway
 //! forwards the admitted arguments to its upstream.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -311,8 +312,9 @@ impl Tool for JsonTool {
         &self.spec
     }
 
-    fn prepare(&self, arguments: &Arguments, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors> {
-        let instance = Value::Object(arguments.clone());
+    fn prepare(&self, arguments: Cow<'_, Arguments>, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors> {
+        // Copied only when a later gate still reads the arguments.
+        let instance = Value::Object(arguments.into_owned());
         let mut errors = ArgumentErrors::new();
         let mut found = self.validator.iter_errors(&instance);
         for error in found.by_ref().take(MAX_LISTED) {

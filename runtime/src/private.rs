@@ -3,6 +3,9 @@
 //! Generated code reaches the runtime only through these constructors, which take typed values.
 
 use std::any::Any;
+pub use std::borrow::Cow;
+
+pub use crate::args::ArgumentSlot;
 use std::fmt::Display;
 use std::future::Future;
 use std::num::{NonZeroU32, NonZeroU64};
@@ -35,7 +38,7 @@ impl<T: DeserializeOwned + JsonSchema> ToolArgument for T {}
 pub struct VisibleParam<T> {
     pub schema: fn(&mut SchemaGenerator) -> Schema,
     pub accepts_null: fn() -> bool,
-    pub argument: fn(Option<&serde_json::Value>, &str, &mut ArgumentErrors) -> Option<T>,
+    pub argument: fn(Option<ArgumentSlot<'_>>, &str, &mut ArgumentErrors) -> Option<T>,
 }
 
 pub const fn visible_param<T: ToolArgument>() -> VisibleParam<T> {
@@ -50,19 +53,16 @@ fn accepts_null<T: ToolArgument>() -> bool {
     crate::tool::accepts_null::<T>()
 }
 
-pub fn argument<T: ToolArgument>(
-    value: Option<&serde_json::Value>,
-    key: &str,
-    errors: &mut ArgumentErrors,
-) -> Option<T> {
+pub fn argument<T: ToolArgument>(value: Option<ArgumentSlot<'_>>, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     crate::args::argument_value(value, key, errors)
 }
 
-/// The value sent for each of `params`, at its position: one pass over the arguments.
+/// The value sent for each of `params`, at its position: one pass over the arguments, each value given by
+/// owned arguments and lent by borrowed ones.
 pub fn argument_slots<'a, const N: usize>(
-    args: &'a Arguments,
+    args: &'a mut Cow<'_, Arguments>,
     params: &[ParamSpec; N],
-) -> [Option<&'a serde_json::Value>; N] {
+) -> [Option<ArgumentSlot<'a>>; N] {
     crate::args::slots(args, params)
 }
 

@@ -2,6 +2,7 @@
 //! gates are methods of [`Rules`], so the sequence asks them once of the rules a tool enforces and once of
 //! the rules it only observes, the same way.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use super::argument_refusal;
@@ -16,7 +17,7 @@ use crate::policy::ConditionAction;
 use crate::policy::condition::Evaluation;
 use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
-use crate::tool::{Arguments, GhostPolicy, PreparedCall, ToolSpec};
+use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, PreparedCall, ToolSpec};
 
 impl Rules {
     /// Gate 2: a deny glob matched the registered name.
@@ -71,6 +72,15 @@ impl Rules {
             .rule(format!("{rule}: ghost = block"))),
             _ => Ok(()),
         }
+    }
+
+    /// Whether a gate after gate 4 reads the arguments under these rules: the effect key
+    /// ([`effect_key`](Self::effect_key)), the argument conditions ([`conditions`](Self::conditions)) and an
+    /// escalation (gate 5's approval request shows them). Whatever else comes to read them after gate 4 must
+    /// be added here: without it the arguments are given to the tool and are gone.
+    #[inline]
+    pub(super) fn reads_arguments(&self) -> bool {
+        self.effect.is_some() || !self.conditions.is_empty() || !self.escalations.is_empty()
     }
 
     /// Gate 4: the policy's idempotency key over the admitted arguments, for a tool whose author declared
@@ -137,41 +147,71 @@ impl Rules {
 }
 
 impl Entry {
+    /// Whether a gate after gate 4 reads the call's arguments: the tool's effect template (rendered from them
+    /// when the tool gives no key of its own), or either set of rules' (see [`Rules::reads_arguments`]).
+    /// Otherwise gate 4 gives them up to the tool, which moves their values out instead of copying them.
+    #[inline]
+    pub(super) fn keeps_arguments(&self) -> bool {
+        self.tool.spec().effect().is_some() || self.enforced.reads_arguments() || self.observed.reads_arguments()
+    }
+
     /// Gate 4: validation and injection. The call's future is built, not polled; its effect key comes from
     /// the typed values (hand-written tools may leave it to the template), or from the enforced policy's
-    /// template over the admitted arguments.
+    /// template over the admitted arguments. The arguments are kept (and returned) when a later gate reads
+    /// them ([`keeps_arguments`](Self::keeps_arguments)), else given to the tool.
     #[inline]
     pub(super) fn prepare(
         &self,
         call: &Call<'_>,
-        arguments: &Arguments,
+        arguments: Arguments,
         stripped: &[String],
-    ) -> Result<(PreparedCall, Option<String>), Refused> {
+    ) -> Result<(PreparedCall, Option<String>, Option<Arguments>), Refused> {
         let spec = self.tool.spec();
         let invocation = Invocation { context: call.context, tool_call_id: call.id, tool: spec.name() };
-        let (prepared, effect_key) = match self.tool.prepare(arguments, &invocation) {
-            Ok(prepared) => prepared.into_parts(),
-            Err(errors) => {
-                let (text, hints) =
-                    argument_refusal::describe_errors(call.name, &errors, &self.definition.input_schema, stripped);
-                let kind = if errors.is_host_error() {
-                    for error in errors.errors() {
-                        tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
-                    }
-                    RefusalKind::HostMisconfigured
-                } else {
-                    RefusalKind::InvalidArguments
-                };
-                let mut refused = Refused::new(kind, text);
-                refused.hints = hints;
-                return Err(refused);
-            }
-        };
+        if !self.keeps_arguments() {
+            let (prepared, effect_key) = self.prepare_with(call, Cow::Owned(arguments), &invocation, stripped)?;
+            return Ok((prepared, effect_key, None));
+        }
+        let (prepared, effect_key) = self.prepare_with(call, Cow::Borrowed(&arguments), &invocation, stripped)?;
         let effect_key = match spec.effect() {
-            Some(template) => Some(effect_key.unwrap_or_else(|| template.render(arguments))),
-            None => self.enforced.effect_key(arguments),
+            Some(template) => Some(effect_key.unwrap_or_else(|| template.render(&arguments))),
+            None => self.enforced.effect_key(&arguments),
         };
-        Ok((prepared, effect_key))
+        Ok((prepared, effect_key, Some(arguments)))
+    }
+
+    /// The tool's `prepare`, its errors worded as gate 4's refusal.
+    #[inline]
+    fn prepare_with(
+        &self,
+        call: &Call<'_>,
+        arguments: Cow<'_, Arguments>,
+        invocation: &Invocation<'_>,
+        stripped: &[String],
+    ) -> Result<(PreparedCall, Option<String>), Refused> {
+        match self.tool.prepare(arguments, invocation) {
+            Ok(prepared) => Ok(prepared.into_parts()),
+            Err(errors) => Err(self.invalid(call, &errors, stripped)),
+        }
+    }
+
+    /// Gate 4's refusal of arguments the tool did not accept, or of a call the host cannot inject into.
+    #[cold]
+    #[inline(never)]
+    fn invalid(&self, call: &Call<'_>, errors: &ArgumentErrors, stripped: &[String]) -> Refused {
+        let (text, hints) =
+            argument_refusal::describe_errors(call.name, errors, &self.definition.input_schema, stripped);
+        let kind = if errors.is_host_error() {
+            for error in errors.errors() {
+                tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
+            }
+            RefusalKind::HostMisconfigured
+        } else {
+            RefusalKind::InvalidArguments
+        };
+        let mut refused = Refused::new(kind, text);
+        refused.hints = hints;
+        refused
     }
 }
 

@@ -51,6 +51,7 @@ use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::Settle;
 use crate::message::{Outcome, Refusal, Status, ToolCall, ToolMessage};
 use crate::schema::ToolDefinition;
+use crate::tool::Arguments;
 
 /// A refusal and the argument keys stripped before it.
 type Refusing = (Refused, Vec<String>);
@@ -223,18 +224,22 @@ impl Dispatcher {
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         call.observe(observed.ghosts_blocked(name, &stripped));
 
-        // 4. Validation and injection: the future is built but not polled.
-        let (prepared, effect_key) = entry.prepare(call, &arguments, &stripped).map_err(with_stripped)?;
-        if let Some(key) = observed.effect_key(&arguments) {
+        // 4. Validation and injection: the future is built but not polled. The arguments come back only if a
+        //    later gate reads them (an effect template, an argument condition, an escalation); otherwise the
+        //    tool has moved their values out, and nothing below reads them.
+        let (prepared, effect_key, kept) = entry.prepare(call, arguments, &stripped).map_err(with_stripped)?;
+        let none = Arguments::new();
+        let arguments = kept.as_ref().unwrap_or(&none);
+        if let Some(key) = observed.effect_key(arguments) {
             call.observe(self.effect_refusal(name, &key));
         }
 
         // 4b. The policy's argument conditions, on the screened arguments. A deny rule refuses at once
         //     (deny beats everything); an escalation rule joins the tool's escalations.
-        for met in observed.conditions(name, &arguments, call.context.identity()) {
+        for met in observed.conditions(name, arguments, call.context.identity()) {
             call.observe(met.and_then(|met| Err(refusal::would_escalate(name, &met.rule, &met.reason))));
         }
-        let met = enforced.conditions_met(name, &arguments, call.context.identity()).map_err(with_stripped)?;
+        let met = enforced.conditions_met(name, arguments, call.context.identity()).map_err(with_stripped)?;
 
         // 5. Escalation. What no human can change (an empty bucket, a duplicate effect) is refused before
         //    a human is asked; an approval across an interrupt is verified here and spent at gate 7.
@@ -243,7 +248,7 @@ impl Dispatcher {
         call.observe(observed.would_escalate(name));
         let cleared = match !met.is_empty() || !enforced.escalations.is_empty() {
             false => Cleared::Go,
-            true => Box::pin(self.escalation(call, entry, met, &arguments, effect_key.as_deref(), reviewer))
+            true => Box::pin(self.escalation(call, entry, met, arguments, effect_key.as_deref(), reviewer))
                 .await
                 .map_err(with_stripped)?,
         };

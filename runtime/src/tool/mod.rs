@@ -7,6 +7,7 @@
 //! A tool written with `#[airlock_tool]` needs none of these: the macro, [`ToolError`]
 //! and the dispatcher are at the crate root.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -87,7 +88,12 @@ pub trait Tool: Send + Sync + 'static {
     /// errors. Nothing runs until the returned future is polled, so the dispatcher can still refuse.
     /// A tool with an effect template should render the key from its typed arguments
     /// ([`Prepared::with_effect_key`]), so that two spellings of one value share one key.
-    fn prepare(&self, arguments: &Arguments, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors>;
+    ///
+    /// The arguments are [`Cow::Owned`] when no later gate reads them (no effect template, argument condition
+    /// or escalation applies to the tool: the usual call), so a tool can move their values out instead of
+    /// copying them; [`Cow::Borrowed`] otherwise. A tool that only reads them reads either through `Deref`
+    /// (`arguments.get("id")`); [`Cow::into_owned`] copies only a borrowed map.
+    fn prepare(&self, arguments: Cow<'_, Arguments>, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors>;
 }
 
 /// What a tool produced.

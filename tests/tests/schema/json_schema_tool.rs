@@ -981,3 +981,37 @@ fn structured_content_too_large_to_mask_is_left_out_and_the_text_says_why() {
     assert_eq!(message.structured_content, None, "{message:?}");
     assert!(message.content.contains("TOO_LARGE_TO_MASK") && !message.content.contains(key), "{}", message.content);
 }
+
+/// A tool whose only reader of the arguments after validation is its own effect template, rendered by the
+/// dispatcher (a `JsonTool` gives no key of its own): the dispatcher keeps the arguments for it, so a retried
+/// call with the same key is refused as a duplicate and runs once, and one with another key runs.
+#[test]
+fn a_tool_effect_template_is_rendered_from_the_kept_arguments() {
+    let received: Received = Arc::default();
+    let log = Arc::clone(&received);
+    let tool = JsonTool::builder(
+        "refund",
+        "Refund a payment.",
+        json!({"type": "object", "properties": {"payment_id": {"type": "string"}}, "required": ["payment_id"]}),
+    )
+    .effect("refund:{payment_id}")
+    .build(move |call: JsonCall| {
+        log.lock().unwrap().push(call);
+        async { Ok::<Value, ToolError>(json!("refunded")) }
+    })
+    .unwrap();
+    let dispatcher =
+        Dispatcher::builder().tool(tool).effects(agent_airlock::effect::MemoryEffectStore::new()).build().unwrap();
+    let first = dispatch(&dispatcher, "refund", json!({"payment_id": "pay_1"}));
+    assert_eq!(first.status, Status::Success, "{first:?}");
+    let again = dispatch(&dispatcher, "refund", json!({"payment_id": "pay_1"}));
+    assert_eq!(
+        again.refusal.as_ref().map(|refusal| refusal.kind),
+        Some(agent_airlock::RefusalKind::Duplicate),
+        "{again:?}"
+    );
+    let other = dispatch(&dispatcher, "refund", json!({"payment_id": "pay_2"}));
+    assert_eq!(other.status, Status::Success, "{other:?}");
+    let ran: Vec<Value> = received.lock().unwrap().iter().map(|call| Value::Object(call.arguments.clone())).collect();
+    assert_eq!(ran, [json!({"payment_id": "pay_1"}), json!({"payment_id": "pay_2"})]);
+}
