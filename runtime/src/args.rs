@@ -177,7 +177,7 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
     argument_value(args.get(key).map(ArgumentSlot::Lent), key, errors)
 }
 
-/// The value sent for one argument, as [`slots`] found it: lent by arguments the dispatcher still reads
+/// The value sent for one argument, as the generated `prepare` found it: lent by arguments the dispatcher still reads
 /// after gate 4, or given by arguments it gave up (a string in it is moved into the typed value, not copied).
 #[derive(Debug)]
 pub enum ArgumentSlot<'a> {
