@@ -2,7 +2,6 @@
 //! hand) and a hand-written client (`StdioSession`): the upstream learns none of the gateway's secrets, and
 //! every request gets an answer whatever arrives from either side.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -11,42 +10,16 @@ use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
 use crate::gateway;
-use gateway::{AIRLOCK, airlock, venv};
+use gateway::{Scratch, airlock, venv};
 
 const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/hostile_upstream.py");
 const APPROVAL_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-struct Scratch {
-    dir: tempfile::TempDir,
-}
-
-impl Scratch {
-    fn new(policy: &str) -> Self {
-        let scratch = Scratch { dir: tempfile::tempdir().expect("a temporary directory") };
-        std::fs::write(scratch.path("airlock.toml"), policy).expect("the policy is written");
-        scratch
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `airlock --db … mcp --policy … <gateway_args> -- python hostile_upstream.py <dir>`.
-    fn gateway(&self, venv: &Venv, gateway_args: &[&str]) -> Command {
-        let mut command = Command::new(AIRLOCK);
-        command
-            .arg("--db")
-            .arg(self.path("airlock.redb"))
-            .args(["mcp", "--policy"])
-            .arg(self.path("airlock.toml"))
-            .args(gateway_args)
-            .arg("--")
-            .arg(venv.python())
-            .arg(HOSTILE)
-            .arg(self.dir.path())
-            .stderr(Stdio::inherit());
-        command
-    }
+/// `airlock --db … mcp --policy … <gateway_args> -- python hostile_upstream.py <dir>`.
+fn hostile_gateway(scratch: &Scratch, venv: &Venv, gateway_args: &[&str]) -> Command {
+    let mut command = scratch.gateway();
+    command.args(gateway_args).arg("--").arg(venv.python()).arg(HOSTILE).arg(scratch.dir()).stderr(Stdio::inherit());
+    command
 }
 
 fn text_of(answer: &Value) -> &str {
@@ -69,9 +42,9 @@ fn with_secrets(command: &mut Command) -> &mut Command {
 #[test]
 fn the_upstream_starts_with_a_scrubbed_environment() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
     let mut command =
-        scratch.gateway(&venv, &["--key-env", "MY_APPROVAL_KEY", "--env", "KEEP_ME", "--env", "SET_ME=a=b"]);
+        hostile_gateway(&scratch, &venv, &["--key-env", "MY_APPROVAL_KEY", "--env", "KEEP_ME", "--env", "SET_ME=a=b"]);
     let mut session = StdioSession::start(with_secrets(&mut command));
     session.call(2, "environment", json!({}));
     let answer = session.response(2, Duration::from_secs(60));
@@ -101,9 +74,9 @@ fn the_upstream_starts_with_a_scrubbed_environment() {
 #[test]
 fn an_env_option_naming_one_of_the_gateways_secrets_is_refused() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
     let python = venv.python().display().to_string();
-    let dir = scratch.dir.path().display().to_string();
+    let dir = scratch.dir().display().to_string();
     let db = scratch.path("airlock.redb").display().to_string();
     let policy = scratch.path("airlock.toml").display().to_string();
     for (extra, name) in [
@@ -125,8 +98,8 @@ fn an_env_option_naming_one_of_the_gateways_secrets_is_refused() {
 #[test]
 fn the_gateways_own_secret_names_are_masked_in_what_the_upstream_returns() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
-    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
+    let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &[]));
     let leaked = format!(
         "AIRLOCK_APPROVAL_KEY={APPROVAL_KEY}\nAIRLOCK_WEBHOOK_KEY=c0ffee00c0ffee00c0ffee00\nAIRLOCK_DB=/srv/airlock.redb"
     );
@@ -153,8 +126,8 @@ fn effects_ambiguous(scratch: &Scratch) -> Vec<Value> {
 #[test]
 fn an_oversized_result_fails_its_call_at_once_and_leaves_its_effect_ambiguous() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n\n[tools.huge]\neffect = \"huge:{bytes}\"\n");
-    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &["--max-result-bytes", "100000"]));
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n\n[tools.huge]\neffect = \"huge:{bytes}\"\n");
+    let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &["--max-result-bytes", "100000"]));
     session.call(2, "huge", json!({"bytes": 200_000}));
     let answer = session.response(2, Duration::from_secs(30));
     assert_eq!(answer["result"]["isError"], true, "{answer}");
@@ -166,7 +139,7 @@ fn an_oversized_result_fails_its_call_at_once_and_leaves_its_effect_ambiguous() 
     assert_eq!(effects_ambiguous(&scratch), [json!("huge:200000")]);
 
     // rmcp's own limit would drop this line and leave the call waiting forever.
-    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+    let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &[]));
     session.call(4, "huge", json!({"bytes": 17 * 1024 * 1024}));
     let answer = session.response(4, Duration::from_secs(60));
     assert_eq!(answer["result"]["isError"], true, "{answer:.300}");
@@ -181,8 +154,8 @@ fn an_oversized_result_fails_its_call_at_once_and_leaves_its_effect_ambiguous() 
 #[test]
 fn every_client_line_is_answered_and_the_gateway_keeps_serving() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
-    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
+    let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &[]));
     let error_for = |session: &mut StdioSession, id: Value| {
         session
             .message_where(Duration::from_secs(30), |m| m["id"] == id && m.get("error").is_some())
@@ -218,9 +191,9 @@ fn every_client_line_is_answered_and_the_gateway_keeps_serving() {
 #[test]
 fn an_upstream_that_never_answers_the_relist_holds_up_nothing() {
     let venv = venv();
-    let scratch = Scratch::new("version = 1\ndefault = \"allow\"\n");
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
     for stop_by_signal in [true, false] {
-        let mut session = StdioSession::start(&mut scratch.gateway(&venv, &[]));
+        let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &[]));
         session.call(2, "relist", json!({}));
         assert_eq!(text_of(&session.response(2, Duration::from_secs(30))), "announced");
         session.call(3, "echo", json!({"text": "still here"}));
@@ -245,12 +218,12 @@ fn an_upstream_that_never_answers_the_relist_holds_up_nothing() {
 #[test]
 fn a_policy_table_naming_no_upstream_tool_is_reported_with_the_closest_name() {
     let venv = venv();
-    let scratch = Scratch::new(
+    let scratch = Scratch::with_policy(
         "version = 1\ndefault = \"allow\"\n\n[tools.ehco]\nescalate = \"x\"\n\n[tools.\"e*\"]\nrate = \"5/second\"\n",
     );
     let policy = scratch.path("airlock.toml").display().to_string();
     let python = venv.python().display().to_string();
-    let dir = scratch.dir.path().display().to_string();
+    let dir = scratch.dir().display().to_string();
     let check = airlock(&["policy", "check", &policy, "--against", "--", &python, HOSTILE, &dir]);
     let stderr = String::from_utf8_lossy(&check.stderr);
     assert!(!check.status.success(), "{stderr}");
@@ -265,7 +238,7 @@ fn a_policy_table_naming_no_upstream_tool_is_reported_with_the_closest_name() {
     assert!(!start.status.success(), "{stderr}");
     assert!(stderr.contains("(did you mean `echo`?)") && stderr.contains("--allow-unmatched-tables"), "{stderr}");
 
-    let mut session = StdioSession::start(&mut scratch.gateway(&venv, &["--allow-unmatched-tables"]));
+    let mut session = StdioSession::start(&mut hostile_gateway(&scratch, &venv, &["--allow-unmatched-tables"]));
     session.call(2, "echo", json!({"text": "served"}));
     assert_eq!(text_of(&session.response(2, Duration::from_secs(30))), "served");
     session.close();

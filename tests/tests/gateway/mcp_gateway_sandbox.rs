@@ -13,20 +13,19 @@ use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
 use crate::gateway;
-use gateway::{AIRLOCK, airlock, venv};
+use gateway::{airlock, venv};
 
 const PROBE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/sandbox_upstream.py");
 const APPROVAL_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
 /// A scratch folder: a file elsewhere (the secret), an allowed file, a read-write folder, and a place outside.
 struct Scratch {
-    dir: tempfile::TempDir,
+    base: gateway::Scratch,
 }
 
 impl Scratch {
     fn new() -> Self {
-        let scratch = Scratch { dir: tempfile::tempdir().expect("a temporary directory") };
-        std::fs::write(scratch.path("airlock.toml"), "version = 1\ndefault = \"allow\"\n").expect("the policy");
+        let scratch = Scratch { base: gateway::Scratch::with_policy("version = 1\ndefault = \"allow\"\n") };
         for dir in ["elsewhere", "allowed", "rw"] {
             std::fs::create_dir(scratch.path(dir)).expect("a folder");
         }
@@ -36,18 +35,14 @@ impl Scratch {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.base.path(name)
     }
 
     /// `airlock --db … mcp --policy … <gateway_args> -- python sandbox_upstream.py`, with a secret in the
     /// gateway's environment.
     fn gateway(&self, venv: &Venv, gateway_args: &[&str]) -> Command {
-        let mut command = Command::new(AIRLOCK);
+        let mut command = self.base.gateway();
         command
-            .arg("--db")
-            .arg(self.path("airlock.redb"))
-            .args(["mcp", "--policy"])
-            .arg(self.path("airlock.toml"))
             .args(gateway_args)
             .arg("--")
             .arg(venv.python())
