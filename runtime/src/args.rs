@@ -12,6 +12,7 @@ use crate::dialect::Dialect;
 use crate::echo;
 use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ParamSpec, ToolSpec};
 
+mod given;
 pub(crate) mod nested;
 
 pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange};
@@ -178,12 +179,13 @@ pub(crate) fn argument<T: DeserializeOwned>(args: &Arguments, key: &str, errors:
 }
 
 /// The value sent for one argument, as the generated `prepare` found it: lent by arguments the dispatcher still reads
-/// after gate 4, or given by arguments it gave up (a string in it is moved into the typed value, not copied).
+/// after gate 4, or given by arguments it gave up (a string in it, at any depth, is moved into the typed value,
+/// not copied).
 #[derive(Debug)]
 pub enum ArgumentSlot<'a> {
     /// Borrowed: deserialized from the reference.
     Lent(&'a Value),
-    /// Given up: a string at its top may be taken (an empty one is left in its place).
+    /// Given up: its strings may be taken (an empty one is left in each place).
     Given(&'a mut Value),
 }
 
@@ -191,34 +193,18 @@ pub enum ArgumentSlot<'a> {
 /// (`"5"` is not a number, `5.0` is not an integer). Absent means `null`, which only a type like
 /// `Option<T>` accepts.
 ///
-/// Deserialized plainly first: only a value that fails is deserialized again with its path tracked (the
-/// tracker copies every key it passes), so an argument that parses pays for no path. A string given up is
-/// moved into a type that takes one by value (`String`, `Option<String>`, a newtype of it); a type that
-/// took it and still failed failed at the string itself, which is the path the tracker would report, and
-/// any other failure left the string where it was, to be tracked as usual. Either way a value that fails
-/// is reported the same.
+/// A lent value is deserialized plainly first: only one that fails is deserialized again with its path
+/// tracked (the tracker copies every key it passes), so an argument that parses pays for no path. A value
+/// given up is deserialized in place (`given`): the strings the typed value takes by value are moved into it
+/// at any depth, and the path of an error is tracked as it is read, written out only for an error. Either
+/// way a value that fails is reported the same.
 pub(crate) fn argument_value<T: DeserializeOwned>(
     slot: Option<ArgumentSlot<'_>>,
     key: &str,
     errors: &mut ArgumentErrors,
 ) -> Option<T> {
     let value: &Value = match slot {
-        Some(ArgumentSlot::Given(value)) if value.is_string() => {
-            let mut taking = TakeString { value, taken: false };
-            match T::deserialize(&mut taking) {
-                Ok(parsed) => return Some(parsed),
-                Err(err) if taking.taken => {
-                    errors.push(ArgumentError::Invalid {
-                        field: key.to_owned(),
-                        message: range_message(err.to_string()),
-                    });
-                    return None;
-                }
-                // Left in place: tracked below, as a lent value that failed would be.
-                Err(_) => return tracked(&*taking.value, key, errors),
-            }
-        }
-        Some(ArgumentSlot::Given(value)) => value,
+        Some(ArgumentSlot::Given(value)) => return given_value(value, key, errors),
         Some(ArgumentSlot::Lent(value)) => value,
         None => &Value::Null,
     };
@@ -228,123 +214,46 @@ pub(crate) fn argument_value<T: DeserializeOwned>(
     tracked(value, key, errors)
 }
 
+/// A value given up, deserialized in place (see [`argument_value`]).
+fn given_value<T: DeserializeOwned>(value: &mut Value, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
+    let track = given::Track::default();
+    match T::deserialize(given::Given { value: &mut *value, chain: &given::Chain::Root, track: &track }) {
+        Ok(parsed) => Some(parsed),
+        Err(err) => {
+            refused(value.is_null(), key, &track.into_path(), err, errors);
+            None
+        }
+    }
+}
+
 /// A value that failed, deserialized again with its path tracked, for the error's field.
 #[cold]
 #[inline(never)]
 fn tracked<T: DeserializeOwned>(value: &Value, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(parsed) => Some(parsed),
-        Err(_) if value.is_null() => {
-            errors.push(ArgumentError::Missing { field: key.to_owned() });
-            None
-        }
         Err(err) => {
             let path = err.path().to_string();
-            let field = match path.as_str() {
-                "." => key.to_owned(),
-                nested if nested.starts_with('[') => format!("{key}{nested}"),
-                nested => format!("{key}.{nested}"),
-            };
-            errors.push(ArgumentError::Invalid { field, message: range_message(err.into_inner().to_string()) });
+            refused(value.is_null(), key, &path, err.into_inner(), errors);
             None
         }
     }
 }
 
-/// A string value given up, deserialized as serde_json deserializes a `&Value`, except that a type asking
-/// for a string (`deserialize_any`, `_str`, `_string`) is handed this one by value (`visit_string`, as
-/// serde_json does for an owned `Value`), and an empty string is left in its place. Every other request is answered
-/// by the borrowed value, which stays whole. A `&Value` never reports a path below a string except inside
-/// an enum, which is answered by the borrowed value: so a type that took the string and failed failed at
-/// the string itself.
-struct TakeString<'a> {
-    value: &'a mut Value,
-    taken: bool,
-}
-
-impl TakeString<'_> {
-    /// The string, an empty one left in its place. Only strings are handed over (`argument_value` checks),
-    /// and one deserialization asks for the value once.
-    fn take(&mut self) -> String {
-        self.taken = true;
-        match self.value {
-            Value::String(string) => std::mem::take(string),
-            _ => String::new(),
-        }
+/// The error of a value that failed at `path` (as `serde_path_to_error` displays it): a `null` (or absent)
+/// value is missing, anything else invalid at its field.
+#[cold]
+fn refused(null: bool, key: &str, path: &str, err: serde_json::Error, errors: &mut ArgumentErrors) {
+    if null {
+        errors.push(ArgumentError::Missing { field: key.to_owned() });
+        return;
     }
-}
-
-/// Answers `deserialize_$name` from the borrowed value, which is not consumed.
-macro_rules! lend {
-    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {
-        $(
-            fn $name<V: serde::de::Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, Self::Error> {
-                (&*self.value).$name($($arg,)* visitor)
-            }
-        )*
+    let field = match path {
+        "." => key.to_owned(),
+        nested if nested.starts_with('[') => format!("{key}{nested}"),
+        nested => format!("{key}.{nested}"),
     };
-}
-
-impl<'de> serde::Deserializer<'de> for &'de mut TakeString<'_> {
-    type Error = serde_json::Error;
-
-    fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        visitor.visit_string(self.take())
-    }
-
-    fn deserialize_str<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        visitor.visit_string(self.take())
-    }
-
-    fn deserialize_string<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        visitor.visit_string(self.take())
-    }
-
-    fn deserialize_option<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        // Not `null`: serde_json's `Some`.
-        visitor.visit_some(self)
-    }
-
-    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Self::Error> {
-        // serde_json's raw value (feature `raw_value`) is read from the borrowed value, as serde_json does.
-        if name.starts_with("$serde_json") {
-            return (&*self.value).deserialize_newtype_struct(name, visitor);
-        }
-        visitor.visit_newtype_struct(self)
-    }
-
-    lend! {
-        deserialize_bool();
-        deserialize_i8();
-        deserialize_i16();
-        deserialize_i32();
-        deserialize_i64();
-        deserialize_i128();
-        deserialize_u8();
-        deserialize_u16();
-        deserialize_u32();
-        deserialize_u64();
-        deserialize_u128();
-        deserialize_f32();
-        deserialize_f64();
-        deserialize_char();
-        deserialize_bytes();
-        deserialize_byte_buf();
-        deserialize_unit();
-        deserialize_unit_struct(name: &'static str);
-        deserialize_seq();
-        deserialize_tuple(len: usize);
-        deserialize_tuple_struct(name: &'static str, len: usize);
-        deserialize_map();
-        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
-        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
-        deserialize_identifier();
-        deserialize_ignored_any();
-    }
+    errors.push(ArgumentError::Invalid { field, message: range_message(err.to_string()) });
 }
 
 /// The value sent for each of `params`, at the parameter's position, in one pass over `args` and without
@@ -556,6 +465,195 @@ mod tests {
         assert!(matches!(&errors[..], [ArgumentError::Invalid { field, .. }] if field == "p.Tagged"), "{errors:?}");
         let (_, errors, _) = lent_and_given::<Kind>(json!("Other"));
         assert!(matches!(&errors[..], [ArgumentError::Invalid { field, .. }] if field == "p"), "{errors:?}");
+    }
+
+    /// Nested types of every kind the given-up path reads natively (structs, sequences, options, newtypes,
+    /// strings) or lends (enums, maps, tuples, numbers, `Value`, parsed strings), for the comparisons below.
+    mod shapes {
+        #![allow(dead_code)]
+        use std::collections::BTreeMap;
+        use std::net::IpAddr;
+
+        use serde::Deserialize;
+
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct Customer {
+            pub(super) id: String,
+            pub(super) tier: String,
+            pub(super) region: Option<String>,
+            #[serde(default)]
+            pub(super) n: u32,
+        }
+
+        #[derive(Debug, Deserialize)]
+        pub(super) struct Name(pub(super) String);
+
+        #[derive(Debug, Deserialize)]
+        pub(super) enum Kind {
+            Plain,
+            Tagged(u32),
+            Named { id: String, n: u8 },
+        }
+
+        #[derive(Debug, Deserialize)]
+        pub(super) struct Outer {
+            pub(super) tags: Vec<String>,
+            pub(super) items: Option<Vec<Customer>>,
+            #[serde(default)]
+            pub(super) kind: Option<Kind>,
+            #[serde(default)]
+            pub(super) addr: Option<IpAddr>,
+            #[serde(default)]
+            pub(super) extra: serde_json::Value,
+            #[serde(default)]
+            pub(super) names: Vec<Name>,
+            #[serde(default)]
+            pub(super) map: BTreeMap<String, String>,
+            #[serde(default)]
+            pub(super) pair: Option<(String, u8)>,
+        }
+
+        #[derive(Debug, Deserialize)]
+        pub(super) struct Flattened {
+            pub(super) id: String,
+            #[serde(flatten)]
+            pub(super) rest: BTreeMap<String, serde_json::Value>,
+        }
+
+        /// A struct whose hand-written visitor reads its keys as numbers (serde_json parses them).
+        #[derive(Debug)]
+        pub(super) struct Numbered(pub(super) Vec<(u8, String)>);
+
+        impl<'de> Deserialize<'de> for Numbered {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visit;
+                impl<'de> serde::de::Visitor<'de> for Visit {
+                    type Value = Numbered;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("numbered strings")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Numbered, A::Error> {
+                        let mut entries = Vec::new();
+                        while let Some(key) = map.next_key::<u8>()? {
+                            entries.push((key, map.next_value::<String>()?));
+                        }
+                        Ok(Numbered(entries))
+                    }
+                }
+                deserializer.deserialize_struct("Numbered", &["0", "1"], Visit)
+            }
+        }
+    }
+
+    /// Every shape, lent and given up: the same typed value (or none) and the same errors, field and text.
+    fn every_shape_alike(value: &Value) {
+        use shapes::*;
+        lent_and_given::<String>(value.clone());
+        lent_and_given::<Option<String>>(value.clone());
+        lent_and_given::<u32>(value.clone());
+        lent_and_given::<Vec<String>>(value.clone());
+        lent_and_given::<Vec<Option<String>>>(value.clone());
+        lent_and_given::<Customer>(value.clone());
+        lent_and_given::<Option<Customer>>(value.clone());
+        lent_and_given::<Vec<Customer>>(value.clone());
+        lent_and_given::<Outer>(value.clone());
+        lent_and_given::<Kind>(value.clone());
+        lent_and_given::<Vec<Kind>>(value.clone());
+        lent_and_given::<Name>(value.clone());
+        lent_and_given::<Flattened>(value.clone());
+        lent_and_given::<Numbered>(value.clone());
+        lent_and_given::<(String, u8)>(value.clone());
+        lent_and_given::<std::collections::HashMap<String, Vec<String>>>(value.clone());
+        lent_and_given::<Vec<std::net::IpAddr>>(value.clone());
+        lent_and_given::<Value>(value.clone());
+    }
+
+    #[test]
+    fn nested_strings_given_up_are_moved_and_read_as_lent_ones() {
+        use shapes::*;
+        // Moved at every depth the typed value reads natively.
+        let customer = json!({"id": "cus_9f8e", "tier": "gold", "region": "eu-west"});
+        let (parsed, errors, moved) = lent_and_given::<Customer>(customer.clone());
+        assert!(errors.is_empty() && moved, "{parsed}");
+        let (_, errors, moved) = lent_and_given::<Vec<String>>(json!(["billing", "refund"]));
+        assert!(errors.is_empty() && moved);
+        let mut given = json!({"tags": ["a", "b"], "items": [customer.clone()], "names": ["n"], "kind": {"Named": {"id": "x", "n": 1}}});
+        let mut errors = ArgumentErrors::new();
+        assert!(argument_value::<Outer>(Some(ArgumentSlot::Given(&mut given)), "p", &mut errors).is_some());
+        assert_eq!(given["tags"], json!(["", ""]));
+        assert_eq!(given["items"][0]["id"], json!(""));
+        assert_eq!(given["names"], json!([""]));
+        // An enum is read from the borrowed value, whole.
+        assert_eq!(given["kind"], json!({"Named": {"id": "x", "n": 1}}));
+
+        // Refused alike, with the same path: below a struct, in an array, past strings already moved.
+        let cases = [
+            (json!({"id": "a", "tier": 5}), "p.tier"),
+            (json!({"id": "a", "tier": "b", "debug": 1}), "p.debug"),
+            (json!({"id": "a"}), "p"),
+            (json!({"tags": ["a", 1]}), "p.tags[1]"),
+            (
+                json!({"tags": ["a"], "items": [{"id": "x", "tier": "y"}, {"id": "x", "tier": "y", "n": -1}]}),
+                "p.items[1].n",
+            ),
+            (json!({"tags": [], "kind": {"Named": {"id": "x", "n": 300}}}), "p.kind.Named.n"),
+            (json!({"tags": [], "addr": "not an address"}), "p.addr"),
+            (json!({"tags": [], "pair": ["a", 256]}), "p.pair[1]"),
+            (json!({"tags": [], "map": {"k": 1}}), "p.map.k"),
+            (json!({"tags": [], "names": ["a", 2]}), "p.names[1]"),
+        ];
+        for (value, field) in cases {
+            let shape = if value.get("id").is_some() { "Customer" } else { "Outer" };
+            let (_, errors, _) = if shape == "Customer" {
+                lent_and_given::<Customer>(value.clone())
+            } else {
+                lent_and_given::<Outer>(value.clone())
+            };
+            assert!(
+                matches!(&errors[..], [ArgumentError::Invalid { field: f, .. } | ArgumentError::Missing { field: f }] if f == field),
+                "{value}: {errors:?}"
+            );
+        }
+        // Keys read as numbers by a hand-written visitor: parsed as serde_json parses them, refused alike.
+        for keys in
+            [json!({"1": "a", "2": "b"}), json!({"1 ": "a"}), json!({"x": "a"}), json!({"300": "a"}), json!({"1": 2})]
+        {
+            lent_and_given::<Numbered>(keys);
+        }
+        for value in [json!(null), json!([]), json!({}), json!("Plain"), json!({"Tagged": 1}), json!([["a"], 1])] {
+            every_shape_alike(&value);
+        }
+    }
+
+    /// JSON values built from the shapes' own keys and awkward leaves, so generated values often half-fit.
+    fn shaped_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let keys = prop::sample::select(vec![
+            "id", "tier", "region", "n", "tags", "items", "kind", "addr", "extra", "names", "map", "pair", "Plain",
+            "Tagged", "Named", "0", "1", "x",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            prop::sample::select(vec![0_i64, 1, 5, -1, 255, 256, 300, 4_294_967_296]).prop_map(Value::from),
+            Just(json!(5.5)),
+            prop::sample::select(vec!["", "a", "gold", "1.2.3.4", "Plain", "Tagged", "5", "x y"]).prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..6)
+                    .prop_map(|entries| Value::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn given_up_values_are_read_as_lent_ones(value in shaped_value()) {
+            every_shape_alike(&value);
+        }
     }
 
     #[test]
