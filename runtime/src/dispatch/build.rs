@@ -1,6 +1,6 @@
 //! Building a [`Dispatcher`]: each tool's policy decision, buckets, masking and schema, computed once.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -182,7 +182,7 @@ impl DispatcherBuilder {
             approvals.set_clock(Arc::clone(clock));
         }
         let mut limiter = RateLimiter::default();
-        let mut tools = HashMap::with_capacity(self.tools.len());
+        let mut tools = BTreeMap::new();
         let mut order = Vec::with_capacity(self.tools.len());
         let ledger_effects = match &self.escalation {
             Escalation::Interrupt(approvals) => Some(approvals.ledger().effects()),
@@ -260,6 +260,7 @@ impl DispatcherBuilder {
             let definition = ToolDefinition::of(&*tool);
             let name = spec.name().to_owned();
             order.push(name.clone());
+            let keeps_arguments = Entry::reads_arguments_after_gate_4(&*tool, &enforced, &observed);
             tools.insert(
                 name,
                 Entry {
@@ -270,6 +271,7 @@ impl DispatcherBuilder {
                     mask,
                     enforced,
                     observed,
+                    keeps_arguments,
                 },
             );
         }
@@ -357,7 +359,7 @@ fn shared_buckets_of(tool: &str, limits: Vec<(String, Rate, RateScope)>) -> Vec<
 fn shared_rates_of(
     stores: &Stores,
     order: &[String],
-    tools: &HashMap<String, Entry>,
+    tools: &BTreeMap<String, Entry>,
 ) -> Result<Option<SharedRateBuckets>, BuildError> {
     let needing = order.iter().filter_map(|name| tools.get(name)).find_map(|entry| {
         entry

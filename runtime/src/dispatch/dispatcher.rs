@@ -3,7 +3,7 @@
 //! that read it are in `mod.rs` (the sequence), `gates.rs`, `escalation.rs`, `admission.rs`, `output.rs` and
 //! `writes.rs`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use crate::tool::Tool;
 
 /// Runs model tool calls through policy, argument, escalation and rate-limit gates before the tool.
 pub struct Dispatcher {
-    pub(super) tools: HashMap<String, Entry>,
+    pub(super) tools: BTreeMap<String, Entry>,
     pub(super) order: Vec<String>,
     pub(super) limiter: RateLimiter,
     pub(super) escalation: Escalation,
@@ -54,6 +54,9 @@ pub(super) struct Entry {
     /// In observe mode, the policy's rules: evaluated by the same gates, reported, never enforced. Empty
     /// otherwise.
     pub(super) observed: Rules,
+    /// Whether a gate after gate 4 reads the call's arguments (see [`Entry::keeps_arguments`]), derived once
+    /// at build from the three fields that decide it.
+    pub(super) keeps_arguments: bool,
 }
 
 /// One set of a tool's rules, as the gates read it. A tool has two: the ones enforced and the ones only

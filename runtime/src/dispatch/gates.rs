@@ -17,7 +17,7 @@ use crate::policy::ConditionAction;
 use crate::policy::condition::Evaluation;
 use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
-use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, PreparedCall, ToolSpec};
+use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, PreparedCall, Tool, ToolSpec};
 
 impl Rules {
     /// Gate 2: a deny glob matched the registered name.
@@ -150,9 +150,15 @@ impl Entry {
     /// Whether a gate after gate 4 reads the call's arguments: the tool's effect template (rendered from them
     /// when the tool gives no key of its own), or either set of rules' (see [`Rules::reads_arguments`]).
     /// Otherwise gate 4 gives them up to the tool, which moves their values out instead of copying them.
+    /// Decided once, at build ([`reads_arguments_after_gate_4`](Self::reads_arguments_after_gate_4)).
     #[inline]
     pub(super) fn keeps_arguments(&self) -> bool {
-        self.tool.spec().effect().is_some() || self.enforced.reads_arguments() || self.observed.reads_arguments()
+        self.keeps_arguments
+    }
+
+    /// What [`keeps_arguments`](Self::keeps_arguments) answers for a tool with these rules.
+    pub(super) fn reads_arguments_after_gate_4(tool: &dyn Tool, enforced: &Rules, observed: &Rules) -> bool {
+        tool.spec().effect().is_some() || enforced.reads_arguments() || observed.reads_arguments()
     }
 
     /// Gate 4: validation and injection. The call's future is built, not polled; its effect key comes from
