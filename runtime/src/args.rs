@@ -159,7 +159,16 @@ pub(crate) fn nests_deeper_than<'a>(roots: impl IntoIterator<Item = (&'a Value, 
 /// descends at most `limit` levels before answering, so it needs no heap and a small stack (the limit is
 /// [`MAX_ARGUMENT_DEPTH`] on the dispatch path).
 fn exceeds_depth(map: &Arguments, limit: usize) -> bool {
+    /// Whether `value`, at `depth`, or anything in it lies deeper than `limit`. A scalar is answered without
+    /// a call (most values are), a container by one.
+    #[inline(always)]
     fn deeper(value: &Value, depth: usize, limit: usize) -> bool {
+        match value {
+            Value::Array(_) | Value::Object(_) => container_deeper(value, depth, limit),
+            _ => depth > limit,
+        }
+    }
+    fn container_deeper(value: &Value, depth: usize, limit: usize) -> bool {
         if depth > limit {
             return true;
         }

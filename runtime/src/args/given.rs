@@ -388,6 +388,7 @@ struct Key<'a, 'k> {
 }
 
 impl<'a> Key<'a, '_> {
+    #[inline]
     fn capture(&mut self, key: Captured<'a>) {
         if let Some(captured) = self.captured.as_deref_mut() {
             *captured = key;
