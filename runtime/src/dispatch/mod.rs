@@ -116,8 +116,11 @@ impl Dispatcher {
 
     /// Runs one tool call through every gate. Never panics on model input; a tool that panics yields an
     /// error message.
-    pub async fn dispatch(&self, call: ToolCall, context: &CallContext) -> Outcome {
-        self.dispatch_escalating_to(call, context, Reviewer::Configured).await
+    ///
+    /// The future returned is the dispatch's own, not one wrapped around it: a future is moved whole into
+    /// each one that awaits it, and this one is about 1.9 KB.
+    pub fn dispatch(&self, call: ToolCall, context: &CallContext) -> impl Future<Output = Outcome> {
+        self.dispatch_escalating_to(call, context, Reviewer::Configured)
     }
 
     /// Like [`dispatch`](Self::dispatch), but an escalated call is reviewed by `approver` instead of what the
@@ -142,9 +145,8 @@ impl Dispatcher {
         let ToolCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
         let mut call = Call { name: &name, id: &id, context, trail: Trail::default(), audit: self.audit.as_deref() };
-        let gates = self.run_gates(&mut call, arguments, reviewer);
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
-        let mut outcome = match gates.instrument(span.clone()).await {
+        let mut outcome = match self.run_gates(&mut call, arguments, reviewer).instrument(span.clone()).await {
             Ok(outcome) => outcome,
             Err((refused, stripped)) => {
                 span.in_scope(|| {
@@ -217,8 +219,11 @@ impl Dispatcher {
         }
 
         // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
-        let screened = args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
-            .map_err(|err| (refusal::screening(name, spec, err), Vec::new()))?;
+        let screened = match args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
+        {
+            Ok(screened) => screened,
+            Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
+        };
         let (arguments, stripped) = (screened.arguments, screened.stripped);
         call.screened(&arguments, &stripped);
         let with_stripped = |refused: Refused| (refused, stripped.clone());
@@ -228,8 +233,7 @@ impl Dispatcher {
         //    later gate reads them (an effect template, an argument condition, an escalation); otherwise the
         //    tool has moved their values out, and nothing below reads them.
         let (prepared, effect_key, kept) = entry.prepare(call, arguments, &stripped).map_err(with_stripped)?;
-        let none = Arguments::new();
-        let arguments = kept.as_ref().unwrap_or(&none);
+        let arguments = kept.as_ref().unwrap_or(&NO_ARGUMENTS);
         if let Some(key) = observed.effect_key(arguments) {
             call.observe(self.effect_refusal(name, &key));
         }
@@ -292,6 +296,10 @@ impl Dispatcher {
         Ok(self.settle(call, output, entry, stripped, effect.as_mut()))
     }
 }
+
+/// What the gates after gate 4 read when the tool was given the arguments (nothing reads them then): built
+/// once, not per call.
+static NO_ARGUMENTS: std::sync::LazyLock<Arguments> = std::sync::LazyLock::new(Arguments::new);
 
 /// Gate 8's answer for a tool that panicked: an error message, its effect settled as ambiguous.
 #[cold]
