@@ -20,7 +20,7 @@ use agent_airlock_grammar::{MaskKind, MaskSet};
 use regex_automata::{Anchored, Input, Match, PatternID, meta, util::syntax};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
-use super::validate;
+use super::{screen, validate};
 
 /// One value to mask: `text[start..end]` is of `kind`; its first `keep_prefix` bytes are a public prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,11 +480,17 @@ const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
 /// states multiply the most in the lazy DFA: an e-mail's local part of up to 64 characters starts at every
 /// letter, a URL's scheme of up to 31 at every word (on a run of capitals and dashes the DFA then remembers
 /// where each of the last 31 words started, exhausts its cache and gives up for an engine a hundred times
-/// slower). Text without an `@` is scanned without them.
+/// slower). Text without an `@` is scanned without them; text without `://`, without connection passwords.
+/// Neither `@` nor `://` is ever made by replacing findings with tags, so the set holds for the text's rescans.
 pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
     const NEED_AT: [MaskKind; 2] = [MaskKind::Email, MaskKind::ConnectionPassword];
-    if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
+    let only = if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
         only.kinds().filter(|kind| !NEED_AT.contains(kind)).fold(MaskSet::NONE, |set, kind| set | MaskSet::of(kind))
+    } else {
+        only
+    };
+    if only.contains_kind(MaskKind::ConnectionPassword) && !screen::holds_a_scheme_separator(text) {
+        screen::without(only, MaskKind::ConnectionPassword)
     } else {
         only
     }
@@ -795,7 +801,7 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         return true;
     }
     // Elided by `MaskStrategy::Partial` or by hand: `sk-proj-...wxyz`, `j***@x.io`.
-    if has_three(v, b'.') || has_three(v, b'*') || v.contains('…') {
+    if has_three(v, b'.') || has_three(v, b'*') || holds_an_ellipsis(v.as_bytes()) {
         return true;
     }
     let bytes = v.as_bytes();
@@ -864,20 +870,17 @@ pub(crate) fn has_three(text: &str, byte: u8) -> bool {
     })
 }
 
-/// Whether `bytes` hold `abcdefghijklmnopqrstuvwxyz`, any case, without a lower-cased copy.
+/// Whether `bytes` hold `abcdefghijklmnopqrstuvwxyz`, any case, without a lower-cased copy: only a window
+/// starting at an `a` or `A` is compared (this runs on every value a verifier weighs).
 fn holds_the_alphabet(bytes: &[u8]) -> bool {
-    let mut run = 0u8;
-    bytes.iter().any(|&b| {
-        let b = b.to_ascii_lowercase();
-        run = if run > 0 && b == b'a' + run {
-            run + 1
-        } else if b == b'a' {
-            1
-        } else {
-            0
-        };
-        run == 26
-    })
+    const ALPHABET: &[u8; 26] = b"abcdefghijklmnopqrstuvwxyz";
+    bytes.windows(ALPHABET.len()).any(|window| (window[0] | 0x20) == b'a' && window.eq_ignore_ascii_case(ALPHABET))
+}
+
+/// Whether `bytes` hold `…` (U+2026), looked for from its first byte rather than by a searcher built per call.
+fn holds_an_ellipsis(bytes: &[u8]) -> bool {
+    const ELLIPSIS: &[u8] = "…".as_bytes();
+    bytes.iter().enumerate().any(|(at, &b)| b == ELLIPSIS[0] && bytes[at..].starts_with(ELLIPSIS))
 }
 
 fn verify_value(c: &Candidate<'_>) -> Verdict {
@@ -1347,6 +1350,9 @@ mod tests {
         let narrowed = narrow(set, "ABC-DEF-GHIJ https://shop.example.com/x");
         assert!(!narrowed.contains_kind(MaskKind::ConnectionPassword) && !narrowed.contains_kind(MaskKind::Email));
         assert!(narrowed.contains_kind(MaskKind::SecretValue));
+        // With an `@` but no `://`: e-mails are looked for, connection passwords not.
+        let narrowed = narrow(set, "jane@example.com");
+        assert!(!narrowed.contains_kind(MaskKind::ConnectionPassword) && narrowed.contains_kind(MaskKind::Email));
         // With an `@` it stays, and still finds the password.
         let text = "db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop";
         assert_eq!(narrow(set, text), set);
@@ -1403,6 +1409,32 @@ mod tests {
             holds_the_alphabet(b"xxABCDEFGHIJKLMNOPQRSTUVWXYZxx") && holds_the_alphabet(b"aabcdefghijklmnopqrstuvwxyz")
         );
         assert!(!holds_the_alphabet(b"abcdefghijklmnopqrstuvwxy") && !holds_the_alphabet(b"abcdefghijklmopqrstuvwxyz"));
+    }
+
+    /// The run counter `holds_the_alphabet` was before it compared windows.
+    fn holds_the_alphabet_by_runs(bytes: &[u8]) -> bool {
+        let mut run = 0u8;
+        bytes.iter().any(|&b| {
+            let b = b.to_ascii_lowercase();
+            run = if run > 0 && b == b'a' + run {
+                run + 1
+            } else if b == b'a' {
+                1
+            } else {
+                0
+            };
+            run == 26
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_alphabet_and_the_ellipsis_are_found_as_before(
+            text in "[aAbByzZ… .*-]{0,6}(aabcdefghijklmnopqrstuvwxyz|ABCDEFGHIJKLMNOPQRSTUVWXYz|abcdefghijklmnopqrstuvwxy|abcdEFGHijklmnopqrstuvwxyzz|)[a-zA-Z…\u{2025}\u{2027}]{0,6}"
+        ) {
+            proptest::prop_assert_eq!(holds_the_alphabet(text.as_bytes()), holds_the_alphabet_by_runs(text.as_bytes()));
+            proptest::prop_assert_eq!(holds_an_ellipsis(text.as_bytes()), text.contains('…'));
+        }
     }
 
     #[test]

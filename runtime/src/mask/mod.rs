@@ -27,6 +27,7 @@ mod detect;
 mod json;
 mod providers;
 mod report;
+mod screen;
 mod strategy;
 mod validate;
 
@@ -137,7 +138,7 @@ impl Masker {
     /// closes its quote inside the block), so the rest is looked for in the text with the blocks masked, the
     /// text a second masking would see. `None` when there is no block.
     fn stage_blocks(&self, only: MaskSet, text: &str, report: &mut MaskReport, partial: &mut bool) -> Option<Staged> {
-        if !only.contains_kind(MaskKind::PrivateKey) || !text.contains("-----BEGIN") {
+        if !only.contains_kind(MaskKind::PrivateKey) || !screen::holds_a_begin_line(text) {
             return None;
         }
         let (scanner, _) = detect::scanner(MaskSet::of(MaskKind::PrivateKey))?;
@@ -472,7 +473,7 @@ fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding
     // Without the kinds the text cannot hold: their groups of patterns are left out of the scan.
     let only = detect::narrow(only, text);
     let mut found = Vec::new();
-    let mut settled = scanner.scan(text, only, |finding| found.push(finding));
+    let mut settled = scanner.scan(text, screen::first_scan(only, text), |finding| found.push(finding));
     // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,
     // `<`, `>`: `+1 555-0100` in `db://u:.@+1 555-0100…:pass@host`) may have stopped a match that its tag, one
     // bracketed word, lets through: look again in the tagged text then too.

@@ -323,10 +323,13 @@ impl Providers {
 
     /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
     fn windows(&self, text: &str) -> Vec<(usize, usize, usize)> {
-        // The windows of each rule, merged as hits come in order; allocated at the first hit that opens one, so
-        // a text with no keyword costs only the keyword pass.
+        // The open window of each rule, merged as hits come in order: `slot[rule]` is one more than its index in
+        // `open` (0: none yet), allocated (zeroed) at the first hit that opens one, so a text with no keyword
+        // costs only the keyword pass, and a text with a few costs no walk over every rule at the end. The order
+        // of the windows is no matter: what they find is sorted.
         let bytes = text.as_bytes();
-        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut slot: Vec<usize> = Vec::new();
+        let mut open: Vec<(usize, usize, usize)> = Vec::new();
         let mut windows: Vec<(usize, usize, usize)> = Vec::new();
         for hit in self.keywords.find_overlapping_iter(text) {
             for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
@@ -349,20 +352,20 @@ impl Providers {
                     let reach = spec.window + KEYWORD_REACH;
                     (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
                 };
-                if open.is_empty() {
-                    open = vec![None; self.rules.len()];
+                if slot.is_empty() {
+                    slot = vec![0; self.rules.len()];
                 }
-                match &mut open[rule] {
-                    Some((_, end)) if from <= *end => *end = (*end).max(to),
-                    slot => {
-                        if let Some((start, end)) = slot.replace((from, to)) {
-                            windows.push((rule, start, end));
-                        }
+                match slot[rule].checked_sub(1).map(|at| &mut open[at]) {
+                    Some((_, _, end)) if from <= *end => *end = (*end).max(to),
+                    Some(window) => windows.push(std::mem::replace(window, (rule, from, to))),
+                    None => {
+                        open.push((rule, from, to));
+                        slot[rule] = open.len();
                     }
                 }
             }
         }
-        windows.extend(open.iter().enumerate().filter_map(|(rule, w)| w.map(|(s, e)| (rule, s, e))));
+        windows.extend(open);
         windows
     }
 
