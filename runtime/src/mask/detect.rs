@@ -1016,21 +1016,19 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let value = &c.text[start..end];
     let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
-    let key: String =
-        label.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect();
     // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
     let own_tag = c.before(1) == Some(b'[')
         && bytes.get(end) == Some(&b']')
         && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
         && value.bytes().all(|b| b.is_ascii_hexdigit());
     let rejected = own_tag
-        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
+        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| normalised_ends_with(label, suffix))
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
         // The value names its own key: `access_token=ACCESS_TOKEN`, `password: PASSWORD`.
         || (value.len() >= 4
             && value.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-            && key.ends_with(&value.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect::<String>()))
+            && normalised_ends_with(label, value))
         // A Maven coordinate, `io.jsonwebtoken:jjwt-jackson:0.11.5`: the name is the tail of a lower-case word
         // and `:` joins it to the artifact with no blank.
         || (!quoted
@@ -1172,13 +1170,52 @@ const FILE_EXTENSIONS: &[&str] = &[
     "map", "json", "xml", "txt", "html", "htm", "pdf", "yml", "yaml", "toml", "lock", "wasm",
 ];
 
+/// [`FILE_EXTENSIONS`] as [`packed_extension`] packs them: one comparison of integers each, where comparing
+/// strings calls `memcmp` (this runs on every e-mail found).
+const FILE_EXTENSION_KEYS: [u64; FILE_EXTENSIONS.len()] = {
+    let mut keys = [0; FILE_EXTENSIONS.len()];
+    let mut i = 0;
+    while i < keys.len() {
+        keys[i] = packed_extension(FILE_EXTENSIONS[i].as_bytes());
+        i += 1;
+    }
+    keys
+};
+
+/// The length of `ext` (at most 4 bytes: every one of [`FILE_EXTENSIONS`] is) and its bytes lower-cased, in
+/// one integer.
+const fn packed_extension(ext: &[u8]) -> u64 {
+    let mut key = ext.len() as u64;
+    let mut i = 0;
+    while i < ext.len() && i < 4 {
+        key |= (ext[i].to_ascii_lowercase() as u64) << (8 * (i + 1));
+        i += 1;
+    }
+    key
+}
+
+/// Whether `tld` is one of [`FILE_EXTENSIONS`], any ASCII case.
+fn is_file_extension(tld: &str) -> bool {
+    tld.len() <= 4 && FILE_EXTENSION_KEYS.contains(&packed_extension(tld.as_bytes()))
+}
+
+/// Whether `text`'s ASCII letters and digits, lower-cased, end with `suffix`'s: what comparing the two
+/// normalised strings says, without building them.
+fn normalised_ends_with(text: &str, suffix: &str) -> bool {
+    fn normal_backwards(s: &str) -> impl Iterator<Item = u8> + '_ {
+        s.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase())
+    }
+    let mut text = normal_backwards(text);
+    normal_backwards(suffix).all(|b| text.next() == Some(b))
+}
+
 fn verify_email(c: &Candidate<'_>) -> Verdict {
     let address = &c.text[c.start..c.end];
     let Some((local, domain)) = address.split_once('@') else { return Verdict::Reject };
-    let tld = domain.rsplit('.').next().unwrap_or_default();
+    let tld = domain.rfind('.').map_or(domain, |dot| &domain[dot + 1..]);
     // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
     let in_url = c.since_floor().ends_with("://");
-    if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
+    if is_file_extension(tld) || local == "git" || in_url {
         return Verdict::RejectKindThrough(c.end);
     }
     c.found(0)
@@ -1434,6 +1471,36 @@ mod tests {
         ) {
             proptest::prop_assert_eq!(holds_the_alphabet(text.as_bytes()), holds_the_alphabet_by_runs(text.as_bytes()));
             proptest::prop_assert_eq!(holds_an_ellipsis(text.as_bytes()), text.contains('…'));
+        }
+    }
+
+    #[test]
+    fn file_extensions_are_packed_and_recognised_in_any_case() {
+        for ext in FILE_EXTENSIONS {
+            assert!(ext.len() <= 4, "{ext}");
+            assert!(is_file_extension(ext) && is_file_extension(&ext.to_uppercase()), "{ext}");
+        }
+        for tld in ["com", "io", "pn", "pngx", "png\0", "jso", "", "toml2", "j"] {
+            assert_eq!(
+                is_file_extension(tld),
+                FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)),
+                "{tld}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn normalised_suffixes_are_read_as_the_normalised_strings_were(
+            text in "[a-zA-Z0-9_. -]{0,12}(token|TOKEN|page_token|Next-Token|x)?",
+            suffix in "(pagetoken|nexttoken|token|[A-Z0-9_]{0,6}|[a-z]{0,3})",
+            tld in "[a-zA-Z]{0,5}",
+        ) {
+            let normal = |s: &str| -> String {
+                s.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect()
+            };
+            proptest::prop_assert_eq!(normalised_ends_with(&text, &suffix), normal(&text).ends_with(&normal(&suffix)));
+            proptest::prop_assert_eq!(is_file_extension(&tld), FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)));
         }
     }
 
