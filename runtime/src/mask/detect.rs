@@ -801,7 +801,7 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         return true;
     }
     // Elided by `MaskStrategy::Partial` or by hand: `sk-proj-...wxyz`, `j***@x.io`.
-    if has_three(v, b'.') || has_three(v, b'*') || holds_an_ellipsis(v.as_bytes()) {
+    if holds_an_elision(v.as_bytes()) {
         return true;
     }
     let bytes = v.as_bytes();
@@ -830,14 +830,17 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
             && bytes[bytes.len() - 1] == open
             && bytes[1..bytes.len() - 1].iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
     };
-    let reference = ["var.", "local.", "module.", "data."].iter().any(|prefix| {
-        v.strip_prefix(prefix).is_some_and(|rest| {
-            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
-        })
-    });
-    let path = ["/bin/", "/etc/", "/home/", "/opt/", "/tmp/", "/usr/", "/var/", "/run/"]
-        .iter()
-        .any(|prefix| v.starts_with(prefix) && !v.contains(char::is_whitespace));
+    // Each list is read only for a value starting as its words do.
+    let reference = matches!(bytes[0], b'v' | b'l' | b'm' | b'd')
+        && ["var.", "local.", "module.", "data."].iter().any(|prefix| {
+            v.strip_prefix(prefix).is_some_and(|rest| {
+                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            })
+        });
+    let path = bytes[0] == b'/'
+        && ["/bin/", "/etc/", "/home/", "/opt/", "/tmp/", "/usr/", "/var/", "/run/"]
+            .iter()
+            .any(|prefix| v.starts_with(prefix) && !v.contains(char::is_whitespace));
     if bracketed(b"$(", b")")
         || variable(b'%')
         || variable(b'@')
@@ -877,10 +880,19 @@ fn holds_the_alphabet(bytes: &[u8]) -> bool {
     bytes.windows(ALPHABET.len()).any(|window| (window[0] | 0x20) == b'a' && window.eq_ignore_ascii_case(ALPHABET))
 }
 
-/// Whether `bytes` hold `…` (U+2026), looked for from its first byte rather than by a searcher built per call.
-fn holds_an_ellipsis(bytes: &[u8]) -> bool {
+/// Whether `bytes` hold an elision: `...`, `***` ([`has_three`]) or `…` (U+2026), in one pass (this runs on
+/// every value a verifier weighs).
+fn holds_an_elision(bytes: &[u8]) -> bool {
     const ELLIPSIS: &[u8] = "…".as_bytes();
-    bytes.iter().enumerate().any(|(at, &b)| b == ELLIPSIS[0] && bytes[at..].starts_with(ELLIPSIS))
+    let (mut dots, mut stars) = (0u8, 0u8);
+    for (at, &b) in bytes.iter().enumerate() {
+        dots = if b == b'.' { dots + 1 } else { 0 };
+        stars = if b == b'*' { stars + 1 } else { 0 };
+        if dots == 3 || stars == 3 || (b == ELLIPSIS[0] && bytes[at..].starts_with(ELLIPSIS)) {
+            return true;
+        }
+    }
+    false
 }
 
 fn verify_value(c: &Candidate<'_>) -> Verdict {
@@ -1470,7 +1482,8 @@ mod tests {
             text in "[aAbByzZ… .*-]{0,6}(aabcdefghijklmnopqrstuvwxyz|ABCDEFGHIJKLMNOPQRSTUVWXYz|abcdefghijklmnopqrstuvwxy|abcdEFGHijklmnopqrstuvwxyzz|)[a-zA-Z…\u{2025}\u{2027}]{0,6}"
         ) {
             proptest::prop_assert_eq!(holds_the_alphabet(text.as_bytes()), holds_the_alphabet_by_runs(text.as_bytes()));
-            proptest::prop_assert_eq!(holds_an_ellipsis(text.as_bytes()), text.contains('…'));
+            let elided = has_three(&text, b'.') || has_three(&text, b'*') || text.contains('…');
+            proptest::prop_assert_eq!(holds_an_elision(text.as_bytes()), elided);
         }
     }
 

@@ -366,13 +366,13 @@ impl Providers {
 
     /// The one pass over `text` for every rule's keywords (and the words a labelled secret's name holds).
     pub(crate) fn keyword_pass(&self, text: &str) -> KeywordPass {
-        // The open window of each rule, merged as hits come in order: `slot[rule]` is one more than its index in
-        // `open` (0: none yet), allocated (zeroed) at the first hit that opens one, so a text with no keyword
-        // costs only the keyword pass, and a text with a few costs no walk over every rule at the end. The order
-        // of the windows is no matter: what they find is sorted.
+        // The open window of each rule, merged as hits come in order; allocated at the first hit that opens one,
+        // so a text with no keyword costs only the keyword pass. The rules whose window was opened are listed, so
+        // that the end walks those, not every rule (the order of the windows is no matter: what they find is
+        // sorted).
         let bytes = text.as_bytes();
-        let mut slot: Vec<usize> = Vec::new();
-        let mut open: Vec<(usize, usize, usize)> = Vec::new();
+        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut opened: Vec<usize> = Vec::new();
         let mut windows: Vec<(usize, usize, usize)> = Vec::new();
         let mut names_a_secret = false;
         for hit in self.keywords.find_overlapping_iter(text) {
@@ -397,20 +397,19 @@ impl Providers {
                     let reach = spec.window + KEYWORD_REACH;
                     (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
                 };
-                if slot.is_empty() {
-                    slot = vec![0; self.rules.len()];
+                if open.is_empty() {
+                    open = vec![None; self.rules.len()];
                 }
-                match slot[rule].checked_sub(1).map(|at| &mut open[at]) {
-                    Some((_, _, end)) if from <= *end => *end = (*end).max(to),
-                    Some(window) => windows.push(std::mem::replace(window, (rule, from, to))),
-                    None => {
-                        open.push((rule, from, to));
-                        slot[rule] = open.len();
-                    }
+                match &mut open[rule] {
+                    Some((_, end)) if from <= *end => *end = (*end).max(to),
+                    slot => match slot.replace((from, to)) {
+                        Some((start, end)) => windows.push((rule, start, end)),
+                        None => opened.push(rule),
+                    },
                 }
             }
         }
-        windows.extend(open);
+        windows.extend(opened.into_iter().filter_map(|rule| open[rule].map(|(start, end)| (rule, start, end))));
         KeywordPass { windows, names_a_secret }
     }
 
