@@ -289,7 +289,8 @@ static PATTERNS: &[PatternSpec] = &[
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
             r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?",
-            // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there).
+            // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there). Every name here
+            // holds one of `screen::SECRET_NAME_WORDS`: a text holding none is scanned without this pattern.
             r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger)))",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in

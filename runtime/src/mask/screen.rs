@@ -1,7 +1,8 @@
-//! Exact pre-screens: byte loops that say a group of patterns cannot match a text at all, so the scan leaves
+//! Exact pre-screens: cheap checks that say a group of patterns cannot match a text at all, so the scan leaves
 //! that group out (the scan a scanner without it makes, which finds the same). Each names the literal every
-//! match of its patterns holds; a property test (`mask::screen::tests`) holds that leaving the group out never
-//! changes what is found. They save a regex search's fixed cost on the short leaves of a JSON result.
+//! match of its patterns holds; a property test (`mask::screen::tests`) holds that leaving the groups out never
+//! changes what is found. They save a regex search's fixed cost on the short leaves of a JSON result, and must
+//! cost less than that search: a loop with a closure per byte does not (BENCHMARKS.md §2).
 
 use agent_airlock_grammar::{MaskKind, MaskSet};
 
