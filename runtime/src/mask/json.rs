@@ -78,6 +78,10 @@ impl KeyHint {
     ///
     /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
     pub(crate) fn of_member(key: &str) -> KeyHint {
+        // Most keys are answered from their last three letters and digits, read backwards, before any copy.
+        if !normalised_tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&tail).is_ok()) {
+            return KeyHint::None;
+        }
         let mut buffer = [0u8; MAX_KEY_LEN];
         // A key that can name nothing needs no look at whether a masker wrote it.
         match normalised(key, &mut buffer) {
@@ -180,6 +184,17 @@ fn tail(key: &[u8]) -> Option<[u8; 3]> {
     key.len().checked_sub(3).and_then(|at| key[at..].try_into().ok())
 }
 
+/// The last three bytes of `key` normalised ([`normalised`]'s last three, whatever its length), read from the
+/// end; `None` when it has fewer than three letters and digits.
+fn normalised_tail(key: &str) -> Option<[u8; 3]> {
+    let mut tail = [0u8; 3];
+    let mut normal = key.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase());
+    for slot in tail.iter_mut().rev() {
+        *slot = normal.next()?;
+    }
+    Some(tail)
+}
+
 /// Whether the normalised `key` may give a hint: `false` only when [`KeyHint::of_normalised`] gives none.
 fn may_name_a_kind(key: &[u8]) -> bool {
     tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&tail).is_ok())
@@ -206,6 +221,10 @@ const VALUE_MEMBERS: &[&str] = &["value", "parametervalue", "variablevalue"];
 
 /// Whether `key` is a member that holds the value its sibling names (`value`, `Value`, `ParameterValue`).
 pub(crate) fn is_value_member(key: &str) -> bool {
+    // Every one of them ends in `value`.
+    if normalised_tail(key) != Some(*b"lue") {
+        return false;
+    }
     let mut buffer = [0u8; MAX_KEY_LEN];
     normalised(key, &mut buffer).is_some_and(|key| VALUE_MEMBERS.iter().any(|member| member.as_bytes() == key))
 }
@@ -262,6 +281,7 @@ mod tests {
             .chain(PRODUCT_SECRET_NAMES)
             .chain(PUBLIC_TOKEN_SUFFIXES)
             .chain(COUNTER_PREFIXES)
+            .chain(VALUE_MEMBERS)
             .chain(&[
                 "is", "has", "hint", "name", "value", "key", "id", "email", "version", "x", "ion", "ord", "[EMAIL]",
             ])
@@ -308,6 +328,13 @@ mod tests {
             prop_assert_eq!(screened, full, "{}", key);
             let member = if is_masker_output(&key) { KeyHint::None } else { full };
             prop_assert_eq!(KeyHint::of_member(&key), member, "{}", key);
+            let mut buffer = [0u8; MAX_KEY_LEN];
+            let normal = normalised(&key, &mut buffer);
+            let value_member = normal.is_some_and(|key| VALUE_MEMBERS.iter().any(|member| member.as_bytes() == key));
+            prop_assert_eq!(is_value_member(&key), value_member, "{}", key);
+            if let Some(normal) = normal {
+                prop_assert_eq!(normalised_tail(&key), tail(normal), "{}", key);
+            }
         }
     }
 
