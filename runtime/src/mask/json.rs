@@ -79,7 +79,7 @@ impl KeyHint {
     /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
     pub(crate) fn of_member(key: &str) -> KeyHint {
         // Most keys are answered from their last three letters and digits, read backwards, before any copy.
-        if !normalised_tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&tail).is_ok()) {
+        if normalised_tail(key).is_none_or(|tail| HINT_TAILS.binary_search(&tail).is_err()) {
             return KeyHint::None;
         }
         let mut buffer = [0u8; MAX_KEY_LEN];
