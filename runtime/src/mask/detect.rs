@@ -20,7 +20,7 @@ use agent_airlock_grammar::{MaskKind, MaskSet};
 use regex_automata::{Anchored, Input, Match, PatternID, meta, util::syntax};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
-use super::validate;
+use super::{screen, validate};
 
 /// One value to mask: `text[start..end]` is of `kind`; its first `keep_prefix` bytes are a public prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +289,8 @@ static PATTERNS: &[PatternSpec] = &[
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
             r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?",
-            // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there).
+            // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there). Every name here
+            // holds one of `screen::SECRET_NAME_WORDS`: a text holding none is scanned without this pattern.
             r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger)))",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
@@ -480,11 +481,17 @@ const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
 /// states multiply the most in the lazy DFA: an e-mail's local part of up to 64 characters starts at every
 /// letter, a URL's scheme of up to 31 at every word (on a run of capitals and dashes the DFA then remembers
 /// where each of the last 31 words started, exhausts its cache and gives up for an engine a hundred times
-/// slower). Text without an `@` is scanned without them.
+/// slower). Text without an `@` is scanned without them; text without `://`, without connection passwords.
+/// Neither `@` nor `://` is ever made by replacing findings with tags, so the set holds for the text's rescans.
 pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
     const NEED_AT: [MaskKind; 2] = [MaskKind::Email, MaskKind::ConnectionPassword];
-    if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
+    let only = if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
         only.kinds().filter(|kind| !NEED_AT.contains(kind)).fold(MaskSet::NONE, |set, kind| set | MaskSet::of(kind))
+    } else {
+        only
+    };
+    if only.contains_kind(MaskKind::ConnectionPassword) && !screen::holds_a_scheme_separator(text) {
+        screen::without(only, MaskKind::ConnectionPassword)
     } else {
         only
     }
@@ -795,7 +802,7 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         return true;
     }
     // Elided by `MaskStrategy::Partial` or by hand: `sk-proj-...wxyz`, `j***@x.io`.
-    if has_three(v, b'.') || has_three(v, b'*') || v.contains('…') {
+    if holds_an_elision(v.as_bytes()) {
         return true;
     }
     let bytes = v.as_bytes();
@@ -824,14 +831,17 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
             && bytes[bytes.len() - 1] == open
             && bytes[1..bytes.len() - 1].iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
     };
-    let reference = ["var.", "local.", "module.", "data."].iter().any(|prefix| {
-        v.strip_prefix(prefix).is_some_and(|rest| {
-            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
-        })
-    });
-    let path = ["/bin/", "/etc/", "/home/", "/opt/", "/tmp/", "/usr/", "/var/", "/run/"]
-        .iter()
-        .any(|prefix| v.starts_with(prefix) && !v.contains(char::is_whitespace));
+    // Each list is read only for a value starting as its words do.
+    let reference = matches!(bytes[0], b'v' | b'l' | b'm' | b'd')
+        && ["var.", "local.", "module.", "data."].iter().any(|prefix| {
+            v.strip_prefix(prefix).is_some_and(|rest| {
+                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            })
+        });
+    let path = bytes[0] == b'/'
+        && ["/bin/", "/etc/", "/home/", "/opt/", "/tmp/", "/usr/", "/var/", "/run/"]
+            .iter()
+            .any(|prefix| v.starts_with(prefix) && !v.contains(char::is_whitespace));
     if bracketed(b"$(", b")")
         || variable(b'%')
         || variable(b'@')
@@ -864,20 +874,26 @@ pub(crate) fn has_three(text: &str, byte: u8) -> bool {
     })
 }
 
-/// Whether `bytes` hold `abcdefghijklmnopqrstuvwxyz`, any case, without a lower-cased copy.
+/// Whether `bytes` hold `abcdefghijklmnopqrstuvwxyz`, any case, without a lower-cased copy: only a window
+/// starting at an `a` or `A` is compared (this runs on every value a verifier weighs).
 fn holds_the_alphabet(bytes: &[u8]) -> bool {
-    let mut run = 0u8;
-    bytes.iter().any(|&b| {
-        let b = b.to_ascii_lowercase();
-        run = if run > 0 && b == b'a' + run {
-            run + 1
-        } else if b == b'a' {
-            1
-        } else {
-            0
-        };
-        run == 26
-    })
+    const ALPHABET: &[u8; 26] = b"abcdefghijklmnopqrstuvwxyz";
+    bytes.windows(ALPHABET.len()).any(|window| (window[0] | 0x20) == b'a' && window.eq_ignore_ascii_case(ALPHABET))
+}
+
+/// Whether `bytes` hold an elision: `...`, `***` ([`has_three`]) or `…` (U+2026), in one pass (this runs on
+/// every value a verifier weighs).
+fn holds_an_elision(bytes: &[u8]) -> bool {
+    const ELLIPSIS: &[u8] = "…".as_bytes();
+    let (mut dots, mut stars) = (0u8, 0u8);
+    for (at, &b) in bytes.iter().enumerate() {
+        dots = if b == b'.' { dots + 1 } else { 0 };
+        stars = if b == b'*' { stars + 1 } else { 0 };
+        if dots == 3 || stars == 3 || (b == ELLIPSIS[0] && bytes[at..].starts_with(ELLIPSIS)) {
+            return true;
+        }
+    }
+    false
 }
 
 fn verify_value(c: &Candidate<'_>) -> Verdict {
@@ -1013,21 +1029,19 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let value = &c.text[start..end];
     let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
-    let key: String =
-        label.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect();
     // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
     let own_tag = c.before(1) == Some(b'[')
         && bytes.get(end) == Some(&b']')
         && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
         && value.bytes().all(|b| b.is_ascii_hexdigit());
     let rejected = own_tag
-        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
+        || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| normalised_ends_with(label, suffix))
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
         // The value names its own key: `access_token=ACCESS_TOKEN`, `password: PASSWORD`.
         || (value.len() >= 4
             && value.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-            && key.ends_with(&value.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect::<String>()))
+            && normalised_ends_with(label, value))
         // A Maven coordinate, `io.jsonwebtoken:jjwt-jackson:0.11.5`: the name is the tail of a lower-case word
         // and `:` joins it to the artifact with no blank.
         || (!quoted
@@ -1169,13 +1183,52 @@ const FILE_EXTENSIONS: &[&str] = &[
     "map", "json", "xml", "txt", "html", "htm", "pdf", "yml", "yaml", "toml", "lock", "wasm",
 ];
 
+/// [`FILE_EXTENSIONS`] as [`packed_extension`] packs them: one comparison of integers each, where comparing
+/// strings calls `memcmp` (this runs on every e-mail found).
+const FILE_EXTENSION_KEYS: [u64; FILE_EXTENSIONS.len()] = {
+    let mut keys = [0; FILE_EXTENSIONS.len()];
+    let mut i = 0;
+    while i < keys.len() {
+        keys[i] = packed_extension(FILE_EXTENSIONS[i].as_bytes());
+        i += 1;
+    }
+    keys
+};
+
+/// The length of `ext` (at most 4 bytes: every one of [`FILE_EXTENSIONS`] is) and its bytes lower-cased, in
+/// one integer.
+const fn packed_extension(ext: &[u8]) -> u64 {
+    let mut key = ext.len() as u64;
+    let mut i = 0;
+    while i < ext.len() && i < 4 {
+        key |= (ext[i].to_ascii_lowercase() as u64) << (8 * (i + 1));
+        i += 1;
+    }
+    key
+}
+
+/// Whether `tld` is one of [`FILE_EXTENSIONS`], any ASCII case.
+fn is_file_extension(tld: &str) -> bool {
+    tld.len() <= 4 && FILE_EXTENSION_KEYS.contains(&packed_extension(tld.as_bytes()))
+}
+
+/// Whether `text`'s ASCII letters and digits, lower-cased, end with `suffix`'s: what comparing the two
+/// normalised strings says, without building them.
+fn normalised_ends_with(text: &str, suffix: &str) -> bool {
+    fn normal_backwards(s: &str) -> impl Iterator<Item = u8> + '_ {
+        s.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase())
+    }
+    let mut text = normal_backwards(text);
+    normal_backwards(suffix).all(|b| text.next() == Some(b))
+}
+
 fn verify_email(c: &Candidate<'_>) -> Verdict {
     let address = &c.text[c.start..c.end];
     let Some((local, domain)) = address.split_once('@') else { return Verdict::Reject };
-    let tld = domain.rsplit('.').next().unwrap_or_default();
+    let tld = domain.rfind('.').map_or(domain, |dot| &domain[dot + 1..]);
     // `name@2x.png` is an asset, `git@host` an SSH remote, `scheme://user@host` a URL's user name.
     let in_url = c.since_floor().ends_with("://");
-    if FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)) || local == "git" || in_url {
+    if is_file_extension(tld) || local == "git" || in_url {
         return Verdict::RejectKindThrough(c.end);
     }
     c.found(0)
@@ -1347,6 +1400,9 @@ mod tests {
         let narrowed = narrow(set, "ABC-DEF-GHIJ https://shop.example.com/x");
         assert!(!narrowed.contains_kind(MaskKind::ConnectionPassword) && !narrowed.contains_kind(MaskKind::Email));
         assert!(narrowed.contains_kind(MaskKind::SecretValue));
+        // With an `@` but no `://`: e-mails are looked for, connection passwords not.
+        let narrowed = narrow(set, "jane@example.com");
+        assert!(!narrowed.contains_kind(MaskKind::ConnectionPassword) && narrowed.contains_kind(MaskKind::Email));
         // With an `@` it stays, and still finds the password.
         let text = "db=postgres://app:s3cr3t-Pa55@db.internal:5432/shop";
         assert_eq!(narrow(set, text), set);
@@ -1403,6 +1459,63 @@ mod tests {
             holds_the_alphabet(b"xxABCDEFGHIJKLMNOPQRSTUVWXYZxx") && holds_the_alphabet(b"aabcdefghijklmnopqrstuvwxyz")
         );
         assert!(!holds_the_alphabet(b"abcdefghijklmnopqrstuvwxy") && !holds_the_alphabet(b"abcdefghijklmopqrstuvwxyz"));
+    }
+
+    /// The run counter `holds_the_alphabet` was before it compared windows.
+    fn holds_the_alphabet_by_runs(bytes: &[u8]) -> bool {
+        let mut run = 0u8;
+        bytes.iter().any(|&b| {
+            let b = b.to_ascii_lowercase();
+            run = if run > 0 && b == b'a' + run {
+                run + 1
+            } else if b == b'a' {
+                1
+            } else {
+                0
+            };
+            run == 26
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_alphabet_and_the_ellipsis_are_found_as_before(
+            text in "[aAbByzZ… .*-]{0,6}(aabcdefghijklmnopqrstuvwxyz|ABCDEFGHIJKLMNOPQRSTUVWXYz|abcdefghijklmnopqrstuvwxy|abcdEFGHijklmnopqrstuvwxyzz|)[a-zA-Z…\u{2025}\u{2027}]{0,6}"
+        ) {
+            proptest::prop_assert_eq!(holds_the_alphabet(text.as_bytes()), holds_the_alphabet_by_runs(text.as_bytes()));
+            let elided = has_three(&text, b'.') || has_three(&text, b'*') || text.contains('…');
+            proptest::prop_assert_eq!(holds_an_elision(text.as_bytes()), elided);
+        }
+    }
+
+    #[test]
+    fn file_extensions_are_packed_and_recognised_in_any_case() {
+        for ext in FILE_EXTENSIONS {
+            assert!(ext.len() <= 4, "{ext}");
+            assert!(is_file_extension(ext) && is_file_extension(&ext.to_uppercase()), "{ext}");
+        }
+        for tld in ["com", "io", "pn", "pngx", "png\0", "jso", "", "toml2", "j"] {
+            assert_eq!(
+                is_file_extension(tld),
+                FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)),
+                "{tld}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn normalised_suffixes_are_read_as_the_normalised_strings_were(
+            text in "[a-zA-Z0-9_. -]{0,12}(token|TOKEN|page_token|Next-Token|x)?",
+            suffix in "(pagetoken|nexttoken|token|[A-Z0-9_]{0,6}|[a-z]{0,3})",
+            tld in "[a-zA-Z]{0,5}",
+        ) {
+            let normal = |s: &str| -> String {
+                s.bytes().filter(u8::is_ascii_alphanumeric).map(|b| char::from(b.to_ascii_lowercase())).collect()
+            };
+            proptest::prop_assert_eq!(normalised_ends_with(&text, &suffix), normal(&text).ends_with(&normal(&suffix)));
+            proptest::prop_assert_eq!(is_file_extension(&tld), FILE_EXTENSIONS.iter().any(|ext| tld.eq_ignore_ascii_case(ext)));
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What an object key says about its value: `"password": "hunter2"` is a secret although `hunter2` alone is
 //! just a word, and `"phone": 4155552671` is a phone although ten bare digits are usually a timestamp.
 
+use std::sync::LazyLock;
+
 /// The kind an object key announces for its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyHint {
@@ -15,14 +17,15 @@ pub(crate) enum KeyHint {
 const MAX_KEY_LEN: usize = 64;
 
 /// The key's ASCII letters and digits, lower-cased, in `buffer`: `DB_Password`, `db-password` and
-/// `dbPassword` are all `dbpassword`. `None` when the key is longer than [`MAX_KEY_LEN`].
-fn normalised<'b>(key: &str, buffer: &'b mut [u8; MAX_KEY_LEN]) -> Option<&'b str> {
+/// `dbPassword` are all `dbpassword`. `None` when the key is longer than [`MAX_KEY_LEN`]. Bytes, not a `str`:
+/// they are ASCII, and checking so again costs more than the comparisons that follow (this runs for every key).
+fn normalised<'b>(key: &str, buffer: &'b mut [u8; MAX_KEY_LEN]) -> Option<&'b [u8]> {
     let mut len = 0;
     for byte in key.bytes().filter(u8::is_ascii_alphanumeric) {
         *buffer.get_mut(len)? = byte.to_ascii_lowercase();
         len += 1;
     }
-    std::str::from_utf8(&buffer[..len]).ok()
+    Some(&buffer[..len])
 }
 
 /// Words that end a key naming a secret.
@@ -61,12 +64,12 @@ pub(crate) const PRODUCT_SECRET_NAMES: &[&str] = &[
 ];
 
 /// Whether the normalised `key` is one of [`PRODUCT_SECRET_NAMES`].
-fn is_product_secret(key: &str) -> bool {
+fn is_product_secret(key: &[u8]) -> bool {
     // Every name starts so; most keys are refused here, before the names are normalised one by one.
-    key.starts_with("airlock")
-        && PRODUCT_SECRET_NAMES
-            .iter()
-            .any(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).eq(key.bytes()))
+    key.starts_with(b"airlock")
+        && PRODUCT_SECRET_NAMES.iter().any(|name| {
+            name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).eq(key.iter().copied())
+        })
 }
 
 impl KeyHint {
@@ -75,60 +78,126 @@ impl KeyHint {
     ///
     /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
     pub(crate) fn of_member(key: &str) -> KeyHint {
-        if is_masker_output(key) { KeyHint::None } else { KeyHint::of_key(key) }
+        // Most keys are answered from their last three letters and digits, read backwards, before any copy.
+        if normalised_tail(key).is_none_or(|tail| HINT_TAILS.binary_search(&tail).is_err()) {
+            return KeyHint::None;
+        }
+        let mut buffer = [0u8; MAX_KEY_LEN];
+        // A key that can name nothing needs no look at whether a masker wrote it.
+        match normalised(key, &mut buffer) {
+            Some(normal) if may_name_a_kind(normal) && !is_masker_output(key) => KeyHint::of_normalised(normal),
+            _ => KeyHint::None,
+        }
     }
 
     /// A key *naming* a secret marks its value (`password`, `DB_PASSWORD`, `api_key`, `client_secret`,
     /// `private_key`, `access_token`, `Proxy-Authorization`, `Cookie`). A key *describing* one does not: `password_hint`,
     /// `password_policy`, `token_count`, `token_type`, `max_tokens`, `next_page_token`, `secret_name`,
     /// `is_secret`, `has_password` (a hint is shown to users by design; a flag or a count is not the secret).
+    #[cfg(test)]
     pub(crate) fn of_key(key: &str) -> KeyHint {
         // Normalised on the stack: this runs for every key of every result.
         let mut buffer = [0u8; MAX_KEY_LEN];
-        let Some(key) = normalised(key, &mut buffer) else { return KeyHint::None };
-        let ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| key.ends_with(suffix));
-        let is = |names: &[&str]| names.contains(&key);
+        match normalised(key, &mut buffer) {
+            Some(normal) if may_name_a_kind(normal) => KeyHint::of_normalised(normal),
+            _ => KeyHint::None,
+        }
+    }
 
-        if ends(&["pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken"])
-            || ["max", "min", "num", "total", "count"].iter().any(|counter| key.starts_with(counter))
-        {
+    /// [`KeyHint::of_key`] of a normalised key, every rule read in order.
+    fn of_normalised(key: &[u8]) -> KeyHint {
+        let ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| key.ends_with(suffix.as_bytes()));
+        let is = |names: &[&str]| names.iter().any(|name| name.as_bytes() == key);
+
+        if ends(PUBLIC_TOKEN_SUFFIXES) || COUNTER_PREFIXES.iter().any(|counter| key.starts_with(counter.as_bytes())) {
             return KeyHint::None;
         }
         // A flag about a secret: `is_secret`, `has_password`, `isToken`.
-        if ["is", "has"].iter().any(|flag| key.strip_prefix(flag).is_some_and(|rest| SECRET_SUFFIXES.contains(&rest))) {
+        if ["is", "has"].iter().any(|flag| {
+            key.strip_prefix(flag.as_bytes())
+                .is_some_and(|rest| SECRET_SUFFIXES.iter().any(|suffix| suffix.as_bytes() == rest))
+        }) {
             return KeyHint::None;
         }
-        if ends(SECRET_SUFFIXES)
-            || is_product_secret(key)
-            || is(&["pin", "cvv", "cvv2", "cvc", "securitycode", "otp"])
-            || is(&["authorization", "proxyauthorization", "cookie", "setcookie"])
-        {
+        if ends(SECRET_SUFFIXES) || is_product_secret(key) || is(SECRET_NAMES) {
             return KeyHint::Secret;
         }
-        if ends(&[
-            "phone",
-            "phones",
-            "phonenumber",
-            "phonenumbers",
-            "phoneno",
-            "mobile",
-            "mobilenumber",
-            "fax",
-            "faxnumber",
-        ]) || is(&["tel", "telephone", "cell", "msisdn"])
-        {
+        if ends(PHONE_SUFFIXES) || is(PHONE_NAMES) {
             return KeyHint::Phone;
         }
-        if ends(&["ssn", "ssns", "socialsecuritynumber", "socialsecurityno"]) || is(&["socialsecurity"]) {
+        if ends(SSN_SUFFIXES) || is(SSN_NAMES) {
             return KeyHint::Ssn;
         }
-        if ends(&["cardnumber", "cardnumbers", "cardno", "creditcard", "debitcard"])
-            || is(&["pan", "ccnumber", "primaryaccountnumber"])
-        {
+        if ends(CARD_SUFFIXES) || is(CARD_NAMES) {
             return KeyHint::Card;
         }
         KeyHint::None
     }
+}
+
+/// Keys that end like a secret's but name a page's or a sync's position, and the starts of a count's name.
+const PUBLIC_TOKEN_SUFFIXES: &[&str] = &["pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken"];
+const COUNTER_PREFIXES: &[&str] = &["max", "min", "num", "total", "count"];
+
+/// Whole keys that name a secret, a phone, an SSN, a card; and the words that end a key naming the last three.
+const SECRET_NAMES: &[&str] =
+    &["pin", "cvv", "cvv2", "cvc", "securitycode", "otp", "authorization", "proxyauthorization", "cookie", "setcookie"];
+const PHONE_SUFFIXES: &[&str] =
+    &["phone", "phones", "phonenumber", "phonenumbers", "phoneno", "mobile", "mobilenumber", "fax", "faxnumber"];
+const PHONE_NAMES: &[&str] = &["tel", "telephone", "cell", "msisdn"];
+const SSN_SUFFIXES: &[&str] = &["ssn", "ssns", "socialsecuritynumber", "socialsecurityno"];
+const SSN_NAMES: &[&str] = &["socialsecurity"];
+const CARD_SUFFIXES: &[&str] = &["cardnumber", "cardnumbers", "cardno", "creditcard", "debitcard"];
+const CARD_NAMES: &[&str] = &["pan", "ccnumber", "primaryaccountnumber"];
+
+/// The last three bytes of every word and name a hint is read from, sorted: a normalised key ending in none of
+/// them gives no hint whatever else it holds, since every rule that gives one holds only when the key ends in
+/// one of those (each at least three bytes long). One lookup then answers most keys of a result (`id`,
+/// `email`, `status`), where reading every rule costs a few hundred instructions per key.
+static HINT_TAILS: LazyLock<Vec<[u8; 3]>> = LazyLock::new(|| {
+    let normalised_product_names: Vec<Vec<u8>> = PRODUCT_SECRET_NAMES
+        .iter()
+        .map(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).collect())
+        .collect();
+    let words = [
+        SECRET_SUFFIXES,
+        SECRET_NAMES,
+        PHONE_SUFFIXES,
+        PHONE_NAMES,
+        SSN_SUFFIXES,
+        SSN_NAMES,
+        CARD_SUFFIXES,
+        CARD_NAMES,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|word| word.as_bytes())
+    .chain(normalised_product_names.iter().map(Vec::as_slice));
+    let mut tails: Vec<[u8; 3]> = words.filter_map(tail).collect();
+    tails.sort_unstable();
+    tails.dedup();
+    tails
+});
+
+/// The last three bytes of `key`; `None` when it is shorter.
+fn tail(key: &[u8]) -> Option<[u8; 3]> {
+    key.len().checked_sub(3).and_then(|at| key[at..].try_into().ok())
+}
+
+/// The last three bytes of `key` normalised ([`normalised`]'s last three, whatever its length), read from the
+/// end; `None` when it has fewer than three letters and digits.
+fn normalised_tail(key: &str) -> Option<[u8; 3]> {
+    let mut tail = [0u8; 3];
+    let mut normal = key.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase());
+    for slot in tail.iter_mut().rev() {
+        *slot = normal.next()?;
+    }
+    Some(tail)
+}
+
+/// Whether the normalised `key` may give a hint: `false` only when [`KeyHint::of_normalised`] gives none.
+fn may_name_a_kind(key: &[u8]) -> bool {
+    tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&tail).is_ok())
 }
 
 /// Text a masker wrote (`[EMAIL]`, `[EMAIL]#2`, `[GITHUB_TOKEN:3f2a9c1b]`, `sk-proj-...wxyz`): as a key or
@@ -152,8 +221,12 @@ const VALUE_MEMBERS: &[&str] = &["value", "parametervalue", "variablevalue"];
 
 /// Whether `key` is a member that holds the value its sibling names (`value`, `Value`, `ParameterValue`).
 pub(crate) fn is_value_member(key: &str) -> bool {
+    // Every one of them ends in `value`.
+    if normalised_tail(key) != Some(*b"lue") {
+        return false;
+    }
     let mut buffer = [0u8; MAX_KEY_LEN];
-    normalised(key, &mut buffer).is_some_and(|key| VALUE_MEMBERS.contains(&key))
+    normalised(key, &mut buffer).is_some_and(|key| VALUE_MEMBERS.iter().any(|member| member.as_bytes() == key))
 }
 
 /// The hint a name/value object gives its value member: what its name member names, read as a key would
@@ -166,7 +239,8 @@ pub(crate) fn pair_hint(fields: &serde_json::Map<String, serde_json::Value>) -> 
     let mut hint = KeyHint::None;
     for (key, field) in fields {
         let mut buffer = [0u8; MAX_KEY_LEN];
-        let names_a_sibling = normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.contains(&key));
+        let names_a_sibling =
+            normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.iter().any(|member| member.as_bytes() == key));
         if let (true, Some(name)) = (names_a_sibling, field.as_str()) {
             match KeyHint::of_member(name) {
                 KeyHint::Secret => return KeyHint::Secret,
@@ -181,6 +255,7 @@ pub(crate) fn pair_hint(fields: &serde_json::Map<String, serde_json::Value>) -> 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failing unwrap is a failing test
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -198,10 +273,75 @@ mod tests {
         assert_eq!(KeyHint::of_key("AIRLOCK_LOG"), KeyHint::None);
     }
 
+    /// Every word and name a hint is read from, and words that only describe one.
+    fn hint_words() -> Vec<&'static str> {
+        [SECRET_SUFFIXES, SECRET_NAMES, PHONE_SUFFIXES, PHONE_NAMES, SSN_SUFFIXES, SSN_NAMES, CARD_SUFFIXES, CARD_NAMES]
+            .into_iter()
+            .flatten()
+            .chain(PRODUCT_SECRET_NAMES)
+            .chain(PUBLIC_TOKEN_SUFFIXES)
+            .chain(COUNTER_PREFIXES)
+            .chain(VALUE_MEMBERS)
+            .chain(&[
+                "is", "has", "hint", "name", "value", "key", "id", "email", "version", "x", "ion", "ord", "[EMAIL]",
+            ])
+            .copied()
+            .collect()
+    }
+
+    /// A key's hint read with the tail screen and without it (every rule in order).
+    fn screened_and_full(key: &str) -> (KeyHint, KeyHint) {
+        let mut buffer = [0u8; MAX_KEY_LEN];
+        let full = normalised(key, &mut buffer).map_or(KeyHint::None, KeyHint::of_normalised);
+        (KeyHint::of_key(key), full)
+    }
+
+    #[test]
+    fn the_tail_screen_never_hides_a_hint_of_a_listed_word() {
+        for word in hint_words() {
+            for prefix in ["", "db_", "is", "has", "max_", "next_page_", "X-", "user."] {
+                for key in [format!("{prefix}{word}"), format!("{prefix}{word}").to_uppercase()] {
+                    let (screened, full) = screened_and_full(&key);
+                    assert_eq!(screened, full, "{key}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// Keys glued from the words hints are read from, separators and random text: the screened hint is the
+        /// full one, of a key and of a member (whose masker-output check the screen may skip).
+        #[test]
+        fn the_tail_screen_gives_every_key_the_full_hint(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    proptest::sample::select(hint_words()).prop_map(str::to_owned),
+                    "[a-zA-Z0-9_. #*\\[\\]-]{0,4}",
+                ],
+                0..5,
+            ),
+            upper in any::<bool>(),
+        ) {
+            let key = parts.concat();
+            let key = if upper { key.to_uppercase() } else { key };
+            let (screened, full) = screened_and_full(&key);
+            prop_assert_eq!(screened, full, "{}", key);
+            let member = if is_masker_output(&key) { KeyHint::None } else { full };
+            prop_assert_eq!(KeyHint::of_member(&key), member, "{}", key);
+            let mut buffer = [0u8; MAX_KEY_LEN];
+            let normal = normalised(&key, &mut buffer);
+            let value_member = normal.is_some_and(|key| VALUE_MEMBERS.iter().any(|member| member.as_bytes() == key));
+            prop_assert_eq!(is_value_member(&key), value_member, "{}", key);
+            if let Some(normal) = normal {
+                prop_assert_eq!(normalised_tail(&key), tail(normal), "{}", key);
+            }
+        }
+    }
+
     #[test]
     fn product_secret_names_are_recognised_normalised() {
-        assert!(is_product_secret("airlockapprovalkey") && is_product_secret("airlockdb"));
-        assert!(!is_product_secret("airlockdbx") && !is_product_secret("approvalkey") && !is_product_secret(""));
+        assert!(is_product_secret(b"airlockapprovalkey") && is_product_secret(b"airlockdb"));
+        assert!(!is_product_secret(b"airlockdbx") && !is_product_secret(b"approvalkey") && !is_product_secret(b""));
     }
 
     #[test]

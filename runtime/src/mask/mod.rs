@@ -27,6 +27,7 @@ mod detect;
 mod json;
 mod providers;
 mod report;
+mod screen;
 mod strategy;
 mod validate;
 
@@ -137,7 +138,7 @@ impl Masker {
     /// closes its quote inside the block), so the rest is looked for in the text with the blocks masked, the
     /// text a second masking would see. `None` when there is no block.
     fn stage_blocks(&self, only: MaskSet, text: &str, report: &mut MaskReport, partial: &mut bool) -> Option<Staged> {
-        if !only.contains_kind(MaskKind::PrivateKey) || !text.contains("-----BEGIN") {
+        if !only.contains_kind(MaskKind::PrivateKey) || !screen::holds_a_begin_line(text) {
             return None;
         }
         let (scanner, _) = detect::scanner(MaskSet::of(MaskKind::PrivateKey))?;
@@ -441,14 +442,14 @@ impl Masker {
 /// only its own match, and a tag (`[SECRET_VALUE]`) matches no rule, so masking the result again finds no
 /// provider secret the first masking missed.
 fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
-    let found = settled_findings(scanner, only, text);
-    if !only.contains_kind(MaskKind::SecretValue) {
-        return found;
-    }
-    let Some(providers) = providers::providers() else { return found };
+    // The provider rules' keyword pass comes first: it also says whether the text names a labelled secret.
+    let providers = if only.contains_kind(MaskKind::SecretValue) { providers::providers() } else { None };
+    let Some(providers) = providers else { return settled_findings(scanner, only, text, true) };
+    let pass = providers.keyword_pass(text);
+    let found = settled_findings(scanner, only, text, pass.names_a_secret);
     let mut merged = Vec::with_capacity(found.len());
     let mut native = found.iter().copied().peekable();
-    providers.find(text, &found, |secret| {
+    providers.find_in(pass, text, &found, |secret| {
         while let Some(finding) = native.next_if(|f| f.start < secret.end) {
             merged.push(finding);
         }
@@ -468,11 +469,14 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
 /// verdict of every candidate is then taken on the text a second masking sees, so one masking is the fixed
 /// point the slow reference reaches. The loop is rare (a refused match running into a finding) and ends: each
 /// extra scan that finds anything covers text no earlier scan covered.
-fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+///
+/// `names_a_secret` is `false` only when the text holds none of the words every labelled secret's name holds
+/// ([`screen::first_scan`]).
+fn settled_findings(scanner: &Scanner, only: MaskSet, text: &str, names_a_secret: bool) -> Vec<Finding> {
     // Without the kinds the text cannot hold: their groups of patterns are left out of the scan.
     let only = detect::narrow(only, text);
     let mut found = Vec::new();
-    let mut settled = scanner.scan(text, only, |finding| found.push(finding));
+    let mut settled = scanner.scan(text, screen::first_scan(only, names_a_secret), |finding| found.push(finding));
     // A finding holding a byte that ends a URL's credentials or a bare value (a blank, `/`, `?`, `#`, a quote,
     // `<`, `>`: `+1 555-0100` in `db://u:.@+1 555-0100…:pass@host`) may have stopped a match that its tag, one
     // bracketed word, lets through: look again in the tagged text then too.

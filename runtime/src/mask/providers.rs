@@ -23,6 +23,7 @@ use regex_syntax::hir::{
 use serde::Deserialize;
 
 use super::detect::{Finding, is_mask_or_placeholder};
+use super::screen;
 
 /// gitleaks' default configuration, unchanged but for a header naming its source.
 const RULES: &str = include_str!("gitleaks.toml");
@@ -105,8 +106,20 @@ pub(crate) struct Providers {
     keywords: aho_corasick::AhoCorasick,
     /// The rules each keyword (by pattern id) starts.
     keyword_rules: Vec<Vec<usize>>,
+    /// Whether each keyword is one of [`screen::SECRET_NAME_WORDS`], which a labelled secret's name holds: the
+    /// same pass then says whether the scan needs its labelled-secret group ([`KeywordPass::names_a_secret`]).
+    names_a_secret: Vec<bool>,
     rules: Vec<Rule>,
     global: Allowlist,
+}
+
+/// What the keyword pass over a text found.
+pub(crate) struct KeywordPass {
+    /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
+    windows: Vec<(usize, usize, usize)>,
+    /// Whether the text holds one of [`screen::SECRET_NAME_WORDS`], any ASCII case: without one no labelled
+    /// secret can be found in it.
+    pub(crate) names_a_secret: bool,
 }
 
 /// One provider secret: `text[start..end]`.
@@ -280,6 +293,18 @@ impl Providers {
                 }
             }
         }
+        let mut names_a_secret = vec![false; keywords.len()];
+        for word in screen::SECRET_NAME_WORDS {
+            let word = String::from_utf8_lossy(word).into_owned();
+            match keywords.iter().position(|k| *k == word) {
+                Some(at) => names_a_secret[at] = true,
+                None => {
+                    keywords.push(word);
+                    keyword_rules.push(Vec::new());
+                    names_a_secret.push(true);
+                }
+            }
+        }
         // A DFA: the keyword pass reads every byte of every result, and the NFA kinds read a byte several
         // times slower (a few hundred keywords over all letters leave no prefilter to skip with).
         let keywords = aho_corasick::AhoCorasick::builder()
@@ -287,7 +312,7 @@ impl Providers {
             .ascii_case_insensitive(true)
             .build(&keywords)
             .map_err(|err| err.to_string())?;
-        Ok(Providers { keywords, keyword_rules, rules, global })
+        Ok(Providers { keywords, keyword_rules, names_a_secret, rules, global })
     }
 
     /// Calls `on_secret` for each provider secret in `text`, in order of start, never overlapping, but for
@@ -296,8 +321,20 @@ impl Providers {
     /// such a secret would keep out (a secret overlapping it overlaps the finding), so leaving the window out
     /// changes nothing the caller keeps (it drops every secret overlapping a finding). A provider key our own
     /// patterns found (`AKIA…`, `ghp_…`) is thus not matched, captured and weighed a second time.
-    pub(crate) fn find(&self, text: &str, covered: &[Finding], mut on_secret: impl FnMut(Secret)) {
-        let windows = self.windows(text);
+    #[cfg(test)]
+    pub(crate) fn find(&self, text: &str, covered: &[Finding], on_secret: impl FnMut(Secret)) {
+        self.find_in(self.keyword_pass(text), text, covered, on_secret);
+    }
+
+    /// [`Providers::find`] after the keyword pass over `text`.
+    pub(crate) fn find_in(
+        &self,
+        pass: KeywordPass,
+        text: &str,
+        covered: &[Finding],
+        mut on_secret: impl FnMut(Secret),
+    ) {
+        let windows = pass.windows;
         if windows.is_empty() {
             return;
         }
@@ -322,13 +359,24 @@ impl Providers {
     }
 
     /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
+    #[cfg(test)]
     fn windows(&self, text: &str) -> Vec<(usize, usize, usize)> {
-        // The windows of each rule, merged as hits come in order; allocated at the first hit that opens one, so
-        // a text with no keyword costs only the keyword pass.
+        self.keyword_pass(text).windows
+    }
+
+    /// The one pass over `text` for every rule's keywords (and the words a labelled secret's name holds).
+    pub(crate) fn keyword_pass(&self, text: &str) -> KeywordPass {
+        // The open window of each rule, merged as hits come in order; allocated at the first hit that opens one,
+        // so a text with no keyword costs only the keyword pass. The rules whose window was opened are listed, so
+        // that the end walks those, not every rule (the order of the windows is no matter: what they find is
+        // sorted).
         let bytes = text.as_bytes();
         let mut open: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut opened: Vec<usize> = Vec::new();
         let mut windows: Vec<(usize, usize, usize)> = Vec::new();
+        let mut names_a_secret = false;
         for hit in self.keywords.find_overlapping_iter(text) {
+            names_a_secret |= self.names_a_secret[hit.pattern().as_usize()];
             for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
                 let spec = &self.rules[rule];
                 let (from, to) = if spec.keyword_first {
@@ -354,16 +402,15 @@ impl Providers {
                 }
                 match &mut open[rule] {
                     Some((_, end)) if from <= *end => *end = (*end).max(to),
-                    slot => {
-                        if let Some((start, end)) = slot.replace((from, to)) {
-                            windows.push((rule, start, end));
-                        }
-                    }
+                    slot => match slot.replace((from, to)) {
+                        Some((start, end)) => windows.push((rule, start, end)),
+                        None => opened.push(rule),
+                    },
                 }
             }
         }
-        windows.extend(open.iter().enumerate().filter_map(|(rule, w)| w.map(|(s, e)| (rule, s, e))));
-        windows
+        windows.extend(opened.into_iter().filter_map(|rule| open[rule].map(|(start, end)| (rule, start, end))));
+        KeywordPass { windows, names_a_secret }
     }
 
     /// Pushes the kept matches of one rule's pattern in `text[from..to]` to `found`.

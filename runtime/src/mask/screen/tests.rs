@@ -1,0 +1,122 @@
+//! The pre-screens against the scans they shorten: leaving a group out where a screen says it cannot match
+//! finds exactly what the scan with every group finds.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::mask::detect::{self, Finding};
+use crate::mask::providers;
+
+/// Whether `text` holds one of [`SECRET_NAME_WORDS`], any ASCII case, read the slow way.
+fn names_a_secret(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    SECRET_NAME_WORDS.iter().any(|word| lower.contains(std::str::from_utf8(word).unwrap()))
+}
+
+/// Pieces texts are glued from: the screens' words in several cases and cut short, the detectors' triggers and
+/// findings, tags a masker writes (which name secrets), separators.
+const PIECES: &[&str] = &[
+    "password",
+    "PASSWD",
+    "Passphrase",
+    "pas",
+    "secret",
+    "SECRET",
+    "secre",
+    "token",
+    "Token",
+    "toke",
+    "api_key",
+    "API-KEY",
+    "apikey",
+    "access_key",
+    "private-key",
+    "key",
+    "ke",
+    "credentials",
+    "Credential",
+    "airlock_db",
+    "AIRLOCK_AUDIT_KEY",
+    "airlock",
+    "=",
+    ":",
+    " = ",
+    ": ",
+    "\"",
+    "'",
+    ",",
+    "://",
+    ":/",
+    "@",
+    "-----BEGIN",
+    "-----BEGI",
+    "postgres://app:s3cr3t-Pa55@db.internal",
+    "https://shop.example.com/x",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "AKIAIOSFODNN7QK4RW2Z",
+    "[GITHUB_TOKEN:3f2a9c1b]",
+    "[SECRET_VALUE]",
+    "[API_TOKEN]",
+    "jane@example.com",
+    "4111 1111 1111 1111",
+    "+1 415 555 2671",
+    "123-45-6789",
+    "10.0.0.1",
+    "Bearer abcDEF1234567890ghij",
+    "hunter2",
+    "\"Zq8vN2kP4rT6wY1xB3mC\"",
+    "…",
+    "sk-proj-abcdefghij0123456789ABCDEFGHIJ",
+    " ",
+    "\n",
+    "_",
+    ".",
+];
+
+fn text() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![3 => proptest::sample::select(PIECES).prop_map(str::to_owned), 1 => "[ -~]{0,6}"],
+        0..10,
+    )
+    .prop_map(|pieces| pieces.concat())
+}
+
+fn scan(text: &str, set: MaskSet, only: MaskSet) -> (Vec<Finding>, bool) {
+    let (scanner, _) = detect::scanner(set).unwrap();
+    let mut found = Vec::new();
+    let settled = scanner.scan(text, only, |finding| found.push(finding));
+    (found, settled)
+}
+
+proptest! {
+    #[test]
+    fn leaving_out_what_cannot_match_finds_the_same(text in text()) {
+        for set in [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS] {
+            let full = scan(&text, set, set);
+            let narrowed = detect::narrow(set, &text);
+            prop_assert_eq!(&scan(&text, set, narrowed), &full, "{:?} narrowed", text);
+            let first = first_scan(narrowed, names_a_secret(&text));
+            prop_assert_eq!(&scan(&text, set, first), &full, "{:?} first scan", text);
+        }
+    }
+
+    #[test]
+    fn the_byte_loops_find_what_a_searcher_finds(text in text()) {
+        prop_assert_eq!(holds_a_begin_line(&text), text.contains("-----BEGIN"));
+        prop_assert_eq!(holds_a_scheme_separator(&text), text.contains("://"));
+        // The provider rules' keyword pass says it as the slow reading does.
+        prop_assert_eq!(providers::providers().unwrap().keyword_pass(&text).names_a_secret, names_a_secret(&text));
+    }
+}
+
+#[test]
+fn tags_name_secrets_and_the_first_scan_alone_leaves_them_out() {
+    let set = MaskSet::SECRETS | MaskSet::PII;
+    let pass = |text: &str| providers::providers().unwrap().keyword_pass(text).names_a_secret;
+    assert!(pass("[GITHUB_TOKEN:3f2a9c1b]") && pass("db_PassWord") && pass("AIRLOCK_DB=x"));
+    assert!(!pass("user0@example.com") && !pass("10.0.1.2") && !pass("airlock"));
+    assert!(!first_scan(set, false).contains_kind(MaskKind::SecretValue));
+    assert_eq!(first_scan(set, true), set);
+    let no_email = without(set, MaskKind::Email);
+    assert!(!no_email.contains_kind(MaskKind::Email) && no_email | MaskSet::of(MaskKind::Email) == set);
+}
