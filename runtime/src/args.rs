@@ -573,7 +573,7 @@ mod tests {
         lent_and_given::<Flattened>(value.clone());
         lent_and_given::<Numbered>(value.clone());
         lent_and_given::<(String, u8)>(value.clone());
-        lent_and_given::<std::collections::HashMap<String, Vec<String>>>(value.clone());
+        lent_and_given::<std::collections::BTreeMap<String, Vec<String>>>(value.clone());
         lent_and_given::<Vec<std::net::IpAddr>>(value.clone());
         lent_and_given::<Value>(value.clone());
     }
