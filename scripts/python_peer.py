@@ -3,7 +3,7 @@
 
 Measures the guarded call of a small tool (allowed, ghost arguments stripped, refused for validation,
 denied by policy, rate limited, approver's yes), the same function called directly, and masking 2 KB
-and 64 KB of the masking bench's text (`runtime/benches/masking.rs`, regenerated here byte for byte).
+and 64 KB of the masking bench's text (`benches/benches/masking.rs`, regenerated here byte for byte).
 Run it in the same session as the criterion benches so the ratios compare like with like.
 
 Setup (not needed by CI; the venv lives outside the repository):
@@ -70,7 +70,7 @@ def approve(request):
     return OversightResponse(request_id=request.request_id, verdict=OversightVerdict.GRANT, approver="bench")
 
 
-# ---- the text of runtime/benches/masking.rs ----
+# ---- the text of benches/benches/masking.rs ----
 
 def clean_record(i: int) -> str:
     on = 123_456_000 + i

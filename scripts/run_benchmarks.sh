@@ -29,7 +29,7 @@ if [ -x /tmp/pyairlock/bin/python ]; then
 else
     echo "python peer skipped: /tmp/pyairlock is missing" | tee "$out/python_peer.txt"
 fi
-cargo bench -p agent-airlock --bench masking -- "${criterion_args[@]}" 2>&1 | tee "$out/masking.txt"
+cargo bench -p agent-airlock-benches --bench masking -- "${criterion_args[@]}" 2>&1 | tee "$out/masking.txt"
 cargo bench -p agent-airlock-benches --bench ledger -- "${criterion_args[@]}" 2>&1 | tee "$out/ledger.txt"
 cargo run --release -q -p agent-airlock-benches --bin ledger_throughput -- --spends 1024 --rounds 5 2>&1 \
     | tee "$out/ledger_throughput.txt"
