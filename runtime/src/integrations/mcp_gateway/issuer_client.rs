@@ -283,52 +283,50 @@ fn explain(error: &std::io::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
 
-    fn ca(name: &str) -> (CertificateParams, KeyPair) {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        (params, KeyPair::generate().expect("a CA key"))
+    // Test certificates (testdata/, written by scripts/issuer_test_certificates.sh): a CA, another CA, and
+    // server certificates the first one signed for `127.0.0.1` and for `issuer.test`.
+    const CA: &str = include_str!("testdata/ca.pem");
+    const OTHER_CA: &str = include_str!("testdata/other_ca.pem");
+    const SERVERS: [(&str, &str, &str); 2] = [
+        ("127.0.0.1", include_str!("testdata/server_127.0.0.1.pem"), include_str!("testdata/server_127.0.0.1.key.pem")),
+        (
+            "issuer.test",
+            include_str!("testdata/server_issuer.test.pem"),
+            include_str!("testdata/server_issuer.test.key.pem"),
+        ),
+    ];
+
+    fn certificate(pem: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_slice(pem.as_bytes()).expect("a certificate")
     }
 
     /// The roots holding one CA's certificate.
-    fn roots(cert: &rcgen::Certificate) -> rustls::RootCertStore {
+    fn roots(cert: &CertificateDer<'static>) -> rustls::RootCertStore {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.der().clone()).expect("a root");
+        roots.add(cert.clone()).expect("a root");
         roots
     }
 
-    /// An HTTPS server on loopback with a certificate for `127.0.0.1` signed by a CA of its own, answering
-    /// every `GET` with `body` (or a 404 for `/missing`); its address, and the CA's certificate.
-    async fn https_server(body: &'static str) -> (String, rcgen::Certificate) {
+    /// An HTTPS server on loopback with a certificate for `127.0.0.1` signed by the test CA, answering every
+    /// `GET` with `body` (or a 404 for `/missing`); its address, and the CA's certificate.
+    async fn https_server(body: &'static str) -> (String, CertificateDer<'static>) {
         https_server_for(body, "127.0.0.1").await
     }
 
-    /// [`https_server`] with a certificate for `name`.
-    async fn https_server_for(body: &'static str, name: &str) -> (String, rcgen::Certificate) {
-        let (ca_params, ca_key) = ca("issuer test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).expect("the CA certificate");
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().expect("the server's key");
-        let cert = CertificateParams::new(vec![name.to_owned()])
-            .expect("server params")
-            .signed_by(&key, &issuer)
-            .expect("the server's certificate");
+    /// [`https_server`] with a certificate for `name` (one of [`SERVERS`]).
+    async fn https_server_for(body: &'static str, name: &str) -> (String, CertificateDer<'static>) {
+        let (_, cert, key) = SERVERS.iter().find(|(server, _, _)| *server == name).expect("a test certificate");
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .expect("TLS versions")
             .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from_pem_slice(cert.pem().as_bytes()).expect("a certificate")],
-                PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).expect("a key"),
-            )
+            .with_single_cert(vec![certificate(cert)], PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a key"))
             .expect("a server configuration");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
@@ -355,7 +353,7 @@ mod tests {
                 });
             }
         });
-        (format!("https://{address}"), ca_cert)
+        (format!("https://{address}"), certificate(CA))
     }
 
     #[tokio::test]
@@ -371,8 +369,7 @@ mod tests {
     #[tokio::test]
     async fn an_untrusted_or_misnamed_certificate_is_refused_naming_the_url() {
         let (server, _) = https_server(r#"{"keys": []}"#).await;
-        let (other_params, other_key) = ca("another CA");
-        let other = other_params.self_signed(&other_key).expect("another CA certificate");
+        let other = certificate(OTHER_CA);
         let url = format!("{server}/jwks");
         let untrusted = IssuerClient::with_roots(roots(&other)).get_json(&url).await.expect_err("not trusted");
         assert!(untrusted.starts_with(&format!("`{url}`: ")), "{untrusted}");
