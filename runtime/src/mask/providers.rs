@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 
 use regex_automata::{Anchored, Input, meta, util::captures::Captures, util::syntax};
 use regex_syntax::hir::{
-    Hir, Look,
+    Hir, HirKind, Look,
     literal::{ExtractKind, Extractor},
 };
 use serde::Deserialize;
@@ -90,6 +90,8 @@ struct Allowlist {
 struct Rule {
     regex: meta::Regex,
     secret_group: Option<usize>,
+    /// The secret a match reports is always the whole match ([`secret_is_whole_match`]): no capture search.
+    whole_match_secret: bool,
     entropy: Option<f64>,
     window: usize,
     /// Every match begins with one of the rule's keywords (`ghp_…`, `xoxb-…`, `SK…`): its pattern then runs
@@ -115,11 +117,25 @@ pub(crate) struct Providers {
 
 /// What the keyword pass over a text found.
 pub(crate) struct KeywordPass {
-    /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
-    windows: Vec<(usize, usize, usize)>,
+    /// The windows the rules' patterns run in: no two of one rule overlap.
+    windows: Vec<Window>,
     /// Whether the text holds one of [`screen::SECRET_NAME_WORDS`], any ASCII case: without one no labelled
     /// secret can be found in it.
     pub(crate) names_a_secret: bool,
+}
+
+/// Where one rule's pattern runs: `text[from..to]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    rule: usize,
+    from: usize,
+    to: usize,
+    /// Every hit that opened or widened the window starts at `from`, and every match of the rule starts at a hit
+    /// of its keywords ([`Rule::keyword_first`]): a match can start only at `from`, so one anchored search there
+    /// finds what the search over the window finds. It costs a few bytes' steps where the unanchored search paid
+    /// its prefilter's call and read to the window's end (a keyword without a token after it, as on text dense
+    /// with keywords, is refused at its first bytes).
+    at_from_only: bool,
 }
 
 /// One provider secret: `text[start..end]`.
@@ -267,6 +283,8 @@ impl Providers {
             let lead_kept = reads_match(&global) || allowlists.iter().any(reads_match);
             let searched = without_lead(pattern).filter(|_| !lead_kept);
             let regex = compile(searched.as_deref().unwrap_or(pattern))?;
+            let whole_match_secret = syntax::parse(&convert(searched.as_deref().unwrap_or(pattern)))
+                .is_ok_and(|hir| secret_is_whole_match(&hir, spec.secret_group));
             let hir = syntax::parse(&convert(pattern)).ok();
             let longest = hir.as_ref().and_then(|hir| hir.properties().maximum_len()).unwrap_or(MAX_WINDOW);
             let lower: Vec<String> = spec.keywords.iter().map(|k| k.to_ascii_lowercase()).collect();
@@ -277,6 +295,7 @@ impl Providers {
             rules.push(Rule {
                 regex,
                 secret_group: spec.secret_group,
+                whole_match_secret,
                 entropy: spec.entropy,
                 window: longest.min(MAX_WINDOW),
                 keyword_first,
@@ -343,9 +362,9 @@ impl Providers {
             before > 0 && covered[before - 1].end >= to
         };
         let mut found: Vec<Secret> = Vec::new();
-        for (rule_index, from, to) in windows {
-            if !inside_covered(from, to) {
-                self.search_window(rule_index, text, from, to, &mut found);
+        for window in windows {
+            if !inside_covered(window.from, window.to) {
+                self.search_window(window, text, &mut found);
             }
         }
         found.sort_by_key(|secret| (secret.start, std::cmp::Reverse(secret.end)));
@@ -361,7 +380,7 @@ impl Providers {
     /// The windows `(rule, from, to)` the rules' patterns run in: no two of one rule overlap.
     #[cfg(test)]
     fn windows(&self, text: &str) -> Vec<(usize, usize, usize)> {
-        self.keyword_pass(text).windows
+        self.keyword_pass(text).windows.into_iter().map(|w| (w.rule, w.from, w.to)).collect()
     }
 
     /// The one pass over `text` for every rule's keywords (and the words a labelled secret's name holds).
@@ -371,9 +390,9 @@ impl Providers {
         // that the end walks those, not every rule (the order of the windows is no matter: what they find is
         // sorted).
         let bytes = text.as_bytes();
-        let mut open: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut open: Vec<Option<Window>> = Vec::new();
         let mut opened: Vec<usize> = Vec::new();
-        let mut windows: Vec<(usize, usize, usize)> = Vec::new();
+        let mut windows: Vec<Window> = Vec::new();
         let mut names_a_secret = false;
         for hit in self.keywords.find_overlapping_iter(text) {
             names_a_secret |= self.names_a_secret[hit.pattern().as_usize()];
@@ -401,35 +420,71 @@ impl Providers {
                     open = vec![None; self.rules.len()];
                 }
                 match &mut open[rule] {
-                    Some((_, end)) if from <= *end => *end = (*end).max(to),
-                    slot => match slot.replace((from, to)) {
-                        Some((start, end)) => windows.push((rule, start, end)),
-                        None => opened.push(rule),
-                    },
+                    Some(window) if from <= window.to => {
+                        window.to = window.to.max(to);
+                        window.at_from_only &= from == window.from;
+                    }
+                    slot => {
+                        let at_from_only = spec.keyword_first;
+                        match slot.replace(Window { rule, from, to, at_from_only }) {
+                            Some(closed) => windows.push(closed),
+                            None => opened.push(rule),
+                        }
+                    }
                 }
             }
         }
-        windows.extend(opened.into_iter().filter_map(|rule| open[rule].map(|(start, end)| (rule, start, end))));
+        windows.extend(opened.into_iter().filter_map(|rule| open[rule]));
         KeywordPass { windows, names_a_secret }
     }
 
-    /// Pushes the kept matches of one rule's pattern in `text[from..to]` to `found`.
-    fn search_window(&self, rule_index: usize, text: &str, from: usize, to: usize, found: &mut Vec<Secret>) {
+    /// Pushes the kept matches of one rule's pattern in its window to `found`.
+    fn search_window(&self, window: Window, text: &str, found: &mut Vec<Secret>) {
         {
+            let Window { rule: rule_index, from, to, at_from_only } = window;
             let rule = &self.rules[rule_index];
             let mut caps: Option<Captures> = None;
             let mut at = from;
             while at < to {
                 // The lazy DFA finds the match; the slower capture engines then read only the match itself.
-                let Some(located) = rule.regex.search(&Input::new(text).range(at..to)) else { break };
+                let search = Input::new(text).range(at..to);
+                let located = if at_from_only {
+                    // The only search of the window: nothing else can start in it ([`Window::at_from_only`]).
+                    rule.regex.search(&search.anchored(Anchored::Yes))
+                } else {
+                    rule.regex.search(&search)
+                };
+                let Some(located) = located else { break };
+                if rule.whole_match_secret {
+                    // The match is the secret: the capture search would find the same span.
+                    at = if at_from_only {
+                        to
+                    } else if located.is_empty() {
+                        located.end() + 1
+                    } else {
+                        located.end()
+                    };
+                    if let Some(secret) = text.get(located.range())
+                        && self.keep(rule, text, secret, secret, located.start())
+                    {
+                        found.push(Secret { start: located.start(), end: located.end() });
+                    }
+                    continue;
+                }
                 let input = Input::new(text).range(located.range()).anchored(Anchored::Yes);
                 let caps = caps.get_or_insert_with(|| rule.regex.create_captures());
                 rule.regex.search_captures(&input, caps);
                 let Some(whole) = caps.get_match() else {
-                    at = located.end().max(located.start() + 1);
+                    at = if at_from_only { to } else { located.end().max(located.start() + 1) };
                     continue;
                 };
-                at = if whole.end() > whole.start() { whole.end() } else { whole.end() + 1 };
+                at = if at_from_only {
+                    to
+                } else if whole.end() > whole.start() {
+                    whole.end()
+                } else {
+                    whole.end() + 1
+                };
                 let span = match rule.secret_group {
                     Some(group) => caps.get_group(group),
                     None => (1..caps.group_len()).find_map(|group| caps.get_group(group)),
@@ -480,6 +535,26 @@ fn without_lead(pattern: &str) -> Option<String> {
     // second, case-sensitive run before a `(?i:` group keep that group.
     const LEADS: [(&str, &str); 2] = [(r"(?i)[\w.-]{0,50}?", "(?i)"), (r"[\w.-]{0,50}?(?i:[\w.-]{0,50}?", "(?i:")];
     LEADS.iter().find_map(|(lead, kept)| pattern.strip_prefix(lead).map(|rest| format!("{kept}{rest}")))
+}
+
+/// Whether the secret of every match of `hir` is the whole match: the secret is the group `secret_group`, else the
+/// first group that took part, else the whole match ([`Providers::search_window`]). So it is when the pattern has
+/// no group (`ghp_[0-9a-zA-Z]{36}`), or its one group holds all of it but zero-width assertions
+/// (`\b((?:A3T[A-Z0-9]|AKIA|…)[A-Z2-7]{16})\b`) and is the one reported. `false` whenever it cannot tell.
+fn secret_is_whole_match(hir: &Hir, secret_group: Option<usize>) -> bool {
+    let groups = hir.properties().explicit_captures_len();
+    if groups == 0 {
+        return true;
+    }
+    if groups != 1 || !matches!(secret_group, None | Some(1)) {
+        return false;
+    }
+    let parts = match hir.kind() {
+        HirKind::Concat(parts) => parts.as_slice(),
+        _ => std::slice::from_ref(hir),
+    };
+    let mut widths = parts.iter().filter(|part| !matches!(part.kind(), HirKind::Look(_)));
+    matches!((widths.next(), widths.next()), (Some(only), None) if matches!(only.kind(), HirKind::Capture(_)))
 }
 
 /// Whether every match of `hir` begins with one of `keywords` (lower case), as its literal prefixes say; `false`

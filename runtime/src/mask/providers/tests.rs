@@ -1,5 +1,9 @@
 //! Unit tests of `providers`.
 
+use std::sync::LazyLock;
+
+use proptest::prelude::*;
+
 use super::*;
 
 fn secrets(text: &str) -> Vec<&str> {
@@ -101,12 +105,112 @@ fn a_rule_searched_without_its_lead_finds_what_its_whole_pattern_finds() {
         "twitter_twitter_key = 123456789012345678-abcdefghijklmnopqrstuvwxyz\n".repeat(3),
     ];
     for text in &texts {
-        for (rule, from, to) in providers.windows(text) {
+        for window in providers.keyword_pass(text).windows {
             let (mut expected, mut found) = (Vec::new(), Vec::new());
-            whole.search_window(rule, text, from, to, &mut expected);
-            providers.search_window(rule, text, from, to, &mut found);
-            assert_eq!(found, expected, "{}", &text[from..to]);
+            whole.search_window(window, text, &mut expected);
+            providers.search_window(window, text, &mut found);
+            assert_eq!(found, expected, "{}", &text[window.from..window.to]);
         }
+    }
+}
+
+/// gitleaks' secrets, one per sample of its corpus.
+fn corpus_secrets() -> Vec<&'static str> {
+    include_str!("../../../../tests/masking/gitleaks/true_positives.tsv")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split('\t').nth(2))
+        .collect()
+}
+
+/// The rule set searched the long way: every match's secret read by a capture search.
+static CAPTURING: LazyLock<Providers> = LazyLock::new(|| {
+    let mut providers = Providers::build().unwrap();
+    for rule in &mut providers.rules {
+        rule.whole_match_secret = false;
+    }
+    providers
+});
+
+/// Each window of `text` searched as the masker searches it, and the long way: unanchored from its start (the
+/// path without [`Window::at_from_only`]), every match captured (without [`Rule::whole_match_secret`]). The same
+/// secrets. Returns how many windows were searched anchored, and how many by rules whose match is the secret.
+fn shortcuts_find_what_the_long_way_finds(providers: &Providers, text: &str) -> Result<(usize, usize), TestCaseError> {
+    let (mut anchored, mut whole) = (0, 0);
+    for window in providers.keyword_pass(text).windows {
+        let (mut found, mut expected) = (Vec::new(), Vec::new());
+        providers.search_window(window, text, &mut found);
+        CAPTURING.search_window(Window { at_from_only: false, ..window }, text, &mut expected);
+        whole += usize::from(providers.rules[window.rule].whole_match_secret);
+        prop_assert_eq!(&found, &expected, "{:?} in {:?}", window, &text[window.from..window.to]);
+        anchored += usize::from(window.at_from_only);
+    }
+    Ok((anchored, whole))
+}
+
+#[test]
+fn windows_searched_at_their_start_and_matches_not_captured_find_the_same() {
+    let providers = providers().unwrap();
+    let secrets = corpus_secrets();
+    // Each secret alone on its line (a window per hit), glued with spaces and glued to a word before it (the
+    // windows of neighbours merge, hits glued to a word open none), and each twice in a row.
+    let texts = [
+        secrets.join("\n"),
+        secrets.join(" "),
+        secrets.iter().map(|s| format!("x{s}")).collect::<Vec<_>>().join("\n"),
+        secrets.iter().map(|s| format!("{s}{s}")).collect::<Vec<_>>().join("\n"),
+        "glpat-x xoxb- AKIA sk- ghp_ adafruit_key: hooks.slack.com/ eyJ a3- q~ sc_ token=\n".repeat(40),
+    ];
+    let (mut anchored, mut whole) = (0, 0);
+    for text in &texts {
+        let (a, w) = shortcuts_find_what_the_long_way_finds(providers, text).unwrap();
+        anchored += a;
+        whole += w;
+    }
+    // The shortcuts are taken, on many of gitleaks' samples.
+    assert!(anchored > 2_000 && whole > 2_000, "{anchored} windows searched anchored, {whole} without captures");
+}
+
+#[test]
+fn rules_whose_secret_is_the_whole_match_are_known() {
+    let providers = providers().unwrap();
+    // No group; one group around all but `\b`.
+    for keyword in ["ghp_", "glpat-", "akia", "sk"] {
+        assert!(rule(providers, keyword).whole_match_secret, "{keyword}");
+    }
+    // The secret is a group inside the match: a label or a delimiter around it.
+    for keyword in ["adafruit", "q~", "s.", "airtable"] {
+        assert!(!rule(providers, keyword).whole_match_secret, "{keyword}");
+    }
+    let whole = providers.rules.iter().filter(|rule| rule.whole_match_secret).count();
+    assert!(whole >= 57, "{whole} rules without a capture search");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Generated texts: gitleaks' secrets cut short, keywords, word runs and separators glued in any order.
+    #[test]
+    fn shortcuts_find_what_the_long_way_finds_on_generated_text(
+        pieces in prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(corpus_secrets()).prop_flat_map(|s| (Just(s), 0..=s.len())).prop_map(|(s, cut)| {
+                    let mut cut = cut;
+                    while !s.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    s[..cut].to_owned()
+                }),
+                prop::sample::select(corpus_secrets()).prop_map(str::to_owned),
+                prop::sample::select(&["glpat-", "ghp_", "xoxb-", "sk-", "sk-ant-", "AKIA", "eyJ", "SK", "s.", "hooks.slack.com/", "a3-", "q~", "sc_"][..]).prop_map(str::to_owned),
+                "[ \n=:\"'_.-]{1,3}",
+                "[A-Za-z0-9_]{1,40}",
+            ],
+            0..12,
+        )
+    ) {
+        let text = pieces.concat();
+        shortcuts_find_what_the_long_way_finds(providers().unwrap(), &text)?;
     }
 }
 
