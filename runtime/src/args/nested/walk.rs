@@ -115,28 +115,35 @@ impl<'s> Walk<'s> {
         // past those, each is looked up again).
         let mut ghost_at = 0_u64;
         for (at, (key, child)) in map.iter_mut().enumerate() {
-            // The value's schema here, or `None` for a ghost (a key no alternative admits). One alternative
+            // Whether the key is a ghost (no alternative admits it), its value walked if not. One alternative
             // (the usual case) answers both from one lookup of the key.
-            let found = match &*alternatives {
+            let ghost = match &*alternatives {
                 [only] => {
                     let leaf = &schema.leaves[*only];
                     match leaf.property(key, at) {
-                        Some(property) => Some(self.child(child, &[property.schema], key, path)),
-                        None if leaf.closed => None,
-                        None => Some(self.child(child, leaf.additional.as_slice(), key, path)),
+                        Some(property) => {
+                            self.child(child, &[property.schema], key, path);
+                            false
+                        }
+                        None if leaf.closed => true,
+                        None => {
+                            self.child(child, leaf.additional.as_slice(), key, path);
+                            false
+                        }
                     }
                 }
-                _ if !admitted(key, at) => None,
+                _ if !admitted(key, at) => true,
                 _ => {
                     let schemas = Few::collect(alternatives.iter().filter_map(|&c| {
                         let leaf = &schema.leaves[c];
                         leaf.property(key, at).map(|p| p.schema).or(leaf.additional)
                     }));
-                    Some(self.child(child, schemas.as_slice(), key, path))
+                    self.child(child, schemas.as_slice(), key, path);
+                    false
                 }
             };
             // A ghost's value is not walked: no alternative has a schema for it.
-            if found.is_none() {
+            if ghost {
                 if at < 64 {
                     ghost_at |= 1 << at;
                 }
