@@ -78,7 +78,12 @@ pub(crate) fn screen(
     walk.arguments(&mut map);
     // `null` counts as absent, except for an argument that must be sent and may be `null` (a schema can
     // say so; a typed parameter that accepts `null` is never required).
-    map.retain(|key, value| !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null()));
+    // (Looked for first: a map with no `null`, the usual case, is not rewritten.)
+    if map.values().any(Value::is_null) {
+        map.retain(|key, value| {
+            !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null())
+        });
+    }
     let ghosts = walk.ghosts;
     if ghost == GhostPolicy::Block && !ghosts.is_empty() {
         return Err(ScreeningError::Ghosts(ghosts));
@@ -298,8 +303,37 @@ pub(crate) fn slots<'a, const N: usize>(
 #[inline(always)]
 fn position(params: &[ParamSpec], at: usize, key: &str) -> Option<usize> {
     match params.get(at) {
-        Some(param) if param.name() == key => Some(at),
+        Some(param) if same_name(param.name(), key) => Some(at),
         _ => params.iter().position(|param| param.name() == key),
+    }
+}
+
+/// Whether two argument or property names are equal: `a == b`, with names of up to 16 bytes (nearly every one)
+/// compared by two overlapping word loads each instead of a call to `memcmp` (the screen and `prepare` compare
+/// every key sent with the name declared at its position).
+#[inline(always)]
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..4 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..8 => {
+            let word = |s: &[u8], at: usize| u32::from_ne_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
+            word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4)
+        }
+        8..=16 => {
+            let word = |s: &[u8], at: usize| {
+                let mut bytes = [0; 8];
+                bytes.copy_from_slice(&s[at..at + 8]);
+                u64::from_ne_bytes(bytes)
+            };
+            word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8)
+        }
+        _ => a == b,
     }
 }
 
@@ -346,6 +380,28 @@ pub(crate) fn inject<T: Inject>(invocation: &Invocation<'_>, param: &str, errors
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn names_compare_as_strings_do_at_every_length_and_position() {
+        for len in 0..40 {
+            let name: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            assert!(same_name(&name, &name.clone()), "{name}");
+            // One byte different, at every position: the first and last words overlap in the middle.
+            for at in 0..len {
+                let mut other = name.clone().into_bytes();
+                other[at] = b'Z';
+                let other = String::from_utf8(other).expect("ASCII");
+                assert!(!same_name(&name, &other), "{name} vs {other}");
+                assert!(!same_name(&other, &name), "{other} vs {name}");
+            }
+            // A prefix or an extension is never the same name.
+            assert!(!same_name(&name, &format!("{name}x")), "{name}");
+            if len > 0 {
+                assert!(!same_name(&name, &name[..len - 1]), "{name}");
+            }
+        }
+        assert!(same_name("région", "région") && !same_name("région", "regi\u{f3}n"));
+    }
 
     #[test]
     fn depth_is_checked_on_a_bounded_stack() {

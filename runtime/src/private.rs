@@ -276,12 +276,55 @@ pub fn err_output<E: ToolErrorMessage>(error: E) -> ToolOutput {
 
 fn output_of<T: Serialize + 'static>(value: T) -> ToolOutput {
     let mut slot = Some(value);
-    // A `HostCommand` is passed through; everything else is serialized (`Some(v)` serializes as `v`).
-    if let Some(command) = (&mut slot as &mut dyn Any).downcast_mut::<Option<HostCommand>>().and_then(Option::take) {
+    // A `HostCommand` is passed through; a `String` or a `Value` is moved in as the value it serializes to
+    // (no copy of the result); everything else is serialized (`Some(v)` serializes as `v`).
+    let any = &mut slot as &mut dyn Any;
+    if let Some(command) = any.downcast_mut::<Option<HostCommand>>().and_then(Option::take) {
         return ToolOutput::Command(command);
+    }
+    if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
+        return ToolOutput::Content(serde_json::Value::String(text));
+    }
+    if let Some(value) = any.downcast_mut::<Option<serde_json::Value>>().and_then(Option::take) {
+        return ToolOutput::Content(value);
     }
     match serde_json::to_value(&slot) {
         Ok(value) => ToolOutput::Content(value),
         Err(err) => ToolOutput::Failed(ToolError::new(format!("the tool's result could not be serialized: {err}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::output_of;
+    use crate::tool::ToolOutput;
+
+    fn content(output: ToolOutput) -> Value {
+        match output {
+            ToolOutput::Content(value) => value,
+            other => panic!("expected content, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_string_or_value_result_is_moved_in_as_the_value_it_serializes_to() {
+        // Moved, not serialized: the content is what serializing it gave, keys in the order the tool wrote them.
+        let values =
+            [json!("ticket 2/false"), json!({"b": 1, "a": [1, "x", null, {"z": true, "y": 2.5}]}), json!(null)];
+        for value in values {
+            let serialized = serde_json::to_value(&value).expect("a value serializes");
+            let moved = content(output_of(value));
+            assert_eq!(moved, serialized);
+            assert_eq!(moved.to_string(), serialized.to_string(), "the same keys in the same order");
+        }
+        assert_eq!(content(output_of(String::from("ticket"))), json!("ticket"));
+        assert_eq!(content(output_of(String::new())), json!(""));
+        // Any other type is serialized as before: `Some(v)` as `v`, `None` as `null`.
+        assert_eq!(content(output_of(Some(String::from("x")))), json!("x"));
+        assert_eq!(content(output_of(None::<String>)), json!(null));
+        assert_eq!(content(output_of(vec![1, 2])), json!([1, 2]));
+        assert_eq!(content(output_of("borrowed")), json!("borrowed"));
     }
 }

@@ -61,6 +61,21 @@ mod tests {
     }
 
     #[test]
+    fn an_objects_own_ghosts_come_before_those_below_it_in_the_order_sent() {
+        // One pass reads each key and walks its value: the ghosts found below a key sent early are still
+        // listed after every ghost of the object itself, each group in the order sent.
+        let inner = closed(json!({"n": {"type": "integer"}}));
+        let schema =
+            closed(json!({"a": inner.clone(), "b": {"type": "array", "items": inner}, "c": {"type": "integer"}}));
+        let (value, ghosts, _) = walk(
+            schema,
+            json!({"a": {"n": 1, "m": 2}, "g1": 1, "b": [{"n": 1, "k": 3}], "c": 1, "g2": {"x": 1}, "g3": 3}),
+        );
+        assert_eq!(ghosts, ["x.g1", "x.g2", "x.g3", "x.a.m", "x.b[0].k"]);
+        assert_eq!(value, json!({"a": {"n": 1}, "b": [{"n": 1}], "c": 1}));
+    }
+
+    #[test]
     fn a_schema_of_exponentially_many_alternatives_is_compiled_in_bounded_steps_and_read_as_open() {
         // `d0` stands for 2^40 alternatives (each level an `anyOf` of the next, twice): read as open, so
         // its keys are left to the validator, and compiling takes a bounded number of steps.

@@ -219,12 +219,12 @@ impl Dispatcher {
         }
 
         // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
-        let screened = match args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect())
-        {
-            Ok(screened) => screened,
-            Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
-        };
-        let (arguments, stripped) = (screened.arguments, screened.stripped);
+        // Taken apart where it is matched, so the screened whole is not kept in the future beside its parts.
+        let args::Screened { arguments, stripped } =
+            match args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect()) {
+                Ok(screened) => screened,
+                Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
+            };
         call.screened(&arguments, &stripped);
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         call.observe(observed.ghosts_blocked(name, &stripped));
@@ -250,16 +250,19 @@ impl Dispatcher {
         //    A call nothing escalates awaits nothing here: the gate's future is built (and boxed, so the
         //    dispatch's own future stays small) only for one that does.
         call.observe(observed.would_escalate(name));
-        let cleared = match !met.is_empty() || !enforced.escalations.is_empty() {
-            false => Cleared::Go,
-            true => Box::pin(self.escalation(call, entry, met, arguments, effect_key.as_deref(), reviewer))
-                .await
-                .map_err(with_stripped)?,
-        };
-        let resumed = match cleared {
-            Cleared::Go => None,
-            Cleared::Resumed(admission) => Some(admission),
-            Cleared::Interrupt(request) => return Ok(Outcome::Interrupt { tool_call_id: String::new(), request }),
+        //    (`cleared` in a block of its own: it is not kept in the dispatch's future at the later awaits.)
+        let resumed = {
+            let cleared = match !met.is_empty() || !enforced.escalations.is_empty() {
+                false => Cleared::Go,
+                true => Box::pin(self.escalation(call, entry, met, arguments, effect_key.as_deref(), reviewer))
+                    .await
+                    .map_err(with_stripped)?,
+            };
+            match cleared {
+                Cleared::Go => None,
+                Cleared::Resumed(admission) => Some(admission),
+                Cleared::Interrupt(request) => return Ok(Outcome::Interrupt { tool_call_id: String::new(), request }),
+            }
         };
 
         // 6. Rate limits: one token from every applicable bucket, or none. The buckets in memory first, then

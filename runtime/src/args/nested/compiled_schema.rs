@@ -62,7 +62,7 @@ pub(super) struct Leaf {
     /// Indices into `properties`, sorted by name (binary search).
     sorted: Box<[u32]>,
     /// `additionalProperties: false`.
-    closed: bool,
+    pub(super) closed: bool,
     /// `additionalProperties` as a schema: the values of keys beyond `properties`.
     pub(super) additional: Option<NodeId>,
     /// `required`, its string entries.
@@ -100,13 +100,22 @@ impl Leaf {
     /// `#[inline]`: the walk calls it for every key it reads, from another module (`walk.rs`), so without
     /// the hint it can land in another codegen unit and be called out of line (+~0.5 k instructions per
     /// allowed call in `scripts/instruction_budget.py`, measured when `nested.rs` was split).
-    #[inline]
+    ///
+    /// The key at its hint is compared inline ([`same_name`](crate::args::same_name)), without a call to `memcmp`; only a key sent out
+    /// of order is searched for, out of line.
+    #[inline(always)]
     pub(super) fn property(&self, key: &str, hint: usize) -> Option<&Property> {
         if let Some(property) = self.properties.get(hint)
-            && *property.name == *key
+            && crate::args::same_name(&property.name, key)
         {
             return Some(property);
         }
+        self.search(key)
+    }
+
+    /// The property `key`, by binary search over the sorted names.
+    #[inline(never)]
+    fn search(&self, key: &str) -> Option<&Property> {
         let at = self.sorted.binary_search_by(|&at| (*self.properties[at as usize].name).cmp(key)).ok()?;
         Some(&self.properties[self.sorted[at] as usize])
     }
@@ -168,22 +177,33 @@ impl CompiledSchema {
     }
 
     /// The alternatives of `kind` that `schemas` (any of which may apply) stand for; `None` when one of
-    /// them is open. Borrowed for one schema, the common case.
+    /// them is open. Borrowed for one schema, the common case (answered inline; several are gathered out of
+    /// line).
+    #[inline]
     pub(super) fn alternatives(&self, schemas: &[NodeId], kind: Kind) -> Option<Cow<'_, [LeafId]>> {
-        let pick = |id: NodeId| -> Option<&[LeafId]> {
-            let alternatives = self.nodes[id].alternatives.as_ref()?;
-            Some(match kind {
-                Kind::Object => &alternatives.objects,
-                Kind::Array => &alternatives.arrays,
-                Kind::Number => &alternatives.numbers,
-            })
-        };
-        if let [only] = schemas {
-            return pick(*only).map(Cow::Borrowed);
+        match schemas {
+            [only] => self.of_kind(*only, kind).map(Cow::Borrowed),
+            several => self.gathered(several, kind),
         }
+    }
+
+    /// The alternatives of `kind` that the place `id` stands for; `None` when one of them is open.
+    #[inline(always)]
+    fn of_kind(&self, id: NodeId, kind: Kind) -> Option<&[LeafId]> {
+        let alternatives = self.nodes[id].alternatives.as_ref()?;
+        Some(match kind {
+            Kind::Object => &alternatives.objects,
+            Kind::Array => &alternatives.arrays,
+            Kind::Number => &alternatives.numbers,
+        })
+    }
+
+    /// [`alternatives`](Self::alternatives) of several places, gathered.
+    #[inline(never)]
+    fn gathered(&self, schemas: &[NodeId], kind: Kind) -> Option<Cow<'_, [LeafId]>> {
         let mut all = Vec::new();
         for &id in schemas {
-            all.extend_from_slice(pick(id)?);
+            all.extend_from_slice(self.of_kind(id, kind)?);
         }
         Some(Cow::Owned(all))
     }

@@ -108,11 +108,42 @@ impl<'s> Walk<'s> {
         };
         let admitted = |key: &str, at: usize| alternatives.iter().any(|&c| schema.leaves[c].admits(key, at));
         let before = self.ghosts.len();
+        // This object's ghosts come before those found below it, in the order sent (the keys and their values
+        // are read in one pass: each ghost found here is put after the ones found here before it).
+        let mut found_here = 0;
         // Where the ghosts are, for removing them without looking each key up again (the first 64 keys;
         // past those, each is looked up again).
         let mut ghost_at = 0_u64;
-        for (at, key) in map.keys().enumerate() {
-            if !admitted(key, at) {
+        for (at, (key, child)) in map.iter_mut().enumerate() {
+            // Whether the key is a ghost (no alternative admits it), its value walked if not. One alternative
+            // (the usual case) answers both from one lookup of the key.
+            let ghost = match &*alternatives {
+                [only] => {
+                    let leaf = &schema.leaves[*only];
+                    match leaf.property(key, at) {
+                        Some(property) => {
+                            self.child(child, &[property.schema], key, path);
+                            false
+                        }
+                        None if leaf.closed => true,
+                        None => {
+                            self.child(child, leaf.additional.as_slice(), key, path);
+                            false
+                        }
+                    }
+                }
+                _ if !admitted(key, at) => true,
+                _ => {
+                    let schemas = Few::collect(alternatives.iter().filter_map(|&c| {
+                        let leaf = &schema.leaves[c];
+                        leaf.property(key, at).map(|p| p.schema).or(leaf.additional)
+                    }));
+                    self.child(child, schemas.as_slice(), key, path);
+                    false
+                }
+            };
+            // A ghost's value is not walked: no alternative has a schema for it.
+            if ghost {
                 if at < 64 {
                     ghost_at |= 1 << at;
                 }
@@ -122,40 +153,32 @@ impl<'s> Walk<'s> {
                 } else {
                     closest(key, alternatives.iter().flat_map(|&c| schema.leaves[c].names()))
                 };
-                self.ghosts.push(Ghost { path: Path::Key(path, key).render(), closest });
+                self.ghosts.insert(before + found_here, Ghost { path: Path::Key(path, key).render(), closest });
+                found_here += 1;
             }
         }
-        if self.remove && self.ghosts.len() > before {
+        if self.remove && found_here > 0 {
             let mut at = 0;
             map.retain(|key, _| {
                 at += 1;
                 if at <= 64 { ghost_at & (1 << (at - 1)) == 0 } else { admitted(key, at - 1) }
             });
         }
-        self.children(map, &alternatives, path);
     }
 
-    /// Walks each value with the schemas its key has among `alternatives`.
-    fn children(&mut self, map: &mut Map<String, Value>, alternatives: &[LeafId], path: &Path<'_>) {
-        let schema = self.schema;
-        for (at, (key, child)) in map.iter_mut().enumerate() {
-            let scalar = !matches!(child, Value::Object(_) | Value::Array(_));
-            if scalar && !(self.float_bounds && child.is_number()) {
-                continue;
-            }
-            let schemas = Few::collect(alternatives.iter().filter_map(|&c| {
-                let leaf = &schema.leaves[c];
-                leaf.property(key, at).map(|p| p.schema).or(leaf.additional)
-            }));
-            if schemas.as_slice().is_empty() {
-                continue;
-            }
-            let here = Path::Key(path, key);
-            if scalar {
-                self.check_bounds(child, schemas.as_slice(), &here);
-            } else {
-                self.value(child, schemas.as_slice(), &here);
-            }
+    /// Walks the value of `key` (at `path`'s object) against `schemas`: containers, and numbers under float
+    /// bounds; any other scalar has nothing to check.
+    #[inline(always)]
+    fn child(&mut self, child: &mut Value, schemas: &[NodeId], key: &str, path: &Path<'_>) {
+        let scalar = !matches!(child, Value::Object(_) | Value::Array(_));
+        if (scalar && !(self.float_bounds && child.is_number())) || schemas.is_empty() {
+            return;
+        }
+        let here = Path::Key(path, key);
+        if scalar {
+            self.check_bounds(child, schemas, &here);
+        } else {
+            self.value(child, schemas, &here);
         }
     }
 
