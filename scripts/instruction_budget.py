@@ -120,6 +120,35 @@ def versus_floor(counts: list[Count], floor: list[Count]) -> str:
     return f"{'-':>7} {'':<4}"
 
 
+def rewrite_budget(text: str, measured: dict[str, int]) -> str:
+    """The budget file with each measured case's number replaced in place: its dated comments (why each budget
+    moved) and its layout kept; a case not in it yet is added at the end of `[instructions]`."""
+    lines = text.splitlines()
+    section = None
+    seen = set()
+    end_of_table = len(lines)
+    for index, line in enumerate(lines):
+        header = re.match(r"\s*\[([^\]]+)\]\s*$", line)
+        if header:
+            if section == "instructions":
+                end_of_table = index
+            section = header.group(1).strip()
+            continue
+        entry = re.match(r"(\s*)([A-Za-z0-9_]+)(\s*=\s*)[0-9_]+(.*)$", line)
+        if section == "instructions" and entry and entry.group(2) in measured:
+            case = entry.group(2)
+            lines[index] = f"{entry.group(1)}{case}{entry.group(3)}{measured[case]}{entry.group(4)}"
+            seen.add(case)
+    if "instructions" not in {re.sub(r"[\[\]\s]", "", l) for l in lines if l.strip().startswith("[")}:
+        lines += ["", "[instructions]"]
+        end_of_table = len(lines)
+    missing = [f"{case} = {count}" for case, count in measured.items() if case not in seen]
+    while end_of_table > 0 and not lines[end_of_table - 1].strip():
+        end_of_table -= 1
+    lines[end_of_table:end_of_table] = missing
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--update", action="store_true", help="write the measured counts as the budget")
@@ -132,19 +161,8 @@ def main() -> int:
     pick = max if args.update else min
     measured = {case: pick(c.per_call for c in counts) for case, counts in counted.items()}
     if args.update:
-        lines = [
-            "# Instructions per call of each hot-path case (scripts/instruction_budget.py), on x86_64, release with",
-            "# one codegen unit (the workspace's `budget` profile).",
-            "# CI fails when a case grows more than 10 % over its budget. Raise a budget only on purpose, and",
-            "# say in the commit what the extra instructions buy. Each figure is the highest of five counts",
-            "# (some cases step by ~1.8 k instructions between processes); the check takes the lowest of three.",
-            "# direct_parse is the floor (serde_json's own cost): reported beside the others, never checked.",
-            "",
-            "[instructions]",
-        ]
-        lines += [f"{case} = {count}" for case, count in measured.items()]
-        BUDGET.write_text("\n".join(lines) + "\n")
-        print(f"wrote {BUDGET.relative_to(ROOT)}")
+        BUDGET.write_text(rewrite_budget(BUDGET.read_text(), measured))
+        print(f"wrote {BUDGET.relative_to(ROOT)}: add a dated comment above [instructions] saying why")
     budget = tomllib.loads(BUDGET.read_text())["instructions"]
     floor = counted["direct_parse"]
     failed = []
