@@ -125,6 +125,7 @@ def rewrite_budget(text: str, measured: dict[str, int]) -> str:
     moved) and its layout kept; a case not in it yet is added at the end of `[instructions]`."""
     lines = text.splitlines()
     section = None
+    has_table = False
     seen = set()
     end_of_table = len(lines)
     for index, line in enumerate(lines):
@@ -133,13 +134,14 @@ def rewrite_budget(text: str, measured: dict[str, int]) -> str:
             if section == "instructions":
                 end_of_table = index
             section = header.group(1).strip()
+            has_table |= section == "instructions"
             continue
         entry = re.match(r"(\s*)([A-Za-z0-9_]+)(\s*=\s*)[0-9_]+(.*)$", line)
         if section == "instructions" and entry and entry.group(2) in measured:
             case = entry.group(2)
             lines[index] = f"{entry.group(1)}{case}{entry.group(3)}{measured[case]}{entry.group(4)}"
             seen.add(case)
-    if "instructions" not in {re.sub(r"[\[\]\s]", "", l) for l in lines if l.strip().startswith("[")}:
+    if not has_table:
         lines += ["", "[instructions]"]
         end_of_table = len(lines)
     missing = [f"{case} = {count}" for case, count in measured.items() if case not in seen]
