@@ -1,6 +1,8 @@
-//! Every compile-time diagnostic of `#[airlock_tool]` and the shapes that must keep compiling and running
-//! (`pass/`). The expected `.stderr` files are recorded with the toolchain the workspace declares as its
-//! `rust-version`, the one CI builds with, and kept in two places by who writes the text:
+//! Every compile-time diagnostic of `#[airlock_tool]`. (The shapes that must keep compiling and running,
+//! `tests/ui/pass/`, are test targets of their own in this crate's `Cargo.toml`: programs built by the
+//! workspace's test build and run by `cargo test`.) The expected `.stderr` files are recorded with the
+//! toolchain the workspace declares as its `rust-version`, the one CI builds with, and kept in two places by
+//! who writes the text:
 //!
 //! - `fail/`: the macro's own diagnostics (`compile_error!` with the macro's wording, at the span it
 //!   chose). Their text is this crate's contract and is checked on every toolchain.
@@ -18,10 +20,9 @@ use std::process::Command;
 /// The toolchain the `.stderr` files were recorded with: the workspace's declared `rust-version`.
 const RECORDED_WITH: &str = env!("CARGO_PKG_RUST_VERSION");
 
-/// The compile-fail cases of both folders in one `TestCases`, the `pass` cases in another. trybuild builds a
-/// run's cases one `cargo` invocation after another when a `pass` case is among them (each built and linked
-/// alone), and checks them all in one `cargo check --keep-going` (in parallel, no code generated) when every
-/// case must fail: 57 cases that must fail took about two seconds each beside the `pass` cases.
+/// The compile-fail cases of both folders in one `TestCases`: trybuild checks them all in one
+/// `cargo check --keep-going` (in parallel, no code generated) when every case of a run must fail; a `pass` case
+/// among them would make it build the cases one `cargo` invocation after another.
 #[test]
 fn the_macros_own_diagnostics_and_rustcs_on_the_recorded_toolchain() {
     let cases = trybuild::TestCases::new();
@@ -35,11 +36,6 @@ fn the_macros_own_diagnostics_and_rustcs_on_the_recorded_toolchain() {
              differs between releases (re-record with TRYBUILD=overwrite after raising `rust-version`)"
         );
     }
-}
-
-#[test]
-fn the_shapes_that_must_compile_and_run() {
-    trybuild::TestCases::new().pass("tests/ui/pass/*.rs");
 }
 
 /// `rustc 1.95.0 (59807616e 2026-04-14)` is release `1.95` (any patch release of it).

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use agent_airlock::{airlock_tool, tool, CallContext, ToolError};
+use agent_airlock::{CallContext, ToolError, airlock_tool, tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -43,7 +43,10 @@ fn main() {
     let spec = tool!(refund).spec();
     assert_eq!(spec.description(), "Refund a payment.\n\nOnly for captured payments:\n\n    refund(payment_id)");
     assert_eq!(spec.params()[0].description(), Some("The payment to refund.\n\nStarts with `pi_`."));
-    assert_eq!(input_schema(spec)["properties"]["payment_id"]["description"], "The payment to refund.\n\nStarts with `pi_`.");
+    assert_eq!(
+        input_schema(spec)["properties"]["payment_id"]["description"],
+        "The payment to refund.\n\nStarts with `pi_`."
+    );
 
     let spec = tool!(cancel).spec();
     assert_eq!(spec.description(), "Cancel an order.\n\nIrreversible.");

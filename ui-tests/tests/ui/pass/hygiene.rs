@@ -1,7 +1,7 @@
 //! User items named like the prelude's, and like the runtime's, must not change what the generated code
 //! means: it names everything by absolute path.
 
-use ::agent_airlock::{airlock_tool, CallContext};
+use ::agent_airlock::{CallContext, airlock_tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -1,13 +1,13 @@
 //! The attribute in a nested module and in a function body: the tool type lives next to the function and
 //! `tool!` finds it by the function's path.
 
-use agent_airlock::{airlock_tool, tool, CallContext, tool::Tool};
+use agent_airlock::{CallContext, airlock_tool, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 
 mod tools {
     pub(crate) mod billing {
-        use agent_airlock::{airlock_tool, ToolError};
+        use agent_airlock::{ToolError, airlock_tool};
 
         /// Refund a payment.
         #[airlock_tool(escalate = "moves money", name = "refund_payment")]

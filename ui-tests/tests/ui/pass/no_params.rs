@@ -1,6 +1,6 @@
 //! A tool without parameters.
 
-use agent_airlock::{airlock_tool, tool, CallContext, tool::Tool};
+use agent_airlock::{CallContext, airlock_tool, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agent_airlock::{airlock_tool, input_schema, tool, CallContext, State, ToolCallId, tool::Tool};
+use agent_airlock::{CallContext, State, ToolCallId, airlock_tool, input_schema, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -1,6 +1,6 @@
 //! Raw identifiers: the argument key and the tool name drop the `r#`.
 
-use agent_airlock::{airlock_tool, input_schema, tool, CallContext, tool::Tool};
+use agent_airlock::{CallContext, airlock_tool, input_schema, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 

@@ -1,11 +1,13 @@
 //! `crate = "..."` points the generated code at the runtime under another name: a `use` rename, an
 //! `extern crate` rename and a re-export from a module of the user's crate.
+// A module's `pub` items, as a user's library would have them: this program is a crate of its own.
+#![allow(unreachable_pub)]
 
 extern crate agent_airlock as renamed;
 
 use agent_airlock as my_airlock;
 use agent_airlock_ui_tests::call;
-use my_airlock::{airlock_tool, tool, tool::Tool, CallContext};
+use my_airlock::{CallContext, airlock_tool, tool, tool::Tool};
 use serde_json::json;
 
 mod runtime {

@@ -1,8 +1,10 @@
 //! Return types spelled `Result<…>`: the standard two-argument `Result` (reported at `T` and `E` when they
 //! do not fit), a one-argument alias, and a type of the user's own that is merely named `Result`, which is
 //! an ordinary result.
+// A module's `pub` items, as a user's library would have them: this program is a crate of its own.
+#![allow(unreachable_pub)]
 
-use agent_airlock::{airlock_tool, tool, CallContext, Status};
+use agent_airlock::{CallContext, Status, airlock_tool, tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 
@@ -21,19 +23,19 @@ mod shapes {
 /// Keep even numbers.
 #[airlock_tool]
 fn keep_even(value: u32) -> shapes::Result<u32, String> {
-    if value % 2 == 0 { shapes::Result::Kept(value) } else { shapes::Result::Dropped("odd".to_owned()) }
+    if value.is_multiple_of(2) { shapes::Result::Kept(value) } else { shapes::Result::Dropped("odd".to_owned()) }
 }
 
 /// Halve an even number.
 #[airlock_tool]
 fn halve(value: u32) -> shapes::Outcome<u32> {
-    if value % 2 == 0 { Ok(value / 2) } else { Err(format!("{value} is odd")) }
+    if value.is_multiple_of(2) { Ok(value / 2) } else { Err(format!("{value} is odd")) }
 }
 
 /// Third a number divisible by three.
 #[airlock_tool]
 fn third(value: u32) -> std::result::Result<u32, std::fmt::Error> {
-    if value % 3 == 0 { Ok(value / 3) } else { Err(std::fmt::Error) }
+    if value.is_multiple_of(3) { Ok(value / 3) } else { Err(std::fmt::Error) }
 }
 
 fn main() {

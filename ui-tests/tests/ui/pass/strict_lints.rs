@@ -22,7 +22,7 @@
     clippy::pedantic
 )]
 
-use agent_airlock::{airlock_tool, tool, CallContext, State, ToolError, tool::Tool};
+use agent_airlock::{CallContext, State, ToolError, airlock_tool, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 
@@ -34,6 +34,12 @@ pub struct Settings {
 }
 
 /// Add two numbers and the host's bias.
+///
+/// # Errors
+///
+/// When the sum overflows an `i64`.
+// Async without an `.await` on purpose: the case covers the expansion of an async tool.
+#[allow(clippy::unused_async)]
 #[airlock_tool(escalate = "spends budget", rate = "10/minute", ghost = "strip")]
 pub async fn add(
     /// The first addend.

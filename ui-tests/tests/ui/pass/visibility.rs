@@ -1,6 +1,6 @@
 //! The tool type has the function's visibility, so `tool!` works wherever the function can be named.
 
-use agent_airlock::{tool, CallContext, tool::Tool};
+use agent_airlock::{CallContext, tool, tool::Tool};
 use agent_airlock_ui_tests::call;
 use serde_json::json;
 
