@@ -1,39 +1,168 @@
-//! What the fuzz targets in `fuzz/` found, replayed on the stable toolchain by `cargo test`: the same checks
-//! (`fuzz/src/checks.rs`, included here) run over the committed seed corpora of the raw-byte targets and
-//! over every input that once failed, each kept as a case below with what it broke.
+//! What the fuzz targets in `fuzz/` check, run on the stable toolchain by every `cargo test`: the targets'
+//! bodies (`fuzz/src/targets.rs`, with the checks and the generator they use, included here) over each target's
+//! committed seed corpus, every raw input that once failed, and generated mutations of the seeds (a short,
+//! reproducible smoke run, as CI's libFuzzer runs were; finding new inputs is the long runs' job, FUZZING.md);
+//! then every input that once failed, each kept as a case below with what it broke.
 
 #[path = "../../../fuzz/src/checks.rs"]
 mod checks;
+#[allow(unreachable_pub)]
+#[path = "../../../fuzz/src/generate.rs"]
+mod generate;
+#[allow(unreachable_pub)]
+#[path = "../../../fuzz/src/targets.rs"]
+mod targets;
 
 use std::path::{Path, PathBuf};
 
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
 
+/// The files of `fuzz/<folder>/<target>/`, sorted by name; `None` when there is no such folder.
+fn corpus(folder: &str, target: &str) -> Option<Vec<(PathBuf, Vec<u8>)>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz").join(folder).join(target);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => panic!("{} is readable: {err}", dir.display()),
+    };
+    let mut files: Vec<_> = entries.map(|entry| entry.expect("a directory entry").path()).collect();
+    files.sort();
+    Some(
+        files
+            .into_iter()
+            .map(|path| (path.clone(), std::fs::read(&path).expect("a corpus file is readable")))
+            .collect(),
+    )
+}
+
+/// The committed seed corpus of `target`: every target has one, and it is not empty.
 fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds").join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|err| panic!("the seed corpus {} is readable: {err}", dir.display()))
+    let seeds = corpus("seeds", target).unwrap_or_else(|| panic!("fuzz/seeds/{target}/ exists"));
+    assert!(!seeds.is_empty(), "no seeds in fuzz/seeds/{target}/");
+    seeds
+}
+
+/// The body of the fuzz target `name`.
+fn target(name: &str) -> targets::Body {
+    targets::TARGETS.iter().find(|(target, _)| *target == name).unwrap_or_else(|| panic!("a fuzz target `{name}`")).1
+}
+
+#[test]
+fn every_fuzz_target_is_run_here_and_has_a_seed_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/fuzz_targets");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fuzz/fuzz_targets/ is readable")
         .map(|entry| entry.expect("a directory entry").path())
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no seeds in {}", dir.display());
-    files.into_iter().map(|path| (path.clone(), std::fs::read(&path).expect("a seed file is readable"))).collect()
-}
-
-#[test]
-fn argument_seeds_pass_the_argument_checks() {
-    for (path, bytes) in seeds("arguments_bytes") {
-        eprintln!("{}", path.display());
-        checks::check_argument_bytes(&bytes);
+    let mut run: Vec<&str> = targets::TARGETS.iter().map(|(name, _)| *name).collect();
+    run.sort_unstable();
+    assert_eq!(files, run, "each file of fuzz/fuzz_targets/ has its body in targets::TARGETS, and only those");
+    for name in run {
+        seeds(name);
     }
 }
 
-#[test]
-fn canonical_seeds_pass_the_canonical_checks() {
-    for (path, bytes) in seeds("canonical") {
+/// Runs `name`'s body over its seeds, then over every raw input of `fuzz/regressions/<name>/` (the
+/// readable `.json` copies are replayed by the cases below).
+fn seeds_and_regressions_pass(name: &str) {
+    let run = target(name);
+    let regressions = corpus("regressions", name).unwrap_or_default();
+    let raw = regressions.into_iter().filter(|(path, _)| path.extension().is_none());
+    for (path, bytes) in seeds(name).into_iter().chain(raw) {
         eprintln!("{}", path.display());
-        checks::check_canonical(&bytes);
+        run(&bytes);
     }
+}
+
+/// An edit of a seed, as libFuzzer's simplest mutations make them: at a position (modulo the length),
+/// overwrite, insert or remove a byte, or cut the input there.
+#[derive(Clone, Debug)]
+enum Edit {
+    Overwrite(usize, u8),
+    Insert(usize, u8),
+    Remove(usize),
+    Cut(usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Edit::Overwrite(at, byte)),
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Edit::Insert(at, byte)),
+        any::<usize>().prop_map(Edit::Remove),
+        any::<usize>().prop_map(Edit::Cut),
+    ]
+}
+
+fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for edit in edits {
+        let len = bytes.len();
+        match *edit {
+            Edit::Overwrite(at, byte) if len > 0 => bytes[at % len] = byte,
+            Edit::Insert(at, byte) => bytes.insert(at % (len + 1), byte),
+            Edit::Remove(at) if len > 0 => {
+                bytes.remove(at % len);
+            }
+            Edit::Cut(at) => bytes.truncate(at % (len + 1)),
+            _ => {}
+        }
+    }
+    bytes
+}
+
+/// Runs `name`'s body over generated inputs: a seed with up to 8 edits, or up to 512 random bytes (which
+/// the structure-aware targets decode into values like any other input). The generator's seed is fixed,
+/// so a run is reproducible; a failing input is shrunk and printed, to be kept in `fuzz/regressions/`.
+fn mutations_pass(name: &str, cases: u32) {
+    let run = target(name);
+    let seeds: Vec<Vec<u8>> = seeds(name).into_iter().map(|(_, bytes)| bytes).collect();
+    let count = seeds.len();
+    let inputs = prop_oneof![
+        3 => (0..count, prop::collection::vec(edit(), 1..8)).prop_map(move |(seed, edits)| apply(seeds[seed].clone(), &edits)),
+        1 => prop::collection::vec(any::<u8>(), 0..512),
+    ];
+    let config =
+        Config { cases: agent_airlock_tests::proptest_cases(cases), failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config.clone(), TestRng::deterministic_rng(config.rng_algorithm));
+    let outcome = runner.run(&inputs, |input| {
+        run(&input);
+        Ok::<(), TestCaseError>(())
+    });
+    if let Err(failure) = outcome {
+        panic!("the fuzz target `{name}` failed on a mutation of its seeds: {failure}");
+    }
+}
+
+macro_rules! fuzz_smoke {
+    ($($name:ident: $cases:expr;)*) => {$(
+        mod $name {
+            #[test]
+            fn passes_its_seeds_and_the_inputs_that_once_failed() {
+                super::seeds_and_regressions_pass(stringify!($name));
+            }
+
+            #[test]
+            fn passes_generated_mutations_of_its_seeds() {
+                super::mutations_pass(stringify!($name), $cases);
+            }
+        }
+    )*};
+}
+
+// 500 generated inputs per target (PROPTEST_CASES changes it), as many as CI's libFuzzer smoke run made (a
+// nightly build of its own, ~220 s of CPU in CI); here they take a few seconds of the debug test build.
+fuzz_smoke! {
+    arguments_bytes: 500;
+    arguments_structured: 500;
+    canonical: 500;
+    effect_template: 500;
+    masking: 500;
+    policy: 500;
+    policy_file: 500;
+    resume_values: 500;
 }
 
 #[test]
@@ -65,22 +194,6 @@ fn policy_inputs_never_panic() {
     checks::check_policy("payments_*", "*", "refund*", "10/minute", "secrets,pii", "refund");
     checks::check_policy("", "", "", "", "", "");
     checks::check_policy("refund", "[", "{a,b", "0/day", "bogus", "refund");
-}
-
-#[test]
-fn policy_file_seeds_pass_the_policy_file_checks() {
-    for (path, bytes) in seeds("policy_file") {
-        eprintln!("{}", path.display());
-        checks::check_policy_file(&bytes);
-    }
-}
-
-#[test]
-fn effect_template_seeds_pass_the_effect_template_checks() {
-    for (path, bytes) in seeds("effect_template") {
-        eprintln!("{}", path.display());
-        checks::check_effect_template(&bytes);
-    }
 }
 
 #[test]
