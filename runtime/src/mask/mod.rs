@@ -207,6 +207,7 @@ impl Masker {
         let mut over_budget = false;
         // An explicit stack: a deeply nested result must not overflow the thread's stack.
         let mut pending: Vec<(&mut Value, KeyHint)> = vec![(value, KeyHint::None)];
+        let mut member_hints = json::MemberHints::default();
         while let Some((node, hint)) = pending.pop() {
             match node {
                 Value::String(text) => {
@@ -241,7 +242,7 @@ impl Masker {
                     // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
                     let pair = json::pair_hint(fields);
                     pending.extend(fields.iter_mut().map(|(key, field)| {
-                        let hint = match KeyHint::of_member(key) {
+                        let hint = match member_hints.of_member(key) {
                             KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,
                             hint => hint,
                         };
