@@ -636,6 +636,8 @@ pub(crate) fn providers() -> Option<&'static Providers> {
 /// steps as its search (aho-corasick's `try_find_overlapping_fwd` without a prefilter), written here so that
 /// the DFA's transition is inlined into the loop rather than reached through the `AhoCorasick`'s trait
 /// object, one hit returned from a call at a time (about twenty instructions a byte there, half that here).
+/// Never inlined: inside its caller the loop reloaded the haystack's address from the stack at every byte.
+#[inline(never)]
 fn keyword_hits(keywords: &Keywords, haystack: &[u8], mut on_hit: impl FnMut(aho_corasick::Match)) {
     let Keywords { dfa: keywords, start } = keywords;
     let mut state = *start;
