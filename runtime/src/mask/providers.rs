@@ -449,7 +449,12 @@ impl Providers {
                 }
             }
         });
-        windows.extend(open);
+        if windows.is_empty() {
+            // No window closed (the usual case on a short text): the open ones are all, in the same order.
+            windows = open;
+        } else {
+            windows.extend(open);
+        }
         KeywordPass { windows, names_a_secret }
     }
 
