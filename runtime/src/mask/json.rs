@@ -231,6 +231,14 @@ fn tail(key: &[u8]) -> Option<[u8; 3]> {
 /// The last three bytes of `key` normalised ([`normalised`]'s last three, whatever its length), read from the
 /// end; `None` when it has fewer than three letters and digits.
 fn normalised_tail(key: &str) -> Option<[u8; 3]> {
+    // Most keys end in three letters or digits: those are the tail.
+    if let [.., a, b, c] = *key.as_bytes()
+        && a.is_ascii_alphanumeric()
+        && b.is_ascii_alphanumeric()
+        && c.is_ascii_alphanumeric()
+    {
+        return Some([a.to_ascii_lowercase(), b.to_ascii_lowercase(), c.to_ascii_lowercase()]);
+    }
     let mut tail = [0u8; 3];
     let mut normal = key.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase());
     for slot in tail.iter_mut().rev() {
