@@ -154,10 +154,10 @@ impl ValueAt {
         let offset = match self {
             ValueAt::Whole => return None,
             ValueAt::AfterLastBlank => matched.iter().rposition(|&b| b == b' ' || b == b'\t')? + 1,
-            ValueAt::After(literal) => text[start..end].find(literal)? + literal.len(),
+            ValueAt::After(literal) => find_bytes(matched, literal.as_bytes())? + literal.len(),
             ValueAt::FromNumber => matched.iter().position(|&b| b.is_ascii_digit() || b == b'+' || b == b'(')?,
             ValueAt::UrlPassword => {
-                let authority = text[start..end].find("://")? + 3;
+                let authority = find_bytes(matched, b"://")? + 3;
                 let colon = authority + matched[authority..].iter().position(|&b| b == b':')?;
                 let at = matched.iter().rposition(|&b| b == b'@')?;
                 return (colon + 1 < at).then_some((start + colon + 1, start + at));
@@ -864,6 +864,23 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
             .any(|word| v.eq_ignore_ascii_case(word))
 }
 
+/// Where `needle` first starts in `haystack`, as `str::find` says for text: a loop over the bytes, comparing
+/// only where the needle's first byte is, where `str::find` builds a two-way searcher per call (about 170
+/// instructions, more than these short searches cost). Needles here are a few bytes, so the worst case (every
+/// byte the first one) reads each byte a few times.
+fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, _)) = needle.split_first() else { return Some(0) };
+    let last = haystack.len().checked_sub(needle.len())?;
+    (0..=last).find(|&at| haystack[at] == first && haystack[at..].starts_with(needle))
+}
+
+/// Where `needle` last starts in `haystack`, as `str::rfind` says for text ([`find_bytes`]).
+fn rfind_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let Some((&first, _)) = needle.split_first() else { return Some(haystack.len()) };
+    let last = haystack.len().checked_sub(needle.len())?;
+    (0..=last).rev().find(|&at| haystack[at] == first && haystack[at..].starts_with(needle))
+}
+
 /// Whether `text` holds `byte` three times in a row (`...`, `***`): a loop over the bytes, where `str::contains`
 /// builds a substring searcher per call (this runs for every key of a JSON result).
 pub(crate) fn has_three(text: &str, byte: u8) -> bool {
@@ -905,8 +922,9 @@ fn verify_value(c: &Candidate<'_>) -> Verdict {
 
 fn verify_private_key(c: &Candidate<'_>) -> Verdict {
     let block = &c.text[c.start..c.end];
-    let header_end = block.get(5..).and_then(|after| after.find("-----")).map_or(block.len(), |i| i + 10);
-    let body_end = block.rfind("-----END").filter(|&i| i >= header_end).unwrap_or(block.len());
+    let bytes = block.as_bytes();
+    let header_end = bytes.get(5..).and_then(|after| find_bytes(after, b"-----")).map_or(block.len(), |i| i + 10);
+    let body_end = rfind_bytes(bytes, b"-----END").filter(|&i| i >= header_end).unwrap_or(block.len());
     // A whole block (BEGIN to END) is masked whatever its body holds, but for the `****` a partial mask writes:
     // its extent is fixed by its own lines, and a verdict on the body would change once a secret inside it
     // were masked (a `password=…` whose value holds `*`). A block cut short must show enough base64 to be a key.
@@ -927,7 +945,7 @@ fn verify_bearer(c: &Candidate<'_>) -> Verdict {
     let Some((start, mut end)) = c.value else { return Verdict::Reject };
     // A token ends where text was elided (`abcd...wxyz`): what follows `...` may be anything, another secret
     // included, and the verdict must not change once that is masked.
-    if let Some(elided) = c.text[start..end].find("...") {
+    if let Some(elided) = find_bytes(&c.text.as_bytes()[start..end], b"...") {
         end = start + elided;
     }
     let token = &c.text.as_bytes()[start..end];
@@ -1485,6 +1503,19 @@ mod tests {
             proptest::prop_assert_eq!(holds_the_alphabet(text.as_bytes()), holds_the_alphabet_by_runs(text.as_bytes()));
             let elided = has_three(&text, b'.') || has_three(&text, b'*') || text.contains('…');
             proptest::prop_assert_eq!(holds_an_elision(text.as_bytes()), elided);
+        }
+    }
+
+    proptest::proptest! {
+        /// The byte searches give what `str::find` and `str::rfind` give, for every needle the masker uses, an
+        /// empty one and ones the text may hold partly, in text of dashes, dots, letters and wider characters.
+        #[test]
+        fn byte_searches_find_what_str_searches_find(
+            text in "(-----|-----END|END|://|\\.\\.|services/|[-.:/ENDBsevic—é]){0,12}",
+            needle in "(-----|-----END|://|\\.\\.\\.|services/|-|—|é-|)",
+        ) {
+            proptest::prop_assert_eq!(find_bytes(text.as_bytes(), needle.as_bytes()), text.find(needle.as_str()));
+            proptest::prop_assert_eq!(rfind_bytes(text.as_bytes(), needle.as_bytes()), text.rfind(needle.as_str()));
         }
     }
 

@@ -79,9 +79,14 @@ impl KeyHint {
     /// The hint of an object's key, or of a name member's text: none if a masker wrote it.
     pub(crate) fn of_member(key: &str) -> KeyHint {
         // Most keys are answered from their last three letters and digits, read backwards, before any copy.
-        if normalised_tail(key).is_none_or(|tail| HINT_TAILS.binary_search(&tail).is_err()) {
+        if !passes_the_tail_screen(key) {
             return KeyHint::None;
         }
+        KeyHint::of_screened_member(key)
+    }
+
+    /// [`KeyHint::of_member`] of a key that passed the tail screen.
+    fn of_screened_member(key: &str) -> KeyHint {
         let mut buffer = [0u8; MAX_KEY_LEN];
         // A key that can name nothing needs no look at whether a masker wrote it.
         match normalised(key, &mut buffer) {
@@ -135,6 +140,45 @@ impl KeyHint {
     }
 }
 
+/// [`KeyHint::of_member`] remembered for the keys that passed the tail screen, within one JSON value: the records
+/// of an array repeat their keys (`phone`, `version`), and each such key otherwise has every rule read again in
+/// every record. The hint is a function of the key alone, so a remembered one is the one reading it again gives.
+#[derive(Default)]
+pub(crate) struct MemberHints {
+    known: Vec<(Box<str>, KeyHint)>,
+}
+
+impl MemberHints {
+    /// Keys remembered at most: a value with more distinct keys reads the rest each time, as before.
+    const CAPACITY: usize = 16;
+
+    /// [`KeyHint::of_member`] of `key`.
+    pub(crate) fn of_member(&mut self, key: &str) -> KeyHint {
+        if !passes_the_tail_screen(key) {
+            return KeyHint::None;
+        }
+        if let Some(&(_, hint)) = self.known.iter().find(|(known, _)| **known == *key) {
+            return hint;
+        }
+        let hint = KeyHint::of_screened_member(key);
+        // A key longer than any that can name a kind gives none: not worth a copy.
+        if self.known.len() < Self::CAPACITY && key.len() <= MAX_KEY_LEN {
+            self.known.push((key.into(), hint));
+        }
+        hint
+    }
+}
+
+/// Whether a key's last three letters and digits end one of the words and names a hint is read from.
+fn passes_the_tail_screen(key: &str) -> bool {
+    normalised_tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&packed(tail)).is_ok())
+}
+
+/// Three bytes as one integer, in the same order as the bytes compare: a lookup compares integers, not slices.
+fn packed(tail: [u8; 3]) -> u32 {
+    u32::from_be_bytes([0, tail[0], tail[1], tail[2]])
+}
+
 /// Keys that end like a secret's but name a page's or a sync's position, and the starts of a count's name.
 const PUBLIC_TOKEN_SUFFIXES: &[&str] = &["pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken"];
 const COUNTER_PREFIXES: &[&str] = &["max", "min", "num", "total", "count"];
@@ -154,7 +198,7 @@ const CARD_NAMES: &[&str] = &["pan", "ccnumber", "primaryaccountnumber"];
 /// them gives no hint whatever else it holds, since every rule that gives one holds only when the key ends in
 /// one of those (each at least three bytes long). One lookup then answers most keys of a result (`id`,
 /// `email`, `status`), where reading every rule costs a few hundred instructions per key.
-static HINT_TAILS: LazyLock<Vec<[u8; 3]>> = LazyLock::new(|| {
+static HINT_TAILS: LazyLock<Vec<u32>> = LazyLock::new(|| {
     let normalised_product_names: Vec<Vec<u8>> = PRODUCT_SECRET_NAMES
         .iter()
         .map(|name| name.bytes().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase()).collect())
@@ -173,7 +217,7 @@ static HINT_TAILS: LazyLock<Vec<[u8; 3]>> = LazyLock::new(|| {
     .flatten()
     .map(|word| word.as_bytes())
     .chain(normalised_product_names.iter().map(Vec::as_slice));
-    let mut tails: Vec<[u8; 3]> = words.filter_map(tail).collect();
+    let mut tails: Vec<u32> = words.filter_map(tail).map(packed).collect();
     tails.sort_unstable();
     tails.dedup();
     tails
@@ -187,6 +231,14 @@ fn tail(key: &[u8]) -> Option<[u8; 3]> {
 /// The last three bytes of `key` normalised ([`normalised`]'s last three, whatever its length), read from the
 /// end; `None` when it has fewer than three letters and digits.
 fn normalised_tail(key: &str) -> Option<[u8; 3]> {
+    // Most keys end in three letters or digits: those are the tail.
+    if let [.., a, b, c] = *key.as_bytes()
+        && a.is_ascii_alphanumeric()
+        && b.is_ascii_alphanumeric()
+        && c.is_ascii_alphanumeric()
+    {
+        return Some([a.to_ascii_lowercase(), b.to_ascii_lowercase(), c.to_ascii_lowercase()]);
+    }
     let mut tail = [0u8; 3];
     let mut normal = key.bytes().rev().filter(u8::is_ascii_alphanumeric).map(|b| b.to_ascii_lowercase());
     for slot in tail.iter_mut().rev() {
@@ -197,7 +249,7 @@ fn normalised_tail(key: &str) -> Option<[u8; 3]> {
 
 /// Whether the normalised `key` may give a hint: `false` only when [`KeyHint::of_normalised`] gives none.
 fn may_name_a_kind(key: &[u8]) -> bool {
-    tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&tail).is_ok())
+    tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&packed(tail)).is_ok())
 }
 
 /// Text a masker wrote (`[EMAIL]`, `[EMAIL]#2`, `[GITHUB_TOKEN:3f2a9c1b]`, `sk-proj-...wxyz`): as a key or
@@ -334,6 +386,27 @@ mod tests {
             prop_assert_eq!(is_value_member(&key), value_member, "{}", key);
             if let Some(normal) = normal {
                 prop_assert_eq!(normalised_tail(&key), tail(normal), "{}", key);
+            }
+        }
+    }
+
+    proptest! {
+        /// Keys read in a row, many of them again (the records of an array), more distinct ones than are
+        /// remembered: each remembered hint is the one [`KeyHint::of_member`] gives that key.
+        #[test]
+        fn remembered_hints_are_the_hints_of_their_keys(
+            keys in proptest::collection::vec(
+                prop_oneof![
+                    proptest::sample::select(hint_words()).prop_map(str::to_owned),
+                    proptest::sample::select(hint_words()).prop_map(|word| format!("X_{}", word.to_uppercase())),
+                    "[a-zA-Z0-9_. #*\\[\\]-]{0,6}(ion|one|ord|key|ken|ssn)",
+                ],
+                0..60,
+            ),
+        ) {
+            let mut hints = MemberHints::default();
+            for key in keys.iter().chain(&keys) {
+                prop_assert_eq!(hints.of_member(key), KeyHint::of_member(key), "{}", key);
             }
         }
     }

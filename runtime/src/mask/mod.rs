@@ -207,6 +207,7 @@ impl Masker {
         let mut over_budget = false;
         // An explicit stack: a deeply nested result must not overflow the thread's stack.
         let mut pending: Vec<(&mut Value, KeyHint)> = vec![(value, KeyHint::None)];
+        let mut member_hints = json::MemberHints::default();
         while let Some((node, hint)) = pending.pop() {
             match node {
                 Value::String(text) => {
@@ -241,7 +242,7 @@ impl Masker {
                     // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
                     let pair = json::pair_hint(fields);
                     pending.extend(fields.iter_mut().map(|(key, field)| {
-                        let hint = match KeyHint::of_member(key) {
+                        let hint = match member_hints.of_member(key) {
                             KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,
                             hint => hint,
                         };
@@ -447,9 +448,11 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
     let Some(providers) = providers else { return settled_findings(scanner, only, text, true) };
     let pass = providers.keyword_pass(text);
     let found = settled_findings(scanner, only, text, pass.names_a_secret);
-    let mut merged = Vec::with_capacity(found.len());
+    // Built only once a provider secret comes: without one the merge is `found` itself.
+    let mut merged: Option<Vec<Finding>> = None;
     let mut native = found.iter().copied().peekable();
     providers.find_in(pass, text, &found, |secret| {
+        let merged = merged.get_or_insert_with(|| Vec::with_capacity(found.len() + 1));
         while let Some(finding) = native.next_if(|f| f.start < secret.end) {
             merged.push(finding);
         }
@@ -459,8 +462,13 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
             merged.push(Finding { kind: MaskKind::SecretValue, start: secret.start, end: secret.end, keep_prefix: 0 });
         }
     });
-    merged.extend(native);
-    merged
+    match merged {
+        Some(mut merged) => {
+            merged.extend(native);
+            merged
+        }
+        None => found,
+    }
 }
 
 /// The findings in `text` as masking the result again would leave them: one scan, and while a finding started

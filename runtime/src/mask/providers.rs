@@ -15,6 +15,7 @@
 
 use std::sync::LazyLock;
 
+use aho_corasick::automaton::Automaton;
 use regex_automata::{Anchored, Input, meta, util::captures::Captures, util::syntax};
 use regex_syntax::hir::{
     Hir, HirKind, Look,
@@ -105,7 +106,7 @@ struct Rule {
 
 /// The compiled rule set.
 pub(crate) struct Providers {
-    keywords: aho_corasick::AhoCorasick,
+    keywords: Keywords,
     /// The rules each keyword (by pattern id) starts.
     keyword_rules: Vec<Vec<usize>>,
     /// Whether each keyword is one of [`screen::SECRET_NAME_WORDS`], which a labelled secret's name holds: the
@@ -113,6 +114,12 @@ pub(crate) struct Providers {
     names_a_secret: Vec<bool>,
     rules: Vec<Rule>,
     global: Allowlist,
+}
+
+/// The keywords' DFA, read by [`keyword_hits`], and its unanchored start state.
+struct Keywords {
+    dfa: aho_corasick::dfa::DFA,
+    start: aho_corasick::automaton::StateID,
 }
 
 /// What the keyword pass over a text found.
@@ -325,12 +332,19 @@ impl Providers {
             }
         }
         // A DFA: the keyword pass reads every byte of every result, and the NFA kinds read a byte several
-        // times slower (a few hundred keywords over all letters leave no prefilter to skip with).
-        let keywords = aho_corasick::AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+        // times slower (a few hundred keywords over all letters leave no prefilter to skip with). No
+        // prefilter, as `AhoCorasick` would choose none here either; the DFA itself, not an `AhoCorasick`
+        // around it, so that [`keyword_hits`] steps it inline.
+        let dfa = aho_corasick::dfa::DFA::builder()
             .ascii_case_insensitive(true)
+            .prefilter(false)
             .build(&keywords)
             .map_err(|err| err.to_string())?;
+        if rules.len() >= usize::from(u16::MAX) {
+            return Err(format!("{} rules: the keyword pass numbers them in a u16", rules.len()));
+        }
+        let start = dfa.start_state(aho_corasick::Anchored::No).map_err(|err| err.to_string())?;
+        let keywords = Keywords { dfa, start };
         Ok(Providers { keywords, keyword_rules, names_a_secret, rules, global })
     }
 
@@ -385,16 +399,17 @@ impl Providers {
 
     /// The one pass over `text` for every rule's keywords (and the words a labelled secret's name holds).
     pub(crate) fn keyword_pass(&self, text: &str) -> KeywordPass {
-        // The open window of each rule, merged as hits come in order; allocated at the first hit that opens one,
-        // so a text with no keyword costs only the keyword pass. The rules whose window was opened are listed, so
-        // that the end walks those, not every rule (the order of the windows is no matter: what they find is
-        // sorted).
+        // The open window of each rule, merged as hits come in order: `open` in the order the rules' first windows
+        // opened, `slot[rule]` one past the rule's place there (0: none yet), allocated at the first hit that opens
+        // one, so a text with no keyword costs only the keyword pass, and one that opens a few windows zeroes a
+        // slot of two bytes per rule rather than a window's room (the order of the windows is no matter: what
+        // they find is sorted).
         let bytes = text.as_bytes();
-        let mut open: Vec<Option<Window>> = Vec::new();
-        let mut opened: Vec<usize> = Vec::new();
+        let mut slot: Vec<u16> = Vec::new();
+        let mut open: Vec<Window> = Vec::new();
         let mut windows: Vec<Window> = Vec::new();
         let mut names_a_secret = false;
-        for hit in self.keywords.find_overlapping_iter(text) {
+        keyword_hits(&self.keywords, bytes, |hit| {
             names_a_secret |= self.names_a_secret[hit.pattern().as_usize()];
             for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
                 let spec = &self.rules[rule];
@@ -416,25 +431,30 @@ impl Providers {
                     let reach = spec.window + KEYWORD_REACH;
                     (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
                 };
-                if open.is_empty() {
-                    open = vec![None; self.rules.len()];
+                if slot.is_empty() {
+                    slot = vec![0; self.rules.len()];
                 }
-                match &mut open[rule] {
-                    Some(window) if from <= window.to => {
-                        window.to = window.to.max(to);
-                        window.at_from_only &= from == window.from;
+                let window = Window { rule, from, to, at_from_only: spec.keyword_first };
+                match usize::from(slot[rule]).checked_sub(1) {
+                    None => {
+                        open.push(window);
+                        // Fewer rules than `u16::MAX`: the build refuses more.
+                        slot[rule] = u16::try_from(open.len()).unwrap_or(u16::MAX);
                     }
-                    slot => {
-                        let at_from_only = spec.keyword_first;
-                        match slot.replace(Window { rule, from, to, at_from_only }) {
-                            Some(closed) => windows.push(closed),
-                            None => opened.push(rule),
-                        }
+                    Some(at) if from <= open[at].to => {
+                        open[at].to = open[at].to.max(to);
+                        open[at].at_from_only &= from == open[at].from;
                     }
+                    Some(at) => windows.push(std::mem::replace(&mut open[at], window)),
                 }
             }
+        });
+        if windows.is_empty() {
+            // No window closed (the usual case on a short text): the open ones are all, in the same order.
+            windows = open;
+        } else {
+            windows.extend(open);
         }
-        windows.extend(opened.into_iter().filter_map(|rule| open[rule]));
         KeywordPass { windows, names_a_secret }
     }
 
@@ -614,6 +634,70 @@ static PROVIDERS: LazyLock<Option<Providers>> = LazyLock::new(|| match Providers
 /// holds that it compiles).
 pub(crate) fn providers() -> Option<&'static Providers> {
     PROVIDERS.as_ref()
+}
+
+/// Calls `on_hit` for every hit of the keywords in `haystack`, overlapping, in the order
+/// `AhoCorasick::find_overlapping_iter` reports them (by end, then as the match state lists them): the same
+/// steps as its search (aho-corasick's `try_find_overlapping_fwd` without a prefilter), written here so that
+/// the DFA's transition is inlined into the loop rather than reached through the `AhoCorasick`'s trait
+/// object, one hit returned from a call at a time (about twenty instructions a byte there, nine here).
+/// Never inlined: inside its caller the loop reloaded the haystack's address from the stack at every byte.
+#[inline(never)]
+fn keyword_hits(keywords: &Keywords, haystack: &[u8], mut on_hit: impl FnMut(aho_corasick::Match)) {
+    let Keywords { dfa: keywords, start } = keywords;
+    let mut state = *start;
+    let mut report = |state, end: usize| {
+        for index in 0..keywords.match_len(state) {
+            let pattern = keywords.match_pattern(state, index);
+            on_hit(aho_corasick::Match::new(pattern, end - keywords.pattern_len(pattern)..end));
+        }
+    };
+    // An empty keyword: the start state matches, once, at the start.
+    if keywords.is_match(state) {
+        report(state, 0);
+    }
+    let next = |state, byte| keywords.next_state(aho_corasick::Anchored::No, state, byte);
+    // One byte's step, its hits reported (`end` is the offset after the byte); `false` at the dead state.
+    let mut one = |state: &mut aho_corasick::automaton::StateID, byte: u8, end: usize| {
+        *state = next(*state, byte);
+        if keywords.is_special(*state) {
+            if keywords.is_dead(*state) {
+                return false;
+            }
+            if keywords.is_match(*state) {
+                report(*state, end);
+            }
+        }
+        true
+    };
+    // Four bytes a step while none of their states is special (no hit, no dead end), as most bytes are: the
+    // loop's own count and test paid once per four bytes. A four whose states hold a special one is stepped
+    // again one byte at a time from the state before it, which reports what the bytes' own steps report.
+    let (fours, rest) = haystack.as_chunks::<4>();
+    let mut end = 0;
+    for &[b0, b1, b2, b3] in fours {
+        let s0 = next(state, b0);
+        let s1 = next(s0, b1);
+        let s2 = next(s1, b2);
+        let s3 = next(s2, b3);
+        if !(keywords.is_special(s0) | keywords.is_special(s1) | keywords.is_special(s2) | keywords.is_special(s3)) {
+            state = s3;
+            end += 4;
+            continue;
+        }
+        for byte in [b0, b1, b2, b3] {
+            end += 1;
+            if !one(&mut state, byte, end) {
+                return;
+            }
+        }
+    }
+    for &byte in rest {
+        end += 1;
+        if !one(&mut state, byte, end) {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -58,3 +58,59 @@ fn nothing_found_borrows() {
     assert!(matches!(masker.mask_text("plain text, version 1.2.3.4", MaskSet::ALL), Cow::Borrowed(_)));
     assert!(matches!(masker.mask_text("jane@example.com", MaskSet::NONE), Cow::Borrowed(_)));
 }
+
+/// [`all_findings`] as it merged before: the merged list always built, the scanner's findings copied into it.
+fn all_findings_the_long_way(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    let providers = if only.contains_kind(MaskKind::SecretValue) { providers::providers() } else { None };
+    let Some(providers) = providers else { return settled_findings(scanner, only, text, true) };
+    let pass = providers.keyword_pass(text);
+    let found = settled_findings(scanner, only, text, pass.names_a_secret);
+    let mut merged = Vec::with_capacity(found.len());
+    let mut native = found.iter().copied().peekable();
+    providers.find_in(pass, text, &found, |secret| {
+        while let Some(finding) = native.next_if(|f| f.start < secret.end) {
+            merged.push(finding);
+        }
+        let overlaps = merged.last().is_some_and(|f: &Finding| f.end > secret.start)
+            || native.peek().is_some_and(|f| f.start < secret.end);
+        if !overlaps {
+            merged.push(Finding { kind: MaskKind::SecretValue, start: secret.start, end: secret.end, keep_prefix: 0 });
+        }
+    });
+    merged.extend(native);
+    merged
+}
+
+/// Texts holding our own findings and gitleaks' provider secrets side by side, apart, glued and overlapping.
+fn merge_texts() -> Vec<String> {
+    let secrets: Vec<&str> = include_str!("../../../tests/masking/gitleaks/true_positives.tsv")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split('\t').nth(2))
+        .collect();
+    let ours = ["jane@example.com", "AKIAIOSFODNN7QK4RW2Z", "4111 1111 1111 1111", "password=hunter2!", "123-45-6789"];
+    let mut texts: Vec<String> = secrets
+        .iter()
+        .zip(ours.iter().cycle())
+        .map(|(secret, own)| format!("{own} {secret} {own}, key={secret}; {own}{secret}"))
+        .collect();
+    texts.push(secrets.join("\n"));
+    texts.push(String::from("rotated key=AKIA4HK2Q7ZLMX9RT3WB; token: ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV"));
+    texts.push(String::from("nothing here but glpat- and xoxb- keywords, user0@example.com"));
+    texts
+}
+
+#[test]
+fn the_merge_of_provider_secrets_is_the_long_ways() {
+    let set = MaskSet::SECRETS | MaskSet::PII;
+    let (scanner, only) = detect::scanner(set).unwrap();
+    let (mut without, mut with) = (0, 0);
+    for text in merge_texts() {
+        let found = all_findings(&scanner, only, &text);
+        assert_eq!(found, all_findings_the_long_way(&scanner, only, &text), "{text}");
+        let natives = settled_findings(&scanner, only, &text, true).len();
+        if found.len() == natives { without += 1 } else { with += 1 }
+    }
+    // Both paths are taken: texts whose provider secrets add findings, and texts where none does.
+    assert!(with > 1_000 && without > 100, "{with} texts with provider secrets merged, {without} without");
+}

@@ -42,8 +42,125 @@ fn a_keyword_dense_text_reads_each_window_once() {
 }
 
 fn rule<'a>(providers: &'a Providers, id_keyword: &str) -> &'a Rule {
-    let at = providers.keywords.find(id_keyword).unwrap().pattern().as_usize();
-    &providers.rules[providers.keyword_rules[at][0]]
+    let mut at = None;
+    keyword_hits(&providers.keywords, id_keyword.as_bytes(), |hit| {
+        if (hit.start(), hit.end()) == (0, id_keyword.len()) {
+            at = at.or(Some(hit.pattern().as_usize()));
+        }
+    });
+    &providers.rules[providers.keyword_rules[at.unwrap()][0]]
+}
+
+/// The hits [`keyword_hits`] reports in `text`.
+fn hits_inline(keywords: &Keywords, text: &str) -> Vec<aho_corasick::Match> {
+    let mut hits = Vec::new();
+    keyword_hits(keywords, text.as_bytes(), |hit| hits.push(hit));
+    hits
+}
+
+/// The hits aho-corasick's own overlapping search reports in `text`, on the same DFA.
+fn hits_by_the_library(keywords: &Keywords, text: &str) -> Vec<aho_corasick::Match> {
+    let (input, mut state) = (aho_corasick::Input::new(text), aho_corasick::automaton::OverlappingState::start());
+    let mut hits = Vec::new();
+    loop {
+        keywords.dfa.try_find_overlapping(&input, &mut state).unwrap();
+        match state.get_match() {
+            Some(hit) => hits.push(hit),
+            None => return hits,
+        }
+    }
+}
+
+/// The windows of `text` as the keyword pass first computed them: the hits from aho-corasick's own search, every
+/// rule's open window in a slot of its own, the windows still open at the end listed in the order they opened.
+fn windows_the_long_way(providers: &Providers, text: &str) -> Vec<Window> {
+    let bytes = text.as_bytes();
+    let mut open: Vec<Option<Window>> = vec![None; providers.rules.len()];
+    let mut opened: Vec<usize> = Vec::new();
+    let mut windows: Vec<Window> = Vec::new();
+    for hit in hits_by_the_library(&providers.keywords, text) {
+        for &rule in &providers.keyword_rules[hit.pattern().as_usize()] {
+            let spec = &providers.rules[rule];
+            let (from, to) = if spec.keyword_first {
+                if spec.word_start && hit.start() > 0 && is_word(bytes[hit.start() - 1]) && is_word(bytes[hit.start()])
+                {
+                    continue;
+                }
+                let extra = if spec.window >= MAX_WINDOW { KEYWORD_REACH } else { 0 };
+                (hit.start(), (hit.start() + spec.window + extra).min(text.len()))
+            } else {
+                let reach = spec.window + KEYWORD_REACH;
+                (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
+            };
+            match &mut open[rule] {
+                Some(window) if from <= window.to => {
+                    window.to = window.to.max(to);
+                    window.at_from_only &= from == window.from;
+                }
+                slot => match slot.replace(Window { rule, from, to, at_from_only: spec.keyword_first }) {
+                    Some(closed) => windows.push(closed),
+                    None => opened.push(rule),
+                },
+            }
+        }
+    }
+    windows.extend(opened.into_iter().filter_map(|rule| open[rule]));
+    windows
+}
+
+#[test]
+fn the_keyword_pass_reports_what_aho_corasicks_overlapping_search_reports() {
+    let providers = providers().unwrap();
+    let secrets = corpus_secrets();
+    let texts = [
+        secrets.join("\n"),
+        secrets.iter().map(|s| s.to_ascii_uppercase()).collect::<Vec<_>>().join(" "),
+        "glpat-x xoxb- AKIA sk- ghp_ adafruit_key: hooks.slack.com/ eyJ a3- q~ sc_ token=\n".repeat(40),
+        "rotated key=AKIA4HK2Q7ZLMX9RT3WB; token: ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV, Pass: Secret_KEY"
+            .to_owned(),
+        String::new(),
+    ];
+    let (mut total, mut windows) = (0, 0);
+    for text in &texts {
+        let hits = hits_inline(&providers.keywords, text);
+        assert_eq!(hits, hits_by_the_library(&providers.keywords, text), "{text}");
+        total += hits.len();
+        let pass = providers.keyword_pass(text);
+        assert_eq!(pass.windows, windows_the_long_way(providers, text), "{text}");
+        windows += pass.windows.len();
+    }
+    assert!(total > 5_000 && windows > 2_000, "{total} hits, {windows} windows");
+}
+
+proptest! {
+    /// Any keywords, any text, any ASCII case: the hits of the DFA read inline are the hits, in order, of an
+    /// `AhoCorasick` built from the same keywords as the masker built it before (a DFA, ASCII case ignored).
+    #[test]
+    fn the_keyword_pass_reports_what_an_aho_corasick_reports(
+        words in prop::collection::vec("[a-cA-C_.-]{1,4}", 1..12),
+        text in "[a-dA-D_. -]{0,80}",
+    ) {
+        let dfa = aho_corasick::dfa::DFA::builder().ascii_case_insensitive(true).prefilter(false).build(&words).unwrap();
+        let start = dfa.start_state(aho_corasick::Anchored::No).unwrap();
+        let keywords = Keywords { dfa, start };
+        let reference = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&words)
+            .unwrap();
+        let expected: Vec<aho_corasick::Match> = reference.find_overlapping_iter(&text).collect();
+        prop_assert_eq!(hits_inline(&keywords, &text), expected);
+    }
+
+    /// The masker's own keywords on generated text.
+    #[test]
+    fn the_keyword_pass_reports_what_the_library_reports_on_generated_text(
+        text in "(glpat-|xoxb-|AKIA|sk-|ghp_|TOKEN|key|Pass|secret|[ a-zA-Z0-9_=:.-]{1,6}){0,20}",
+    ) {
+        let providers = providers().unwrap();
+        prop_assert_eq!(hits_inline(&providers.keywords, &text), hits_by_the_library(&providers.keywords, &text));
+        prop_assert_eq!(providers.keyword_pass(&text).windows, windows_the_long_way(providers, &text));
+    }
 }
 
 #[test]
