@@ -104,6 +104,28 @@ struct Rule {
     allowlists: Vec<Allowlist>,
 }
 
+impl Rule {
+    /// The window a keyword found at `start..end` of `bytes` opens for this rule, or none when the keyword
+    /// cannot start a match (glued to a word before it, for a rule whose matches start at a word boundary).
+    #[inline]
+    fn window_at(&self, bytes: &[u8], start: usize, end: usize) -> Option<(usize, usize)> {
+        if self.keyword_first {
+            // A match starts at a keyword's start and is at most `window` long (an unbounded pattern is read as
+            // far as an unanchored one is).
+            if self.word_start && start > 0 && is_word(bytes[start - 1]) && is_word(bytes[start]) {
+                return None;
+            }
+            let extra = if self.window >= MAX_WINDOW { KEYWORD_REACH } else { 0 };
+            Some((start, (start + self.window + extra).min(bytes.len())))
+        } else {
+            // A keyword need not be inside the match (`airtable_token: pat…` has the rule's keyword in its label
+            // only): the window reaches [`KEYWORD_REACH`] further.
+            let reach = self.window + KEYWORD_REACH;
+            Some((end.saturating_sub(reach), (start + reach).min(bytes.len())))
+        }
+    }
+}
+
 /// The compiled rule set.
 pub(crate) struct Providers {
     keywords: Keywords,
@@ -413,24 +435,7 @@ impl Providers {
             names_a_secret |= self.names_a_secret[hit.pattern().as_usize()];
             for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
                 let spec = &self.rules[rule];
-                let (from, to) = if spec.keyword_first {
-                    // A match starts at a keyword's start and is at most `window` long (an unbounded pattern is
-                    // read as far as an unanchored one is).
-                    if spec.word_start
-                        && hit.start() > 0
-                        && is_word(bytes[hit.start() - 1])
-                        && is_word(bytes[hit.start()])
-                    {
-                        continue;
-                    }
-                    let extra = if spec.window >= MAX_WINDOW { KEYWORD_REACH } else { 0 };
-                    (hit.start(), (hit.start() + spec.window + extra).min(text.len()))
-                } else {
-                    // A keyword need not be inside the match (`airtable_token: pat…` has the rule's keyword in
-                    // its label only): the window reaches [`KEYWORD_REACH`] further.
-                    let reach = spec.window + KEYWORD_REACH;
-                    (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
-                };
+                let Some((from, to)) = spec.window_at(bytes, hit.start(), hit.end()) else { continue };
                 if slot.is_empty() {
                     slot = vec![0; self.rules.len()];
                 }

@@ -81,17 +81,7 @@ fn windows_the_long_way(providers: &Providers, text: &str) -> Vec<Window> {
     for hit in hits_by_the_library(&providers.keywords, text) {
         for &rule in &providers.keyword_rules[hit.pattern().as_usize()] {
             let spec = &providers.rules[rule];
-            let (from, to) = if spec.keyword_first {
-                if spec.word_start && hit.start() > 0 && is_word(bytes[hit.start() - 1]) && is_word(bytes[hit.start()])
-                {
-                    continue;
-                }
-                let extra = if spec.window >= MAX_WINDOW { KEYWORD_REACH } else { 0 };
-                (hit.start(), (hit.start() + spec.window + extra).min(text.len()))
-            } else {
-                let reach = spec.window + KEYWORD_REACH;
-                (hit.end().saturating_sub(reach), (hit.start() + reach).min(text.len()))
-            };
+            let Some((from, to)) = spec.window_at(bytes, hit.start(), hit.end()) else { continue };
             match &mut open[rule] {
                 Some(window) if from <= window.to => {
                     window.to = window.to.max(to);
