@@ -33,6 +33,7 @@ try:
     from agent_airlock import Airlock, AirlockConfig, SecurityPolicy, UnknownArgsMode
     from agent_airlock.oversight import OversightResponse, OversightVerdict
     from agent_airlock.sanitizer import sanitize_output
+    from pydantic import BaseModel
 except ImportError as err:  # pragma: no cover - setup error
     sys.exit(f"agent-airlock is not importable ({err}); see the setup lines at the top of this file")
 
@@ -68,6 +69,68 @@ def admin_lookup(order_id: str) -> str:
 
 def approve(request):
     return OversightResponse(request_id=request.request_id, verdict=OversightVerdict.GRANT, approver="bench")
+
+
+# ---- the inputs of benches/src/hot_path.rs (issue 25: an 8-field, ~300-byte argument object) ----
+
+TICKET = {
+    "title": "Refund not received for order ORD-2024-118842",
+    "body": "Customer reports the refund issued on 2024-05-02 has not reached their card; bank says nothing pending.",
+    "priority": 2,
+    "urgent": False,
+    "customer": {"id": "cus_9f8e7d6c5b4a", "tier": "gold", "region": "eu-west"},
+    "tags": ["billing", "refund", "escalation"],
+    "assignee": "support-tier2",
+    "due": "2024-05-09T17:00:00Z",
+}
+TICKET_GHOSTS = {**TICKET, "admin": True, "customer": {**TICKET["customer"], "debug": 1}}
+TICKET_INVALID = {**TICKET, "priority": "2", "due": 20240509}
+
+
+class Customer(BaseModel):
+    """Who the ticket is for (extra keys ignored: the nested ghost is dropped, as ours strips it)."""
+
+    id: str
+    tier: str
+    region: str
+
+
+def file_ticket(
+    title: str,
+    body: str,
+    priority: int,
+    urgent: bool,
+    customer: Customer,
+    tags: list[str],
+    assignee: str | None,
+    due: str,
+) -> str:
+    """File a support ticket (the same body as the Rust tool's)."""
+    if isinstance(customer, dict):  # a direct call passes the dict through
+        customer = Customer(**customer)
+    size = len(title) + len(body) + len(customer.id) + len(tags) + len(due)
+    return f"ticket {priority}/{str(urgent).lower()}/{size}/{len(assignee) if assignee else 0}"
+
+
+def admin_file_ticket(title: str) -> str:
+    """Denied by policy."""
+    return title
+
+
+def result_2k() -> list:
+    """`hot_path::result_2k()`: about 2 KB of a tool's JSON result with secrets and PII in it."""
+    return [
+        {
+            "id": 123_456_000 + i,
+            "email": f"user{i}@example.com",
+            "phone": "4155552671",
+            "note": "rotated key=AKIA4HK2Q7ZLMX9RT3WB; token: ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV",
+            "version": "10.0.1.2",
+            "tags": ["vip", "newsletter"],
+            "summary": "Prefers e-mail; last order shipped on 2024-05-01, invoice #123456789.",
+        }
+        for i in range(8)
+    ]
 
 
 # ---- the text of benches/benches/masking.rs ----
@@ -132,6 +195,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one timed batch")
     parser.add_argument("--repeats", type=int, default=7, help="timed batches per case")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--only", help="only the cases whose name starts with this (e.g. hot_path/)")
     options = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="airlock-peer-")
@@ -149,6 +213,8 @@ def main() -> None:
     escalated = Airlock(config=quiet, policy=policy)(lookup_escalated)
     limited = Airlock(config=quiet, policy=policy)(lookup_limited)
     denied = Airlock(config=quiet, policy=policy)(admin_lookup)
+    ticket = Airlock(config=quiet, policy=policy)(file_ticket)
+    ticket_denied = Airlock(config=quiet, policy=policy)(admin_file_ticket)
 
     # Check each case answers as the Rust bench expects before timing it.
     assert guarded(**ARGS) == "ord_1234567890:25:items"
@@ -160,6 +226,14 @@ def main() -> None:
     assert isinstance(limited(**ARGS), dict)
     assert escalated(**ARGS) == "ord_1234567890:25:items"
     assert guarded_audited(**ARGS) == "ord_1234567890:25:items"
+    assert ticket(**TICKET) == "ticket 2/false/187/13", ticket(**TICKET)  # the Rust tool's result
+    assert ticket(**TICKET_GHOSTS) == "ticket 2/false/187/13", ticket(**TICKET_GHOSTS)
+    refused = ticket(**TICKET_INVALID)
+    assert isinstance(refused, dict) and not refused.get("success", True), refused
+    refused = ticket_denied(**TICKET)
+    assert isinstance(refused, dict) and not refused.get("success", True), refused
+    masked = sanitize_output(result_2k(), mask_pii=True, mask_secrets=True).content
+    assert "AKIA4HK2Q7ZLMX9RT3WB" not in masked and "user0@example.com" not in masked, masked[:400]
 
     texts = {f"{n}_{'dirty' if d else 'clean'}": text_of(size, d) for n, size in (("2k", 2048), ("64k", 65536)) for d in (False, True)}
     assert all(len(t) == (2048 if k.startswith("2k") else 65536) for k, t in texts.items())
@@ -176,6 +250,15 @@ def main() -> None:
         ("dispatch/rate_limited", lambda: limited(**ARGS)),
         ("dispatch/approver_yes", lambda: escalated(**ARGS)),
     ]
+    cases += [
+        ("hot_path/direct_call", lambda: file_ticket(**TICKET)),
+        ("hot_path/allowed", lambda: ticket(**TICKET)),
+        ("hot_path/ghosts_stripped", lambda: ticket(**TICKET_GHOSTS)),
+        ("hot_path/invalid", lambda: ticket(**TICKET_INVALID)),
+        ("hot_path/denied", lambda: ticket_denied(**TICKET)),
+        # A fresh result each time, as the Rust case masks a fresh value (building it is timed on both sides).
+        ("hot_path/mask_2k", lambda: sanitize_output(result_2k(), mask_pii=True, mask_secrets=True)),
+    ]
     for name, text in texts.items():
         cases.append((f"mask_text/{name}/secrets,pii", lambda t=text: sanitize_output(t, mask_pii=True, mask_secrets=True)))
 
@@ -185,6 +268,8 @@ def main() -> None:
     print("|---|---|---|---|")
     figures = {}
     for name, fn in cases:
+        if options.only and not name.startswith(options.only):
+            continue
         median, low, high, batch = measure(fn, options.seconds, options.repeats)
         figures[name] = {"median_us": median, "min_us": low, "max_us": high}
         print(f"| {name} | {median:.2f} | {low:.2f}–{high:.2f} | {batch} |", flush=True)
