@@ -72,11 +72,38 @@ fn listed(items: impl Iterator<Item = String>, total: usize) -> String {
     shown
 }
 
-/// The refusal text and hints for argument errors, using the tool's schema to say what was expected.
+/// What each top-level parameter of a tool expects, phrased once when the dispatcher is built: phrasing it
+/// reads the schema by key (`enum`, `const`, `anyOf`, `oneOf`, `type`, `minimum`, …, each a hashed lookup),
+/// about 4 k instructions a parameter, which a refusal used to pay for every bad field.
+pub(super) struct ExpectedPhrases(Vec<(String, String)>);
+
+impl ExpectedPhrases {
+    /// The phrase of each property of `schema`, in its order.
+    pub(super) fn of(schema: &Value) -> ExpectedPhrases {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        ExpectedPhrases(
+            properties
+                .into_iter()
+                .flatten()
+                .map(|(name, property)| (name.clone(), describe_schema(property)))
+                .collect(),
+        )
+    }
+
+    /// What `field` expects: its property's phrase, or "the declared type" for a field the schema does not
+    /// list.
+    fn of_field(&self, field: &str) -> &str {
+        self.0.iter().find(|(name, _)| name == field).map_or("the declared type", |(_, phrase)| phrase)
+    }
+}
+
+/// The refusal text and hints for argument errors, using the tool's schema to say what was expected
+/// (`expected`: [`ExpectedPhrases::of`] that schema).
 pub(super) fn describe_errors(
     tool: &str,
     errors: &ArgumentErrors,
     schema: &Value,
+    expected: &ExpectedPhrases,
     stripped: &[String],
 ) -> (String, Vec<String>) {
     if errors.is_host_error() {
@@ -91,7 +118,7 @@ pub(super) fn describe_errors(
     for error in errors.errors() {
         match error {
             ArgumentError::Missing { field } => {
-                let expected = expected_for(schema, field);
+                let expected = expected.of_field(field);
                 let _ = write!(text, "\n- `{field}` is required ({expected})");
                 // A misspelt key was stripped as a ghost: say which one was meant.
                 hints.push(match misspelt(stripped, "", field) {
@@ -101,7 +128,7 @@ pub(super) fn describe_errors(
             }
             ArgumentError::Invalid { field, message } => {
                 let top = field.split(['.', '[']).next().unwrap_or(field);
-                let expected = expected_for(schema, top);
+                let expected = expected.of_field(top);
                 let shown = echo::fragment(field);
                 let message = match message.strip_prefix("data did not match any variant of untagged enum") {
                     // Serde names the Rust type only; the schema says what each variant takes.
@@ -186,7 +213,9 @@ fn any_branch<'s>(
         .find_map(|branch| find(dereference(root, branch)))
 }
 
-/// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)".
+/// A phrase for what a property's schema expects, e.g. "an integer ≥ 0 such as 5 (no quotes)": the long way
+/// of [`ExpectedPhrases`], read from the schema at each call.
+#[cfg(test)]
 fn expected_for(schema: &Value, field: &str) -> String {
     let Some(property) = schema.get("properties").and_then(|p| p.get(field)) else {
         return "the declared type".to_owned();
@@ -245,9 +274,60 @@ fn describe_schema(schema: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    /// A property schema of any shape `describe_schema` tells apart, nested a level in `anyOf`/`oneOf`.
+    fn property_schema() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(json!({"type": "integer"})),
+            Just(json!({"type": "integer", "minimum": 0})),
+            (0i64..5, 5i64..100).prop_map(|(min, max)| json!({"type": "integer", "minimum": min, "maximum": max})),
+            Just(json!({"type": "number"})),
+            Just(json!({"type": ["string", "null"]})),
+            Just(json!({"type": "boolean"})),
+            Just(json!({"type": "array", "items": {"type": "string"}})),
+            Just(json!({"type": "object", "properties": {"id": {"type": "string"}, "tier": {"type": "string"}}})),
+            Just(json!({"type": "object"})),
+            Just(json!({"type": "null"})),
+            Just(json!({"type": "uuid"})),
+            Just(json!({})),
+            proptest::collection::vec("[a-z]{1,6}", 1..10).prop_map(|values| json!({"enum": values})),
+            Just(json!({"const": "fixed"})),
+            Just(json!({"$ref": "#/$defs/Customer"})),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            (prop_oneof![Just("anyOf"), Just("oneOf")], proptest::collection::vec(inner, 1..4))
+                .prop_map(|(key, options)| json!({ key: options }))
+        })
+    }
+
+    proptest! {
+        /// The phrases made once per tool are the ones read from the schema at each refusal, for every
+        /// property and for a field the schema does not list.
+        #[test]
+        fn phrases_made_once_are_the_phrases_read_each_time(
+            properties in proptest::collection::vec(("[a-z_]{1,8}", property_schema()), 0..8),
+            unknown in "[a-z_]{1,8}",
+        ) {
+            let properties: serde_json::Map<String, Value> = properties.into_iter().collect();
+            let schema = json!({"type": "object", "properties": properties});
+            let phrases = ExpectedPhrases::of(&schema);
+            for field in properties.keys().chain([&unknown]) {
+                prop_assert_eq!(phrases.of_field(field), expected_for(&schema, field));
+            }
+        }
+    }
+
+    #[test]
+    fn a_schema_without_properties_expects_the_declared_type() {
+        for schema in [json!({"type": "object"}), json!({}), json!({"properties": 5})] {
+            assert_eq!(ExpectedPhrases::of(&schema).of_field("x"), "the declared type");
+            assert_eq!(expected_for(&schema, "x"), "the declared type");
+        }
+    }
 
     #[test]
     fn describes_expected_shapes() {

@@ -266,6 +266,7 @@ impl DispatcherBuilder {
                 Entry {
                     tool,
                     screen: crate::args::CompiledSchema::compile(&definition.input_schema),
+                    expected: super::argument_refusal::ExpectedPhrases::of(&definition.input_schema),
                     definition,
                     approvals: decision.approvals,
                     mask,

@@ -45,6 +45,8 @@ pub(super) struct Entry {
     pub(super) definition: ToolDefinition,
     /// The argument screen of gate 3: `definition`'s input schema, compiled once.
     pub(super) screen: args::CompiledSchema,
+    /// What each parameter expects, as an argument refusal says it: `definition`'s schema, phrased once.
+    pub(super) expected: super::argument_refusal::ExpectedPhrases,
     /// How many distinct approvers an escalation across an interrupt needs (the policy's `approvals`).
     pub(super) approvals: u32,
     /// The author's masking plus the policy's.

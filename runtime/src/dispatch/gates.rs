@@ -209,8 +209,13 @@ impl Entry {
     #[cold]
     #[inline(never)]
     fn invalid(&self, call: &Call<'_>, errors: &ArgumentErrors, stripped: &[String]) -> Refused {
-        let (text, hints) =
-            argument_refusal::describe_errors(call.name, errors, &self.definition.input_schema, stripped);
+        let (text, hints) = argument_refusal::describe_errors(
+            call.name,
+            errors,
+            &self.definition.input_schema,
+            &self.expected,
+            stripped,
+        );
         let kind = if errors.is_host_error() {
             for error in errors.errors() {
                 tracing::error!(target: "agent_airlock", error = ?error, "injected value missing");
