@@ -270,6 +270,20 @@ fn refused(null: bool, key: &str, path: &str, err: serde_json::Error, errors: &m
     errors.push(ArgumentError::Invalid { field, message: range_message(err.to_string()) });
 }
 
+/// `message.rsplit_once(", expected ")`, found from the last `,` back: a two-way searcher built for each
+/// refused argument cost more than the rest of this function.
+fn rsplit_at_expected(message: &str) -> Option<(&str, &str)> {
+    const SEPARATOR: &str = ", expected ";
+    let mut before = message.len();
+    while let Some(comma) = message[..before].rfind(',') {
+        if message[comma..].starts_with(SEPARATOR) {
+            return Some((&message[..comma], &message[comma + SEPARATOR.len()..]));
+        }
+        before = comma;
+    }
+    None
+}
+
 /// The value sent for each of `params`, at the parameter's position, in one pass over `args` and without
 /// hashing a key: each sent key is compared first with the parameter at its own position (a model sends
 /// them in declaration order), then with the others. Arguments given up give their values (a string is
@@ -341,7 +355,7 @@ pub(crate) fn same_name(a: &str, b: &str) -> bool {
 /// i32``, or ``invalid type: floating point `1e20`, expected u64`` for one too large to parse as an
 /// integer) restated with the range. Any other text is kept.
 fn range_message(message: String) -> String {
-    let Some((found, type_name)) = message.rsplit_once(", expected ") else { return message };
+    let Some((found, type_name)) = rsplit_at_expected(&message) else { return message };
     let Some((min, max)) = crate::schema::integer_range(type_name) else { return message };
     let number = ["invalid value: integer `", "invalid type: floating point `"]
         .iter()
@@ -718,6 +732,24 @@ mod tests {
         #[test]
         fn given_up_values_are_read_as_lent_ones(value in shaped_value()) {
             every_shape_alike(&value);
+        }
+
+        /// The separator found from the last comma back is `rsplit_once`'s, on texts made of its pieces.
+        #[test]
+        fn the_expected_separator_is_found_as_rsplit_once_finds_it(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(", expected ".to_owned()),
+                    proptest::strategy::Just(", expected".to_owned()),
+                    proptest::strategy::Just(",".to_owned()),
+                    proptest::strategy::Just(", ".to_owned()),
+                    "[a-z ,`é]{0,6}",
+                ],
+                0..8,
+            )
+        ) {
+            let message = parts.concat();
+            proptest::prop_assert_eq!(rsplit_at_expected(&message), message.rsplit_once(", expected "));
         }
     }
 
