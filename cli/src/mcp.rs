@@ -150,6 +150,12 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
         ));
     }
     let store_shared = matches!(storage, Storage::Postgres(_)) || cli.multi_process;
+    // One client on stdio, served on one thread that has nothing else to run while its call's record is
+    // committed: a lone write is committed on that thread rather than handed to the writer thread and back
+    // (two wake-ups, BENCHMARKS.md §8). Not where another process may hold the file's write lock.
+    if args.listen.is_none() && !cli.multi_process {
+        audit.commit_on_caller_when_idle();
+    }
     Ok(Prepared {
         policy,
         ledger: storage.ledger()?,
