@@ -202,11 +202,11 @@ fn main() {
                     memory_times.push(read_note(client).await);
                 }
             }
-            if let Some(b) = &mut path_b {
-                if let Some((client, _)) = &b.memory {
-                    for _ in 0..BLOCK {
-                        b.memory_times.push(read_note(client).await);
-                    }
+            if let Some(b) = &mut path_b
+                && let Some((client, _)) = &b.memory
+            {
+                for _ in 0..BLOCK {
+                    b.memory_times.push(read_note(client).await);
                 }
             }
             for _ in 0..BLOCK {
