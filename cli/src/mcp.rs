@@ -66,8 +66,9 @@ pub(crate) fn run(args: &McpArgs, cli: &Cli) -> Result<(), String> {
     };
     // One client on stdio is served on one thread: a call's tasks (the client's transport, the call, the
     // upstream's transport) then never wait for another worker to wake and take them over, which is most of
-    // what the gateway adds to a call on a busy machine (BENCHMARKS.md §8). The durable writes have their
-    // own thread either way. Clients over HTTP may be many: two workers.
+    // what the gateway adds to a call on a busy machine (BENCHMARKS.md §8). A lone call's durable write is
+    // committed on that thread too (`prepare`); concurrent ones go to the store's writer thread, which shares
+    // their commits. Clients over HTTP may be many: two workers.
     let mut builder = match args.run.listen {
         Some(_) => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -150,6 +151,12 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
         ));
     }
     let store_shared = matches!(storage, Storage::Postgres(_)) || cli.multi_process;
+    // One client on stdio, served on one thread that has nothing else to run while its call's record is
+    // committed: a lone write is committed on that thread rather than handed to the writer thread and back
+    // (two wake-ups, BENCHMARKS.md §8). Not where another process may hold the file's write lock.
+    if args.listen.is_none() && !cli.multi_process {
+        audit.commit_on_caller_when_idle();
+    }
     Ok(Prepared {
         policy,
         ledger: storage.ledger()?,

@@ -12,6 +12,10 @@
 //! the same run, so the disk line can be read against it.
 //!
 //! `cargo bench -p agent-airlock-tests --bench gateway` (`-- --calls N` to change the sample size).
+//!
+//! Two builds side by side: `AIRLOCK_GATEWAY_BIN_B=<another airlock binary>` adds two paths, that binary as
+//! the gateway with its `--db` on the tmpfs and on the disk, in the same alternating blocks, so a change is
+//! read as a ratio within one run. `AIRLOCK_GATEWAY_BIN` replaces this build's binary (path A).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -25,6 +29,10 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 
 const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock_cli");
+/// Another gateway binary to time beside path A (see the module docs).
+const BIN_B: &str = "AIRLOCK_GATEWAY_BIN_B";
+/// The gateway binary of path A, instead of this build's.
+const BIN_A: &str = "AIRLOCK_GATEWAY_BIN";
 const BLOCK: usize = 50;
 const BURST: usize = 200;
 
@@ -92,9 +100,18 @@ impl Commits {
     }
 }
 
-/// `airlock mcp` with its store at `db`, in front of the upstream logging to `log`.
-fn gateway_command(scratch: &Scratch, db: &Path, python: &Path, log: &str) -> Command {
-    Command::from(gateway_bench::gateway_command(AIRLOCK, scratch, db, &[], &scratch.upstream(python, log)))
+/// `airlock mcp` (the binary `airlock`) with its store at `db`, in front of the upstream logging to `log`.
+fn gateway_command(airlock: &str, scratch: &Scratch, db: &Path, python: &Path, log: &str) -> Command {
+    Command::from(gateway_bench::gateway_command(airlock, scratch, db, &[], &scratch.upstream(python, log)))
+}
+
+/// The second build's two gateways (tmpfs, disk), their latencies, and their upstreams' logs.
+struct PathB {
+    binary: String,
+    memory: Option<(Client, Child)>,
+    disk: (Client, Child),
+    memory_times: Vec<Duration>,
+    disk_times: Vec<Duration>,
 }
 
 fn main() {
@@ -104,6 +121,8 @@ fn main() {
     let scratch = Scratch::new(false);
     let memory =
         gateway_bench::is_tmpfs("/dev/shm").then(|| tempfile::tempdir_in("/dev/shm").expect("a directory on /dev/shm"));
+    let airlock_a = std::env::var(BIN_A).unwrap_or_else(|_| AIRLOCK.to_owned());
+    let binary_b = std::env::var(BIN_B).ok().filter(|b| !b.is_empty());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
     runtime.block_on(async {
         let direct_upstream = {
@@ -114,12 +133,40 @@ fn main() {
         };
         let (direct, _direct_child) = connect(direct_upstream).await;
         let (gateway, gateway_child) =
-            connect(gateway_command(&scratch, &scratch.path("airlock.redb"), python, "gateway.log")).await;
+            connect(gateway_command(&airlock_a, &scratch, &scratch.path("airlock.redb"), python, "gateway.log")).await;
         let in_memory = match &memory {
             Some(dir) => Some(
-                connect(gateway_command(&scratch, &dir.path().join("airlock.redb"), python, "gateway_tmpfs.log"))
-                    .await,
+                connect(gateway_command(
+                    &airlock_a,
+                    &scratch,
+                    &dir.path().join("airlock.redb"),
+                    python,
+                    "gateway_tmpfs.log",
+                ))
+                .await,
             ),
+            None => None,
+        };
+        let mut path_b = match binary_b {
+            Some(binary) => {
+                let disk =
+                    connect(gateway_command(&binary, &scratch, &scratch.path("airlock_b.redb"), python, "gateway_b.log"))
+                        .await;
+                let memory = match &memory {
+                    Some(dir) => Some(
+                        connect(gateway_command(
+                            &binary,
+                            &scratch,
+                            &dir.path().join("airlock_b.redb"),
+                            python,
+                            "gateway_b_tmpfs.log",
+                        ))
+                        .await,
+                    ),
+                    None => None,
+                };
+                Some(PathB { binary, memory, disk, memory_times: Vec::with_capacity(calls), disk_times: Vec::with_capacity(calls) })
+            }
             None => None,
         };
         let pid = gateway_child.id().expect("the gateway runs");
@@ -132,6 +179,12 @@ fn main() {
             read_note(&gateway).await;
             if let Some((client, _)) = &in_memory {
                 read_note(client).await;
+            }
+            if let Some(b) = &path_b {
+                read_note(&b.disk.0).await;
+                if let Some((client, _)) = &b.memory {
+                    read_note(client).await;
+                }
             }
         }
         let mut direct_times = Vec::with_capacity(calls);
@@ -149,8 +202,20 @@ fn main() {
                     memory_times.push(read_note(client).await);
                 }
             }
+            if let Some(b) = &mut path_b
+                && let Some((client, _)) = &b.memory
+            {
+                for _ in 0..BLOCK {
+                    b.memory_times.push(read_note(client).await);
+                }
+            }
             for _ in 0..BLOCK {
                 gateway_times.push(read_note(&gateway).await);
+            }
+            if let Some(b) = &mut path_b {
+                for _ in 0..BLOCK {
+                    b.disk_times.push(read_note(&b.disk.0).await);
+                }
             }
             disk_commits.run(BLOCK);
             if let Some(commits) = &mut memory_commits {
@@ -196,6 +261,17 @@ fn main() {
             println!("gateway, db on tmpfs: not measured (/dev/shm is not a tmpfs here)");
         }
         line("gateway, db on disk", &gateway_times, Some(&direct_times));
+        if let Some(b) = &mut path_b {
+            b.memory_times.sort();
+            b.disk_times.sort();
+            println!("B = {}", b.binary);
+            if b.memory.is_some() {
+                line("gateway B, db on tmpfs", &b.memory_times, Some(&direct_times));
+                line("gateway B, db on tmpfs, beside A's tmpfs", &b.memory_times, Some(&memory_times));
+            }
+            line("gateway B, db on disk", &b.disk_times, Some(&direct_times));
+            line("gateway B, db on disk, beside A's disk", &b.disk_times, Some(&gateway_times));
+        }
         println!(
             "redb durable commit, disk   p50 {:>8.1} us  p99 {:>8.1} us ({calls} commits)",
             micros(percentile(&disk_commits.times, 0.50)),
@@ -219,8 +295,19 @@ fn main() {
         if memory.is_some() {
             assert_eq!(scratch.calls_logged("gateway_tmpfs.log"), BLOCK + memory_times.len(), "every call reached the upstream");
         }
+        if let Some(b) = &path_b {
+            assert_eq!(scratch.calls_logged("gateway_b.log"), BLOCK + b.disk_times.len(), "every call reached the upstream");
+            if b.memory.is_some() {
+                assert_eq!(
+                    scratch.calls_logged("gateway_b_tmpfs.log"),
+                    BLOCK + b.memory_times.len(),
+                    "every call reached the upstream"
+                );
+            }
+        }
         drop(direct);
         drop(gateway);
         drop(in_memory);
+        drop(path_b);
     });
 }

@@ -173,6 +173,23 @@ impl AuditLog {
         result
     }
 
+    /// From now on, a write to this log's redb file (and to the ledger and effect records sharing it) that
+    /// finds the file's writer thread idle is committed on the thread that makes it, instead of being handed
+    /// to the writer and back: the same durable commit, answered after it, in the same order, without the two
+    /// thread wake-ups. Writes that find the writer busy still share its commits. It blocks the writing
+    /// thread for the commit, so it suits a process that serves one client on one thread (`airlock mcp` on
+    /// stdio), whose executor has nothing else to run meanwhile; never an executor shared by many callers.
+    /// Returns whether it applies (a log in a redb file).
+    pub fn commit_on_caller_when_idle(&self) -> bool {
+        match self.handle.as_ref().and_then(StoreHandle::redb_writer) {
+            Some(writer) => {
+                writer.commit_on_caller_when_idle();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The store this log writes through, if its writes can share a transaction with other stores'.
     pub(crate) fn store_handle(&self) -> Option<StoreHandle> {
         self.handle.clone()

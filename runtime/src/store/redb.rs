@@ -12,6 +12,16 @@
 //! refused (a replayed spend, a second approval of a live grant) changed nothing: it is aborted instead of
 //! committed, so a replay costs no disk flush.
 //!
+//! **A write that finds the writer idle.** Where the process serves one client on one thread (the stdio
+//! gateway, `airlock mcp`), handing a lone write to the writer thread and back costs two thread wake-ups,
+//! each of which may wait for a CPU: most of what the audit of a call adds on a tmpfs. A writer told so
+//! ([`RedbWriter::commit_on_caller_when_idle`]) commits such a write on the caller's thread instead, when
+//! nothing is queued or being committed: the same transaction (`commit_batch` with one write), the same
+//! `Durability::Immediate`, answered only after the commit, and in the same order (every write queued
+//! before it was answered first). A write that finds the writer busy is queued as before, so concurrent
+//! writes still share commits. It blocks the caller's thread for the commit, which is why it is not the
+//! default: an executor with other work to run must not wait on a disk.
+//!
 //! **One writer per database.** The writer belongs to the `Arc<Database>`, not to the ledger: a
 //! [`RedbEffectStore`](crate::effect::RedbEffectStore) and an [`AuditLog`](crate::audit::AuditLog) opened on the same `Arc<Database>`
 //! hand their writes to the same thread, so every write to the file is group-committed, and a
@@ -33,8 +43,8 @@
 //! trusted, and an existing empty file is refused rather than silently initialised as an empty ledger.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -459,6 +469,12 @@ pub(crate) struct RedbWriter {
     jobs: Option<mpsc::Sender<Box<dyn WriteJob>>>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<SharedStats>,
+    /// The writes sent to the thread and not yet answered.
+    queued: Arc<AtomicUsize>,
+    /// Held by whoever commits: the thread for each batch, a caller committing its own write.
+    committing: Arc<Mutex<()>>,
+    /// Whether a write that finds nothing queued is committed on the caller's thread.
+    on_caller_when_idle: AtomicBool,
 }
 
 /// The live writers, by database: stores opened on one `Arc<Database>` find the same writer.
@@ -478,15 +494,26 @@ impl RedbWriter {
         }
         let (jobs, queue) = mpsc::channel();
         let stats = Arc::new(SharedStats::default());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let committing = Arc::new(Mutex::new(()));
         let thread = {
             let database = Arc::clone(database);
             let stats = Arc::clone(&stats);
+            let queued = Arc::clone(&queued);
+            let committing = Arc::clone(&committing);
             std::thread::Builder::new()
                 .name("airlock-redb-writer".into())
-                .spawn(move || run_writer(&database, &queue, &stats))?
+                .spawn(move || run_writer(&database, &queue, &stats, &queued, &committing))?
         };
-        let writer =
-            Arc::new(RedbWriter { database: Arc::clone(database), jobs: Some(jobs), thread: Some(thread), stats });
+        let writer = Arc::new(RedbWriter {
+            database: Arc::clone(database),
+            jobs: Some(jobs),
+            thread: Some(thread),
+            stats,
+            queued,
+            committing,
+            on_caller_when_idle: AtomicBool::new(false),
+        });
         writers.push(Arc::downgrade(&writer));
         Ok(writer)
     }
@@ -497,11 +524,44 @@ impl RedbWriter {
         run: impl FnMut(&mut WriteTables<'_>) -> Result<R, E> + Send + 'static,
     ) -> Reply<R, E> {
         let (reply, answer) = Reply::fault_channel();
+        let job: Box<dyn WriteJob> = Box::new(Op { run, outcome: None, reply });
+        let job = match self.idle() {
+            Some(_committing) => {
+                commit_and_answer(&self.database, vec![job], &self.stats);
+                return answer;
+            }
+            None => job,
+        };
         if let Some(jobs) = &self.jobs {
+            self.queued.fetch_add(1, Ordering::AcqRel);
             // A failed send drops the job and its sender, which answers `WriterStopped`.
-            let _ = jobs.send(Box::new(Op { run, outcome: None, reply }));
+            if jobs.send(job).is_err() {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         answer
+    }
+
+    /// Commits a write that finds nothing queued on the caller's thread from now on (see the module docs):
+    /// for a process serving one client on one thread, whose executor has nothing else to run meanwhile.
+    pub(crate) fn commit_on_caller_when_idle(&self) {
+        self.on_caller_when_idle.store(true, Ordering::Release);
+    }
+
+    /// The commit lock, if a write may be committed on the caller's thread now: allowed, and every write
+    /// sent to the thread answered (so this one is committed after them, as the thread would).
+    fn idle(&self) -> Option<MutexGuard<'_, ()>> {
+        if !self.on_caller_when_idle.load(Ordering::Acquire) || self.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let committing = match self.committing.try_lock() {
+            Ok(guard) => guard,
+            // Nothing is guarded by the lock but the right to commit.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        // A write sent meanwhile goes first: the thread takes the lock after this commit.
+        (self.queued.load(Ordering::Acquire) == 0).then_some(committing)
     }
 
     /// How many commits carried how many writes so far.
@@ -524,7 +584,13 @@ impl Drop for RedbWriter {
     }
 }
 
-fn run_writer(database: &Database, queue: &mpsc::Receiver<Box<dyn WriteJob>>, stats: &SharedStats) {
+fn run_writer(
+    database: &Database,
+    queue: &mpsc::Receiver<Box<dyn WriteJob>>,
+    stats: &SharedStats,
+    queued: &AtomicUsize,
+    committing: &Mutex<()>,
+) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -533,28 +599,38 @@ fn run_writer(database: &Database, queue: &mpsc::Receiver<Box<dyn WriteJob>>, st
                 Err(_) => break,
             }
         }
-        match commit_batch(database, &mut batch) {
-            Ok(committed) => {
-                record_batch(stats, batch.len(), committed);
-                for job in batch {
-                    job.answer();
-                }
+        let writes = batch.len();
+        let _committing = committing.lock().unwrap_or_else(PoisonError::into_inner);
+        commit_and_answer(database, batch, stats);
+        // Only once they are answered may a caller commit a write of its own.
+        queued.fetch_sub(writes, Ordering::AcqRel);
+    }
+}
+
+/// Commits `batch` in one transaction and answers each write; if the transaction fails, each write is
+/// tried alone, so one write's fault does not fail its neighbours.
+fn commit_and_answer(database: &Database, mut batch: Vec<Box<dyn WriteJob>>, stats: &SharedStats) {
+    match commit_batch(database, &mut batch) {
+        Ok(committed) => {
+            record_batch(stats, batch.len(), committed);
+            for job in batch {
+                job.answer();
             }
-            Err(error) if batch.len() == 1 => {
-                for job in batch {
-                    job.fail(error.clone());
-                }
+        }
+        Err(error) if batch.len() == 1 => {
+            for job in batch {
+                job.fail(error.clone());
             }
-            // One write's fault must not fail its neighbours: retry each alone.
-            Err(_) => {
-                for mut job in batch {
-                    match commit_batch(database, std::slice::from_mut(&mut job)) {
-                        Ok(committed) => {
-                            record_batch(stats, 1, committed);
-                            job.answer();
-                        }
-                        Err(error) => job.fail(error),
+        }
+        // One write's fault must not fail its neighbours: retry each alone.
+        Err(_) => {
+            for mut job in batch {
+                match commit_batch(database, std::slice::from_mut(&mut job)) {
+                    Ok(committed) => {
+                        record_batch(stats, 1, committed);
+                        job.answer();
                     }
+                    Err(error) => job.fail(error),
                 }
             }
         }
@@ -599,4 +675,115 @@ fn transaction_error(error: TransactionError) -> StoreError {
 
 fn commit_error(error: CommitError) -> StoreError {
     StoreError::storage(error)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::future::Future as _;
+    use std::sync::mpsc;
+    use std::thread::ThreadId;
+
+    use super::*;
+
+    /// A write that appends `value` under `key` (in the effect records' table) and says on which thread it
+    /// ran and what it found there before.
+    fn append(
+        writer: &RedbWriter,
+        key: &'static str,
+        value: &'static str,
+    ) -> Reply<(ThreadId, Option<String>), StoreError> {
+        writer.op(move |tables| {
+            tables.open_effects()?;
+            let effects = opened_mut(&mut tables.effects, "effects")?;
+            let before = effects
+                .get(key)
+                .map_err(StoreError::storage)?
+                .map(|found| String::from_utf8_lossy(found.value()).into_owned());
+            let now = format!("{}{value}", before.as_deref().unwrap_or(""));
+            effects.insert(key, now.as_bytes()).map_err(StoreError::storage)?;
+            tables.wrote = true;
+            Ok((std::thread::current().id(), before))
+        })
+    }
+
+    fn writer() -> (tempfile::TempDir, Arc<RedbWriter>) {
+        let dir = tempfile::tempdir().unwrap();
+        let database = Arc::new(open_database(dir.path().join("store.redb"), &RedbOpenOptions::default()).unwrap());
+        let writer = RedbWriter::for_database(&database).unwrap();
+        (dir, writer)
+    }
+
+    #[test]
+    fn a_write_goes_to_the_writer_thread_by_default() {
+        let (_dir, writer) = writer();
+        let (ran_on, _) = append(&writer, "k", "a").wait().unwrap();
+        assert_ne!(ran_on, std::thread::current().id());
+        assert_eq!(writer.stats().commits, 1);
+    }
+
+    /// Told so, a writer with nothing queued commits a write on the caller's thread: the answer is there when
+    /// `op` returns, durable (a commit of its own), with no hand-off to the writer thread and back.
+    #[test]
+    fn a_lone_write_is_committed_on_the_callers_thread_when_asked() {
+        let (_dir, writer) = writer();
+        writer.commit_on_caller_when_idle();
+        let mut reply = append(&writer, "k", "a");
+        let waker = std::task::Waker::noop();
+        let answered = std::pin::Pin::new(&mut reply).poll(&mut std::task::Context::from_waker(waker));
+        let std::task::Poll::Ready(Ok((ran_on, before))) = answered else { panic!("not answered on return") };
+        assert_eq!(ran_on, std::thread::current().id());
+        assert_eq!(before, None);
+        let (_, before) = append(&writer, "k", "b").wait().unwrap();
+        assert_eq!(before.as_deref(), Some("a"));
+        assert_eq!(writer.stats(), WriterStats { commits: 2, writes: 2, largest_batch: 1 });
+        let read = writer.database.begin_read().unwrap();
+        let effects = read.open_table(EFFECTS).unwrap();
+        assert_eq!(effects.get("k").unwrap().unwrap().value(), b"ab", "both writes are committed, in order");
+    }
+
+    /// A write that finds another being committed is queued for the writer thread, which commits it after
+    /// that one: the order of writes is the order of their commits.
+    #[test]
+    fn a_write_that_finds_a_commit_under_way_waits_for_the_writer_thread() {
+        let (_dir, writer) = writer();
+        writer.commit_on_caller_when_idle();
+        let (entered, entered_rx) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let first = {
+            let writer = Arc::clone(&writer);
+            std::thread::spawn(move || {
+                writer
+                    .op(move |tables| {
+                        let _ = entered.send(());
+                        let _ = release_rx.recv();
+                        tables.open_effects()?;
+                        opened_mut(&mut tables.effects, "effects")?
+                            .insert("k", b"a".as_slice())
+                            .map_err(StoreError::storage)?;
+                        tables.wrote = true;
+                        Ok::<_, StoreError>(std::thread::current().id())
+                    })
+                    .wait()
+                    .unwrap()
+            })
+        };
+        entered_rx.recv().unwrap();
+        // The first write is being committed on its caller's thread: this one is queued.
+        let second = append(&writer, "k", "b");
+        release.send(()).unwrap();
+        let first_ran_on = first.join().unwrap();
+        let (second_ran_on, before) = second.wait().unwrap();
+        assert_ne!(first_ran_on, second_ran_on);
+        assert_ne!(second_ran_on, std::thread::current().id(), "the queued write ran on the writer thread");
+        assert_eq!(before.as_deref(), Some("a"), "it was committed after the write under way");
+        // Once the writer thread is done with it (it answers before it counts the write done), the next lone
+        // write is the caller's again.
+        while writer.queued.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+        let (third_ran_on, before) = append(&writer, "k", "c").wait().unwrap();
+        assert_eq!(third_ran_on, std::thread::current().id());
+        assert_eq!(before.as_deref(), Some("ab"));
+    }
 }

@@ -209,6 +209,63 @@ fn fd_flags(pid: u32, fd: &str) -> u32 {
     u32::from_str_radix(flags.trim(), 8).expect("octal flags")
 }
 
+/// The voluntary context switches of the gateway's store writer thread (`airlock-redb-writer`).
+#[cfg(target_os = "linux")]
+fn writer_thread_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the gateway's threads");
+    let writer = tasks
+        .filter_map(|task| task.ok().map(|task| task.path()))
+        .find(|task| {
+            std::fs::read_to_string(task.join("comm")).is_ok_and(|name| name.trim().starts_with("airlock-redb"))
+        })
+        .expect("the store's writer thread");
+    let status = std::fs::read_to_string(writer.join("status")).expect("the writer's status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("a count of voluntary switches")
+}
+
+/// One client on stdio, one call at a time: each call's audit record is committed on the gateway's serving
+/// thread, not handed to the store's writer thread and back (two wake-ups per call, BENCHMARKS.md §8), so the
+/// writer thread sleeps through the calls. Every call is still audited, durably, before it is answered.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_stdio_gateway_commits_a_lone_calls_record_without_waking_the_writer_thread() {
+    const CALLS: u64 = 10;
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let pid = session.pid();
+    session.call(1, "read_note", json!({"name": "a.txt"}));
+    assert_eq!(session.response(1, Duration::from_secs(60))["result"]["content"][0]["text"], "a note");
+    let before = writer_thread_switches(pid);
+    for id in 2..2 + CALLS {
+        session.call(id, "read_note", json!({"name": "a.txt"}));
+        let answer = session.response(id, Duration::from_secs(60));
+        assert_eq!(answer["result"]["content"][0]["text"], "a note", "{answer}");
+    }
+    let woken = writer_thread_switches(pid) - before;
+    assert!(woken < CALLS / 2, "the writer thread was woken {woken} times for {CALLS} calls");
+    session.close();
+
+    let verified = Command::new(AIRLOCK)
+        .arg("--json")
+        .arg("--db")
+        .arg(scratch.path("airlock.redb"))
+        .args(["audit", "verify"])
+        .output()
+        .expect("airlock runs");
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+    let report: Value = serde_json::from_slice(&verified.stdout).expect("a JSON report");
+    assert_eq!(report["records"], 1 + CALLS, "every call audited: {report}");
+}
+
 /// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
 /// every message is read and written on the async reactor rather than handed to a blocking thread; its
 /// standard streams, which it shares with whatever else holds those pipes, stay blocking. And it serves
