@@ -105,6 +105,35 @@ fn gateway_command(airlock: &str, scratch: &Scratch, db: &Path, python: &Path, l
     Command::from(gateway_bench::gateway_command(airlock, scratch, db, &[], &scratch.upstream(python, log)))
 }
 
+/// One build's two gateways: its store on the disk (`airlock{suffix}.redb` in the scratch directory) and, when
+/// there is a tmpfs, on it; each in front of an upstream logging to `gateway{suffix}.log` /
+/// `gateway{suffix}_tmpfs.log`.
+async fn connect_gateways(
+    airlock: &str,
+    scratch: &Scratch,
+    memory: Option<&tempfile::TempDir>,
+    python: &Path,
+    suffix: &str,
+) -> ((Client, Child), Option<(Client, Child)>) {
+    let db = format!("airlock{suffix}.redb");
+    let disk =
+        connect(gateway_command(airlock, scratch, &scratch.path(&db), python, &format!("gateway{suffix}.log"))).await;
+    let memory = match memory {
+        Some(dir) => Some(
+            connect(gateway_command(
+                airlock,
+                scratch,
+                &dir.path().join(&db),
+                python,
+                &format!("gateway{suffix}_tmpfs.log"),
+            ))
+            .await,
+        ),
+        None => None,
+    };
+    (disk, memory)
+}
+
 /// The second build's two gateways (tmpfs, disk), their latencies, and their upstreams' logs.
 struct PathB {
     binary: String,
@@ -132,39 +161,11 @@ fn main() {
             command
         };
         let (direct, _direct_child) = connect(direct_upstream).await;
-        let (gateway, gateway_child) =
-            connect(gateway_command(&airlock_a, &scratch, &scratch.path("airlock.redb"), python, "gateway.log")).await;
-        let in_memory = match &memory {
-            Some(dir) => Some(
-                connect(gateway_command(
-                    &airlock_a,
-                    &scratch,
-                    &dir.path().join("airlock.redb"),
-                    python,
-                    "gateway_tmpfs.log",
-                ))
-                .await,
-            ),
-            None => None,
-        };
+        let ((gateway, gateway_child), in_memory) =
+            connect_gateways(&airlock_a, &scratch, memory.as_ref(), python, "").await;
         let mut path_b = match binary_b {
             Some(binary) => {
-                let disk =
-                    connect(gateway_command(&binary, &scratch, &scratch.path("airlock_b.redb"), python, "gateway_b.log"))
-                        .await;
-                let memory = match &memory {
-                    Some(dir) => Some(
-                        connect(gateway_command(
-                            &binary,
-                            &scratch,
-                            &dir.path().join("airlock_b.redb"),
-                            python,
-                            "gateway_b_tmpfs.log",
-                        ))
-                        .await,
-                    ),
-                    None => None,
-                };
+                let (disk, memory) = connect_gateways(&binary, &scratch, memory.as_ref(), python, "_b").await;
                 Some(PathB { binary, memory, disk, memory_times: Vec::with_capacity(calls), disk_times: Vec::with_capacity(calls) })
             }
             None => None,

@@ -62,6 +62,16 @@ impl Scratch {
         command
     }
 
+    /// A gateway allowing every tool, in front of an upstream holding one note, `a.txt` ("a note"), started
+    /// on stdio with its standard error inherited.
+    fn allow_all_session(&self, venv: &Venv) -> StdioSession {
+        let policy = self.path("airlock.toml");
+        std::fs::create_dir_all(self.path("notes")).expect("notes");
+        std::fs::write(self.path("notes/a.txt"), "a note").expect("a note");
+        std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+        StdioSession::start(self.gateway(&policy, venv).stderr(Stdio::inherit()))
+    }
+
     /// Every upstream process started so far.
     fn upstream_pids(&self) -> Vec<u32> {
         std::fs::read_to_string(self.path("calls.pids"))
@@ -236,11 +246,7 @@ fn the_stdio_gateway_commits_a_lone_calls_record_without_waking_the_writer_threa
     const CALLS: u64 = 10;
     let venv = venv();
     let scratch = Scratch::new();
-    let policy = scratch.path("airlock.toml");
-    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
-    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
-    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let mut session = scratch.allow_all_session(&venv);
     let pid = session.pid();
     session.call(1, "read_note", json!({"name": "a.txt"}));
     assert_eq!(session.response(1, Duration::from_secs(60))["result"]["content"][0]["text"], "a note");
@@ -278,11 +284,7 @@ fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     const O_NONBLOCK: u32 = 0o4000;
     let venv = venv();
     let scratch = Scratch::new();
-    let policy = scratch.path("airlock.toml");
-    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
-    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
-    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let mut session = scratch.allow_all_session(&venv);
     let pid = session.pid();
     session.call(2, "read_note", json!({"name": "a.txt", "ghost": "x"}));
     let answer = session.response(2, Duration::from_secs(60));
