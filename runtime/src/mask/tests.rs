@@ -114,3 +114,116 @@ fn the_merge_of_provider_secrets_is_the_long_ways() {
     // Both paths are taken: texts whose provider secrets add findings, and texts where none does.
     assert!(with > 1_000 && without > 100, "{with} texts with provider secrets merged, {without} without");
 }
+
+/// Every finding may have stopped a match: the tagged text is always scanned again (as it was for every finding
+/// holding a blank, `/`, `?`, `#`, a quote, `<` or `>` before [`tag_may_let_a_match_through`]).
+fn every_finding_may(_: &str, _: &Finding, _: MaskSet) -> bool {
+    true
+}
+
+/// Pieces the rescan's texts are glued from: URLs cut at every part, what ends a URL's credentials, labelled
+/// values quoted and bare, line breaks, and findings holding blanks, `/`, quotes and line breaks.
+const RESCAN_PIECES: &[&str] = &[
+    "db://",
+    "db://u:",
+    "db://u:.@",
+    "postgres://app:s3",
+    "redis://:",
+    "postgres://",
+    "https://",
+    ":/",
+    "//",
+    "u",
+    "app",
+    ":",
+    ".",
+    "@",
+    "@host",
+    "@db.internal:5432/app",
+    ":pass@host",
+    "s3cr3t",
+    "password: \"",
+    "token='",
+    "api_key=",
+    "secret: ",
+    "\"",
+    "'",
+    " ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\u{b}",
+    "\u{c}",
+    "/",
+    "?",
+    "#",
+    "<",
+    ">",
+    ",",
+    ";",
+    "+1 555-0100",
+    "+1 415 555 2671",
+    "(415) 555-2671",
+    "4111 1111 1111 1111",
+    "4111-1111-1111-1111",
+    "123-45-6789",
+    "SSN: 078-05-1120",
+    "phone: 415 555 2671",
+    "GB82 WEST 1234 5698 7654 32",
+    "jane@example.com",
+    "10.0.0.1",
+    "AKIAIOSFODNN7QK4RW2Z",
+    "Bearer abcDEF1234567890ghij",
+    "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END RSA PRIVATE KEY-----",
+    "[PHONE]",
+    "x",
+];
+
+fn rescan_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    proptest::collection::vec(
+        prop_oneof![4 => proptest::sample::select(RESCAN_PIECES).prop_map(str::to_owned), 1 => "[ -~]{0,4}"],
+        0..14,
+    )
+    .prop_map(|pieces| pieces.concat())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+    /// Scanning the tagged text again only when a finding may have stopped a match finds what always scanning it
+    /// again finds.
+    #[test]
+    fn the_rescan_left_out_finds_what_the_rescan_finds(text in rescan_text()) {
+        for set in [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS, MaskSet::PII] {
+            let (scanner, only) = detect::scanner(set).unwrap();
+            let names_a_secret = providers::providers().unwrap().keyword_pass(&text).names_a_secret;
+            let always = settled_findings_by(&scanner, only, &text, names_a_secret, every_finding_may);
+            let found = settled_findings(&scanner, only, &text, names_a_secret);
+            proptest::prop_assert_eq!(found, always, "{:?} {:?}", text, set);
+        }
+    }
+}
+
+#[test]
+fn a_finding_stops_a_match_only_after_a_urls_credentials_or_inside_a_quoted_value() {
+    let set = MaskSet::SECRETS | MaskSet::PII;
+    let stops = |text: &str| {
+        let (scanner, only) = detect::scanner(set).unwrap();
+        let only = detect::narrow(only, text);
+        let mut found = Vec::new();
+        scanner.scan(text, only, |finding| found.push(finding));
+        assert!(!found.is_empty(), "{text:?}");
+        found.iter().any(|finding| tag_may_let_a_match_through(text, finding, only))
+    };
+    // The phone's blank ends the URL's password; its tag does not, and the whole password is masked.
+    let url = "db://u:.@+1 555-0100:pass@host";
+    assert!(stops(url));
+    assert_eq!(Masker::default().mask_text(url, set), "db://u:[CONNECTION_PASSWORD]@host");
+    // A blank after a `/` or a blank: no URL's credentials run into it.
+    assert!(!stops("see https://example.com/+1 555-0100 or call +1 415 555 2671 at 10.0.0.1"));
+    assert!(!stops("card 4111 1111 1111 1111, phone (415) 555-2671"));
+    // A line break inside a finding, with labelled values looked for.
+    assert!(stops("-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"));
+}
