@@ -201,6 +201,15 @@ impl Masker {
             return report;
         };
         let max = self.config.max_text_bytes();
+        // A result that is one string, as most tools' are: masked as the one leaf it is, without the stack below.
+        if let Value::String(text) = value {
+            if text.len() > max {
+                *value = Value::String(strategy::too_large(text.len(), max));
+            } else if let Some(masked) = self.mask_leaf(&scanner, only, text, KeyHint::None, &mut report) {
+                *text = masked;
+            }
+            return report;
+        }
         // The bytes of strings and keys read so far: the budget holds for the whole value, not per leaf, so a
         // result of many leaves each under it is not masked for longer than one text of its size would be.
         let mut read = 0usize;
@@ -493,6 +502,9 @@ fn settled_findings_by(
     names_a_secret: bool,
     stopped: fn(&str, &Finding, MaskSet) -> bool,
 ) -> Vec<Finding> {
+    if !names_a_secret && screen::is_quiet(text) {
+        return Vec::new();
+    }
     // Without the kinds the text cannot hold: their groups of patterns are left out of the scan.
     let only = detect::narrow(only, text);
     let mut found = Vec::new();
@@ -532,16 +544,18 @@ fn settled_findings_by(
 ///   back to its `://`, only password and user bytes, none of which ends it, and a tag holds none either; so the
 ///   first finding after that `://` holding such a byte has, in the text itself, no such byte between the `://`
 ///   and its start, and is the one that answers `true` (findings between it and the `://` hold none).
-/// - a quoted labelled value (`password: "…"`), which may hold anything but its quote and a line break. A
-///   finding holding its closing quote lies inside the match that quote ends, which the scan looked at: a
-///   refused one reaches over the finding ([`detect::Scanner::scan`] reports it unsettled), a found one covers
-///   it. A line break in a finding can stop the value with no match at all, as the blank stops the URL.
+/// - a quoted labelled value (`password: "…"`), which may hold anything but its quote and a line break, and
+///   escapes (`\"`). A finding holding its closing quote lies inside the match that quote ends, which the scan
+///   looked at: a refused one reaches over the finding ([`detect::Scanner::scan`] reports it unsettled), a found
+///   one covers it. A line break in a finding can stop the value with no match at all, as the blank stops the
+///   URL; so can a backslash, which escapes the closing quote in the text and is gone in the tagged text
+///   (`password: "api_key=\"`: the value `\` is found, then `"api_key=[SECRET_VALUE]"` is a quoted value).
 ///
 /// A finding holding none of those bytes reads in the tagged text as it reads in the text: no rescan for it.
 fn tag_may_let_a_match_through(text: &str, finding: &Finding, only: MaskSet) -> bool {
     let bytes = text.as_bytes();
     let held = &bytes[finding.start..finding.end];
-    if only.contains_kind(MaskKind::SecretValue) && held.iter().any(|&b| b == b'\r' || b == b'\n') {
+    if only.contains_kind(MaskKind::SecretValue) && held.iter().any(|&b| matches!(b, b'\r' | b'\n' | b'\\')) {
         return true;
     }
     if only.contains_kind(MaskKind::ConnectionPassword) && held.iter().copied().any(ends_url_credentials) {

@@ -224,6 +224,13 @@ fn a_finding_stops_a_match_only_after_a_urls_credentials_or_inside_a_quoted_valu
     // A blank after a `/` or a blank: no URL's credentials run into it.
     assert!(!stops("see https://example.com/+1 555-0100 or call +1 415 555 2671 at 10.0.0.1"));
     assert!(!stops("card 4111 1111 1111 1111, phone (415) 555-2671"));
+    // A backslash found as a value escapes the closing quote of a quoted value in the text, not in the tagged text:
+    // the quoted value is found there, and masking the result again changes nothing.
+    let escaped = "password: \"api_key=\\\"";
+    assert!(stops(escaped));
+    let masked = Masker::default().mask_text(escaped, set);
+    assert_eq!(masked, "password: \"[SECRET_VALUE]\"");
+    assert_eq!(Masker::default().mask_text(&masked, set), masked);
     // A line break inside a finding, with labelled values looked for.
     assert!(stops("-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"));
 }

@@ -120,3 +120,101 @@ fn tags_name_secrets_and_the_first_scan_alone_leaves_them_out() {
     let no_email = without(set, MaskKind::Email);
     assert!(!no_email.contains_kind(MaskKind::Email) && no_email | MaskSet::of(MaskKind::Email) == set);
 }
+
+/// Pieces quiet texts and the texts just past them are glued from: status words, numbers short and long, the
+/// bytes a number or a token is made of, and one of each kind of loud byte.
+const QUIET_PIECES: &[&str] = &[
+    "ticket",
+    "filed",
+    "files deleted in",
+    "ms",
+    "bearer ",
+    "Bearer ",
+    "phone ",
+    "tel ",
+    "ssn ",
+    "social security ",
+    "authorization ",
+    "basic ",
+    "2",
+    "187",
+    "13",
+    "415 555 2671",
+    "(415) 555 2671",
+    "+1 415 555 2671",
+    "+33 1 42 68 53 00",
+    "0171 234 5678",
+    "123 45 6789",
+    "4111 1111 1111 1111",
+    "4111111111111111",
+    "1.2.3.4",
+    "10.0.0.1",
+    "abcdefgh12345678",
+    "q8vn2kp4rt6wy1xb",
+    "bearer q8vn2kp4rt6wy1xb",
+    "x9/y8.z7~w6+v5",
+    "/",
+    " ",
+    "(",
+    ")",
+    ".",
+    "+",
+    "~",
+    ",",
+    "é",
+    "A",
+    "AKIAIOSFODNN7QK4RW2Z",
+    "123-45-6789",
+    "authorization: basic azp6azp6",
+    "authorization=basic azp6azp6",
+    "jane@example.com",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "user_id 42 updated",
+    "-",
+    "_",
+    ":",
+    "=",
+    "@",
+];
+
+fn quiet_text() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![4 => proptest::sample::select(QUIET_PIECES).prop_map(str::to_owned), 1 => "[a-z0-9 ().+/~]{0,8}"],
+        0..12,
+    )
+    .prop_map(|pieces| pieces.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn the_scan_of_a_quiet_text_finds_nothing(text in quiet_text()) {
+        if is_quiet(&text) && !names_a_secret(&text) {
+            for set in [MaskSet::ALL, MaskSet::SECRETS | MaskSet::PII] {
+                prop_assert_eq!(scan(&text, set, set), (Vec::new(), true), "{:?}", text);
+            }
+        }
+    }
+}
+
+#[test]
+fn status_lines_are_quiet_and_numbers_tokens_and_loud_bytes_are_not() {
+    for quiet in ["ticket 2/false/187/13", "3 files deleted in 12 ms", "user_id 42 updated", "ok", "", "done in 42 s, 2 of 3 left", "é 12345"] {
+        assert!(is_quiet(quiet), "{quiet:?}");
+    }
+    for loud in [
+        "call 415 555 2671",
+        "at 1.2.3.4",
+        "bearer abcdefgh12345678",
+        "Ticket 2",
+        "a-b",
+        "a:b",
+        "a=b",
+        "a@b",
+        "1234567",
+        "0123456789abcdef",
+    ] {
+        assert!(!is_quiet(loud), "{loud:?}");
+    }
+}
