@@ -560,7 +560,11 @@ fn tag_may_let_a_match_through(text: &str, finding: &Finding, only: MaskSet) -> 
     }
     if only.contains_kind(MaskKind::ConnectionPassword) && held.iter().copied().any(ends_url_credentials) {
         let before = &bytes[..finding.start];
-        return before.iter().copied().rposition(ends_url_credentials).is_some_and(|at| before[..=at].ends_with(b"://"));
+        return before
+            .iter()
+            .copied()
+            .rposition(ends_url_credentials)
+            .is_some_and(|at| before[..=at].ends_with(b"://"));
     }
     false
 }

@@ -56,12 +56,14 @@ pub(crate) fn is_quiet(text: &str) -> bool {
             classes[byte] = if b.is_ascii_uppercase() || matches!(b, b'-' | b':' | b'=' | b'@') {
                 LOUD
             } else {
-                let number = if b.is_ascii_digit() || matches!(b, b' ' | b'(' | b')' | b'.' | b'+') { NUMBER } else { 0 };
-                let token = if b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'/' | b'~' | b'+' | b'_') {
-                    TOKEN
-                } else {
-                    0
-                };
+                let number =
+                    if b.is_ascii_digit() || matches!(b, b' ' | b'(' | b')' | b'.' | b'+') { NUMBER } else { 0 };
+                let token =
+                    if b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'/' | b'~' | b'+' | b'_') {
+                        TOKEN
+                    } else {
+                        0
+                    };
                 number | token
             };
             byte += 1;

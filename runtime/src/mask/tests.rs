@@ -232,5 +232,7 @@ fn a_finding_stops_a_match_only_after_a_urls_credentials_or_inside_a_quoted_valu
     assert_eq!(masked, "password: \"[SECRET_VALUE]\"");
     assert_eq!(Masker::default().mask_text(&masked, set), masked);
     // A line break inside a finding, with labelled values looked for.
-    assert!(stops("-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"));
+    assert!(stops(
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
+    ));
 }

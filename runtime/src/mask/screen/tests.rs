@@ -200,7 +200,15 @@ proptest! {
 
 #[test]
 fn status_lines_are_quiet_and_numbers_tokens_and_loud_bytes_are_not() {
-    for quiet in ["ticket 2/false/187/13", "3 files deleted in 12 ms", "user_id 42 updated", "ok", "", "done in 42 s, 2 of 3 left", "é 12345"] {
+    for quiet in [
+        "ticket 2/false/187/13",
+        "3 files deleted in 12 ms",
+        "user_id 42 updated",
+        "ok",
+        "",
+        "done in 42 s, 2 of 3 left",
+        "é 12345",
+    ] {
         assert!(is_quiet(quiet), "{quiet:?}");
     }
     for loud in [
