@@ -13,7 +13,6 @@
 //! (`(?-u:\b)`, `(?i-u)`, ASCII blanks in negated classes): Unicode word boundaries make the lazy DFA give
 //! up on non-ASCII text, and Unicode classes multiply its byte classes (a quarter slower, measured).
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use agent_airlock_grammar::{MaskKind, MaskSet};
@@ -755,26 +754,34 @@ fn next_start(bytes: &[u8], start: usize) -> usize {
 
 const SCANNER_CACHE_LIMIT: usize = 64;
 
-static SCANNERS: LazyLock<RwLock<HashMap<MaskSet, Arc<Scanner>>>> = LazyLock::new(Default::default);
+/// The compiled scanners, by the set they were built for. A list searched in order rather than a hash map: a
+/// process uses a few sets (one per tool's and policy's `mask`), and comparing a few `u32`s costs less than
+/// hashing one with SipHash (~120 instructions on every masking call).
+static SCANNERS: LazyLock<RwLock<Vec<(MaskSet, Arc<Scanner>)>>> = LazyLock::new(Default::default);
+
+/// The scanner built for `set` in `cache`.
+fn cached(cache: &[(MaskSet, Arc<Scanner>)], set: MaskSet) -> Option<&Arc<Scanner>> {
+    cache.iter().find(|(built_for, _)| *built_for == set).map(|(_, scanner)| scanner)
+}
 
 /// The scanner for `set`, compiled on first use and shared by every masker in the process. Returns the
 /// scanner and the set its findings must be filtered to (a wider scanner serves when the cache is full).
 pub(crate) fn scanner(set: MaskSet) -> Option<(Arc<Scanner>, MaskSet)> {
-    if let Some(found) = SCANNERS.read().unwrap_or_else(PoisonError::into_inner).get(&set) {
+    if let Some(found) = cached(&SCANNERS.read().unwrap_or_else(PoisonError::into_inner), set) {
         return Some((Arc::clone(found), set));
     }
     let mut cache = SCANNERS.write().unwrap_or_else(PoisonError::into_inner);
-    if let Some(found) = cache.get(&set) {
+    if let Some(found) = cached(&cache, set) {
         return Some((Arc::clone(found), set));
     }
     let key = if cache.len() < SCANNER_CACHE_LIMIT { set } else { MaskSet::ALL };
-    if let Some(found) = cache.get(&key) {
+    if let Some(found) = cached(&cache, key) {
         return Some((Arc::clone(found), set));
     }
     match Scanner::build(key) {
         Ok(built) => {
             let built = Arc::new(built);
-            cache.insert(key, Arc::clone(&built));
+            cache.push((key, Arc::clone(&built)));
             Some((built, set))
         }
         Err(err) => {
