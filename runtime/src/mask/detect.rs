@@ -1322,6 +1322,41 @@ fn verify_ipv4(c: &Candidate<'_>) -> Verdict {
 mod tests {
     use super::*;
 
+    /// Whether a match of `hir` can hold `byte`.
+    fn admits(hir: &regex_syntax::hir::Hir, byte: u8) -> bool {
+        use regex_syntax::hir::{Class, HirKind};
+        match hir.kind() {
+            HirKind::Literal(literal) => literal.0.contains(&byte),
+            HirKind::Class(Class::Bytes(class)) => class.ranges().iter().any(|r| (r.start()..=r.end()).contains(&byte)),
+            HirKind::Class(Class::Unicode(class)) => {
+                class.ranges().iter().any(|r| (r.start()..=r.end()).contains(&char::from(byte)))
+            }
+            HirKind::Repetition(repetition) => admits(&repetition.sub, byte),
+            HirKind::Capture(capture) => admits(&capture.sub, byte),
+            HirKind::Concat(all) | HirKind::Alternation(all) => all.iter().any(|sub| admits(sub, byte)),
+            HirKind::Empty | HirKind::Look(_) => false,
+        }
+    }
+
+    /// `mask::tag_may_let_a_match_through` rests on this: of the scanner's patterns, only a URL's password, a
+    /// labelled value and a whole private-key block (whose body is any byte, so no byte of a finding stops it) can
+    /// hold a tag's `[` or `]`. A pattern added that can must be looked at there too.
+    #[test]
+    fn only_urls_labelled_values_and_key_blocks_can_match_a_tags_brackets() {
+        let mut admitting = Vec::new();
+        for spec in PATTERNS {
+            let hir = syntax::parse(&compile(spec.regex)).unwrap();
+            if admits(&hir, b'[') || admits(&hir, b']') {
+                admitting.push(spec.kind);
+                let whole_block = spec.kind == MaskKind::PrivateKey && spec.regex.contains("(?s:.)*?");
+                let may = matches!(spec.kind, MaskKind::ConnectionPassword | MaskKind::SecretValue) || whole_block;
+                assert!(may, "{:?} can match a tag's bracket: {}", spec.kind, spec.regex);
+            }
+        }
+        // The walk sees them: each of the three is found.
+        assert_eq!(admitting, [MaskKind::PrivateKey, MaskKind::ConnectionPassword, MaskKind::SecretValue]);
+    }
+
     #[test]
     fn every_pattern_compiles_alone_and_together() {
         for spec in PATTERNS {

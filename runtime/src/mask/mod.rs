@@ -537,7 +537,10 @@ fn settled_findings_by(
 
 /// Whether `finding` may have stopped a match that its tag, one bracketed word (`[PHONE]`), lets through, so that
 /// the tagged text must be scanned again (`+1 555-0100` in `db://u:.@+1 555-0100…:pass@host`: the blank ends the
-/// URL's password in the text, `[PHONE]` does not). Only two patterns can match a tag's `[`, `]` and capitals:
+/// URL's password in the text, `[PHONE]` does not). Three patterns can match a tag's `[` or `]`
+/// (`detect::tests::only_urls_labelled_values_and_key_blocks_can_match_a_tags_brackets`): a whole private-key
+/// block, whose body is any byte, so that no byte of a finding stops it (a block around a finding is a match in
+/// the text itself, which the scan looked at: refused, its reach says so; found, it covers the finding), and:
 ///
 /// - a URL's password (`scheme://user:password@host`; the user part holds no `[`), which ends at a blank, `/`,
 ///   `?`, `#`, a quote, `<` or `>` ([`ends_url_credentials`]). A match running through a tag holds, from the tag
