@@ -757,10 +757,13 @@ const SCANNER_CACHE_LIMIT: usize = 64;
 /// The compiled scanners, by the set they were built for. A list searched in order rather than a hash map: a
 /// process uses a few sets (one per tool's and policy's `mask`), and comparing a few `u32`s costs less than
 /// hashing one with SipHash (~120 instructions on every masking call).
-static SCANNERS: LazyLock<RwLock<Vec<(MaskSet, Arc<Scanner>)>>> = LazyLock::new(Default::default);
+static SCANNERS: LazyLock<RwLock<Vec<Built>>> = LazyLock::new(Default::default);
+
+/// A scanner, and the set it was built for.
+type Built = (MaskSet, Arc<Scanner>);
 
 /// The scanner built for `set` in `cache`.
-fn cached(cache: &[(MaskSet, Arc<Scanner>)], set: MaskSet) -> Option<&Arc<Scanner>> {
+fn cached(cache: &[Built], set: MaskSet) -> Option<&Arc<Scanner>> {
     cache.iter().find(|(built_for, _)| *built_for == set).map(|(_, scanner)| scanner)
 }
 
