@@ -201,11 +201,10 @@ impl Masker {
             return report;
         };
         let max = self.config.max_text_bytes();
-        // A result that is one string, as most tools' are: masked as the one leaf it is, without the stack below.
+        // A result that is one string, as most tools' are: masked as the one leaf it is (over the budget, refused
+        // whole by `mask_leaf`), without the stack below.
         if let Value::String(text) = value {
-            if text.len() > max {
-                *value = Value::String(strategy::too_large(text.len(), max));
-            } else if let Some(masked) = self.mask_leaf(&scanner, only, text, KeyHint::None, &mut report) {
+            if let Some(masked) = self.mask_leaf(&scanner, only, text, KeyHint::None, &mut report) {
                 *text = masked;
             }
             return report;

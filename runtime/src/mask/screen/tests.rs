@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::mask::detect::{self, Finding};
 use crate::mask::providers;
+use crate::mask::tests::glued;
 
 /// Whether `text` holds one of [`SECRET_NAME_WORDS`], any ASCII case, read the slow way.
 fn names_a_secret(text: &str) -> bool {
@@ -73,14 +74,6 @@ const PIECES: &[&str] = &[
     ".",
 ];
 
-fn text() -> impl Strategy<Value = String> {
-    proptest::collection::vec(
-        prop_oneof![3 => proptest::sample::select(PIECES).prop_map(str::to_owned), 1 => "[ -~]{0,6}"],
-        0..10,
-    )
-    .prop_map(|pieces| pieces.concat())
-}
-
 fn scan(text: &str, set: MaskSet, only: MaskSet) -> (Vec<Finding>, bool) {
     let (scanner, _) = detect::scanner(set).unwrap();
     let mut found = Vec::new();
@@ -90,7 +83,7 @@ fn scan(text: &str, set: MaskSet, only: MaskSet) -> (Vec<Finding>, bool) {
 
 proptest! {
     #[test]
-    fn leaving_out_what_cannot_match_finds_the_same(text in text()) {
+    fn leaving_out_what_cannot_match_finds_the_same(text in glued(PIECES, 3, "[ -~]{0,6}", 10)) {
         for set in [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS] {
             let full = scan(&text, set, set);
             let narrowed = detect::narrow(set, &text);
@@ -101,7 +94,7 @@ proptest! {
     }
 
     #[test]
-    fn the_byte_loops_find_what_a_searcher_finds(text in text()) {
+    fn the_byte_loops_find_what_a_searcher_finds(text in glued(PIECES, 3, "[ -~]{0,6}", 10)) {
         prop_assert_eq!(holds_a_begin_line(&text), text.contains("-----BEGIN"));
         prop_assert_eq!(holds_a_scheme_separator(&text), text.contains("://"));
         // The provider rules' keyword pass says it as the slow reading does.
@@ -177,19 +170,11 @@ const QUIET_PIECES: &[&str] = &[
     "@",
 ];
 
-fn quiet_text() -> impl Strategy<Value = String> {
-    proptest::collection::vec(
-        prop_oneof![4 => proptest::sample::select(QUIET_PIECES).prop_map(str::to_owned), 1 => "[a-z0-9 ().+/~]{0,8}"],
-        0..12,
-    )
-    .prop_map(|pieces| pieces.concat())
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
     #[test]
-    fn the_scan_of_a_quiet_text_finds_nothing(text in quiet_text()) {
+    fn the_scan_of_a_quiet_text_finds_nothing(text in glued(QUIET_PIECES, 4, "[a-z0-9 ().+/~]{0,8}", 12)) {
         if is_quiet(&text) && !names_a_secret(&text) {
             for set in [MaskSet::ALL, MaskSet::SECRETS | MaskSet::PII] {
                 prop_assert_eq!(scan(&text, set, set), (Vec::new(), true), "{:?}", text);
