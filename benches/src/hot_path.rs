@@ -7,6 +7,7 @@
 //! Each case is one dispatch the model can cause: allowed, allowed with two undeclared keys stripped,
 //! refused for two invalid fields, denied by policy; plus masking a 2 KB JSON result that holds secrets,
 //! and the floor: parsing the same arguments straight into the typed struct, as a host without a guard does.
+//! One more case keeps masking linear on the adversarial text the fuzzer found (`mask_begin_lines`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -152,7 +153,20 @@ pub fn result_2k() -> Value {
 }
 
 /// The cases, by the name the bench, the harness and the budget use.
-pub const CASES: [&str; 6] = ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k"];
+pub const CASES: [&str; 7] =
+    ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines"];
+
+/// 16 KiB of `-----BEGIN PRIVATE KEY-----` lines with no END line after them, behind one whole block: a whole
+/// block's search from each of them once read on to the end of the text (quadratic: 33.9 M instructions here,
+/// 433 M at 64 KiB, against 2.0 M and 6.9 M now). A result an upstream can send; the budget keeps it linear.
+pub fn begin_lines() -> Value {
+    let line = "-----BEGIN PRIVATE KEY-----gres#://token=(555) (551.2.30\":nul._0";
+    let mut text = String::from("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n");
+    while text.len() + line.len() <= 16 * 1024 {
+        text.push_str(line);
+    }
+    Value::String(text)
+}
 
 /// Everything a case needs, built once.
 pub struct Workload {
@@ -190,6 +204,7 @@ impl Workload {
             "invalid" => call("file_ticket", invalid_arguments()),
             "denied" => call("admin_file_ticket", arguments()),
             "mask_2k" => Input::Value(result_2k()),
+            "mask_begin_lines" => Input::Value(begin_lines()),
             other => panic!("unknown case `{other}`, expected one of {CASES:?}"),
         }
     }
@@ -201,7 +216,7 @@ impl Workload {
                 let a: TicketArguments = serde_json::from_value(arguments).expect("the arguments parse");
                 Value::String(the_ticket(a.title, a.body, a.priority, a.urgent, a.customer, a.tags, a.assignee, a.due))
             }
-            ("mask_2k", Input::Value(mut result)) => {
+            ("mask_2k" | "mask_begin_lines", Input::Value(mut result)) => {
                 self.masker.mask_value(&mut result, MaskSet::SECRETS | MaskSet::PII);
                 result
             }
@@ -227,6 +242,8 @@ impl Workload {
             let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
             assert_eq!(message.status, Status::Error, "{case}: {message:?}");
         }
+        let masked = self.run("mask_begin_lines", self.input("mask_begin_lines")).to_string();
+        assert!(masked.starts_with("\"[PRIVATE_KEY]\\n-----BEGIN PRIVATE KEY-----gres"), "{masked:.80}");
         let masked = self.run("mask_2k", self.input("mask_2k")).to_string();
         assert!(!masked.contains("AKIA4HK2Q7ZLMX9RT3WB") && !masked.contains("user0@example.com"), "{masked}");
         black_box(self.run("direct_parse", self.input("direct_parse")));

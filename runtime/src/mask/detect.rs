@@ -108,6 +108,14 @@ struct ScanState {
     /// match of another kind, however far, which the next refused match must not pay for again (quadratic
     /// time on `a@2x.png a@2x.png …`).
     searches: [Option<Search>; GROUPS],
+    /// Where the text's last END line ends ([`last_end_line`]), once a whole private-key block was looked for.
+    blocks_end: Option<usize>,
+}
+
+impl ScanState {
+    fn new() -> ScanState {
+        ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS], blocks_end: None }
+    }
 }
 
 /// A search of a group over `from..to` whose leftmost match is `found`: every search from a position
@@ -398,6 +406,8 @@ fn compile(pattern: &str) -> String {
 /// The patterns of one [`MaskSet`], compiled in a few groups ([`group_of`]), each one multi-pattern regex.
 pub(crate) struct Scanner {
     groups: Vec<Group>,
+    /// The group of the whole private-key block alone, whose searches end where the text's last END line ends.
+    whole_blocks: Option<usize>,
     specs: Vec<&'static PatternSpec>,
     /// Where each of `specs` was compiled: its group, and its pattern there.
     places: Vec<(usize, PatternID)>,
@@ -456,16 +466,41 @@ struct Group {
 /// is kept by taking the leftmost match of all groups, the earlier pattern at one position
 /// ([`Scanner::search`]), which is what the one regex returned. A kind excluded from a scan (inside a refused
 /// e-mail or URL, or text without `@`) is a whole group left out, exactly the scan a scanner without it makes.
-fn group_of(kind: MaskKind) -> usize {
-    match kind {
+///
+/// A whole private-key block (a BEGIN line, anything, the first END line after it) is a group of its own, whose
+/// searches stop where the text's last END line ends: the block ends at an END line, so it cannot end later, and
+/// without the stop a search from every BEGIN line with no END line after it read on to the end of the text
+/// (quadratic: 256 KiB of BEGIN lines took 1.6 s, found by the fuzzer).
+fn group_of(spec: &PatternSpec) -> usize {
+    match spec.kind {
         MaskKind::Email => 0,
         MaskKind::ConnectionPassword => 1,
         MaskKind::SecretValue => 2,
+        MaskKind::PrivateKey if spec.regex.ends_with(END_LINE) => 4,
         _ => 3,
     }
 }
 
-const GROUPS: usize = 4;
+const GROUPS: usize = 5;
+
+/// The END line of a whole private-key block, the end of [`PATTERNS`]' first pattern.
+const END_LINE: &str = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
+
+/// Where the last END line ([`END_LINE`]) of `text` ends, 0 without one. No END line ends later: one that starts
+/// earlier ends with its closing dashes at or before the next one's start (its name holds no `-`).
+fn last_end_line(text: &str) -> usize {
+    static END: LazyLock<Option<meta::Regex>> = LazyLock::new(|| meta::Regex::new(END_LINE).ok());
+    let Some(end_line) = END.as_ref() else { return text.len() };
+    let mut before = text.len();
+    // `-----END ` does not overlap itself: each one is looked at once, from the last.
+    while let Some(at) = text[..before].rfind("-----END ") {
+        if let Some(line) = end_line.search(&Input::new(text).range(at..).anchored(Anchored::Yes)) {
+            return line.end();
+        }
+        before = at;
+    }
+    0
+}
 
 /// The lazy DFA's cache for one group of a scanner, per thread searching with it at once. The default (2 MiB)
 /// was exhausted by text such as a long base64 run when every pattern was in one regex, which kept making new
@@ -482,6 +517,7 @@ const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
 /// where each of the last 31 words started, exhausts its cache and gives up for an engine a hundred times
 /// slower). Text without an `@` is scanned without them; text without `://`, without connection passwords.
 /// Neither `@` nor `://` is ever made by replacing findings with tags, so the set holds for the text's rescans.
+/// (Text without `-----BEGIN` is scanned without private keys, by the masker: `mask::without_absent_keys`.)
 pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
     const NEED_AT: [MaskKind; 2] = [MaskKind::Email, MaskKind::ConnectionPassword];
     let only = if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
@@ -500,9 +536,10 @@ impl Scanner {
     fn build(set: MaskSet) -> Result<Scanner, String> {
         let specs: Vec<&'static PatternSpec> = PATTERNS.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
         let mut groups = Vec::new();
+        let mut whole_blocks = None;
         let mut places = vec![(0, PatternID::ZERO); specs.len()];
         for group in 0..GROUPS {
-            let members: Vec<usize> = (0..specs.len()).filter(|&i| group_of(specs[i].kind) == group).collect();
+            let members: Vec<usize> = (0..specs.len()).filter(|&i| group_of(specs[i]) == group).collect();
             if members.is_empty() {
                 continue;
             }
@@ -515,10 +552,13 @@ impl Scanner {
                 places[i] = (groups.len(), PatternID::new(local).map_err(|err| err.to_string())?);
             }
             let kinds = members.iter().fold(MaskSet::NONE, |kinds, &i| kinds | MaskSet::of(specs[i].kind));
+            if group == 4 {
+                whole_blocks = Some(groups.len());
+            }
             groups.push(Group { regex, specs: members, kinds });
         }
         let first_bytes = specs.iter().map(|spec| FirstBytes::of(&compile(spec.regex))).collect();
-        Ok(Scanner { groups, specs, places, first_bytes })
+        Ok(Scanner { groups, whole_blocks, specs, places, first_bytes })
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
@@ -527,7 +567,7 @@ impl Scanner {
     /// masking replaces (`+1 078-05-1120)192.168.0.1` is too long for a phone, `+1 078-05-1120)[IP_ADDRESS]`
     /// is not), and the caller must look again in the text with the findings replaced.
     pub(crate) fn scan(&self, text: &str, only: MaskSet, mut on_finding: impl FnMut(Finding)) -> bool {
-        let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
+        let mut state = ScanState::new();
         self.scan_range(text, 0, text.len(), text.len(), only, 0, &mut state, &mut on_finding);
         state.settled
     }
@@ -613,6 +653,15 @@ impl Scanner {
             if group.kinds.intersection(only).is_empty() {
                 continue;
             }
+            let to = if self.whole_blocks == Some(index) {
+                let blocks_end = *state.blocks_end.get_or_insert_with(|| last_end_line(text));
+                if pos >= blocks_end {
+                    continue;
+                }
+                to.min(blocks_end)
+            } else {
+                to
+            };
             // A search over `from..` a later or equal end whose match, if any, starts at or after `pos` and ends
             // by `to` (or starts at or after `to`: nothing then) answers this one: a match in `pos..to` would have
             // been one there, no earlier.
@@ -1341,6 +1390,118 @@ mod tests {
         }
     }
 
+    /// Pieces of private-key blocks and what sits around them: BEGIN and END lines of every shape, their parts,
+    /// dashes, base64, a partial mask's `****` body, escaped line breaks, secrets that other patterns find.
+    const BLOCK_PIECES: &[&str] = &[
+        "-----BEGIN PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "-----BEGIN PRIVATE KEY BLOCK-----",
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----",
+        "-----END PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----",
+        "-----END PRIVATE KEY BLOCK-----",
+        "-----END ",
+        "-----BEGIN ",
+        "PRIVATE KEY",
+        " BLOCK",
+        "-----",
+        "--",
+        "-",
+        "MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu",
+        "MIIBOgIBAAJBAKj34Gkx",
+        "abc",
+        "\n",
+        "\\r",
+        "\\n",
+        "****",
+        "password=hunter2",
+        "passwd: \"",
+        "jane@example.com",
+        "+1 415 555 2671",
+        "sk-proj-abcdefghij0123456789ABCDEFGHIJ",
+        "\"",
+        "[PRIVATE_KEY]",
+        " ",
+        "=",
+    ];
+
+    /// `scanner` as it was before a whole block's searches stopped at the last END line.
+    fn reading_to_the_end(mut scanner: Scanner) -> Scanner {
+        scanner.whole_blocks = None;
+        scanner
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Stopping a whole block's searches where the last END line ends finds what reading on to the end finds:
+        /// the private-key pass, and the scan of the text and of the text with its blocks masked (by a tag, or the
+        /// partial strategy's BEGIN and END lines around `****`), for every set.
+        #[test]
+        fn a_whole_blocks_search_stopped_at_the_last_end_line_finds_what_reading_on_finds(
+            text in crate::mask::tests::glued(BLOCK_PIECES, 5, "[ -~\n]{0,3}", 12),
+        ) {
+            let keys = MaskSet::of(MaskKind::PrivateKey);
+            let mut blocks = Vec::new();
+            Scanner::build(keys).unwrap().scan(&text, keys, |finding| blocks.push(finding));
+            let mut read_on = Vec::new();
+            reading_to_the_end(Scanner::build(keys).unwrap()).scan(&text, keys, |finding| read_on.push(finding));
+            proptest::prop_assert_eq!(&blocks, &read_on, "{:?}", text);
+            let mut texts = vec![text.clone()];
+            for strategy in [crate::mask::MaskStrategy::TypeTag, crate::mask::MaskStrategy::Partial] {
+                let mut staged = String::new();
+                let mut copied = 0;
+                for block in &blocks {
+                    staged.push_str(&text[copied..block.start]);
+                    let value = &text[block.start..block.end];
+                    crate::mask::strategy::render(&strategy, block.kind, value, block.keep_prefix, &mut staged);
+                    copied = block.end;
+                }
+                staged.push_str(&text[copied..]);
+                texts.push(staged);
+            }
+            for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII] {
+                let stopping = Scanner::build(set).unwrap();
+                let reading = reading_to_the_end(Scanner::build(set).unwrap());
+                for text in &texts {
+                    proptest::prop_assert_eq!(
+                        crate::mask::all_findings(&stopping, set, text),
+                        crate::mask::all_findings(&reading, set, text),
+                        "{:?} {:?}", text, set
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_end_line_is_the_one_that_starts_last() {
+        for (text, end) in [
+            ("x-----END PRIVATE KEY-----END RSA PRIVATE KEY BLOCK-----y -----END x", 56),
+            ("-----END PRIVATE KEY-----", 25),
+            ("-----END PRIVATE KEY----- -----END OF TEXT", 25),
+            ("no end line -----END private key-----", 0),
+            ("", 0),
+        ] {
+            assert_eq!(last_end_line(text), end, "{text:?}");
+        }
+        // BEGIN lines without an END line after them (the fuzzer's input that took seconds): the scan finds the
+        // one block before them and the one cut short among them, as reading on to the end does.
+        let line = "-----BEGIN PRIVATE KEY-----gres#://token=(555) (551.2.30\":nul._0";
+        let cut_short = "-----BEGIN PRIVATE KEY-----MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu";
+        let text = format!(
+            "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----{}{cut_short}{}",
+            line.repeat(100),
+            line.repeat(100)
+        );
+        let keys = MaskSet::of(MaskKind::PrivateKey);
+        let (mut found, mut read_on) = (Vec::new(), Vec::new());
+        Scanner::build(keys).unwrap().scan(&text, keys, |finding| found.push(finding));
+        reading_to_the_end(Scanner::build(keys).unwrap()).scan(&text, keys, |finding| read_on.push(finding));
+        assert_eq!(found, read_on);
+        assert_eq!(found.len(), 2, "{found:?}");
+    }
+
     /// `mask::tag_may_let_a_match_through` rests on this: of the scanner's patterns, only a URL's password, a
     /// labelled value and a whole private-key block (whose body is any byte, so no byte of a finding stops it) can
     /// hold a tag's `[` or `]`. A pattern added that can must be looked at there too.
@@ -1391,7 +1552,7 @@ mod tests {
             for text in texts {
                 for to in [text.len(), text.len() / 2] {
                     // One state through the positions in order, as a scan uses it; and a fresh one at each.
-                    let mut state = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
+                    let mut state = ScanState::new();
                     for pos in 0..to {
                         let expected = one.search(&Input::new(text).range(pos..to));
                         assert_eq!(scanner.search(text, pos, to, set, &mut state), expected, "{text:?} {pos}..{to}");
@@ -1403,7 +1564,7 @@ mod tests {
                             expected_short,
                             "{text:?} {pos}..{short}"
                         );
-                        let mut fresh = ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS] };
+                        let mut fresh = ScanState::new();
                         assert_eq!(scanner.search(text, pos, to, set, &mut fresh), expected, "{text:?} {pos}..{to}");
                         for index in 0..scanner.specs.len() {
                             let input = Input::new(text)

@@ -113,6 +113,7 @@ impl Masker {
         if text.len() < MIN_FINDING_LEN || detect::cannot_hold_a_finding(text) {
             return Vec::new();
         }
+        let only = without_absent_keys(only, text);
         let Some(staged) = self.stage_blocks(only, text, &mut MaskReport::new(), &mut false) else {
             return all_findings(scanner, only, text);
         };
@@ -138,7 +139,7 @@ impl Masker {
     /// closes its quote inside the block), so the rest is looked for in the text with the blocks masked, the
     /// text a second masking would see. `None` when there is no block.
     fn stage_blocks(&self, only: MaskSet, text: &str, report: &mut MaskReport, partial: &mut bool) -> Option<Staged> {
-        if !only.contains_kind(MaskKind::PrivateKey) || !screen::holds_a_begin_line(text) {
+        if !only.contains_kind(MaskKind::PrivateKey) {
             return None;
         }
         let (scanner, _) = detect::scanner(MaskSet::of(MaskKind::PrivateKey))?;
@@ -372,6 +373,7 @@ impl Masker {
             return None;
         }
         let mut partial = false;
+        let only = without_absent_keys(only, text);
         let staged = self.stage_blocks(only, text, report, &mut partial).map(|staged| staged.text);
         let input = staged.as_deref().unwrap_or(text);
         let mut out: Option<String> = None;
@@ -476,6 +478,17 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
             merged
         }
         None => found,
+    }
+}
+
+/// `only` without private keys when `text` holds no `-----BEGIN`, which both their patterns start with: neither
+/// the blocks are looked for nor the scan searches the whole block's group. Replacing findings with tags never
+/// makes a `-----BEGIN`, so the set holds for the text's rescans and for the text with its blocks masked.
+fn without_absent_keys(only: MaskSet, text: &str) -> MaskSet {
+    if only.contains_kind(MaskKind::PrivateKey) && !screen::holds_a_begin_line(text) {
+        screen::without(only, MaskKind::PrivateKey)
+    } else {
+        only
     }
 }
 

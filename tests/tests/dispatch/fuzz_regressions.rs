@@ -284,6 +284,27 @@ fn masker() -> agent_airlock::mask::Masker {
     agent_airlock::mask::Masker::default()
 }
 
+// slow-unit-d91135e6… and -b0785670… (the 40-minute run of 12-03 from `eb36e4b`; 8 s and 28 s for one input in the
+// fuzzer's build): generated values whose keys hold hundreds of `-----BEGIN PRIVATE KEY-----` lines with no END
+// line after them. A whole block's search (a BEGIN line, anything, the first END line after it) started at each
+// BEGIN line and read on to the end of the text before giving up: quadratic, 0.16 MB/s on such text. It now stops
+// where the text's last END line ends (`runtime/src/mask/detect.rs`, `group_of`), exactly as far as a block can
+// end; the property test `a_whole_blocks_search_stopped_at_the_last_end_line_finds_what_reading_on_finds` holds
+// that it finds what reading on finds. These replay the inputs through the fuzzer's checks; the instruction budget's
+// `mask_begin_lines` case keeps the time linear (`scripts/instruction_budget.py`).
+
+#[test]
+fn begin_lines_without_an_end_line_after_them_are_masked_as_before() {
+    replay_masking_case("slow-unit-d91135e6930a5545fb2b23f146d2aea2e7ce1fbe");
+    replay_masking_case("slow-unit-b0785670908e82878dbc169eeb4af12b52c808cc");
+    let text = format!(
+        "{}-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n",
+        "-----BEGIN PRIVATE KEY-----x ".repeat(500)
+    );
+    let masked = masker().mask_text(&text, agent_airlock::mask::MaskSet::ALL);
+    assert!(masked.ends_with("x [PRIVATE_KEY]"), "{}", &masked[masked.len() - 80..]);
+}
+
 // crash-36ab8b8e…, -852db143…, -8bcb7d48…, -f3e207e0…: a run of dotted quads glued together
 // (`…1.2.3.41.2.3.41.2.3.4`, `.2.30.4.2.30.4…`, as object keys). Only the last quad of a run was an address (a
 // quad followed by `.digit` was refused, one preceded by `digit.` was not); masking it left the quad before it
