@@ -13,7 +13,7 @@
 //! (`(?-u:\b)`, `(?i-u)`, ASCII blanks in negated classes): Unicode word boundaries make the lazy DFA give
 //! up on non-ASCII text, and Unicode classes multiply its byte classes (a quarter slower, measured).
 
-use std::sync::{Arc, LazyLock, PoisonError, RwLock};
+use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 
 use agent_airlock_grammar::{MaskKind, MaskSet};
 use regex_automata::{Anchored, Input, Match, PatternID, meta, util::syntax};
@@ -110,11 +110,43 @@ struct ScanState {
     searches: [Option<Search>; GROUPS],
     /// Where the text's last END line ends ([`last_end_line`]), once a whole private-key block was looked for.
     blocks_end: Option<usize>,
+    /// For each run token ([`run_token`]), where its last refused match ended: its matches that start before
+    /// there are refused too, and are not looked for ([`Scanner::search`]).
+    refused_runs: [usize; RUN_TOKENS],
+    /// The furthest of `refused_runs`.
+    refused_until: usize,
+    /// The last search of the run tokens' group without the refused ones, and which those were.
+    past_runs: Option<(u8, Search)>,
 }
 
 impl ScanState {
     fn new() -> ScanState {
-        ScanState { floor: 0, reach: 0, settled: true, searches: [None; GROUPS], blocks_end: None }
+        ScanState {
+            floor: 0,
+            reach: 0,
+            settled: true,
+            searches: [None; GROUPS],
+            blocks_end: None,
+            refused_runs: [0; RUN_TOKENS],
+            refused_until: 0,
+            past_runs: None,
+        }
+    }
+
+    /// The run tokens whose matches starting at `pos` (in a search ending at `to`) are refused: a bit each.
+    fn refused_at(&self, pos: usize, to: usize) -> u8 {
+        let mut refused = 0;
+        for (slot, &end) in self.refused_runs.iter().enumerate() {
+            if pos < end && end <= to {
+                refused |= 1 << slot;
+            }
+        }
+        refused
+    }
+
+    /// Whether any run token is refused at `pos`: the check on every search, before [`ScanState::refused_at`].
+    fn any_refused_at(&self, pos: usize) -> bool {
+        pos < self.refused_until
     }
 }
 
@@ -125,6 +157,18 @@ struct Search {
     from: usize,
     to: usize,
     found: Option<Match>,
+}
+
+impl Search {
+    /// What this search says of one over `pos..to`, if it answers it: a search over `from..` a later or equal end
+    /// whose match, if any, starts at or after `pos` and ends by `to` (or starts at or after `to`: nothing then)
+    /// answers this one: a match in `pos..to` would have been one there, no earlier.
+    fn answers(&self, pos: usize, to: usize) -> Option<Option<Match>> {
+        let answers = self.from <= pos
+            && self.to >= to
+            && self.found.is_none_or(|m| pos <= m.start() && (m.end() <= to || m.start() >= to));
+        answers.then(|| self.found.filter(|m| m.start() < to))
+    }
 }
 
 struct PatternSpec {
@@ -408,6 +452,13 @@ pub(crate) struct Scanner {
     groups: Vec<Group>,
     /// The group of the whole private-key block alone, whose searches end where the text's last END line ends.
     whole_blocks: Option<usize>,
+    /// The group holding the run tokens ([`run_token`]), each of their `specs` indices, and that group compiled
+    /// without some of them (by the bits of [`ScanState::refused_at`]), made the first time a text needs it.
+    run_group: Option<usize>,
+    run_specs: [Option<usize>; RUN_TOKENS],
+    /// The run token slot of each of `specs`, if any.
+    run_slots: Vec<Option<usize>>,
+    without_runs: [OnceLock<Option<Group>>; 1 << RUN_TOKENS],
     specs: Vec<&'static PatternSpec>,
     /// Where each of `specs` was compiled: its group, and its pattern there.
     places: Vec<(usize, PatternID)>,
@@ -482,6 +533,26 @@ fn group_of(spec: &PatternSpec) -> usize {
 }
 
 const GROUPS: usize = 5;
+
+/// How many run tokens there are ([`run_token`]).
+const RUN_TOKENS: usize = 3;
+
+/// The patterns whose match is a prefix then a run of one class of bytes to its end (an OpenAI or Anthropic key,
+/// `sk-…`, a Slack token, `xoxb-…`), each the prefix of a slot: a run may hold the prefix again and again
+/// (`sk-sk-sk-…`, `-` is in the class), and each start, searched and refused, read on to the run's end
+/// (quadratic: 16 KiB of such a run took 1.3 G instructions, 43 KiB a second; found by the fuzzer). Their
+/// verifiers refuse every match of the pattern that starts inside a refused one (and so ends where it ends, the
+/// class being the run's): the body checked is a part of the refused body (fewer digits, letters, shorter runs
+/// of them: `key_body_plausible`, Slack's ten digits) and the end is the same (Slack's `-` or `#` at the end).
+/// So once one is refused, the rest of its run is searched without it ([`Scanner::search`]).
+fn run_token(spec: &PatternSpec) -> Option<usize> {
+    match spec.kind {
+        MaskKind::AnthropicKey => Some(0),
+        MaskKind::OpenAiKey => Some(1),
+        MaskKind::SlackToken if spec.regex.starts_with(r"\bxox") => Some(2),
+        _ => None,
+    }
+}
 
 /// The END line of a whole private-key block, the end of [`PATTERNS`]' first pattern.
 const END_LINE: &str = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
@@ -558,7 +629,32 @@ impl Scanner {
             groups.push(Group { regex, specs: members, kinds });
         }
         let first_bytes = specs.iter().map(|spec| FirstBytes::of(&compile(spec.regex))).collect();
-        Ok(Scanner { groups, whole_blocks, specs, places, first_bytes })
+        let mut run_specs = [None; RUN_TOKENS];
+        let mut run_groups = Vec::new();
+        let run_slots: Vec<Option<usize>> = specs.iter().map(|spec| run_token(spec)).collect();
+        for (index, slot) in run_slots.iter().enumerate() {
+            if let Some(slot) = *slot {
+                run_specs[slot] = Some(index);
+                run_groups.push(places[index].0);
+            }
+        }
+        run_groups.dedup();
+        // All in one group, as `group_of` puts them; were they not, their runs would be searched as any text.
+        let run_group = match run_groups.as_slice() {
+            [group] => Some(*group),
+            _ => None,
+        };
+        Ok(Scanner {
+            groups,
+            whole_blocks,
+            run_group,
+            run_specs,
+            run_slots,
+            without_runs: Default::default(),
+            specs,
+            places,
+            first_bytes,
+        })
     }
 
     /// Calls `on_finding` for each finding in `text` whose kind is in `only`, in order, never overlapping.
@@ -598,7 +694,7 @@ impl Scanner {
             if start >= starts_before {
                 return pos;
             }
-            let mut verdict = self.verify(text, m, only, state);
+            let mut verdict = self.verify(text, m, only, to, state);
             if matches!(verdict, Verdict::Reject) {
                 verdict = self.retry_at(text, m, to, only, state);
             }
@@ -662,32 +758,102 @@ impl Scanner {
             } else {
                 to
             };
-            // A search over `from..` a later or equal end whose match, if any, starts at or after `pos` and ends
-            // by `to` (or starts at or after `to`: nothing then) answers this one: a match in `pos..to` would have
-            // been one there, no earlier.
-            let remembered = state.searches[index].filter(|search| {
-                search.from <= pos
-                    && search.to >= to
-                    && search.found.is_none_or(|m| pos <= m.start() && (m.end() <= to || m.start() >= to))
-            });
-            let found = match remembered {
-                Some(search) => search.found.filter(|m| m.start() < to),
-                None => {
-                    let found = group.regex.search(&Input::new(text).range(pos..to));
-                    // A label's own scan (a shorter range) does not replace the scan's search over the text.
-                    if state.searches[index].is_none_or(|search| to >= search.to) {
-                        state.searches[index] = Some(Search { from: pos, to, found });
-                    }
-                    found
-                }
+            let found = if state.any_refused_at(pos) && self.run_group == Some(index) && state.refused_at(pos, to) != 0
+            {
+                self.search_past_refused_runs(text, pos, to, index, state)
+            } else {
+                self.search_group(text, pos, to, index, state)
             };
             let Some(m) = found else { continue };
-            let m = Match::new(PatternID::new_unchecked(group.specs[m.pattern().as_usize()]), m.span());
             if best.is_none_or(|b| (m.start(), m.pattern()) < (b.start(), b.pattern())) {
                 best = Some(m);
             }
         }
         best
+    }
+
+    /// The leftmost match of group `index` in `text[pos..to]` ([`Search::answers`] when it can), its pattern
+    /// its index in `specs`.
+    fn search_group(&self, text: &str, pos: usize, to: usize, index: usize, state: &mut ScanState) -> Option<Match> {
+        let group = &self.groups[index];
+        let found = match state.searches[index].and_then(|search| search.answers(pos, to)) {
+            Some(found) => found,
+            None => {
+                let found = group.regex.search(&Input::new(text).range(pos..to));
+                // A label's own scan (a shorter range) does not replace the scan's search over the text.
+                if state.searches[index].is_none_or(|search| to >= search.to) {
+                    state.searches[index] = Some(Search { from: pos, to, found });
+                }
+                found
+            }
+        };
+        found.map(|m| Match::new(PatternID::new_unchecked(group.specs[m.pattern().as_usize()]), m.span()))
+    }
+
+    /// [`Scanner::search_group`] for the run tokens' group where some run tokens are refused ([`run_token`]):
+    /// up to where the first such run ends the group is searched without them, and so on from there. A match
+    /// of the group without them that starts before that end is the search's (no refused token starts
+    /// earlier, or at its start: their matches there are refused, and the patterns after them tried, which is
+    /// what the group without them finds); one that starts later is not, since the refused token counts again
+    /// from there.
+    fn search_past_refused_runs(
+        &self,
+        text: &str,
+        mut pos: usize,
+        to: usize,
+        index: usize,
+        state: &mut ScanState,
+    ) -> Option<Match> {
+        loop {
+            let refused = state.refused_at(pos, to);
+            if refused == 0 {
+                return self.search_group(text, pos, to, index, state);
+            }
+            let Some(group) = self.without_runs(refused) else {
+                // Not compiled (it always is: the same patterns, fewer): the whole group, only slower.
+                return self.search_group(text, pos, to, index, state);
+            };
+            let until = (0..RUN_TOKENS)
+                .filter(|&slot| refused & 1 << slot != 0)
+                .map(|slot| state.refused_runs[slot])
+                .min()
+                .unwrap_or(to);
+            let found = match state.past_runs.filter(|(bits, _)| *bits == refused).and_then(|(_, s)| s.answers(pos, to))
+            {
+                Some(found) => found,
+                None => {
+                    let found = group.regex.search(&Input::new(text).range(pos..to));
+                    state.past_runs = Some((refused, Search { from: pos, to, found }));
+                    found
+                }
+            };
+            match found {
+                Some(m) if m.start() < until => {
+                    return Some(Match::new(PatternID::new_unchecked(group.specs[m.pattern().as_usize()]), m.span()));
+                }
+                _ => pos = until,
+            }
+        }
+    }
+
+    /// The run tokens' group without the run tokens of `refused`'s bits, compiled the first time it is asked for.
+    fn without_runs(&self, refused: u8) -> Option<&Group> {
+        let group = self.groups.get(self.run_group?)?;
+        self.without_runs[usize::from(refused)]
+            .get_or_init(|| {
+                let left_out: Vec<usize> = (0..RUN_TOKENS)
+                    .filter(|&slot| refused & 1 << slot != 0)
+                    .filter_map(|slot| self.run_specs[slot])
+                    .collect();
+                let specs: Vec<usize> = group.specs.iter().copied().filter(|i| !left_out.contains(i)).collect();
+                let patterns: Vec<String> = specs.iter().map(|&i| compile(self.specs[i].regex)).collect();
+                let regex = meta::Regex::builder()
+                    .configure(meta::Config::new().hybrid_cache_capacity(HYBRID_CACHE_CAPACITY))
+                    .build_many(&patterns)
+                    .ok()?;
+                Some(Group { regex, specs, kinds: group.kinds })
+            })
+            .as_ref()
     }
 
     /// The match of `self.specs[index]` anchored at `text[from..to]`'s start.
@@ -700,12 +866,19 @@ impl Scanner {
 
     /// The patterns after `m`'s, anchored where `m` starts, ending by `to`.
     fn retry_at(&self, text: &str, m: Match, to: usize, only: MaskSet, state: &mut ScanState) -> Verdict {
+        let refused = if state.any_refused_at(m.start()) { state.refused_at(m.start(), to) } else { 0 };
         for index in m.pattern().as_usize() + 1..self.specs.len() {
             if !only.contains_kind(self.specs[index].kind) || !self.first_bytes[index].can_start(text, m.start()) {
                 continue;
             }
+            // A run token inside its refused run: refused there too ([`run_token`]).
+            if refused != 0
+                && (0..RUN_TOKENS).any(|slot| refused & 1 << slot != 0 && self.run_specs[slot] == Some(index))
+            {
+                continue;
+            }
             if let Some(retry) = self.anchored(text, index, m.start(), to) {
-                match self.verify(text, retry, only, state) {
+                match self.verify(text, retry, only, to, state) {
                     Verdict::Reject => {}
                     verdict => return verdict,
                 }
@@ -715,7 +888,10 @@ impl Scanner {
     }
 
     /// The verdict on `m`; a refusal extends `state.reach` over the match and the two bytes after it.
-    fn verify(&self, text: &str, m: Match, only: MaskSet, state: &mut ScanState) -> Verdict {
+    /// A run token's refusal ([`run_token`]) is remembered when its match ends where its run does (before `to`,
+    /// the end of the search that found it, or at the text's end), so that the rest of the run is searched
+    /// without it.
+    fn verify(&self, text: &str, m: Match, only: MaskSet, to: usize, state: &mut ScanState) -> Verdict {
         let index = m.pattern().as_usize();
         let spec = self.specs[index];
         if !only.contains_kind(spec.kind) {
@@ -726,6 +902,13 @@ impl Scanner {
         let verdict = (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor });
         if !matches!(verdict, Verdict::Found(_)) {
             state.reach = state.reach.max(m.end() + LOOKAHEAD);
+        }
+        if matches!(verdict, Verdict::Reject)
+            && let Some(slot) = self.run_slots[index]
+            && (m.end() < to || m.end() == text.len())
+        {
+            state.refused_runs[slot] = state.refused_runs[slot].max(m.end());
+            state.refused_until = state.refused_until.max(m.end());
         }
         verdict
     }
@@ -1472,6 +1655,91 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Pieces of run tokens and runs: their prefixes, the class bytes between, digits enough for a Slack id,
+    /// what ends a run, a Slack token cut short, and other secrets inside and around a run.
+    const RUN_PIECES: &[&str] = &[
+        "sk-",
+        "sk-ant-",
+        "sk-proj-",
+        "xoxb-",
+        "xoxp-",
+        "xoxo-",
+        "-",
+        "_",
+        "--",
+        "0123456789",
+        "31672326865",
+        "abcdefghijklmnopq",
+        "A1b2C3d4E5f6G7h8I9j0",
+        "Zq8vN2kP4rT6wY1xB3mC7dF9",
+        "555-0100",
+        "4111111111111111",
+        " ",
+        "#",
+        "*",
+        "=",
+        ".",
+        "password=",
+        "token: ",
+        "\"",
+        "jane@example.com",
+        "AKIAIOSFODNN7QK4RW2Z",
+        "ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV",
+        "xoxb-31672326865-7314082931-abcdefghijklmnopqrstuvwx",
+        "sk-proj-Zq8vN2kP4rT6wY1xB3mC7dF9Zq8vN2kP4rT6",
+    ];
+
+    /// `scanner` as it was before a refused run token's run was searched without it.
+    fn searching_every_start(mut scanner: Scanner) -> Scanner {
+        scanner.run_group = None;
+        scanner.run_specs = [None; RUN_TOKENS];
+        scanner.run_slots = vec![None; scanner.specs.len()];
+        scanner
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Searching the rest of a refused run token's run without it finds what searching every start finds:
+        /// the findings, whether they are settled, and what the masker makes of them (rescans, provider rules).
+        #[test]
+        fn a_refused_runs_rest_searched_without_its_token_finds_what_every_start_finds(
+            text in crate::mask::tests::glued(RUN_PIECES, 6, "[ -~]{0,3}", 16),
+        ) {
+            for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII] {
+                let skipping = Scanner::build(set).unwrap();
+                let every = searching_every_start(Scanner::build(set).unwrap());
+                let (mut found, mut expected) = (Vec::new(), Vec::new());
+                let settled = skipping.scan(&text, set, |f| found.push(f));
+                let expected_settled = every.scan(&text, set, |f| expected.push(f));
+                proptest::prop_assert_eq!(&found, &expected, "{:?} {:?}", text, set);
+                proptest::prop_assert_eq!(settled, expected_settled, "{:?} {:?}", text, set);
+                proptest::prop_assert_eq!(
+                    crate::mask::all_findings(&skipping, set, &text),
+                    crate::mask::all_findings(&every, set, &text),
+                    "{:?} {:?}", text, set
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_of_token_prefixes_is_searched_once() {
+        // The fuzzer's input that timed out (43 KiB of it took 2 s): every `sk-` and `xoxb-` a start.
+        let text = "00555-0100sk-sk-sk-xoxb-555-0100sk-sk-".repeat(100);
+        for set in [MaskSet::ALL, MaskSet::SECRETS] {
+            let (mut found, mut expected) = (Vec::new(), Vec::new());
+            Scanner::build(set).unwrap().scan(&text, set, |f| found.push(f));
+            searching_every_start(Scanner::build(set).unwrap()).scan(&text, set, |f| expected.push(f));
+            assert_eq!(found, expected, "{set:?}");
+        }
+        // A valid token inside a refused run is still found.
+        let text = "sk-sk-sk-xoxb-31672326865-7314082931-abcdefghij sk-sk-";
+        let mut found = Vec::new();
+        Scanner::build(MaskSet::SECRETS).unwrap().scan(text, MaskSet::SECRETS, |f| found.push((f.kind, f.start)));
+        assert_eq!(found, [(MaskKind::SlackToken, 9)]);
     }
 
     #[test]
