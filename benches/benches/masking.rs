@@ -125,6 +125,14 @@ fn adversarial_texts() -> Vec<(&'static str, String)> {
         .flat_map(|text| [text, "\n"])
         .collect();
     let ordinary = text_of(MIB, true);
+    // The masking fuzzer's two quadratic shapes of 12-03: BEGIN lines with no END line after them (behind one
+    // whole block), and one run of key bytes holding a token prefix every few bytes.
+    let begin_line = "-----BEGIN PRIVATE KEY-----gres#://token=(555) (551.2.30\":nul._0";
+    let begin_lines = format!(
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n{}",
+        begin_line.repeat(MIB / begin_line.len())
+    );
+    let prefix_run = "00555-0100sk-sk-sk-xoxb-555-0100sk-sk-";
     vec![
         ("orders_clean_1m", text_of(MIB, false)),
         ("logs_1m", log_lines(MIB)),
@@ -136,6 +144,8 @@ fn adversarial_texts() -> Vec<(&'static str, String)> {
         ("keywords_1m", keywords),
         ("gitleaks_corpus", corpus),
         ("orders_dirty_1m", ordinary),
+        ("begin_lines_1m", begin_lines),
+        ("token_prefix_run_1m", prefix_run.repeat(MIB / prefix_run.len())),
     ]
 }
 
@@ -165,7 +175,8 @@ fn bench_masking(c: &mut Criterion) {
     group.finish();
 
     // Adversarial text, 1 MiB each: runs that keep the lazy DFA building states (base64, capitals and dashes,
-    // digits and dots), a fuzzer's worst input, provider keywords on every line; and the gitleaks corpus.
+    // digits and dots), a fuzzer's worst input, provider keywords on every line, the two shapes that were
+    // quadratic; and the gitleaks corpus.
     let mut group = c.benchmark_group("mask_text_adversarial");
     group.sample_size(10);
     for (name, text) in adversarial_texts() {
