@@ -823,7 +823,10 @@ impl Scanner {
                 Some(found) => found,
                 None => {
                     let found = group.regex.search(&Input::new(text).range(pos..to));
-                    state.past_runs = Some((refused, Search { from: pos, to, found }));
+                    // As for the group's own searches, a label's shorter range does not replace a longer one.
+                    if state.past_runs.is_none_or(|(bits, search)| bits != refused || to >= search.to) {
+                        state.past_runs = Some((refused, Search { from: pos, to, found }));
+                    }
                     found
                 }
             };
