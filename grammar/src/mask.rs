@@ -211,6 +211,12 @@ impl MaskSet {
         MaskSet(self.0 & other.0)
     }
 
+    /// The kinds in `self` and not in `other`.
+    #[must_use]
+    pub const fn difference(self, other: MaskSet) -> MaskSet {
+        MaskSet(self.0 & !other.0)
+    }
+
     /// Whether every kind of `other` is in `self`.
     pub const fn contains(self, other: MaskSet) -> bool {
         self.0 & other.0 == other.0
@@ -431,6 +437,14 @@ mod tests {
         assert!(!MaskKind::Email.is_secret());
         assert!(!MaskSet::PII.contains_kind(MaskKind::IpAddress));
         assert_eq!(MaskSet::ALL.kinds().count(), MaskKind::COUNT);
+        assert_eq!(
+            MaskSet::ALL.difference(MaskSet::PII).difference(MaskSet::of(MaskKind::IpAddress)),
+            MaskSet::SECRETS
+        );
+        for kind in MaskKind::ALL {
+            let left = MaskSet::ALL.difference(MaskSet::of(kind));
+            assert!(!left.contains_kind(kind) && left.kinds().count() == MaskKind::COUNT - 1, "{kind}");
+        }
     }
 
     #[test]

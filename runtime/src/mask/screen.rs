@@ -87,7 +87,7 @@ pub(crate) fn is_quiet(text: &str) -> bool {
 
 /// `set` without `kind`.
 pub(crate) fn without(set: MaskSet, kind: MaskKind) -> MaskSet {
-    set.kinds().filter(|&k| k != kind).fold(MaskSet::NONE, |set, k| set | MaskSet::of(k))
+    set.difference(MaskSet::of(kind))
 }
 
 #[cfg(test)]
