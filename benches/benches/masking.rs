@@ -133,6 +133,11 @@ fn adversarial_texts() -> Vec<(&'static str, String)> {
         begin_line.repeat(MIB / begin_line.len())
     );
     let prefix_run = "00555-0100sk-sk-sk-xoxb-555-0100sk-sk-";
+    // And the two of 12-04: runs that refuse the `sk-` token, then the `sk-` and `xoxb-` tokens, in turn (the
+    // fuzzer's); labels whose bare values run on to the end of the text, each overtaken by an e-mail found
+    // before it (the property test `repeated_text_is_searched_in_linear_time`'s).
+    let alternating_runs = "tAtk555-0100555-0100sk-sk-sk-sk-s.-xoxb-sk-sk--100sk-sk-sk-sk-s.-xoxb-sk-sk--s-sk-sk--100";
+    let overtaken_labels = "user:pass@a@2x.pngtoken=";
     vec![
         ("orders_clean_1m", text_of(MIB, false)),
         ("logs_1m", log_lines(MIB)),
@@ -146,6 +151,8 @@ fn adversarial_texts() -> Vec<(&'static str, String)> {
         ("orders_dirty_1m", ordinary),
         ("begin_lines_1m", begin_lines),
         ("token_prefix_run_1m", prefix_run.repeat(MIB / prefix_run.len())),
+        ("alternating_runs_1m", alternating_runs.repeat(MIB / alternating_runs.len())),
+        ("overtaken_labels_1m", overtaken_labels.repeat(MIB / overtaken_labels.len())),
     ]
 }
 

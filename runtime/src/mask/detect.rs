@@ -110,13 +110,23 @@ struct ScanState {
     searches: [Option<Search>; GROUPS],
     /// Where the text's last END line ends ([`last_end_line`]), once a whole private-key block was looked for.
     blocks_end: Option<usize>,
-    /// For each run token ([`run_token`]), where its last refused match ended: its matches that start before
-    /// there are refused too, and are not looked for ([`Scanner::search`]).
-    refused_runs: [usize; RUN_TOKENS],
-    /// The furthest of `refused_runs`.
+    /// Where the furthest refused run token's match ended ([`RefusedRuns::ends`]), 0 before any: the check on
+    /// every search.
     refused_until: usize,
-    /// The last search of the run tokens' group without the refused ones, and which those were.
-    past_runs: Option<(u8, Search)>,
+    /// The refused run tokens, made the first time one is refused (most texts have none).
+    runs: Option<Box<RefusedRuns>>,
+}
+
+/// What a scan remembers of the run tokens ([`run_token`]) it refused.
+struct RefusedRuns {
+    /// For each run token, where its last refused match ended: its matches that start before there are refused
+    /// too, and are not looked for ([`Scanner::search`]).
+    ends: [usize; RUN_TOKENS],
+    /// The last search of the run tokens' group without some of them, for each set of them (by their bits): a
+    /// text whose runs refuse different sets in turn (an `sk-…` run, then an `xoxb-…` one inside it) searched
+    /// again from each refused start to the end of the text when one search was kept for whichever set came
+    /// last (quadratic: 32 KiB of such runs took 45 M instructions, found by the fuzzer).
+    searches: [Option<Search>; 1 << RUN_TOKENS],
 }
 
 impl ScanState {
@@ -127,16 +137,16 @@ impl ScanState {
             settled: true,
             searches: [None; GROUPS],
             blocks_end: None,
-            refused_runs: [0; RUN_TOKENS],
             refused_until: 0,
-            past_runs: None,
+            runs: None,
         }
     }
 
     /// The run tokens whose matches starting at `pos` (in a search ending at `to`) are refused: a bit each.
     fn refused_at(&self, pos: usize, to: usize) -> u8 {
+        let Some(runs) = &self.runs else { return 0 };
         let mut refused = 0;
-        for (slot, &end) in self.refused_runs.iter().enumerate() {
+        for (slot, &end) in runs.ends.iter().enumerate() {
             if pos < end && end <= to {
                 refused |= 1 << slot;
             }
@@ -347,8 +357,12 @@ static PATTERNS: &[PatternSpec] = &[
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")`.
             r#"(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*"#,
-            // The value: double-quoted (with escapes), single-quoted, or bare.
-            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]+)"#,
+            // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match stops after
+            // `BARE_VALUE_READ` characters (a value found is then read on to its end by `verify_secret_value`):
+            // unbounded, every search from a label whose value ran on to the end of the text read it to there, and
+            // a text of such labels, each overtaken by an earlier finding (`user:pass@a@2x.pngtoken=` over and
+            // over), was masked in time quadratic in its length (32 KiB 1.2 G instructions).
+            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]{1,64})"#,
         ),
         value: ValueAt::AfterSeparator,
         verify: verify_secret_value,
@@ -589,9 +603,9 @@ const HYBRID_CACHE_CAPACITY: usize = 8 << 20;
 /// Neither `@` nor `://` is ever made by replacing findings with tags, so the set holds for the text's rescans.
 /// (Text without `-----BEGIN` is scanned without private keys, by the masker: `mask::without_absent_keys`.)
 pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
-    const NEED_AT: [MaskKind; 2] = [MaskKind::Email, MaskKind::ConnectionPassword];
-    let only = if NEED_AT.iter().any(|&kind| only.contains_kind(kind)) && !text.as_bytes().contains(&b'@') {
-        only.kinds().filter(|kind| !NEED_AT.contains(kind)).fold(MaskSet::NONE, |set, kind| set | MaskSet::of(kind))
+    const NEED_AT: MaskSet = MaskSet::of(MaskKind::Email).union(MaskSet::of(MaskKind::ConnectionPassword));
+    let only = if !only.intersection(NEED_AT).is_empty() && !text.as_bytes().contains(&b'@') {
+        only.difference(NEED_AT)
     } else {
         only
     };
@@ -715,10 +729,7 @@ impl Scanner {
                         }
                         kind => MaskSet::of(kind),
                     };
-                    let others = only
-                        .kinds()
-                        .filter(|&k| !excluded.contains_kind(k))
-                        .fold(MaskSet::NONE, |set, k| set | MaskSet::of(k));
+                    let others = only.difference(excluded);
                     if !others.is_empty() && depth < 4 {
                         // From `start` itself: the other patterns were not tried there yet.
                         self.scan_range(text, start, to, through, others, depth + 1, state, on_finding).max(skip)
@@ -766,12 +777,15 @@ impl Scanner {
 
     /// The leftmost match of group `index` in `text[pos..to]` ([`Search::answers`] when it can), its pattern
     /// its index in `specs`.
+    #[inline(always)] // called on every search: out of line, a call and its spills on each (~60 instructions a leaf)
     fn search_group(&self, text: &str, pos: usize, to: usize, index: usize, state: &mut ScanState) -> Option<Match> {
         let group = &self.groups[index];
         let found = match state.searches[index].and_then(|search| search.answers(pos, to)) {
             Some(found) => found,
             None => {
                 let found = group.regex.search(&Input::new(text).range(pos..to));
+                #[cfg(test)]
+                tests::note_search(pos, to, found);
                 // A label's own scan (a shorter range) does not replace the scan's search over the text.
                 if state.searches[index].is_none_or(|search| to >= search.to) {
                     state.searches[index] = Some(Search { from: pos, to, found });
@@ -807,17 +821,21 @@ impl Scanner {
             };
             let until = (0..RUN_TOKENS)
                 .filter(|&slot| refused & 1 << slot != 0)
-                .map(|slot| state.refused_runs[slot])
+                .filter_map(|slot| Some(state.runs.as_ref()?.ends[slot]))
                 .min()
                 .unwrap_or(to);
-            let found = match state.past_runs.filter(|(bits, _)| *bits == refused).and_then(|(_, s)| s.answers(pos, to))
-            {
+            let kept = state.runs.as_mut().map(|runs| &mut runs.searches[usize::from(refused)]);
+            let found = match kept.as_ref().and_then(|search| search.and_then(|search| search.answers(pos, to))) {
                 Some(found) => found,
                 None => {
                     let found = group.regex.search(&Input::new(text).range(pos..to));
+                    #[cfg(test)]
+                    tests::note_search(pos, to, found);
                     // As for the group's own searches, a label's shorter range does not replace a longer one.
-                    if state.past_runs.is_none_or(|(bits, search)| bits != refused || to >= search.to) {
-                        state.past_runs = Some((refused, Search { from: pos, to, found }));
+                    if let Some(kept) = kept
+                        && kept.is_none_or(|search| to >= search.to)
+                    {
+                        *kept = Some(Search { from: pos, to, found });
                     }
                     found
                 }
@@ -902,7 +920,10 @@ impl Scanner {
             && let Some(slot) = self.run_slots[index]
             && (m.end() < to || m.end() == text.len())
         {
-            state.refused_runs[slot] = state.refused_runs[slot].max(m.end());
+            let runs = state.runs.get_or_insert_with(|| {
+                Box::new(RefusedRuns { ends: [0; RUN_TOKENS], searches: [None; 1 << RUN_TOKENS] })
+            });
+            runs.ends[slot] = runs.ends[slot].max(m.end());
             state.refused_until = state.refused_until.max(m.end());
         }
         verdict
@@ -1289,6 +1310,10 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         && bytes.get(end) == Some(&b']')
         && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
         && value.bytes().all(|b| b.is_ascii_hexdigit());
+    // A bare value cut where its pattern stops reading (not where a narrower search's range ends).
+    let cut = !quoted
+        && bytes.get(end).is_some_and(|&b| is_bare_value_byte(b))
+        && c.text[start..end].chars().count() == BARE_VALUE_READ;
     let rejected = own_tag
         || PUBLIC_KEY_SUFFIXES.iter().any(|suffix| normalised_ends_with(label, suffix))
         || is_mask_or_placeholder(value)
@@ -1309,7 +1334,46 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
-    if rejected { Verdict::RejectThrough(label_end) } else { c.found_span(start, end) }
+    if rejected {
+        return Verdict::RejectThrough(label_end);
+    }
+    if cut {
+        // A bare value longer than its pattern reads: judged by its first bytes, masked to its end.
+        end += bytes[end..].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(bytes.len() - end);
+        if bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
+            return Verdict::RejectThrough(label_end);
+        }
+    }
+    c.found_span(start, end)
+}
+
+/// How many characters of a bare labelled value its pattern reads (the `{1,64}` of [`PATTERNS`]' `SecretValue`).
+const BARE_VALUE_READ: usize = 64;
+
+/// Whether `byte` can be in a bare labelled value (the class of [`PATTERNS`]' `SecretValue`, by bytes: every byte
+/// it leaves out is ASCII, so a value's bytes end on a character's boundary).
+fn is_bare_value_byte(byte: u8) -> bool {
+    !matches!(
+        byte,
+        b' ' | b'\t'
+            | b'\r'
+            | b'\n'
+            | 0x0B
+            | 0x0C
+            | b'"'
+            | b'\''
+            | b','
+            | b';'
+            | b'&'
+            | b'<'
+            | b'>'
+            | b'('
+            | b')'
+            | b'{'
+            | b'}'
+            | b'['
+            | b']'
+    )
 }
 
 fn verify_iban(c: &Candidate<'_>) -> Verdict {
@@ -1734,6 +1798,174 @@ mod tests {
         let mut found = Vec::new();
         Scanner::build(MaskSet::SECRETS).unwrap().scan(text, MaskSet::SECRETS, |f| found.push((f.kind, f.start)));
         assert_eq!(found, [(MaskKind::SlackToken, 9)]);
+    }
+
+    std::thread_local! {
+        /// The bytes this thread's scans have searched since [`bytes_searched`] last counted.
+        static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Counts a group's search over `pos..to`: the bytes up to the end of its match, or to `to` without one (a
+    /// floor on what the DFA read: it may read past a match to know it is the leftmost-first one).
+    pub(super) fn note_search(pos: usize, to: usize, found: Option<Match>) {
+        SEARCHED.with(|searched| searched.set(searched.get() + found.map_or(to, |m| m.end()).saturating_sub(pos)));
+    }
+
+    /// The bytes the scans of masking `text` search (every pass over it: the findings, their rescans), per byte
+    /// of `text`.
+    fn searched_per_byte(scanner: &Scanner, set: MaskSet, text: &str) -> f64 {
+        SEARCHED.with(|searched| searched.set(0));
+        crate::mask::all_findings(scanner, set, text);
+        #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+        let per_byte = SEARCHED.with(std::cell::Cell::get) as f64 / text.len().max(1) as f64;
+        per_byte
+    }
+
+    /// What the searches of masking a unit repeated to `short` bytes and to eight times that read per byte:
+    /// equal (within what the ends of the text change) when the searches read each part of the text a bounded
+    /// number of times, growing with the length when they read on from each start to the end.
+    fn per_byte_short_and_long(scanner: &Scanner, set: MaskSet, unit: &str, short: usize) -> (f64, f64) {
+        let times = short.div_ceil(unit.len().max(1));
+        (searched_per_byte(scanner, set, &unit.repeat(times)), searched_per_byte(scanner, set, &unit.repeat(8 * times)))
+    }
+
+    /// The shapes the fuzzer found masking in quadratic time, each made linear: what the searches read per byte
+    /// stays the same from 4 KiB to 32 KiB of them.
+    #[test]
+    fn the_fuzzers_quadratic_shapes_are_searched_in_linear_time() {
+        for unit in [
+            // timeout-343e45c0…: an `sk-` run refused, then an `xoxb-` run inside it, in turn (the group without
+            // both and the group without one searched again from each start to the end).
+            "tAtk555-0100555-0100sk-sk-sk-sk-s.-xoxb-sk-sk--100sk-sk-sk-sk-s.-xoxb-sk-sk--s-sk-sk--100",
+            // Found by `repeated_text_is_searched_in_linear_time` below: labels whose bare values ran on to the end
+            // of the text, each overtaken by an e-mail found before it (`a@2x.pngtoken`).
+            "user:pass@a@2x.pngtoken=",
+            // timeout-6a46dae0…: a run of token prefixes.
+            "00555-0100sk-sk-sk-xoxb-555-0100sk-sk-",
+            // slow-unit-d91135e6…: BEGIN lines without an END line after them.
+            "-----BEGIN PRIVATE KEY-----\n",
+            // Refused e-mails, each searched inside for the other kinds.
+            "a@2x.png ",
+            // A run of digits and dots (an e-mail's local part).
+            ".2.38.4",
+        ] {
+            for set in [MaskSet::ALL, MaskSet::SECRETS] {
+                let scanner = Scanner::build(set).unwrap();
+                let (short, long) = per_byte_short_and_long(&scanner, set, unit, 4096);
+                assert!(
+                    long <= short * 1.25 + 1.0,
+                    "{unit:?} {set:?}: {short:.1} bytes searched a byte at 4 KiB, {long:.1} at 32 KiB"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bare_value_longer_than_its_pattern_reads_is_masked_to_its_end() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for value in
+            ["aB3".repeat(200), "é1".repeat(300), "x9".repeat(128), "k7".repeat(32), format!("{}Q", "k7".repeat(32))]
+        {
+            for (before, after) in [("token=", " tail"), ("api_key: ", ""), ("password=", ";next")] {
+                let text = format!("{before}{value}{after}");
+                let mut found = Vec::new();
+                scanner.scan(&text, MaskSet::SECRETS, |f| found.push((f.kind, f.start, f.end)));
+                assert_eq!(found, [(MaskKind::SecretValue, before.len(), before.len() + value.len())], "{text:?}");
+            }
+        }
+        // Judged by its first bytes: a placeholder's, then anything, is refused; a call is not a value.
+        for text in [format!("token={}{}", "x".repeat(300), "Zq8vN2kP4rT6"), format!("token={}(x)", "ab1".repeat(100))]
+        {
+            let mut found = Vec::new();
+            scanner.scan(&text, MaskSet::SECRETS, |f| found.push(f));
+            assert_eq!(found, [], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_bare_value_reading_is_the_patterns() {
+        let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
+        let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
+        assert!(spec.regex.ends_with(&format!("{class}{{1,{BARE_VALUE_READ}}})")), "{}", spec.regex);
+        let class = meta::Regex::new(&format!("^{class}$")).unwrap();
+        for byte in 0..=0x7F_u8 {
+            let text = char::from(byte).to_string();
+            assert_eq!(is_bare_value_byte(byte), class.is_match(&text), "{byte:#04x}");
+        }
+        assert!((0x80..=0xFF).all(is_bare_value_byte));
+    }
+
+    /// Pieces of the shapes above and of the others the patterns hold: labels, quotes, separators, schemes.
+    const LINEAR_PIECES: &[&str] = &[
+        "sk-",
+        "sk-ant-",
+        "xoxb-",
+        "-",
+        "_",
+        ".",
+        "0123456789",
+        "31672326865",
+        "abcdefghijklmnopq",
+        "555-0100",
+        "-----BEGIN PRIVATE KEY-----",
+        "-----END PRIVATE KEY-----",
+        "-----END ",
+        "MIIBOgIBAAJBAKj34Gkx",
+        "\n",
+        "\\n",
+        "\\\"",
+        "\"",
+        "'",
+        " ",
+        "=",
+        ":",
+        "@",
+        "a@2x.png",
+        "jane@example.com",
+        ".2.38.4",
+        "192.168.0.1",
+        "token=",
+        "password: ",
+        "api_key=\"",
+        "Ctoken=%",
+        "user:pass@",
+        "postgres://",
+        "://",
+        "Bearer ",
+        "eyJ",
+        "Authorization: Basic ",
+        "AKIA",
+        "AKIAIOSFODNN7QK4RW2Z",
+        "ghp_",
+        "SSN ",
+        "(555) ",
+        "+1 415 555 2671",
+        "4111 1111 1111 1111",
+        "GB82WEST1234",
+        "{\"text\":\"",
+        "hooks.slack.com/services/T",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Any text of repeated pieces is searched in linear time: what the searches of masking its unit
+        /// repeated to 1 KiB and to 8 KiB read per byte is about the same. (The fuzzer found four shapes that were
+        /// not, each in a fresh run; this looks for the next one in every test run.)
+        #[test]
+        fn repeated_text_is_searched_in_linear_time(
+            unit in crate::mask::tests::glued(LINEAR_PIECES, 6, "[ -~]{0,3}", 16),
+        ) {
+            proptest::prop_assume!(!unit.is_empty());
+            for set in [MaskSet::ALL, MaskSet::SECRETS] {
+                let (scanner, only) = scanner(set).unwrap();
+                let (short, long) = per_byte_short_and_long(&scanner, only, &unit, 1024);
+                proptest::prop_assert!(
+                    long <= short * 1.5 + 2.0,
+                    "{:?} {:?}: {:.1} bytes searched a byte at 1 KiB, {:.1} at 8 KiB", unit, set, short, long
+                );
+            }
+        }
     }
 
     #[test]
