@@ -876,6 +876,10 @@ impl Scanner {
         let (group, pattern) = self.places[index];
         let input = Input::new(text).range(from..to).anchored(Anchored::Pattern(pattern));
         let m = self.groups[group].regex.search(&input)?;
+        // An anchored search that finds nothing is not counted: it stops where its pattern cannot go on, mostly
+        // within a few bytes, and how far is not told.
+        #[cfg(test)]
+        tests::note_search(from, to, Some(m));
         Some(Match::new(PatternID::new_unchecked(index), m.span()))
     }
 
@@ -1805,8 +1809,8 @@ mod tests {
         static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
-    /// Counts a group's search over `pos..to`: the bytes up to the end of its match, or to `to` without one (a
-    /// floor on what the DFA read: it may read past a match to know it is the leftmost-first one).
+    /// Counts a search over `pos..to`: the bytes up to the end of its match, or to `to` without one (a floor on
+    /// what the DFA read: it may read past a match to know it is the leftmost-first one).
     pub(super) fn note_search(pos: usize, to: usize, found: Option<Match>) {
         SEARCHED.with(|searched| searched.set(searched.get() + found.map_or(to, |m| m.end()).saturating_sub(pos)));
     }
