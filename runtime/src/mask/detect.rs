@@ -1960,7 +1960,9 @@ mod tests {
         fn repeated_text_is_searched_in_linear_time(
             unit in crate::mask::tests::glued(LINEAR_PIECES, 6, "[ -~]{0,3}", 16),
         ) {
-            proptest::prop_assume!(!unit.is_empty());
+            if unit.is_empty() {
+                return Ok(()); // no text to repeat (a rejected case would count against proptest's reject limit)
+            }
             for set in [MaskSet::ALL, MaskSet::SECRETS] {
                 let (scanner, only) = scanner(set).unwrap();
                 let (short, long) = per_byte_short_and_long(&scanner, only, &unit, 1024);
