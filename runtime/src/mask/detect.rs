@@ -567,6 +567,10 @@ fn run_token(spec: &PatternSpec) -> Option<usize> {
     }
 }
 
+/// How many bytes of a run token's match tell whether it matches: its longest prefix and the fewest bytes of its
+/// class after it (`sk-ant-` and 20), with room.
+const RUN_TOKEN_READ: usize = 64;
+
 /// The END line of a whole private-key block, the end of [`PATTERNS`]' first pattern.
 const END_LINE: &str = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----";
 
@@ -743,10 +747,45 @@ impl Scanner {
         pos
     }
 
+    /// The match the scan takes next from `pos`: the leftmost in `text[pos..to]` ([`Scanner::leftmost`]), but
+    /// where refused run tokens were not looked for ([`run_token`]), the one searching every start would take.
+    /// That search found a refused token first wherever one starts before the match, refused it and went on past
+    /// its word ([`next_start`]); a match starting inside that word (an e-mail's local part, at most 64
+    /// characters, may start inside `xoxb` where it cannot start at its `x`) was passed over. So when the match
+    /// starts inside a word that a refused run token starts, the search goes on past that word. (A token starting
+    /// at a word before it is passed over the same way, its word ending before the match starts.)
+    fn search(&self, text: &str, mut pos: usize, to: usize, only: MaskSet, state: &mut ScanState) -> Option<Match> {
+        loop {
+            let m = self.leftmost(text, pos, to, only, state)?;
+            if !state.any_refused_at(pos) {
+                return Some(m);
+            }
+            let bytes = text.as_bytes();
+            let word = pos.max(m.start() - bytes[..m.start()].iter().rev().take_while(|&&b| is_word_byte(b)).count());
+            if word == m.start() || !self.refused_token_at(text, word, to, state) {
+                return Some(m);
+            }
+            pos = next_start(bytes, word);
+        }
+    }
+
+    /// Whether a run token refused at `at` ([`ScanState::refused_at`]) matches there. A run token's match is a
+    /// prefix then bytes of one class ([`run_token`]) with no look-around after it, so whether one starts at `at`
+    /// shows in its first [`RUN_TOKEN_READ`] bytes, and the search reads no further (its run may be long).
+    fn refused_token_at(&self, text: &str, at: usize, to: usize, state: &ScanState) -> bool {
+        let refused = state.refused_at(at, to);
+        refused != 0
+            && (0..self.specs.len()).any(|index| {
+                self.refused_run_token(index, refused)
+                    && self.first_bytes[index].can_start(text, at)
+                    && self.anchored(text, index, at, to.min(at + RUN_TOKEN_READ)).is_some()
+            })
+    }
+
     /// The leftmost match in `text[pos..to]` of the patterns of a kind in `only`, and at one position the
     /// earlier pattern's, as one regex over all of them would find it; its pattern is its index in `specs`.
     /// Each group's search is remembered ([`ScanState::searches`]).
-    fn search(&self, text: &str, pos: usize, to: usize, only: MaskSet, state: &mut ScanState) -> Option<Match> {
+    fn leftmost(&self, text: &str, pos: usize, to: usize, only: MaskSet, state: &mut ScanState) -> Option<Match> {
         let mut best: Option<Match> = None;
         for (index, group) in self.groups.iter().enumerate() {
             if group.kinds.intersection(only).is_empty() {
@@ -1342,7 +1381,8 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         return Verdict::RejectThrough(label_end);
     }
     if cut {
-        // A bare value longer than its pattern reads: judged by its first bytes, masked to its end.
+        // A bare value longer than its pattern reads: judged by its first `BARE_VALUE_READ` characters (above),
+        // masked to its end.
         end += bytes[end..].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(bytes.len() - end);
         if bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
             return Verdict::RejectThrough(label_end);
@@ -1804,8 +1844,34 @@ mod tests {
         assert_eq!(found, [(MaskKind::SlackToken, 9)]);
     }
 
+    #[test]
+    fn a_match_inside_a_refused_tokens_word_is_passed_over_as_searching_every_start_does() {
+        // Found by the property test above in CI: the e-mail's local part (at most 64 characters) can start at the
+        // second `x` of the second `xoxb` but not at its first; searching every start refused the Slack token
+        // there and went on past `xoxb`, to the e-mail from `abc…`.
+        let text = "xoxb-xoxb-abcdefghijklmnopqghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuVjane@example.com";
+        for set in [MaskSet::ALL, MaskSet::SECRETS | MaskSet::PII] {
+            let (mut found, mut expected) = (Vec::new(), Vec::new());
+            Scanner::build(set).unwrap().scan(text, set, |f| found.push(f));
+            searching_every_start(Scanner::build(set).unwrap()).scan(text, set, |f| expected.push(f));
+            assert_eq!(found, expected, "{set:?}");
+            assert_eq!(found.iter().map(|f| (f.kind, f.start)).collect::<Vec<_>>(), [(MaskKind::Email, 10)]);
+        }
+    }
+
+    #[test]
+    fn whether_a_run_token_matches_shows_in_its_first_bytes() {
+        for spec in PATTERNS.iter().filter(|spec| run_token(spec).is_some()) {
+            let hir = regex_syntax::parse(&compile(spec.regex)).unwrap();
+            let least = hir.properties().minimum_len().unwrap();
+            assert!(least <= RUN_TOKEN_READ, "{}: {least}", spec.regex);
+            // A prefix, then one class repeated with no upper bound and nothing after it.
+            assert!(spec.regex.ends_with(",}") && hir.properties().maximum_len().is_none(), "{}", spec.regex);
+        }
+    }
+
     std::thread_local! {
-        /// The bytes this thread's scans have searched since [`bytes_searched`] last counted.
+        /// The bytes this thread's searches have read since [`searched_per_byte`] last set it to 0.
         static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
