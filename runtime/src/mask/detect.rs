@@ -357,12 +357,13 @@ static PATTERNS: &[PatternSpec] = &[
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")`.
             r#"(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*"#,
-            // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match stops after
-            // `BARE_VALUE_READ` characters (a value found is then read on to its end by `verify_secret_value`):
-            // unbounded, every search from a label whose value ran on to the end of the text read it to there, and
-            // a text of such labels, each overtaken by an earlier finding (`user:pass@a@2x.pngtoken=` over and
-            // over), was masked in time quadratic in its length (32 KiB 1.2 G instructions).
-            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]{1,64})"#,
+            // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match is its first
+            // character: `verify_secret_value` reads the rest by bytes ([`bare_value_end`]). Unbounded, every search
+            // from a label whose value ran on to the end of the text read it to there, and a text of such labels,
+            // each overtaken by an earlier finding (`user:pass@a@2x.pngtoken=` over and over), was masked in time
+            // quadratic in its length (32 KiB 1.2 G instructions); read to 64 characters, each search still read
+            // 64 bytes past its label (a third of that text's instructions).
+            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
         ),
         value: ValueAt::AfterSeparator,
         verify: verify_secret_value,
@@ -622,7 +623,12 @@ pub(crate) fn narrow(only: MaskSet, text: &str) -> MaskSet {
 
 impl Scanner {
     fn build(set: MaskSet) -> Result<Scanner, String> {
-        let specs: Vec<&'static PatternSpec> = PATTERNS.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
+        Scanner::build_from(PATTERNS, set)
+    }
+
+    /// The scanner of `patterns`' patterns of a kind in `set` (the tests build it from patterns as they were).
+    fn build_from(patterns: &'static [PatternSpec], set: MaskSet) -> Result<Scanner, String> {
+        let specs: Vec<&'static PatternSpec> = patterns.iter().filter(|spec| set.contains_kind(spec.kind)).collect();
         let mut groups = Vec::new();
         let mut whole_blocks = None;
         let mut places = vec![(0, PatternID::ZERO); specs.len()];
@@ -957,7 +963,12 @@ impl Scanner {
         let floor = state.floor;
         let verdict = (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor });
         if !matches!(verdict, Verdict::Found(_)) {
-            state.reach = state.reach.max(m.end() + LOOKAHEAD);
+            // A bare labelled value is judged by more than its match holds (its first character).
+            let looked_to = match (spec.kind, value) {
+                (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end),
+                _ => m.end(),
+            };
+            state.reach = state.reach.max(looked_to + LOOKAHEAD);
         }
         if matches!(verdict, Verdict::Reject)
             && let Some(slot) = self.run_slots[index]
@@ -1344,6 +1355,8 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     if quoted {
         start += 1;
         end -= 1;
+    } else {
+        end = bare_value_end(bytes, start, end);
     }
     let value = &c.text[start..end];
     let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
@@ -1353,7 +1366,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         && bytes.get(end) == Some(&b']')
         && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
         && value.bytes().all(|b| b.is_ascii_hexdigit());
-    // A bare value cut where its pattern stops reading (not where a narrower search's range ends).
+    // A bare value longer than it is judged by (`bare_value_end`).
     let cut = !quoted
         && bytes.get(end).is_some_and(|&b| is_bare_value_byte(b))
         && c.text[start..end].chars().count() == BARE_VALUE_READ;
@@ -1381,7 +1394,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         return Verdict::RejectThrough(label_end);
     }
     if cut {
-        // A bare value longer than its pattern reads: judged by its first `BARE_VALUE_READ` characters (above),
+        // A bare value longer than `BARE_VALUE_READ` characters: judged by its first ones (above),
         // masked to its end.
         end += bytes[end..].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(bytes.len() - end);
         if bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
@@ -1391,34 +1404,53 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     c.found_span(start, end)
 }
 
-/// How many characters of a bare labelled value its pattern reads (the `{1,64}` of [`PATTERNS`]' `SecretValue`).
+/// How many characters of a bare labelled value are read to judge it ([`bare_value_end`]).
 const BARE_VALUE_READ: usize = 64;
+
+/// Where the labelled value matched at `start..end` ends as it is judged: a quoted value where its match does; a
+/// bare one, whose match is its first character ([`PATTERNS`]' `SecretValue`), after its run of bare value bytes
+/// ([`is_bare_value_byte`]) or its first [`BARE_VALUE_READ`] characters, whichever ends first. A value longer
+/// than that is masked to its end ([`verify_secret_value`]).
+fn bare_value_end(bytes: &[u8], start: usize, end: usize) -> usize {
+    if matches!(bytes[start], b'"' | b'\'') {
+        return end;
+    }
+    // `BARE_VALUE_READ` characters fit in four times as many bytes.
+    let window = &bytes[start..bytes.len().min(start + 4 * BARE_VALUE_READ)];
+    let run = window.iter().position(|&byte| !is_bare_value_byte(byte)).unwrap_or(window.len());
+    if run <= BARE_VALUE_READ {
+        return start + run; // no more characters than bytes
+    }
+    let mut chars = 0;
+    for (at, &byte) in window[..run].iter().enumerate() {
+        // A character starts at every byte but a UTF-8 continuation byte.
+        if byte & 0xC0 != 0x80 {
+            if chars == BARE_VALUE_READ {
+                return start + at;
+            }
+            chars += 1;
+        }
+    }
+    start + run
+}
 
 /// Whether `byte` can be in a bare labelled value (the class of [`PATTERNS`]' `SecretValue`, by bytes: every byte
 /// it leaves out is ASCII, so a value's bytes end on a character's boundary).
 fn is_bare_value_byte(byte: u8) -> bool {
-    !matches!(
-        byte,
-        b' ' | b'\t'
-            | b'\r'
-            | b'\n'
-            | 0x0B
-            | 0x0C
-            | b'"'
-            | b'\''
-            | b','
-            | b';'
-            | b'&'
-            | b'<'
-            | b'>'
-            | b'('
-            | b')'
-            | b'{'
-            | b'}'
-            | b'['
-            | b']'
-    )
+    BARE_VALUE_BYTES[usize::from(byte)]
 }
+
+/// [`is_bare_value_byte`] by byte, a table: masking asks it of every byte of a labelled value.
+const BARE_VALUE_BYTES: [bool; 256] = {
+    let mut table = [true; 256];
+    let ends = b" \t\r\n\x0B\x0C\"',;&<>(){}[]";
+    let mut at = 0;
+    while at < ends.len() {
+        table[ends[at] as usize] = false;
+        at += 1;
+    }
+    table
+};
 
 fn verify_iban(c: &Candidate<'_>) -> Verdict {
     let bytes = c.bytes();
@@ -1956,13 +1988,112 @@ mod tests {
     fn the_bare_value_reading_is_the_patterns() {
         let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
         let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
-        assert!(spec.regex.ends_with(&format!("{class}{{1,{BARE_VALUE_READ}}})")), "{}", spec.regex);
+        // One character of it: the rest is read by `bare_value_end`.
+        assert!(spec.regex.ends_with(&format!("|{class})")), "{}", spec.regex);
         let class = meta::Regex::new(&format!("^{class}$")).unwrap();
         for byte in 0..=0x7F_u8 {
             let text = char::from(byte).to_string();
             assert_eq!(is_bare_value_byte(byte), class.is_match(&text), "{byte:#04x}");
         }
         assert!((0x80..=0xFF).all(is_bare_value_byte));
+    }
+
+    /// [`PATTERNS`] with the labelled value's pattern as it was before `bare_value_end` read a bare value: the
+    /// pattern read its first 64 characters.
+    fn patterns_reading_bare_values() -> &'static [PatternSpec] {
+        static PATTERNS_THEN: LazyLock<Vec<PatternSpec>> = LazyLock::new(|| {
+            let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
+            PATTERNS
+                .iter()
+                .map(|spec| {
+                    let regex = if spec.kind == MaskKind::SecretValue {
+                        let now = format!("|{class})");
+                        let then = format!("|{class}{{1,{BARE_VALUE_READ}}})");
+                        assert!(spec.regex.ends_with(&now), "{}", spec.regex);
+                        let head = &spec.regex[..spec.regex.len() - now.len()];
+                        String::leak(format!("{head}{then}"))
+                    } else {
+                        spec.regex
+                    };
+                    PatternSpec { kind: spec.kind, regex, value: spec.value, verify: spec.verify }
+                })
+                .collect()
+        });
+        &PATTERNS_THEN
+    }
+
+    /// Labels, values of every length around the 64 characters a value is judged by (of word bytes, of other
+    /// bare value bytes, non-ASCII, placeholders), what ends a bare value, and findings inside and after one.
+    const BARE_VALUE_PIECES: &[&str] = &[
+        "token=",
+        "password: ",
+        "api_key=",
+        "secret = ",
+        "\"secret\": \"",
+        "x.token:=",
+        "k7",
+        "aB3dE5gH7jK9mN1pQ",
+        "Zq8vN2kP4rT6Wy1Xb3Cd5Fg7Hj9Km2Np4Rs6Tv8Wx",
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "é",
+        "ü1",
+        "-",
+        ".",
+        ":",
+        "=",
+        "/",
+        "@",
+        " ",
+        ";",
+        "\"",
+        "'",
+        "(",
+        "{",
+        "[",
+        "]",
+        "\n",
+        "jane@example.com",
+        "AKIAIOSFODNN7QK4RW2Z",
+        "192.168.0.1",
+        "+1 415 555 2671",
+        "[EMAIL]",
+        "ACCESS_TOKEN",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// A bare labelled value read by bytes past its first character finds what reading its first 64 characters
+        /// in the pattern found: the same findings, settled or not, for the scan and for masking's rescans.
+        #[test]
+        fn a_bare_value_read_by_bytes_finds_what_its_pattern_found(
+            text in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[ -~]{0,3}|[a-z0-9]{8,40}", 24),
+        ) {
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
+                [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS]
+                    .into_iter()
+                    .map(|set| {
+                        let then = Scanner::build_from(patterns_reading_bare_values(), set).unwrap();
+                        (set, Scanner::build(set).unwrap(), then)
+                    })
+                    .collect()
+            });
+            for (set, now, then) in SCANNERS.iter() {
+                let set = *set;
+                let (mut found, mut found_then) = (Vec::new(), Vec::new());
+                let settled = now.scan(&text, set, |f| found.push(f));
+                let settled_then = then.scan(&text, set, |f| found_then.push(f));
+                proptest::prop_assert_eq!(&found, &found_then, "{:?} {:?}", text, set);
+                proptest::prop_assert_eq!(settled, settled_then, "{:?} {:?}", text, set);
+                for names_a_secret in [true, false] {
+                    proptest::prop_assert_eq!(
+                        crate::mask::settled_findings(now, set, &text, names_a_secret),
+                        crate::mask::settled_findings(then, set, &text, names_a_secret),
+                        "{:?} {:?}", text, set
+                    );
+                }
+            }
+        }
     }
 
     /// Pieces of the shapes above and of the others the patterns hold: labels, quotes, separators, schemes.
