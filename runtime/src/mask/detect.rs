@@ -284,13 +284,13 @@ static PATTERNS: &[PatternSpec] = &[
     },
     PatternSpec {
         kind: MaskKind::AnthropicKey,
-        regex: r"\bsk-ant-[A-Za-z0-9_-]{20,}",
+        regex: r"\bsk-ant-[A-Za-z0-9_-]{20}", // read on to its run's end by `Scanner::whole_run`
         value: ValueAt::Whole,
         verify: verify_anthropic,
     },
     PatternSpec {
         kind: MaskKind::OpenAiKey,
-        regex: r"\bsk-[A-Za-z0-9_-]{20,}",
+        regex: r"\bsk-[A-Za-z0-9_-]{20}", // read on to its run's end by `Scanner::whole_run`
         value: ValueAt::Whole,
         verify: verify_openai,
     },
@@ -308,7 +308,7 @@ static PATTERNS: &[PatternSpec] = &[
     },
     PatternSpec {
         kind: MaskKind::SlackToken,
-        regex: r"\bxox[abposre]-[A-Za-z0-9-]{10,}",
+        regex: r"\bxox[abposre]-[A-Za-z0-9-]{10}", // read on to its run's end by `Scanner::whole_run`
         value: ValueAt::Whole,
         verify: verify_slack,
     },
@@ -472,6 +472,10 @@ pub(crate) struct Scanner {
     /// text needs it.
     run_group: Option<usize>,
     run_slots: Vec<Option<usize>>,
+    /// The run token slot of each of `specs` whose match is read on to its run's end ([`Scanner::whole_run`]):
+    /// `run_slots`, kept apart so that the tests can search every start of a run as before with matches read
+    /// on all the same.
+    whole_runs: Vec<Option<usize>>,
     without_runs: [OnceLock<Option<Group>>; 1 << RUN_TOKENS],
     specs: Vec<&'static PatternSpec>,
     /// Where each of `specs` was compiled: its group, and its pattern there.
@@ -559,6 +563,11 @@ const RUN_TOKENS: usize = 3;
 /// class being the run's): the body checked is a part of the refused body (fewer digits, letters, shorter runs
 /// of them: `key_body_plausible`, Slack's ten digits) and the end is the same (Slack's `-` or `#` at the end).
 /// So once one is refused, the rest of its run is searched without it ([`Scanner::search`]).
+///
+/// Their patterns read the prefix and the fewest class bytes a match needs, no more, and the match is read on to
+/// the run's end by bytes ([`Scanner::whole_run`]), the end their patterns found when they read the run: a long
+/// run was read twice by the lazy DFAs (forward to its end, backward to its start) for every match, at ~20
+/// instructions a byte, and once by the byte loop at ~2.
 fn run_token(spec: &PatternSpec) -> Option<usize> {
     match spec.kind {
         MaskKind::AnthropicKey => Some(0),
@@ -566,6 +575,11 @@ fn run_token(spec: &PatternSpec) -> Option<usize> {
         MaskKind::SlackToken if spec.regex.starts_with(r"\bxox") => Some(2),
         _ => None,
     }
+}
+
+/// Whether `byte` is in run token `slot`'s class ([`run_token`]): what its pattern reads after its prefix.
+fn is_run_byte(slot: usize, byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'-' || (byte == b'_' && slot != 2)
 }
 
 /// How many bytes of a run token's match tell whether it matches: its longest prefix and the fewest bytes of its
@@ -665,6 +679,7 @@ impl Scanner {
             groups,
             whole_blocks,
             run_group,
+            whole_runs: run_slots.clone(),
             run_slots,
             without_runs: Default::default(),
             specs,
@@ -954,6 +969,7 @@ impl Scanner {
     /// the end of the search that found it, or at the text's end), so that the rest of the run is searched
     /// without it.
     fn verify(&self, text: &str, m: Match, only: MaskSet, to: usize, state: &mut ScanState) -> Verdict {
+        let m = self.whole_run(text, m, to);
         let index = m.pattern().as_usize();
         let spec = self.specs[index];
         if !only.contains_kind(spec.kind) {
@@ -983,6 +999,15 @@ impl Scanner {
         verdict
     }
 
+    /// `m` (found in a search ending at `to`) read on to the end of its run by bytes if it is a run token's
+    /// ([`run_token`]): where its pattern, reading the run, would have ended it.
+    fn whole_run(&self, text: &str, m: Match, to: usize) -> Match {
+        let Some(slot) = self.whole_runs[m.pattern().as_usize()] else { return m };
+        let rest = &text.as_bytes()[m.end()..to.max(m.end())];
+        let run = rest.iter().position(|&byte| !is_run_byte(slot, byte)).unwrap_or(rest.len());
+        Match::new(m.pattern(), m.start()..m.end() + run)
+    }
+
     /// A labelled secret or connection password that is exactly a provider key is reported as that key.
     fn reclassify(&self, text: &str, finding: Finding, only: MaskSet, floor: usize) -> Finding {
         if !matches!(finding.kind, MaskKind::SecretValue | MaskKind::ConnectionPassword) {
@@ -1006,6 +1031,7 @@ impl Scanner {
                 continue;
             }
             if let Some(m) = self.anchored(text, index, finding.start, finding.end)
+                && let m = self.whole_run(text, m, finding.end)
                 && m.end() == finding.end
                 && let Verdict::Found(key) = (spec.verify)(&Candidate {
                     text,
@@ -1859,6 +1885,53 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// A run token's match read on to its run's end by bytes finds what its pattern, reading the run, found:
+        /// the findings, whether they are settled, and what the masker makes of them (rescans, provider rules).
+        #[test]
+        fn a_run_tokens_match_read_on_by_bytes_finds_what_its_pattern_found(
+            text in crate::mask::tests::glued(RUN_PIECES, 6, "[ -~]{0,3}", 16),
+        ) {
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
+                let then = patterns_reading_runs();
+                [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII]
+                    .into_iter()
+                    .map(|set| (set, Scanner::build(set).unwrap(), Scanner::build_from(then, set).unwrap()))
+                    .collect()
+            });
+            for (set, now, then) in SCANNERS.iter() {
+                let set = *set;
+                let (mut found, mut found_then) = (Vec::new(), Vec::new());
+                let settled = now.scan(&text, set, |f| found.push(f));
+                let settled_then = then.scan(&text, set, |f| found_then.push(f));
+                proptest::prop_assert_eq!(&found, &found_then, "{:?} {:?}", text, set);
+                proptest::prop_assert_eq!(settled, settled_then, "{:?} {:?}", text, set);
+                proptest::prop_assert_eq!(
+                    crate::mask::all_findings(now, set, &text),
+                    crate::mask::all_findings(then, set, &text),
+                    "{:?} {:?}", text, set
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_tokens_class_is_its_patterns() {
+        for spec in PATTERNS {
+            let Some(slot) = run_token(spec) else { continue };
+            let class = if slot == 2 { "[A-Za-z0-9-]" } else { "[A-Za-z0-9_-]" };
+            let count = spec.regex.rsplit_once('{').map(|(head, _)| head).unwrap();
+            assert!(count.ends_with(class), "{}", spec.regex);
+            let class = meta::Regex::new(&format!("^{class}$")).unwrap();
+            for byte in 0..=0xFF_u8 {
+                let matched = byte.is_ascii() && class.is_match(&char::from(byte).to_string());
+                assert_eq!(is_run_byte(slot, byte), matched, "{} {byte:#04x}", spec.regex);
+            }
+        }
+    }
+
     #[test]
     fn a_run_of_token_prefixes_finds_what_searching_every_start_finds() {
         // The fuzzer's input that timed out (43 KiB of it took 2 s): every `sk-` and `xoxb-` a start.
@@ -1897,8 +1970,10 @@ mod tests {
             let hir = regex_syntax::parse(&compile(spec.regex)).unwrap();
             let least = hir.properties().minimum_len().unwrap();
             assert!(least <= RUN_TOKEN_READ, "{}: {least}", spec.regex);
-            // A prefix, then one class repeated with no upper bound and nothing after it.
-            assert!(spec.regex.ends_with(",}") && hir.properties().maximum_len().is_none(), "{}", spec.regex);
+            // A prefix, then one class repeated as often as a match needs ([`Scanner::whole_run`] reads the rest),
+            // nothing after it.
+            assert!(spec.regex.ends_with('}') && !spec.regex.ends_with(",}"), "{}", spec.regex);
+            assert_eq!(hir.properties().maximum_len(), Some(least), "{}", spec.regex);
         }
     }
 
@@ -1998,28 +2073,43 @@ mod tests {
         assert!((0x80..=0xFF).all(is_bare_value_byte));
     }
 
+    /// [`PATTERNS`] with the regex `then` gives a pattern in its place (leaked: the tests build it once).
+    fn patterns_then(then: impl Fn(&PatternSpec) -> Option<String>) -> &'static [PatternSpec] {
+        let patterns: Vec<PatternSpec> = PATTERNS
+            .iter()
+            .map(|spec| PatternSpec {
+                kind: spec.kind,
+                regex: then(spec).map_or(spec.regex, |regex| &*String::leak(regex)),
+                value: spec.value,
+                verify: spec.verify,
+            })
+            .collect();
+        Vec::leak(patterns)
+    }
+
     /// [`PATTERNS`] with the labelled value's pattern as it was before `bare_value_end` read a bare value: the
     /// pattern read its first 64 characters.
     fn patterns_reading_bare_values() -> &'static [PatternSpec] {
-        static PATTERNS_THEN: LazyLock<Vec<PatternSpec>> = LazyLock::new(|| {
-            let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
-            PATTERNS
-                .iter()
-                .map(|spec| {
-                    let regex = if spec.kind == MaskKind::SecretValue {
-                        let now = format!("|{class})");
-                        let then = format!("|{class}{{1,{BARE_VALUE_READ}}})");
-                        assert!(spec.regex.ends_with(&now), "{}", spec.regex);
-                        let head = &spec.regex[..spec.regex.len() - now.len()];
-                        String::leak(format!("{head}{then}"))
-                    } else {
-                        spec.regex
-                    };
-                    PatternSpec { kind: spec.kind, regex, value: spec.value, verify: spec.verify }
-                })
-                .collect()
-        });
-        &PATTERNS_THEN
+        patterns_then(|spec| {
+            (spec.kind == MaskKind::SecretValue).then(|| {
+                let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
+                let now = format!("|{class})");
+                assert!(spec.regex.ends_with(&now), "{}", spec.regex);
+                let head = &spec.regex[..spec.regex.len() - now.len()];
+                format!("{head}|{class}{{1,{BARE_VALUE_READ}}})")
+            })
+        })
+    }
+
+    /// [`PATTERNS`] with the run tokens' patterns as they were before [`Scanner::whole_run`]: each read its run to
+    /// the end (`{20,}`, not `{20}`).
+    fn patterns_reading_runs() -> &'static [PatternSpec] {
+        patterns_then(|spec| {
+            run_token(spec).map(|_| {
+                assert!(spec.regex.ends_with('}'), "{}", spec.regex);
+                format!("{},}}", &spec.regex[..spec.regex.len() - 1])
+            })
+        })
     }
 
     /// Labels, values of every length around the 64 characters a value is judged by (of word bytes, of other
@@ -2073,7 +2163,8 @@ mod tests {
                 [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS]
                     .into_iter()
                     .map(|set| {
-                        let then = Scanner::build_from(patterns_reading_bare_values(), set).unwrap();
+                        static THEN: LazyLock<&'static [PatternSpec]> = LazyLock::new(patterns_reading_bare_values);
+                        let then = Scanner::build_from(*THEN, set).unwrap();
                         (set, Scanner::build(set).unwrap(), then)
                     })
                     .collect()
