@@ -1896,26 +1896,9 @@ mod tests {
         fn a_run_tokens_match_read_on_by_bytes_finds_what_its_pattern_found(
             text in crate::mask::tests::glued(RUN_PIECES, 6, "[ -~]{0,3}", 16),
         ) {
-            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
-                let then = patterns_reading_runs();
-                [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII]
-                    .into_iter()
-                    .map(|set| (set, Scanner::build(set).unwrap(), Scanner::build_from(then, set).unwrap()))
-                    .collect()
-            });
-            for (set, now, then) in SCANNERS.iter() {
-                let set = *set;
-                let (mut found, mut found_then) = (Vec::new(), Vec::new());
-                let settled = now.scan(&text, set, |f| found.push(f));
-                let settled_then = then.scan(&text, set, |f| found_then.push(f));
-                proptest::prop_assert_eq!(&found, &found_then, "{:?} {:?}", text, set);
-                proptest::prop_assert_eq!(settled, settled_then, "{:?} {:?}", text, set);
-                proptest::prop_assert_eq!(
-                    crate::mask::all_findings(now, set, &text),
-                    crate::mask::all_findings(then, set, &text),
-                    "{:?} {:?}", text, set
-                );
-            }
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> =
+                LazyLock::new(|| scanners_now_and_then(patterns_reading_runs()));
+            finds_what_then_found(&SCANNERS, &text)?;
         }
     }
 
@@ -2089,6 +2072,49 @@ mod tests {
         Vec::leak(patterns)
     }
 
+    /// For each of three sets, the scanner of [`PATTERNS`] and the one of `then` (built once per test: a build
+    /// per case took most of its time).
+    fn scanners_now_and_then(then: &'static [PatternSpec]) -> Vec<(MaskSet, Scanner, Scanner)> {
+        [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS]
+            .into_iter()
+            .map(|set| (set, Scanner::build(set).unwrap(), Scanner::build_from(then, set).unwrap()))
+            .collect()
+    }
+
+    /// Whether each scanner finds in `text` what the one of the patterns as they were found: the findings and
+    /// whether they are settled, what masking's rescans make of them (with and without the labelled values'
+    /// group), and with the provider rules.
+    fn finds_what_then_found(
+        scanners: &[(MaskSet, Scanner, Scanner)],
+        text: &str,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        for (set, now, then) in scanners {
+            let set = *set;
+            let (mut found, mut found_then) = (Vec::new(), Vec::new());
+            let settled = now.scan(text, set, |f| found.push(f));
+            let settled_then = then.scan(text, set, |f| found_then.push(f));
+            proptest::prop_assert_eq!(&found, &found_then, "{:?} {:?}", text, set);
+            proptest::prop_assert_eq!(settled, settled_then, "{:?} {:?}", text, set);
+            for names_a_secret in [true, false] {
+                proptest::prop_assert_eq!(
+                    crate::mask::settled_findings(now, set, text, names_a_secret),
+                    crate::mask::settled_findings(then, set, text, names_a_secret),
+                    "{:?} {:?}",
+                    text,
+                    set
+                );
+            }
+            proptest::prop_assert_eq!(
+                crate::mask::all_findings(now, set, text),
+                crate::mask::all_findings(then, set, text),
+                "{:?} {:?}",
+                text,
+                set
+            );
+        }
+        Ok(())
+    }
+
     /// [`PATTERNS`] with the labelled value's pattern as it was before `bare_value_end` read a bare value: the
     /// pattern read its first 64 characters.
     fn patterns_reading_bare_values() -> &'static [PatternSpec] {
@@ -2161,31 +2187,9 @@ mod tests {
         fn a_bare_value_read_by_bytes_finds_what_its_pattern_found(
             text in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[ -~]{0,3}|[a-z0-9]{8,40}", 24),
         ) {
-            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
-                [MaskSet::SECRETS | MaskSet::PII, MaskSet::ALL, MaskSet::SECRETS]
-                    .into_iter()
-                    .map(|set| {
-                        static THEN: LazyLock<&'static [PatternSpec]> = LazyLock::new(patterns_reading_bare_values);
-                        let then = Scanner::build_from(*THEN, set).unwrap();
-                        (set, Scanner::build(set).unwrap(), then)
-                    })
-                    .collect()
-            });
-            for (set, now, then) in SCANNERS.iter() {
-                let set = *set;
-                let (mut found, mut found_then) = (Vec::new(), Vec::new());
-                let settled = now.scan(&text, set, |f| found.push(f));
-                let settled_then = then.scan(&text, set, |f| found_then.push(f));
-                proptest::prop_assert_eq!(&found, &found_then, "{:?} {:?}", text, set);
-                proptest::prop_assert_eq!(settled, settled_then, "{:?} {:?}", text, set);
-                for names_a_secret in [true, false] {
-                    proptest::prop_assert_eq!(
-                        crate::mask::settled_findings(now, set, &text, names_a_secret),
-                        crate::mask::settled_findings(then, set, &text, names_a_secret),
-                        "{:?} {:?}", text, set
-                    );
-                }
-            }
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> =
+                LazyLock::new(|| scanners_now_and_then(patterns_reading_bare_values()));
+            finds_what_then_found(&SCANNERS, &text)?;
         }
     }
 
