@@ -56,6 +56,9 @@ fn main() {
 fn warm(masker: &Masker, set: MaskSet, text: &str) {
     let masked = masker.mask_text(black_box(text), set);
     eprintln!("{} bytes, {} masked", text.len(), masked.len());
+    if masked.len() <= 200 {
+        eprintln!("{masked}");
+    }
 }
 
 #[inline(never)]

@@ -130,12 +130,34 @@ impl Rule {
 pub(crate) struct Providers {
     keywords: Keywords,
     /// The rules each keyword (by pattern id) starts.
-    keyword_rules: Vec<Vec<usize>>,
+    keyword_rules: Vec<Vec<KeywordRule>>,
     /// Whether each keyword is one of [`screen::SECRET_NAME_WORDS`], which a labelled secret's name holds: the
     /// same pass then says whether the scan needs its labelled-secret group ([`KeywordPass::names_a_secret`]).
     names_a_secret: Vec<bool>,
     rules: Vec<Rule>,
     global: Allowlist,
+}
+
+/// A rule a keyword starts, and how the keyword must be spelt to start one of its matches.
+struct KeywordRule {
+    rule: usize,
+    /// For a rule whose every match begins with one of its keywords ([`Rule::keyword_first`]) and is at most
+    /// [`Rule::window`] long (below [`MAX_WINDOW`]): the spellings of this keyword its matches can begin with,
+    /// byte for byte (`SK` for Twilio's `SK[0-9a-fA-F]{32}`, whose keyword is `sk`). Keywords are found with their
+    /// ASCII case ignored, so a hit spelt otherwise (the `sk` of `task`, `risk`, `sk-…`) starts no match, and its
+    /// window is not opened. `None`: any spelling may (patterns that ignore case, or read past their window).
+    spellings: Option<Box<[Box<[u8]>]>>,
+}
+
+impl KeywordRule {
+    /// Whether a hit of the keyword spelt `hit` may start a match of the rule. A match the rule's search in a
+    /// window can find starts at a hit spelt as one of [`KeywordRule::spellings`] (it begins with a literal of
+    /// its pattern's, whose first bytes are one of its keywords as spelt there) and ends within that hit's own
+    /// window; so the windows of the other hits change no match found, only what is read.
+    #[inline]
+    fn may_start_a_match(&self, hit: &[u8]) -> bool {
+        self.spellings.as_ref().is_none_or(|spellings| spellings.iter().any(|spelt| **spelt == *hit))
+    }
 }
 
 /// The keywords' DFA, read by [`keyword_hits`], and its unanchored start state.
@@ -295,7 +317,7 @@ impl Providers {
         });
         let mut rules = Vec::new();
         let mut keywords: Vec<String> = Vec::new();
-        let mut keyword_rules: Vec<Vec<usize>> = Vec::new();
+        let mut keyword_rules: Vec<Vec<KeywordRule>> = Vec::new();
         for spec in config.rules {
             let Some(pattern) = spec.regex.as_deref() else { continue };
             if LEFT_OUT.contains(&spec.id.as_str()) || spec.keywords.is_empty() {
@@ -331,12 +353,15 @@ impl Providers {
                 word_start,
                 allowlists,
             });
+            let bounded = keyword_first && longest < MAX_WINDOW;
             for keyword in lower {
+                let spellings = hir.as_ref().filter(|_| bounded).and_then(|hir| spellings_of(hir, &keyword));
+                let entry = KeywordRule { rule: index, spellings };
                 match keywords.iter().position(|k| *k == keyword) {
-                    Some(at) => keyword_rules[at].push(index),
+                    Some(at) => keyword_rules[at].push(entry),
                     None => {
                         keywords.push(keyword);
-                        keyword_rules.push(vec![index]);
+                        keyword_rules.push(vec![entry]);
                     }
                 }
             }
@@ -433,7 +458,11 @@ impl Providers {
         let mut names_a_secret = false;
         keyword_hits(&self.keywords, bytes, |hit| {
             names_a_secret |= self.names_a_secret[hit.pattern().as_usize()];
-            for &rule in &self.keyword_rules[hit.pattern().as_usize()] {
+            for entry in &self.keyword_rules[hit.pattern().as_usize()] {
+                if !entry.may_start_a_match(&bytes[hit.start()..hit.end()]) {
+                    continue;
+                }
+                let rule = entry.rule;
                 let spec = &self.rules[rule];
                 let Some((from, to)) = spec.window_at(bytes, hit.start(), hit.end()) else { continue };
                 if slot.is_empty() {
@@ -594,6 +623,28 @@ fn begins_with_keyword(hir: &Hir, keywords: &[String]) -> bool {
         })
 }
 
+/// How `keyword` (lower case) is spelt at the start of the matches of `hir`, a pattern whose every match begins
+/// with one of its keywords ([`begins_with_keyword`]): the first bytes of each of its prefix literals that begin
+/// with the keyword, any ASCII case. `None` when its literals are not known, or when they spell it in more than
+/// [`MAX_SPELLINGS`] ways (a pattern that ignores case: any spelling may start a match).
+fn spellings_of(hir: &Hir, keyword: &str) -> Option<Box<[Box<[u8]>]>> {
+    let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
+    let mut spellings: Vec<Box<[u8]>> = Vec::new();
+    for literal in prefixes.literals()? {
+        let Some(spelt) = literal.as_bytes().get(..keyword.len()) else { continue };
+        if spelt.eq_ignore_ascii_case(keyword.as_bytes()) && !spellings.iter().any(|known| **known == *spelt) {
+            spellings.push(spelt.into());
+        }
+    }
+    // Every case of its letters: no hit is left out, so none is compared.
+    let letters = keyword.bytes().filter(u8::is_ascii_alphabetic).count();
+    let every_case = u32::try_from(letters).ok().and_then(|letters| 1usize.checked_shl(letters));
+    (spellings.len() <= MAX_SPELLINGS && Some(spellings.len()) != every_case).then(|| spellings.into_boxed_slice())
+}
+
+/// The most spellings of a keyword compared at each of its hits ([`spellings_of`]).
+const MAX_SPELLINGS: usize = 4;
+
 fn is_word(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'_'
 }
@@ -662,22 +713,21 @@ fn keyword_hits(keywords: &Keywords, haystack: &[u8], mut on_hit: impl FnMut(aho
         report(state, 0);
     }
     let next = |state, byte| keywords.next_state(aho_corasick::Anchored::No, state, byte);
-    // One byte's step, its hits reported (`end` is the offset after the byte); `false` at the dead state.
-    let mut one = |state: &mut aho_corasick::automaton::StateID, byte: u8, end: usize| {
-        *state = next(*state, byte);
-        if keywords.is_special(*state) {
-            if keywords.is_dead(*state) {
+    // The state after a byte, its hits reported (`end` is the offset after the byte); `false` at the dead state.
+    let mut after = |state: aho_corasick::automaton::StateID, end: usize| {
+        if keywords.is_special(state) {
+            if keywords.is_dead(state) {
                 return false;
             }
-            if keywords.is_match(*state) {
-                report(*state, end);
+            if keywords.is_match(state) {
+                report(state, end);
             }
         }
         true
     };
     // Four bytes a step while none of their states is special (no hit, no dead end), as most bytes are: the
-    // loop's own count and test paid once per four bytes. A four whose states hold a special one is stepped
-    // again one byte at a time from the state before it, which reports what the bytes' own steps report.
+    // loop's own count and test paid once per four bytes. A four whose states hold a special one has each of
+    // its four states looked at in turn, as the bytes' own steps would.
     let (fours, rest) = haystack.as_chunks::<4>();
     let mut end = 0;
     for &[b0, b1, b2, b3] in fours {
@@ -685,21 +735,18 @@ fn keyword_hits(keywords: &Keywords, haystack: &[u8], mut on_hit: impl FnMut(aho
         let s1 = next(s0, b1);
         let s2 = next(s1, b2);
         let s3 = next(s2, b3);
-        if !(keywords.is_special(s0) | keywords.is_special(s1) | keywords.is_special(s2) | keywords.is_special(s3)) {
-            state = s3;
-            end += 4;
-            continue;
+        if keywords.is_special(s0) | keywords.is_special(s1) | keywords.is_special(s2) | keywords.is_special(s3)
+            && !(after(s0, end + 1) && after(s1, end + 2) && after(s2, end + 3) && after(s3, end + 4))
+        {
+            return;
         }
-        for byte in [b0, b1, b2, b3] {
-            end += 1;
-            if !one(&mut state, byte, end) {
-                return;
-            }
-        }
+        state = s3;
+        end += 4;
     }
     for &byte in rest {
+        state = next(state, byte);
         end += 1;
-        if !one(&mut state, byte, end) {
+        if !after(state, end) {
             return;
         }
     }

@@ -41,14 +41,19 @@ fn a_keyword_dense_text_reads_each_window_once() {
     assert!(secrets(&text).is_empty());
 }
 
-fn rule<'a>(providers: &'a Providers, id_keyword: &str) -> &'a Rule {
+/// The rules `keyword` starts.
+fn keyword_rules<'a>(providers: &'a Providers, keyword: &str) -> &'a [KeywordRule] {
     let mut at = None;
-    keyword_hits(&providers.keywords, id_keyword.as_bytes(), |hit| {
-        if (hit.start(), hit.end()) == (0, id_keyword.len()) {
+    keyword_hits(&providers.keywords, keyword.as_bytes(), |hit| {
+        if (hit.start(), hit.end()) == (0, keyword.len()) {
             at = at.or(Some(hit.pattern().as_usize()));
         }
     });
-    &providers.rules[providers.keyword_rules[at.unwrap()][0]]
+    &providers.keyword_rules[at.unwrap()]
+}
+
+fn rule<'a>(providers: &'a Providers, id_keyword: &str) -> &'a Rule {
+    &providers.rules[keyword_rules(providers, id_keyword)[0].rule]
 }
 
 /// The hits [`keyword_hits`] reports in `text`.
@@ -79,7 +84,11 @@ fn windows_the_long_way(providers: &Providers, text: &str) -> Vec<Window> {
     let mut opened: Vec<usize> = Vec::new();
     let mut windows: Vec<Window> = Vec::new();
     for hit in hits_by_the_library(&providers.keywords, text) {
-        for &rule in &providers.keyword_rules[hit.pattern().as_usize()] {
+        for entry in &providers.keyword_rules[hit.pattern().as_usize()] {
+            if !entry.may_start_a_match(&bytes[hit.start()..hit.end()]) {
+                continue;
+            }
+            let rule = entry.rule;
             let spec = &providers.rules[rule];
             let Some((from, to)) = spec.window_at(bytes, hit.start(), hit.end()) else { continue };
             match &mut open[rule] {
@@ -293,6 +302,20 @@ fn rules_whose_secret_is_the_whole_match_are_known() {
     assert!(whole >= 57, "{whole} rules without a capture search");
 }
 
+/// One of gitleaks' secrets, whole or cut short.
+fn secret_whole_or_cut_short() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(corpus_secrets()).prop_flat_map(|s| (Just(s), 0..=s.len())).prop_map(|(s, cut)| {
+            let mut cut = cut;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s[..cut].to_owned()
+        }),
+        prop::sample::select(corpus_secrets()).prop_map(str::to_owned),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -301,14 +324,7 @@ proptest! {
     fn shortcuts_find_what_the_long_way_finds_on_generated_text(
         pieces in prop::collection::vec(
             prop_oneof![
-                prop::sample::select(corpus_secrets()).prop_flat_map(|s| (Just(s), 0..=s.len())).prop_map(|(s, cut)| {
-                    let mut cut = cut;
-                    while !s.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    s[..cut].to_owned()
-                }),
-                prop::sample::select(corpus_secrets()).prop_map(str::to_owned),
+                secret_whole_or_cut_short(),
                 prop::sample::select(&["glpat-", "ghp_", "xoxb-", "sk-", "sk-ant-", "AKIA", "eyJ", "SK", "s.", "hooks.slack.com/", "a3-", "q~", "sc_"][..]).prop_map(str::to_owned),
                 "[ \n=:\"'_.-]{1,3}",
                 "[A-Za-z0-9_]{1,40}",
@@ -325,4 +341,91 @@ proptest! {
 fn go_classes_become_ascii_classes() {
     assert_eq!(convert(r"[\w.-]{0,50}\b\s"), r"[[0-9A-Za-z_].-]{0,50}(?-u:\b)[\t\n\x0C\r ]");
     assert_eq!(convert(r"^\$(?:\d+|{\d+})$"), r"^\$(?:[0-9]+|\{[0-9]+\})$");
+}
+
+/// The rule set without [`KeywordRule::spellings`]: every hit of a keyword opens its rules' windows, any case.
+static ANY_SPELLING: LazyLock<Providers> = LazyLock::new(|| {
+    let mut providers = Providers::build().unwrap();
+    for entry in providers.keyword_rules.iter_mut().flatten() {
+        entry.spellings = None;
+    }
+    providers
+});
+
+/// What `providers` finds in `text`, in order.
+fn found_by(providers: &Providers, text: &str) -> Vec<Secret> {
+    let mut found = Vec::new();
+    providers.find(text, &[], |secret| found.push(secret));
+    found
+}
+
+#[test]
+fn a_keyword_spelt_as_no_match_begins_opens_no_window() {
+    let providers = providers().unwrap();
+    let spellings = |keyword: &str| {
+        keyword_rules(providers, keyword)
+            .iter()
+            .map(|entry| entry.spellings.as_ref().map(|s| s.iter().map(|s| s.to_vec()).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    // Twilio's `SK[0-9a-fA-F]{32}`, gitleaks' keyword `sk`: only `SK` starts a match; GitHub's `ghp_`, AWS' `AKIA`.
+    assert_eq!(spellings("sk"), [Some(vec![b"SK".to_vec()])]);
+    assert!(spellings("ghp_").contains(&Some(vec![b"ghp_".to_vec()])));
+    assert!(spellings("akia").contains(&Some(vec![b"AKIA".to_vec()])));
+    // A pattern that ignores case (`(?i)…adafruit…`) is opened by any spelling.
+    assert!(spellings("adafruit").iter().all(Option::is_none));
+    // The `sk` of a word, of `sk-…`: no window; `SK` opens Twilio's.
+    let twilio = |text: &str| {
+        providers
+            .keyword_pass(text)
+            .windows
+            .iter()
+            .filter(|w| std::ptr::eq(&providers.rules[w.rule], rule(providers, "sk")))
+            .count()
+    };
+    assert_eq!(twilio("ask the task desk about sk-sk-sk-risk"), 0);
+    assert_eq!(twilio("a key SK0123456789abcdef0123456789abcdef here"), 1);
+    assert_eq!(found_by(providers, "SK0123456789abcdef0123456789abcdef").len(), 1);
+    // Most of the rules whose tokens begin with a keyword compare its spelling.
+    let compared = providers.keyword_rules.iter().flatten().filter(|entry| entry.spellings.is_some()).count();
+    assert!(compared >= 100, "{compared} keywords' rules compare the spelling");
+    // Fewer windows on a text dense with such hits than with every spelling.
+    let text = "tAtk555-0100555-0100sk-sk-sk-sk-s.-xoxb-sk-sk--100sk-sk-sk-sk-s.-xoxb-sk-sk--s-sk-sk--100".repeat(20);
+    let (kept, every) = (providers.keyword_pass(&text).windows.len(), ANY_SPELLING.keyword_pass(&text).windows.len());
+    assert!(kept < every, "{kept} windows, {every} with every spelling");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Keywords spelt in any case among gitleaks' secrets (whole, cut short, in any case) and the bytes around them:
+    /// the hits left out by their spelling change nothing found.
+    #[test]
+    fn hits_left_out_by_their_spelling_change_nothing_found(
+        pieces in prop::collection::vec(
+            (
+                prop_oneof![
+                    secret_whole_or_cut_short(),
+                    prop::sample::select(&["sk", "SK", "Sk", "sk-", "sk-ant-", "ghp_", "GHP_", "akia", "AKIA", "Akia", "xoxb-", "XOXB-", "glpat-", "GLPAT-", "eyJ", "EYJ", "AIza", "aiza", "hf_", "HF_", "SG.", "sg.", "task", "risk"][..]).prop_map(str::to_owned),
+                    "[ \n=:\"'_.-]{1,3}",
+                    "[A-Fa-f0-9]{1,34}",
+                    "[A-Za-z0-9_]{1,40}",
+                ],
+                any::<u64>(),
+            ),
+            0..12,
+        )
+    ) {
+        // Some pieces with their ASCII case flipped byte by byte, as the seed says.
+        let text: String = pieces
+            .iter()
+            .map(|(piece, seed)| {
+                if seed % 3 != 0 {
+                    return piece.clone();
+                }
+                piece.chars().enumerate().map(|(at, c)| if seed >> (at % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() }).collect()
+            })
+            .collect();
+        prop_assert_eq!(found_by(providers().unwrap(), &text), found_by(&ANY_SPELLING, &text), "{:?}", text);
+    }
 }
