@@ -30,6 +30,7 @@ pub(crate) struct Finding {
     pub(crate) keep_prefix: usize,
 }
 
+#[derive(Debug)]
 enum Verdict {
     Found(Finding),
     /// Not this pattern; other patterns may still match at the same position.
@@ -56,6 +57,10 @@ struct Candidate<'t> {
     /// that finding's replacement would look (its closing `]`), so no verdict depends on whether the finding
     /// was masked yet, and masking the output again finds nothing new.
     floor: usize,
+    /// The end of the search that found the match: what a verifier reads on past the match (a bare labelled
+    /// value, [`bare_value_end`]) stops there, as the match did. A label's own scan ([`Scanner::scan_range`])
+    /// searches up to the finding whose label it is, and a value read past that end would overlap it.
+    limit: usize,
 }
 
 impl Candidate<'_> {
@@ -977,11 +982,17 @@ impl Scanner {
         }
         let value = spec.value.locate(text, m.start(), m.end());
         let floor = state.floor;
-        let verdict = (spec.verify)(&Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor });
+        let limit = to.max(m.end());
+        let candidate = Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor, limit };
+        let verdict = (spec.verify)(&candidate);
+        debug_assert!(
+            !matches!(verdict, Verdict::Found(finding) if finding.end > limit),
+            "a finding past the search's end: {verdict:?}, search to {limit}"
+        );
         if !matches!(verdict, Verdict::Found(_)) {
             // A bare labelled value is judged by more than its match holds (its first character).
             let looked_to = match (spec.kind, value) {
-                (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end),
+                (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end, limit),
                 _ => m.end(),
             };
             state.reach = state.reach.max(looked_to + LOOKAHEAD);
@@ -1040,6 +1051,7 @@ impl Scanner {
                     end: m.end(),
                     value: None,
                     floor,
+                    limit: finding.end,
                 })
             {
                 return key;
@@ -1394,7 +1406,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         start += 1;
         end -= 1;
     } else {
-        end = bare_value_end(bytes, start, end);
+        end = bare_value_end(bytes, start, end, c.limit);
     }
     let value = &c.text[start..end];
     let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
@@ -1406,7 +1418,8 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         && value.bytes().all(|b| b.is_ascii_hexdigit());
     // A bare value longer than it is judged by (`bare_value_end`).
     let cut = !quoted
-        && bytes.get(end).is_some_and(|&b| is_bare_value_byte(b))
+        && end < c.limit
+        && is_bare_value_byte(bytes[end])
         && c.text[start..end].chars().count() == BARE_VALUE_READ;
     let rejected = own_tag
         || names_a_public_token(label)
@@ -1434,7 +1447,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     if cut {
         // A bare value longer than `BARE_VALUE_READ` characters: judged by its first ones (above),
         // masked to its end.
-        end += bytes[end..].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(bytes.len() - end);
+        end += bytes[end..c.limit].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(c.limit - end);
         if bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
             return Verdict::RejectThrough(label_end);
         }
@@ -1447,14 +1460,15 @@ const BARE_VALUE_READ: usize = 64;
 
 /// Where the labelled value matched at `start..end` ends as it is judged: a quoted value where its match does; a
 /// bare one, whose match is its first character ([`PATTERNS`]' `SecretValue`), after its run of bare value bytes
-/// ([`is_bare_value_byte`]) or its first [`BARE_VALUE_READ`] characters, whichever ends first. A value longer
-/// than that is masked to its end ([`verify_secret_value`]).
-fn bare_value_end(bytes: &[u8], start: usize, end: usize) -> usize {
+/// ([`is_bare_value_byte`]) or its first [`BARE_VALUE_READ`] characters, whichever ends first, and by `limit`,
+/// the end of the search that found it ([`Candidate::limit`]), where the pattern reading the value stopped. A
+/// value longer than that is masked to its end, or to `limit` ([`verify_secret_value`]).
+fn bare_value_end(bytes: &[u8], start: usize, end: usize, limit: usize) -> usize {
     if matches!(bytes[start], b'"' | b'\'') {
         return end;
     }
     // `BARE_VALUE_READ` characters fit in four times as many bytes.
-    let window = &bytes[start..bytes.len().min(start + 4 * BARE_VALUE_READ)];
+    let window = &bytes[start..limit.min(bytes.len()).min(start + 4 * BARE_VALUE_READ)];
     let run = window.iter().position(|&byte| !is_bare_value_byte(byte)).unwrap_or(window.len());
     if run <= BARE_VALUE_READ {
         return start + run; // no more characters than bytes
@@ -2208,6 +2222,12 @@ mod tests {
         "+1 415 555 2671",
         "[EMAIL]",
         "ACCESS_TOKEN",
+        // A finding after its label, whose label is scanned on its own up to the finding (a URL's password, a
+        // bearer token): a labelled value inside it was read past that end (session 44's fuzz run).
+        "postgres://",
+        "u:",
+        "Y@osg",
+        "Bearer ",
     ];
 
     proptest::proptest! {
@@ -2219,10 +2239,41 @@ mod tests {
         fn a_bare_value_read_by_bytes_finds_what_its_pattern_found(
             text in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[ -~]{0,3}|[a-z0-9]{8,40}", 24),
         ) {
-            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> =
-                LazyLock::new(|| scanners_now_and_then(patterns_reading_bare_values()));
-            finds_what_then_found(&SCANNERS, &text)?;
+            finds_what_then_found(&BARE_VALUE_SCANNERS, &text)?;
         }
+
+        /// A labelled value inside the label of a later finding (a URL's user part, before its password): that
+        /// label is scanned on its own up to where the finding starts, and the value read by bytes stops there as
+        /// its pattern did. Read past it, the value overlapped the password and masking sliced the text out of
+        /// order (a panic, found by session 44's fuzz run).
+        #[test]
+        fn a_bare_value_inside_a_label_finds_what_its_pattern_found(
+            before in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[ -~]{0,3}", 4),
+            user in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[a-z0-9]{1,8}|[ -~]{0,2}", 6),
+            password in "[A-Za-z0-9]{1,8}|[*]{3}|[ -~]{1,3}",
+            after in crate::mask::tests::glued(BARE_VALUE_PIECES, 6, "[ -~]{0,3}", 4),
+        ) {
+            let text = format!("{before}postgres://{user}:{password}@osg.example{after}");
+            finds_what_then_found(&BARE_VALUE_SCANNERS, &text)?;
+        }
+    }
+
+    /// The scanners of the bare values' property tests, now and with the value read by its pattern, built once.
+    static BARE_VALUE_SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> =
+        LazyLock::new(|| scanners_now_and_then(patterns_reading_bare_values()));
+
+    #[test]
+    fn a_bare_value_in_a_urls_user_part_stops_where_the_password_starts() {
+        let text = "postgres://token=abc:Y@osg.example";
+        let (scanner, only) = scanner(MaskSet::SECRETS).unwrap();
+        let mut found = Vec::new();
+        scanner.scan(text, only, |finding| found.push(finding));
+        let spans: Vec<(MaskKind, &str)> = found.iter().map(|f| (f.kind, &text[f.start..f.end])).collect();
+        assert_eq!(spans, [(MaskKind::SecretValue, "abc:"), (MaskKind::ConnectionPassword, "Y")]);
+        assert_eq!(
+            crate::mask::Masker::default().mask_text(text, MaskSet::SECRETS),
+            "postgres://token=[SECRET_VALUE][CONNECTION_PASSWORD]@osg.example"
+        );
     }
 
     /// Pieces of the shapes above and of the others the patterns hold: labels, quotes, separators, schemes.
