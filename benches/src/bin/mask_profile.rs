@@ -51,7 +51,8 @@ fn main() {
     }
 }
 
-/// Warm and measured calls have different bodies (the warm one prints), so the linker never merges them.
+/// Warm and measured calls have different bodies (the warm one prints the sizes, and a short masked text itself),
+/// so the linker never merges them.
 #[inline(never)]
 fn warm(masker: &Masker, set: MaskSet, text: &str) {
     let masked = masker.mask_text(black_box(text), set);

@@ -254,3 +254,20 @@ fn a_finding_stops_a_match_only_after_a_urls_credentials_or_inside_a_quoted_valu
         "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
     ));
 }
+
+/// What `settled_findings_by` falls back on should a scan's findings ever overlap (a debug assertion fails first):
+/// the text they cover masked as one, in order, nothing dropped.
+#[test]
+fn overlapping_findings_are_merged_into_one_covering_both() {
+    let finding = |kind, start, end| Finding { kind, start, end, keep_prefix: 0 };
+    let found = vec![
+        finding(MaskKind::SecretValue, 135, 189),
+        finding(MaskKind::ConnectionPassword, 150, 151),
+        finding(MaskKind::Email, 185, 200),
+        finding(MaskKind::Phone, 200, 210),
+    ];
+    assert_eq!(
+        merge_overlapping(found),
+        [finding(MaskKind::SecretValue, 135, 200), finding(MaskKind::Phone, 200, 210)]
+    );
+}
