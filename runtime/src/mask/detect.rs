@@ -1833,11 +1833,18 @@ mod tests {
         fn a_whole_blocks_search_stopped_at_the_last_end_line_finds_what_reading_on_finds(
             text in crate::mask::tests::glued(BLOCK_PIECES, 5, "[ -~\n]{0,3}", 12),
         ) {
-            let keys = MaskSet::of(MaskKind::PrivateKey);
+            // Built once: built per case, the scanners took most of the test's time (50 s in a debug build).
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
+                [MaskSet::of(MaskKind::PrivateKey), MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII]
+                    .into_iter()
+                    .map(|set| (set, Scanner::build(set).unwrap(), reading_to_the_end(Scanner::build(set).unwrap())))
+                    .collect()
+            });
+            let (keys, stopping, reading) = &SCANNERS[0];
             let mut blocks = Vec::new();
-            Scanner::build(keys).unwrap().scan(&text, keys, |finding| blocks.push(finding));
+            stopping.scan(&text, *keys, |finding| blocks.push(finding));
             let mut read_on = Vec::new();
-            reading_to_the_end(Scanner::build(keys).unwrap()).scan(&text, keys, |finding| read_on.push(finding));
+            reading.scan(&text, *keys, |finding| read_on.push(finding));
             proptest::prop_assert_eq!(&blocks, &read_on, "{:?}", text);
             let mut texts = vec![text.clone()];
             for strategy in [crate::mask::MaskStrategy::TypeTag, crate::mask::MaskStrategy::Partial] {
@@ -1852,13 +1859,12 @@ mod tests {
                 staged.push_str(&text[copied..]);
                 texts.push(staged);
             }
-            for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII] {
-                let stopping = Scanner::build(set).unwrap();
-                let reading = reading_to_the_end(Scanner::build(set).unwrap());
+            for (set, stopping, reading) in &SCANNERS[1..] {
+                let set = *set;
                 for text in &texts {
                     proptest::prop_assert_eq!(
-                        crate::mask::all_findings(&stopping, set, text),
-                        crate::mask::all_findings(&reading, set, text),
+                        crate::mask::all_findings(stopping, set, text),
+                        crate::mask::all_findings(reading, set, text),
                         "{:?} {:?}", text, set
                     );
                 }
@@ -1916,17 +1922,23 @@ mod tests {
         fn a_refused_runs_rest_searched_without_its_token_finds_what_every_start_finds(
             text in crate::mask::tests::glued(RUN_PIECES, 6, "[ -~]{0,3}", 16),
         ) {
-            for set in [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII] {
-                let skipping = Scanner::build(set).unwrap();
-                let every = searching_every_start(Scanner::build(set).unwrap());
+            // Built once: built per case, the scanners took most of the test's time (50 s in a debug build).
+            static SCANNERS: LazyLock<Vec<(MaskSet, Scanner, Scanner)>> = LazyLock::new(|| {
+                [MaskSet::ALL, MaskSet::SECRETS, MaskSet::SECRETS | MaskSet::PII]
+                    .into_iter()
+                    .map(|set| (set, Scanner::build(set).unwrap(), searching_every_start(Scanner::build(set).unwrap())))
+                    .collect()
+            });
+            for (set, skipping, every) in SCANNERS.iter() {
+                let set = *set;
                 let (mut found, mut expected) = (Vec::new(), Vec::new());
                 let settled = skipping.scan(&text, set, |f| found.push(f));
                 let expected_settled = every.scan(&text, set, |f| expected.push(f));
                 proptest::prop_assert_eq!(&found, &expected, "{:?} {:?}", text, set);
                 proptest::prop_assert_eq!(settled, expected_settled, "{:?} {:?}", text, set);
                 proptest::prop_assert_eq!(
-                    crate::mask::all_findings(&skipping, set, &text),
-                    crate::mask::all_findings(&every, set, &text),
+                    crate::mask::all_findings(skipping, set, &text),
+                    crate::mask::all_findings(every, set, &text),
                     "{:?} {:?}", text, set
                 );
             }
