@@ -12,8 +12,8 @@ pub(crate) const MAX_FRAGMENT_CHARS: usize = 64;
 /// capped.
 pub(crate) const MAX_MESSAGE_CHARS: usize = 256;
 
-/// `text` as it may appear in a refusal: control characters and Unicode line separators escaped (`\n`,
-/// `\u{2028}`, ...), and at most [`MAX_FRAGMENT_CHARS`] characters, the middle replaced by `…` when longer.
+/// `text` as it may appear in a refusal: control, invisible and bidirectional characters escaped (`\n`,
+/// `\u{2028}`, `\u{202e}`, ...), and at most [`MAX_FRAGMENT_CHARS`] characters, the middle replaced by `…` when longer.
 pub(crate) fn fragment(text: &str) -> Cow<'_, str> {
     capped(text, MAX_FRAGMENT_CHARS)
 }
@@ -61,8 +61,11 @@ fn closing_quote(text: &str, quote: char) -> Option<usize> {
     None
 }
 
+/// What a human's screen must not get as itself: controls, and the invisible and bidirectional characters an
+/// approver's display escapes too ([`is_hidden_char`](crate::approval::display::is_hidden_char)), so a key
+/// spelt `admin\u{202e}` cannot reorder a log line or a host's list of stripped keys.
 fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+    if c.is_ascii() { c.is_ascii_control() } else { crate::approval::display::is_hidden_char(c) }
 }
 
 fn capped(text: &str, max: usize) -> Cow<'_, str> {
@@ -124,6 +127,31 @@ mod tests {
         let shown = fragment(key);
         assert!(!shown.contains(['\n', '\r', '\u{1b}', '\u{2028}']), "{shown}");
         assert_eq!(shown, "a\\n- `x` is required\\r\\u{1b}[2J\\u{2028}");
+    }
+
+    #[test]
+    fn invisible_and_bidirectional_characters_are_escaped() {
+        assert_eq!(fragment("admin\u{202E}gpj.exe"), "admin\\u{202e}gpj.exe");
+        assert_eq!(fragment("a\u{200B}b\u{2066}c\u{FEFF}\u{E0041}"), "a\\u{200b}b\\u{2066}c\\u{feff}\\u{e0041}");
+        // Whatever the approver's display hides, a refusal escapes, and printable text is left alone.
+        for c in [
+            '\u{0}', '\u{7F}', '\u{85}', '\u{AD}', '\u{61C}', '\u{200F}', '\u{2029}', '\u{206F}', '\u{3164}',
+            '\u{FE0F}',
+        ] {
+            assert!(crate::approval::display::is_hidden_char(c));
+            assert!(!fragment(&format!("a{c}b")).contains(c), "{c:?}");
+        }
+        assert!(matches!(fragment("naïve café 東京 ß"), Cow::Borrowed(_)));
+    }
+
+    proptest::proptest! {
+        /// Nothing an approver's display hides survives into a fragment or a message, whatever the text holds.
+        #[test]
+        fn no_hidden_character_survives_an_echo(text in "(\\PC|\\p{Cc}|\\p{Cf}|[\u{2028}\u{2029}\u{3164}\u{FE00}-\u{FE0F}]|\"){0,80}") {
+            let hidden = |shown: &str| shown.chars().find(|&c| crate::approval::display::is_hidden_char(c));
+            proptest::prop_assert_eq!(hidden(&fragment(&text)), None, "{:?}", text);
+            proptest::prop_assert_eq!(hidden(&message(&text)), None, "{:?}", text);
+        }
     }
 
     #[test]

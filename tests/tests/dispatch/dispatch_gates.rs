@@ -253,6 +253,26 @@ fn ghost_arguments_are_stripped_and_reported() {
     assert_eq!(stripped, ["debug", "role"]);
 }
 
+/// What the model spells into a key or a tool name reaches people (a host's list of stripped keys, logs, the
+/// audit record's detail) with its bidirectional and invisible characters escaped, as an approver's display
+/// escapes them: a key cannot reorder the line it is shown on.
+#[test]
+fn stripped_keys_and_echoed_names_show_bidi_and_invisible_characters_escaped() {
+    let f = fixture(Policy::new(), None);
+    let message = f.message("greet", json!({"name": "Ada", "role\u{202E}nimda": true, "x\u{200B}": 1}));
+    assert_eq!(message.status, Status::Success);
+    let mut stripped = message.stripped_arguments.clone();
+    stripped.sort();
+    assert_eq!(stripped, ["role\\u{202e}nimda", "x\\u{200b}"]);
+    let message = f.message("greet\u{2066}", json!({"name": "Ada"}));
+    assert_eq!(refusal_kind(&message), Some(RefusalKind::UnknownTool));
+    assert!(
+        message.content.contains("`greet\\u{2066}`") && !message.content.contains('\u{2066}'),
+        "{}",
+        message.content
+    );
+}
+
 #[test]
 fn ghost_block_refuses_and_names_the_parameters() {
     let f = fixture(Policy::new(), None);
