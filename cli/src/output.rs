@@ -1,11 +1,38 @@
 //! What every command prints with: JSON for programs, times for people.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
+use agent_airlock::approval::display::is_hidden_char;
 use serde_json::Value;
 
 pub(crate) fn print_json(value: &Value) {
-    println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()));
+    println!("{}", json_text(value));
+}
+
+/// `value` as pretty JSON with every character an approver's display hides (bidi controls, zero-width and C1
+/// characters, which JSON may carry as themselves) written as a `\u` escape: the same JSON to a program, and
+/// nothing a model spelt into a tool name or a key can reorder or drive the terminal it is printed on.
+fn json_text(value: &Value) -> String {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    // serde_json escapes C0 controls in strings itself (the line breaks left are its own whitespace) but writes
+    // the others as they are, and only inside strings, where a `\u` escape means the same character.
+    let hidden = |c: char| c == '\u{7F}' || (!c.is_ascii() && is_hidden_char(c));
+    if !text.chars().any(hidden) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 32);
+    for c in text.chars() {
+        if hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A time for a person to read: RFC 3339 in UTC and how long ago (or how far ahead) it is, e.g.
@@ -33,6 +60,23 @@ pub(crate) fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_output_escapes_what_a_terminal_would_hide_and_means_the_same() {
+        let value = serde_json::json!({
+            "tool": "read\u{202E}txt.exe",
+            "detail": "a\u{9B}2Jb\u{200B}c\u{E0041}\u{7F}",
+            "plain": "café 東京",
+            "nested": [{"k\u{2066}": 1}],
+        });
+        let text = json_text(&value);
+        assert!(!text.chars().any(|c| c != '\n' && is_hidden_char(c)), "{text}");
+        assert!(text.contains("read\\u202etxt.exe") && text.contains("\\udb40\\udc41"), "{text}");
+        assert!(text.contains("café 東京"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap_or_default(), value);
+        let plain = serde_json::json!({"a": "b"});
+        assert_eq!(json_text(&plain), serde_json::to_string_pretty(&plain).unwrap_or_default());
+    }
 
     #[test]
     fn times_read_as_rfc_3339_in_utc_with_their_age() {
