@@ -45,7 +45,10 @@ pub struct ToolMessage {
     /// What the model can do next, for refusals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
-    /// Argument keys the tool does not declare, removed before the call.
+    /// Argument keys the tool does not declare, removed before the call, named for display as a refusal names
+    /// them: by path (`address.zipcode`, `items[2].note`), control, invisible and bidirectional characters
+    /// escaped (`\t`, `\u{202e}`), at most 64 characters (a longer key keeps its ends around `…`). Two keys can
+    /// be named alike (a tab and a written `\t`); the names are for people and logs, not to look keys up by.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stripped_arguments: Vec<String>,
     /// Why the call was refused, for the host (the model reads `content`).

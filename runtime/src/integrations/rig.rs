@@ -55,7 +55,10 @@ impl ContextValue for RigThreadId {
 pub struct GuardReport {
     /// The id the call ran under.
     pub tool_call_id: String,
-    /// Argument keys the tool does not declare, removed before the call.
+    /// Argument keys the tool does not declare, removed before the call, named for display as a refusal names
+    /// them: by path (`address.zipcode`, `items[2].note`), control, invisible and bidirectional characters
+    /// escaped (`\t`, `\u{202e}`), at most 64 characters (a longer key keeps its ends around `…`). Two keys can
+    /// be named alike (a tab and a written `\t`); the names are for people and logs, not to look keys up by.
     pub stripped_arguments: Vec<String>,
     /// Why the call was refused, if it was.
     pub refusal: Option<Refusal>,
