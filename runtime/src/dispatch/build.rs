@@ -249,7 +249,7 @@ impl DispatcherBuilder {
             let (enforced, observed) =
                 if observe { (author, policy) } else { (author.and(policy), Unbucketed::default()) };
             if reserves_effect
-                && !enforced.rules.escalations.is_empty()
+                && enforced.rules.may_escalate()
                 && let (Some(ledger), Some(store)) = (&ledger_effects, &effects)
                 && (ledger.storage_id().is_none() || ledger.storage_id() != store.storage_id())
             {

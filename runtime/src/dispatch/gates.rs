@@ -20,6 +20,13 @@ use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
 use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, PreparedCall, Tool, ToolSpec};
 
 impl Rules {
+    /// Whether a call may be escalated: by an escalation rule (the author's `escalate`, a policy glob), or by
+    /// an argument condition whose action is to ask a human.
+    pub(super) fn may_escalate(&self) -> bool {
+        !self.escalations.is_empty()
+            || self.conditions.iter().any(|rule| matches!(rule.action(), ConditionAction::Escalate(_)))
+    }
+
     /// Gate 2: a deny glob matched the registered name.
     #[inline]
     pub(super) fn denial(&self, name: &str) -> Result<(), Refused> {

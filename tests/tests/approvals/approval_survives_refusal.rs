@@ -321,6 +321,41 @@ fn an_effect_store_apart_from_the_approval_ledger_is_refused_at_build_time() {
     assert!(built.is_ok());
 }
 
+/// Pay an amount (escalated only by a policy's argument condition, once per invoice).
+#[airlock_tool(effect = "pay:{invoice}")]
+async fn pay_amount(
+    /// The invoice.
+    invoice: String,
+    /// The amount, in cents.
+    amount: u64,
+) -> Result<String, ToolError> {
+    Ok(format!("paid {amount} on {invoice}"))
+}
+
+/// A call a policy condition escalates is spent and reserved in the ledger's store like any escalated call, so
+/// an effect store apart from the ledger is refused for it too: otherwise a resumed call's reservation goes to
+/// the ledger while the settlement and the next call's duplicate check read the other store, and the effect
+/// runs twice.
+#[test]
+fn an_effect_store_apart_from_the_ledger_is_refused_when_only_a_condition_escalates() {
+    let builder = |policy: Policy| {
+        let approvals = InterruptApprovals::new(key_ring(), Arc::new(MemoryLedger::new()), GRANT_TTL)
+            .with_clock(Arc::new(ManualClock::new(START)));
+        Dispatcher::builder()
+            .tool(tool!(pay_amount))
+            .policy(policy)
+            .effects(agent_airlock::effect::MemoryEffectStore::new())
+            .interrupt_approvals(approvals)
+            .build()
+    };
+    let escalating = Policy::builder().escalate_when("pay_*", "amount > 100", "a large payment").build().unwrap();
+    assert!(matches!(builder(escalating), Err(BuildError::EffectsApartFromLedger(tool)) if tool == "pay_amount"));
+    // A condition that only denies never asks a human: nothing is spent, the store apart is fine.
+    let denying = Policy::builder().deny_when("pay_*", "amount > 100", "too large").build().unwrap();
+    assert!(builder(denying).is_ok());
+    assert!(builder(Policy::new()).is_ok());
+}
+
 /// The ledger's own promise, on every backend: a spend and a reservation are one write, both or neither.
 #[test]
 fn spend_and_reserve_is_all_or_nothing() {
