@@ -204,6 +204,9 @@ pub(super) fn not_admitted(name: &str, rules: &str, err: AdmitError) -> Refused 
             .hint("retry later")
         }
         err => {
+            // The error may quote the resume value (an unknown member, a key id): untrusted, so echoed capped
+            // and escaped, in the log as in the refusal.
+            let err = crate::echo::message(&err.to_string());
             tracing::warn!(target: "agent_airlock", error = %err, "approval not admitted");
             Refused::new(RefusalKind::ApprovalInvalid, format!("this call to `{name}` was not admitted: {err}"))
                 .rule(rules)
