@@ -325,7 +325,7 @@ pub(crate) fn confirm(request: &InterruptRequest, status: &str) -> Result<(), Fa
 pub(crate) fn decision_text(status: &RequestStatus) -> Option<String> {
     Some(match status {
         RequestStatus::Pending => return None,
-        RequestStatus::Approving { approvals } => {
+        RequestStatus::Approving { approvals, .. } => {
             let names: Vec<String> = approvals.iter().map(|a| escape(&a.approver).into_owned()).collect();
             format!("approved so far by {}", names.join(", "))
         }

@@ -98,7 +98,9 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// A request that needs several distinct approvers ([`RequestRecord::approvals_required`]) records
     /// each one's approval ([`RequestStatus::Approving`]) and answers [`Approved::Waiting`]; the approval
     /// of the last one needed issues the grant, naming the others in [`GrantRecord::co_approvers`]. An
-    /// approver who already approved counts once.
+    /// approver who already approved counts once. Approving such a request whose grant expired unspent
+    /// begins a new round: the new grant needs as many distinct approvers again, and replaces the expired
+    /// one when it is issued.
     fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved>;
 
     /// Records a human's no. An unspent grant of the request is revoked. Denying a denied request answers

@@ -215,6 +215,11 @@ pub enum RequestStatus {
     Approving {
         /// The approvals so far, in order.
         approvals: Vec<PartialApproval>,
+        /// When this round began by approving a request whose grant had expired unspent: that grant, which
+        /// the grant this round issues replaces (and a denial revokes). Its approvals approved it, not the
+        /// next one: a new grant needs every approver again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<String>,
     },
     /// Approved; the grant may have expired (compare `expires_at` with now).
     Granted(GrantRecord),

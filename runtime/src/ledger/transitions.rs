@@ -105,24 +105,26 @@ pub(crate) fn grant(
     let required = request.approvals_required();
     match recorded_status(tables, &grant.request_id)? {
         RequestStatus::Pending if required > 1 => {
-            let approvals = vec![PartialApproval {
-                approver: grant.approver.clone(),
-                approved_at: now,
-                signature: grant.signatures.first().cloned(),
-            }];
-            return waiting(tables, &grant.request_id, approvals, required);
+            return waiting(tables, &grant.request_id, vec![first_of_round(&grant, now)], required, None);
         }
         RequestStatus::Pending => decided(tables, &request)?,
-        RequestStatus::Approving { mut approvals } => {
+        RequestStatus::Approving { mut approvals, replaces } => {
             let signature = grant.signatures.first().cloned();
             let credential = ledger_credential(&grant.approver, signature.as_ref());
             if !approvals.iter().any(|a| ledger_credential(&a.approver, a.signature.as_ref()) == credential) {
                 approvals.push(PartialApproval { approver: grant.approver.clone(), approved_at: now, signature });
             }
             if approvals.len() < required as usize {
-                return waiting(tables, &grant.request_id, approvals, required);
+                return waiting(tables, &grant.request_id, approvals, required, replaces);
             }
             decided(tables, &request)?;
+            if let Some(expired) = replaces {
+                let entry = live_grant(tables, &expired, &grant.request_id)?;
+                tables.set_grant(&GrantEntry {
+                    grant: entry.grant,
+                    state: GrantState::Replaced { replaced_at: now, by_grant: grant.grant_id.clone() },
+                })?;
+            }
             grant.signatures = approvals.iter().filter_map(|approval| approval.signature.clone()).collect();
             grant.co_approvers = approvals
                 .into_iter()
@@ -134,6 +136,12 @@ pub(crate) fn grant(
             let entry = live_grant_of_status(tables, &existing)?;
             if now < entry.grant.expires_at {
                 return Ok(Approved::Granted(entry.grant));
+            }
+            if required > 1 {
+                // The approvals that issued the expired grant approved that grant: the next one needs as many
+                // distinct approvers again, this one first. The expired grant stays until the round ends.
+                let round = vec![first_of_round(&grant, now)];
+                return waiting(tables, &grant.request_id, round, required, Some(entry.grant.grant_id));
             }
             tables.set_grant(&GrantEntry {
                 grant: entry.grant,
@@ -150,25 +158,37 @@ pub(crate) fn grant(
     Ok(Approved::Granted(grant))
 }
 
-/// Records the approvals so far of a request that needs more; it stays counted as pending.
+/// The first approval of a round, by the approver of `grant`.
+fn first_of_round(grant: &GrantRecord, now: Duration) -> PartialApproval {
+    PartialApproval { approver: grant.approver.clone(), approved_at: now, signature: grant.signatures.first().cloned() }
+}
+
+/// Records the approvals so far of a request that needs more (and the expired grant the round replaces);
+/// a request approved for the first time stays counted as pending.
 fn waiting(
     tables: &mut impl LedgerTables,
     request_id: &str,
     approvals: Vec<PartialApproval>,
     required: u32,
+    replaces: Option<String>,
 ) -> Result<Approved, LedgerError> {
     let approvers = approvals.iter().map(|approval| approval.approver.clone()).collect();
-    tables.set_status(request_id, &RequestStatus::Approving { approvals })?;
+    tables.set_status(request_id, &RequestStatus::Approving { approvals, replaces })?;
     Ok(Approved::Waiting { approvers, required })
 }
 
 fn live_grant_of_status(tables: &impl LedgerTables, grant: &GrantRecord) -> Result<GrantEntry, LedgerError> {
-    match tables.grant(&grant.grant_id)? {
+    live_grant(tables, &grant.grant_id, &grant.request_id)
+}
+
+/// The grant `grant_id` of `request_id`, which the request's status says is live (it may have expired).
+fn live_grant(tables: &impl LedgerTables, grant_id: &str, request_id: &str) -> Result<GrantEntry, LedgerError> {
+    match tables.grant(grant_id)? {
         Some(entry) if entry.state == GrantState::Live => Ok(entry),
         _ => Err(LedgerError::CorruptRecord {
             table: "grants",
-            key: grant.grant_id.clone(),
-            detail: format!("request `{}` is granted but its grant is not live", grant.request_id),
+            key: grant_id.to_owned(),
+            detail: format!("request `{request_id}` holds the grant but it is not live"),
         }),
     }
 }
@@ -179,7 +199,15 @@ pub(crate) fn deny(tables: &mut impl LedgerTables, mut denial: DenialRecord) -> 
     };
     denial.revoked_grant = None;
     match recorded_status(tables, &denial.request_id)? {
-        RequestStatus::Pending | RequestStatus::Approving { .. } => decided(tables, &request)?,
+        RequestStatus::Pending | RequestStatus::Approving { replaces: None, .. } => decided(tables, &request)?,
+        RequestStatus::Approving { replaces: Some(expired), .. } => {
+            let entry = live_grant(tables, &expired, &denial.request_id)?;
+            tables.set_grant(&GrantEntry {
+                grant: entry.grant,
+                state: GrantState::Revoked { revoked_at: denial.denied_at },
+            })?;
+            denial.revoked_grant = Some(expired);
+        }
         RequestStatus::Granted(grant) => {
             let entry = live_grant_of_status(tables, &grant)?;
             tables.set_grant(&GrantEntry {

@@ -728,6 +728,63 @@ fn two_person_approval(h: Harness) {
     assert!(matches!(h.status(&request), RequestStatus::Denied(_)));
 }
 
+/// A two-person grant that expired unspent is approved again by two distinct approvers, not one: the
+/// approvals that issued it approved that grant. The expired grant stays until the new round ends, then is
+/// replaced by the new grant (or revoked by a denial in between).
+fn two_person_approval_again_after_the_grant_expired(h: Harness) {
+    let more_needed = |result: Result<ResumeValue, DecisionError>, who: &[&str]| match result {
+        Err(DecisionError::MoreApproversNeeded { approvers, required }) => {
+            assert_eq!((approvers, required), (who.iter().map(|s| s.to_string()).collect::<Vec<_>>(), 2));
+        }
+        other => panic!("one approver of two must not grant: {other:?}"),
+    };
+    let two_approved = |call: &OwnedCall| {
+        let request = h.approvals.request_approved_by(&call.input(), "attribute", "moves money", 2).wait().unwrap();
+        more_needed(h.approvals.approve(request.as_value(), "alice").wait(), &["alice"]);
+        let resume = h.approvals.approve(request.as_value(), "bob").wait().unwrap().into_value();
+        (request, resume)
+    };
+    let grant_id = |resume: &Value| resume["airlock_grant"]["grant_id"].as_str().unwrap().to_owned();
+
+    let call = OwnedCall::refund(5000);
+    let (request, expired) = two_approved(&call);
+    h.clock.advance(GRANT_TTL);
+    more_needed(h.approvals.approve(request.as_value(), "carol").wait(), &["carol"]);
+    more_needed(h.approvals.approve(request.as_value(), "carol").wait(), &["carol"]);
+    assert_eq!(h.status(&request).label(h.clock.now_for_test()), "approving");
+    assert!(matches!(h.approvals.admit(&call.input(), &expired).wait(), Err(AdmitError::Expired { .. })));
+    let renewed = h.approvals.approve(request.as_value(), "dave").wait().unwrap().into_value();
+    match h.status(&request) {
+        RequestStatus::Granted(grant) => assert_eq!(grant.approvers(), vec!["carol", "dave"]),
+        other => panic!("the second distinct approver of the new round grants: {other:?}"),
+    }
+    match h.ledger.find_grant(&grant_id(&expired)).unwrap().unwrap().state {
+        GrantState::Replaced { by_grant, .. } => assert_eq!(by_grant, grant_id(&renewed)),
+        other => panic!("the expired grant is replaced by the new one: {other:?}"),
+    }
+    assert!(matches!(h.approvals.admit(&call.input(), &expired).wait(), Err(AdmitError::Replaced { .. })));
+    assert_eq!(h.approvals.admit(&call.input(), &renewed).wait().unwrap().approver, "dave");
+
+    // A denial during the new round ends the request and revokes the expired grant.
+    let other = OwnedCall::refund(6000);
+    let (request, expired) = two_approved(&other);
+    h.clock.advance(GRANT_TTL);
+    more_needed(h.approvals.approve(request.as_value(), "carol").wait(), &["carol"]);
+    h.approvals.deny(request.as_value(), "erin", Some("not today")).wait().unwrap();
+    match h.status(&request) {
+        RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant, Some(grant_id(&expired))),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        h.ledger.find_grant(&grant_id(&expired)).unwrap().unwrap().state,
+        GrantState::Revoked { .. }
+    ));
+    assert!(matches!(
+        h.approvals.approve(request.as_value(), "dave").wait(),
+        Err(DecisionError::AlreadyDenied { .. })
+    ));
+}
+
 macro_rules! on_every_ledger {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -755,6 +812,7 @@ on_every_ledger!(
     expired_grant_admits_nothing,
     approving_twice_issues_one_grant,
     two_person_approval,
+    two_person_approval_again_after_the_grant_expired,
     a_no_is_a_no,
     denial_revokes_an_unspent_grant,
     wrong_and_rotated_keys,
