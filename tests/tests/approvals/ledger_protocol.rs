@@ -775,14 +775,8 @@ fn two_person_approval_again_after_the_grant_expired(h: Harness) {
         RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant, Some(grant_id(&expired))),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        h.ledger.find_grant(&grant_id(&expired)).unwrap().unwrap().state,
-        GrantState::Revoked { .. }
-    ));
-    assert!(matches!(
-        h.approvals.approve(request.as_value(), "dave").wait(),
-        Err(DecisionError::AlreadyDenied { .. })
-    ));
+    assert!(matches!(h.ledger.find_grant(&grant_id(&expired)).unwrap().unwrap().state, GrantState::Revoked { .. }));
+    assert!(matches!(h.approvals.approve(request.as_value(), "dave").wait(), Err(DecisionError::AlreadyDenied { .. })));
 }
 
 macro_rules! on_every_ledger {

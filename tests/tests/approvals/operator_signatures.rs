@@ -420,6 +420,20 @@ fn console_attestations_count_each_signed_in_account_once() {
     let subject = subject_of(&same, 2);
     let both = [keys[0].sign(&subject, "alice", false, 1).unwrap(), console.sign(&subject, "alice", true, 2).unwrap()];
     assert_eq!(operators.count(&both, &subject).credentials, 1);
+    // And so they are counted when they approve: the second is not recorded (a grant with the two would carry
+    // one credential and admit nothing), and a second person's approval then grants.
+    let same = same.as_value();
+    assert!(matches!(
+        approvals.approve_signed(same, DecisionSigner::Operator(&keys[0])).wait(),
+        Err(DecisionError::MoreApproversNeeded { .. })
+    ));
+    let again = approvals.approve_signed(same, attest("alice")).wait();
+    assert!(
+        matches!(&again, Err(DecisionError::MoreApproversNeeded { approvers, required: 2 }) if approvers == &["alice"]),
+        "{again:?}"
+    );
+    let granted = approvals.approve_signed(same, attest("carol")).wait().unwrap();
+    approvals.admit(&OwnedCall::refund(3).input(), granted.as_value()).wait().unwrap();
     // An operator's key cannot attest, and a console's key does not count as a person's own.
     let wrong_roles =
         [keys[0].sign(&subject, "zed", true, 1).unwrap(), console.sign(&subject, "console", false, 2).unwrap()];

@@ -96,8 +96,46 @@ impl InterruptApprovals {
     /// number of approvals it needs, the approver's name and the time, which a host in operator mode
     /// verifies before the grant admits anything.
     pub fn approve_signed(&self, interrupt: &Value, signer: DecisionSigner<'_>) -> Reply<ResumeValue, DecisionError> {
-        let prepared = self.prepare_grant(interrupt, signer.name(), Some(signer));
+        let prepared = self.prepare_grant(interrupt, signer.name(), Some(signer)).and_then(|(request, grant)| {
+            self.refuse_a_credential_counted_already(&request, &grant).map(|()| (request, grant))
+        });
         self.record_grant(prepared)
+    }
+
+    /// Operator mode: an approval by a credential the operators count as one that already approved this
+    /// round (alice's key, then alice's account attested by a console) is answered as an approver who
+    /// approved twice is, and not recorded. The ledger tells credentials apart by key and account alone: a
+    /// grant it issued on such an approval would carry too few signatures to admit anything, and would hold
+    /// the request until it expired.
+    fn refuse_a_credential_counted_already(
+        &self,
+        request: &InterruptRequest,
+        grant: &GrantRecord,
+    ) -> Result<(), DecisionError> {
+        let (Some(operators), Some(signature)) = (&self.operators, grant.signatures.first()) else {
+            return Ok(());
+        };
+        let status = self.ledger.find_request(&grant.request_id).map_err(decision_ledger_error)?.map(|e| e.status);
+        let Some(RequestStatus::Approving { approvals, .. }) = status else {
+            return Ok(());
+        };
+        let subject = DecisionSubject {
+            kind: DecisionKind::Grant,
+            request_id: &request.body.request_id,
+            binding: &request.body.binding,
+            approvals: request.body.approvals,
+        };
+        let mut signatures: Vec<_> = approvals.iter().filter_map(|approval| approval.signature.clone()).collect();
+        let before = operators.count(&signatures, &subject).credentials;
+        signatures.push(signature.clone());
+        let counted_alone = operators.count(std::slice::from_ref(signature), &subject).credentials == 1;
+        if !counted_alone || operators.count(&signatures, &subject).credentials > before {
+            return Ok(());
+        }
+        Err(DecisionError::MoreApproversNeeded {
+            approvers: approvals.into_iter().map(|approval| approval.approver).collect(),
+            required: request.body.approvals,
+        })
     }
 
     fn record_grant(
