@@ -10,7 +10,8 @@ graph = builder.compile(checkpointer=saver)
 writes, it reads back what the saver now holds and records a keyed digest of it for
 ``langgraph:<thread_id>[/<checkpoint_ns>]`` in the ledger (the Rust runtime's ``checkpoint`` module): the
 hashes of each serialised part, the checkpoint's fields, every channel value, every pending write (the
-app's resume values excepted: those are checked by the approvals); metadata excluded. Before it writes
+app's own included: LangGraph applies them as state; its resume values excepted: those are checked by the
+approvals); metadata excluded. Before it writes
 again it verifies what the saver holds against the last commitment: a checkpoint edited in the store
 (possibly by another process) or an older one resumed (time travel) is recorded as a ``state_tamper`` audit
 record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). A
@@ -30,12 +31,15 @@ import warnings
 from typing import Any, AsyncIterator, Iterator
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.serde.types import RESUME
 
 from ._native import CheckpointCommitments
 
 __all__ = ["AirlockCheckpointer"]
 
-#: The task id of writes the app makes itself (a resume value): not the graph's state.
+#: The task id of writes the app makes itself (a resume value, a `Command`'s update) and of the delta writes
+#: LangGraph keeps with a checkpoint. LangGraph applies all of them as the checkpoint's state when a run goes
+#: on from it, so they are committed to, all but the resume values (`RESUME`), which the approvals check.
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
 #: Verdicts that say the checkpoint's content is not what was committed.
@@ -74,7 +78,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         writes = sorted(
             [str(task_id), str(channel), self._hash(value)]
             for task_id, channel, value in (tup.pending_writes or [])
-            if task_id != NULL_TASK_ID
+            if not (task_id == NULL_TASK_ID and channel == RESUME)
         )
         return json.dumps({"checkpoint": fields, "channel_values": channels, "pending_writes": writes})
 
