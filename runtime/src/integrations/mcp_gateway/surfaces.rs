@@ -31,7 +31,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::mask::{MaskSet, Masker};
 use crate::message::RefusalKind;
 use crate::policy::{PolicyMode, Surface};
-use crate::rate::{BucketId, RateLimiter};
+use crate::rate::{BucketId, BucketKey, RateLimiter, RateScope};
 use crate::tool::DEFAULT_TOOL_MASK;
 
 /// The audit record's tool name for a resource read.
@@ -79,15 +79,19 @@ impl SurfaceGuard {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let mut limiter = RateLimiter::default();
-        let mut buckets = |surface| -> Vec<BucketId> {
+        let mut buckets = |surface, method: &str| -> Vec<BucketId> {
             policy
                 .surface_rate_rules(surface)
                 .into_iter()
-                .map(|(_, rate)| limiter.add_bucket(rate, crate::rate::RateScope::PerTool))
+                .enumerate()
+                .map(|(position, (rule, rate))| {
+                    let (tool, scope) = (method.to_owned(), RateScope::PerTool);
+                    limiter.add_bucket(BucketKey { tool, observed: false, position, rule, rate, scope })
+                })
                 .collect()
         };
-        let resource_buckets = buckets(Surface::Resource);
-        let prompt_buckets = buckets(Surface::Prompt);
+        let resource_buckets = buckets(Surface::Resource, RESOURCE_READ);
+        let prompt_buckets = buckets(Surface::Prompt, PROMPT_GET);
         SurfaceGuard { policy, masker, audit, clock, limiter, resource_buckets, prompt_buckets }
     }
 
