@@ -130,6 +130,9 @@ impl SurfaceGuard {
         let span = surface_span(&call, &request.uri);
         async move {
             let admitted = self.admit(&call, &request.uri).await?;
+            // Forwarded as the client spelt it (an upstream may match its resources by their exact URIs): a
+            // URI the policy's normal form could read otherwise than an upstream does is refused above
+            // (`policy::uri`), so what is left between the two is spelling every reader agrees on.
             let response = forward(request).await;
             self.settle(&call, admitted, response, |masker, set, response| match response {
                 ReadResourceResponse::Complete(mut result) => {
