@@ -17,8 +17,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::model::{
-    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, ReadResourceRequestParams,
-    ReadResourceResponse, ResourceContents,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, MetaObject, ReadResourceRequestParams, ReadResourceResponse, ResourceContents,
 };
 use rmcp::{ErrorData, ServiceError};
 use serde_json::{Value, json};
@@ -269,22 +269,12 @@ impl SurfaceGuard {
         let response = match response {
             Ok(response) => response,
             Err(error) => {
-                let error = upstream_error(call.method, error);
-                // The upstream's words can carry secrets too, and echo an unbounded request.
-                let masked = self.masker.mask_text(&error.message, admitted.mask);
-                let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
-                    None => masked.into_owned(),
-                    Some((cut, _)) => format!("{}…", &masked[..cut]),
-                };
-                let mut data = error.data;
-                if let Some(data) = &mut data {
-                    self.masker.mask_value(data, admitted.mask);
-                }
-                let result = Value::String(message.clone());
+                let error = self.masked_upstream_error(call.method, error, admitted.mask);
+                let result = Value::String(error.message.to_string());
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, detail, Some(&result)).await;
                 tracing::info!(target: "agent_airlock", method = call.method, outcome = "failed", "the upstream failed");
-                return Err(ErrorData::new(error.code, message, data));
+                return Err(error);
             }
         };
         let (masked, result) = match mask(&self.masker, admitted.mask, response) {
@@ -305,6 +295,70 @@ impl SurfaceGuard {
         }
         tracing::info!(target: "agent_airlock", method = call.method, outcome = "executed", "served");
         Ok(masked)
+    }
+
+    /// The upstream's failure to answer `method`, masked with `set` and cut short: the upstream's words can
+    /// carry secrets too, and echo an unbounded request.
+    fn masked_upstream_error(&self, method: &str, error: ServiceError, set: MaskSet) -> ErrorData {
+        let error = upstream_error(method, error);
+        let masked = self.masker.mask_text(&error.message, set);
+        let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
+            None => masked.into_owned(),
+            Some((cut, _)) => format!("{}…", &masked[..cut]),
+        };
+        let mut data = error.data;
+        if let Some(data) = &mut data {
+            self.masker.mask_value(data, set);
+        }
+        ErrorData::new(error.code, message, data)
+    }
+
+    /// The upstream's failure to answer a listing (`resources/list`, `prompts/list`, …), masked and cut
+    /// short as a read's or get's is.
+    pub(crate) fn listing_error(&self, method: &str, error: ServiceError) -> ErrorData {
+        self.masked_upstream_error(method, error, DEFAULT_TOOL_MASK)
+    }
+
+    /// The upstream's resources as listed to clients: their names, titles, descriptions and `_meta` masked
+    /// as a read of each would be (the default masking, plus the tables matching its URI). The URI is what
+    /// a client reads it by: left as it is.
+    pub(crate) fn mask_listed_resources(&self, listed: &mut ListResourcesResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for resource in &mut listed.resources {
+            let set = DEFAULT_TOOL_MASK | self.policy.for_surface(Surface::Resource, &resource.uri).mask;
+            mask_string(&self.masker, set, &mut resource.name);
+            mask_listed(&self.masker, set, &mut resource.title, &mut resource.description, &mut resource.meta);
+        }
+    }
+
+    /// The upstream's resource templates as listed to clients: their names, titles, descriptions and
+    /// `_meta` masked with the default masking (a template names many URIs; no table applies to it).
+    pub(crate) fn mask_listed_templates(&self, listed: &mut ListResourceTemplatesResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for template in &mut listed.resource_templates {
+            mask_string(&self.masker, DEFAULT_TOOL_MASK, &mut template.name);
+            mask_listed(
+                &self.masker,
+                DEFAULT_TOOL_MASK,
+                &mut template.title,
+                &mut template.description,
+                &mut template.meta,
+            );
+        }
+    }
+
+    /// The upstream's prompts as listed to clients: their titles, descriptions, arguments' titles and
+    /// descriptions and `_meta` masked as a get of each would be. The name is what a client gets it by: left
+    /// as it is.
+    pub(crate) fn mask_listed_prompts(&self, listed: &mut ListPromptsResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for prompt in &mut listed.prompts {
+            let set = DEFAULT_TOOL_MASK | self.policy.for_surface(Surface::Prompt, &prompt.name).mask;
+            mask_listed(&self.masker, set, &mut prompt.title, &mut prompt.description, &mut prompt.meta);
+            for argument in prompt.arguments.iter_mut().flatten() {
+                mask_listed(&self.masker, set, &mut argument.title, &mut argument.description, &mut None);
+            }
+        }
     }
 
     /// Appends one audit record (if the gateway keeps a log); whether it was written.
@@ -401,7 +455,7 @@ fn shown(text: &str) -> Cow<'_, str> {
 
 /// An upstream failure as the client sees it: the upstream's own JSON-RPC error, anything else as an
 /// internal error naming the method.
-pub(crate) fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
+fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
     match error {
         ServiceError::McpError(error) => error,
         other => ErrorData::internal_error(format!("the upstream server did not answer `{method}`: {other}"), None),
@@ -411,6 +465,31 @@ pub(crate) fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
 fn mask_string(masker: &Masker, set: MaskSet, text: &mut String) {
     if let Cow::Owned(masked) = masker.mask_text(text, set) {
         *text = masked;
+    }
+}
+
+/// Masks a listed entry's title, description and `_meta`.
+fn mask_listed(
+    masker: &Masker,
+    set: MaskSet,
+    title: &mut Option<String>,
+    description: &mut Option<String>,
+    meta: &mut Option<MetaObject>,
+) {
+    for text in [title, description].into_iter().flatten() {
+        mask_string(masker, set, text);
+    }
+    mask_meta(masker, set, meta);
+}
+
+/// Masks every string in a `_meta` object.
+fn mask_meta(masker: &Masker, set: MaskSet, meta: &mut Option<MetaObject>) {
+    if let Some(MetaObject(object)) = meta {
+        let mut value = Value::Object(std::mem::take(object));
+        masker.mask_value(&mut value, set);
+        if let Value::Object(masked) = value {
+            *object = masked;
+        }
     }
 }
 
@@ -596,5 +675,63 @@ mod tests {
         assert!(
             records.iter().all(|r| r.tool == PROMPT_GET && r.outcome == AuditOutcome::Failed { not_executed: false })
         );
+    }
+
+    /// A listing's entries are masked as a read or get of each would be (a table's mask included), their
+    /// URIs and names kept; a listing the upstream fails is answered with its error masked and cut short.
+    #[test]
+    fn listings_and_their_errors_are_masked() {
+        let policy = Policy::from_toml("version = 1\ndefault = \"allow\"\n[prompts.leaky]\nmask = \"pii\"\n").unwrap();
+        let guard = SurfaceGuard::new(Arc::new(policy), Arc::new(Masker::default()), None);
+        let secret = "AKIAIOSFODNN7QK4RW2Z";
+        let meta = || {
+            let mut object = serde_json::Map::new();
+            object.insert("note".to_owned(), json!({ "key": format!("key {secret}") }));
+            MetaObject(object)
+        };
+
+        let argument = rmcp::model::PromptArgument::new("region").with_description(format!("where {secret} works"));
+        let mut prompt = rmcp::model::Prompt::new(
+            "leaky",
+            Some(format!("quotes {secret}, ask jane.doe@example.com")),
+            Some(vec![argument]),
+        );
+        prompt.title = Some(format!("leaky {secret}"));
+        prompt.meta = Some(meta());
+        let mut prompts = ListPromptsResult::with_all_items(vec![prompt]);
+        guard.mask_listed_prompts(&mut prompts);
+        let shown = serde_json::to_string(&prompts).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("jane.doe@example.com"), "{shown}");
+        assert_eq!(prompts.prompts[0].name, "leaky");
+
+        let uri = format!("config://leaky/{secret}");
+        let resource = rmcp::model::Resource::new(uri.clone(), format!("leaky {secret}"))
+            .with_title(format!("title {secret}"))
+            .with_description(format!("holds {secret}"))
+            .with_meta(meta());
+        let mut resources = ListResourcesResult::with_all_items(vec![resource]);
+        guard.mask_listed_resources(&mut resources);
+        let resource = &resources.resources[0];
+        assert_eq!(resource.uri, uri, "what a client reads it by");
+        let shown =
+            serde_json::to_string(&(&resource.name, &resource.title, &resource.description, &resource.meta)).unwrap();
+        assert!(!shown.contains(secret), "{shown}");
+
+        let template = rmcp::model::ResourceTemplate::new("note://{name}", format!("notes {secret}"))
+            .with_description(format!("notes near {secret}"));
+        let mut templates = ListResourceTemplatesResult::with_all_items(vec![template]);
+        guard.mask_listed_templates(&mut templates);
+        let shown = serde_json::to_string(&templates).unwrap();
+        assert!(!shown.contains(secret) && shown.contains("note://{name}"), "{shown}");
+
+        let failed = ServiceError::McpError(ErrorData::internal_error(
+            format!("cannot list with {secret}: {}", "x".repeat(50_000)),
+            Some(json!({ "key": secret })),
+        ));
+        let error = guard.listing_error("prompts/list", failed);
+        assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+        assert!(error.message.starts_with("cannot list with ") && !error.message.contains(secret), "{}", error.message);
+        assert!(error.message.chars().count() <= UPSTREAM_ERROR_CHARS + 1);
+        assert!(!error.data.unwrap().to_string().contains(secret));
     }
 }
