@@ -4,8 +4,9 @@
 //! its URI's normal form, a prompt by its name: `deny_*` globs, and under `default = "deny"` only what
 //! `allow_resources` / `allow_prompts` match), the rate limits of the `[resources.…]` / `[prompts.…]`
 //! tables (one bucket per rule, kept by the gateway, not by each session), then the upstream, then masking
-//! of what it returned (text contents, prompt messages and description; the gateway's default masking,
-//! secrets, plus the tables' `mask`), and an audit record, allowed or refused. A refusal is a JSON-RPC
+//! of what it returned (text contents, prompt messages and description, the URIs, names and titles they
+//! carry; the gateway's default masking, secrets, plus the tables' `mask`; the upstream's `_meta` dropped,
+//! as a tool result's is), and an audit record, allowed or refused. A refusal is a JSON-RPC
 //! error naming the rule, the URI or name shown escaped and cut short. In observe mode the policy refuses
 //! nothing: what it would refuse is traced and recorded as a tool call's would be (a `refused` record with
 //! its rule and a detail saying it was not enforced), then served, masked and recorded as usual.
@@ -136,8 +137,11 @@ impl SurfaceGuard {
             let response = forward(request).await;
             self.settle(&call, admitted, response, |masker, set, response| match response {
                 ReadResourceResponse::Complete(mut result) => {
+                    result.meta = None;
                     for contents in &mut result.contents {
-                        mask_contents(masker, set, contents);
+                        if !mask_contents(masker, set, contents) {
+                            return Err(unguardable());
+                        }
                     }
                     let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
                     Ok((ReadResourceResponse::Complete(result), recorded))
@@ -173,6 +177,7 @@ impl SurfaceGuard {
             let response = forward(request).await;
             self.settle(&call, admitted, response, |masker, set, response| match response {
                 GetPromptResponse::Complete(mut result) => {
+                    result.meta = None;
                     if let Some(description) = &mut result.description {
                         mask_string(masker, set, description);
                     }
@@ -493,23 +498,47 @@ fn mask_meta(masker: &Masker, set: MaskSet, meta: &mut Option<MetaObject>) {
     }
 }
 
-fn mask_contents(masker: &Masker, set: MaskSet, contents: &mut ResourceContents) {
-    if let ResourceContents::TextResourceContents { text, .. } = contents {
-        mask_string(masker, set, text);
+/// Masks one resource's contents: its text and URI (a blob's URI too); the upstream's `_meta` is dropped,
+/// as a tool result's is. `false` for a kind of contents the gateway does not know.
+fn mask_contents(masker: &Masker, set: MaskSet, contents: &mut ResourceContents) -> bool {
+    match contents {
+        ResourceContents::TextResourceContents { uri, text, meta, .. } => {
+            mask_string(masker, set, text);
+            mask_string(masker, set, uri);
+            *meta = None;
+        }
+        ResourceContents::BlobResourceContents { uri, meta, .. } => {
+            mask_string(masker, set, uri);
+            *meta = None;
+        }
+        _ => return false,
     }
+    true
 }
 
-/// Masks the text of one prompt message; `false` for a kind of block the gateway does not know.
+/// Masks the text of one prompt message (a link's URI, name, title and description included); the upstream's
+/// `_meta` is dropped, as a tool result's is. `false` for a kind of block the gateway does not know.
 fn mask_block(masker: &Masker, set: MaskSet, block: &mut ContentBlock) -> bool {
     match block {
-        ContentBlock::Text(content) => mask_string(masker, set, &mut content.text),
-        ContentBlock::Resource(embedded) => mask_contents(masker, set, &mut embedded.resource),
-        ContentBlock::ResourceLink(link) => {
-            if let Some(description) = &mut link.description {
-                mask_string(masker, set, description);
-            }
+        ContentBlock::Text(content) => {
+            mask_string(masker, set, &mut content.text);
+            content.meta = None;
         }
-        ContentBlock::Image(_) | ContentBlock::Audio(_) => {}
+        ContentBlock::Resource(embedded) => {
+            if !mask_contents(masker, set, &mut embedded.resource) {
+                return false;
+            }
+            embedded.meta = None;
+        }
+        ContentBlock::ResourceLink(link) => {
+            for text in [&mut link.uri, &mut link.name].into_iter().chain(&mut link.title).chain(&mut link.description)
+            {
+                mask_string(masker, set, text);
+            }
+            link.meta = None;
+        }
+        ContentBlock::Image(content) => content.meta = None,
+        ContentBlock::Audio(content) => content.meta = None,
         _ => return false,
     }
     true
@@ -733,5 +762,70 @@ mod tests {
         assert!(error.message.starts_with("cannot list with ") && !error.message.contains(secret), "{}", error.message);
         assert!(error.message.chars().count() <= UPSTREAM_ERROR_CHARS + 1);
         assert!(!error.data.unwrap().to_string().contains(secret));
+    }
+
+    /// What a read or get returns besides its text is masked too: a content's URI, a link's URI, name and
+    /// title; the upstream's `_meta` (a result's, a content's, a block's) is dropped, as a tool result's is.
+    #[tokio::test]
+    async fn a_reads_and_a_gets_uris_names_and_meta_are_masked_or_dropped() {
+        let guard = SurfaceGuard::unguarded();
+        let secret = "AKIAIOSFODNN7QK4RW2Z";
+        let meta = || {
+            let mut object = serde_json::Map::new();
+            object.insert("key".to_owned(), json!(secret));
+            MetaObject(object)
+        };
+        let read = |request: ReadResourceRequestParams| async move {
+            let contents = vec![
+                ResourceContents::TextResourceContents {
+                    uri: format!("{}?key={secret}", request.uri),
+                    mime_type: None,
+                    text: "plain".to_owned(),
+                    meta: Some(meta()),
+                },
+                ResourceContents::BlobResourceContents {
+                    uri: format!("blob://{secret}"),
+                    mime_type: None,
+                    blob: "AAAA".to_owned(),
+                    meta: Some(meta()),
+                },
+            ];
+            let mut result = rmcp::model::ReadResourceResult::new(contents);
+            result.meta = Some(meta());
+            Ok::<_, ServiceError>(ReadResourceResponse::Complete(result))
+        };
+        let ReadResourceResponse::Complete(result) =
+            guard.read_resource("1", ReadResourceRequestParams::new("config://app"), read).await.unwrap()
+        else {
+            panic!("a complete read")
+        };
+        let shown = serde_json::to_string(&result).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("_meta") && shown.contains("config://app?key="), "{shown}");
+
+        let get = |_: GetPromptRequestParams| async move {
+            let link = rmcp::model::Resource::new(format!("note://{secret}"), format!("named {secret}"))
+                .with_title(format!("titled {secret}"))
+                .with_description(format!("described {secret}"))
+                .with_meta(meta());
+            let mut text = rmcp::model::TextContent::new("plain");
+            text.meta = Some(meta());
+            let embedded =
+                rmcp::model::EmbeddedResource::new(ResourceContents::text("plain", "note://a")).with_meta(meta());
+            let messages =
+                [ContentBlock::ResourceLink(link), ContentBlock::Text(text), ContentBlock::Resource(embedded)]
+                    .into_iter()
+                    .map(|block| rmcp::model::PromptMessage::new(rmcp::model::Role::User, block))
+                    .collect();
+            let mut result = rmcp::model::GetPromptResult::new(messages);
+            result.meta = Some(meta());
+            Ok::<_, ServiceError>(GetPromptResponse::Complete(result))
+        };
+        let GetPromptResponse::Complete(result) =
+            guard.get_prompt("2", GetPromptRequestParams::new("links"), get).await.unwrap()
+        else {
+            panic!("a complete get")
+        };
+        let shown = serde_json::to_string(&result).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("_meta") && shown.contains("titled "), "{shown}");
     }
 }
