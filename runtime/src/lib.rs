@@ -387,7 +387,7 @@ pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
 pub use policy::builder::PolicyBuilder;
 pub use policy::policy::{Policy, PolicyError, ToolPolicy};
-pub use rate::{Rate, RateParseError, RateScope};
+pub use rate::{LocalRateBuckets, Rate, RateParseError, RateScope};
 pub use schema::{ToolDefinition, input_schema};
 pub use tool::error::ToolError;
 

@@ -2,10 +2,12 @@
 //!
 //! Buckets live in the dispatcher's memory by default ([`RateLimiter`]), one per host. A rule marked
 //! shared keeps its bucket in a store every host reaches instead
-//! ([`SharedRateBuckets`](crate::store::SharedRateBuckets)), with the same arithmetic ([`gcra`]).
+//! ([`SharedRateBuckets`](crate::store::SharedRateBuckets)), with the same arithmetic ([`gcra`]). A host
+//! that builds its dispatcher again (a gateway whose upstream listed new tools) hands each one the same
+//! [`LocalRateBuckets`], so the new dispatcher goes on from the old one's buckets instead of full ones.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use agent_airlock_grammar::{Rate, RateParseError};
@@ -35,7 +37,7 @@ pub(crate) fn gcra(full_at: u64, now: u64, rate: &Rate) -> Result<u64, u64> {
 pub(crate) struct BucketId(usize);
 
 /// Whom a bucket counts: every call, or each thread's calls apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RateScope {
     /// One bucket for all calls of the tool.
     PerTool,
@@ -47,7 +49,67 @@ pub enum RateScope {
 /// [`RateScope::PerThread`]).
 #[derive(Debug, Default)]
 pub(crate) struct RateLimiter {
-    buckets: Vec<Bucket>,
+    buckets: Vec<Arc<Bucket>>,
+    /// Where buckets are taken from and left for the next dispatcher, if the host keeps them.
+    kept: Option<LocalRateBuckets>,
+}
+
+/// The buckets of a dispatcher's rate limits in memory, kept for the next dispatcher built with a clone of
+/// this value ([`DispatcherBuilder::local_rates`](crate::DispatcherBuilder::local_rates)): a limit that
+/// dispatcher enforces for the same tool, under the same rule, rate and scope, goes on from the bucket as
+/// the last one left it. Without it every dispatcher starts with full buckets, so a host that rebuilds its
+/// dispatcher (a gateway re-listing its upstream's tools, which the upstream can ask for at will) would
+/// give every rate-limited tool a fresh budget each time.
+///
+/// A bucket full again that no dispatcher holds is dropped at the next build (a full bucket and a new one
+/// are the same), so memory follows the limits in use, not every tool ever listed.
+#[derive(Clone, Default)]
+pub struct LocalRateBuckets(Arc<Mutex<HashMap<BucketKey, Arc<Bucket>>>>);
+
+impl std::fmt::Debug for LocalRateBuckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        f.debug_struct("LocalRateBuckets").field("kept", &kept).finish()
+    }
+}
+
+/// Which limit of which tool a bucket enforces: its tool, whether the rule is only observed, its position
+/// among the tool's limits (two limits alike are two buckets, as in one dispatcher), the rule, its rate and
+/// scope. Two dispatchers built with one policy give a limit the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BucketKey {
+    pub(crate) tool: String,
+    pub(crate) observed: bool,
+    pub(crate) position: usize,
+    pub(crate) rule: String,
+    pub(crate) rate: Rate,
+    pub(crate) scope: RateScope,
+}
+
+impl LocalRateBuckets {
+    /// No buckets yet: the first dispatcher built with it starts full.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drops the buckets no dispatcher holds that are full again at `now` (nanoseconds).
+    fn sweep(&self, now: u64) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|_, bucket| Arc::strong_count(bucket) > 1 || !bucket.is_full(now));
+    }
+
+    /// The bucket kept for `key`, or a new one kept from now on.
+    fn bucket(&self, key: BucketKey) -> Arc<Bucket> {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (rate, scope) = (key.rate, key.scope);
+        Arc::clone(kept.entry(key).or_insert_with(|| Arc::new(Bucket::new(rate, scope))))
+    }
+
+    /// How many buckets are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
 }
 
 #[derive(Debug)]
@@ -68,6 +130,24 @@ enum BucketState {
 }
 
 const MIN_SWEEP: usize = 1_024;
+
+impl Bucket {
+    fn new(rate: Rate, scope: RateScope) -> Bucket {
+        let state = match scope {
+            RateScope::PerTool => BucketState::PerTool(0),
+            RateScope::PerThread => BucketState::PerThread { full_at: HashMap::new(), sweep_at: MIN_SWEEP },
+        };
+        Bucket { rate, state: Mutex::new(state) }
+    }
+
+    /// Whether every call it counts could take its whole burst at `now` (nanoseconds).
+    fn is_full(&self, now: u64) -> bool {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            BucketState::PerTool(full_at) => *full_at <= now,
+            BucketState::PerThread { full_at, .. } => full_at.values().all(|t| *t <= now),
+        }
+    }
+}
 
 impl BucketState {
     fn get(&self, thread: &str) -> u64 {
@@ -95,12 +175,21 @@ impl BucketState {
 }
 
 impl RateLimiter {
-    pub(crate) fn add_bucket(&mut self, rate: Rate, scope: RateScope) -> BucketId {
-        let state = match scope {
-            RateScope::PerTool => BucketState::PerTool(0),
-            RateScope::PerThread => BucketState::PerThread { full_at: HashMap::new(), sweep_at: MIN_SWEEP },
+    /// A limiter whose buckets are taken from `kept` (those full again at `now` and held by no dispatcher
+    /// dropped first) and left there for the next one.
+    pub(crate) fn keeping(kept: LocalRateBuckets, now: Duration) -> RateLimiter {
+        kept.sweep(duration_nanos(now));
+        RateLimiter { buckets: Vec::new(), kept: Some(kept) }
+    }
+
+    /// A bucket for the limit `key` names, kept or new. Two dispatchers holding one kept bucket lock it in
+    /// the same order among the tool's buckets (its position is in its key), so they cannot deadlock.
+    pub(crate) fn add_bucket(&mut self, key: BucketKey) -> BucketId {
+        let bucket = match &self.kept {
+            Some(kept) => kept.bucket(key),
+            None => Arc::new(Bucket::new(key.rate, key.scope)),
         };
-        self.buckets.push(Bucket { rate, state: Mutex::new(state) });
+        self.buckets.push(bucket);
         BucketId(self.buckets.len() - 1)
     }
 
@@ -133,7 +222,7 @@ impl RateLimiter {
         let thread = thread.unwrap_or("");
         for id in ids {
             let bucket = &self.buckets[id.0];
-            let mut state = bucket.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = bucket.state.lock().unwrap_or_else(PoisonError::into_inner);
             let full_at = state.get(thread).saturating_sub(emission_interval_nanos(&bucket.rate));
             state.set(thread, full_at, now);
         }
@@ -155,7 +244,7 @@ impl RateLimiter {
         let mut guards = Vec::with_capacity(ids.len());
         for id in ids {
             let bucket = &self.buckets[id.0];
-            guards.push((bucket.rate, bucket.state.lock().unwrap_or_else(|p| p.into_inner())));
+            guards.push((bucket.rate, bucket.state.lock().unwrap_or_else(PoisonError::into_inner)));
         }
         let mut wait = (0u64, 0usize);
         let mut next = Vec::with_capacity(guards.len());
@@ -182,7 +271,7 @@ impl RateLimiter {
     fn tracked_threads(&self) -> usize {
         self.buckets
             .iter()
-            .map(|b| match &*b.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            .map(|b| match &*b.state.lock().unwrap_or_else(PoisonError::into_inner) {
                 BucketState::PerTool(_) => 0,
                 BucketState::PerThread { full_at, .. } => full_at.len(),
             })
@@ -200,11 +289,24 @@ mod tests {
         Rate::new(NonZeroU32::new(count).unwrap(), NonZeroU64::new(period_secs).unwrap())
     }
 
+    /// The key of `tool`'s limit at `position`, under the rule `*`.
+    fn key(tool: &str, position: usize, rate: Rate, scope: RateScope) -> BucketKey {
+        BucketKey { tool: tool.to_owned(), observed: false, position, rule: "*".to_owned(), rate, scope }
+    }
+
+    impl RateLimiter {
+        /// A bucket for a limit of its own.
+        fn add(&mut self, rate: Rate, scope: RateScope) -> BucketId {
+            let position = self.buckets.len();
+            self.add_bucket(key("t", position, rate, scope))
+        }
+    }
+
     #[test]
     fn per_thread_buckets_are_apart_and_full_ones_are_swept() {
         let mut limiter = RateLimiter::default();
-        let shared = limiter.add_bucket(rate(1_000_000, 60), RateScope::PerTool);
-        let each = limiter.add_bucket(rate(1, 60), RateScope::PerThread);
+        let shared = limiter.add(rate(1_000_000, 60), RateScope::PerTool);
+        let each = limiter.add(rate(1, 60), RateScope::PerThread);
         let t0 = Duration::from_secs(1_000);
         limiter.acquire(&[shared, each], Some("a"), t0).unwrap();
         limiter.acquire(&[shared, each], Some("b"), t0).unwrap();
@@ -225,7 +327,7 @@ mod tests {
     #[test]
     fn bursts_then_refills_one_token_per_interval() {
         let mut limiter = RateLimiter::default();
-        let id = limiter.add_bucket(rate(3, 60), RateScope::PerTool);
+        let id = limiter.add(rate(3, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
         for _ in 0..3 {
             limiter.acquire(&[id], None, t0).unwrap();
@@ -239,7 +341,7 @@ mod tests {
     #[test]
     fn check_takes_nothing_and_refund_gives_the_token_back() {
         let mut limiter = RateLimiter::default();
-        let bucket = limiter.add_bucket(rate(2, 60), RateScope::PerTool);
+        let bucket = limiter.add(rate(2, 60), RateScope::PerTool);
         let now = Duration::from_secs(1_000);
         for _ in 0..5 {
             assert!(limiter.check(&[bucket], None, now).is_ok());
@@ -257,8 +359,8 @@ mod tests {
     #[test]
     fn all_buckets_or_none() {
         let mut limiter = RateLimiter::default();
-        let roomy = limiter.add_bucket(rate(100, 60), RateScope::PerTool);
-        let tight = limiter.add_bucket(rate(1, 60), RateScope::PerTool);
+        let roomy = limiter.add(rate(100, 60), RateScope::PerTool);
+        let tight = limiter.add(rate(1, 60), RateScope::PerTool);
         let t0 = Duration::from_secs(1_000);
         limiter.acquire(&[roomy, tight], None, t0).unwrap();
         for _ in 0..10 {
@@ -269,5 +371,53 @@ mod tests {
             limiter.acquire(&[roomy], None, t0).unwrap();
         }
         assert!(limiter.acquire(&[roomy], None, t0).is_err());
+    }
+
+    #[test]
+    fn a_dispatcher_built_again_goes_on_from_the_kept_buckets() {
+        let kept = LocalRateBuckets::new();
+        let t0 = Duration::from_secs(1_000);
+        let tight = rate(1, 3_600);
+        let mut first = RateLimiter::keeping(kept.clone(), t0);
+        let tool = first.add_bucket(key("write_note", 0, tight, RateScope::PerTool));
+        let each = first.add_bucket(key("write_note", 1, tight, RateScope::PerThread));
+        first.acquire(&[tool], None, t0).unwrap();
+        first.acquire(&[each], Some("a"), t0).unwrap();
+        drop(first);
+
+        // Built again (the same limits, and one more tool): the spent buckets stay spent.
+        let mut second = RateLimiter::keeping(kept.clone(), t0);
+        let tool = second.add_bucket(key("write_note", 0, tight, RateScope::PerTool));
+        let each = second.add_bucket(key("write_note", 1, tight, RateScope::PerThread));
+        let other = second.add_bucket(key("read_note", 0, tight, RateScope::PerTool));
+        assert!(second.acquire(&[tool], None, t0).is_err());
+        assert!(second.acquire(&[each], Some("a"), t0).is_err());
+        second.acquire(&[each], Some("b"), t0).unwrap();
+        second.acquire(&[other], None, t0).unwrap();
+        // Another rate or rule is another limit: a bucket of its own.
+        let looser = second.add_bucket(key("write_note", 0, rate(2, 3_600), RateScope::PerTool));
+        second.acquire(&[looser], None, t0).unwrap();
+        assert_eq!(kept.len(), 4);
+        drop(second);
+
+        // An hour on every bucket is full again and none is held: dropped at the next build.
+        let later = t0 + Duration::from_secs(3_600);
+        let mut third = RateLimiter::keeping(kept.clone(), later);
+        assert_eq!(kept.len(), 0);
+        let tool = third.add_bucket(key("write_note", 0, tight, RateScope::PerTool));
+        third.acquire(&[tool], None, later).unwrap();
+    }
+
+    #[test]
+    fn a_bucket_a_live_dispatcher_holds_is_not_dropped() {
+        let kept = LocalRateBuckets::new();
+        let t0 = Duration::from_secs(1_000);
+        let mut old = RateLimiter::keeping(kept.clone(), t0);
+        let bucket = old.add_bucket(key("write_note", 0, rate(1, 60), RateScope::PerTool));
+        // Full, but the old dispatcher is still serving a call: a new build must not start another bucket.
+        let mut new = RateLimiter::keeping(kept.clone(), t0 + Duration::from_secs(120));
+        let shared = new.add_bucket(key("write_note", 0, rate(1, 60), RateScope::PerTool));
+        old.acquire(&[bucket], None, t0 + Duration::from_secs(120)).unwrap();
+        assert!(new.acquire(&[shared], None, t0 + Duration::from_secs(120)).is_err());
     }
 }

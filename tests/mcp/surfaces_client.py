@@ -43,12 +43,20 @@ async def main(config: dict[str, Any]) -> None:
     params = StdioServerParameters(command=command[0], args=command[1:])
     async with Client(params, read_timeout_seconds=30) as client:
 
-        @check("under default = deny, resources/list and prompts/list hold only what is allowed")
+        @check("under default = deny, resources/list and prompts/list hold only what is allowed, masked")
         async def _() -> None:
-            listed = sorted(str(resource.uri) for resource in (await client.list_resources()).resources)
+            resources = (await client.list_resources()).resources
+            listed = sorted(str(resource.uri) for resource in resources)
             assert listed == ["config://app", "config://leaky"], listed
-            names = sorted(prompt.name for prompt in (await client.list_prompts()).prompts)
+            prompts = (await client.list_prompts()).prompts
+            names = sorted(prompt.name for prompt in prompts)
             assert names == ["leaky", "summarise"], names
+            # The upstream describes the leaky ones with the key: the listings carry it masked.
+            for entry in [*resources, *prompts]:
+                shown = entry.model_dump_json()
+                assert LEAKED_KEY not in shown, shown
+            described = [entry.description or "" for entry in [*resources, *prompts] if "leaky" in entry.name]
+            assert len(described) == 2 and all("cloud key (" in text for text in described), described
 
         @check("a resource no allow glob matches is refused under default = deny and never read upstream")
         async def _() -> None:

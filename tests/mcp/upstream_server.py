@@ -15,8 +15,8 @@ With `UPSTREAM_HTTP_PORT=N` in the environment it serves Streamable HTTP on 127.
 instead of stdio.
 
 With `SURFACES=1` in the environment it also serves what carries a secret (an AWS access key) for the
-masking tests: the resource `config://leaky`, the prompt `leaky`, and the tool `forecast`, whose result is
-structured content described by its output schema.
+masking tests: the resource `config://leaky`, the prompt `leaky` (each described with the key too), and the
+tool `forecast`, whose result is structured content described by its output schema.
 
 With `RUG_PULL=1` in the environment, `read_note` starts with a different description (a definition whose
 pin no longer matches); the `rug_pull` tool makes the same change at run time and announces it with
@@ -173,11 +173,11 @@ if os.environ.get("SURFACES") == "1":
         sky: str
         note: str
 
-    @server.resource("config://leaky", description="Settings that hold a cloud key.")
+    @server.resource("config://leaky", description=f"Settings that hold a cloud key ({LEAKED_KEY}).")
     def leaky_config() -> str:
         return f"region = eu-west-1\naws_access_key_id = {LEAKED_KEY}"
 
-    @server.prompt(description="A prompt that quotes a cloud key.")
+    @server.prompt(description=f"A prompt that quotes a cloud key ({LEAKED_KEY}).")
     def leaky() -> str:
         return f"Deploy with the key {LEAKED_KEY} to eu-west-1."
 

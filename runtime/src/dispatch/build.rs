@@ -15,7 +15,7 @@ use crate::effect::EffectStore;
 use crate::mask::Masker;
 use crate::policy::Policy;
 use crate::policy::PolicyMode;
-use crate::rate::{BucketId, Rate, RateLimiter, RateScope};
+use crate::rate::{BucketId, BucketKey, LocalRateBuckets, Rate, RateLimiter, RateScope};
 use crate::schema::ToolDefinition;
 use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::SharedBucket;
@@ -73,6 +73,7 @@ pub struct DispatcherBuilder {
     audit: Option<Arc<AuditLog>>,
     masker: Option<Arc<Masker>>,
     shared_rates: Option<SharedRateBuckets>,
+    local_rates: Option<LocalRateBuckets>,
 }
 
 impl Dispatcher {
@@ -88,6 +89,7 @@ impl Dispatcher {
             audit: None,
             masker: None,
             shared_rates: None,
+            local_rates: None,
         }
     }
 }
@@ -176,12 +178,25 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Where the buckets of the rate limits kept in memory (those not shared) come from and are left for
+    /// the next dispatcher: give every dispatcher that replaces another the same [`LocalRateBuckets`], so
+    /// its tools' limits go on from the buckets as they were rather than full. Without it, each dispatcher
+    /// starts with full buckets.
+    pub fn local_rates(mut self, buckets: LocalRateBuckets) -> Self {
+        self.local_rates = Some(buckets);
+        self
+    }
+
     /// The dispatcher, with each tool's policy decision and schema computed once.
     pub fn build(mut self) -> Result<Dispatcher, BuildError> {
         if let (Some(clock), Escalation::Interrupt(approvals)) = (&self.clock, &mut self.escalation) {
             approvals.set_clock(Arc::clone(clock));
         }
-        let mut limiter = RateLimiter::default();
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let mut limiter = match self.local_rates {
+            Some(kept) => RateLimiter::keeping(kept, clock.now()),
+            None => RateLimiter::default(),
+        };
         let mut tools = BTreeMap::new();
         let mut order = Vec::with_capacity(self.tools.len());
         let ledger_effects = match &self.escalation {
@@ -255,8 +270,8 @@ impl DispatcherBuilder {
             {
                 return Err(BuildError::EffectsApartFromLedger(spec.name().to_owned()));
             }
-            let enforced = enforced.bucketed(&mut limiter, spec.name());
-            let observed = observed.bucketed(&mut limiter, spec.name());
+            let enforced = enforced.bucketed(&mut limiter, spec.name(), false);
+            let observed = observed.bucketed(&mut limiter, spec.name(), true);
             let definition = ToolDefinition::of(&*tool);
             let name = spec.name().to_owned();
             order.push(name.clone());
@@ -294,7 +309,7 @@ impl DispatcherBuilder {
             order,
             limiter,
             escalation: self.escalation,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            clock,
             effects,
             effect_lease: self.effect_lease,
             lease_keeper: crate::effect::LeaseKeeper::default(),
@@ -323,10 +338,10 @@ impl Unbucketed {
     }
 
     /// The rules, every applicable limit with its own bucket (so the stricter one always binds) and the
-    /// escalations joined once.
-    fn bucketed(self, limiter: &mut RateLimiter, tool: &str) -> Rules {
+    /// escalations joined once. `observed`: the rules are the ones only observed.
+    fn bucketed(self, limiter: &mut RateLimiter, tool: &str, observed: bool) -> Rules {
         let mut rules = self.rules;
-        (rules.buckets, rules.bucket_rules) = add_buckets(limiter, self.limits);
+        (rules.buckets, rules.bucket_rules) = add_buckets(limiter, tool, observed, self.limits);
         rules.shared_buckets = shared_buckets_of(tool, self.shared_limits);
         (rules.escalation_rules, rules.escalation_reasons) = joined(&rules.escalations);
         rules
@@ -337,9 +352,19 @@ impl Unbucketed {
 /// each enforces at the same positions.
 fn add_buckets(
     limiter: &mut RateLimiter,
+    tool: &str,
+    observed: bool,
     limits: Vec<(String, Rate, RateScope)>,
 ) -> (Vec<BucketId>, Vec<(String, Rate)>) {
-    let buckets = limits.iter().map(|(_, rate, scope)| limiter.add_bucket(*rate, *scope)).collect();
+    let buckets = limits
+        .iter()
+        .enumerate()
+        .map(|(position, (rule, rate, scope))| {
+            let key =
+                BucketKey { tool: tool.to_owned(), observed, position, rule: rule.clone(), rate: *rate, scope: *scope };
+            limiter.add_bucket(key)
+        })
+        .collect();
     (buckets, limits.into_iter().map(|(rule, rate, _)| (rule, rate)).collect())
 }
 

@@ -362,10 +362,17 @@ impl Policy {
     /// `default deny` for a URI no `allow_resources` glob matches. The globs match the URI's normal form
     /// (RFC 3986: scheme and host lower-cased, unreserved escapes decoded, dot segments resolved,
     /// `file://localhost/` as `file:///`), so `CONFIG://secrets` and `file:///home/me/%2Eenv` are denied by
-    /// `config://secrets` and `file:///**/.env`. Where any rule screens resources, a URI with no normal form
-    /// (control characters, surrounding blanks, no scheme) is denied too.
+    /// `config://secrets` and `file:///**/.env`. Where any rule names resources (a `deny_resources` or
+    /// `allow_resources` glob, `default = "deny"`, a `[resources.…]` table's rate or mask), a URI with no
+    /// normal form is denied too: control characters, surrounding blanks, no scheme, an encoded separator
+    /// (`..%2F..%2Fetc%2Fpasswd`) or control character, an unresolved dot segment, a `file:` URI on another
+    /// host (`file://x/home/me/.env`). A glob cannot hold for a URI it cannot read, nor a table apply to it.
     pub fn resource_denied_by(&self, uri: &str) -> Option<&str> {
-        let screened = !self.deny_resources.is_empty() || !self.allow_resources.is_empty() || self.default_deny;
+        let screened = !self.deny_resources.is_empty()
+            || !self.allow_resources.is_empty()
+            || self.default_deny
+            || !self.resource_rates.is_empty()
+            || !self.resource_masks.is_empty();
         if !screened {
             return None;
         }
@@ -404,8 +411,8 @@ impl Policy {
             Surface::Resource => super::uri::normalise(key),
             Surface::Prompt => Some(key.to_owned()),
         };
-        // A URI with no normal form matches no table: it is refused where anything screens resources, and
-        // otherwise passes with the default masking.
+        // A URI with no normal form matches no table: it is refused wherever a rule names resources (a table
+        // included), and otherwise passes with the default masking.
         let matches = |matcher: &GlobMatcher| normal.as_deref().is_some_and(|key| matcher.is_match(key));
         SurfacePolicy {
             denied_by: denied_by.map(str::to_owned),

@@ -320,3 +320,47 @@ fn the_gateway_serves_its_client_pipes_on_the_reactor_of_one_thread() {
     // The client goes away: the gateway ends with it.
     session.close();
 }
+
+/// A re-list is no fresh rate budget: the upstream can announce `tools/list_changed` whenever it likes (here
+/// `rug_pull`), and the gateway builds a new dispatcher each time; a tool out of budget before stays out
+/// after, and the upstream never sees the call.
+#[test]
+fn a_relisted_tool_keeps_its_rate_limit() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n\n[tools.write_note]\nrate = \"1/hour\"\n")
+        .expect("the policy is written");
+    let mut session = StdioSession::start(scratch.gateway(&policy, &venv).stderr(Stdio::inherit()));
+    let write = |session: &mut StdioSession, id: u64| {
+        session.call(id, "write_note", json!({"name": "n.txt", "text": format!("call {id}")}));
+        session.response(id, Duration::from_secs(60))
+    };
+    let first = write(&mut session, 2);
+    assert_ne!(first["result"]["isError"], true, "{first}");
+    let refused = write(&mut session, 3);
+    assert!(refused.to_string().contains("rate limited"), "{refused}");
+
+    session.call(4, "rug_pull", json!({}));
+    let mut pending = (true, true);
+    while pending != (false, false) {
+        let message = session
+            .message_where(Duration::from_secs(60), |message| {
+                message["id"] == 4 || message["method"] == "notifications/tools/list_changed"
+            })
+            .unwrap_or_else(|| panic!("no re-list within a minute (still waiting: {pending:?})"));
+        if message["id"] == 4 {
+            assert_eq!(message["result"]["content"][0]["text"], "read_note changed", "{message}");
+            pending.0 = false;
+        } else {
+            pending.1 = false;
+        }
+    }
+
+    let after = write(&mut session, 5);
+    assert!(after.to_string().contains("rate limited"), "the re-list reset the rate limit: {after}");
+    session.close();
+    let writes = std::fs::read_to_string(scratch.path("calls.log")).unwrap_or_default();
+    assert_eq!(writes.matches("\"write_note\"").count(), 1, "{writes}");
+}

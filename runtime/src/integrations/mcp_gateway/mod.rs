@@ -17,7 +17,9 @@
 //!   hidden and its calls refused, pinned or not, unless [`AllowedFindings`] (the policy's `allow_findings`)
 //!   accept every kind it has.
 //! - **Changes.** When the upstream sends `notifications/tools/list_changed`, the gateway lists its tools
-//!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]).
+//!   again, builds a new dispatcher and tells its client the same ([`McpGateway::refresh`]). Every
+//!   dispatcher it builds keeps its rate buckets in the gateway's one [`LocalRateBuckets`]: a re-list, which
+//!   the upstream can ask for at will, gives no tool a fresh rate budget.
 //! - **Resources and prompts** go through the same gates ([`SurfaceGuard`], [`McpGateway::with_policy`]):
 //!   the policy's resource and prompt rules (`default = "deny"` included), their rate limits, the
 //!   upstream, masking of the contents and messages returned, and an audit record for each read or get.
@@ -85,10 +87,10 @@ pub use upstream::{
 use rmcp::ServiceExt as _;
 use rmcp::transport::IntoTransport;
 
-use crate::Policy;
 use crate::dispatch::{BuildError, Dispatcher, DispatcherBuilder};
 use crate::integrations::mcp::{DEFAULT_APPROVAL_TIMEOUT, GuardedMcpServer, McpApprovals, ServedDispatcher};
 use crate::json_tool::{JsonCall, JsonTool};
+use crate::{LocalRateBuckets, Policy};
 use serde_json::Value;
 
 /// Makes a dispatcher builder with everything but the tools: policy, approvals, effects, audit, masker.
@@ -140,6 +142,8 @@ pub struct McpGateway {
     allowed: AllowedFindings,
     tools: GatewayTools,
     approval_timeout: Duration,
+    /// The tools' rate buckets, handed to every dispatcher built, so they hold across re-lists.
+    rates: LocalRateBuckets,
     /// Guards the resources and prompts: one for every session, so their rate limits hold across sessions.
     surfaces: Arc<SurfaceGuard>,
 }
@@ -173,8 +177,9 @@ impl McpGateway {
         setup: impl Fn() -> DispatcherBuilder + Send + Sync + 'static,
     ) -> Result<McpGateway, GatewayError> {
         let setup: DispatcherSetup = Arc::new(setup);
+        let rates = LocalRateBuckets::new();
         let listed = upstream.list_tools().await?;
-        let (dispatcher, offered, tools) = build(&upstream, &pins, &allowed, &setup, listed)?;
+        let (dispatcher, offered, tools) = build(&upstream, &pins, &allowed, &setup, &rates, listed)?;
         let surfaces = Arc::new(surface_guard(&dispatcher, Arc::new(Policy::new())));
         let served = ServedDispatcher::with_tools(Arc::new(dispatcher), offered);
         let tools = GatewayTools { offered: served.tool_names(), ..tools };
@@ -186,6 +191,7 @@ impl McpGateway {
             allowed,
             tools,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            rates,
             surfaces,
         })
     }
@@ -231,10 +237,12 @@ impl McpGateway {
     }
 
     /// Lists the upstream's tools again and serves the new list, telling connected clients. A list whose
-    /// dispatcher cannot be built leaves the current one in place.
+    /// dispatcher cannot be built leaves the current one in place. The tools' rate limits go on from where
+    /// they were: a tool that was out of budget still is.
     pub async fn refresh(&mut self) -> Result<&GatewayTools, GatewayError> {
         let listed = self.upstream.list_tools().await?;
-        let (dispatcher, offered, tools) = build(&self.upstream, &self.pins, &self.allowed, &self.setup, listed)?;
+        let (dispatcher, offered, tools) =
+            build(&self.upstream, &self.pins, &self.allowed, &self.setup, &self.rates, listed)?;
         self.served.replace(Arc::new(dispatcher), offered).await;
         self.tools = GatewayTools { offered: self.served.tool_names(), ..tools };
         Ok(&self.tools)
@@ -370,16 +378,18 @@ async fn watch_closed(caller: UpstreamCaller) {
     }
 }
 
-/// The dispatcher for one listing of the upstream's tools, the MCP definitions to offer, and the report.
+/// The dispatcher for one listing of the upstream's tools, its rate buckets kept in `rates`, the MCP
+/// definitions to offer, and the report.
 fn build(
     upstream: &Upstream,
     pins: &ToolPins,
     allowed: &AllowedFindings,
     setup: &DispatcherSetup,
+    rates: &LocalRateBuckets,
     listed: Vec<rmcp::model::Tool>,
 ) -> Result<(Dispatcher, Vec<rmcp::model::Tool>, GatewayTools), GatewayError> {
     let mut report = GatewayTools::default();
-    let mut builder = setup();
+    let mut builder = setup().local_rates(rates.clone());
     let mut seen = HashSet::new();
     let mut offered = Vec::new();
     for tool in listed {

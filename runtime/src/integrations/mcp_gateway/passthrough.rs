@@ -3,8 +3,10 @@
 //! `tools/*` go to the [`GuardedMcpServer`]. `resources/read` and `prompts/get` go through the
 //! [`SurfaceGuard`] (policy, rate limits, the upstream, masking, audit); what the policy refuses is never
 //! forwarded. `resources/list` and `prompts/list` are the upstream's lists without what the policy denies;
-//! `resources/templates/list` is passed as it came (a template names many URIs: each is screened when it is
-//! read). The gateway declares resources and prompts only when the upstream does; it does not relay
+//! `resources/templates/list` is passed whole (a template names many URIs: each is screened when it is
+//! read). Every listed entry's text (names, titles, descriptions, `_meta`; not the URI or prompt name a
+//! client asks for it by) is masked as a read or get of it would be, and a listing the upstream fails is
+//! answered with its error masked and cut short, as a read's or get's is. The gateway declares resources and prompts only when the upstream does; it does not relay
 //! resource subscriptions or list-change notifications for them.
 
 use std::borrow::Cow;
@@ -18,7 +20,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 
-use super::surfaces::{SurfaceGuard, upstream_error};
+use super::surfaces::SurfaceGuard;
 use crate::integrations::mcp::{GuardedMcpServer, request_id_text};
 
 /// A gateway's downstream server: the guarded tools, and the upstream's resources and prompts.
@@ -110,9 +112,13 @@ impl ServerHandler for GatewayServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let mut listed =
-            self.upstream.list_resources(request).await.map_err(|e| upstream_error("resources/list", e))?;
+        let mut listed = self
+            .upstream
+            .list_resources(request)
+            .await
+            .map_err(|e| self.surfaces.listing_error("resources/list", e))?;
         listed.resources.retain(|resource| self.surfaces.lists_resource(&resource.uri));
+        self.surfaces.mask_listed_resources(&mut listed);
         Ok(listed)
     }
 
@@ -122,7 +128,13 @@ impl ServerHandler for GatewayServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         // A template names many URIs: each is screened when it is read.
-        self.upstream.list_resource_templates(request).await.map_err(|e| upstream_error("resources/templates/list", e))
+        let mut listed = self
+            .upstream
+            .list_resource_templates(request)
+            .await
+            .map_err(|e| self.surfaces.listing_error("resources/templates/list", e))?;
+        self.surfaces.mask_listed_templates(&mut listed);
+        Ok(listed)
     }
 
     async fn read_resource(
@@ -139,8 +151,10 @@ impl ServerHandler for GatewayServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let mut listed = self.upstream.list_prompts(request).await.map_err(|e| upstream_error("prompts/list", e))?;
+        let mut listed =
+            self.upstream.list_prompts(request).await.map_err(|e| self.surfaces.listing_error("prompts/list", e))?;
         listed.prompts.retain(|prompt| self.surfaces.lists_prompt(&prompt.name));
+        self.surfaces.mask_listed_prompts(&mut listed);
         Ok(listed)
     }
 

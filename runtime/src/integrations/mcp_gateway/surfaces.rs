@@ -4,8 +4,9 @@
 //! its URI's normal form, a prompt by its name: `deny_*` globs, and under `default = "deny"` only what
 //! `allow_resources` / `allow_prompts` match), the rate limits of the `[resources.…]` / `[prompts.…]`
 //! tables (one bucket per rule, kept by the gateway, not by each session), then the upstream, then masking
-//! of what it returned (text contents, prompt messages and description; the gateway's default masking,
-//! secrets, plus the tables' `mask`), and an audit record, allowed or refused. A refusal is a JSON-RPC
+//! of what it returned (text contents, prompt messages and description, the URIs, names and titles they
+//! carry; the gateway's default masking, secrets, plus the tables' `mask`; the upstream's `_meta` dropped,
+//! as a tool result's is), and an audit record, allowed or refused. A refusal is a JSON-RPC
 //! error naming the rule, the URI or name shown escaped and cut short. In observe mode the policy refuses
 //! nothing: what it would refuse is traced and recorded as a tool call's would be (a `refused` record with
 //! its rule and a detail saying it was not enforced), then served, masked and recorded as usual.
@@ -17,8 +18,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::model::{
-    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, ReadResourceRequestParams,
-    ReadResourceResponse, ResourceContents,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, MetaObject, ReadResourceRequestParams, ReadResourceResponse, ResourceContents,
 };
 use rmcp::{ErrorData, ServiceError};
 use serde_json::{Value, json};
@@ -31,7 +32,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::mask::{MaskSet, Masker};
 use crate::message::RefusalKind;
 use crate::policy::{PolicyMode, Surface};
-use crate::rate::{BucketId, RateLimiter};
+use crate::rate::{BucketId, BucketKey, RateLimiter, RateScope};
 use crate::tool::DEFAULT_TOOL_MASK;
 
 /// The audit record's tool name for a resource read.
@@ -79,15 +80,19 @@ impl SurfaceGuard {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let mut limiter = RateLimiter::default();
-        let mut buckets = |surface| -> Vec<BucketId> {
+        let mut buckets = |surface, method: &str| -> Vec<BucketId> {
             policy
                 .surface_rate_rules(surface)
                 .into_iter()
-                .map(|(_, rate)| limiter.add_bucket(rate, crate::rate::RateScope::PerTool))
+                .enumerate()
+                .map(|(position, (rule, rate))| {
+                    let (tool, scope) = (method.to_owned(), RateScope::PerTool);
+                    limiter.add_bucket(BucketKey { tool, observed: false, position, rule, rate, scope })
+                })
                 .collect()
         };
-        let resource_buckets = buckets(Surface::Resource);
-        let prompt_buckets = buckets(Surface::Prompt);
+        let resource_buckets = buckets(Surface::Resource, RESOURCE_READ);
+        let prompt_buckets = buckets(Surface::Prompt, PROMPT_GET);
         SurfaceGuard { policy, masker, audit, clock, limiter, resource_buckets, prompt_buckets }
     }
 
@@ -126,11 +131,17 @@ impl SurfaceGuard {
         let span = surface_span(&call, &request.uri);
         async move {
             let admitted = self.admit(&call, &request.uri).await?;
+            // Forwarded as the client spelt it (an upstream may match its resources by their exact URIs): a
+            // URI the policy's normal form could read otherwise than an upstream does is refused above
+            // (`policy::uri`), so what is left between the two is spelling every reader agrees on.
             let response = forward(request).await;
             self.settle(&call, admitted, response, |masker, set, response| match response {
                 ReadResourceResponse::Complete(mut result) => {
+                    result.meta = None;
                     for contents in &mut result.contents {
-                        mask_contents(masker, set, contents);
+                        if !mask_contents(masker, set, contents) {
+                            return Err(unguardable());
+                        }
                     }
                     let recorded = serde_json::to_value(&result).unwrap_or(Value::Null);
                     Ok((ReadResourceResponse::Complete(result), recorded))
@@ -166,6 +177,7 @@ impl SurfaceGuard {
             let response = forward(request).await;
             self.settle(&call, admitted, response, |masker, set, response| match response {
                 GetPromptResponse::Complete(mut result) => {
+                    result.meta = None;
                     if let Some(description) = &mut result.description {
                         mask_string(masker, set, description);
                     }
@@ -262,22 +274,12 @@ impl SurfaceGuard {
         let response = match response {
             Ok(response) => response,
             Err(error) => {
-                let error = upstream_error(call.method, error);
-                // The upstream's words can carry secrets too, and echo an unbounded request.
-                let masked = self.masker.mask_text(&error.message, admitted.mask);
-                let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
-                    None => masked.into_owned(),
-                    Some((cut, _)) => format!("{}…", &masked[..cut]),
-                };
-                let mut data = error.data;
-                if let Some(data) = &mut data {
-                    self.masker.mask_value(data, admitted.mask);
-                }
-                let result = Value::String(message.clone());
+                let error = self.masked_upstream_error(call.method, error, admitted.mask);
+                let result = Value::String(error.message.to_string());
                 let outcome = AuditOutcome::Failed { not_executed: false };
                 self.record(call, outcome, None, detail, Some(&result)).await;
                 tracing::info!(target: "agent_airlock", method = call.method, outcome = "failed", "the upstream failed");
-                return Err(ErrorData::new(error.code, message, data));
+                return Err(error);
             }
         };
         let (masked, result) = match mask(&self.masker, admitted.mask, response) {
@@ -298,6 +300,70 @@ impl SurfaceGuard {
         }
         tracing::info!(target: "agent_airlock", method = call.method, outcome = "executed", "served");
         Ok(masked)
+    }
+
+    /// The upstream's failure to answer `method`, masked with `set` and cut short: the upstream's words can
+    /// carry secrets too, and echo an unbounded request.
+    fn masked_upstream_error(&self, method: &str, error: ServiceError, set: MaskSet) -> ErrorData {
+        let error = upstream_error(method, error);
+        let masked = self.masker.mask_text(&error.message, set);
+        let message = match masked.char_indices().nth(UPSTREAM_ERROR_CHARS) {
+            None => masked.into_owned(),
+            Some((cut, _)) => format!("{}…", &masked[..cut]),
+        };
+        let mut data = error.data;
+        if let Some(data) = &mut data {
+            self.masker.mask_value(data, set);
+        }
+        ErrorData::new(error.code, message, data)
+    }
+
+    /// The upstream's failure to answer a listing (`resources/list`, `prompts/list`, …), masked and cut
+    /// short as a read's or get's is.
+    pub(crate) fn listing_error(&self, method: &str, error: ServiceError) -> ErrorData {
+        self.masked_upstream_error(method, error, DEFAULT_TOOL_MASK)
+    }
+
+    /// The upstream's resources as listed to clients: their names, titles, descriptions and `_meta` masked
+    /// as a read of each would be (the default masking, plus the tables matching its URI). The URI is what
+    /// a client reads it by: left as it is.
+    pub(crate) fn mask_listed_resources(&self, listed: &mut ListResourcesResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for resource in &mut listed.resources {
+            let set = DEFAULT_TOOL_MASK | self.policy.for_surface(Surface::Resource, &resource.uri).mask;
+            mask_string(&self.masker, set, &mut resource.name);
+            mask_listed(&self.masker, set, &mut resource.title, &mut resource.description, &mut resource.meta);
+        }
+    }
+
+    /// The upstream's resource templates as listed to clients: their names, titles, descriptions and
+    /// `_meta` masked with the default masking (a template names many URIs; no table applies to it).
+    pub(crate) fn mask_listed_templates(&self, listed: &mut ListResourceTemplatesResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for template in &mut listed.resource_templates {
+            mask_string(&self.masker, DEFAULT_TOOL_MASK, &mut template.name);
+            mask_listed(
+                &self.masker,
+                DEFAULT_TOOL_MASK,
+                &mut template.title,
+                &mut template.description,
+                &mut template.meta,
+            );
+        }
+    }
+
+    /// The upstream's prompts as listed to clients: their titles, descriptions, arguments' titles and
+    /// descriptions and `_meta` masked as a get of each would be. The name is what a client gets it by: left
+    /// as it is.
+    pub(crate) fn mask_listed_prompts(&self, listed: &mut ListPromptsResult) {
+        mask_meta(&self.masker, DEFAULT_TOOL_MASK, &mut listed.meta);
+        for prompt in &mut listed.prompts {
+            let set = DEFAULT_TOOL_MASK | self.policy.for_surface(Surface::Prompt, &prompt.name).mask;
+            mask_listed(&self.masker, set, &mut prompt.title, &mut prompt.description, &mut prompt.meta);
+            for argument in prompt.arguments.iter_mut().flatten() {
+                mask_listed(&self.masker, set, &mut argument.title, &mut argument.description, &mut None);
+            }
+        }
     }
 
     /// Appends one audit record (if the gateway keeps a log); whether it was written.
@@ -394,7 +460,7 @@ fn shown(text: &str) -> Cow<'_, str> {
 
 /// An upstream failure as the client sees it: the upstream's own JSON-RPC error, anything else as an
 /// internal error naming the method.
-pub(crate) fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
+fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
     match error {
         ServiceError::McpError(error) => error,
         other => ErrorData::internal_error(format!("the upstream server did not answer `{method}`: {other}"), None),
@@ -407,23 +473,72 @@ fn mask_string(masker: &Masker, set: MaskSet, text: &mut String) {
     }
 }
 
-fn mask_contents(masker: &Masker, set: MaskSet, contents: &mut ResourceContents) {
-    if let ResourceContents::TextResourceContents { text, .. } = contents {
+/// Masks a listed entry's title, description and `_meta`.
+fn mask_listed(
+    masker: &Masker,
+    set: MaskSet,
+    title: &mut Option<String>,
+    description: &mut Option<String>,
+    meta: &mut Option<MetaObject>,
+) {
+    for text in [title, description].into_iter().flatten() {
         mask_string(masker, set, text);
+    }
+    mask_meta(masker, set, meta);
+}
+
+/// Masks every string in a `_meta` object.
+fn mask_meta(masker: &Masker, set: MaskSet, meta: &mut Option<MetaObject>) {
+    if let Some(MetaObject(object)) = meta {
+        let mut value = Value::Object(std::mem::take(object));
+        masker.mask_value(&mut value, set);
+        if let Value::Object(masked) = value {
+            *object = masked;
+        }
     }
 }
 
-/// Masks the text of one prompt message; `false` for a kind of block the gateway does not know.
+/// Masks one resource's contents: its text and URI (a blob's URI too); the upstream's `_meta` is dropped,
+/// as a tool result's is. `false` for a kind of contents the gateway does not know.
+fn mask_contents(masker: &Masker, set: MaskSet, contents: &mut ResourceContents) -> bool {
+    match contents {
+        ResourceContents::TextResourceContents { uri, text, meta, .. } => {
+            mask_string(masker, set, text);
+            mask_string(masker, set, uri);
+            *meta = None;
+        }
+        ResourceContents::BlobResourceContents { uri, meta, .. } => {
+            mask_string(masker, set, uri);
+            *meta = None;
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Masks the text of one prompt message (a link's URI, name, title and description included); the upstream's
+/// `_meta` is dropped, as a tool result's is. `false` for a kind of block the gateway does not know.
 fn mask_block(masker: &Masker, set: MaskSet, block: &mut ContentBlock) -> bool {
     match block {
-        ContentBlock::Text(content) => mask_string(masker, set, &mut content.text),
-        ContentBlock::Resource(embedded) => mask_contents(masker, set, &mut embedded.resource),
-        ContentBlock::ResourceLink(link) => {
-            if let Some(description) = &mut link.description {
-                mask_string(masker, set, description);
-            }
+        ContentBlock::Text(content) => {
+            mask_string(masker, set, &mut content.text);
+            content.meta = None;
         }
-        ContentBlock::Image(_) | ContentBlock::Audio(_) => {}
+        ContentBlock::Resource(embedded) => {
+            if !mask_contents(masker, set, &mut embedded.resource) {
+                return false;
+            }
+            embedded.meta = None;
+        }
+        ContentBlock::ResourceLink(link) => {
+            for text in [&mut link.uri, &mut link.name].into_iter().chain(&mut link.title).chain(&mut link.description)
+            {
+                mask_string(masker, set, text);
+            }
+            link.meta = None;
+        }
+        ContentBlock::Image(content) => content.meta = None,
+        ContentBlock::Audio(content) => content.meta = None,
         _ => return false,
     }
     true
@@ -589,5 +704,128 @@ mod tests {
         assert!(
             records.iter().all(|r| r.tool == PROMPT_GET && r.outcome == AuditOutcome::Failed { not_executed: false })
         );
+    }
+
+    /// A listing's entries are masked as a read or get of each would be (a table's mask included), their
+    /// URIs and names kept; a listing the upstream fails is answered with its error masked and cut short.
+    #[test]
+    fn listings_and_their_errors_are_masked() {
+        let policy = Policy::from_toml("version = 1\ndefault = \"allow\"\n[prompts.leaky]\nmask = \"pii\"\n").unwrap();
+        let guard = SurfaceGuard::new(Arc::new(policy), Arc::new(Masker::default()), None);
+        let secret = "AKIAIOSFODNN7QK4RW2Z";
+        let meta = || {
+            let mut object = serde_json::Map::new();
+            object.insert("note".to_owned(), json!({ "key": format!("key {secret}") }));
+            MetaObject(object)
+        };
+
+        let argument = rmcp::model::PromptArgument::new("region").with_description(format!("where {secret} works"));
+        let mut prompt = rmcp::model::Prompt::new(
+            "leaky",
+            Some(format!("quotes {secret}, ask jane.doe@example.com")),
+            Some(vec![argument]),
+        );
+        prompt.title = Some(format!("leaky {secret}"));
+        prompt.meta = Some(meta());
+        let mut prompts = ListPromptsResult::with_all_items(vec![prompt]);
+        guard.mask_listed_prompts(&mut prompts);
+        let shown = serde_json::to_string(&prompts).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("jane.doe@example.com"), "{shown}");
+        assert_eq!(prompts.prompts[0].name, "leaky");
+
+        let uri = format!("config://leaky/{secret}");
+        let resource = rmcp::model::Resource::new(uri.clone(), format!("leaky {secret}"))
+            .with_title(format!("title {secret}"))
+            .with_description(format!("holds {secret}"))
+            .with_meta(meta());
+        let mut resources = ListResourcesResult::with_all_items(vec![resource]);
+        guard.mask_listed_resources(&mut resources);
+        let resource = &resources.resources[0];
+        assert_eq!(resource.uri, uri, "what a client reads it by");
+        let shown =
+            serde_json::to_string(&(&resource.name, &resource.title, &resource.description, &resource.meta)).unwrap();
+        assert!(!shown.contains(secret), "{shown}");
+
+        let template = rmcp::model::ResourceTemplate::new("note://{name}", format!("notes {secret}"))
+            .with_description(format!("notes near {secret}"));
+        let mut templates = ListResourceTemplatesResult::with_all_items(vec![template]);
+        guard.mask_listed_templates(&mut templates);
+        let shown = serde_json::to_string(&templates).unwrap();
+        assert!(!shown.contains(secret) && shown.contains("note://{name}"), "{shown}");
+
+        let failed = ServiceError::McpError(ErrorData::internal_error(
+            format!("cannot list with {secret}: {}", "x".repeat(50_000)),
+            Some(json!({ "key": secret })),
+        ));
+        let error = guard.listing_error("prompts/list", failed);
+        assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+        assert!(error.message.starts_with("cannot list with ") && !error.message.contains(secret), "{}", error.message);
+        assert!(error.message.chars().count() <= UPSTREAM_ERROR_CHARS + 1);
+        assert!(!error.data.unwrap().to_string().contains(secret));
+    }
+
+    /// What a read or get returns besides its text is masked too: a content's URI, a link's URI, name and
+    /// title; the upstream's `_meta` (a result's, a content's, a block's) is dropped, as a tool result's is.
+    #[tokio::test]
+    async fn a_reads_and_a_gets_uris_names_and_meta_are_masked_or_dropped() {
+        let guard = SurfaceGuard::unguarded();
+        let secret = "AKIAIOSFODNN7QK4RW2Z";
+        let meta = || {
+            let mut object = serde_json::Map::new();
+            object.insert("key".to_owned(), json!(secret));
+            MetaObject(object)
+        };
+        let read = |request: ReadResourceRequestParams| async move {
+            let contents = vec![
+                ResourceContents::TextResourceContents {
+                    uri: format!("{}?key={secret}", request.uri),
+                    mime_type: None,
+                    text: "plain".to_owned(),
+                    meta: Some(meta()),
+                },
+                ResourceContents::BlobResourceContents {
+                    uri: format!("blob://{secret}"),
+                    mime_type: None,
+                    blob: "AAAA".to_owned(),
+                    meta: Some(meta()),
+                },
+            ];
+            let mut result = rmcp::model::ReadResourceResult::new(contents);
+            result.meta = Some(meta());
+            Ok::<_, ServiceError>(ReadResourceResponse::Complete(result))
+        };
+        let ReadResourceResponse::Complete(result) =
+            guard.read_resource("1", ReadResourceRequestParams::new("config://app"), read).await.unwrap()
+        else {
+            panic!("a complete read")
+        };
+        let shown = serde_json::to_string(&result).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("_meta") && shown.contains("config://app?key="), "{shown}");
+
+        let get = |_: GetPromptRequestParams| async move {
+            let link = rmcp::model::Resource::new(format!("note://{secret}"), format!("named {secret}"))
+                .with_title(format!("titled {secret}"))
+                .with_description(format!("described {secret}"))
+                .with_meta(meta());
+            let mut text = rmcp::model::TextContent::new("plain");
+            text.meta = Some(meta());
+            let embedded =
+                rmcp::model::EmbeddedResource::new(ResourceContents::text("plain", "note://a")).with_meta(meta());
+            let messages =
+                [ContentBlock::ResourceLink(link), ContentBlock::Text(text), ContentBlock::Resource(embedded)]
+                    .into_iter()
+                    .map(|block| rmcp::model::PromptMessage::new(rmcp::model::Role::User, block))
+                    .collect();
+            let mut result = rmcp::model::GetPromptResult::new(messages);
+            result.meta = Some(meta());
+            Ok::<_, ServiceError>(GetPromptResponse::Complete(result))
+        };
+        let GetPromptResponse::Complete(result) =
+            guard.get_prompt("2", GetPromptRequestParams::new("links"), get).await.unwrap()
+        else {
+            panic!("a complete get")
+        };
+        let shown = serde_json::to_string(&result).unwrap();
+        assert!(!shown.contains(secret) && !shown.contains("_meta") && shown.contains("titled "), "{shown}");
     }
 }

@@ -88,6 +88,38 @@ fn deny_resources_match_every_spelling_of_a_denied_uri() {
     assert_eq!(Policy::from_toml("version = 1\ndefault = \"allow\"\n").unwrap().resource_denied_by(" x"), None);
 }
 
+/// What an upstream that percent-decodes would read differently from the normal form the globs match (an
+/// encoded separator), and a `file:` URI on another host, are refused by an allow list, a deny list and a
+/// table alike; the URIs they hold for pass as before.
+#[test]
+fn uris_an_upstream_may_read_otherwise_than_the_globs_are_refused() {
+    let allow =
+        Policy::from_toml("version = 1\ndefault = \"deny\"\nallow_resources = [\"file:///srv/notes/**\"]\n").unwrap();
+    for uri in [
+        "file:///srv/notes/..%2F..%2Fetc%2Fpasswd",
+        "file:///srv/notes/..%2f..%2fetc%2fpasswd",
+        "file:///srv/notes/..%5C..%5Cetc%5Cpasswd",
+        "file://x/srv/notes/a.txt",
+    ] {
+        assert_eq!(allow.resource_denied_by(uri), Some(super::super::uri::UNREADABLE_URI), "{uri}");
+    }
+    assert_eq!(allow.resource_denied_by("file:///srv/notes/a.txt"), None);
+    assert_eq!(allow.resource_denied_by("file://localhost/srv/notes/a%20b.txt"), None);
+    assert_eq!(allow.resource_denied_by("file:///srv/notes/../../etc/passwd"), Some("not in allow list"));
+
+    let deny = Policy::from_toml("version = 1\ndefault = \"allow\"\ndeny_resources = [\"file:///**/.env\"]\n").unwrap();
+    for uri in ["file:///home/me/docs%2F..%2F.env", "file://x/home/me/.env", "file://x/home/me/%2Eenv"] {
+        assert!(deny.resource_denied_by(uri).is_some(), "{uri} escapes the deny");
+    }
+    assert_eq!(deny.resource_denied_by("file:///home/me/docs/notes.txt"), None);
+
+    // A table alone names resources too: its mask or rate cannot be slipped by a URI it cannot read.
+    let table =
+        Policy::from_toml("version = 1\ndefault = \"allow\"\n[resources.\"file:///**\"]\nmask = \"pii\"\n").unwrap();
+    assert!(table.resource_denied_by("file:///home/me/docs%2Fnotes.txt").is_some());
+    assert_eq!(table.for_surface(Surface::Resource, "file:///home/me/notes.txt").mask, "pii".parse().unwrap());
+}
+
 #[test]
 fn the_strictest_approver_wins_whatever_the_order_of_the_tables() {
     for text in [
