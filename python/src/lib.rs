@@ -23,7 +23,7 @@ use agent_airlock::keys::ApprovalKey;
 use agent_airlock::keys::AuditKey;
 use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
-use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
+use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::intern;
@@ -678,18 +678,20 @@ impl ToolGuard {
         if let Some(resume) = resume {
             context = context.with_resume(to_json(py, resume)?);
         }
+        let mut unreadable = None;
         let (call, given) = match arguments.cast::<PyString>() {
             Ok(text) => (ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), text.to_str()?), None),
-            Err(_) => match to_value(arguments, 0) {
+            Err(_) => match to_value(arguments, 0, BeyondI64::Refused) {
                 Ok(value) => {
                     let given = (arguments.clone().unbind(), value.clone());
                     (ToolCall::new(tool_call_id.clone(), self.name.clone(), value), Some(given))
                 }
-                // As for JSON text that does not parse: a string, which the dispatcher refuses with a message
-                // the model can act on.
+                // As for JSON text that does not parse: a string, which the dispatcher refuses (and records);
+                // the refusal then says why the arguments could not be read.
                 Err(error) => {
-                    let text = Value::String(error.value(py).to_string());
-                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), text), None)
+                    let why = error.value(py).to_string();
+                    unreadable = Some(why.clone());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)), None)
                 }
             },
         };
@@ -709,7 +711,12 @@ impl ToolGuard {
                 }
             }
         }
-        let outcome = outcome.map_err(AirlockError::new_err)?;
+        let mut outcome = outcome.map_err(AirlockError::new_err)?;
+        if let (Some(why), Outcome::Message(message)) = (unreadable, &mut outcome) {
+            if message.refusal.as_ref().is_some_and(|refusal| refusal.kind == RefusalKind::MalformedArguments) {
+                message.content = format!("the arguments for `{}` cannot be read: {why}", self.name);
+            }
+        }
         outcome_to_py(py, outcome)
     }
 }
@@ -752,17 +759,27 @@ fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
                 ToolError::new(format!("the tool failed: {}", e.value(py)))
             }
         })?;
-        to_value(returned.bind(py), 0).map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
+        to_value(returned.bind(py), 0, BeyondI64::AsText)
+            .map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
     })
 }
 
 /// How deep a value may nest (serde_json's own limit when it parses text).
 const MAX_DEPTH: usize = 128;
 
+/// What [`to_value`] makes of an integer beyond i64 and u64, which a `Value` holds only as a double.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BeyondI64 {
+    /// Arguments: an error (the call is refused), never a rounded number the approval would bind.
+    Refused,
+    /// A tool's result, already produced: its exact decimal text, for the model to read.
+    AsText,
+}
+
 /// A Python value as JSON, converted directly (no JSON text in between), as `json.dumps(value,
 /// default=str)` would see it: `None`, booleans, integers, finite floats, strings, dicts (keys as
-/// strings), lists and tuples; any other object is its `str`.
-fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+/// strings), lists and tuples; any other object is its `str`. Integers beyond i64 and u64 as `beyond` says.
+fn to_value(object: &Bound<'_, PyAny>, depth: usize, beyond: BeyondI64) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(AirlockError::new_err("not JSON: nested too deeply"));
     }
@@ -782,11 +799,17 @@ fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         if let Ok(n) = integer.extract::<u64>() {
             return Ok(Value::from(n));
         }
-        // Beyond 64 bits: what serde_json reads such a literal as.
-        let n: f64 = integer.extract()?;
-        return serde_json::Number::from_f64(n)
-            .map(Value::Number)
-            .ok_or_else(|| AirlockError::new_err("not JSON: an integer too large"));
+        if beyond == BeyondI64::AsText {
+            return Ok(Value::String(integer.str()?.to_str()?.to_owned()));
+        }
+        // Beyond 64 bits a `Value` holds it only as the nearest double, which the tool (given the exact int
+        // when the gates change nothing) would not get: the binding, the display and the effect key would
+        // cover another number. Refused, as canonical JSON refuses integers beyond ±(2^53 − 1).
+        return Err(AirlockError::new_err(format!(
+            "integer {} is outside ±(2^53 − 1) and beyond 64 bits: it would be rounded, so it is refused; send it \
+             as a string",
+            shown_integer(integer)
+        )));
     }
     if let Ok(float) = object.cast::<PyFloat>() {
         return serde_json::Number::from_f64(float.value())
@@ -796,17 +819,31 @@ fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if let Ok(dict) = object.cast::<PyDict>() {
         let mut map = serde_json::Map::with_capacity(dict.len());
         for (key, value) in dict.iter() {
-            map.insert(key_text(&key)?, to_value(&value, depth + 1)?);
+            map.insert(key_text(&key)?, to_value(&value, depth + 1, beyond)?);
         }
         return Ok(Value::Object(map));
     }
     if let Ok(list) = object.cast::<PyList>() {
-        return list.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+        return list.iter().map(|item| to_value(&item, depth + 1, beyond)).collect::<PyResult<_>>().map(Value::Array);
     }
     if let Ok(tuple) = object.cast::<PyTuple>() {
-        return tuple.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+        return tuple.iter().map(|item| to_value(&item, depth + 1, beyond)).collect::<PyResult<_>>().map(Value::Array);
     }
     Ok(Value::String(object.str()?.to_str()?.to_owned()))
+}
+
+/// An integer too large to hold, for a refusal: its digits when few (Python refuses to write more than
+/// 4,300), otherwise its size.
+fn shown_integer(integer: &Bound<'_, PyInt>) -> String {
+    const MAX_SHOWN_DIGITS: usize = 40;
+    let digits = integer.str().ok().and_then(|text| text.to_str().ok().map(str::to_owned));
+    match digits {
+        Some(text) if text.len() <= MAX_SHOWN_DIGITS => format!("`{text}`"),
+        _ => {
+            let bits = integer.call_method0(intern!(integer.py(), "bit_length")).and_then(|n| n.extract::<u64>());
+            bits.map(|bits| format!("of {bits} bits")).unwrap_or_else(|_| "too large".to_owned())
+        }
+    }
 }
 
 /// A dict key as `json.dumps` writes it.

@@ -278,6 +278,39 @@ def test_the_approval_binds_every_field_of_the_call(ledger):
     assert ran == [{"path": "/x"}], "spent once"
 
 
+
+@pytest.mark.parametrize("amount", [2**68 + 12345, 2**64, -(2**63) - 1], ids=["2^68+12345", "2^64", "-2^63-1"])
+def test_an_integer_beyond_64_bits_is_refused_never_rounded(ledger, amount):
+    """A Python int that fits neither i64 nor u64 would reach the gates only as the nearest double (2^68 for
+    2^68 + 12345): the approval would bind and show that number while the tool got the exact int. It is
+    refused, and nothing pauses or runs; an int and a float that fit still pause and run as given."""
+    approvals = InterruptApprovals(KEY, ledger)
+    policy = SecurityPolicy(escalate_tools={"pay": "moves money"}, approval_ledger=ledger)
+    schema = json.dumps({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]})
+    pay = ToolGuard("pay", "Pay an amount.", schema, policy, approvals)
+    site = {"thread_id": "t1", "checkpoint_ns": "tools:1", "checkpoint_map": {"": "cp-1"}}
+    ran = []
+
+    def run(admitted):
+        ran.append(admitted["amount"])
+        return "paid"
+
+    out = pay.dispatch("call-1", {"amount": amount}, run, **site)
+    assert out["kind"] == "message" and out["status"] == "error", out
+    assert out["refusal"]["kind"] == "malformed_arguments", out
+    assert str(amount) in out["content"] and "rounded" in out["content"], out["content"]
+    assert ran == []
+
+    for n, fits in enumerate([12345, 2.5]):
+        paused = pay.dispatch(f"call-{n + 2}", {"amount": fits}, run, **site)
+        assert paused["kind"] == "interrupt", paused
+        assert approvals.verify(paused["value"])["airlock_approval"]["arguments"] == {"amount": fits}
+        resume = approvals.approve(paused["value"])
+        out = pay.dispatch(f"call-{n + 2}", {"amount": fits}, run, resume=resume, **site)
+        assert out["status"] == "success", out
+    assert ran == [12345, 2.5]
+
+
 HOLD = """
 import sys, time
 from airlock_rs import RedbApprovalLedger
