@@ -301,13 +301,28 @@ def airlock_wrap_tool_call(
     return wrap_tool_call
 
 
+#: The threads the async wrapper's blocking work runs in: the dispatcher (its waits on the ledger, and its wait
+#: for the tool, which runs on the graph's loop meanwhile) and the checkpoint check. Not the loop's default
+#: executor: a sync tool runs there (`run_in_executor(None, ...)`), and a dispatcher blocked in every thread of
+#: that pool, each waiting for a tool queued behind it, would never be answered.
+_GUARD_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="airlock-guard")
+
+
+async def _in_guard_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread`` (the caller's context copied in), on the guard's own threads."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    return await loop.run_in_executor(_GUARD_THREADS, lambda: context.run(function, *args))
+
+
 def airlock_awrap_tool_call(
     policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
 ) -> Callable[[Any, Callable[[Any], Any]], Any]:
     """The ``awrap_tool_call`` counterpart of :func:`airlock_wrap_tool_call`, for ``ainvoke``/``astream``.
 
-    The dispatcher runs in a worker thread (its waits on the ledger block no event loop); the node's async
-    ``execute`` runs on the graph's loop, in the call's context."""
+    The dispatcher runs in a thread of the guard's own (its waits on the ledger block no event loop, and no
+    thread of the loop's default executor, where sync tools run); the node's async ``execute`` runs on the
+    graph's loop, in the call's context."""
     guards = _Guards(policy, approvals)
 
     async def awrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -348,14 +363,14 @@ def airlock_awrap_tool_call(
             return _result_content(result)
 
         resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
-        if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+        if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
             return refused
-        outcome = await asyncio.to_thread(call.dispatch, run, resume)
+        outcome = await _in_guard_thread(call.dispatch, run, resume)
         if outcome["kind"] == "interrupt":
             resume = interrupt(outcome["value"])
-            if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+            if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
                 return refused
-            outcome = await asyncio.to_thread(call.dispatch, run, resume)
+            outcome = await _in_guard_thread(call.dispatch, run, resume)
         if "error" in executed:
             raise executed["error"]
         if outcome["kind"] != "message":

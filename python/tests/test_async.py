@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from conftest import RAN, SECRET, call, graph
 from langchain_core.messages import ToolMessage
@@ -80,3 +82,32 @@ def test_an_async_interrupt_is_approved_and_resumed_once(tmp_path):
     assert done.status == "success", done.content
     assert replayed.status == "error"
     assert RAN == [("wipe", {"disk": "sdb"})]
+
+
+@tool
+def count_words(text: str) -> int:
+    """Count the words of a text (a sync tool: LangGraph runs it in the loop's default executor)."""
+    RAN.append(("count_words", {"text": text}))
+    return len(text.split())
+
+
+def test_a_sync_tool_runs_when_the_default_executor_has_one_thread():
+    """The dispatcher waits for the tool in a thread while the tool runs; were that thread the loop's default
+    executor's only one, the sync tool, queued behind it there, would never run."""
+    node = ToolNode([count_words], awrap_tool_call=airlock_awrap_tool_call(SecurityPolicy()))
+    graph_ = graph(node)
+    outcome: dict = {}
+
+    async def run():
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+        out = await asyncio.wait_for(graph_.ainvoke({"messages": [call("count_words", {"text": "a b c"})]}), 20)
+        outcome["message"] = out["messages"][-1]
+
+    # In a thread of its own, so that a deadlock fails this test instead of hanging it.
+    runner = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive() and "message" in outcome, "the call never completed"
+    message = outcome["message"]
+    assert message.status == "success" and message.content == "3", message
+    assert RAN == [("count_words", {"text": "a b c"})]
