@@ -14,14 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_airlock::approval::operators::Operators;
-use agent_airlock::approval::{DecisionError, DecisionSigner, InterruptApprovals as Protocol, KeyRing};
+use agent_airlock::approval::{
+    DecisionError, DecisionSigner, InterruptApprovals as Protocol, InterruptRequest, KeyRing, ResumeValue,
+};
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::keys::AuditKey;
-use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger, RequestRecord, RequestStatus};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError};
 use pyo3::create_exception;
@@ -467,6 +469,67 @@ impl InterruptApprovals {
         from_json(py, resume.as_value())
     }
 
+    /// The call the resume value `value` (a grant or a denial) was made for, as the ledger records its request:
+    /// `{"request_id", "tool_call_id", "thread_id", "checkpoint_ns"}`, or `None` when the value is neither or the
+    /// ledger knows no such decision. Proves nothing (the dispatcher checks the value when a call resumes with
+    /// it): it routes a resume value to the call it answers, among the calls one LangGraph task runs.
+    fn addressee(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let Ok(value) = to_json(py, value) else { return Ok(py.None()) };
+        let text = |member: &str, field: &str| value.get(member)?.get(field)?.as_str().map(str::to_owned);
+        let grant_id = text(ResumeValue::GRANT_MEMBER, "grant_id");
+        let denied = text(ResumeValue::DENIED_MEMBER, "request_id");
+        let ledger = self.protocol.ledger();
+        let found = py.detach(|| -> Result<Option<RequestRecord>, agent_airlock::ledger::LedgerError> {
+            let request_id = match (grant_id, denied) {
+                (Some(grant_id), _) => match ledger.find_grant(&grant_id)? {
+                    Some(entry) => entry.grant.request_id,
+                    None => return Ok(None),
+                },
+                (None, Some(request_id)) => request_id,
+                (None, None) => return Ok(None),
+            };
+            Ok(ledger.find_request(&request_id)?.map(|entry| entry.request))
+        });
+        let found = found.map_err(|e| LedgerError::new_err(e.to_string()))?;
+        let Some(request) = found else { return Ok(py.None()) };
+        let Some(call) = Self::call_of(&request.interrupt) else { return Ok(py.None()) };
+        let dict = PyDict::new(py);
+        dict.set_item("request_id", &request.request_id)?;
+        for field in ["tool_call_id", "thread_id", "checkpoint_ns"] {
+            dict.set_item(field, call.get(field).and_then(Value::as_str))?;
+        }
+        Ok(dict.into_any().unbind())
+    }
+
+    /// The approval requests recorded for calls in thread `thread_id` and checkpoint namespace
+    /// `checkpoint_ns` (one LangGraph task) that still wait for a decision or to be resumed with one (pending,
+    /// partly approved, or granted and not spent), oldest first: `{"tool_call_id", "request_id", "value"}`,
+    /// `value` being the interrupt value the call paused with. Reads the ledger only.
+    #[pyo3(signature = (thread_id, checkpoint_ns))]
+    fn waiting(&self, py: Python<'_>, thread_id: Option<String>, checkpoint_ns: String) -> PyResult<Py<PyAny>> {
+        let ledger = self.protocol.ledger();
+        let requests = py.detach(|| ledger.list_requests()).map_err(|e| LedgerError::new_err(e.to_string()))?;
+        let list = PyList::empty(py);
+        for entry in requests {
+            let unresolved = matches!(
+                entry.status,
+                RequestStatus::Pending | RequestStatus::Approving { .. } | RequestStatus::Granted(_)
+            );
+            let Some(call) = Self::call_of(&entry.request.interrupt).filter(|_| unresolved) else { continue };
+            let same_thread = call.get("thread_id").and_then(Value::as_str) == thread_id.as_deref();
+            let same_ns = call.get("checkpoint_ns").and_then(Value::as_str) == Some(checkpoint_ns.as_str());
+            if !(same_thread && same_ns) {
+                continue;
+            }
+            let item = PyDict::new(py);
+            item.set_item("tool_call_id", call.get("tool_call_id").and_then(Value::as_str))?;
+            item.set_item("request_id", &entry.request.request_id)?;
+            item.set_item("value", from_json(py, &entry.request.interrupt)?)?;
+            list.append(item)?;
+        }
+        Ok(list.into_any().unbind())
+    }
+
     /// The decision recorded for the request `value` holds, by this process or another sharing the ledger
     /// (`airlock approve`, the console): the value to resume with, or `None` while it waits (pending, or
     /// approved by fewer approvers than it needs). Records nothing; for polling.
@@ -481,6 +544,11 @@ impl InterruptApprovals {
 }
 
 impl InterruptApprovals {
+    /// The call site an interrupt value (`{"airlock_approval": {..., "call": {...}}}`) was issued for.
+    fn call_of(interrupt: &Value) -> Option<&serde_json::Map<String, Value>> {
+        interrupt.get(InterruptRequest::MEMBER)?.get("call")?.as_object()
+    }
+
     fn approver_or_default(&self, approver: Option<&Bound<'_, PyAny>>) -> PyResult<Approver> {
         match approver {
             Some(approver) => Approver::of(approver),

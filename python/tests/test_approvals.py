@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, airlock, call, graph, signing_key
+from conftest import RAN, TOOLS, airlock, call, calls, graph, signing_key, tool_messages
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -106,6 +106,57 @@ def test_a_denied_call_never_runs(ledger):
     out = app.invoke(Command(resume=approvals.deny(value, reason="not today")), config("t1"))
     assert tool_message(out).status == "error"
     assert RAN == []
+
+
+
+PLAIN = ("drop_table", {"table": "t"}, "plain-1")
+ESCALATED = ("delete_file", {"path": "/tmp/x"}, "escalated-1")
+
+
+@pytest.mark.parametrize("order", [(PLAIN, ESCALATED), (ESCALATED, PLAIN)], ids=["plain-first", "escalated-first"])
+def test_one_message_with_a_plain_and_an_escalated_call_resumes_the_escalated_one(ledger, order):
+    """ToolNode runs both calls of the message in one task, whose resume values LangGraph hands out by the order
+    the calls ask: the plain call must not take the approval (nor ask for one), and the escalated call runs once
+    with it; both answers reach the messages."""
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    paused = app.invoke({"messages": [calls(*order)]}, config("t1"))
+    interrupts = paused["__interrupt__"]
+    assert len(interrupts) == 1 and ("delete_file", {"path": "/tmp/x"}) not in RAN
+    out = app.invoke(Command(resume=approvals.approve(interrupts[0].value)), config("t1"))
+    assert "__interrupt__" not in out, out["__interrupt__"]
+    assert RAN.count(("delete_file", {"path": "/tmp/x"})) == 1, RAN
+    messages = tool_messages(out)
+    assert messages["plain-1"].status == "success" and messages["plain-1"].content == "dropped"
+    assert messages["escalated-1"].status == "success", messages["escalated-1"].content
+    assert messages["escalated-1"].content == "deleted /tmp/x"
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["resume-map", "resume-value"])
+def test_several_escalated_calls_in_one_message_are_each_resumed_by_their_own_answer(ledger, by_id):
+    """Each interrupt is answered in turn (by its id, or as the one pending); no call runs before every one is
+    answered (its result would be lost to a sibling's pause, and its approval spent), then each runs once."""
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    paths = ["/tmp/a", "/tmp/b", "/tmp/c"]
+    message = calls(*[("delete_file", {"path": path}, f"call-{n}") for n, path in enumerate(paths)], PLAIN)
+    out = app.invoke({"messages": [message]}, config("t1"))
+    asked = set()
+    while "__interrupt__" in out:
+        assert len(asked) < len(paths), "asked again for an answered call"
+        (pending,) = out["__interrupt__"]
+        assert not [r for r in RAN if r[0] == "delete_file"], "nothing runs before every call is answered"
+        call_id = approvals.verify(pending.value)["airlock_approval"]["call"]["tool_call_id"]
+        assert call_id not in asked
+        asked.add(call_id)
+        answer = approvals.approve(pending.value)
+        out = app.invoke(Command(resume={pending.id: answer} if by_id else answer), config("t1"))
+    assert asked == {"call-0", "call-1", "call-2"}
+    assert sorted(r[1]["path"] for r in RAN if r[0] == "delete_file") == paths, RAN
+    messages = tool_messages(out)
+    for n, path in enumerate(paths):
+        assert messages[f"call-{n}"].status == "success" and messages[f"call-{n}"].content == f"deleted {path}"
+    assert messages["plain-1"].status == "success"
 
 
 def test_attack_1_a_resume_value_forged_without_the_key_admits_nothing(ledger):

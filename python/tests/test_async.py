@@ -6,7 +6,8 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import RAN, SECRET, call, graph
+import pytest
+from conftest import RAN, SECRET, call, calls, graph, tool_messages
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -111,3 +112,28 @@ def test_a_sync_tool_runs_when_the_default_executor_has_one_thread():
     message = outcome["message"]
     assert message.status == "success" and message.content == "3", message
     assert RAN == [("count_words", {"text": "a b c"})]
+
+
+@pytest.mark.parametrize("wipe_first", [False, True], ids=["plain-first", "escalated-first"])
+def test_an_async_message_with_a_plain_and_an_escalated_call_resumes_the_escalated_one(tmp_path, wipe_first):
+    """As test_approvals.py's sync test: in one task, only the escalated call takes the approval."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    approvals = InterruptApprovals(bytes(range(32)), ledger)
+    policy = SecurityPolicy(escalate_tools={"wipe": "destroys data"}, approval_ledger=ledger)
+    graph_ = app(policy, approvals, InMemorySaver())
+    cfg = {"configurable": {"thread_id": "a3"}}
+    named = [("fetch", {"url": "http://x"}, "plain-1"), ("wipe", {"disk": "sdc"}, "escalated-1")]
+    message = calls(*(reversed(named) if wipe_first else named))
+
+    async def run():
+        paused = await graph_.ainvoke({"messages": [message]}, cfg)
+        (pending,) = paused["__interrupt__"]
+        assert ("wipe", {"disk": "sdc"}) not in RAN
+        return await graph_.ainvoke(Command(resume=approvals.approve(pending.value)), cfg)
+
+    out = asyncio.run(run())
+    assert "__interrupt__" not in out, out["__interrupt__"]
+    assert RAN.count(("wipe", {"disk": "sdc"})) == 1, RAN
+    messages = tool_messages(out)
+    assert messages["plain-1"].status == "success" and "body of http://x" in messages["plain-1"].content
+    assert messages["escalated-1"].status == "success" and messages["escalated-1"].content == "wiped"
