@@ -423,13 +423,16 @@ def _answer_to_pause(answers: _TaskAnswers | None, value: Any) -> Any:
     return stray
 
 
-def _unknown_tool(request: Any) -> ToolMessage:
-    name = request.tool_call.get("name")
+def _unknown_tool(request: Any, policy: SecurityPolicy) -> ToolMessage:
+    """A call of a tool the node does not have, refused by the dispatcher (audited, the model's name escaped and
+    cut as every refusal echoes it)."""
+    call = request.tool_call
+    outcome = policy.refuse_unknown_tool(call.get("id") or "", str(call.get("name") or ""), **_call_site(request))
     return _refused(
         request,
-        f"refused: there is no tool `{name}`",
-        ["call one of the tools you were given"],
-        refusal={"kind": "unknown_tool", "rule": None, "retry_after_secs": None},
+        outcome["content"],
+        outcome.get("hints"),
+        refusal=outcome.get("refusal"),
         stripped_arguments=[],
     )
 
@@ -444,7 +447,7 @@ def airlock_wrap_tool_call(
 
     def wrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
         if request.tool is None:
-            return _unknown_tool(request)
+            return _unknown_tool(request, guards.policy)
         call = _Call(guards, request)
         executed: dict = {}
 
@@ -506,7 +509,7 @@ def airlock_awrap_tool_call(
 
     async def awrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
         if request.tool is None:
-            return _unknown_tool(request)
+            return await _in_guard_thread(_unknown_tool, request, guards.policy)
         call = _Call(guards, request)
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()

@@ -214,6 +214,8 @@ fn store_of(ledger: &Bound<'_, PyAny>) -> PyResult<Store> {
 struct SecurityPolicy {
     policy: Policy,
     store: Option<Store>,
+    /// A dispatcher with no tools, for [`refuse_unknown_tool`](Self::refuse_unknown_tool), built once.
+    no_tools: std::sync::OnceLock<Dispatcher>,
 }
 
 #[pymethods]
@@ -272,7 +274,41 @@ impl SecurityPolicy {
         if store.is_none() && effects.as_ref().is_some_and(|effects| !effects.is_empty()) {
             return Err(PolicyError::new_err("`effects` need an `approval_ledger`, where their records are kept"));
         }
-        Ok(SecurityPolicy { policy, store })
+        Ok(SecurityPolicy { policy, store, no_tools: std::sync::OnceLock::new() })
+    }
+
+    /// Refuses the call `tool_call_id` of `tool`, a tool the host does not have, as the dispatcher refuses any
+    /// unknown tool: recorded in the audit log (with `approval_ledger`), the name in the refusal escaped and at
+    /// most 64 characters. Returns the dict `ToolGuard.dispatch` returns.
+    #[pyo3(signature = (tool_call_id, tool, *, thread_id = None, checkpoint_ns = String::new(),
+                        checkpoint_map = BTreeMap::new()))]
+    fn refuse_unknown_tool(
+        &self,
+        py: Python<'_>,
+        tool_call_id: String,
+        tool: String,
+        thread_id: Option<String>,
+        checkpoint_ns: String,
+        checkpoint_map: BTreeMap<String, String>,
+    ) -> PyResult<Py<PyAny>> {
+        let dispatcher = match self.no_tools.get() {
+            Some(dispatcher) => dispatcher,
+            None => {
+                let mut builder = Dispatcher::builder().policy(self.policy.clone());
+                if let Some(store) = &self.store {
+                    builder = builder.audit(store.audit());
+                }
+                let built = builder.build().map_err(|e| PolicyError::new_err(e.to_string()))?;
+                self.no_tools.get_or_init(|| built)
+            }
+        };
+        let mut context = CallContext::new().with_checkpoint(checkpoint_ns, checkpoint_map);
+        if let Some(thread) = thread_id {
+            context = context.with_thread(thread);
+        }
+        let call = ToolCall::new(tool_call_id, tool, Value::Object(serde_json::Map::new()));
+        let outcome = py.detach(|| block_on(dispatcher.dispatch(call, &context))).map_err(AirlockError::new_err)?;
+        outcome_to_py(py, outcome)
     }
 
     /// Why the policy refuses `tool` outright (`denied by <glob>`), or `None` when a call of it may be
