@@ -816,10 +816,10 @@ impl ToolGuard {
             }
         }
         let mut outcome = outcome.map_err(AirlockError::new_err)?;
-        if let (Some(why), Outcome::Message(message)) = (unreadable, &mut outcome) {
-            if message.refusal.as_ref().is_some_and(|refusal| refusal.kind == RefusalKind::MalformedArguments) {
-                message.content = format!("the arguments for `{}` cannot be read: {why}", self.name);
-            }
+        if let (Some(why), Outcome::Message(message)) = (unreadable, &mut outcome)
+            && message.refusal.as_ref().is_some_and(|refusal| refusal.kind == RefusalKind::MalformedArguments)
+        {
+            message.content = format!("the arguments for `{}` cannot be read: {why}", self.name);
         }
         outcome_to_py(py, outcome)
     }
