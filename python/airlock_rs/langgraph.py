@@ -11,6 +11,9 @@ every depth, strict validation with hints, escalation, rate limits, effects, mas
 content and the audit record. The node's own ``execute`` then runs with the admitted arguments. A refusal
 is a ``ToolMessage`` with ``status="error"`` and ``execute`` never runs. A ``Command`` a tool returns passes
 through as it is.
+
+Several calls of one message run in one task (``ToolNode``): each resume value goes to the call it answers,
+and an answered call waits until every escalated sibling is answered too (:class:`_TaskAnswers`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import concurrent.futures
 import contextvars
 import json
 import threading
+import weakref
 from typing import Any, Callable
 
 from langchain_core.messages import ToolMessage
@@ -112,22 +116,159 @@ def _call_site(request: Any) -> dict:
     }
 
 
-def _resume_waiting() -> bool:
-    """Whether this task is being resumed with a value, so that ``interrupt()`` will return it at once.
+#: What a lookup in :class:`_TaskAnswers` gives when there is nothing (``None`` is a value LangGraph never resumes
+#: with, but a forged resume value may be anything else).
+_NOTHING = object()
 
-    Checked before a call is dispatched on resume, so the dispatcher does not record a second request for a
-    call a human already answered. Reads LangGraph's scratchpad for the task; if that ever moves, this says
-    no and the call is dispatched first (one extra pending request, the same outcome).
+
+class _TaskAnswers:
+    """The resume values of one LangGraph task, each routed to the call it answers.
+
+    ``ToolNode`` runs every call of one message in one task, and LangGraph hands that task's resume values to its
+    ``interrupt()`` calls by index, one counter for the whole task, in whatever order its calls reach it: a plain
+    call, or a sibling that asks first, would take another call's answer. So no call asks ``interrupt()`` for its
+    own answer. The task's answers are read where LangGraph keeps them (the task's scratchpad: those kept from
+    earlier runs, then the new one), and each goes to the call whose request the ledger says it decides
+    (``InterruptApprovals.addressee``); one that decides no call of this task (made up, or for another call) goes
+    to an escalated call that has no answer of its own, whose dispatcher refuses it. Before a call resumes or
+    pauses, every answer is taken through ``interrupt()`` once, in LangGraph's order (:meth:`drain`): the new one
+    is kept with the task, and a pause then raises at the next index, with that index's id.
+
+    A call answered while a sibling's request still waits unanswered does not run: it pauses with that request,
+    so that the sibling's pause cannot discard its result (and spend its approval for nothing). Once every
+    escalated call of the message has its answer, all of them run in one pass.
+
+    A tool that calls ``interrupt()`` itself, in a task where a guarded call waits for an answer, shares the
+    counter and is not supported.
     """
+
+    def __init__(self, scratchpad: Any, approvals: InterruptApprovals, site: dict) -> None:
+        # Not the scratchpad itself: it holds the key this is kept under (see `_task_answers`).
+        self._kept = list(scratchpad.resume)
+        self._fresh = scratchpad.get_null_resume(False)
+        self._approvals = approvals
+        self._thread = site["thread_id"]
+        self._namespace = site["checkpoint_ns"]
+        self._prepare_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._prepared = False
+        self._drained = False
+        self._values: list = []
+        self._addressees: list = []
+        self._claimed: list[bool] = []
+        self._waiting: list[dict] = []
+
+    def prepare(self) -> None:
+        """Reads the task's answers and the ledger (blocking): which call each answer decides, and which
+        requests of this task's calls wait."""
+        with self._prepare_lock:
+            if self._prepared:
+                return
+            values = list(self._kept)
+            if self._fresh is not None:
+                values.append(self._fresh)
+            addressees = [self._approvals.addressee(value) for value in values]
+            waiting = self._approvals.waiting(self._thread, self._namespace)
+            with self._lock:
+                self._values = values
+                self._addressees = addressees
+                self._claimed = [False] * len(values)
+                self._waiting = waiting
+                self._prepared = True
+
+    def _ours(self, addressee: dict | None) -> bool:
+        return (
+            addressee is not None
+            and addressee.get("thread_id") == self._thread
+            and addressee.get("checkpoint_ns") == self._namespace
+        )
+
+    def _answered(self, tool_call_id: str) -> bool:
+        return any(self._ours(a) and a.get("tool_call_id") == tool_call_id for a in self._addressees)
+
+    def own(self, tool_call_id: str) -> Any:
+        """The answer addressed to the call ``tool_call_id`` (taken), or ``_NOTHING``."""
+        with self._lock:
+            for n, addressee in enumerate(self._addressees):
+                if not self._claimed[n] and self._ours(addressee) and addressee.get("tool_call_id") == tool_call_id:
+                    self._claimed[n] = True
+                    return self._values[n]
+        return _NOTHING
+
+    def stray(self) -> Any:
+        """The oldest answer that decides no call of this task (taken), or ``_NOTHING``."""
+        with self._lock:
+            for n, addressee in enumerate(self._addressees):
+                if not self._claimed[n] and not self._ours(addressee):
+                    self._claimed[n] = True
+                    return self._values[n]
+        return _NOTHING
+
+    def waiting_for(self, tool_call_id: str) -> dict | None:
+        """The interrupt value of the call's request that waits with no answer here, or ``None``."""
+        with self._lock:
+            for entry in reversed(self._waiting):
+                if entry["tool_call_id"] == tool_call_id and not self._answered(tool_call_id):
+                    return entry["value"]
+        return None
+
+    def unanswered_sibling(self, tool_call_id: str) -> dict | None:
+        """The interrupt value of the oldest request of another call of this task that waits with no answer
+        here, or ``None``."""
+        with self._lock:
+            for entry in self._waiting:
+                other = entry["tool_call_id"]
+                if other != tool_call_id and not self._answered(other):
+                    return entry["value"]
+        return None
+
+    def drain(self) -> None:
+        """Takes every answer through ``interrupt()``, in LangGraph's order, once per task run: the new one is
+        then kept with the task (as its ``interrupt()`` keeps it), and the next ``interrupt()`` pauses."""
+        with self._lock:
+            if self._drained:
+                return
+            self._drained = True
+            for _ in self._values:
+                interrupt(None)
+
+    def pause(self, value: Any) -> Any:
+        """Pauses the task with ``value`` (raises ``GraphInterrupt``)."""
+        self.drain()
+        return interrupt(value)
+
+
+_TASK_ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TASK_ANSWERS_LOCK = threading.Lock()
+
+
+def _task_answers(approvals: InterruptApprovals | None, site: dict) -> _TaskAnswers | None:
+    """The answers of the task this call runs in, when it is being resumed with any; ``None`` otherwise (or
+    outside a graph, or under a LangGraph whose scratchpad is not where this looks: then a pause asks
+    ``interrupt()`` directly, as LangGraph's own nodes do).
+
+    Keyed by the task's ``get_null_resume`` (a function LangGraph makes for each task run; its scratchpad takes
+    no weak reference), so that the calls of one task run share one.
+    """
+    if approvals is None:
+        return None
     try:
         from langgraph.config import get_config
 
         scratchpad = get_config()["configurable"].get("__pregel_scratchpad")
         if scratchpad is None:
-            return False
-        return bool(scratchpad.resume) or scratchpad.get_null_resume(False) is not None
-    except Exception:  # noqa: BLE001 - outside a graph, or another LangGraph: dispatch first
-        return False
+            return None
+        if not scratchpad.resume and scratchpad.get_null_resume(False) is None:
+            return None
+        key = scratchpad.get_null_resume
+        with _TASK_ANSWERS_LOCK:
+            answers = _TASK_ANSWERS.get(key)
+            if answers is None:
+                answers = _TaskAnswers(scratchpad, approvals, site)
+                _TASK_ANSWERS[key] = answers
+        return answers
+    except Exception:  # noqa: BLE001 - outside a graph, or another LangGraph: ask `interrupt()` directly
+        return None
 
 
 def _refused(request: Any, text: str, hints: list[str] | None = None, **detail: Any) -> ToolMessage:
@@ -249,13 +390,49 @@ def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | Non
     )
 
 
-def _unknown_tool(request: Any) -> ToolMessage:
-    name = request.tool_call.get("name")
+def _answer_before_dispatch(answers: _TaskAnswers, call: _Call) -> Any:
+    """The answer a call resumes with, or ``None`` to dispatch it afresh (a plain call, or one escalated for the
+    first time); pauses (raises) a call that must wait: its own request unanswered, or a sibling's."""
+    mine = answers.own(call.tool_call_id)
+    if mine is not _NOTHING:
+        if (waiting := answers.unanswered_sibling(call.tool_call_id)) is not None:
+            # Run now, and the sibling's pause would discard this call's result.
+            return answers.pause(waiting)
+        answers.drain()
+        return mine
+    waiting = answers.waiting_for(call.tool_call_id)
+    if waiting is None:
+        return None
+    # Paused before and not answered: pause again with the same request (no second one is recorded), unless an
+    # answer made for no call of this task is waiting, which this call tries (and its dispatcher refuses).
+    stray = answers.stray()
+    if stray is _NOTHING:
+        return answers.pause(waiting)
+    answers.drain()
+    return stray
+
+
+def _answer_to_pause(answers: _TaskAnswers | None, value: Any) -> Any:
+    """Pauses a call whose dispatcher just recorded a request (raises), or the stray answer it is to try."""
+    if answers is None:
+        return interrupt(value)
+    stray = answers.stray()
+    if stray is _NOTHING:
+        return answers.pause(value)
+    answers.drain()
+    return stray
+
+
+def _unknown_tool(request: Any, policy: SecurityPolicy) -> ToolMessage:
+    """A call of a tool the node does not have, refused by the dispatcher (audited, the model's name escaped and
+    cut as every refusal echoes it)."""
+    call = request.tool_call
+    outcome = policy.refuse_unknown_tool(call.get("id") or "", str(call.get("name") or ""), **_call_site(request))
     return _refused(
         request,
-        f"refused: there is no tool `{name}`",
-        ["call one of the tools you were given"],
-        refusal={"kind": "unknown_tool", "rule": None, "retry_after_secs": None},
+        outcome["content"],
+        outcome.get("hints"),
+        refusal=outcome.get("refusal"),
         stripped_arguments=[],
     )
 
@@ -270,7 +447,7 @@ def airlock_wrap_tool_call(
 
     def wrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
         if request.tool is None:
-            return _unknown_tool(request)
+            return _unknown_tool(request, guards.policy)
         call = _Call(guards, request)
         executed: dict = {}
 
@@ -282,13 +459,18 @@ def airlock_wrap_tool_call(
                 raise
             return _result_content(executed["result"])
 
-        resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
+        answers = _task_answers(guards.approvals, call.site)
+        resume = None
+        if answers is not None:
+            answers.prepare()
+            resume = _answer_before_dispatch(answers, call)
         if (refused := _tampered(request, checkpointer, resume)) is not None:
             return refused
         outcome = call.dispatch(run, resume)
         if outcome["kind"] == "interrupt":
-            # First pass: the request is recorded; pause. (A resume arriving here admits the call below.)
-            resume = interrupt(outcome["value"])
+            # The request is recorded: pause (a stray answer, made for no call of this task, is tried here
+            # instead, and refused). A resume arriving here admits the call below.
+            resume = _answer_to_pause(answers, outcome["value"])
             if (refused := _tampered(request, checkpointer, resume)) is not None:
                 return refused
             outcome = call.dispatch(run, resume)
@@ -301,18 +483,33 @@ def airlock_wrap_tool_call(
     return wrap_tool_call
 
 
+#: The threads the async wrapper's blocking work runs in: the dispatcher (its waits on the ledger, and its wait
+#: for the tool, which runs on the graph's loop meanwhile) and the checkpoint check. Not the loop's default
+#: executor: a sync tool runs there (`run_in_executor(None, ...)`), and a dispatcher blocked in every thread of
+#: that pool, each waiting for a tool queued behind it, would never be answered.
+_GUARD_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="airlock-guard")
+
+
+async def _in_guard_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread`` (the caller's context copied in), on the guard's own threads."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    return await loop.run_in_executor(_GUARD_THREADS, lambda: context.run(function, *args))
+
+
 def airlock_awrap_tool_call(
     policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
 ) -> Callable[[Any, Callable[[Any], Any]], Any]:
     """The ``awrap_tool_call`` counterpart of :func:`airlock_wrap_tool_call`, for ``ainvoke``/``astream``.
 
-    The dispatcher runs in a worker thread (its waits on the ledger block no event loop); the node's async
-    ``execute`` runs on the graph's loop, in the call's context."""
+    The dispatcher runs in a thread of the guard's own (its waits on the ledger block no event loop, and no
+    thread of the loop's default executor, where sync tools run); the node's async ``execute`` runs on the
+    graph's loop, in the call's context."""
     guards = _Guards(policy, approvals)
 
     async def awrap_tool_call(request: Any, execute: Callable[[Any], Any]) -> Any:
         if request.tool is None:
-            return _unknown_tool(request)
+            return await _in_guard_thread(_unknown_tool, request, guards.policy)
         call = _Call(guards, request)
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
@@ -347,15 +544,19 @@ def airlock_awrap_tool_call(
             executed["result"] = result
             return _result_content(result)
 
-        resume = interrupt(None) if guards.approvals is not None and _resume_waiting() else None
-        if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+        answers = _task_answers(guards.approvals, call.site)
+        resume = None
+        if answers is not None:
+            await _in_guard_thread(answers.prepare)
+            resume = _answer_before_dispatch(answers, call)
+        if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
             return refused
-        outcome = await asyncio.to_thread(call.dispatch, run, resume)
+        outcome = await _in_guard_thread(call.dispatch, run, resume)
         if outcome["kind"] == "interrupt":
-            resume = interrupt(outcome["value"])
-            if (refused := await asyncio.to_thread(_tampered, request, checkpointer, resume)) is not None:
+            resume = _answer_to_pause(answers, outcome["value"])
+            if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
                 return refused
-            outcome = await asyncio.to_thread(call.dispatch, run, resume)
+            outcome = await _in_guard_thread(call.dispatch, run, resume)
         if "error" in executed:
             raise executed["error"]
         if outcome["kind"] != "message":

@@ -14,16 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_airlock::approval::operators::Operators;
-use agent_airlock::approval::{DecisionError, DecisionSigner, InterruptApprovals as Protocol, KeyRing};
+use agent_airlock::approval::{
+    DecisionError, DecisionSigner, InterruptApprovals as Protocol, InterruptRequest, KeyRing, ResumeValue,
+};
 use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::checkpoint::{CheckpointCommitments as Core, PostgresCommitments, RedbCommitments, Verdict};
 use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::keys::AuditKey;
-use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger};
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger, RequestRecord, RequestStatus};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
-use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, Status, ToolCall, ToolError};
+use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::intern;
@@ -212,6 +214,8 @@ fn store_of(ledger: &Bound<'_, PyAny>) -> PyResult<Store> {
 struct SecurityPolicy {
     policy: Policy,
     store: Option<Store>,
+    /// A dispatcher with no tools, for [`refuse_unknown_tool`](Self::refuse_unknown_tool), built once.
+    no_tools: std::sync::OnceLock<Dispatcher>,
 }
 
 #[pymethods]
@@ -270,7 +274,41 @@ impl SecurityPolicy {
         if store.is_none() && effects.as_ref().is_some_and(|effects| !effects.is_empty()) {
             return Err(PolicyError::new_err("`effects` need an `approval_ledger`, where their records are kept"));
         }
-        Ok(SecurityPolicy { policy, store })
+        Ok(SecurityPolicy { policy, store, no_tools: std::sync::OnceLock::new() })
+    }
+
+    /// Refuses the call `tool_call_id` of `tool`, a tool the host does not have, as the dispatcher refuses any
+    /// unknown tool: recorded in the audit log (with `approval_ledger`), the name in the refusal escaped and at
+    /// most 64 characters. Returns the dict `ToolGuard.dispatch` returns.
+    #[pyo3(signature = (tool_call_id, tool, *, thread_id = None, checkpoint_ns = String::new(),
+                        checkpoint_map = BTreeMap::new()))]
+    fn refuse_unknown_tool(
+        &self,
+        py: Python<'_>,
+        tool_call_id: String,
+        tool: String,
+        thread_id: Option<String>,
+        checkpoint_ns: String,
+        checkpoint_map: BTreeMap<String, String>,
+    ) -> PyResult<Py<PyAny>> {
+        let dispatcher = match self.no_tools.get() {
+            Some(dispatcher) => dispatcher,
+            None => {
+                let mut builder = Dispatcher::builder().policy(self.policy.clone());
+                if let Some(store) = &self.store {
+                    builder = builder.audit(store.audit());
+                }
+                let built = builder.build().map_err(|e| PolicyError::new_err(e.to_string()))?;
+                self.no_tools.get_or_init(|| built)
+            }
+        };
+        let mut context = CallContext::new().with_checkpoint(checkpoint_ns, checkpoint_map);
+        if let Some(thread) = thread_id {
+            context = context.with_thread(thread);
+        }
+        let call = ToolCall::new(tool_call_id, tool, Value::Object(serde_json::Map::new()));
+        let outcome = py.detach(|| block_on(dispatcher.dispatch(call, &context))).map_err(AirlockError::new_err)?;
+        outcome_to_py(py, outcome)
     }
 
     /// Why the policy refuses `tool` outright (`denied by <glob>`), or `None` when a call of it may be
@@ -467,6 +505,67 @@ impl InterruptApprovals {
         from_json(py, resume.as_value())
     }
 
+    /// The call the resume value `value` (a grant or a denial) was made for, as the ledger records its request:
+    /// `{"request_id", "tool_call_id", "thread_id", "checkpoint_ns"}`, or `None` when the value is neither or the
+    /// ledger knows no such decision. Proves nothing (the dispatcher checks the value when a call resumes with
+    /// it): it routes a resume value to the call it answers, among the calls one LangGraph task runs.
+    fn addressee(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let Ok(value) = to_json(py, value) else { return Ok(py.None()) };
+        let text = |member: &str, field: &str| value.get(member)?.get(field)?.as_str().map(str::to_owned);
+        let grant_id = text(ResumeValue::GRANT_MEMBER, "grant_id");
+        let denied = text(ResumeValue::DENIED_MEMBER, "request_id");
+        let ledger = self.protocol.ledger();
+        let found = py.detach(|| -> Result<Option<RequestRecord>, agent_airlock::ledger::LedgerError> {
+            let request_id = match (grant_id, denied) {
+                (Some(grant_id), _) => match ledger.find_grant(&grant_id)? {
+                    Some(entry) => entry.grant.request_id,
+                    None => return Ok(None),
+                },
+                (None, Some(request_id)) => request_id,
+                (None, None) => return Ok(None),
+            };
+            Ok(ledger.find_request(&request_id)?.map(|entry| entry.request))
+        });
+        let found = found.map_err(|e| LedgerError::new_err(e.to_string()))?;
+        let Some(request) = found else { return Ok(py.None()) };
+        let Some(call) = Self::call_of(&request.interrupt) else { return Ok(py.None()) };
+        let dict = PyDict::new(py);
+        dict.set_item("request_id", &request.request_id)?;
+        for field in ["tool_call_id", "thread_id", "checkpoint_ns"] {
+            dict.set_item(field, call.get(field).and_then(Value::as_str))?;
+        }
+        Ok(dict.into_any().unbind())
+    }
+
+    /// The approval requests recorded for calls in thread `thread_id` and checkpoint namespace
+    /// `checkpoint_ns` (one LangGraph task) that still wait for a decision or to be resumed with one (pending,
+    /// partly approved, or granted and not spent), oldest first: `{"tool_call_id", "request_id", "value"}`,
+    /// `value` being the interrupt value the call paused with. Reads the ledger only.
+    #[pyo3(signature = (thread_id, checkpoint_ns))]
+    fn waiting(&self, py: Python<'_>, thread_id: Option<String>, checkpoint_ns: String) -> PyResult<Py<PyAny>> {
+        let ledger = self.protocol.ledger();
+        let requests = py.detach(|| ledger.list_requests()).map_err(|e| LedgerError::new_err(e.to_string()))?;
+        let list = PyList::empty(py);
+        for entry in requests {
+            let unresolved = matches!(
+                entry.status,
+                RequestStatus::Pending | RequestStatus::Approving { .. } | RequestStatus::Granted(_)
+            );
+            let Some(call) = Self::call_of(&entry.request.interrupt).filter(|_| unresolved) else { continue };
+            let same_thread = call.get("thread_id").and_then(Value::as_str) == thread_id.as_deref();
+            let same_ns = call.get("checkpoint_ns").and_then(Value::as_str) == Some(checkpoint_ns.as_str());
+            if !(same_thread && same_ns) {
+                continue;
+            }
+            let item = PyDict::new(py);
+            item.set_item("tool_call_id", call.get("tool_call_id").and_then(Value::as_str))?;
+            item.set_item("request_id", &entry.request.request_id)?;
+            item.set_item("value", from_json(py, &entry.request.interrupt)?)?;
+            list.append(item)?;
+        }
+        Ok(list.into_any().unbind())
+    }
+
     /// The decision recorded for the request `value` holds, by this process or another sharing the ledger
     /// (`airlock approve`, the console): the value to resume with, or `None` while it waits (pending, or
     /// approved by fewer approvers than it needs). Records nothing; for polling.
@@ -481,6 +580,11 @@ impl InterruptApprovals {
 }
 
 impl InterruptApprovals {
+    /// The call site an interrupt value (`{"airlock_approval": {..., "call": {...}}}`) was issued for.
+    fn call_of(interrupt: &Value) -> Option<&serde_json::Map<String, Value>> {
+        interrupt.get(InterruptRequest::MEMBER)?.get("call")?.as_object()
+    }
+
     fn approver_or_default(&self, approver: Option<&Bound<'_, PyAny>>) -> PyResult<Approver> {
         match approver {
             Some(approver) => Approver::of(approver),
@@ -678,18 +782,20 @@ impl ToolGuard {
         if let Some(resume) = resume {
             context = context.with_resume(to_json(py, resume)?);
         }
+        let mut unreadable = None;
         let (call, given) = match arguments.cast::<PyString>() {
             Ok(text) => (ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), text.to_str()?), None),
-            Err(_) => match to_value(arguments, 0) {
+            Err(_) => match to_value(arguments, 0, BeyondI64::Refused) {
                 Ok(value) => {
                     let given = (arguments.clone().unbind(), value.clone());
                     (ToolCall::new(tool_call_id.clone(), self.name.clone(), value), Some(given))
                 }
-                // As for JSON text that does not parse: a string, which the dispatcher refuses with a message
-                // the model can act on.
+                // As for JSON text that does not parse: a string, which the dispatcher refuses (and records);
+                // the refusal then says why the arguments could not be read.
                 Err(error) => {
-                    let text = Value::String(error.value(py).to_string());
-                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), text), None)
+                    let why = error.value(py).to_string();
+                    unreadable = Some(why.clone());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)), None)
                 }
             },
         };
@@ -709,7 +815,12 @@ impl ToolGuard {
                 }
             }
         }
-        let outcome = outcome.map_err(AirlockError::new_err)?;
+        let mut outcome = outcome.map_err(AirlockError::new_err)?;
+        if let (Some(why), Outcome::Message(message)) = (unreadable, &mut outcome)
+            && message.refusal.as_ref().is_some_and(|refusal| refusal.kind == RefusalKind::MalformedArguments)
+        {
+            message.content = format!("the arguments for `{}` cannot be read: {why}", self.name);
+        }
         outcome_to_py(py, outcome)
     }
 }
@@ -752,17 +863,27 @@ fn run_callback(pending: &Pending, call: JsonCall) -> Result<Value, ToolError> {
                 ToolError::new(format!("the tool failed: {}", e.value(py)))
             }
         })?;
-        to_value(returned.bind(py), 0).map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
+        to_value(returned.bind(py), 0, BeyondI64::AsText)
+            .map_err(|e| ToolError::new(format!("the tool's result: {}", e.value(py))))
     })
 }
 
 /// How deep a value may nest (serde_json's own limit when it parses text).
 const MAX_DEPTH: usize = 128;
 
+/// What [`to_value`] makes of an integer beyond i64 and u64, which a `Value` holds only as a double.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BeyondI64 {
+    /// Arguments: an error (the call is refused), never a rounded number the approval would bind.
+    Refused,
+    /// A tool's result, already produced: its exact decimal text, for the model to read.
+    AsText,
+}
+
 /// A Python value as JSON, converted directly (no JSON text in between), as `json.dumps(value,
 /// default=str)` would see it: `None`, booleans, integers, finite floats, strings, dicts (keys as
-/// strings), lists and tuples; any other object is its `str`.
-fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+/// strings), lists and tuples; any other object is its `str`. Integers beyond i64 and u64 as `beyond` says.
+fn to_value(object: &Bound<'_, PyAny>, depth: usize, beyond: BeyondI64) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(AirlockError::new_err("not JSON: nested too deeply"));
     }
@@ -782,11 +903,17 @@ fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         if let Ok(n) = integer.extract::<u64>() {
             return Ok(Value::from(n));
         }
-        // Beyond 64 bits: what serde_json reads such a literal as.
-        let n: f64 = integer.extract()?;
-        return serde_json::Number::from_f64(n)
-            .map(Value::Number)
-            .ok_or_else(|| AirlockError::new_err("not JSON: an integer too large"));
+        if beyond == BeyondI64::AsText {
+            return Ok(Value::String(integer.str()?.to_str()?.to_owned()));
+        }
+        // Beyond 64 bits a `Value` holds it only as the nearest double, which the tool (given the exact int
+        // when the gates change nothing) would not get: the binding, the display and the effect key would
+        // cover another number. Refused, as canonical JSON refuses integers beyond ±(2^53 − 1).
+        return Err(AirlockError::new_err(format!(
+            "integer {} is outside ±(2^53 − 1) and beyond 64 bits: it would be rounded, so it is refused; send it \
+             as a string",
+            shown_integer(integer)
+        )));
     }
     if let Ok(float) = object.cast::<PyFloat>() {
         return serde_json::Number::from_f64(float.value())
@@ -796,17 +923,31 @@ fn to_value(object: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if let Ok(dict) = object.cast::<PyDict>() {
         let mut map = serde_json::Map::with_capacity(dict.len());
         for (key, value) in dict.iter() {
-            map.insert(key_text(&key)?, to_value(&value, depth + 1)?);
+            map.insert(key_text(&key)?, to_value(&value, depth + 1, beyond)?);
         }
         return Ok(Value::Object(map));
     }
     if let Ok(list) = object.cast::<PyList>() {
-        return list.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+        return list.iter().map(|item| to_value(&item, depth + 1, beyond)).collect::<PyResult<_>>().map(Value::Array);
     }
     if let Ok(tuple) = object.cast::<PyTuple>() {
-        return tuple.iter().map(|item| to_value(&item, depth + 1)).collect::<PyResult<_>>().map(Value::Array);
+        return tuple.iter().map(|item| to_value(&item, depth + 1, beyond)).collect::<PyResult<_>>().map(Value::Array);
     }
     Ok(Value::String(object.str()?.to_str()?.to_owned()))
+}
+
+/// An integer too large to hold, for a refusal: its digits when few (Python refuses to write more than
+/// 4,300), otherwise its size.
+fn shown_integer(integer: &Bound<'_, PyInt>) -> String {
+    const MAX_SHOWN_DIGITS: usize = 40;
+    let digits = integer.str().ok().and_then(|text| text.to_str().ok().map(str::to_owned));
+    match digits {
+        Some(text) if text.len() <= MAX_SHOWN_DIGITS => format!("`{text}`"),
+        _ => {
+            let bits = integer.call_method0(intern!(integer.py(), "bit_length")).and_then(|n| n.extract::<u64>());
+            bits.map(|bits| format!("of {bits} bits")).unwrap_or_else(|_| "too large".to_owned())
+        }
+    }
 }
 
 /// A dict key as `json.dumps` writes it.

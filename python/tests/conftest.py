@@ -74,6 +74,16 @@ def call(name: str, args: dict, call_id: str = "call-1") -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id}])
 
 
+def calls(*named: tuple[str, dict, str]) -> AIMessage:
+    """One message calling several tools: `(name, args, call_id)` each, in order."""
+    return AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in named])
+
+
+def tool_messages(out) -> dict[str, ToolMessage]:
+    """The tool messages of a graph's output, by call id."""
+    return {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+
+
 def graph(node: ToolNode, checkpointer: Any = None):
     builder = StateGraph(MessagesState)
     builder.add_node("tools", node)

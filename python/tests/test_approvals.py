@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, airlock, call, graph, signing_key
+from conftest import RAN, TOOLS, airlock, call, calls, graph, signing_key, tool_messages
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -106,6 +106,57 @@ def test_a_denied_call_never_runs(ledger):
     out = app.invoke(Command(resume=approvals.deny(value, reason="not today")), config("t1"))
     assert tool_message(out).status == "error"
     assert RAN == []
+
+
+
+PLAIN = ("drop_table", {"table": "t"}, "plain-1")
+ESCALATED = ("delete_file", {"path": "/tmp/x"}, "escalated-1")
+
+
+@pytest.mark.parametrize("order", [(PLAIN, ESCALATED), (ESCALATED, PLAIN)], ids=["plain-first", "escalated-first"])
+def test_one_message_with_a_plain_and_an_escalated_call_resumes_the_escalated_one(ledger, order):
+    """ToolNode runs both calls of the message in one task, whose resume values LangGraph hands out by the order
+    the calls ask: the plain call must not take the approval (nor ask for one), and the escalated call runs once
+    with it; both answers reach the messages."""
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    paused = app.invoke({"messages": [calls(*order)]}, config("t1"))
+    interrupts = paused["__interrupt__"]
+    assert len(interrupts) == 1 and ("delete_file", {"path": "/tmp/x"}) not in RAN
+    out = app.invoke(Command(resume=approvals.approve(interrupts[0].value)), config("t1"))
+    assert "__interrupt__" not in out, out["__interrupt__"]
+    assert RAN.count(("delete_file", {"path": "/tmp/x"})) == 1, RAN
+    messages = tool_messages(out)
+    assert messages["plain-1"].status == "success" and messages["plain-1"].content == "dropped"
+    assert messages["escalated-1"].status == "success", messages["escalated-1"].content
+    assert messages["escalated-1"].content == "deleted /tmp/x"
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["resume-map", "resume-value"])
+def test_several_escalated_calls_in_one_message_are_each_resumed_by_their_own_answer(ledger, by_id):
+    """Each interrupt is answered in turn (by its id, or as the one pending); no call runs before every one is
+    answered (its result would be lost to a sibling's pause, and its approval spent), then each runs once."""
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    paths = ["/tmp/a", "/tmp/b", "/tmp/c"]
+    message = calls(*[("delete_file", {"path": path}, f"call-{n}") for n, path in enumerate(paths)], PLAIN)
+    out = app.invoke({"messages": [message]}, config("t1"))
+    asked = set()
+    while "__interrupt__" in out:
+        assert len(asked) < len(paths), "asked again for an answered call"
+        (pending,) = out["__interrupt__"]
+        assert not [r for r in RAN if r[0] == "delete_file"], "nothing runs before every call is answered"
+        call_id = approvals.verify(pending.value)["airlock_approval"]["call"]["tool_call_id"]
+        assert call_id not in asked
+        asked.add(call_id)
+        answer = approvals.approve(pending.value)
+        out = app.invoke(Command(resume={pending.id: answer} if by_id else answer), config("t1"))
+    assert asked == {"call-0", "call-1", "call-2"}
+    assert sorted(r[1]["path"] for r in RAN if r[0] == "delete_file") == paths, RAN
+    messages = tool_messages(out)
+    for n, path in enumerate(paths):
+        assert messages[f"call-{n}"].status == "success" and messages[f"call-{n}"].content == f"deleted {path}"
+    assert messages["plain-1"].status == "success"
 
 
 def test_attack_1_a_resume_value_forged_without_the_key_admits_nothing(ledger):
@@ -276,6 +327,39 @@ def test_the_approval_binds_every_field_of_the_call(ledger):
     again = delete_file.dispatch("call-1", {"path": "/x"}, run, resume=resume, **site)
     assert again["status"] == "error", again
     assert ran == [{"path": "/x"}], "spent once"
+
+
+
+@pytest.mark.parametrize("amount", [2**68 + 12345, 2**64, -(2**63) - 1], ids=["2^68+12345", "2^64", "-2^63-1"])
+def test_an_integer_beyond_64_bits_is_refused_never_rounded(ledger, amount):
+    """A Python int that fits neither i64 nor u64 would reach the gates only as the nearest double (2^68 for
+    2^68 + 12345): the approval would bind and show that number while the tool got the exact int. It is
+    refused, and nothing pauses or runs; an int and a float that fit still pause and run as given."""
+    approvals = InterruptApprovals(KEY, ledger)
+    policy = SecurityPolicy(escalate_tools={"pay": "moves money"}, approval_ledger=ledger)
+    schema = json.dumps({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]})
+    pay = ToolGuard("pay", "Pay an amount.", schema, policy, approvals)
+    site = {"thread_id": "t1", "checkpoint_ns": "tools:1", "checkpoint_map": {"": "cp-1"}}
+    ran = []
+
+    def run(admitted):
+        ran.append(admitted["amount"])
+        return "paid"
+
+    out = pay.dispatch("call-1", {"amount": amount}, run, **site)
+    assert out["kind"] == "message" and out["status"] == "error", out
+    assert out["refusal"]["kind"] == "malformed_arguments", out
+    assert str(amount) in out["content"] and "rounded" in out["content"], out["content"]
+    assert ran == []
+
+    for n, fits in enumerate([12345, 2.5]):
+        paused = pay.dispatch(f"call-{n + 2}", {"amount": fits}, run, **site)
+        assert paused["kind"] == "interrupt", paused
+        assert approvals.verify(paused["value"])["airlock_approval"]["arguments"] == {"amount": fits}
+        resume = approvals.approve(paused["value"])
+        out = pay.dispatch(f"call-{n + 2}", {"amount": fits}, run, resume=resume, **site)
+        assert out["status"] == "success", out
+    assert ran == [12345, 2.5]
 
 
 HOLD = """

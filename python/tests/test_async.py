@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
-from conftest import RAN, SECRET, call, graph
+import pytest
+from conftest import RAN, SECRET, call, calls, graph, tool_messages
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -80,3 +83,57 @@ def test_an_async_interrupt_is_approved_and_resumed_once(tmp_path):
     assert done.status == "success", done.content
     assert replayed.status == "error"
     assert RAN == [("wipe", {"disk": "sdb"})]
+
+
+@tool
+def count_words(text: str) -> int:
+    """Count the words of a text (a sync tool: LangGraph runs it in the loop's default executor)."""
+    RAN.append(("count_words", {"text": text}))
+    return len(text.split())
+
+
+def test_a_sync_tool_runs_when_the_default_executor_has_one_thread():
+    """The dispatcher waits for the tool in a thread while the tool runs; were that thread the loop's default
+    executor's only one, the sync tool, queued behind it there, would never run."""
+    node = ToolNode([count_words], awrap_tool_call=airlock_awrap_tool_call(SecurityPolicy()))
+    graph_ = graph(node)
+    outcome: dict = {}
+
+    async def run():
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+        out = await asyncio.wait_for(graph_.ainvoke({"messages": [call("count_words", {"text": "a b c"})]}), 20)
+        outcome["message"] = out["messages"][-1]
+
+    # In a thread of its own, so that a deadlock fails this test instead of hanging it.
+    runner = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive() and "message" in outcome, "the call never completed"
+    message = outcome["message"]
+    assert message.status == "success" and message.content == "3", message
+    assert RAN == [("count_words", {"text": "a b c"})]
+
+
+@pytest.mark.parametrize("wipe_first", [False, True], ids=["plain-first", "escalated-first"])
+def test_an_async_message_with_a_plain_and_an_escalated_call_resumes_the_escalated_one(tmp_path, wipe_first):
+    """As test_approvals.py's sync test: in one task, only the escalated call takes the approval."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    approvals = InterruptApprovals(bytes(range(32)), ledger)
+    policy = SecurityPolicy(escalate_tools={"wipe": "destroys data"}, approval_ledger=ledger)
+    graph_ = app(policy, approvals, InMemorySaver())
+    cfg = {"configurable": {"thread_id": "a3"}}
+    named = [("fetch", {"url": "http://x"}, "plain-1"), ("wipe", {"disk": "sdc"}, "escalated-1")]
+    message = calls(*(reversed(named) if wipe_first else named))
+
+    async def run():
+        paused = await graph_.ainvoke({"messages": [message]}, cfg)
+        (pending,) = paused["__interrupt__"]
+        assert ("wipe", {"disk": "sdc"}) not in RAN
+        return await graph_.ainvoke(Command(resume=approvals.approve(pending.value)), cfg)
+
+    out = asyncio.run(run())
+    assert "__interrupt__" not in out, out["__interrupt__"]
+    assert RAN.count(("wipe", {"disk": "sdc"})) == 1, RAN
+    messages = tool_messages(out)
+    assert messages["plain-1"].status == "success" and "body of http://x" in messages["plain-1"].content
+    assert messages["escalated-1"].status == "success" and messages["escalated-1"].content == "wiped"

@@ -97,6 +97,21 @@ def test_a_missing_tool_is_refused_like_any_other():
     assert RAN == []
 
 
+
+def test_a_missing_tool_is_audited_and_its_name_echoed_escaped_and_cut(tmp_path):
+    """The model's name for a tool the node lacks is its text, not ours: echoed as every refusal echoes model
+    text (control and bidirectional characters escaped, at most 64 characters), and the refusal recorded."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    name = "evil\u202e\x1b[2J" + "x" * 500
+    message = last(guarded(SecurityPolicy(approval_ledger=ledger)).invoke({"messages": [call(name, {"a": 1})]}))
+    assert message.status == "error" and message.additional_kwargs["airlock"]["refusal"]["kind"] == "unknown_tool"
+    assert "\u202e" not in message.content and "\x1b" not in message.content, message.content
+    assert "evil\\u{202e}" in message.content and "x" * 100 not in message.content, message.content
+    refused = [r for r in ledger.audit_records() if r["tool_call_id"] == "call-1"]
+    assert len(refused) == 1, ledger.audit_records()
+    assert RAN == []
+
+
 def test_rate_limits_take_one_token_per_call():
     app = guarded(SecurityPolicy(rate_limits={"search_*": "2/minute"}))
     statuses = [
