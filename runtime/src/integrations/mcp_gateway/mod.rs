@@ -26,7 +26,8 @@
 //! - **Every request is answered.** Over stdio the gateway frames messages itself ([`LineTransport`]): a
 //!   message too large, too deep or malformed is answered with a JSON-RPC error, never dropped; a result
 //!   too large fails its call (effect ambiguous). Listing the upstream's tools is bounded
-//!   ([`LIST_TOOLS_TIMEOUT`]), and a re-list never answered holds up no shutdown.
+//!   ([`LIST_TOOLS_TIMEOUT`]), and a re-list never answered holds up neither a shutdown nor, over HTTP, new
+//!   connections.
 //! - **Settling effects.** A result commits the call's effect; a request that never left (the upstream is
 //!   gone) fails it (a retry is safe); an `isError` result, a JSON-RPC error or a connection lost after the
 //!   request was sent leave it ambiguous, for an operator to resolve.
