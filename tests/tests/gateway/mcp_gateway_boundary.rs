@@ -10,7 +10,7 @@ use agent_airlock_tests::python_env::Venv;
 use serde_json::{Value, json};
 
 use crate::gateway;
-use gateway::{Scratch, airlock, venv};
+use gateway::{HttpSession, Listening, Scratch, airlock, venv};
 
 const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/hostile_upstream.py");
 const APPROVAL_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -211,6 +211,36 @@ fn an_upstream_that_never_answers_the_relist_holds_up_nothing() {
             assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
         }
     }
+}
+
+/// Over `--listen` too: while the upstream leaves a re-list unanswered (for up to 30 s), the gateway still
+/// accepts connections (a new session opens) and stops at once on SIGTERM.
+#[test]
+fn an_upstream_that_never_answers_the_relist_holds_up_neither_the_listener_nor_its_shutdown() {
+    const TOKEN: &str = "gateway-test-token-relist";
+    // Far below the re-list's own bound (30 s), so only a listener and a shutdown the re-list does not hold
+    // up pass; generous for a loaded machine.
+    const PROMPTLY: Duration = Duration::from_secs(10);
+    let venv = venv();
+    let scratch = Scratch::with_policy("version = 1\ndefault = \"allow\"\n");
+    let gateway = Listening::start(
+        hostile_gateway(&scratch, &venv, &["--listen", "127.0.0.1:0"]).env("AIRLOCK_GATEWAY_TOKEN", TOKEN),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
+    runtime.block_on(async {
+        let first = HttpSession::open(&gateway.url, TOKEN).await;
+        assert_eq!(first.call(2, "relist", json!({})).await, "announced");
+        // The gateway has the announcement before the answer that follows it; give its loop time to start
+        // the re-list, so the next connection arrives while the listing hangs.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = std::time::Instant::now();
+        let second = tokio::time::timeout(PROMPTLY, HttpSession::open(&gateway.url, TOKEN))
+            .await
+            .unwrap_or_else(|_| panic!("no new session within {PROMPTLY:?} while the re-list hangs"));
+        assert_eq!(second.call(3, "echo", json!({"text": "still here"})).await, "still here");
+        assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
+    });
+    gateway.terminate_within(PROMPTLY);
 }
 
 /// A `[tools.…]` table naming no tool the upstream offers (a typo) is an error: for `airlock policy check

@@ -172,12 +172,17 @@ impl Listening {
     }
 
     /// Stops the gateway as a service manager does (SIGTERM), and asserts it exits cleanly within 20 s.
-    pub fn terminate(mut self) {
+    pub fn terminate(self) {
+        self.terminate_within(Duration::from_secs(20));
+    }
+
+    /// As [`Listening::terminate`], within `deadline`.
+    pub fn terminate_within(mut self, deadline: Duration) {
         let pid = self.process.0.id().to_string();
         let kill = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
         assert!(kill.success());
-        let status =
-            wait_with_deadline(&mut self.process.0, Duration::from_secs(20)).expect("the gateway exits on SIGTERM");
+        let status = wait_with_deadline(&mut self.process.0, deadline)
+            .unwrap_or_else(|| panic!("the gateway does not exit within {deadline:?} of SIGTERM"));
         assert!(status.success(), "{status}");
     }
 }

@@ -25,7 +25,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::net::TcpListener;
 
 use super::oauth::OAuthResourceServer;
-use super::{DEFAULT_SHUTDOWN_GRACE, GatewayError, GatewayServer, McpGateway, watch_closed};
+use super::{DEFAULT_SHUTDOWN_GRACE, GatewayError, GatewayServer, McpGateway, relisting, watch_closed};
 use crate::identity::Caller;
 use crate::integrations::mcp::McpApprovals;
 
@@ -144,6 +144,7 @@ impl McpGateway {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
+        let mut relist = std::pin::pin!(None);
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -159,11 +160,12 @@ impl McpGateway {
                     tracing::error!(target: "agent_airlock", "the upstream server closed the connection; stopping");
                     break;
                 }
-                Ok(()) = changed.changed() => {
-                    match self.refresh().await {
-                        Ok(tools) => tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed"),
-                        Err(error) => tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay"),
-                    }
+                // While the upstream lists its tools again, connections are still accepted and a shutdown
+                // still stops at once (see `relisting`).
+                Ok(()) = changed.changed(), if relist.is_none() => relist.set(Some(self.upstream.listing())),
+                listed = relisting(relist.as_mut()) => {
+                    relist.set(None);
+                    self.serve_relisted(listed).await;
                 }
             }
         }

@@ -26,7 +26,8 @@
 //! - **Every request is answered.** Over stdio the gateway frames messages itself ([`LineTransport`]): a
 //!   message too large, too deep or malformed is answered with a JSON-RPC error, never dropped; a result
 //!   too large fails its call (effect ambiguous). Listing the upstream's tools is bounded
-//!   ([`LIST_TOOLS_TIMEOUT`]), and a re-list never answered holds up no shutdown.
+//!   ([`LIST_TOOLS_TIMEOUT`]), and a re-list never answered holds up neither a shutdown nor, over HTTP, new
+//!   connections.
 //! - **Settling effects.** A result commits the call's effect; a request that never left (the upstream is
 //!   gone) fails it (a retry is safe); an `isError` result, a JSON-RPC error or a connection lost after the
 //!   request was sent leave it ambiguous, for an operator to resolve.
@@ -241,11 +242,33 @@ impl McpGateway {
     /// they were: a tool that was out of budget still is.
     pub async fn refresh(&mut self) -> Result<&GatewayTools, GatewayError> {
         let listed = self.upstream.list_tools().await?;
+        self.serve_listed(listed).await
+    }
+
+    /// The second half of [`refresh`](Self::refresh), once the upstream has listed its tools: builds their
+    /// dispatcher and swaps it in. Quick; the listing is the part that can take long.
+    async fn serve_listed(&mut self, listed: Vec<rmcp::model::Tool>) -> Result<&GatewayTools, GatewayError> {
         let (dispatcher, offered, tools) =
             build(&self.upstream, &self.pins, &self.allowed, &self.setup, &self.rates, listed)?;
         self.served.replace(Arc::new(dispatcher), offered).await;
         self.tools = GatewayTools { offered: self.served.tool_names(), ..tools };
         Ok(&self.tools)
+    }
+
+    /// Serves what a re-list listed, or keeps the tools served now if it failed; logs which.
+    async fn serve_relisted(&mut self, listed: Result<Vec<rmcp::model::Tool>, UpstreamError>) {
+        let refreshed = match listed {
+            Ok(listed) => self.serve_listed(listed).await,
+            Err(error) => Err(error.into()),
+        };
+        match refreshed {
+            Ok(tools) => {
+                tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed")
+            }
+            Err(error) => {
+                tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay")
+            }
+        }
     }
 
     /// Stops without serving: shuts the upstream down as [`serve`](Self::serve) does when it ends.
@@ -304,6 +327,7 @@ impl McpGateway {
         let mut session = std::pin::pin!(running.waiting());
         let mut changed = self.upstream.tools_changed();
         let mut upstream_gone = std::pin::pin!(watch_closed(self.upstream.caller()));
+        let mut relist = std::pin::pin!(None);
         loop {
             tokio::select! {
                 ended = &mut session => {
@@ -328,28 +352,11 @@ impl McpGateway {
                     let _ = session.await;
                     break;
                 }
-                Ok(()) = changed.changed() => {
-                    // An upstream that announces a change and never answers the re-list holds up nothing: the
-                    // re-list is bounded (`Upstream::list_tools`), and the session's end or a shutdown
-                    // request cuts it short.
-                    tokio::select! {
-                        refreshed = self.refresh() => match refreshed {
-                            Ok(tools) => tracing::info!(target: "agent_airlock", offered = ?tools.offered, "the upstream's tools changed"),
-                            Err(error) => tracing::error!(target: "agent_airlock", %error, "the upstream's new tools could not be served; the previous ones stay"),
-                        },
-                        ended = &mut session => {
-                            if let Err(error) = ended {
-                                tracing::warn!(target: "agent_airlock", %error, "the downstream session ended abnormally");
-                            }
-                            break;
-                        }
-                        () = &mut shutdown => {
-                            tracing::info!(target: "agent_airlock", "shutting down on request");
-                            stop.cancel();
-                            let _ = session.await;
-                            break;
-                        }
-                    }
+                // See `relisting` for why the listing is an arm of its own.
+                Ok(()) = changed.changed(), if relist.is_none() => relist.set(Some(self.upstream.listing())),
+                listed = relisting(relist.as_mut()) => {
+                    relist.set(None);
+                    self.serve_relisted(listed).await;
                 }
             }
         }
@@ -366,6 +373,18 @@ fn surface_guard(dispatcher: &Dispatcher, policy: Arc<Policy>) -> SurfaceGuard {
         dispatcher.audit_log().cloned(),
         Arc::clone(dispatcher.clock()),
     )
+}
+
+/// The upstream's tools as the re-list in flight lists them; never, while none is. The serving loops poll it
+/// as an arm of their own, beside the client, the listener and a shutdown request: an upstream that announces
+/// a change and never answers the re-list (bounded by [`LIST_TOOLS_TIMEOUT`] only) holds up none of them.
+/// The loops do not look for changes while a listing runs: the watch keeps the latest, so the changes the
+/// upstream announces meanwhile bring one more listing after this one, not one each.
+async fn relisting<F: Future>(relist: std::pin::Pin<&mut Option<F>>) -> F::Output {
+    match relist.as_pin_mut() {
+        Some(listing) => listing.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Completes once the upstream's connection is closed.

@@ -7,6 +7,7 @@
 //! stdio transport's order: close the child's stdin, wait, then SIGTERM, wait, then SIGKILL.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -256,9 +257,20 @@ impl Upstream {
 
     /// Every tool the upstream lists now (all pages), within [`LIST_TOOLS_TIMEOUT`].
     pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, UpstreamError> {
-        match tokio::time::timeout(LIST_TOOLS_TIMEOUT, self.client.peer().list_all_tools()).await {
-            Ok(listed) => listed.map_err(UpstreamError::ListTools),
-            Err(_) => Err(UpstreamError::ListToolsTimeout(LIST_TOOLS_TIMEOUT)),
+        self.listing().await
+    }
+
+    /// [`list_tools`](Self::list_tools) as a future that holds no borrow of the upstream, so a re-list can
+    /// run beside everything else the gateway does rather than in its stead.
+    pub(crate) fn listing(
+        &self,
+    ) -> impl Future<Output = Result<Vec<rmcp::model::Tool>, UpstreamError>> + Send + 'static {
+        let peer = self.client.peer().clone();
+        async move {
+            match tokio::time::timeout(LIST_TOOLS_TIMEOUT, peer.list_all_tools()).await {
+                Ok(listed) => listed.map_err(UpstreamError::ListTools),
+                Err(_) => Err(UpstreamError::ListToolsTimeout(LIST_TOOLS_TIMEOUT)),
+            }
         }
     }
 
