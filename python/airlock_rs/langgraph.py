@@ -25,6 +25,7 @@ import contextvars
 import json
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from langchain_core.messages import ToolMessage
@@ -606,10 +607,24 @@ def airlock_awrap_tool_call(
     return awrap_tool_call
 
 
+def _tool_name(tool: Any) -> str:
+    """The name a model calls ``tool`` by: a tool object's ``name``; of a dict (a provider's own tool, as
+    ``{"type": "web_search_20250305", "name": "web_search"}``, or OpenAI's ``{"type": "function", "function":
+    {"name": ...}}``), its ``name`` or its function's; anything else, its ``str``."""
+    if isinstance(tool, Mapping):
+        function = tool.get("function")
+        if isinstance(function, Mapping) and "name" in function:
+            return str(function["name"])
+        if "name" in tool:
+            return str(tool["name"])
+        return str(tool)
+    return str(getattr(tool, "name", tool))
+
+
 def filter_tools(tools: list, policy: SecurityPolicy) -> list:
     """The tools the policy does not refuse outright (escalated ones kept: a human can approve them), for
-    ``model.bind_tools(...)``."""
-    return [tool for tool in tools if policy.refuses(getattr(tool, "name", str(tool))) is None]
+    ``model.bind_tools(...)``: tool objects and tools given as dicts alike."""
+    return [tool for tool in tools if policy.refuses(_tool_name(tool)) is None]
 
 
 def airlock_middleware(policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None) -> Any:

@@ -235,6 +235,17 @@ def test_filter_tools_drops_refused_tools_and_keeps_escalated_ones():
     assert [t.name for t in filter_tools(TOOLS, policy)] == ["search_docs", "delete_file", "send_mail"]
 
 
+def test_filter_tools_reads_the_name_of_tools_given_as_dicts():
+    """A provider's own tool (run by the provider: no node sees its calls) and an OpenAI-style function are
+    dicts; a denied one must not be offered."""
+    web_search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    drop = {"type": "function", "function": {"name": "drop_table", "parameters": {"type": "object"}}}
+    fetch = {"type": "function", "function": {"name": "fetch_page", "parameters": {"type": "object"}}}
+    policy = SecurityPolicy(denied_tools=["web_search", "drop_*"])
+    offered = filter_tools([web_search, drop, fetch, *TOOLS], policy)
+    assert offered == [fetch, *[t for t in TOOLS if t.name != "drop_table"]], offered
+
+
 def test_create_agent_with_the_middleware():
     from langchain.agents import create_agent
 
