@@ -780,7 +780,7 @@ impl ToolGuard {
             context = context.with_thread(thread);
         }
         if let Some(resume) = resume {
-            context = context.with_resume(to_json(py, resume)?);
+            context = context.with_resume(resume_value(py, resume)?);
         }
         let mut unreadable = None;
         let (call, given) = match arguments.cast::<PyString>() {
@@ -1039,6 +1039,18 @@ fn outcome_to_py(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
 fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Value> {
     let text: String = py.import("json")?.call_method1("dumps", (value,))?.extract()?;
     serde_json::from_str(&text).map_err(|e| AirlockError::new_err(format!("not JSON: {e}")))
+}
+
+/// A resume value as the dispatcher reads it. One that has no JSON form (`nan`, a set, a tuple key, nesting
+/// past any limit) is no approval: it becomes `null`, which the dispatcher refuses and records as it does any
+/// other non-approval, rather than an exception out of the node. Only an interruption of Python itself
+/// (`KeyboardInterrupt`, `SystemExit`) goes on up.
+fn resume_value(py: Python<'_>, resume: &Bound<'_, PyAny>) -> PyResult<Value> {
+    match to_json(py, resume) {
+        Ok(value) => Ok(value),
+        Err(error) if error.is_instance_of::<PyException>(py) => Ok(Value::Null),
+        Err(error) => Err(error),
+    }
 }
 
 fn from_json(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
