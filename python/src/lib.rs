@@ -60,8 +60,13 @@ const DEFAULT_GRANT_TTL_SECS: u64 = 900;
 /// call: ToolNode runs each batch of tool calls on threads it starts anew.)
 static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
 
-/// Runs `future` to completion on the calling thread.
-fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+/// Runs `future` to completion on the calling thread, or, when that thread already drives one (see
+/// [`nested`]), on a thread of its own while the calling one waits.
+fn block_on<F>(future: F) -> Result<F::Output, String>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
     let runtime = RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -70,10 +75,26 @@ fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
             .build()
             .map_err(|e| format!("cannot start the runtime: {e}"))
     });
-    match runtime {
-        Ok(runtime) => Ok(runtime.block_on(future)),
-        Err(error) => Err(error.clone()),
+    let runtime = runtime.as_ref().map_err(Clone::clone)?;
+    if !nested() {
+        return Ok(runtime.block_on(future));
     }
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("airlock-rs-nested".to_owned())
+            .spawn_scoped(scope, || runtime.block_on(future))
+            .map_err(|e| format!("cannot start a thread for a nested call: {e}"))?
+            .join()
+            .map_err(|_| "the nested call panicked".to_owned())
+    })
+}
+
+/// Whether the calling thread is inside a runtime already: a tool's callback, run by another call's
+/// [`block_on`] on this thread, that dispatches a call itself (a guarded tool calling another). Tokio
+/// cannot block a thread that drives a future, so [`block_on`] runs the nested call on another thread, and
+/// the caller must release the GIL meanwhile: that thread takes it to run the nested tool's callback.
+fn nested() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
 }
 
 /// Where approvals, effects and audit records live.
@@ -800,7 +821,7 @@ impl ToolGuard {
             },
         };
         self.lock().entry(tool_call_id.clone()).or_default().push(InFlight { callback: execute, given });
-        let outcome = if self.waits {
+        let outcome = if self.waits || nested() {
             py.detach(|| block_on(self.dispatcher.dispatch(call, &context)))
         } else {
             block_on(self.dispatcher.dispatch(call, &context))

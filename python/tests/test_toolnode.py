@@ -449,6 +449,39 @@ def test_nothing_python_passes_makes_the_rust_side_panic():
             assert type(error).__name__ != "PanicException"
 
 
+def test_a_tool_that_dispatches_another_guarded_call_runs_it_never_a_panic(tmp_path):
+    """A tool's body runs inside its guard's dispatch; a guarded call made from there (a tool calling another
+    tool) runs too, with or without a store to wait on, and so does one nested in that."""
+    from airlock_rs import ToolGuard
+
+    schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}})
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    for policy in (SecurityPolicy(), SecurityPolicy(approval_ledger=ledger)):
+        inner = ToolGuard("inner", "d", schema, policy)
+        middle = ToolGuard("middle", "d", schema, policy)
+        outer = ToolGuard("outer", "d", schema, policy)
+
+        def through_middle(admitted):
+            return middle.dispatch("m", admitted, lambda a: inner.dispatch("i", a, lambda b: f"inner {b['q']}"))
+
+        out = outer.dispatch("o", {"q": "x"}, lambda admitted: through_middle(admitted)["content"])
+        assert out["status"] == "success", out
+        assert json.loads(out["content"])["content"] == "inner x", out
+    kinds = [(r["tool"], r["outcome"]["kind"]) for r in ledger.audit_records()]
+    assert kinds == [("inner", "executed"), ("middle", "executed"), ("outer", "executed")], kinds
+
+    lookup = ToolGuard("lookup", "d", schema, SecurityPolicy())
+
+    @tool
+    def ask_lookup(q: str) -> str:
+        """Look something up through another guarded tool."""
+        RAN.append(("ask_lookup", {"q": q}))
+        return lookup.dispatch("l1", {"q": q}, lambda a: f"found {a['q']}")["content"]
+
+    message = last(guarded(SecurityPolicy(), tools=[ask_lookup]).invoke({"messages": [call("ask_lookup", {"q": "y"})]}))
+    assert message.status == "success" and message.content == "found y", message.content
+
+
 def test_the_readme_example_runs():
     """README, "LangGraph (Python)": the second of its two commands."""
     example = Path(__file__).parent.parent / "examples" / "langgraph_agent.py"
