@@ -10,7 +10,8 @@ model fills in; injected state, store and runtime are not in it): the policy, gh
 every depth, strict validation with hints, escalation, rate limits, effects, masking of the result's
 content and the audit record. The node's own ``execute`` then runs with the admitted arguments. A refusal
 is a ``ToolMessage`` with ``status="error"`` and ``execute`` never runs. A ``Command`` a tool returns passes
-through as it is.
+through as it is; of a list of messages and commands a tool returns, each message is masked and each command
+passes through.
 
 Several calls of one message run in one task (``ToolNode``): each resume value goes to the call it answers,
 and an answered call waits until every escalated sibling is answered too (:class:`_TaskAnswers`).
@@ -24,6 +25,7 @@ import contextvars
 import json
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from langchain_core.messages import ToolMessage
@@ -286,10 +288,10 @@ def _refused(request: Any, text: str, hints: list[str] | None = None, **detail: 
 
 
 def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
-    """The node's answer: the tool's own message with its content masked, a ``Command`` untouched, or the
-    dispatcher's refusal."""
+    """The node's answer: the tool's own message with its content masked, a ``Command`` untouched, a list of
+    them (each message masked, each ``Command`` untouched), or the dispatcher's refusal."""
     produced = executed.get("result")
-    if isinstance(produced, Command) or (isinstance(produced, list) and any(isinstance(p, Command) for p in produced)):
+    if isinstance(produced, Command):
         return produced
     stripped = list(outcome.get("stripped_arguments") or [])
     if outcome.get("refusal") is not None or produced is None:
@@ -300,6 +302,8 @@ def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
             refusal=outcome.get("refusal"),
             stripped_arguments=stripped,
         )
+    if isinstance(produced, list):
+        return _masked_list(produced, outcome["content"], stripped)
     message = produced
     content = outcome["content"]
     if not isinstance(message.content, str):
@@ -316,20 +320,57 @@ def _message_from(request: Any, outcome: dict, executed: dict) -> Any:
         else:
             message.additional_kwargs = {METADATA_KEY: {"stripped_arguments": stripped}}
         return message
+    return _with_content(message, content, stripped)
+
+
+def _with_content(message: ToolMessage, content: Any, stripped: list) -> ToolMessage:
     extra = dict(message.additional_kwargs or {})
     extra[METADATA_KEY] = {"stripped_arguments": stripped}
     return message.model_copy(update={"content": content, "additional_kwargs": extra})
 
 
+def _masked_list(produced: list, masked: str, stripped: list) -> list:
+    """A tool's list of messages and commands, each message's content replaced by its masked one (the
+    dispatcher masked them together: the array :func:`_result_content` gave it). Should the masked text not
+    be that array again (a result too large to mask becomes the notice saying so), every message gets the
+    text itself: never a content the masker did not see."""
+    positions = [n for n, item in enumerate(produced) if isinstance(item, ToolMessage)]
+    if not positions:
+        return produced
+    try:
+        contents = json.loads(masked)
+    except ValueError:
+        contents = None
+    if not isinstance(contents, list) or len(contents) != len(positions):
+        contents = [masked] * len(positions)
+    answer = list(produced)
+    for n, content in zip(positions, contents):
+        answer[n] = _with_content(produced[n], content, stripped)
+    return answer
+
+
 def _result_content(result: Any) -> Any:
     """What the dispatcher masks and records of the node's answer: a message's content (a ``Command`` is
     recorded as nothing: it passes through unmasked). A message with ``status="error"`` (the node caught the
-    tool's exception: ``handle_tool_errors``) is a failure, recorded as one, its text masked."""
+    tool's exception: ``handle_tool_errors``) is a failure, recorded as one, its text masked.
+
+    Of a list (a tool may return several messages and commands), the array of its messages' contents, in
+    order, masked and recorded as one result (its commands left out, and a list of commands alone recorded as
+    nothing, as one command is); any message of it with ``status="error"`` makes it a failure whose text is
+    that array as JSON."""
     if isinstance(result, ToolMessage):
         if result.status == "error":
             content = result.content
             raise ToolFailed(content if isinstance(content, str) else json.dumps(content, default=str))
         return result.content
+    if isinstance(result, list):
+        messages = [item for item in result if isinstance(item, ToolMessage)]
+        if not messages:
+            return None
+        contents = [message.content for message in messages]
+        if any(message.status == "error" for message in messages):
+            raise ToolFailed(json.dumps(contents, default=str))
+        return contents
     return None
 
 
@@ -566,10 +607,24 @@ def airlock_awrap_tool_call(
     return awrap_tool_call
 
 
+def _tool_name(tool: Any) -> str:
+    """The name a model calls ``tool`` by: a tool object's ``name``; of a dict (a provider's own tool, as
+    ``{"type": "web_search_20250305", "name": "web_search"}``, or OpenAI's ``{"type": "function", "function":
+    {"name": ...}}``), its ``name`` or its function's; anything else, its ``str``."""
+    if isinstance(tool, Mapping):
+        function = tool.get("function")
+        if isinstance(function, Mapping) and "name" in function:
+            return str(function["name"])
+        if "name" in tool:
+            return str(tool["name"])
+        return str(tool)
+    return str(getattr(tool, "name", tool))
+
+
 def filter_tools(tools: list, policy: SecurityPolicy) -> list:
     """The tools the policy does not refuse outright (escalated ones kept: a human can approve them), for
-    ``model.bind_tools(...)``."""
-    return [tool for tool in tools if policy.refuses(getattr(tool, "name", str(tool))) is None]
+    ``model.bind_tools(...)``: tool objects and tools given as dicts alike."""
+    return [tool for tool in tools if policy.refuses(_tool_name(tool)) is None]
 
 
 def airlock_middleware(policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None) -> Any:

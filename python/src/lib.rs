@@ -60,8 +60,13 @@ const DEFAULT_GRANT_TTL_SECS: u64 = 900;
 /// call: ToolNode runs each batch of tool calls on threads it starts anew.)
 static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
 
-/// Runs `future` to completion on the calling thread.
-fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+/// Runs `future` to completion on the calling thread, or, when that thread already drives one (see
+/// [`nested`]), on a thread of its own while the calling one waits.
+fn block_on<F>(future: F) -> Result<F::Output, String>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
     let runtime = RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -70,10 +75,26 @@ fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
             .build()
             .map_err(|e| format!("cannot start the runtime: {e}"))
     });
-    match runtime {
-        Ok(runtime) => Ok(runtime.block_on(future)),
-        Err(error) => Err(error.clone()),
+    let runtime = runtime.as_ref().map_err(Clone::clone)?;
+    if !nested() {
+        return Ok(runtime.block_on(future));
     }
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("airlock-rs-nested".to_owned())
+            .spawn_scoped(scope, || runtime.block_on(future))
+            .map_err(|e| format!("cannot start a thread for a nested call: {e}"))?
+            .join()
+            .map_err(|_| "the nested call panicked".to_owned())
+    })
+}
+
+/// Whether the calling thread is inside a runtime already: a tool's callback, run by another call's
+/// [`block_on`] on this thread, that dispatches a call itself (a guarded tool calling another). Tokio
+/// cannot block a thread that drives a future, so [`block_on`] runs the nested call on another thread, and
+/// the caller must release the GIL meanwhile: that thread takes it to run the nested tool's callback.
+fn nested() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
 }
 
 /// Where approvals, effects and audit records live.
@@ -780,7 +801,7 @@ impl ToolGuard {
             context = context.with_thread(thread);
         }
         if let Some(resume) = resume {
-            context = context.with_resume(to_json(py, resume)?);
+            context = context.with_resume(resume_value(py, resume)?);
         }
         let mut unreadable = None;
         let (call, given) = match arguments.cast::<PyString>() {
@@ -800,7 +821,7 @@ impl ToolGuard {
             },
         };
         self.lock().entry(tool_call_id.clone()).or_default().push(InFlight { callback: execute, given });
-        let outcome = if self.waits {
+        let outcome = if self.waits || nested() {
             py.detach(|| block_on(self.dispatcher.dispatch(call, &context)))
         } else {
             block_on(self.dispatcher.dispatch(call, &context))
@@ -1039,6 +1060,18 @@ fn outcome_to_py(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
 fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Value> {
     let text: String = py.import("json")?.call_method1("dumps", (value,))?.extract()?;
     serde_json::from_str(&text).map_err(|e| AirlockError::new_err(format!("not JSON: {e}")))
+}
+
+/// A resume value as the dispatcher reads it. One that has no JSON form (`nan`, a set, a tuple key, nesting
+/// past any limit) is no approval: it becomes `null`, which the dispatcher refuses and records as it does any
+/// other non-approval, rather than an exception out of the node. Only an interruption of Python itself
+/// (`KeyboardInterrupt`, `SystemExit`) goes on up.
+fn resume_value(py: Python<'_>, resume: &Bound<'_, PyAny>) -> PyResult<Value> {
+    match to_json(py, resume) {
+        Ok(value) => Ok(value),
+        Err(error) if error.is_instance_of::<PyException>(py) => Ok(Value::Null),
+        Err(error) => Err(error),
+    }
 }
 
 fn from_json(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {

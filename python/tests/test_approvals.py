@@ -189,6 +189,41 @@ def test_attack_1_a_resume_value_forged_without_the_key_admits_nothing(ledger):
         assert RAN == [], forged
 
 
+def deeply_nested(depth: int) -> list:
+    value: list = []
+    inner = value
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return value
+
+
+#: Resume values JSON has no form for: none is an approval.
+NOT_JSON = [float("nan"), {1, 2}, {"answer": {(1, 2): 3}}]
+
+
+def test_a_resume_value_with_no_json_form_is_refused_as_no_approval_never_an_exception(ledger):
+    """Any resume value but an approval is a no: one JSON cannot write (`nan`, a set, a tuple key, nesting past
+    any limit) is refused and audited like any other non-approval, not raised out of the node."""
+    approvals = InterruptApprovals(KEY, ledger)
+    app = guarded(ledger, approvals)
+    for n, bad in enumerate(NOT_JSON):
+        pause(app, thread=f"t{n}")
+        message = tool_message(app.invoke(Command(resume=bad), config(f"t{n}")))
+        assert message.status == "error" and "was not approved" in message.content, (bad, message.content)
+        assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "approval_invalid", bad
+    # The guard itself, as a host other than LangGraph calls it (LangGraph's own saver cannot keep a tuple key
+    # or a value nested this deep).
+    policy = SecurityPolicy(escalate_tools={"t": "x"}, approval_ledger=ledger)
+    guard = ToolGuard("t", "d", json.dumps({"type": "object", "properties": {}}), policy, approvals)
+    for n, bad in enumerate([*NOT_JSON, {(1, 2): 3}, deeply_nested(100_000)]):
+        out = guard.dispatch(f"g{n}", {}, lambda _: "ran", resume=bad, thread_id="g")
+        assert out["kind"] == "message" and out["refusal"]["kind"] == "approval_invalid", (n, out)
+    assert RAN == []
+    refused = [r for r in ledger.audit_records() if r["outcome"] == {"kind": "refused", "refusal": "approval_invalid"}]
+    assert len(refused) == len(NOT_JSON) * 2 + 2, ledger.audit_records()
+
+
 def test_attack_2_a_request_altered_in_the_store_is_not_approved(ledger):
     approvals = InterruptApprovals(KEY, ledger)
     value = pause(guarded(ledger, approvals))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Annotated
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import RAN, SECRET, call, calls, graph, tool_messages
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config
 from langgraph.prebuilt import ToolNode
@@ -60,6 +61,26 @@ def test_ainvoke_admits_masks_and_refuses():
     assert ok.additional_kwargs["airlock"]["stripped_arguments"] == ["extra"]
     assert refused.status == "error"
     assert RAN == [("fetch", {"url": "http://x"})]
+
+
+@tool
+async def fetch_both(url: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> list:
+    """Fetch a URL and its mirror; returns a message for each and a state update."""
+    RAN.append(("fetch_both", {"url": url}))
+    return [
+        ToolMessage(content=f"body of {url} {SECRET}", tool_call_id=tool_call_id),
+        ToolMessage(content=f"mirror of {url} {SECRET}", tool_call_id="mirror"),
+        Command(update={"messages": []}),
+    ]
+
+
+def test_an_async_tool_returning_a_list_has_each_message_masked():
+    node = ToolNode([fetch_both], awrap_tool_call=airlock_awrap_tool_call(SecurityPolicy()))
+    out = asyncio.run(graph(node).ainvoke({"messages": [call("fetch_both", {"url": "http://x"}, "b1")]}))
+    messages = tool_messages(out)
+    assert messages["b1"].content == "body of http://x [AWS_ACCESS_KEY]", messages["b1"].content
+    assert messages["mirror"].content == "mirror of http://x [AWS_ACCESS_KEY]", messages["mirror"].content
+    assert RAN == [("fetch_both", {"url": "http://x"})]
 
 
 def test_an_async_interrupt_is_approved_and_resumed_once(tmp_path):

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from conftest import RAN, SECRET, TOOLS, ScriptedChat, airlock, call, graph, move_to
+from conftest import RAN, SECRET, TOOLS, ScriptedChat, airlock, call, graph, move_to, tool_messages
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.prebuilt import InjectedState, ToolNode
+from langgraph.types import Command
 from pydantic import BaseModel
 
 from airlock_rs import AirlockError, PolicyError, RedbApprovalLedger, SchemaError, SecurityPolicy
@@ -128,6 +129,72 @@ def test_a_command_passes_through_unmasked():
     assert SECRET in out["messages"][-1].content
 
 
+@tool
+def two_notes(topic: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> list:
+    """Write two notes; returns both messages."""
+    RAN.append(("two_notes", {"topic": topic}))
+    return [
+        ToolMessage(content=f"first on {topic} {SECRET}", tool_call_id=tool_call_id),
+        ToolMessage(content=[{"type": "text", "text": f"second {SECRET}"}], tool_call_id="aside"),
+    ]
+
+
+@tool
+def note_and_move(topic: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> list:
+    """Write a note and update the state; returns the message and a command."""
+    RAN.append(("note_and_move", {"topic": topic}))
+    return [
+        ToolMessage(content=f"noted {topic} {SECRET}", tool_call_id=tool_call_id),
+        Command(update={"messages": [AIMessage(content=f"moved {SECRET}")]}),
+    ]
+
+
+def test_a_list_of_messages_and_commands_is_masked_message_by_message_and_audited(tmp_path):
+    """A tool may return a list of messages and commands: each message is masked (a command passes through as
+    one alone does), and the audit records the messages' masked contents as one array, never nothing; the node
+    never fails after the tool ran."""
+    from airlock_rs import ToolGuard
+
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    policy = SecurityPolicy(approval_ledger=ledger)
+    app = graph(ToolNode([two_notes, note_and_move], wrap_tool_call=airlock_wrap_tool_call(policy)))
+
+    out = app.invoke({"messages": [call("two_notes", {"topic": "x"}, "n1")]})
+    notes = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in notes] == ["n1", "aside"]
+    assert notes[0].content == "first on x [AWS_ACCESS_KEY]", notes[0].content
+    assert notes[1].content == [{"type": "text", "text": "second [AWS_ACCESS_KEY]"}], notes[1].content
+    assert all(m.additional_kwargs["airlock"] == {"stripped_arguments": []} for m in notes)
+
+    out = app.invoke({"messages": [call("note_and_move", {"topic": "y"}, "n2")]})
+    assert SECRET not in str(tool_messages(out)["n2"].content), out["messages"]
+    assert tool_messages(out)["n2"].content == "noted y [AWS_ACCESS_KEY]"
+    # The command is the tool's, untouched.
+    assert f"moved {SECRET}" in [m.content for m in out["messages"]]
+    assert RAN == [("two_notes", {"topic": "x"}), ("note_and_move", {"topic": "y"})]
+
+    # What the audit log committed to is the array of masked contents: the digest a tool returning that array
+    # gets.
+    schema = json.dumps({"type": "object", "properties": {}})
+    same = ToolGuard("same", "d", schema, policy)
+    same.dispatch("s1", {}, lambda _: [f"first on x {SECRET}", [{"type": "text", "text": f"second {SECRET}"}]])
+    same.dispatch("s2", {}, lambda _: [f"noted y {SECRET}"])
+    results = {r["tool_call_id"]: r["result"] for r in ledger.audit_records()}
+    assert results["n1"] is not None and results["n1"] == results["s1"], results
+    assert results["n2"] is not None and results["n2"] == results["s2"], results
+
+
+def test_a_list_with_an_error_message_is_a_failure_masked_like_one():
+    @tool
+    def half_done(tool_call_id: Annotated[str, InjectedToolCallId]) -> list:
+        """Fails half way."""
+        return [ToolMessage(content=f"failed with {SECRET}", tool_call_id=tool_call_id, status="error")]
+
+    app = graph(ToolNode([half_done], wrap_tool_call=airlock_wrap_tool_call(SecurityPolicy())))
+    message = last(app.invoke({"messages": [call("half_done", {}, "h1")]}))
+    assert message.status == "error" and message.content == "failed with [AWS_ACCESS_KEY]", message.content
+
+
 def test_a_refused_command_tool_never_runs():
     app = guarded(SecurityPolicy(denied_tools=["move_*"]), tools=[move_to])
     assert last(app.invoke({"messages": [call("move_to", {"place": "kitchen"})]})).status == "error"
@@ -166,6 +233,17 @@ def test_bad_policies_and_schemas_are_airlock_errors():
 def test_filter_tools_drops_refused_tools_and_keeps_escalated_ones():
     policy = SecurityPolicy(denied_tools=["drop_*"], escalate_tools={"delete_file": "deletes"})
     assert [t.name for t in filter_tools(TOOLS, policy)] == ["search_docs", "delete_file", "send_mail"]
+
+
+def test_filter_tools_reads_the_name_of_tools_given_as_dicts():
+    """A provider's own tool (run by the provider: no node sees its calls) and an OpenAI-style function are
+    dicts; a denied one must not be offered."""
+    web_search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    drop = {"type": "function", "function": {"name": "drop_table", "parameters": {"type": "object"}}}
+    fetch = {"type": "function", "function": {"name": "fetch_page", "parameters": {"type": "object"}}}
+    policy = SecurityPolicy(denied_tools=["web_search", "drop_*"])
+    offered = filter_tools([web_search, drop, fetch, *TOOLS], policy)
+    assert offered == [fetch, *[t for t in TOOLS if t.name != "drop_table"]], offered
 
 
 def test_create_agent_with_the_middleware():
@@ -369,6 +447,39 @@ def test_nothing_python_passes_makes_the_rust_side_panic():
             guard.dispatch("typed", bad, lambda admitted: "ok")
         except Exception as error:  # noqa: BLE001
             assert type(error).__name__ != "PanicException"
+
+
+def test_a_tool_that_dispatches_another_guarded_call_runs_it_never_a_panic(tmp_path):
+    """A tool's body runs inside its guard's dispatch; a guarded call made from there (a tool calling another
+    tool) runs too, with or without a store to wait on, and so does one nested in that."""
+    from airlock_rs import ToolGuard
+
+    schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}})
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"))
+    for policy in (SecurityPolicy(), SecurityPolicy(approval_ledger=ledger)):
+        inner = ToolGuard("inner", "d", schema, policy)
+        middle = ToolGuard("middle", "d", schema, policy)
+        outer = ToolGuard("outer", "d", schema, policy)
+
+        def through_middle(admitted):
+            return middle.dispatch("m", admitted, lambda a: inner.dispatch("i", a, lambda b: f"inner {b['q']}"))
+
+        out = outer.dispatch("o", {"q": "x"}, lambda admitted: through_middle(admitted)["content"])
+        assert out["status"] == "success", out
+        assert json.loads(out["content"])["content"] == "inner x", out
+    kinds = [(r["tool"], r["outcome"]["kind"]) for r in ledger.audit_records()]
+    assert kinds == [("inner", "executed"), ("middle", "executed"), ("outer", "executed")], kinds
+
+    lookup = ToolGuard("lookup", "d", schema, SecurityPolicy())
+
+    @tool
+    def ask_lookup(q: str) -> str:
+        """Look something up through another guarded tool."""
+        RAN.append(("ask_lookup", {"q": q}))
+        return lookup.dispatch("l1", {"q": q}, lambda a: f"found {a['q']}")["content"]
+
+    message = last(guarded(SecurityPolicy(), tools=[ask_lookup]).invoke({"messages": [call("ask_lookup", {"q": "y"})]}))
+    assert message.status == "success" and message.content == "found y", message.content
 
 
 def test_the_readme_example_runs():
