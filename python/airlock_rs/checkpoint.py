@@ -14,8 +14,10 @@ app's own included: LangGraph applies them as state; its resume values excepted:
 approvals); metadata excluded. Before it writes
 again it verifies what the saver holds against the last commitment: a checkpoint edited in the store
 (possibly by another process) or an older one resumed (time travel) is recorded as a ``state_tamper`` audit
-record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). A
-commitment that cannot be written is a warning, never an exception after the saver already wrote.
+record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). So is an
+escalated call resumed from a checkpoint nothing vouches for: no commitment for its thread (the ledger's were
+lost, or the saver was wrapped after the pause), the checkpoint gone from the saver, or the ledger unreadable.
+A commitment that cannot be written is a warning, never an exception after the saver already wrote.
 
 Writes through one ``AirlockCheckpointer`` are serialised (a verification must not see another task's
 half-written step); two processes writing the same thread at once are not supported.
@@ -46,6 +48,10 @@ NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 EDITED = ("unknown", "edited")
 #: Verdicts that are a tamper when the graph resumes from the checkpoint.
 TAMPERS = ("unknown", "edited", "not_head")
+#: Verdicts that say nothing vouches for the checkpoint: no commitment for its thread or no checkpoint in the
+#: saver (`unrecorded`), or the commitments could not be read (`unverified`). Normal for a new thread's first
+#: writes; an escalated call resumed from such a checkpoint is refused all the same (fails closed).
+UNVOUCHED = ("unrecorded", "unverified")
 
 
 class AirlockCheckpointer(BaseCheckpointSaver):
@@ -63,6 +69,8 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         self._alock: asyncio.Lock | None = None
         #: (thread, namespace, checkpoint id) found tampered, and already recorded.
         self.tampered: set[tuple[str, str, str]] = set()
+        #: (thread, namespace, checkpoint id) an escalated call resumed from with nothing vouching for it.
+        self.unvouched: set[tuple[str, str, str]] = set()
 
     # ---- what is committed ----
 
@@ -114,14 +122,16 @@ class AirlockCheckpointer(BaseCheckpointSaver):
 
     def _report(self, thread: str, ns: str, checkpoint_id: str, verdict: str, when: str) -> None:
         where = (thread, ns, checkpoint_id)
-        if where in self.tampered:
+        found = self.unvouched if verdict in UNVOUCHED else self.tampered
+        if where in found:
             return
-        self.tampered.add(where)
-        detail = (
-            "the checkpoint differs from the one committed (edited in the store)"
-            if verdict in EDITED
-            else "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
-        )
+        found.add(where)
+        if verdict in EDITED:
+            detail = "the checkpoint differs from the one committed (edited in the store)"
+        elif verdict == "unrecorded":
+            detail = "nothing vouches for the checkpoint (no commitment for its thread, or it is gone from the store)"
+        else:
+            detail = "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
         try:
             self.commitments.record_tamper(thread, ns, checkpoint_id, f"{detail}; {when}")
         except Exception as error:  # noqa: BLE001
@@ -135,23 +145,38 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         except Exception as error:  # noqa: BLE001 - never an exception after the saver already wrote
             warnings.warn(f"airlock: the checkpoint commitment cannot be written: {error}", stacklevel=3)
 
-    def admits_resume(self, config: dict) -> bool:
-        """Whether an escalated call running under ``config`` (a task's config: its thread and checkpoint map)
-        may go on: nothing it resumes from was found tampered. Records what it finds."""
+    def resume_refusal(self, config: dict) -> str | None:
+        """Why an escalated call running under ``config`` (a task's config: its thread and checkpoint map) may
+        not go on: ``"tampered"`` (a checkpoint it resumes from was edited, put in the store by someone else, or
+        is older than the head), ``"unverified"`` (nothing vouches for one: see ``UNVOUCHED``; or the config
+        names no checkpoint), or ``None``: it may. Records what it finds; with ``on_tamper="record"`` always
+        ``None``."""
         configurable = config.get("configurable", {})
         thread = str(configurable.get("thread_id", ""))
         checkpoint_map = configurable.get("checkpoint_map") or {}
-        admitted = True
+        refusal = None if checkpoint_map else "unverified"
         with self._lock:
             for ns, checkpoint_id in checkpoint_map.items():
                 where = (thread, str(ns), str(checkpoint_id))
                 if where in self.tampered:
-                    admitted = False
+                    refusal = "tampered"
+                    continue
+                if where in self.unvouched:
+                    refusal = refusal or "unverified"
                     continue
                 tup = self.saver.get_tuple(self._config(*where))
-                if self._verdict(*where, tup, "an escalated call resumed from it", True) in TAMPERS:
-                    admitted = False
-        return admitted or self.on_tamper == "record"
+                verdict = self._verdict(*where, tup, "an escalated call resumed from it", True)
+                if verdict in TAMPERS:
+                    refusal = "tampered"
+                elif verdict in UNVOUCHED:
+                    if verdict == "unrecorded":
+                        self._report(*where, verdict, "an escalated call resumed from it")
+                    refusal = refusal or "unverified"
+        return None if self.on_tamper == "record" else refusal
+
+    def admits_resume(self, config: dict) -> bool:
+        """Whether an escalated call running under ``config`` may go on (``resume_refusal`` is ``None``)."""
+        return self.resume_refusal(config) is None
 
     # ---- the saver, sync ----
 
@@ -182,8 +207,10 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             resumed = task_id == NULL_TASK_ID
             verdict = self._verdict(thread, ns, checkpoint_id, self._read(config), "writes added to it", resumed)
             self.saver.put_writes(config, writes, task_id, task_path)
-            # An edited checkpoint keeps its old commitment: what it holds now is not vouched for.
-            if verdict not in EDITED:
+            # An edited checkpoint keeps its old commitment: what it holds now is not vouched for. Nor is what
+            # could not be verified (the commitments unreadable): committing it would vouch for an edit made
+            # meanwhile, and the next verification reports what changed instead.
+            if verdict not in EDITED and verdict != "unverified":
                 self._commit(thread, ns, checkpoint_id, self._read(config), head=False)
 
     def _read(self, config: dict) -> CheckpointTuple | None:
@@ -242,7 +269,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             resumed = task_id == NULL_TASK_ID
             verdict = self._verdict(thread, ns, checkpoint_id, await self._aread(config), "writes added to it", resumed)
             await self.saver.aput_writes(config, writes, task_id, task_path)
-            if verdict not in EDITED:
+            if verdict not in EDITED and verdict != "unverified":
                 self._commit(thread, ns, checkpoint_id, await self._aread(config), head=False)
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -414,19 +414,31 @@ class _Call:
 
 
 def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | None:
-    """A refusal if the call resumes from a checkpoint its commitments say was changed."""
+    """A refusal if the call resumes from a checkpoint its commitments say was changed, or that nothing vouches
+    for."""
     if resume is None or checkpointer is None:
         return None
     runtime = getattr(request, "runtime", None)
     config = getattr(runtime, "config", None) or {}
-    if checkpointer.admits_resume(config):
+    refusal = checkpointer.resume_refusal(config)
+    if refusal is None:
         return None
+    hints = ["do not retry this call; tell the user the approval must be asked for again"]
+    if refusal == "tampered":
+        return _refused(
+            request,
+            "refused: the checkpoint this call resumes from is not the one committed when it paused (edited in "
+            "the store, or an older one); nothing was run",
+            hints,
+            refusal={"kind": "state_tamper", "rule": None, "retry_after_secs": None},
+            stripped_arguments=[],
+        )
     return _refused(
         request,
-        "refused: the checkpoint this call resumes from is not the one committed when it paused (edited in the "
-        "store, or an older one); nothing was run",
-        ["do not retry this call; tell the user the approval must be asked for again"],
-        refusal={"kind": "state_tamper", "rule": None, "retry_after_secs": None},
+        "refused: nothing vouches for the checkpoint this call resumes from (no commitment recorded for it, gone "
+        "from the store, or the ledger could not be read); nothing was run",
+        hints,
+        refusal={"kind": "state_unverified", "rule": None, "retry_after_secs": None},
         stripped_arguments=[],
     )
 

@@ -157,6 +157,101 @@ def test_a_commitment_that_cannot_be_verified_is_a_warning_not_an_exception(tmp_
     assert out["messages"][-1].status == "success"
 
 
+def unvouched(ledger):
+    return [r for r in tampers(ledger) if "nothing vouches" in (r["detail"] or "")]
+
+
+@pytest.mark.parametrize("on_tamper", ["refuse", "record"])
+def test_a_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused_and_recorded(tmp_path, on_tamper):
+    """The pause was written around the commitments (the saver wrapped after it, or the ledger's commitments for
+    the thread lost): nothing says the checkpoint is the one the approver saw, so the approved call does not
+    run (it did, before: `unrecorded` was admitted)."""
+    inner = InMemorySaver()
+    ledger, approvals, saver, _ = build(tmp_path, inner, on_tamper=on_tamper)
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
+    value = pause(graph(node, inner))
+    resume = approvals.approve(value)
+    out = graph(node, saver).invoke(Command(resume=resume), CFG)
+    message = out["messages"][-1]
+    assert isinstance(message, ToolMessage)
+    if on_tamper == "refuse":
+        assert message.status == "error", message.content
+        assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_unverified"
+        assert "nothing vouches" in message.content
+        assert RAN == []
+    else:
+        assert message.status == "success", message.content
+        assert RAN == [("delete_file", {"path": "/tmp/x"})]
+    assert len(unvouched(ledger)) == 1, tampers(ledger)
+
+
+def test_a_resume_while_the_commitments_cannot_be_read_is_refused_not_run(tmp_path):
+    ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
+    value = pause(app)
+    resume = approvals.approve(value)
+    working = saver.commitments
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the ledger is gone")
+
+    saver.commitments = type(
+        "Unreadable", (), {"record": working.record, "verify": broken, "record_tamper": working.record_tamper}
+    )()
+    with pytest.warns(UserWarning, match="cannot be verified"):
+        out = app.invoke(Command(resume=resume), CFG)
+    message = out["messages"][-1]
+    assert message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_unverified"
+    assert RAN == []
+    # Readable again: the commitments vouch for the checkpoint, and a verification that failed is not held against it.
+    saver.commitments = working
+    head = {"configurable": {"thread_id": "t1", "checkpoint_map": {"": saver.get_tuple(CFG).checkpoint["id"]}}}
+    assert saver.resume_refusal(head) is None
+
+
+def test_a_verification_that_failed_once_does_not_vouch_for_an_edit_made_meanwhile(tmp_path):
+    """The resume value's write finds the commitments unreadable (once): the checkpoint, edited meanwhile, is not
+    committed afresh as it is, so the verification before the call runs still finds the edit."""
+    path = tmp_path / "cp.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    ledger, approvals, saver, app = build(tmp_path, SqliteSaver(connection))
+    resume = approvals.approve(pause(app))
+    edit_head_with_sqlite(path, saver)
+    working = saver.commitments
+    failures = [RuntimeError("the ledger is busy")]
+
+    def flaky(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return working.verify(*args, **kwargs)
+
+    saver.commitments = type(
+        "Flaky", (), {"record": working.record, "verify": staticmethod(flaky), "record_tamper": working.record_tamper}
+    )()
+    with pytest.warns(UserWarning, match="cannot be verified"):
+        out = app.invoke(Command(resume=resume), CFG)
+    assert failures == [], "the first verification failed"
+    message = out["messages"][-1]
+    assert message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+    assert RAN == []
+    assert tampers(ledger) and "edited" in tampers(ledger)[0]["detail"]
+
+
+def test_a_config_naming_no_checkpoint_or_one_gone_from_the_store_is_not_vouched_for(tmp_path):
+    ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
+    pause(app)
+    head = saver.get_tuple(CFG).checkpoint["id"]
+    assert saver.resume_refusal({"configurable": {"thread_id": "t1", "checkpoint_map": {"": head}}}) is None
+    assert saver.resume_refusal({"configurable": {"thread_id": "t1"}}) == "unverified"
+    assert saver.resume_refusal({}) == "unverified"
+    gone = {"configurable": {"thread_id": "t1", "checkpoint_map": {"": "1f0-not-in-the-store"}}}
+    assert saver.resume_refusal(gone) == "unverified"
+    assert saver.admits_resume(gone) is False
+    assert len(unvouched(ledger)) == 1
+
+
 @pytest.mark.parametrize("edited", [False, True])
 def test_a_pause_in_one_process_and_a_resume_in_another_is_refused_only_after_an_edit(tmp_path, edited):
     db = tmp_path / "airlock.redb"
