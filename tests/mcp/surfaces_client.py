@@ -43,14 +43,17 @@ async def main(config: dict[str, Any]) -> None:
     params = StdioServerParameters(command=command[0], args=command[1:])
     async with Client(params, read_timeout_seconds=30) as client:
 
-        @check("under default = deny, resources/list and prompts/list hold only what is allowed, masked")
+        @check("under default = deny, resources/list and prompts/list hold only what is allowed and does not poison, masked")
         async def _() -> None:
             resources = (await client.list_resources()).resources
             listed = sorted(str(resource.uri) for resource in resources)
+            # config://poisoned is allowed, but its description tells the model what to do with another tool.
             assert listed == ["config://app", "config://leaky"], listed
             prompts = (await client.list_prompts()).prompts
             names = sorted(prompt.name for prompt in prompts)
-            assert names == ["leaky", "summarise"], names
+            # `poisoned` is allowed, but its description overrides the model's instructions; `vetted`'s tag is
+            # accepted by the policy (`allow_findings`).
+            assert names == ["leaky", "summarise", "vetted"], names
             # The upstream describes the leaky ones with the key: the listings carry it masked.
             for entry in [*resources, *prompts]:
                 shown = entry.model_dump_json()

@@ -31,12 +31,14 @@ async def main(config: dict[str, Any]) -> None:
     params = StdioServerParameters(command=command[0], args=command[1:])
     async with Client(params, read_timeout_seconds=30) as client:
 
-        @check("observe mode lists what the policy would hide")
+        @check("observe mode lists what the policy would hide, not what poisons")
         async def _() -> None:
             listed = {str(resource.uri) for resource in (await client.list_resources()).resources}
             assert {"config://secrets", "config://leaky", "config://app"} <= listed, listed
             names = {prompt.name for prompt in (await client.list_prompts()).prompts}
             assert {"admin_reset", "leaky"} <= names, names
+            # What poisons is left out in observe mode too, as a tool is.
+            assert "config://poisoned" not in listed and "poisoned" not in names, (listed, names)
 
         @check("a resource a deny glob matches is read from the upstream, its secret masked")
         async def _() -> None:

@@ -355,6 +355,37 @@ impl PolicyBuilder {
         self
     }
 
+    /// Lets a gateway list the resource whose URI (or the template whose URI template) is exactly `key`, or
+    /// the prompt named exactly `key`, although its listing has findings of the kind named `kind`. A key
+    /// with `*`, `?`, `[` or `]` (or, for a prompt, `{` or `}`: a template's parameters are in braces) is
+    /// refused: findings are accepted one entry at a time.
+    pub fn allow_surface_finding(mut self, surface: Surface, key: &str, kind: &str) -> Self {
+        let globby: &[char] = match surface {
+            Surface::Resource => &['*', '?', '[', ']'],
+            Surface::Prompt => &['*', '?', '[', ']', '{', '}'],
+        };
+        let (what, allowed) = match surface {
+            Surface::Resource => ("resource URI", &mut self.policy.allowed_resource_findings),
+            Surface::Prompt => ("prompt name", &mut self.policy.allowed_prompt_findings),
+        };
+        if key.contains(globby) {
+            let message = format!("findings are allowed for an exact {what}, not a glob");
+            self.errors.push(PolicyError::Findings { tool: key.to_owned(), message });
+            return self;
+        }
+        match FindingKind::from_name(kind) {
+            Some(kind) => {
+                allowed.entry(key.to_owned()).or_default().insert(kind);
+            }
+            None => {
+                let known = FindingKind::ALL.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+                let message = format!("unknown finding kind `{kind}`, expected one of {known}");
+                self.errors.push(PolicyError::Findings { tool: key.to_owned(), message });
+            }
+        }
+        self
+    }
+
     /// The policy, or every error found.
     pub fn build(self) -> Result<Policy, Vec<PolicyError>> {
         if self.errors.is_empty() { Ok(self.policy) } else { Err(self.errors) }

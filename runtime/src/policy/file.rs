@@ -29,6 +29,8 @@
 //!
 //! [prompts.summarise]         # a prompt name or a glob: `rate` and `mask` as for resources
 //! rate = "10/minute"
+//! allow_findings = ["long_description"]   # tool-poisoning findings its listing may have (exact names only;
+//!                                         # for resources an exact URI or URI template)
 //!
 //! [[tools.refund.when]]       # argument conditions, see `policy::condition`
 //! if = "amount > 10000"
@@ -110,6 +112,8 @@ struct RawPolicy {
 struct RawSurface {
     rate: Option<Spanned<String>>,
     mask: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_findings: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +305,9 @@ impl FileBuilder<'_> {
         }
         if let Some(mask) = &table.mask {
             self.apply(|b| b.surface_mask(surface, name, mask.get_ref()), &[key.clone(), mask.span()])?;
+        }
+        for kind in &table.allow_findings {
+            self.apply(|b| b.allow_surface_finding(surface, name, kind.get_ref()), &[key.clone(), kind.span()])?;
         }
         Ok(())
     }

@@ -34,6 +34,10 @@ pub struct Policy {
     pub(super) pins: BTreeMap<String, String>,
     /// The tool-poisoning findings each tool (by exact name) may have and still be offered by a gateway.
     pub(super) allowed_findings: BTreeMap<String, BTreeSet<FindingKind>>,
+    /// The findings each listed resource (by exact URI or URI template) may have and still be listed.
+    pub(super) allowed_resource_findings: BTreeMap<String, BTreeSet<FindingKind>>,
+    /// The findings each listed prompt (by exact name) may have and still be listed.
+    pub(super) allowed_prompt_findings: BTreeMap<String, BTreeSet<FindingKind>>,
     pub(super) approvers: Vec<Rule<ApprovalRoute>>,
     pub(super) deny_resources: Vec<Rule<()>>,
     pub(super) deny_prompts: Vec<Rule<()>>,
@@ -447,6 +451,16 @@ impl Policy {
         &self.allowed_findings
     }
 
+    /// The tool-poisoning findings each resource (by exact URI, or a template by its URI template) or prompt
+    /// (by exact name) may have in its listing and still be listed by a gateway (`allow_findings` in a
+    /// `[resources.…]` or `[prompts.…]` table).
+    pub fn allowed_surface_findings(&self, surface: Surface) -> &BTreeMap<String, BTreeSet<FindingKind>> {
+        match surface {
+            Surface::Resource => &self.allowed_resource_findings,
+            Surface::Prompt => &self.allowed_prompt_findings,
+        }
+    }
+
     /// The `[tools.…]` tables (names or globs, in file order) that match none of `tools` (the names a server
     /// offers), each with the closest offered name. Empty for a policy built in code.
     pub fn tables_naming_no_tool<'a>(&self, tools: impl IntoIterator<Item = &'a str> + Clone) -> Vec<UnmatchedTable> {
@@ -499,6 +513,14 @@ impl Policy {
             let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
             format!("findings  {tool}: {kinds} allowed")
         }));
+        for (surface, allowed) in
+            [("resource", &self.allowed_resource_findings), ("prompt", &self.allowed_prompt_findings)]
+        {
+            lines.extend(allowed.iter().map(|(name, kinds)| {
+                let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
+                format!("findings  {surface} {name}: {kinds} allowed")
+            }));
+        }
         lines.extend(self.approvers.iter().map(|r| {
             let route = match r.value {
                 ApprovalRoute::Client => "the client's human",

@@ -3,8 +3,9 @@
 //! upstream (with `SURFACES=1`, passed by `--env`). Under `default = "deny"` a resource or prompt no
 //! `allow_*` glob matches is refused and never forwarded; a `[resources.…]` rate limit refuses the read past
 //! it; secrets in a resource's text, a prompt's messages and a tool's structured content are masked; the
-//! tool's output schema and structured content reach the client; and every read and get, allowed or refused,
-//! has its audit record in the gateway's log.
+//! tool's output schema and structured content reach the client; a resource or prompt whose listing poisons
+//! is not listed unless the policy accepts its findings; and every read and get, allowed or refused, has its
+//! audit record in the gateway's log.
 
 use agent_airlock::integrations::mcp_gateway::{PROMPT_GET, RESOURCE_READ};
 
@@ -17,8 +18,11 @@ const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/surfaces_client.p
 const POLICY: &str = r#"version = 1
 default = "deny"
 allow = ["read_note", "forecast"]
-allow_resources = ["config://app", "config://leaky", "note://**"]
-allow_prompts = ["summarise", "leaky"]
+allow_resources = ["config://app", "config://leaky", "config://poisoned", "note://**"]
+allow_prompts = ["summarise", "leaky", "poisoned", "vetted"]
+
+[prompts.vetted]
+allow_findings = ["instruction_tag"]
 
 [resources."note://**"]
 rate = "2/minute"

@@ -23,6 +23,8 @@
 //! - **Resources and prompts** go through the same gates ([`SurfaceGuard`], [`McpGateway::with_policy`]):
 //!   the policy's resource and prompt rules (`default = "deny"` included), their rate limits, the
 //!   upstream, masking of the contents and messages returned, and an audit record for each read or get.
+//!   Their listings are scanned as tools are ([`scan_resource`], [`scan_resource_template`], [`scan_prompt`]):
+//!   an entry with findings its `[resources.…]` / `[prompts.…]` table does not accept is left out.
 //! - **Every request is answered.** Over stdio the gateway frames messages itself ([`LineTransport`]): a
 //!   message too large, too deep or malformed is answered with a JSON-RPC error, never dropped; a result
 //!   too large fails its call (effect ambiguous). Listing the upstream's tools is bounded
@@ -78,7 +80,7 @@ pub use sandbox::{
 };
 pub use scan::{
     AllowedFindings, Finding, LONG_DESCRIPTION_BASE, LONG_DESCRIPTION_PER_PARAMETER, SPACE_RUN, scan_definition,
-    scan_tool,
+    scan_prompt, scan_resource, scan_resource_template, scan_tool,
 };
 pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};
 pub use upstream::{

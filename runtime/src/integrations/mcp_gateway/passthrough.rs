@@ -4,7 +4,9 @@
 //! [`SurfaceGuard`] (policy, rate limits, the upstream, masking, audit); what the policy refuses is never
 //! forwarded. `resources/list` and `prompts/list` are the upstream's lists without what the policy denies;
 //! `resources/templates/list` is passed whole (a template names many URIs: each is screened when it is
-//! read). Every listed entry's text (names, titles, descriptions, `_meta`; not the URI or prompt name a
+//! read). An entry of any of the three whose listing has tool-poisoning findings the policy does not accept
+//! (`allow_findings` of its `[resources."<uri>"]` or `[prompts.<name>]` table) is left out, as a tool is.
+//! Every listed entry's text (names, titles, descriptions, `_meta`; not the URI or prompt name a
 //! client asks for it by) is masked as a read or get of it would be, and a listing the upstream fails is
 //! answered with its error masked and cut short, as a read's or get's is. The gateway declares resources and prompts only when the upstream does; it does not relay
 //! resource subscriptions or list-change notifications for them.
@@ -118,6 +120,7 @@ impl ServerHandler for GatewayServer {
             .await
             .map_err(|e| self.surfaces.listing_error("resources/list", e))?;
         listed.resources.retain(|resource| self.surfaces.lists_resource(&resource.uri));
+        self.surfaces.screen_listed_resources(&mut listed);
         self.surfaces.mask_listed_resources(&mut listed);
         Ok(listed)
     }
@@ -133,6 +136,7 @@ impl ServerHandler for GatewayServer {
             .list_resource_templates(request)
             .await
             .map_err(|e| self.surfaces.listing_error("resources/templates/list", e))?;
+        self.surfaces.screen_listed_templates(&mut listed);
         self.surfaces.mask_listed_templates(&mut listed);
         Ok(listed)
     }
@@ -154,6 +158,7 @@ impl ServerHandler for GatewayServer {
         let mut listed =
             self.upstream.list_prompts(request).await.map_err(|e| self.surfaces.listing_error("prompts/list", e))?;
         listed.prompts.retain(|prompt| self.surfaces.lists_prompt(&prompt.name));
+        self.surfaces.screen_listed_prompts(&mut listed);
         self.surfaces.mask_listed_prompts(&mut listed);
         Ok(listed)
     }

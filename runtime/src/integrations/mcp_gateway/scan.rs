@@ -107,18 +107,7 @@ pub fn scan_definition(definition: &Value) -> Vec<Finding> {
     scan.text("title", title, &topic);
     scan.text("description", description, &topic);
     let parameters = definition.pointer("/inputSchema/properties").and_then(Value::as_object);
-    let count = parameters.map_or(0, serde_json::Map::len);
-    let length = description.chars().count();
-    let limit = LONG_DESCRIPTION_BASE + LONG_DESCRIPTION_PER_PARAMETER * count;
-    if length > limit {
-        let quote: String = description.chars().take(MAX_QUOTE).collect();
-        scan.push(
-            FindingKind::LongDescription,
-            "description",
-            quote,
-            Some(format!("{length} characters; at most {limit} for a tool with {count} parameter(s)")),
-        );
-    }
+    scan.long_description(description, parameters.map_or(0, serde_json::Map::len));
     if let Some(schema) = definition.get("inputSchema") {
         scan.schema("inputSchema", schema, &topic, true);
     }
@@ -126,6 +115,77 @@ pub fn scan_definition(definition: &Value) -> Vec<Finding> {
         scan.schema("outputSchema", schema, &topic, false);
     }
     if let Some(annotations) = definition.get("annotations") {
+        scan.strings("annotations", annotations, &topic);
+    }
+    scan.findings
+}
+
+/// Scans a resource as `resources/list` lists it (a client may put the list before its model): its URI, name,
+/// title, description and annotations, as a tool's definition is scanned but for sensitive paths (a
+/// resource is a file or like one: naming a path is its business).
+pub fn scan_resource(resource: &rmcp::model::Resource) -> Vec<Finding> {
+    scan_listing(serde_json::to_value(resource), &resource.name, Listed::Resource)
+}
+
+/// Scans a resource template as `resources/templates/list` lists it, as [`scan_resource`] does.
+pub fn scan_resource_template(template: &rmcp::model::ResourceTemplate) -> Vec<Finding> {
+    scan_listing(serde_json::to_value(template), &template.name, Listed::Resource)
+}
+
+/// Scans a prompt as `prompts/list` lists it: its name, title and description, and each argument's name,
+/// title and description as a tool's parameters (an argument asking for a secret of a prompt about
+/// something else is [`FindingKind::SecretParameter`]).
+pub fn scan_prompt(prompt: &rmcp::model::Prompt) -> Vec<Finding> {
+    scan_listing(serde_json::to_value(prompt), &prompt.name, Listed::Prompt)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listed {
+    Resource,
+    Prompt,
+}
+
+fn scan_listing(entry: serde_json::Result<Value>, name: &str, listed: Listed) -> Vec<Finding> {
+    let entry = match entry {
+        Ok(entry) => entry,
+        Err(error) => {
+            return vec![Finding {
+                kind: FindingKind::HiddenCharacters,
+                location: "definition".to_owned(),
+                text: name.to_owned(),
+                note: Some(format!("the listing cannot be read as JSON: {error}")),
+            }];
+        }
+    };
+    let mut scan = Scan { findings: Vec::new() };
+    let text = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or("");
+    let (title, description) = (text("title"), text("description"));
+    let mut topic = Topic::of(name, title, description);
+    // A resource names a file, or something like one: a path in its text is no sign of poisoning.
+    topic.credentials |= listed == Listed::Resource;
+    for key in ["uri", "uriTemplate", "mimeType"] {
+        scan.hidden(key, text(key));
+    }
+    scan.hidden("name", name);
+    scan.text("title", title, &topic);
+    scan.text("description", description, &topic);
+    let arguments = entry.get("arguments").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    scan.long_description(description, arguments.len());
+    for argument in arguments {
+        let argument_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
+        let at = format!("arguments.{argument_name}");
+        scan.hidden(&at, argument_name);
+        if !topic.credentials && is_secret_name(argument_name) {
+            let note = format!("asks for a secret; the prompt is about \"{}\"", topic.shown);
+            scan.push(FindingKind::SecretParameter, &at, argument_name.to_owned(), Some(note));
+        }
+        for key in ["title", "description"] {
+            if let Some(text) = argument.get(key).and_then(Value::as_str) {
+                scan.text(&format!("{at}.{key}"), text, &topic);
+            }
+        }
+    }
+    if let Some(annotations) = entry.get("annotations") {
         scan.strings("annotations", annotations, &topic);
     }
     scan.findings
@@ -176,6 +236,17 @@ impl Scan {
     fn push(&mut self, kind: FindingKind, location: &str, text: String, note: Option<String>) {
         if !self.findings.iter().any(|f| f.kind == kind && f.location == location) {
             self.findings.push(Finding { kind, location: location.to_owned(), text, note });
+        }
+    }
+
+    /// A description longer than its parameters (or a prompt's arguments) account for.
+    fn long_description(&mut self, description: &str, count: usize) {
+        let length = description.chars().count();
+        let limit = LONG_DESCRIPTION_BASE + LONG_DESCRIPTION_PER_PARAMETER * count;
+        if length > limit {
+            let quote: String = description.chars().take(MAX_QUOTE).collect();
+            let note = format!("{length} characters; at most {limit} for one with {count} parameter(s)");
+            self.push(FindingKind::LongDescription, "description", quote, Some(note));
         }
     }
 

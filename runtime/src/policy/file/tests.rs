@@ -22,6 +22,10 @@ mask = "pii"
 
 [prompts.summarise]
 rate = "10/minute"
+allow_findings = ["long_description"]
+
+[resources."note://{name}"]
+allow_findings = ["cross_tool", "instruction_tag"]
 
 [tools.refund]
 escalate = "moves money"
@@ -180,6 +184,16 @@ fn reads_every_rule_through_the_builder() {
         Some(vec![FindingKind::SecretParameter, FindingKind::LongDescription])
     );
     assert_eq!(policy.allowed_findings().len(), 1);
+    let kinds = |surface, key: &str| {
+        policy.allowed_surface_findings(surface).get(key).map(|kinds| kinds.iter().copied().collect::<Vec<_>>())
+    };
+    assert_eq!(kinds(Surface::Prompt, "summarise"), Some(vec![FindingKind::LongDescription]));
+    assert_eq!(
+        kinds(Surface::Resource, "note://{name}"),
+        Some(vec![FindingKind::InstructionTag, FindingKind::CrossTool])
+    );
+    assert_eq!((kinds(Surface::Resource, "summarise"), kinds(Surface::Prompt, "note://{name}")), (None, None));
+    assert!(policy.summary().contains("findings  prompt summarise: long_description allowed"), "{}", policy.summary());
     assert_eq!(policy.resource_denied_by("file:///srv/app/.env"), Some("file:///**/.env"));
     assert_eq!(policy.resource_denied_by("file:///srv/app/main.rs"), None);
     assert_eq!((policy.prompt_denied_by("admin_reset"), policy.prompt_denied_by("summarise")), (Some("admin_*"), None));
@@ -246,7 +260,12 @@ fn every_refusal_names_its_line_and_column() {
         (h("[resources.\"[x\"]\n"), 3, 12, "invalid glob `[x`"),
         (h("[prompts.summarise]\nrate = \"1/fortnight\"\n"), 4, 8, "invalid rate `1/fortnight` for `summarise`"),
         (h("[resources.\"a://*\"]\nmask = \"gossip\"\n"), 4, 8, "invalid mask `gossip` for `a://*`"),
-        (h("[prompts.summarise]\nescalate = \"no\"\n"), 4, 1, "unknown field `escalate`, expected `rate` or `mask`"),
+        (
+            h("[prompts.summarise]\nescalate = \"no\"\n"),
+            4,
+            1,
+            "unknown field `escalate`, expected one of `rate`, `mask`, `allow_findings`",
+        ),
         // Rates.
         (
             h("[tools.refund]\nrate = \"5/fortnight\"\n"),
@@ -309,6 +328,24 @@ fn every_refusal_names_its_line_and_column() {
             3,
             8,
             "invalid `allow_findings` for `a*`: findings are allowed for an exact tool name, not a glob",
+        ),
+        (
+            h("[resources.\"note://**\"]\nallow_findings = [\"override\"]\n"),
+            3,
+            12,
+            "invalid `allow_findings` for `note://**`: findings are allowed for an exact resource URI, not a glob",
+        ),
+        (
+            h("[prompts.\"s{a,b}\"]\nallow_findings = [\"override\"]\n"),
+            3,
+            10,
+            "invalid `allow_findings` for `s{a,b}`: findings are allowed for an exact prompt name, not a glob",
+        ),
+        (
+            h("[prompts.summarise]\nallow_findings = [\"sneaky\"]\n"),
+            4,
+            19,
+            "invalid `allow_findings` for `summarise`: unknown finding kind `sneaky`, expected one of",
         ),
         (
             h("[tools.add]\nallow_findings = \"override\"\n"),
