@@ -639,13 +639,18 @@ def filter_tools(tools: list, policy: SecurityPolicy) -> list:
     return [tool for tool in tools if policy.refuses(_tool_name(tool)) is None]
 
 
-def airlock_middleware(policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None) -> Any:
+def airlock_middleware(
+    policy: SecurityPolicy, *, approvals: InterruptApprovals | None = None, checkpointer: Any = None
+) -> Any:
     """The same guard for ``create_agent(..., middleware=[airlock_middleware(policy)])``: the model is offered
-    only the tools the policy does not refuse, and every call runs through the dispatcher."""
+    only the tools the policy does not refuse, and every call runs through the dispatcher. With
+    ``checkpointer`` (the ``AirlockCheckpointer`` given to ``create_agent(checkpointer=...)``), an escalated
+    call resumed from a checkpoint edited in the store, an older one, or one nothing vouches for is refused, as
+    with :func:`airlock_wrap_tool_call`."""
     from langchain.agents.middleware import AgentMiddleware
 
-    wrap = airlock_wrap_tool_call(policy, approvals=approvals)
-    awrap = airlock_awrap_tool_call(policy, approvals=approvals)
+    wrap = airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=checkpointer)
+    awrap = airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=checkpointer)
 
     class AirlockMiddleware(AgentMiddleware):
         name = "airlock"

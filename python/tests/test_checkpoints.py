@@ -12,15 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RAN, TOOLS, airlock, call, graph, signing_key
-from langchain_core.messages import HumanMessage, ToolMessage
+from conftest import RAN, TOOLS, ScriptedChat, airlock, call, graph, signing_key
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from airlock_rs import AirlockCheckpointer, InterruptApprovals, RedbApprovalLedger, SecurityPolicy
-from airlock_rs.langgraph import airlock_awrap_tool_call, airlock_wrap_tool_call
+from airlock_rs.langgraph import airlock_awrap_tool_call, airlock_middleware, airlock_wrap_tool_call
 
 KEY = bytes(range(32))
 AUDIT_KEY = bytes(range(100, 132))
@@ -323,6 +323,47 @@ def test_an_async_sqlite_checkpoint_edited_between_pause_and_resume_is_refused_a
         assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
         assert RAN == []
         assert tampers(ledger) and "edited" in tampers(ledger)[0]["detail"]
+    else:
+        assert message.status == "success", message.content
+        assert RAN == [("delete_file", {"path": "/tmp/x"})]
+        assert tampers(ledger) == []
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_create_agent_with_the_middleware_and_a_checkpointer_refuses_a_resume_from_an_edited_checkpoint(
+    tmp_path, edited
+):
+    """`airlock_middleware(..., checkpointer=saver)` checks what an escalated call resumes from, as the ToolNode
+    wrapper does (without it, a `create_agent` graph resumed an approved call from an edited checkpoint)."""
+    from langchain.agents import create_agent
+
+    path = tmp_path / "cp.sqlite"
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+    approvals = InterruptApprovals(KEY, ledger)
+    saver = AirlockCheckpointer(SqliteSaver(sqlite3.connect(path, check_same_thread=False)), ledger, KEY)
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    model = ScriptedChat(
+        messages=iter(
+            [
+                AIMessage(content="", tool_calls=[{"name": "delete_file", "args": {"path": "/tmp/x"}, "id": "a1"}]),
+                AIMessage(content="done"),
+            ]
+        )
+    )
+    middleware = airlock_middleware(policy, approvals=approvals, checkpointer=saver)
+    agent = create_agent(model, tools=TOOLS, middleware=[middleware], checkpointer=saver)
+    paused = agent.invoke({"messages": [HumanMessage(content="please delete /tmp/x")]}, CFG)
+    assert RAN == []
+    resume = approvals.approve(paused["__interrupt__"][0].value)
+    if edited:
+        edit_head_with_sqlite(path, saver)
+    out = agent.invoke(Command(resume=resume), CFG)
+    message = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
+    if edited:
+        assert message.status == "error", message.content
+        assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+        assert RAN == []
+        assert tampers(ledger)
     else:
         assert message.status == "success", message.content
         assert RAN == [("delete_file", {"path": "/tmp/x"})]
