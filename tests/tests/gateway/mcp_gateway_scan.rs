@@ -139,6 +139,49 @@ fn scan_reports_each_finding_escaped_and_fails() {
     assert!(calls(&log).is_empty(), "scan calls nothing");
 }
 
+const SURFACES_UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/upstream_server.py");
+
+/// `airlock mcp scan` reviews what a client may put before its model besides tools: the upstream of
+/// `tests/mcp/upstream_server.py` with `SURFACES=1` lists a resource and two prompts whose descriptions
+/// poison. Each finding is reported, the scan fails, and the starter policy has a table for each with the
+/// accepting line commented out; clean resources and prompts get none.
+#[test]
+fn scan_reports_the_findings_of_resources_and_prompts_too() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let log = scratch.path().join("calls.log");
+    let notes = scratch.path().join("notes");
+    let (python, upstream, log, notes) = (
+        venv.python().display().to_string(),
+        SURFACES_UPSTREAM,
+        log.display().to_string(),
+        notes.display().to_string(),
+    );
+    let scan = airlock(&["mcp", "scan", "--env", "SURFACES=1", "--", &python, upstream, &log, &notes]);
+    let stderr = String::from_utf8_lossy(&scan.stderr);
+    assert_eq!(scan.status.code(), Some(1), "a finding fails the scan: {stderr}");
+    for line in [
+        "airlock mcp scan: resource `config://poisoned`: cross_tool in description: \"",
+        "airlock mcp scan: prompt `poisoned`: instruction_tag in description: \"",
+        "airlock mcp scan: prompt `poisoned`: override in description: \"",
+        "airlock mcp scan: prompt `vetted`: instruction_tag in description: \"",
+        "finding(s) in 3 of ",
+    ] {
+        assert!(stderr.contains(line), "{line}\n{stderr}");
+    }
+    for clean in ["`config://app`", "`config://leaky`", "`summarise`", "`note://{name}`"] {
+        assert!(!stderr.contains(clean), "{clean}: {stderr}");
+    }
+
+    let starter = String::from_utf8(scan.stdout).expect("UTF-8");
+    let policy = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("{e}\n{starter}"));
+    assert!(policy.allowed_surface_findings(agent_airlock::policy::Surface::Prompt).is_empty(), "{starter}");
+    for table in ["[resources.\"config://poisoned\"]\n# allow_findings = [\"cross_tool\"]", "[prompts.\"vetted\"]"] {
+        assert!(starter.contains(table), "{table}\n{starter}");
+    }
+    assert!(!starter.contains("[resources.\"config://app\"]"), "{starter}");
+}
+
 /// A gateway in front of the poisoned upstream under `policy`, its standard error written to `stderr`.
 fn session(dir: &Path, name: &str, policy: &str, python: &Path) -> (StdioSession, std::path::PathBuf) {
     let policy_path = dir.join(format!("{name}.toml"));

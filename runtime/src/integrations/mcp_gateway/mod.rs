@@ -84,7 +84,8 @@ pub use scan::{
 };
 pub use surfaces::{PROMPT_GET, RESOURCE_READ, SurfaceGuard};
 pub use upstream::{
-    DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, Upstream, UpstreamCaller, UpstreamCommand, UpstreamError,
+    DEFAULT_SHUTDOWN_GRACE, LIST_TOOLS_TIMEOUT, ListedSurfaces, Upstream, UpstreamCaller, UpstreamCommand,
+    UpstreamError,
 };
 
 use rmcp::ServiceExt as _;

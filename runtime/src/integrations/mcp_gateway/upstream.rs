@@ -161,6 +161,36 @@ pub enum UpstreamError {
     /// The upstream did not answer `tools/list` in time.
     #[error("the upstream server did not list its tools within {0:?}")]
     ListToolsTimeout(Duration),
+    /// The upstream's resources, resource templates or prompts could not be listed.
+    #[error("the upstream server did not list its {what}: {source}")]
+    List {
+        /// `resources`, `resource templates` or `prompts`.
+        what: &'static str,
+        /// What rmcp said.
+        #[source]
+        source: ServiceError,
+    },
+    /// The upstream did not answer a listing of its resources, resource templates or prompts in time.
+    #[error("the upstream server did not list its {what} within {timeout:?}")]
+    ListTimeout {
+        /// `resources`, `resource templates` or `prompts`.
+        what: &'static str,
+        /// How long it was given.
+        timeout: Duration,
+    },
+}
+
+/// What an upstream lists besides its tools ([`Upstream::list_surfaces`]): each list empty when the upstream
+/// does not declare the capability.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ListedSurfaces {
+    /// `resources/list`, every page.
+    pub resources: Vec<rmcp::model::Resource>,
+    /// `resources/templates/list`, every page.
+    pub templates: Vec<rmcp::model::ResourceTemplate>,
+    /// `prompts/list`, every page.
+    pub prompts: Vec<rmcp::model::Prompt>,
 }
 
 /// A running upstream MCP server, connected as a client.
@@ -272,6 +302,31 @@ impl Upstream {
                 Err(_) => Err(UpstreamError::ListToolsTimeout(LIST_TOOLS_TIMEOUT)),
             }
         }
+    }
+
+    /// Every resource, resource template and prompt the upstream lists now (all pages; none of a kind it does
+    /// not declare), each listing within [`LIST_TOOLS_TIMEOUT`]: what `airlock mcp scan` reviews besides tools.
+    pub async fn list_surfaces(&self) -> Result<ListedSurfaces, UpstreamError> {
+        async fn within<T>(
+            what: &'static str,
+            listing: impl Future<Output = Result<T, ServiceError>>,
+        ) -> Result<T, UpstreamError> {
+            match tokio::time::timeout(LIST_TOOLS_TIMEOUT, listing).await {
+                Ok(listed) => listed.map_err(|source| UpstreamError::List { what, source }),
+                Err(_) => Err(UpstreamError::ListTimeout { what, timeout: LIST_TOOLS_TIMEOUT }),
+            }
+        }
+        let peer = self.client.peer();
+        let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+        let mut listed = ListedSurfaces::default();
+        if capabilities.resources.is_some() {
+            listed.resources = within("resources", peer.list_all_resources()).await?;
+            listed.templates = within("resource templates", peer.list_all_resource_templates()).await?;
+        }
+        if capabilities.prompts.is_some() {
+            listed.prompts = within("prompts", peer.list_all_prompts()).await?;
+        }
+        Ok(listed)
     }
 
     /// The client side of the session, for what passes through unguarded (resources, prompts).
