@@ -1,6 +1,7 @@
 //! Gate 7, admission: one durable write that spends a verified approval and reserves the call's effect
 //! key, all or nothing, after every gate that can still refuse. A refusal here leaves the grant live and
-//! gives the rate tokens back.
+//! gives the rate tokens back; but for a spend that landed and turned out to have spent another grant than
+//! the one verified, which leaves the grant spent and settles the reservation as not run.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use super::effect_guard::EffectGuard;
 use super::refusal::{self, Refused};
 use crate::approval::protocol::PreparedAdmission;
 use crate::audit::AuditOutcome;
-use crate::effect::Reservation;
+use crate::effect::{Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError};
 
 impl Dispatcher {
@@ -93,10 +94,10 @@ impl Dispatcher {
             };
         };
         let rules = call.trail.rule.clone().unwrap_or_default();
-        let (spent, reservation) = match answer {
-            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation),
+        let (spent, reservation, written) = match answer {
+            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation, true),
             Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
-            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None),
+            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None, false),
         };
         match prepared.admitted(spent) {
             Ok(admission) => {
@@ -110,6 +111,15 @@ impl Dispatcher {
                 );
                 call.trail.detail = Some(format!("grant {} by {}", admission.grant_id, admission.approver));
                 Ok(reservation)
+            }
+            // The write landed (the spend, the reservation, the records), but what it spent is not what was
+            // verified (a grant swapped in between): the call does not run. Its reservation is settled as not
+            // run with the refusal's record, so the key stays free for a properly approved call rather than
+            // held until its lease lapses and then blocked as ambiguous; the records written are not queued
+            // again.
+            Err(not_admitted) if written => {
+                call.trail.settle = reservation.map(|reservation| (reservation, Settle::Fail));
+                Err(refusal::not_admitted(name, &rules, not_admitted))
             }
             Err(not_admitted) => refused(call, refusal::not_admitted(name, &rules, not_admitted)),
         }

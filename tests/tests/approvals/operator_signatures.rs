@@ -518,3 +518,122 @@ fn rows_written_before_signatures_read_as_unsigned_and_signed_rows_keep_their_si
     let text = serde_json::to_string(&signed).unwrap();
     assert_eq!(serde_json::from_str::<GrantRecord>(&text).unwrap(), signed);
 }
+
+/// A ledger whose spends answer with another grant than the one verified: what a database writer who swaps
+/// the grant's row between the host's verification and its spend leaves the host to find.
+struct SwappedOnSpend(MemoryLedger);
+
+impl SwappedOnSpend {
+    fn swapped(mut spent: agent_airlock::ledger::SpentRecord) -> agent_airlock::ledger::SpentRecord {
+        spent.grant.approver = "mallory".to_owned();
+        spent.grant.signatures.clear();
+        spent
+    }
+}
+
+impl ApprovalLedger for SwappedOnSpend {
+    fn record_request(
+        &self,
+        request: agent_airlock::ledger::RequestRecord,
+        max_pending: Option<u32>,
+    ) -> agent_airlock::ledger::LedgerReply<()> {
+        self.0.record_request(request, max_pending)
+    }
+    fn grant(&self, grant: GrantRecord, now: std::time::Duration) -> agent_airlock::ledger::LedgerReply<Approved> {
+        self.0.grant(grant, now)
+    }
+    fn deny(&self, denial: DenialRecord) -> agent_airlock::ledger::LedgerReply<DenialRecord> {
+        self.0.deny(denial)
+    }
+    fn spend(
+        &self,
+        attempt: agent_airlock::ledger::SpendAttempt,
+    ) -> agent_airlock::ledger::LedgerReply<agent_airlock::ledger::SpentRecord> {
+        agent_airlock::ledger::LedgerReply::ready(self.0.spend(attempt).wait().map(Self::swapped))
+    }
+    fn spend_and_reserve(
+        &self,
+        attempt: agent_airlock::ledger::SpendAttempt,
+        claim: agent_airlock::ledger::EffectClaim,
+    ) -> agent_airlock::ledger::LedgerReply<
+        Result<agent_airlock::ledger::SpendReserved, agent_airlock::effect::EffectError>,
+    > {
+        let answer = self.0.spend_and_reserve(attempt, claim).wait().map(|reserved| {
+            reserved.map(|mut reserved| {
+                reserved.spent = Self::swapped(reserved.spent);
+                reserved
+            })
+        });
+        agent_airlock::ledger::LedgerReply::ready(answer)
+    }
+    fn effects(&self) -> Arc<dyn agent_airlock::effect::EffectStore> {
+        self.0.effects()
+    }
+    fn find_request(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<agent_airlock::ledger::RequestEntry>, agent_airlock::ledger::LedgerError> {
+        self.0.find_request(request_id)
+    }
+    fn list_requests(&self) -> Result<Vec<agent_airlock::ledger::RequestEntry>, agent_airlock::ledger::LedgerError> {
+        self.0.list_requests()
+    }
+    fn find_grant(
+        &self,
+        grant_id: &str,
+    ) -> Result<Option<agent_airlock::ledger::GrantEntry>, agent_airlock::ledger::LedgerError> {
+        self.0.find_grant(grant_id)
+    }
+    fn prune(
+        &self,
+        cutoff: std::time::Duration,
+        now: std::time::Duration,
+    ) -> agent_airlock::ledger::LedgerReply<agent_airlock::ledger::PruneReport> {
+        self.0.prune(cutoff, now)
+    }
+}
+
+/// The grant spent is not the one whose signatures were verified (its row swapped in between): the call is
+/// refused and never runs, its effect key is left free for a properly approved call (not held until its
+/// lease lapses and then blocked as ambiguous), and the audit log records what happened once each.
+#[test]
+fn a_grant_swapped_between_its_verification_and_its_spend_runs_nothing_and_holds_no_effect_key() {
+    use agent_airlock::audit::{AuditConfig, AuditLog, AuditOutcome};
+    use agent_airlock::effect::EffectState;
+    use agent_airlock::{Dispatcher, tool};
+    use agent_airlock_tests::payments::{pay_call, pay_invoice};
+
+    let ledger: Arc<dyn ApprovalLedger> = Arc::new(SwappedOnSpend(MemoryLedger::new()));
+    let host = Host::with(Arc::clone(&ledger));
+    let (operators, keys) = operators(&["alice"]);
+    let audit = Arc::new(AuditLog::in_memory(AuditConfig::default()));
+    let dispatcher = Dispatcher::builder()
+        .tool(tool!(pay_invoice))
+        .interrupt_approvals(host.operator_mode(&operators))
+        .clock(Arc::clone(&host.clock) as Arc<dyn agent_airlock::Clock>)
+        .audit(Arc::clone(&audit))
+        .build()
+        .expect("one tool");
+    let interrupt = match block_on(dispatcher.dispatch(pay_call("c1", "inv-1"), &context(host.log(), "c1", None))) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    let approvals = host.operator_mode(&operators);
+    let resume = approvals.approve_signed(&interrupt, DecisionSigner::Operator(&keys[0])).wait().unwrap();
+    let resumed = context(host.log(), "c1", Some(resume.into_value()));
+    let message = block_on(dispatcher.dispatch(pay_call("c1", "inv-1"), &resumed)).expect_message();
+    assert_eq!(message.refusal.map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{:?}", message.content);
+    assert!(message.content.contains("changed while it was being spent"), "{}", message.content);
+    assert_eq!(host.executions(), 0, "the call never ran");
+
+    let effect = ledger.effects().get("pay:inv-1").unwrap();
+    assert!(
+        effect.as_ref().is_none_or(|record| matches!(record.state, EffectState::Failed { .. })),
+        "the key is free for a properly approved call: {effect:?}"
+    );
+    let records = audit.records(0, 100).unwrap();
+    let outcomes: Vec<String> = records.iter().map(|r| r.outcome.to_string()).collect();
+    // The spend landed with its record (the grant is spent); the refusal follows it, once.
+    assert_eq!(outcomes, ["interrupted", "approved", "refused (approval_invalid)"], "{records:#?}");
+    assert!(!records.iter().any(|r| r.outcome == AuditOutcome::Executed), "{outcomes:?}");
+}
