@@ -16,7 +16,8 @@ again it verifies what the saver holds against the last commitment: a checkpoint
 (possibly by another process) or an older one resumed (time travel) is recorded as a ``state_tamper`` audit
 record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). So is an
 escalated call resumed from a checkpoint nothing vouches for: no commitment for its thread (the ledger's were
-lost, or the saver was wrapped after the pause), the checkpoint gone from the saver, or the ledger unreadable.
+lost, or the saver was wrapped after the pause), the checkpoint gone from the saver, or the ledger or the saver
+unreadable. What could not be verified is never committed to afresh.
 A commitment that cannot be written is a warning, never an exception after the saver already wrote.
 
 Writes through one ``AirlockCheckpointer`` are serialised (a verification must not see another task's
@@ -48,6 +49,10 @@ NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 EDITED = ("unknown", "edited")
 #: Verdicts that are a tamper when the graph resumes from the checkpoint.
 TAMPERS = ("unknown", "edited", "not_head")
+#: What `_read` gives when the saver could not be read (an error, not an absent checkpoint): verified as
+#: `unverified`, never committed to.
+_UNREADABLE: Any = object()
+
 #: Verdicts that say nothing vouches for the checkpoint: no commitment for its thread or no checkpoint in the
 #: saver (`unrecorded`), or the commitments could not be read (`unverified`). Normal for a new thread's first
 #: writes; an escalated call resumed from such a checkpoint is refused all the same (fails closed).
@@ -111,6 +116,8 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         left go to a checkpoint that is no longer the head: those are not time travel."""
         if checkpoint_id is None or tup is None:
             return "unrecorded"
+        if tup is _UNREADABLE:
+            return "unverified"
         try:
             verdict = self.commitments.verify(thread, ns, checkpoint_id, self.manifest(tup))
         except Exception as error:  # noqa: BLE001 - the saver's write goes on; the failure is reported
@@ -130,15 +137,17 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             detail = "the checkpoint differs from the one committed (edited in the store)"
         elif verdict == "unrecorded":
             detail = "nothing vouches for the checkpoint (no commitment for its thread, or it is gone from the store)"
-        else:
+        elif verdict == "not_head":
             detail = "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
+        else:
+            detail = f"the checkpoint could not be verified ({verdict})"
         try:
             self.commitments.record_tamper(thread, ns, checkpoint_id, f"{detail}; {when}")
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"airlock: a state_tamper record cannot be written: {error}", stacklevel=3)
 
     def _commit(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, head: bool) -> None:
-        if checkpoint_id is None or tup is None:
+        if checkpoint_id is None or tup is None or tup is _UNREADABLE:
             return
         try:
             self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup), head=head)
@@ -164,7 +173,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
                 if where in self.unvouched:
                     refusal = refusal or "unverified"
                     continue
-                tup = self.saver.get_tuple(self._config(*where))
+                tup = self._read(self._config(*where))
                 verdict = self._verdict(*where, tup, "an escalated call resumed from it", True)
                 if verdict in TAMPERS:
                     refusal = "tampered"
@@ -208,12 +217,14 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             verdict = self._verdict(thread, ns, checkpoint_id, self._read(config), "writes added to it", resumed)
             self.saver.put_writes(config, writes, task_id, task_path)
             # An edited checkpoint keeps its old commitment: what it holds now is not vouched for. Nor is what
-            # could not be verified (the commitments unreadable): committing it would vouch for an edit made
-            # meanwhile, and the next verification reports what changed instead.
+            # could not be verified (the commitments or the saver unreadable): committing it would vouch for an
+            # edit made meanwhile, and the next verification reports what changed instead.
             if verdict not in EDITED and verdict != "unverified":
                 self._commit(thread, ns, checkpoint_id, self._read(config), head=False)
 
     def _read(self, config: dict) -> CheckpointTuple | None:
+        """What the saver holds for the checkpoint `config` names; ``None`` if none, ``_UNREADABLE`` if the
+        saver failed (a warning, never an exception after the saver already wrote)."""
         thread, ns, checkpoint_id = self._where(config)
         if checkpoint_id is None:
             return None
@@ -221,7 +232,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             return self.saver.get_tuple(self._config(thread, ns, checkpoint_id))
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"airlock: the checkpoint cannot be read back: {error}", stacklevel=3)
-            return None
+            return _UNREADABLE
 
     def delete_thread(self, thread_id: str) -> None:
         self.saver.delete_thread(thread_id)
@@ -251,7 +262,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             return await self.saver.aget_tuple(self._config(thread, ns, checkpoint_id))
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"airlock: the checkpoint cannot be read back: {error}", stacklevel=2)
-            return None
+            return _UNREADABLE
 
     async def aput(self, config: dict, checkpoint: Any, metadata: Any, new_versions: Any) -> dict:
         thread, ns, parent = self._where(config)

@@ -436,7 +436,7 @@ def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | Non
     return _refused(
         request,
         "refused: nothing vouches for the checkpoint this call resumes from (no commitment recorded for it, gone "
-        "from the store, or the ledger could not be read); nothing was run",
+        "from the store, or the ledger or the store could not be read); nothing was run",
         hints,
         refusal={"kind": "state_unverified", "rule": None, "retry_after_secs": None},
         stripped_arguments=[],

@@ -239,6 +239,71 @@ def test_a_verification_that_failed_once_does_not_vouch_for_an_edit_made_meanwhi
     assert tampers(ledger) and "edited" in tampers(ledger)[0]["detail"]
 
 
+class FlakySqliteSaver(SqliteSaver):
+    """A SqliteSaver whose next read of one checkpoint by id fails once `fail_next` is set: what a store
+    locked by another writer ("database is locked") does to a read."""
+
+    fail_next = False
+
+    def get_tuple(self, config):
+        if self.fail_next and config.get("configurable", {}).get("checkpoint_id"):
+            self.fail_next = False
+            raise sqlite3.OperationalError("database is locked")
+        return super().get_tuple(config)
+
+
+def test_a_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh(tmp_path):
+    """The resume value's write finds the saver unreadable (locked while the checkpoint is edited): what it then
+    holds is not committed as vouched for, so the verification before the call runs finds the edit (it was
+    committed afresh, read as `unrecorded`, and the approved call ran)."""
+    path = tmp_path / "cp.sqlite"
+    inner = FlakySqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    ledger, approvals, saver, app = build(tmp_path, inner)
+    resume = approvals.approve(pause(app))
+    edit_head_with_sqlite(path, saver)
+    inner.fail_next = True
+    with pytest.warns(UserWarning, match="cannot be read back"):
+        out = app.invoke(Command(resume=resume), CFG)
+    assert inner.fail_next is False, "a read failed"
+    message = out["messages"][-1]
+    assert message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper", message.content
+    assert RAN == []
+
+
+def test_an_async_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused(tmp_path):
+    """As `test_a_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused_and_recorded`, through
+    `ainvoke` and `awrap_tool_call` over AsyncSqliteSaver."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path = tmp_path / "cp.sqlite"
+
+    async def run():
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
+            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+            approvals = InterruptApprovals(KEY, ledger)
+            saver = AirlockCheckpointer(inner, ledger, KEY)
+            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+            node = ToolNode(
+                TOOLS,
+                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+            )
+            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+            # Paused with the saver itself: no commitment is written.
+            paused = await graph(node, inner).ainvoke(start, CFG)
+            assert RAN == []
+            resume = approvals.approve(paused["__interrupt__"][0].value)
+            out = await graph(node, saver).ainvoke(Command(resume=resume), CFG)
+            return ledger, out["messages"][-1]
+
+    ledger, message = asyncio.run(run())
+    assert isinstance(message, ToolMessage) and message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_unverified"
+    assert RAN == []
+    assert len(unvouched(ledger)) == 1, tampers(ledger)
+
+
 def test_a_config_naming_no_checkpoint_or_one_gone_from_the_store_is_not_vouched_for(tmp_path):
     ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
     pause(app)
