@@ -356,19 +356,16 @@ impl PolicyBuilder {
     }
 
     /// Lets a gateway list the resource whose URI (or the template whose URI template) is exactly `key`, or
-    /// the prompt named exactly `key`, although its listing has findings of the kind named `kind`. A key
-    /// with `*`, `?`, `[` or `]` (or, for a prompt, `{` or `}`: a template's parameters are in braces) is
-    /// refused: findings are accepted one entry at a time.
+    /// the prompt named exactly `key`, although its listing has findings of the kind named `kind`. Findings
+    /// are accepted one entry at a time: a key with `*`, `?`, `[`, `]`, `{` or `}` is refused as a glob,
+    /// but for a resource key with a `{`, which is a URI template (RFC 6570: `files://{path*}`,
+    /// `search://{?q}`), matched exactly as written.
     pub fn allow_surface_finding(mut self, surface: Surface, key: &str, kind: &str) -> Self {
-        let globby: &[char] = match surface {
-            Surface::Resource => &['*', '?', '[', ']'],
-            Surface::Prompt => &['*', '?', '[', ']', '{', '}'],
-        };
         let (what, allowed) = match surface {
             Surface::Resource => ("resource URI", &mut self.policy.allowed_resource_findings),
             Surface::Prompt => ("prompt name", &mut self.policy.allowed_prompt_findings),
         };
-        if key.contains(globby) {
+        if is_surface_glob(surface, key) {
             let message = format!("findings are allowed for an exact {what}, not a glob");
             self.errors.push(PolicyError::Findings { tool: key.to_owned(), message });
             return self;
@@ -386,10 +383,47 @@ impl PolicyBuilder {
         self
     }
 
+    /// Pins the listing of the resource whose URI (or the template whose URI template) is exactly `key`, or
+    /// of the prompt named exactly `key`, to `digest` (`airlock mcp scan` writes it: [`listing_pin`]): a
+    /// gateway leaves the entry out of its listing while the upstream lists it otherwise. Exact keys as for
+    /// [`allow_surface_finding`](Self::allow_surface_finding).
+    ///
+    /// [`listing_pin`]: crate::integrations::mcp_gateway::listing_pin
+    pub fn surface_pin(mut self, surface: Surface, key: &str, digest: &str) -> Self {
+        let (what, pins) = match surface {
+            Surface::Resource => ("resource URI", &mut self.policy.resource_pins),
+            Surface::Prompt => ("prompt name", &mut self.policy.prompt_pins),
+        };
+        let message = if is_surface_glob(surface, key) {
+            Some(format!("a pin needs an exact {what}, not a glob"))
+        } else if digest.trim().is_empty() || digest.contains(char::is_whitespace) {
+            Some("the digest must be a non-empty string without spaces".to_owned())
+        } else if pins.contains_key(key) {
+            Some(format!("the {what} is pinned twice"))
+        } else {
+            None
+        };
+        match message {
+            Some(message) => self.errors.push(PolicyError::Pin { tool: key.to_owned(), message }),
+            None => {
+                pins.insert(key.to_owned(), digest.to_owned());
+            }
+        }
+        self
+    }
+
     /// The policy, or every error found.
     pub fn build(self) -> Result<Policy, Vec<PolicyError>> {
         if self.errors.is_empty() { Ok(self.policy) } else { Err(self.errors) }
     }
+}
+
+/// Whether `key` reads as a glob where an exact resource URI or prompt name is needed: `*`, `?`, `[`, `]`, `{`
+/// or `}`, but for a resource key with a `{`, a URI template (RFC 6570: `files://{path*}`, `search://{?q}`),
+/// matched exactly as written.
+fn is_surface_glob(surface: Surface, key: &str) -> bool {
+    let template = surface == Surface::Resource && key.contains('{');
+    !template && key.contains(['*', '?', '[', ']', '{', '}'])
 }
 
 #[cfg(test)]

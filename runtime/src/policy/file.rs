@@ -31,6 +31,7 @@
 //! rate = "10/minute"
 //! allow_findings = ["long_description"]   # tool-poisoning findings its listing may have (exact names only;
 //!                                         # for resources an exact URI or URI template)
+//! pin = "sha256:…"                        # its listing's digest (`airlock mcp scan`), same exact keys
 //!
 //! [[tools.refund.when]]       # argument conditions, see `policy::condition`
 //! if = "amount > 10000"
@@ -112,6 +113,7 @@ struct RawPolicy {
 struct RawSurface {
     rate: Option<Spanned<String>>,
     mask: Option<Spanned<String>>,
+    pin: Option<Spanned<String>>,
     #[serde(default)]
     allow_findings: Vec<Spanned<String>>,
 }
@@ -305,6 +307,9 @@ impl FileBuilder<'_> {
         }
         if let Some(mask) = &table.mask {
             self.apply(|b| b.surface_mask(surface, name, mask.get_ref()), &[key.clone(), mask.span()])?;
+        }
+        if let Some(pin) = &table.pin {
+            self.apply(|b| b.surface_pin(surface, name, pin.get_ref()), &[key.clone(), pin.span()])?;
         }
         for kind in &table.allow_findings {
             self.apply(|b| b.allow_surface_finding(surface, name, kind.get_ref()), &[key.clone(), kind.span()])?;

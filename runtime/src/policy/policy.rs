@@ -38,6 +38,9 @@ pub struct Policy {
     pub(super) allowed_resource_findings: BTreeMap<String, BTreeSet<FindingKind>>,
     /// The findings each listed prompt (by exact name) may have and still be listed.
     pub(super) allowed_prompt_findings: BTreeMap<String, BTreeSet<FindingKind>>,
+    /// The pinned digest of each listed resource's (by exact URI or URI template) or prompt's listing.
+    pub(super) resource_pins: BTreeMap<String, String>,
+    pub(super) prompt_pins: BTreeMap<String, String>,
     pub(super) approvers: Vec<Rule<ApprovalRoute>>,
     pub(super) deny_resources: Vec<Rule<()>>,
     pub(super) deny_prompts: Vec<Rule<()>>,
@@ -461,6 +464,16 @@ impl Policy {
         }
     }
 
+    /// The pinned digests of the resources' (by exact URI or URI template) or prompts' (by exact name)
+    /// listings (`pin` in a `[resources.…]` or `[prompts.…]` table): a gateway leaves out an entry whose
+    /// listing no longer has its pin.
+    pub fn surface_pins(&self, surface: Surface) -> &BTreeMap<String, String> {
+        match surface {
+            Surface::Resource => &self.resource_pins,
+            Surface::Prompt => &self.prompt_pins,
+        }
+    }
+
     /// The `[tools.…]` tables (names or globs, in file order) that match none of `tools` (the names a server
     /// offers), each with the closest offered name. Empty for a policy built in code.
     pub fn tables_naming_no_tool<'a>(&self, tools: impl IntoIterator<Item = &'a str> + Clone) -> Vec<UnmatchedTable> {
@@ -520,6 +533,9 @@ impl Policy {
                 let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
                 format!("findings  {surface} {name}: {kinds} allowed")
             }));
+        }
+        for (surface, pins) in [("resource", &self.resource_pins), ("prompt", &self.prompt_pins)] {
+            lines.extend(pins.iter().map(|(name, digest)| format!("pin       {surface} {name}: {digest}")));
         }
         lines.extend(self.approvers.iter().map(|r| {
             let route = match r.value {

@@ -176,10 +176,81 @@ fn scan_reports_the_findings_of_resources_and_prompts_too() {
     let starter = String::from_utf8(scan.stdout).expect("UTF-8");
     let policy = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("{e}\n{starter}"));
     assert!(policy.allowed_surface_findings(agent_airlock::policy::Surface::Prompt).is_empty(), "{starter}");
-    for table in ["[resources.\"config://poisoned\"]\n# allow_findings = [\"cross_tool\"]", "[prompts.\"vetted\"]"] {
-        assert!(starter.contains(table), "{table}\n{starter}");
+    for (table, kinds) in [
+        ("[resources.\"config://poisoned\"]", "[\"cross_tool\"]"),
+        ("[prompts.\"poisoned\"]", "[\"instruction_tag\", \"override\"]"),
+        ("[prompts.\"vetted\"]", "[\"instruction_tag\"]"),
+    ] {
+        // The table, the pin of the listing reviewed, the accepting line commented out.
+        let at = starter.find(table).unwrap_or_else(|| panic!("{table}\n{starter}"));
+        let lines: Vec<&str> = starter[at..].lines().take(3).collect();
+        assert!(lines[1].starts_with("pin = \"sha256:"), "{lines:?}");
+        assert_eq!(lines[2], format!("# allow_findings = {kinds}"), "{lines:?}");
     }
+    assert_eq!(policy.surface_pins(agent_airlock::policy::Surface::Prompt).len(), 2, "{starter}");
+
+    // The starter with its accepting lines uncommented and the entries allowed: the gateway in front of the
+    // same server lists them (the pins `scan` wrote are those of the listings the gateway sees), and still
+    // leaves out what is not accepted.
+    let accepting = starter
+        .replace("# allow_findings = [", "allow_findings = [")
+        .replace("allow_resources = []", "allow_resources = [\"config://**\"]")
+        .replace("allow_prompts = []", "allow_prompts = [\"*\"]");
+    let policy_path = scratch.path().join("accepting.toml");
+    std::fs::write(&policy_path, &accepting).expect("the policy is written");
+    let mut command = Command::new(AIRLOCK);
+    command.arg("--db").arg(scratch.path().join("accepting.redb")).args(["mcp", "--policy"]).arg(&policy_path).args([
+        "--env",
+        "SURFACES=1",
+        "--",
+        &python,
+        upstream,
+        &log,
+        &notes,
+    ]);
+    let mut session = StdioSession::start(&mut command);
+    let names = |session: &mut StdioSession, id: u64, method: &str, list: &str, key: &str| -> Vec<String> {
+        session.send(json!({"jsonrpc": "2.0", "id": id, "method": method}));
+        let answer = session.response(id, Duration::from_secs(60));
+        let entries = answer["result"][list].as_array().unwrap_or_else(|| panic!("a listing: {answer}")).clone();
+        let mut names: Vec<String> = entries.iter().map(|e| e[key].as_str().expect("a key").to_owned()).collect();
+        names.sort();
+        names
+    };
+    let resources = names(&mut session, 2, "resources/list", "resources", "uri");
+    assert!(resources.contains(&"config://poisoned".to_owned()), "{resources:?}\n{accepting}");
+    let prompts = names(&mut session, 3, "prompts/list", "prompts", "name");
+    assert!(prompts.contains(&"poisoned".to_owned()) && prompts.contains(&"vetted".to_owned()), "{prompts:?}");
+    session.close();
     assert!(!starter.contains("[resources.\"config://app\"]"), "{starter}");
+}
+
+const HOSTILE_UPSTREAM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/hostile_upstream.py");
+
+/// A server that declares resources and prompts but answers `resources/templates/list` "method not found" (as
+/// many do) and fails `prompts/list`: `airlock mcp scan` still scans its tools and resources and writes the
+/// starter policy, says which listing failed, and fails (what that listing holds was not scanned).
+#[test]
+fn scan_goes_on_past_a_listing_that_fails_and_says_so() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let (python, dir) = (venv.python().display().to_string(), scratch.path().display().to_string());
+    let scan = airlock(&["mcp", "scan", "--env", "HOSTILE_SURFACES=1", "--", &python, HOSTILE_UPSTREAM, &dir]);
+    let stderr = String::from_utf8_lossy(&scan.stderr);
+    assert_eq!(scan.status.code(), Some(1), "{stderr}");
+    for line in [
+        "airlock mcp scan: resource `config://hostile`: cross_tool in description: \"",
+        "airlock mcp scan: the upstream server did not list its prompts: ",
+        "prompts are broken",
+        "1 listing(s) failed: what they hold was not scanned",
+    ] {
+        assert!(stderr.contains(line), "{line}\n{stderr}");
+    }
+    assert!(!stderr.contains("resource templates"), "method not found is an empty listing: {stderr}");
+    let starter = String::from_utf8(scan.stdout).expect("UTF-8");
+    let policy = Policy::from_toml(&starter).unwrap_or_else(|e| panic!("{e}\n{starter}"));
+    assert_eq!(policy.pins().len(), 5, "every tool is still pinned: {starter}");
+    assert!(starter.contains("[resources.\"config://hostile\"]"), "{starter}");
 }
 
 /// A gateway in front of the poisoned upstream under `policy`, its standard error written to `stderr`.

@@ -73,7 +73,7 @@ pub use oauth::{
     REFETCH_INTERVAL, TokenRefusal, VERIFIED_CACHE_CAPACITY, VERIFIED_CACHE_TTL, parse_algorithm,
 };
 pub use passthrough::GatewayServer;
-pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, tool_pin};
+pub use pin::{PIN_PREFIX, PINNED_MEMBERS, PinCheck, ToolPins, listing_pin, tool_pin};
 pub use sandbox::{
     DEFAULT_ADDRESS_SPACE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, SYSTEM_READ_PATHS, SYSTEM_WRITE_PATHS, Sandbox,
     SandboxError, SandboxLauncher, SandboxLimits, SandboxPlan, exec_sandboxed,

@@ -98,7 +98,7 @@ pub fn scan_tool(tool: &rmcp::model::Tool) -> Vec<Finding> {
 /// Scans a tool's definition as MCP's `tools/list` gives it (`name`, `title`, `description`, `inputSchema`,
 /// `outputSchema`, `annotations`).
 pub fn scan_definition(definition: &Value) -> Vec<Finding> {
-    let mut scan = Scan { findings: Vec::new() };
+    let mut scan = Scan { findings: Vec::new(), own_path: String::new() };
     let text = |key: &str| definition.get(key).and_then(Value::as_str).unwrap_or("");
     let (name, title, description) = (text("name"), text("title"), text("description"));
     let topic = Topic::of(name, title, description);
@@ -157,16 +157,21 @@ fn scan_listing(entry: serde_json::Result<Value>, name: &str, listed: Listed) ->
             }];
         }
     };
-    let mut scan = Scan { findings: Vec::new() };
     let text = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or("");
+    // A resource names a file, or something like one: the sensitive path in its own URI is no sign of
+    // poisoning when its text names it.
+    let own_path = match listed {
+        Listed::Resource => format!("{} {}", text("uri"), text("uriTemplate")).to_lowercase(),
+        Listed::Prompt => String::new(),
+    };
+    let mut scan = Scan { findings: Vec::new(), own_path };
     let (title, description) = (text("title"), text("description"));
-    let mut topic = Topic::of(name, title, description);
-    // A resource names a file, or something like one: a path in its text is no sign of poisoning.
-    topic.credentials |= listed == Listed::Resource;
+    let topic = Topic::of(name, title, description);
     for key in ["uri", "uriTemplate", "mimeType"] {
         scan.hidden(key, text(key));
     }
-    scan.hidden("name", name);
+    // A client shows a resource's or prompt's name where it has no title: read as its text is.
+    scan.text("name", name, &topic);
     scan.text("title", title, &topic);
     scan.text("description", description, &topic);
     let arguments = entry.get("arguments").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
@@ -230,6 +235,9 @@ impl AllowedFindings {
 
 struct Scan {
     findings: Vec<Finding>,
+    /// A resource's URI, lower-cased: a sensitive path it holds is the resource's own, named by its text
+    /// as a matter of course, not a finding (another one is).
+    own_path: String,
 }
 
 impl Scan {
@@ -308,7 +316,12 @@ impl Scan {
             if *kind == FindingKind::SensitivePath && topic.credentials {
                 continue;
             }
-            if let Some(found) = regex.find(visible.as_str()) {
+            let own = |found: &regex_automata::Match| {
+                let path = visible[found.range()].to_lowercase();
+                let path = path.trim_start_matches('~').trim_start_matches('/');
+                *kind == FindingKind::SensitivePath && !path.is_empty() && self.own_path.contains(path)
+            };
+            if let Some(found) = regex.find_iter(visible.as_str()).find(|found| !own(found)) {
                 self.push(*kind, location, quote(&visible, found.start(), found.end()), None);
             }
         }

@@ -181,8 +181,8 @@ pub enum UpstreamError {
 }
 
 /// What an upstream lists besides its tools ([`Upstream::list_surfaces`]): each list empty when the upstream
-/// does not declare the capability.
-#[derive(Debug, Clone, Default)]
+/// does not declare the capability or answers that it has no such method.
+#[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct ListedSurfaces {
     /// `resources/list`, every page.
@@ -191,6 +191,9 @@ pub struct ListedSurfaces {
     pub templates: Vec<rmcp::model::ResourceTemplate>,
     /// `prompts/list`, every page.
     pub prompts: Vec<rmcp::model::Prompt>,
+    /// The listings that failed otherwise (an error, no answer in time): what they would have listed is
+    /// unknown, the others are kept.
+    pub failed: Vec<UpstreamError>,
 }
 
 /// A running upstream MCP server, connected as a client.
@@ -305,28 +308,42 @@ impl Upstream {
     }
 
     /// Every resource, resource template and prompt the upstream lists now (all pages; none of a kind it does
-    /// not declare), each listing within [`LIST_TOOLS_TIMEOUT`]: what `airlock mcp scan` reviews besides tools.
-    pub async fn list_surfaces(&self) -> Result<ListedSurfaces, UpstreamError> {
-        async fn within<T>(
+    /// not declare, or whose listing it answers with "method not found"), each listing within
+    /// [`LIST_TOOLS_TIMEOUT`]: what `airlock mcp scan` reviews besides tools. A listing that fails otherwise
+    /// is reported in [`ListedSurfaces::failed`], the others kept.
+    pub async fn list_surfaces(&self) -> ListedSurfaces {
+        async fn within<T: Default>(
+            failed: &mut Vec<UpstreamError>,
             what: &'static str,
             listing: impl Future<Output = Result<T, ServiceError>>,
-        ) -> Result<T, UpstreamError> {
+        ) -> T {
             match tokio::time::timeout(LIST_TOOLS_TIMEOUT, listing).await {
-                Ok(listed) => listed.map_err(|source| UpstreamError::List { what, source }),
-                Err(_) => Err(UpstreamError::ListTimeout { what, timeout: LIST_TOOLS_TIMEOUT }),
+                Ok(Ok(listed)) => listed,
+                Ok(Err(ServiceError::McpError(error))) if error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND => {
+                    T::default()
+                }
+                Ok(Err(source)) => {
+                    failed.push(UpstreamError::List { what, source });
+                    T::default()
+                }
+                Err(_) => {
+                    failed.push(UpstreamError::ListTimeout { what, timeout: LIST_TOOLS_TIMEOUT });
+                    T::default()
+                }
             }
         }
         let peer = self.client.peer();
         let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
         let mut listed = ListedSurfaces::default();
         if capabilities.resources.is_some() {
-            listed.resources = within("resources", peer.list_all_resources()).await?;
-            listed.templates = within("resource templates", peer.list_all_resource_templates()).await?;
+            listed.resources = within(&mut listed.failed, "resources", peer.list_all_resources()).await;
+            listed.templates =
+                within(&mut listed.failed, "resource templates", peer.list_all_resource_templates()).await;
         }
         if capabilities.prompts.is_some() {
-            listed.prompts = within("prompts", peer.list_all_prompts()).await?;
+            listed.prompts = within(&mut listed.failed, "prompts", peer.list_all_prompts()).await;
         }
-        Ok(listed)
+        listed
     }
 
     /// The client side of the session, for what passes through unguarded (resources, prompts).

@@ -217,6 +217,28 @@ fn reads_every_rule_through_the_builder() {
     assert_eq!(write.effect, None);
 }
 
+/// A resource's findings are accepted for an exact URI or URI template: RFC 6570 templates keep their `*` and
+/// `?` (`files://{path*}`, `search://{?q}`), a URI without braces may not have them.
+#[test]
+fn findings_are_accepted_for_uri_templates_as_written() {
+    let policy = Policy::from_toml(
+        "version = 1\ndefault = \"allow\"\n[resources.\"files://{path*}\"]\nallow_findings = [\"override\"]\n\
+         [resources.\"search://{?q}\"]\nallow_findings = [\"cross_tool\"]\n",
+    )
+    .unwrap();
+    let keys: Vec<&str> = policy.allowed_surface_findings(Surface::Resource).keys().map(String::as_str).collect();
+    assert_eq!(keys, ["files://{path*}", "search://{?q}"]);
+    let pinned =
+        Policy::from_toml("version = 1\ndefault = \"allow\"\n[prompts.summarise]\npin = \"sha256:abc\"\n").unwrap();
+    assert_eq!(pinned.surface_pins(Surface::Prompt).get("summarise").map(String::as_str), Some("sha256:abc"));
+    assert!(pinned.surface_pins(Surface::Resource).is_empty());
+    let refused = Policy::from_toml(
+        "version = 1\ndefault = \"allow\"\n[resources.\"files://a?b\"]\nallow_findings = [\"override\"]\n",
+    )
+    .unwrap_err();
+    assert!(refused.message.contains("not a glob"), "{refused}");
+}
+
 /// `(line, column, message)` of the error `text` is refused with.
 fn refused(text: &str) -> (usize, usize, String) {
     let err = Policy::from_toml(text).unwrap_err();
@@ -264,7 +286,7 @@ fn every_refusal_names_its_line_and_column() {
             h("[prompts.summarise]\nescalate = \"no\"\n"),
             4,
             1,
-            "unknown field `escalate`, expected one of `rate`, `mask`, `allow_findings`",
+            "unknown field `escalate`, expected one of `rate`, `mask`, `pin`, `allow_findings`",
         ),
         // Rates.
         (
@@ -340,6 +362,18 @@ fn every_refusal_names_its_line_and_column() {
             3,
             10,
             "invalid `allow_findings` for `s{a,b}`: findings are allowed for an exact prompt name, not a glob",
+        ),
+        (
+            h("[prompts.\"s*\"]\npin = \"sha256:abc\"\n"),
+            3,
+            10,
+            "invalid pin for `s*`: a pin needs an exact prompt name, not a glob",
+        ),
+        (
+            h("[resources.\"note://a\"]\npin = \" \"\n"),
+            4,
+            7,
+            "invalid pin for `note://a`: the digest must be a non-empty string without spaces",
         ),
         (
             h("[prompts.summarise]\nallow_findings = [\"sneaky\"]\n"),
