@@ -271,6 +271,50 @@ def test_a_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh(tmp_pa
     assert RAN == []
 
 
+def test_an_async_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh(tmp_path):
+    """As `test_a_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh`, through `aput_writes`:
+    AsyncSqliteSaver's next read of the checkpoint by id fails (locked) while it is edited."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    class FlakyAsyncSqliteSaver(AsyncSqliteSaver):
+        fail_next = False
+
+        async def aget_tuple(self, config):
+            if self.fail_next and config.get("configurable", {}).get("checkpoint_id"):
+                type(self).fail_next = False
+                raise sqlite3.OperationalError("database is locked")
+            return await super().aget_tuple(config)
+
+    path = tmp_path / "cp.sqlite"
+
+    async def run():
+        async with FlakyAsyncSqliteSaver.from_conn_string(str(path)) as inner:
+            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+            approvals = InterruptApprovals(KEY, ledger)
+            saver = AirlockCheckpointer(inner, ledger, KEY)
+            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+            node = ToolNode(
+                TOOLS,
+                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+            )
+            app = graph(node, saver)
+            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+            paused = await app.ainvoke(start, CFG)
+            resume = approvals.approve(paused["__interrupt__"][0].value)
+            await asyncio.to_thread(edit_head_with_sqlite, path, saver)
+            FlakyAsyncSqliteSaver.fail_next = True
+            with pytest.warns(UserWarning, match="cannot be read back"):
+                out = await app.ainvoke(Command(resume=resume), CFG)
+            assert FlakyAsyncSqliteSaver.fail_next is False, "a read failed"
+            return out["messages"][-1]
+
+    message = asyncio.run(run())
+    assert isinstance(message, ToolMessage) and message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper", message.content
+    assert RAN == []
+
+
 def test_an_async_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused(tmp_path):
     """As `test_a_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused_and_recorded`, through
     `ainvoke` and `awrap_tool_call` over AsyncSqliteSaver."""
