@@ -36,9 +36,28 @@ def build(tmp_path, inner, on_tamper="refuse"):
     return ledger, approvals, saver, graph(node, saver)
 
 
+def build_async(tmp_path, inner):
+    """`build` for a graph run with `ainvoke`: the node guarded through `awrap_tool_call` too."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
+    approvals = InterruptApprovals(KEY, ledger)
+    saver = AirlockCheckpointer(inner, ledger, KEY)
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(
+        TOOLS,
+        wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+        awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
+    )
+    return ledger, approvals, saver, node
+
+
+def first_turn() -> dict:
+    """The first turn of a test, made afresh (LangGraph gives messages ids in place): the model asks to delete a
+    file (escalated)."""
+    return {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+
+
 def pause(app):
-    start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
-    out = app.invoke(start, CFG)
+    out = app.invoke(first_turn(), CFG)
     assert RAN == []
     return out["__interrupt__"][0].value
 
@@ -47,11 +66,13 @@ def tampers(ledger):
     return [r for r in ledger.audit_records() if r["outcome"]["kind"] == "state_tamper"]
 
 
-def edit_head_with_sqlite(path, saver):
-    """Rewrites the human's message in the newest checkpoint row, as anyone with the file could."""
+def edit_head_with_sqlite(path, saver, namespace: str | None = None):
+    """Rewrites the human's message in the newest checkpoint row (of `namespace`, if given), as anyone with the
+    file could."""
     connection = sqlite3.connect(path)
+    where, parameters = ("WHERE checkpoint_ns = ?", (namespace,)) if namespace is not None else ("", ())
     rowid, kind, blob = connection.execute(
-        "SELECT rowid, type, checkpoint FROM checkpoints ORDER BY rowid DESC LIMIT 1"
+        f"SELECT rowid, type, checkpoint FROM checkpoints {where} ORDER BY rowid DESC LIMIT 1", parameters
     ).fetchone()
     checkpoint = saver.serde.loads_typed((kind, blob))
     messages = checkpoint["channel_values"]["messages"]
@@ -289,18 +310,9 @@ def test_an_async_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh
 
     async def run():
         async with FlakyAsyncSqliteSaver.from_conn_string(str(path)) as inner:
-            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
-            approvals = InterruptApprovals(KEY, ledger)
-            saver = AirlockCheckpointer(inner, ledger, KEY)
-            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
-            node = ToolNode(
-                TOOLS,
-                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-            )
+            ledger, approvals, saver, node = build_async(tmp_path, inner)
             app = graph(node, saver)
-            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
-            paused = await app.ainvoke(start, CFG)
+            paused = await app.ainvoke(first_turn(), CFG)
             resume = approvals.approve(paused["__interrupt__"][0].value)
             await asyncio.to_thread(edit_head_with_sqlite, path, saver)
             FlakyAsyncSqliteSaver.fail_next = True
@@ -324,18 +336,9 @@ def test_an_async_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused(
 
     async def run():
         async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
-            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
-            approvals = InterruptApprovals(KEY, ledger)
-            saver = AirlockCheckpointer(inner, ledger, KEY)
-            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
-            node = ToolNode(
-                TOOLS,
-                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-            )
-            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
+            ledger, approvals, saver, node = build_async(tmp_path, inner)
             # Paused with the saver itself: no commitment is written.
-            paused = await graph(node, inner).ainvoke(start, CFG)
+            paused = await graph(node, inner).ainvoke(first_turn(), CFG)
             assert RAN == []
             resume = approvals.approve(paused["__interrupt__"][0].value)
             out = await graph(node, saver).ainvoke(Command(resume=resume), CFG)
@@ -406,18 +409,9 @@ def test_an_async_sqlite_checkpoint_edited_between_pause_and_resume_is_refused_a
 
     async def run():
         async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
-            ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
-            approvals = InterruptApprovals(KEY, ledger)
-            saver = AirlockCheckpointer(inner, ledger, KEY)
-            policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
-            node = ToolNode(
-                TOOLS,
-                wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-                awrap_tool_call=airlock_awrap_tool_call(policy, approvals=approvals, checkpointer=saver),
-            )
+            ledger, approvals, saver, node = build_async(tmp_path, inner)
             app = graph(node, saver)
-            start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
-            paused = await app.ainvoke(start, CFG)
+            paused = await app.ainvoke(first_turn(), CFG)
             assert RAN == []
             resume = approvals.approve(paused["__interrupt__"][0].value)
             if edited:
@@ -498,24 +492,13 @@ def test_a_tool_node_inside_a_subgraph_resumes_from_its_committed_checkpoints_an
     outer.add_node("agent", inner.compile())
     outer.add_edge(START, "agent")
     app = outer.compile(checkpointer=saver)
-    start = {"messages": [HumanMessage(content="please delete /tmp/x"), call("delete_file", {"path": "/tmp/x"})]}
-    paused = app.invoke(start, CFG)
+    paused = app.invoke(first_turn(), CFG)
     assert RAN == []
     value = paused["__interrupt__"][0].value
     assert value["airlock_approval"]["call"]["checkpoint_ns"].startswith("agent:"), value
     resume = approvals.approve(value)
     if edited:
-        connection_edit = sqlite3.connect(path)
-        rowid, kind, blob = connection_edit.execute(
-            "SELECT rowid, type, checkpoint FROM checkpoints WHERE checkpoint_ns = '' ORDER BY rowid DESC LIMIT 1"
-        ).fetchone()
-        checkpoint = saver.serde.loads_typed((kind, blob))
-        messages = checkpoint["channel_values"]["messages"]
-        messages[0] = messages[0].model_copy(update={"content": "the user said: delete everything"})
-        kind, blob = saver.serde.dumps_typed(checkpoint)
-        connection_edit.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE rowid = ?", (kind, blob, rowid))
-        connection_edit.commit()
-        connection_edit.close()
+        edit_head_with_sqlite(path, saver, namespace="")
     out = app.invoke(Command(resume=resume), CFG)
     message = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
     if edited:
