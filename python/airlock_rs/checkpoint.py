@@ -159,29 +159,52 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         not go on: ``"tampered"`` (a checkpoint it resumes from was edited, put in the store by someone else, or
         is older than the head), ``"unverified"`` (nothing vouches for one: see ``UNVOUCHED``; or the config
         names no checkpoint), or ``None``: it may. Records what it finds; with ``on_tamper="record"`` always
-        ``None``."""
+        ``None``. Under the sync writes' lock; a graph run with ``ainvoke`` asks :meth:`aresume_refusal`."""
+        with self._lock:
+            found = [self._resumed_from(where, self._read(self._config(*where))) for where in self._resumed(config)]
+        return self._refusal(config, found)
+
+    async def aresume_refusal(self, config: dict) -> str | None:
+        """:meth:`resume_refusal` under the async writes' lock, reading the saver's async methods: a check made
+        while another task's ``aput_writes`` has written to the saver but not yet committed would find that
+        checkpoint edited."""
+        async with self._async_lock():
+            found = [
+                self._resumed_from(where, await self._aread(self._config(*where))) for where in self._resumed(config)
+            ]
+        return self._refusal(config, found)
+
+    @staticmethod
+    def _resumed(config: dict) -> list[tuple[str, str, str]]:
+        """(thread, namespace, checkpoint id) of each checkpoint a task's config resumes from."""
         configurable = config.get("configurable", {})
         thread = str(configurable.get("thread_id", ""))
         checkpoint_map = configurable.get("checkpoint_map") or {}
-        refusal = None if checkpoint_map else "unverified"
-        with self._lock:
-            for ns, checkpoint_id in checkpoint_map.items():
-                where = (thread, str(ns), str(checkpoint_id))
-                if where in self.tampered:
-                    refusal = "tampered"
-                    continue
-                if where in self.unvouched:
-                    refusal = refusal or "unverified"
-                    continue
-                tup = self._read(self._config(*where))
-                verdict = self._verdict(*where, tup, "an escalated call resumed from it", True)
-                if verdict in TAMPERS:
-                    refusal = "tampered"
-                elif verdict in UNVOUCHED:
-                    if verdict == "unrecorded":
-                        self._report(*where, verdict, "an escalated call resumed from it")
-                    refusal = refusal or "unverified"
-        return None if self.on_tamper == "record" else refusal
+        return [(thread, str(ns), str(checkpoint_id)) for ns, checkpoint_id in checkpoint_map.items()]
+
+    def _resumed_from(self, where: tuple[str, str, str], tup: CheckpointTuple | None) -> str | None:
+        """What a resume from one checkpoint meets: ``"tampered"``, ``"unverified"`` or ``None``. Records it."""
+        if where in self.tampered:
+            return "tampered"
+        if where in self.unvouched:
+            return "unverified"
+        verdict = self._verdict(*where, tup, "an escalated call resumed from it", True)
+        if verdict in TAMPERS:
+            return "tampered"
+        if verdict in UNVOUCHED:
+            if verdict == "unrecorded":
+                self._report(*where, verdict, "an escalated call resumed from it")
+            return "unverified"
+        return None
+
+    def _refusal(self, config: dict, found: list[str | None]) -> str | None:
+        if self.on_tamper == "record":
+            return None
+        if "tampered" in found:
+            return "tampered"
+        if "unverified" in found or not self._resumed(config):
+            return "unverified"
+        return None
 
     def admits_resume(self, config: dict) -> bool:
         """Whether an escalated call running under ``config`` may go on (``resume_refusal`` is ``None``)."""

@@ -418,9 +418,22 @@ def _tampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | Non
     for."""
     if resume is None or checkpointer is None:
         return None
+    return _state_refusal(request, checkpointer.resume_refusal(_task_config(request)))
+
+
+async def _atampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessage | None:
+    """:func:`_tampered` for the async wrapper: checked on the loop, under the lock its ``aput_writes`` take."""
+    if resume is None or checkpointer is None:
+        return None
+    return _state_refusal(request, await checkpointer.aresume_refusal(_task_config(request)))
+
+
+def _task_config(request: Any) -> dict:
     runtime = getattr(request, "runtime", None)
-    config = getattr(runtime, "config", None) or {}
-    refusal = checkpointer.resume_refusal(config)
+    return getattr(runtime, "config", None) or {}
+
+
+def _state_refusal(request: Any, refusal: str | None) -> ToolMessage | None:
     if refusal is None:
         return None
     hints = ["do not retry this call; tell the user the approval must be asked for again"]
@@ -602,12 +615,12 @@ def airlock_awrap_tool_call(
         if answers is not None:
             await _in_guard_thread(answers.prepare)
             resume = _answer_before_dispatch(answers, call)
-        if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
+        if (refused := await _atampered(request, checkpointer, resume)) is not None:
             return refused
         outcome = await _in_guard_thread(call.dispatch, run, resume)
         if outcome["kind"] == "interrupt":
             resume = _answer_to_pause(answers, outcome["value"])
-            if (refused := await _in_guard_thread(_tampered, request, checkpointer, resume)) is not None:
+            if (refused := await _atampered(request, checkpointer, resume)) is not None:
                 return refused
             outcome = await _in_guard_thread(call.dispatch, run, resume)
         if "error" in executed:

@@ -327,6 +327,45 @@ def test_an_async_checkpoint_the_saver_failed_to_read_is_not_committed_to_afresh
     assert RAN == []
 
 
+def test_an_async_resume_check_waits_for_a_write_half_done_by_another_task(tmp_path):
+    """Another task's `aput_writes` has written to the saver and not yet committed to what it wrote: the check
+    before an escalated call resumes waits for it (the async writes' lock) instead of finding the checkpoint
+    edited (it took the sync lock, which no async write holds: a false `state_tamper`, held for good)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    class GatedSaver(InMemorySaver):
+        """Holds each `aput_writes` after the write, until `gate` is set."""
+
+        gate: asyncio.Event | None = None
+
+        async def aput_writes(self, config, writes, task_id, task_path=""):
+            await super().aput_writes(config, writes, task_id, task_path)
+            if self.gate is not None:
+                await self.gate.wait()
+
+    async def run():
+        inner = GatedSaver()
+        ledger, approvals, saver, node = build_async(tmp_path, inner)
+        app = graph(node, saver)
+        await app.ainvoke(first_turn(), CFG)
+        head = (await saver.aget_tuple(CFG)).config
+        resumed = {"configurable": {"thread_id": "t1", "checkpoint_map": {"": head["configurable"]["checkpoint_id"]}}}
+        inner.gate = asyncio.Event()
+        write = asyncio.create_task(saver.aput_writes(head, [("messages", "a sibling's write")], "task-2"))
+        await asyncio.sleep(0.05)
+        assert not write.done(), "the write waits at the gate, committed to nothing yet"
+        check = asyncio.create_task(saver.aresume_refusal(resumed))
+        await asyncio.sleep(0.05)
+        assert not check.done(), "the check waits for the write"
+        inner.gate.set()
+        await write
+        return await check, ledger
+
+    refusal, ledger = asyncio.run(run())
+    assert refusal is None
+    assert tampers(ledger) == []
+
+
 def test_an_async_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused(tmp_path):
     """As `test_a_resume_from_a_checkpoint_no_commitment_vouches_for_is_refused_and_recorded`, through
     `ainvoke` and `awrap_tool_call` over AsyncSqliteSaver."""
