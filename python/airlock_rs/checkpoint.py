@@ -137,10 +137,8 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             detail = "the checkpoint differs from the one committed (edited in the store)"
         elif verdict == "unrecorded":
             detail = "nothing vouches for the checkpoint (no commitment for its thread, or it is gone from the store)"
-        elif verdict == "not_head":
-            detail = "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
         else:
-            detail = f"the checkpoint could not be verified ({verdict})"
+            detail = "the graph went on from a checkpoint other than the last committed (time travel or a fork)"
         try:
             self.commitments.record_tamper(thread, ns, checkpoint_id, f"{detail}; {when}")
         except Exception as error:  # noqa: BLE001
@@ -162,7 +160,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         ``None``. Under the sync writes' lock; a graph run with ``ainvoke`` asks :meth:`aresume_refusal`."""
         with self._lock:
             found = [self._resumed_from(where, self._read(self._config(*where))) for where in self._resumed(config)]
-        return self._refusal(config, found)
+        return self._refusal(found)
 
     async def aresume_refusal(self, config: dict) -> str | None:
         """:meth:`resume_refusal` under the async writes' lock, reading the saver's async methods: a check made
@@ -172,7 +170,7 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             found = [
                 self._resumed_from(where, await self._aread(self._config(*where))) for where in self._resumed(config)
             ]
-        return self._refusal(config, found)
+        return self._refusal(found)
 
     @staticmethod
     def _resumed(config: dict) -> list[tuple[str, str, str]]:
@@ -197,12 +195,13 @@ class AirlockCheckpointer(BaseCheckpointSaver):
             return "unverified"
         return None
 
-    def _refusal(self, config: dict, found: list[str | None]) -> str | None:
+    def _refusal(self, found: list[str | None]) -> str | None:
+        """The refusal for what a resume met at each checkpoint it resumes from (none: nothing to verify)."""
         if self.on_tamper == "record":
             return None
         if "tampered" in found:
             return "tampered"
-        if "unverified" in found or not self._resumed(config):
+        if "unverified" in found or not found:
             return "unverified"
         return None
 

@@ -106,8 +106,7 @@ class _Guards:
 
 def _call_site(request: Any) -> dict:
     """The thread, checkpoint namespace and checkpoint map the call runs under: what its approval binds."""
-    runtime = getattr(request, "runtime", None)
-    config = getattr(runtime, "config", None) or {}
+    config = _task_config(request)
     configurable = config.get("configurable", {}) if isinstance(config, dict) else {}
     thread = configurable.get("thread_id")
     checkpoint_map = configurable.get("checkpoint_map") or {}
@@ -429,29 +428,32 @@ async def _atampered(request: Any, checkpointer: Any, resume: Any) -> ToolMessag
 
 
 def _task_config(request: Any) -> dict:
+    """The config of the task the call runs in (its thread, namespace and checkpoint map)."""
     runtime = getattr(request, "runtime", None)
     return getattr(runtime, "config", None) or {}
 
 
 def _state_refusal(request: Any, refusal: str | None) -> ToolMessage | None:
+    """The refusal of a call resumed from a checkpoint found ``"tampered"`` or ``"unverified"``."""
     if refusal is None:
         return None
-    hints = ["do not retry this call; tell the user the approval must be asked for again"]
     if refusal == "tampered":
-        return _refused(
-            request,
-            "refused: the checkpoint this call resumes from is not the one committed when it paused (edited in "
-            "the store, or an older one); nothing was run",
-            hints,
-            refusal={"kind": "state_tamper", "rule": None, "retry_after_secs": None},
-            stripped_arguments=[],
+        kind = "state_tamper"
+        why = (
+            "the checkpoint this call resumes from is not the one committed when it paused (edited in the store, "
+            "or an older one)"
+        )
+    else:
+        kind = "state_unverified"
+        why = (
+            "nothing vouches for the checkpoint this call resumes from (no commitment recorded for it, gone from the "
+            "store, or the ledger or the store could not be read)"
         )
     return _refused(
         request,
-        "refused: nothing vouches for the checkpoint this call resumes from (no commitment recorded for it, gone "
-        "from the store, or the ledger or the store could not be read); nothing was run",
-        hints,
-        refusal={"kind": "state_unverified", "rule": None, "retry_after_secs": None},
+        f"refused: {why}; nothing was run",
+        ["do not retry this call; tell the user the approval must be asked for again"],
+        refusal={"kind": kind, "rule": None, "retry_after_secs": None},
         stripped_arguments=[],
     )
 

@@ -99,30 +99,27 @@ struct ListedEntry {
 }
 
 fn listed_entries(surfaces: &ListedSurfaces) -> Vec<ListedEntry> {
-    let resources = surfaces.resources.iter().map(|resource| ListedEntry {
-        what: "resource",
-        table: "resources",
-        key: resource.uri.clone(),
-        description: resource.description.clone(),
-        findings: scan_resource(resource),
-        pin: listing_pin(resource).map_err(|e| e.to_string()),
+    fn entry(
+        (what, table): (&'static str, &'static str),
+        key: &str,
+        description: Option<&String>,
+        listed: &impl serde::Serialize,
+        findings: Vec<Finding>,
+    ) -> ListedEntry {
+        let pin = listing_pin(listed).map_err(|e| e.to_string());
+        ListedEntry { what, table, key: key.to_owned(), description: description.cloned(), findings, pin }
+    }
+    let resources = surfaces
+        .resources
+        .iter()
+        .map(|r| entry(("resource", "resources"), &r.uri, r.description.as_ref(), r, scan_resource(r)));
+    let templates = surfaces.templates.iter().map(|t| {
+        entry(("resource template", "resources"), &t.uri_template, t.description.as_ref(), t, scan_resource_template(t))
     });
-    let templates = surfaces.templates.iter().map(|template| ListedEntry {
-        what: "resource template",
-        table: "resources",
-        key: template.uri_template.clone(),
-        description: template.description.clone(),
-        findings: scan_resource_template(template),
-        pin: listing_pin(template).map_err(|e| e.to_string()),
-    });
-    let prompts = surfaces.prompts.iter().map(|prompt| ListedEntry {
-        what: "prompt",
-        table: "prompts",
-        key: prompt.name.clone(),
-        description: prompt.description.clone(),
-        findings: scan_prompt(prompt),
-        pin: listing_pin(prompt).map_err(|e| e.to_string()),
-    });
+    let prompts = surfaces
+        .prompts
+        .iter()
+        .map(|p| entry(("prompt", "prompts"), &p.name, p.description.as_ref(), p, scan_prompt(p)));
     resources.chain(templates).chain(prompts).collect()
 }
 

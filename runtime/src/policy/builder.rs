@@ -1,6 +1,7 @@
 //! [`PolicyBuilder`]: every rule added by glob, checked as it is added, every mistake kept for
 //! [`PolicyBuilder::build`] to report at once.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use globset::Glob;
@@ -316,20 +317,9 @@ impl PolicyBuilder {
     /// Pins the definition of the tool registered exactly as `tool` (no glob) to `digest`, for a gateway
     /// to enforce: a tool whose definition no longer has this digest is hidden and refused.
     pub fn pin(mut self, tool: &str, digest: &str) -> Self {
-        let message = if tool.contains(['*', '?', '[', ']', '{', '}']) {
-            Some("a pin needs an exact tool name, not a glob".to_owned())
-        } else if digest.trim().is_empty() || digest.contains(char::is_whitespace) {
-            Some("the digest must be a non-empty string without spaces".to_owned())
-        } else if self.policy.pins.contains_key(tool) {
-            Some("the tool is pinned twice".to_owned())
-        } else {
-            None
-        };
-        match message {
-            Some(message) => self.errors.push(PolicyError::Pin { tool: tool.to_owned(), message }),
-            None => {
-                self.policy.pins.insert(tool.to_owned(), digest.to_owned());
-            }
+        let globby = tool.contains(GLOB_CHARS);
+        if let Err(message) = pin_into(&mut self.policy.pins, tool, digest, "tool name", globby) {
+            self.errors.push(PolicyError::Pin { tool: tool.to_owned(), message });
         }
         self
     }
@@ -337,20 +327,9 @@ impl PolicyBuilder {
     /// Lets a gateway offer the tool registered exactly as `tool` (no glob) although its definition has
     /// findings of the kind named `kind` ([`FindingKind::name`]).
     pub fn allow_finding(mut self, tool: &str, kind: &str) -> Self {
-        if tool.contains(['*', '?', '[', ']', '{', '}']) {
-            let message = "findings are allowed for an exact tool name, not a glob".to_owned();
+        let globby = tool.contains(GLOB_CHARS);
+        if let Err(message) = allow_into(&mut self.policy.allowed_findings, tool, kind, "tool name", globby) {
             self.errors.push(PolicyError::Findings { tool: tool.to_owned(), message });
-            return self;
-        }
-        match FindingKind::from_name(kind) {
-            Some(kind) => {
-                self.policy.allowed_findings.entry(tool.to_owned()).or_default().insert(kind);
-            }
-            None => {
-                let known = FindingKind::ALL.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-                let message = format!("unknown finding kind `{kind}`, expected one of {known}");
-                self.errors.push(PolicyError::Findings { tool: tool.to_owned(), message });
-            }
         }
         self
     }
@@ -365,20 +344,8 @@ impl PolicyBuilder {
             Surface::Resource => ("resource URI", &mut self.policy.allowed_resource_findings),
             Surface::Prompt => ("prompt name", &mut self.policy.allowed_prompt_findings),
         };
-        if is_surface_glob(surface, key) {
-            let message = format!("findings are allowed for an exact {what}, not a glob");
+        if let Err(message) = allow_into(allowed, key, kind, what, is_surface_glob(surface, key)) {
             self.errors.push(PolicyError::Findings { tool: key.to_owned(), message });
-            return self;
-        }
-        match FindingKind::from_name(kind) {
-            Some(kind) => {
-                allowed.entry(key.to_owned()).or_default().insert(kind);
-            }
-            None => {
-                let known = FindingKind::ALL.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-                let message = format!("unknown finding kind `{kind}`, expected one of {known}");
-                self.errors.push(PolicyError::Findings { tool: key.to_owned(), message });
-            }
         }
         self
     }
@@ -394,20 +361,8 @@ impl PolicyBuilder {
             Surface::Resource => ("resource URI", &mut self.policy.resource_pins),
             Surface::Prompt => ("prompt name", &mut self.policy.prompt_pins),
         };
-        let message = if is_surface_glob(surface, key) {
-            Some(format!("a pin needs an exact {what}, not a glob"))
-        } else if digest.trim().is_empty() || digest.contains(char::is_whitespace) {
-            Some("the digest must be a non-empty string without spaces".to_owned())
-        } else if pins.contains_key(key) {
-            Some(format!("the {what} is pinned twice"))
-        } else {
-            None
-        };
-        match message {
-            Some(message) => self.errors.push(PolicyError::Pin { tool: key.to_owned(), message }),
-            None => {
-                pins.insert(key.to_owned(), digest.to_owned());
-            }
+        if let Err(message) = pin_into(pins, key, digest, what, is_surface_glob(surface, key)) {
+            self.errors.push(PolicyError::Pin { tool: key.to_owned(), message });
         }
         self
     }
@@ -418,12 +373,55 @@ impl PolicyBuilder {
     }
 }
 
-/// Whether `key` reads as a glob where an exact resource URI or prompt name is needed: `*`, `?`, `[`, `]`, `{`
-/// or `}`, but for a resource key with a `{`, a URI template (RFC 6570: `files://{path*}`, `search://{?q}`),
-/// matched exactly as written.
+/// What makes a name a glob where an exact name is needed.
+const GLOB_CHARS: [char; 6] = ['*', '?', '[', ']', '{', '}'];
+
+/// Whether `key` reads as a glob where an exact resource URI or prompt name is needed: [`GLOB_CHARS`], but for
+/// a resource key with a `{`, a URI template (RFC 6570: `files://{path*}`, `search://{?q}`), matched exactly as
+/// written.
 fn is_surface_glob(surface: Surface, key: &str) -> bool {
     let template = surface == Surface::Resource && key.contains('{');
-    !template && key.contains(['*', '?', '[', ']', '{', '}'])
+    !template && key.contains(GLOB_CHARS)
+}
+
+/// Records `digest` as the pin of the `what` (a tool name, a resource URI, a prompt name) `key`, or says why not.
+fn pin_into(
+    pins: &mut BTreeMap<String, String>,
+    key: &str,
+    digest: &str,
+    what: &str,
+    globby: bool,
+) -> Result<(), String> {
+    if globby {
+        return Err(format!("a pin needs an exact {what}, not a glob"));
+    }
+    if digest.trim().is_empty() || digest.contains(char::is_whitespace) {
+        return Err("the digest must be a non-empty string without spaces".to_owned());
+    }
+    if pins.contains_key(key) {
+        return Err(format!("the {what} is pinned twice"));
+    }
+    pins.insert(key.to_owned(), digest.to_owned());
+    Ok(())
+}
+
+/// Records that the `what` `key` may have findings of the kind named `kind`, or says why not.
+fn allow_into(
+    allowed: &mut BTreeMap<String, BTreeSet<FindingKind>>,
+    key: &str,
+    kind: &str,
+    what: &str,
+    globby: bool,
+) -> Result<(), String> {
+    if globby {
+        return Err(format!("findings are allowed for an exact {what}, not a glob"));
+    }
+    let Some(kind) = FindingKind::from_name(kind) else {
+        let known = FindingKind::ALL.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        return Err(format!("unknown finding kind `{kind}`, expected one of {known}"));
+    };
+    allowed.entry(key.to_owned()).or_default().insert(kind);
+    Ok(())
 }
 
 #[cfg(test)]

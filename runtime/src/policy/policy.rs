@@ -522,16 +522,14 @@ impl Policy {
             ConditionAction::Escalate(reason) => format!("escalate  {}: {reason}", r.value.name),
         }));
         lines.extend(self.pins.iter().map(|(tool, digest)| format!("pin       {tool}: {digest}")));
-        lines.extend(self.allowed_findings.iter().map(|(tool, kinds)| {
-            let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
-            format!("findings  {tool}: {kinds} allowed")
-        }));
-        for (surface, allowed) in
-            [("resource", &self.allowed_resource_findings), ("prompt", &self.allowed_prompt_findings)]
-        {
+        for (surface, allowed) in [
+            ("", &self.allowed_findings),
+            ("resource ", &self.allowed_resource_findings),
+            ("prompt ", &self.allowed_prompt_findings),
+        ] {
             lines.extend(allowed.iter().map(|(name, kinds)| {
                 let kinds = kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ");
-                format!("findings  {surface} {name}: {kinds} allowed")
+                format!("findings  {surface}{name}: {kinds} allowed")
             }));
         }
         for (surface, pins) in [("resource", &self.resource_pins), ("prompt", &self.prompt_pins)] {

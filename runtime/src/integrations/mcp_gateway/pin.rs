@@ -94,10 +94,15 @@ impl ToolPins {
     /// Checks an upstream tool against its pin. A definition whose pin cannot be computed (JSON that has no
     /// canonical form) fails a pin, never passes it.
     pub fn check(&self, tool: &rmcp::model::Tool) -> PinCheck {
-        let Some(pinned) = self.pins.get(tool.name.as_ref()) else {
-            return PinCheck::Unpinned;
-        };
-        match tool_pin(tool) {
+        PinCheck::of(self.pins.get(tool.name.as_ref()), || tool_pin(tool))
+    }
+}
+
+impl PinCheck {
+    /// What `pinned` (if any) says of a definition whose digest `now` computes (only when pinned).
+    pub(crate) fn of(pinned: Option<&String>, now: impl FnOnce() -> Result<String, CanonicalError>) -> PinCheck {
+        let Some(pinned) = pinned else { return PinCheck::Unpinned };
+        match now() {
             Ok(now) if now == *pinned => PinCheck::Matches,
             Ok(now) => PinCheck::Changed { pinned: pinned.clone(), now },
             Err(error) => PinCheck::Changed { pinned: pinned.clone(), now: format!("no pin ({error})") },

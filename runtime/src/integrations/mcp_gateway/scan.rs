@@ -120,32 +120,27 @@ pub fn scan_definition(definition: &Value) -> Vec<Finding> {
     scan.findings
 }
 
-/// Scans a resource as `resources/list` lists it (a client may put the list before its model): its URI, name,
-/// title, description and annotations, as a tool's definition is scanned but for sensitive paths (a
-/// resource is a file or like one: naming a path is its business).
+/// Scans a resource as `resources/list` lists it (a client may put the list before its model): its name, title
+/// and description read as a tool's are, its URI and MIME type for hidden characters, its annotations; a
+/// sensitive path its text names is no finding when it is in the resource's own URI (a resource is a file, or
+/// like one).
 pub fn scan_resource(resource: &rmcp::model::Resource) -> Vec<Finding> {
-    scan_listing(serde_json::to_value(resource), &resource.name, Listed::Resource)
+    scan_listing(serde_json::to_value(resource), &resource.name)
 }
 
 /// Scans a resource template as `resources/templates/list` lists it, as [`scan_resource`] does.
 pub fn scan_resource_template(template: &rmcp::model::ResourceTemplate) -> Vec<Finding> {
-    scan_listing(serde_json::to_value(template), &template.name, Listed::Resource)
+    scan_listing(serde_json::to_value(template), &template.name)
 }
 
 /// Scans a prompt as `prompts/list` lists it: its name, title and description, and each argument's name,
 /// title and description as a tool's parameters (an argument asking for a secret of a prompt about
 /// something else is [`FindingKind::SecretParameter`]).
 pub fn scan_prompt(prompt: &rmcp::model::Prompt) -> Vec<Finding> {
-    scan_listing(serde_json::to_value(prompt), &prompt.name, Listed::Prompt)
+    scan_listing(serde_json::to_value(prompt), &prompt.name)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Listed {
-    Resource,
-    Prompt,
-}
-
-fn scan_listing(entry: serde_json::Result<Value>, name: &str, listed: Listed) -> Vec<Finding> {
+fn scan_listing(entry: serde_json::Result<Value>, name: &str) -> Vec<Finding> {
     let entry = match entry {
         Ok(entry) => entry,
         Err(error) => {
@@ -159,11 +154,8 @@ fn scan_listing(entry: serde_json::Result<Value>, name: &str, listed: Listed) ->
     };
     let text = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or("");
     // A resource names a file, or something like one: the sensitive path in its own URI is no sign of
-    // poisoning when its text names it.
-    let own_path = match listed {
-        Listed::Resource => format!("{} {}", text("uri"), text("uriTemplate")).to_lowercase(),
-        Listed::Prompt => String::new(),
-    };
+    // poisoning when its text names it. (A prompt has no URI.)
+    let own_path = format!("{} {}", text("uri"), text("uriTemplate")).trim().to_lowercase();
     let mut scan = Scan { findings: Vec::new(), own_path };
     let (title, description) = (text("title"), text("description"));
     let topic = Topic::of(name, title, description);
@@ -228,9 +220,16 @@ impl AllowedFindings {
 
     /// Splits `tool`'s findings into those that hide it and those accepted.
     pub fn split(&self, tool: &str, findings: Vec<Finding>) -> (Vec<Finding>, Vec<Finding>) {
-        let allowed = self.by_tool.get(tool);
-        findings.into_iter().partition(|finding| !allowed.is_some_and(|kinds| kinds.contains(&finding.kind)))
+        split_accepted(self.by_tool.get(tool), findings)
     }
+}
+
+/// `findings` split into those the `accepted` kinds do not cover (which hide what has them) and those they do.
+pub(crate) fn split_accepted(
+    accepted: Option<&BTreeSet<FindingKind>>,
+    findings: Vec<Finding>,
+) -> (Vec<Finding>, Vec<Finding>) {
+    findings.into_iter().partition(|finding| !accepted.is_some_and(|kinds| kinds.contains(&finding.kind)))
 }
 
 struct Scan {

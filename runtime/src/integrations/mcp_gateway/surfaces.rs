@@ -26,8 +26,8 @@ use rmcp::{ErrorData, ServiceError};
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 
-use super::pin::listing_pin;
-use super::scan::{Finding, scan_prompt, scan_resource, scan_resource_template};
+use super::pin::{PinCheck, listing_pin};
+use super::scan::{Finding, scan_prompt, scan_resource, scan_resource_template, split_accepted};
 use crate::Policy;
 use crate::approval::display::escape;
 use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
@@ -451,25 +451,18 @@ impl ListingScreen<'_> {
     /// policy holds for it (if any), and it has no finding the policy does not accept for it. Otherwise a
     /// warning names it and why.
     fn lists(&self, what: &str, key: &str, entry: &impl serde::Serialize, findings: Vec<Finding>) -> bool {
-        if let Some(pinned) = self.pins.get(key) {
-            let now = listing_pin(entry).unwrap_or_else(|error| format!("no pin ({error})"));
-            if now != *pinned {
-                tracing::warn!(
-                    target: "agent_airlock", surface = what, name = %shown(key), %pinned, %now,
-                    "an upstream's listing entry changed since it was pinned: not listed"
-                );
-                return false;
-            }
+        if let PinCheck::Changed { pinned, now } = PinCheck::of(self.pins.get(key), || listing_pin(entry)) {
+            tracing::warn!(
+                target: "agent_airlock", surface = what, name = %shown(key), %pinned, %now,
+                "an upstream's listing entry changed since it was pinned: not listed"
+            );
+            return false;
         }
-        let accepted = self.allowed.get(key);
-        let hiding: Vec<String> = findings
-            .iter()
-            .filter(|finding| !accepted.is_some_and(|kinds| kinds.contains(&finding.kind)))
-            .map(ToString::to_string)
-            .collect();
+        let (hiding, _) = split_accepted(self.allowed.get(key), findings);
         if hiding.is_empty() {
             return true;
         }
+        let hiding: Vec<String> = hiding.iter().map(ToString::to_string).collect();
         tracing::warn!(
             target: "agent_airlock", surface = what, name = %shown(key), findings = ?hiding,
             "an upstream's listing has poisoning findings the policy does not allow: not listed"

@@ -200,7 +200,7 @@ fn a_prompts_description_and_arguments_are_scanned_as_a_tools_are() {
 }
 
 #[test]
-fn a_resources_and_a_templates_listing_are_scanned_but_for_the_paths_they_name() {
+fn a_resources_and_a_templates_listing_are_scanned_but_for_their_own_uris_paths() {
     let kinds = |findings: Vec<Finding>| -> Vec<(FindingKind, String)> {
         findings.into_iter().map(|f| (f.kind, f.location)).collect()
     };
