@@ -112,8 +112,9 @@ impl AuditAppend {
 
 /// The record as a `tracing` event: the same facts, commitments only (raw values never go to traces).
 pub(super) fn trace(entry: &Prepared, result: &Result<AuditReceipt, AuditError>) {
-    let arguments = entry.arguments.map(|c| c.digest.to_hex());
-    let result_digest = entry.result.map(|c| c.digest.to_hex());
+    // Shown through `Display`, so digits are written only where a subscriber records the event.
+    let arguments = entry.arguments.map(|c| tracing::field::display(c.digest));
+    let result_digest = entry.result.map(|c| tracing::field::display(c.digest));
     match result {
         Ok(receipt) => tracing::info!(
             target: "agent_airlock::audit",
@@ -125,8 +126,8 @@ pub(super) fn trace(entry: &Prepared, result: &Result<AuditReceipt, AuditError>)
             outcome = %entry.outcome,
             rule = entry.rule.as_deref(),
             detail = entry.detail.as_deref(),
-            arguments = arguments.as_deref(),
-            result = result_digest.as_deref(),
+            arguments = arguments,
+            result = result_digest,
             hash = %receipt.hash,
             "tool call audited"
         ),
@@ -139,8 +140,8 @@ pub(super) fn trace(entry: &Prepared, result: &Result<AuditReceipt, AuditError>)
             outcome = %entry.outcome,
             rule = entry.rule.as_deref(),
             detail = entry.detail.as_deref(),
-            arguments = arguments.as_deref(),
-            result = result_digest.as_deref(),
+            arguments = arguments,
+            result = result_digest,
             error = %err,
             "tool call could not be audited"
         ),
