@@ -11,12 +11,18 @@
 //! shared machine falls on all alike. The raw cost of a durable redb commit on the same disk is timed in
 //! the same run, so the disk line can be read against it.
 //!
+//! A third path is the floor of any process between the two: a relay (this program, started again with
+//! `--null-relay`) that only copies bytes both ways, one read and one write per message each way, as the gateway
+//! does. What the gateway adds over the relay is its own work; what the relay adds over the direct connection is
+//! the two extra pipe hops and the wake-ups of a process that sleeps between messages.
+//!
 //! `cargo bench -p agent-airlock-tests --bench gateway` (`-- --calls N` to change the sample size).
 //!
 //! Two builds side by side: `AIRLOCK_GATEWAY_BIN_B=<another airlock binary>` adds two paths, that binary as
 //! the gateway with its `--db` on the tmpfs and on the disk, in the same alternating blocks, so a change is
 //! read as a ratio within one run. `AIRLOCK_GATEWAY_BIN` replaces this build's binary (path A).
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -33,6 +39,8 @@ const AIRLOCK: &str = env!("CARGO_BIN_EXE_airlock_cli");
 const BIN_B: &str = "AIRLOCK_GATEWAY_BIN_B";
 /// The gateway binary of path A, instead of this build's.
 const BIN_A: &str = "AIRLOCK_GATEWAY_BIN";
+/// The first argument that makes this program the null relay (see the module docs).
+const RELAY: &str = "--null-relay";
 const BLOCK: usize = 50;
 const BURST: usize = 200;
 
@@ -143,7 +151,39 @@ struct PathB {
     disk_times: Vec<Duration>,
 }
 
+/// The null relay: starts the command after [`RELAY`] and copies its standard input to the command's and the
+/// command's standard output to its own until either side closes.
+fn relay() {
+    let command: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+    let [program, args @ ..] = command.as_slice() else { panic!("{RELAY} needs a command") };
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the relayed command starts");
+    let (mut to_child, mut from_child) = (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"));
+    let forward = std::thread::spawn(move || pump(&mut std::io::stdin().lock(), &mut to_child));
+    pump(&mut from_child, &mut std::io::stdout().lock());
+    let _ = forward.join();
+    let _ = child.wait();
+}
+
+/// Copies what `from` reads to `to` as it comes, until either fails or `from` ends.
+fn pump(from: &mut impl Read, to: &mut impl Write) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    while let Ok(read @ 1..) = from.read(&mut buffer) {
+        if to.write_all(&buffer[..read]).and_then(|()| to.flush()).is_err() {
+            break;
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(RELAY) {
+        return relay();
+    }
     let calls = gateway_bench::calls_arg(1000);
     let venv = gateway_bench::python(env!("CARGO_TARGET_TMPDIR"));
     let python = venv.python();
@@ -161,6 +201,12 @@ fn main() {
             command
         };
         let (direct, _direct_child) = connect(direct_upstream).await;
+        let relayed_upstream = {
+            let mut command = Command::new(std::env::current_exe().expect("this program's path"));
+            command.arg(RELAY).args(scratch.upstream(python, "relay.log"));
+            command
+        };
+        let (relay, _relay_child) = connect(relayed_upstream).await;
         let ((gateway, gateway_child), in_memory) =
             connect_gateways(&airlock_a, &scratch, memory.as_ref(), python, "").await;
         let mut path_b = match binary_b {
@@ -177,6 +223,7 @@ fn main() {
         // Warm every path up, then alternate blocks.
         for _ in 0..BLOCK {
             read_note(&direct).await;
+            read_note(&relay).await;
             read_note(&gateway).await;
             if let Some((client, _)) = &in_memory {
                 read_note(client).await;
@@ -189,33 +236,34 @@ fn main() {
             }
         }
         let mut direct_times = Vec::with_capacity(calls);
+        let mut relay_times = Vec::with_capacity(calls);
         let mut gateway_times = Vec::with_capacity(calls);
         let mut memory_times = Vec::with_capacity(calls);
         // The file systems' own commit latency, in blocks between the calls', so both see the same load.
         let mut disk_commits = Commits::create(scratch.dir());
         let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
+        // Each round runs every path's block, starting one path later than the round before: every path takes every
+        // place in the order equally often. (In a fixed order, the same binary as A and as B differed by ~95 µs at
+        // p50, the place's own bias, as large as the changes the two paths were compared for.)
+        let mut round = 0;
         while direct_times.len() < calls {
-            for _ in 0..BLOCK {
-                direct_times.push(read_note(&direct).await);
-            }
+            let mut blocks: Vec<(&Client, &mut Vec<Duration>)> =
+                vec![(&direct, &mut direct_times), (&relay, &mut relay_times), (&gateway, &mut gateway_times)];
             if let Some((client, _)) = &in_memory {
-                for _ in 0..BLOCK {
-                    memory_times.push(read_note(client).await);
+                blocks.push((client, &mut memory_times));
+            }
+            if let Some(PathB { memory, disk, memory_times, disk_times, .. }) = &mut path_b {
+                if let Some((client, _)) = memory {
+                    blocks.push((&*client, memory_times));
                 }
+                blocks.push((&disk.0, disk_times));
             }
-            if let Some(b) = &mut path_b
-                && let Some((client, _)) = &b.memory
-            {
+            let first = round % blocks.len();
+            blocks.rotate_left(first);
+            round += 1;
+            for (client, times) in blocks {
                 for _ in 0..BLOCK {
-                    b.memory_times.push(read_note(client).await);
-                }
-            }
-            for _ in 0..BLOCK {
-                gateway_times.push(read_note(&gateway).await);
-            }
-            if let Some(b) = &mut path_b {
-                for _ in 0..BLOCK {
-                    b.disk_times.push(read_note(&b.disk.0).await);
+                    times.push(read_note(client).await);
                 }
             }
             disk_commits.run(BLOCK);
@@ -246,6 +294,7 @@ fn main() {
         let after_burst_kib = rss_kib(pid);
 
         direct_times.sort();
+        relay_times.sort();
         gateway_times.sort();
         memory_times.sort();
         disk_commits.times.sort();
@@ -256,8 +305,10 @@ fn main() {
         burst.sort();
         println!("calls per path: {calls} (blocks of {BLOCK}, alternating)");
         line("direct", &direct_times, None);
+        line("null relay (copies bytes)", &relay_times, Some(&direct_times));
         if memory.is_some() {
             line("gateway, db on tmpfs", &memory_times, Some(&direct_times));
+            line("gateway, db on tmpfs, beside the relay", &memory_times, Some(&relay_times));
         } else {
             println!("gateway, db on tmpfs: not measured (/dev/shm is not a tmpfs here)");
         }
@@ -269,6 +320,7 @@ fn main() {
             if b.memory.is_some() {
                 line("gateway B, db on tmpfs", &b.memory_times, Some(&direct_times));
                 line("gateway B, db on tmpfs, beside A's tmpfs", &b.memory_times, Some(&memory_times));
+                line("gateway B, db on tmpfs, beside the relay", &b.memory_times, Some(&relay_times));
             }
             line("gateway B, db on disk", &b.disk_times, Some(&direct_times));
             line("gateway B, db on disk, beside A's disk", &b.disk_times, Some(&gateway_times));
@@ -293,6 +345,7 @@ fn main() {
             percentile(&burst, 0.99).as_secs_f64() * 1e3,
         );
         assert_eq!(scratch.calls_logged("gateway.log"), BLOCK + gateway_times.len() + BURST, "every call reached the upstream");
+        assert_eq!(scratch.calls_logged("relay.log"), BLOCK + relay_times.len(), "every call reached the upstream");
         if memory.is_some() {
             assert_eq!(scratch.calls_logged("gateway_tmpfs.log"), BLOCK + memory_times.len(), "every call reached the upstream");
         }
@@ -307,6 +360,7 @@ fn main() {
             }
         }
         drop(direct);
+        drop(relay);
         drop(gateway);
         drop(in_memory);
         drop(path_b);
