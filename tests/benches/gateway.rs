@@ -243,8 +243,9 @@ fn main() {
         let mut disk_commits = Commits::create(scratch.dir());
         let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
         // Each round runs every path's block, starting one path later than the round before: every path takes every
-        // place in the order equally often. (In a fixed order, the same binary as A and as B differed by ~95 µs at
-        // p50, the place's own bias, as large as the changes the two paths were compared for.)
+        // place in the order equally often, so no place's own effect (the block after the commits, after another
+        // gateway) is read as a path's. Two processes of one build still differ by up to ~90 µs at p50 in one run
+        // (BENCHMARKS.md §8): compare A and B over two runs with the binaries swapped.
         let mut round = 0;
         while direct_times.len() < calls {
             let mut blocks: Vec<(&Client, &mut Vec<Duration>)> =
