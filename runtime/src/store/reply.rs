@@ -67,6 +67,9 @@ struct SlotInner<T, E> {
     value: Option<Result<T, E>>,
     closed: bool,
     waker: Option<Waker>,
+    /// Whether a thread sleeps on `filled` ([`Reply::wait`]): only then is it notified, since a notification is a
+    /// system call whether anyone sleeps or not, and most replies are awaited.
+    blocked: bool,
 }
 
 impl<T, E> Slot<T, E> {
@@ -96,7 +99,7 @@ impl<T, E> Reply<T, E> {
     /// is `stopped()`.
     pub(crate) fn channel_or(stopped: fn() -> E) -> (ReplySender<T, E>, Reply<T, E>) {
         let slot = Arc::new(Slot {
-            inner: Mutex::new(SlotInner { value: None, closed: false, waker: None }),
+            inner: Mutex::new(SlotInner { value: None, closed: false, waker: None, blocked: false }),
             filled: Condvar::new(),
         });
         (ReplySender { slot: Some(slot.clone()) }, Reply { state: ReplyState::Waiting(slot), stopped })
@@ -140,6 +143,8 @@ impl<T, E> Reply<T, E> {
                     if inner.closed {
                         return Err(stopped());
                     }
+                    // Set under the lock that `finish` takes to fill the value, so it cannot miss this sleeper.
+                    inner.blocked = true;
                     inner = slot.filled.wait(inner).unwrap_or_else(PoisonError::into_inner);
                 }
             }
@@ -198,13 +203,15 @@ impl<T, E> ReplySender<T, E> {
     }
 
     fn finish(slot: &Slot<T, E>, value: Option<Result<T, E>>) {
-        let waker = {
+        let (waker, blocked) = {
             let mut inner = slot.lock();
             inner.value = value;
             inner.closed = true;
-            inner.waker.take()
+            (inner.waker.take(), inner.blocked)
         };
-        slot.filled.notify_all();
+        if blocked {
+            slot.filled.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -230,6 +237,33 @@ mod tests {
         let handle = std::thread::spawn(move || reply.wait());
         sender.send(Ok(7));
         assert_eq!(handle.join().unwrap().unwrap(), 7);
+    }
+
+    #[test]
+    fn a_thread_already_asleep_is_woken_by_the_answer_and_by_a_stopped_writer() {
+        let patience = std::time::Duration::from_secs(30);
+        for answer in [Some(7), None] {
+            let (sender, reply) = Reply::<u32, StoreError>::fault_channel();
+            let ReplyState::Waiting(slot) = &reply.state else { unreachable!("a channel's reply waits") };
+            let slot = Arc::clone(slot);
+            let (done, result) = std::sync::mpsc::channel();
+            std::thread::spawn(move || done.send(reply.wait()));
+            // The answer comes only once the waiter sleeps on the condition variable.
+            let started = std::time::Instant::now();
+            while !slot.lock().blocked {
+                assert!(started.elapsed() < patience, "the waiter never went to sleep");
+                std::thread::yield_now();
+            }
+            match answer {
+                Some(n) => sender.send(Ok(n)),
+                None => drop(sender),
+            }
+            match (answer, result.recv_timeout(patience).expect("the sleeping waiter is woken")) {
+                (Some(n), Ok(got)) => assert_eq!(got, n),
+                (None, Err(StoreError::Stopped)) => {}
+                (answer, got) => panic!("{answer:?}: {got:?}"),
+            }
+        }
     }
 
     #[test]
