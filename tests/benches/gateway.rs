@@ -244,8 +244,8 @@ fn main() {
         let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
         // Each round runs every path's block, starting one path later than the round before: every path takes every
         // place in the order equally often, so no place's own effect (the block after the commits, after another
-        // gateway) is read as a path's. Two processes of one build still differ by up to ~90 µs at p50 in one run
-        // (BENCHMARKS.md §8): compare A and B over two runs with the binaries swapped.
+        // gateway) is read as a path's. Two gateways of one build (each with its own upstream) still differ by up to
+        // ~90 µs at p50 in one run (BENCHMARKS.md §8): compare A and B over two runs with the binaries swapped.
         let mut round = 0;
         while direct_times.len() < calls {
             let mut blocks: Vec<(&Client, &mut Vec<Duration>)> =
