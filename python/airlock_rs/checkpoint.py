@@ -17,7 +17,9 @@ again it verifies what the saver holds against the last commitment: a checkpoint
 record, and an escalated call resumed from it is refused (``on_tamper="record"``: recorded only). So is an
 escalated call resumed from a checkpoint nothing vouches for: no commitment for its thread (the ledger's were
 lost, or the saver was wrapped after the pause), the checkpoint gone from the saver, or the ledger or the saver
-unreadable. What could not be verified is never committed to afresh.
+unreadable. What could not be verified is never committed to afresh. A checkpoint the graph makes from one found
+edited (or one that could not be verified) holds the edit too: it is committed *tainted*, as is every checkpoint
+made from it, and an escalated call resumed from any of them is refused as well.
 A commitment that cannot be written is a warning, never an exception after the saver already wrote.
 
 Writes through one ``AirlockCheckpointer`` are serialised (a verification must not see another task's
@@ -47,8 +49,9 @@ NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
 #: Verdicts that say the checkpoint's content is not what was committed.
 EDITED = ("unknown", "edited")
-#: Verdicts that are a tamper when the graph resumes from the checkpoint.
-TAMPERS = ("unknown", "edited", "not_head")
+#: Verdicts that are a tamper when the graph resumes from the checkpoint. `tainted`: as committed, but made
+#: from a checkpoint found edited or unverifiable (directly or through its ancestors), so holding that state.
+TAMPERS = ("unknown", "edited", "not_head", "tainted")
 #: What `_read` gives when the saver could not be read (an error, not an absent checkpoint): verified as
 #: `unverified`, never committed to.
 _UNREADABLE: Any = object()
@@ -57,6 +60,12 @@ _UNREADABLE: Any = object()
 #: saver (`unrecorded`), or the commitments could not be read (`unverified`). Normal for a new thread's first
 #: writes; an escalated call resumed from such a checkpoint is refused all the same (fails closed).
 UNVOUCHED = ("unrecorded", "unverified")
+
+#: Verdicts of a parent checkpoint whose child is committed tainted: what the child was made from is not what
+#: was committed, or could not be checked, or is itself tainted. A fork from an intact older checkpoint
+#: (`not_head`) is not; nor is a thread's first checkpoint, or one made from a checkpoint of a thread that had
+#: none committed yet (`unrecorded`: the saver wrapped mid-thread).
+TAINTING = ("unknown", "edited", "unverified", "tainted")
 
 
 class AirlockCheckpointer(BaseCheckpointSaver):
@@ -135,6 +144,8 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         found.add(where)
         if verdict in EDITED:
             detail = "the checkpoint differs from the one committed (edited in the store)"
+        elif verdict == "tainted":
+            detail = "the checkpoint was made from one found edited or unverifiable (it holds that state)"
         elif verdict == "unrecorded":
             detail = "nothing vouches for the checkpoint (no commitment for its thread, or it is gone from the store)"
         else:
@@ -144,11 +155,19 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"airlock: a state_tamper record cannot be written: {error}", stacklevel=3)
 
-    def _commit(self, thread: str, ns: str, checkpoint_id: str | None, tup: CheckpointTuple | None, head: bool) -> None:
+    def _commit(
+        self,
+        thread: str,
+        ns: str,
+        checkpoint_id: str | None,
+        tup: CheckpointTuple | None,
+        head: bool,
+        tainted: bool = False,
+    ) -> None:
         if checkpoint_id is None or tup is None or tup is _UNREADABLE:
             return
         try:
-            self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup), head=head)
+            self.commitments.record(thread, ns, checkpoint_id, self.manifest(tup), head=head, tainted=tainted)
         except Exception as error:  # noqa: BLE001 - never an exception after the saver already wrote
             warnings.warn(f"airlock: the checkpoint commitment cannot be written: {error}", stacklevel=3)
 
@@ -187,6 +206,8 @@ class AirlockCheckpointer(BaseCheckpointSaver):
         if where in self.unvouched:
             return "unverified"
         verdict = self._verdict(*where, tup, "an escalated call resumed from it", True)
+        if verdict == "tainted":
+            self._report(*where, verdict, "an escalated call resumed from it")
         if verdict in TAMPERS:
             return "tampered"
         if verdict in UNVOUCHED:
@@ -224,11 +245,12 @@ class AirlockCheckpointer(BaseCheckpointSaver):
     def put(self, config: dict, checkpoint: Any, metadata: Any, new_versions: Any) -> dict:
         thread, ns, parent = self._where(config)
         with self._lock:
+            made_from = None
             if parent is not None:
-                self._verdict(thread, ns, parent, self._read(config), "a checkpoint made from it", True)
+                made_from = self._verdict(thread, ns, parent, self._read(config), "a checkpoint made from it", True)
             written = self.saver.put(config, checkpoint, metadata, new_versions)
             thread, ns, checkpoint_id = self._where(written)
-            self._commit(thread, ns, checkpoint_id, self._read(written), head=True)
+            self._commit(thread, ns, checkpoint_id, self._read(written), head=True, tainted=made_from in TAINTING)
         return written
 
     def put_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:
@@ -289,11 +311,14 @@ class AirlockCheckpointer(BaseCheckpointSaver):
     async def aput(self, config: dict, checkpoint: Any, metadata: Any, new_versions: Any) -> dict:
         thread, ns, parent = self._where(config)
         async with self._async_lock():
+            made_from = None
             if parent is not None:
-                self._verdict(thread, ns, parent, await self._aread(config), "a checkpoint made from it", True)
+                held = await self._aread(config)
+                made_from = self._verdict(thread, ns, parent, held, "a checkpoint made from it", True)
             written = await self.saver.aput(config, checkpoint, metadata, new_versions)
             thread, ns, checkpoint_id = self._where(written)
-            self._commit(thread, ns, checkpoint_id, await self._aread(written), head=True)
+            tainted = made_from in TAINTING
+            self._commit(thread, ns, checkpoint_id, await self._aread(written), head=True, tainted=tainted)
         return written
 
     async def aput_writes(self, config: dict, writes: Any, task_id: str, task_path: str = "") -> None:

@@ -642,8 +642,9 @@ impl CheckpointCommitments {
     }
 
     /// Commits to `manifest` (JSON text) as what `checkpoint_id` of the thread holds now; with `head`,
-    /// the checkpoint becomes the thread's head.
-    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, manifest, *, head))]
+    /// the checkpoint becomes the thread's head. With `tainted`, the checkpoint was made from one found
+    /// tampered with, unverifiable or tainted: it verifies as `tainted` from then on (so do its later writes).
+    #[pyo3(signature = (thread_id, checkpoint_ns, checkpoint_id, manifest, *, head, tainted = false))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API.
     fn record(
         &self,
@@ -653,17 +654,25 @@ impl CheckpointCommitments {
         checkpoint_id: &str,
         manifest: &str,
         head: bool,
+        tainted: bool,
     ) -> PyResult<()> {
         let manifest = manifest_of(manifest)?;
         let scope = Core::langgraph_scope(thread_id, checkpoint_ns);
-        py.detach(|| self.core.record(&scope, checkpoint_id, &manifest, head))
-            .map(drop)
-            .map_err(|e| LedgerError::new_err(e.to_string()))
+        py.detach(|| {
+            if tainted {
+                self.core.record_tainted(&scope, checkpoint_id, &manifest, head)
+            } else {
+                self.core.record(&scope, checkpoint_id, &manifest, head)
+            }
+        })
+        .map(drop)
+        .map_err(|e| LedgerError::new_err(e.to_string()))
     }
 
     /// Whether `checkpoint_id` holding `manifest` (JSON text) is what was last committed for it:
     /// `unrecorded` (nothing for the thread), `unknown` (nothing for this checkpoint), `edited`,
-    /// `not_head` (as committed, but the graph had gone on) or `matches`.
+    /// `tainted` (as committed, but made from a tampered checkpoint), `not_head` (as committed, but the graph
+    /// had gone on) or `matches`.
     fn verify(
         &self,
         py: Python<'_>,
@@ -682,7 +691,10 @@ impl CheckpointCommitments {
             Verdict::Unknown => "unknown",
             Verdict::Matches => "matches",
             Verdict::Edited => "edited",
-            _ => "not_head",
+            Verdict::Tainted => "tainted",
+            Verdict::NotHead { .. } => "not_head",
+            // A verdict of a later runtime: what it says is unknown here, so nothing is vouched for.
+            _ => "edited",
         })
     }
 

@@ -225,10 +225,14 @@ def test_a_resume_while_the_commitments_cannot_be_read_is_refused_not_run(tmp_pa
     assert message.status == "error", message.content
     assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_unverified"
     assert RAN == []
-    # Readable again: the commitments vouch for the checkpoint, and a verification that failed is not held against it.
+    # Readable again. The checkpoint the graph made after the refusal was made from one that could not be
+    # verified: it is committed tainted, and nothing resumes from it (before, it was vouched for like any other,
+    # so an edit made while the commitments could not be read went into vouched state one step later).
     saver.commitments = working
-    head = {"configurable": {"thread_id": "t1", "checkpoint_map": {"": saver.get_tuple(CFG).checkpoint["id"]}}}
-    assert saver.resume_refusal(head) is None
+    newest = saver.get_tuple(CFG)
+    assert working.verify("t1", "", newest.checkpoint["id"], saver.manifest(newest)) == "tainted"
+    head = {"configurable": {"thread_id": "t1", "checkpoint_map": {"": newest.checkpoint["id"]}}}
+    assert saver.resume_refusal(head) == "tampered"
 
 
 def test_a_verification_that_failed_once_does_not_vouch_for_an_edit_made_meanwhile(tmp_path):
@@ -469,6 +473,107 @@ def test_an_async_sqlite_checkpoint_edited_between_pause_and_resume_is_refused_a
         assert message.status == "success", message.content
         assert RAN == [("delete_file", {"path": "/tmp/x"})]
         assert tampers(ledger) == []
+
+
+def search_turn(call_id: str) -> dict:
+    """A turn in which the model calls an allowed tool: it runs, and the graph ends without a pause."""
+    return {"messages": [call("search_docs", {"query": "q", "limit": 1}, call_id)]}
+
+
+def delete_turn(call_id: str) -> dict:
+    return {"messages": [call("delete_file", {"path": "/tmp/x"}, call_id)]}
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_an_edit_made_between_turns_taints_the_checkpoints_made_from_it_and_refuses_a_later_resume(tmp_path, edited):
+    """The head edited with sqlite3 while no call waits (between two turns): the next turn's checkpoints are made
+    from the edited state. They are committed tainted, so an escalated call two turns later, approved and
+    resumed from a checkpoint that holds just what was committed, is refused all the same (before, the first
+    checkpoint made from the edit was vouched for, and the call ran)."""
+    path = tmp_path / "cp.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    ledger, approvals, saver, app = build(tmp_path, SqliteSaver(connection))
+    app.invoke({"messages": [HumanMessage(content="please search"), *search_turn("call-0")["messages"]]}, CFG)
+    if edited:
+        edit_head_with_sqlite(path, saver)
+    app.invoke(search_turn("call-1"), CFG)
+    paused = app.invoke(delete_turn("call-2"), CFG)
+    out = app.invoke(Command(resume=approvals.approve(paused["__interrupt__"][0].value)), CFG)
+    message = out["messages"][-1]
+    assert isinstance(message, ToolMessage) and message.tool_call_id == "call-2"
+    assert [name for name, _ in RAN] == ["search_docs", "search_docs"] + ([] if edited else ["delete_file"])
+    if not edited:
+        assert message.status == "success", message.content
+        assert tampers(ledger) == []
+        return
+    assert message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+    details = [r["detail"] for r in tampers(ledger)]
+    assert "edited" in details[0] and "a checkpoint made from it" in details[0], details
+    assert any("made from one found edited" in d and "escalated call resumed" in d for d in details), details
+    # Found once: the tainted checkpoints made in between are not recorded one by one.
+    assert len(details) == 2, details
+
+
+def test_an_async_edit_made_between_turns_taints_the_checkpoints_made_from_it(tmp_path):
+    """As above, through `aput` (AsyncSqliteSaver, the graph run with `ainvoke`)."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    path = tmp_path / "cp.sqlite"
+
+    async def run():
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as inner:
+            ledger, approvals, saver, node = build_async(tmp_path, inner)
+            app = graph(node, saver)
+            first = {"messages": [HumanMessage(content="please search"), *search_turn("c0")["messages"]]}
+            await app.ainvoke(first, CFG)
+            await asyncio.to_thread(edit_head_with_sqlite, path, saver)
+            await app.ainvoke(search_turn("c1"), CFG)
+            paused = await app.ainvoke(delete_turn("c2"), CFG)
+            resume = approvals.approve(paused["__interrupt__"][0].value)
+            out = await app.ainvoke(Command(resume=resume), CFG)
+            return ledger, out["messages"][-1]
+
+    ledger, message = asyncio.run(run())
+    assert isinstance(message, ToolMessage) and message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+    assert [name for name, _ in RAN] == ["search_docs", "search_docs"]
+    assert any("made from one found edited" in r["detail"] for r in tampers(ledger))
+
+
+def test_a_checkpoint_made_from_one_the_saver_failed_to_read_is_tainted(tmp_path):
+    """Unverifiable is not vouched for one step later either: the parent could not be read back when the next
+    checkpoint was made from it, so that checkpoint, and what the graph makes from it, is tainted."""
+    connection = sqlite3.connect(tmp_path / "cp.sqlite", check_same_thread=False)
+    inner = FlakySqliteSaver(connection)
+    ledger, approvals, saver, app = build(tmp_path, inner)
+    app.invoke({"messages": [HumanMessage(content="please search"), *search_turn("call-0")["messages"]]}, CFG)
+    inner.fail_next = True
+    with pytest.warns(UserWarning, match="cannot be read back"):
+        app.invoke(search_turn("call-1"), CFG)
+    paused = app.invoke(delete_turn("call-2"), CFG)
+    out = app.invoke(Command(resume=approvals.approve(paused["__interrupt__"][0].value)), CFG)
+    message = out["messages"][-1]
+    assert message.status == "error", message.content
+    assert message.additional_kwargs["airlock"]["refusal"]["kind"] == "state_tamper"
+    assert "delete_file" not in [name for name, _ in RAN]
+
+
+def test_a_fork_from_an_intact_older_checkpoint_is_recorded_but_not_tainted(tmp_path):
+    """Time travel to an older checkpoint that holds what was committed, and a new turn from there: recorded (as
+    before), but what the fork makes holds no edit, so an escalated call approved in it runs."""
+    ledger, approvals, saver, app = build(tmp_path, InMemorySaver())
+    app.invoke({"messages": [HumanMessage(content="please search"), *search_turn("call-0")["messages"]]}, CFG)
+    app.invoke(search_turn("call-1"), CFG)
+    # The end of the first turn: three messages, nothing left to run.
+    older = [s for s in app.get_state_history(CFG) if len(s.values.get("messages", [])) == 3 and not s.next][0]
+    paused = app.invoke(delete_turn("call-2"), older.config)
+    fork = {"configurable": {"thread_id": "t1"}}
+    out = app.invoke(Command(resume=approvals.approve(paused["__interrupt__"][0].value)), fork)
+    message = out["messages"][-1]
+    assert message.status == "success", message.content
+    assert RAN[-1] == ("delete_file", {"path": "/tmp/x"})
+    assert any("time travel" in r["detail"] for r in tampers(ledger))
 
 
 @pytest.mark.parametrize("edited", [False, True])

@@ -9,7 +9,10 @@
 //! excluded), as JSON. Before it writes again, and before an escalated call resumes, it verifies that
 //! what the store holds is still what it committed: [`Verdict::Edited`] or [`Verdict::NotHead`] is a
 //! tamper to record (an audit record of [`AuditOutcome::StateTamper`](crate::audit::AuditOutcome)) and,
-//! for an escalated call, a refusal.
+//! for an escalated call, a refusal. A checkpoint the graph then makes from a tampered one (or from one
+//! that could not be verified) is committed [tainted](CheckpointCommitments::record_tainted), and so is every
+//! checkpoint made from that: the edit is in their state too, so a resume from any of them is refused
+//! ([`Verdict::Tainted`]) rather than vouched for one step after the edit was found.
 //!
 //! Each checkpoint of a scope (`langgraph:<thread_id>[/<checkpoint_ns>]`, `%`, `/` and `#` escaped in both
 //! parts) has its own latest commitment, and the scope has a head: the checkpoint the graph last went on to.
@@ -41,6 +44,11 @@ pub struct Commitment {
     /// The digest this one follows, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<String>,
+    /// The checkpoint descends from one that was found tampered with or could not be verified: what it holds
+    /// is as committed, but it is no state to resume an escalated call from. Covered by the digest, so it
+    /// cannot be cleared without the key; a commitment written before this field existed reads as untainted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tainted: bool,
 }
 
 /// What [`CheckpointCommitments::verify`] found.
@@ -61,10 +69,16 @@ pub enum Verdict {
         /// The checkpoint last committed.
         head: String,
     },
+    /// The checkpoint holds what was committed, but it was committed as made from a checkpoint found
+    /// tampered with (or one that could not be verified), directly or through its ancestors
+    /// ([`CheckpointCommitments::record_tainted`]): the tamper was recorded then; a resume from here is one
+    /// from that state.
+    Tainted,
 }
 
 impl Verdict {
-    /// Whether the verdict is a tamper to record.
+    /// Whether the verdict is a tamper to record. [`Verdict::Tainted`] is not: its tamper was recorded when
+    /// the checkpoint it descends from was found; it is one to refuse a resume for all the same.
     pub fn is_tamper(&self) -> bool {
         matches!(self, Verdict::Unknown | Verdict::Edited | Verdict::NotHead { .. })
     }
@@ -257,13 +271,18 @@ impl CheckpointCommitments {
         checkpoint_id: &str,
         manifest: &Value,
         previous: Option<&str>,
+        tainted: bool,
     ) -> Result<crate::keys::Mac, CommitmentError> {
         let canonical = canonical::to_canonical_vec(manifest).map_err(|e| CommitmentError::Manifest(e.to_string()))?;
         let mut mac = self.key.checkpoint_mac();
+        // A taint is a fifth field; an untainted commitment has four, as before the taint existed, so the
+        // commitments written then still verify. Length-prefixed, so no two field lists share an encoding.
+        let taint: &[&[u8]] = if tainted { &[TAINT_FIELD] } else { &[] };
         for field in
             [scope.as_bytes(), checkpoint_id.as_bytes(), canonical.as_slice(), previous.unwrap_or("").as_bytes()]
+                .iter()
+                .chain(taint)
         {
-            // Length-prefixed, so no two field lists share an encoding.
             mac.update(&(field.len() as u64).to_be_bytes());
             mac.update(field);
         }
@@ -274,6 +293,9 @@ impl CheckpointCommitments {
     /// previous commitment (or, for a new checkpoint, the head's). With `head`, the checkpoint becomes
     /// the scope's head (a new checkpoint the graph went on to); otherwise the head stays (late writes to a
     /// checkpoint the graph already left).
+    ///
+    /// A checkpoint committed as [tainted](Self::record_tainted) stays so: its later commitments (late writes)
+    /// are tainted too.
     pub fn record(
         &self,
         scope: &str,
@@ -281,13 +303,40 @@ impl CheckpointCommitments {
         manifest: &Value,
         head: bool,
     ) -> Result<Commitment, CommitmentError> {
+        self.commit(scope, checkpoint_id, manifest, head, false)
+    }
+
+    /// [`record`](Self::record)s a checkpoint the graph made from one that was found tampered with, could not
+    /// be verified, or is itself tainted: the commitment says so ([`Commitment::tainted`], under the digest),
+    /// and [`verify`](Self::verify) answers [`Verdict::Tainted`] for it, so that the state an edit went into
+    /// is not vouched for one checkpoint later.
+    pub fn record_tainted(
+        &self,
+        scope: &str,
+        checkpoint_id: &str,
+        manifest: &Value,
+        head: bool,
+    ) -> Result<Commitment, CommitmentError> {
+        self.commit(scope, checkpoint_id, manifest, head, true)
+    }
+
+    fn commit(
+        &self,
+        scope: &str,
+        checkpoint_id: &str,
+        manifest: &Value,
+        head: bool,
+        tainted: bool,
+    ) -> Result<Commitment, CommitmentError> {
         let own = entry_key(scope, checkpoint_id)?;
-        let previous = match self.store.get(&own)? {
-            Some(earlier) => Some(earlier.digest),
-            None => self.store.get(scope)?.map(|head| head.digest),
+        let (previous, tainted) = match self.store.get(&own)? {
+            // The caller verified the checkpoint before it wrote to it (an edited one is not committed to
+            // afresh), so its earlier commitment's taint is its own.
+            Some(earlier) => (Some(earlier.digest), tainted || earlier.tainted),
+            None => (self.store.get(scope)?.map(|head| head.digest), tainted),
         };
-        let digest = hex::encode(self.mac(scope, checkpoint_id, manifest, previous.as_deref())?.finish());
-        let commitment = Commitment { checkpoint_id: checkpoint_id.to_owned(), digest, previous };
+        let digest = hex::encode(self.mac(scope, checkpoint_id, manifest, previous.as_deref(), tainted)?.finish());
+        let commitment = Commitment { checkpoint_id: checkpoint_id.to_owned(), digest, previous, tainted };
         if head {
             self.store.put(&[own.as_str(), scope], &commitment)?;
         } else {
@@ -296,24 +345,30 @@ impl CheckpointCommitments {
         Ok(commitment)
     }
 
-    /// Whether `checkpoint_id`, holding `manifest` now, holds what was last committed for it, and whether it
-    /// is the scope's head. The digests are compared in constant time.
+    /// Whether `checkpoint_id`, holding `manifest` now, holds what was last committed for it, whether it
+    /// is the scope's head, and whether it was committed [tainted](Self::record_tainted). The digests are
+    /// compared in constant time.
     pub fn verify(&self, scope: &str, checkpoint_id: &str, manifest: &Value) -> Result<Verdict, CommitmentError> {
         let own_key = entry_key(scope, checkpoint_id)?;
         let Some(head) = self.store.get(scope)? else { return Ok(Verdict::Unrecorded) };
         let Some(own) = self.store.get(&own_key)? else { return Ok(Verdict::Unknown) };
         let Some(expected) = decode_lower_hex::<MAC_LEN>(&own.digest) else { return Ok(Verdict::Edited) };
-        let mac = self.mac(scope, checkpoint_id, manifest, own.previous.as_deref())?;
+        let mac = self.mac(scope, checkpoint_id, manifest, own.previous.as_deref(), own.tainted)?;
         if !mac.verify(&expected) {
             return Ok(Verdict::Edited);
         }
-        Ok(if head.checkpoint_id == checkpoint_id {
+        Ok(if own.tainted {
+            Verdict::Tainted
+        } else if head.checkpoint_id == checkpoint_id {
             Verdict::Matches
         } else {
             Verdict::NotHead { head: head.checkpoint_id }
         })
     }
 }
+
+/// The fifth field of a tainted commitment's digest.
+const TAINT_FIELD: &[u8] = b"tainted";
 
 /// Where one checkpoint's own commitment is kept: `<scope>#<checkpoint_id>`. A scope holds no `#`, so this
 /// key is no scope's head key and no other scope's and checkpoint's entry key.
@@ -387,6 +442,62 @@ mod tests {
         assert_eq!(c.verify(&scope, "c1", &later).unwrap(), Verdict::NotHead { head: "c2".into() });
         assert_eq!(c.verify(&scope, "c1", &manifest).unwrap(), Verdict::Edited);
         assert_eq!(c.verify(&scope, "c2", &edited).unwrap(), Verdict::Matches);
+    }
+
+    #[test]
+    fn a_tainted_checkpoint_verifies_as_tainted_stays_so_and_its_taint_cannot_be_cleared_or_forged() {
+        let store = Arc::new(MemoryCommitments::default());
+        let c = CheckpointCommitments { key: ApprovalKey::new("k", &[7; 32]).unwrap(), store: store.clone() };
+        let scope = CheckpointCommitments::langgraph_scope("t1", "");
+        let first = json!({"channel_values": {"messages": "aa"}, "pending_writes": []});
+        c.record(&scope, "c1", &first, true).unwrap();
+        // c1 found edited; the graph went on from it to c2.
+        let second = json!({"channel_values": {"messages": "ab"}, "pending_writes": []});
+        let tainted = c.record_tainted(&scope, "c2", &second, true).unwrap();
+        assert!(tainted.tainted);
+        assert_eq!(c.verify(&scope, "c2", &second).unwrap(), Verdict::Tainted, "the head, and tainted");
+        assert!(!Verdict::Tainted.is_tamper(), "recorded when the edit was found, not again");
+        assert_eq!(c.verify(&scope, "c2", &first).unwrap(), Verdict::Edited, "the content is still checked");
+        // Late writes to it, recorded the plain way, keep the taint.
+        let later = json!({"channel_values": {"messages": "ab"}, "pending_writes": [["task", "x", "00"]]});
+        assert!(c.record(&scope, "c2", &later, false).unwrap().tainted);
+        assert_eq!(c.verify(&scope, "c2", &later).unwrap(), Verdict::Tainted);
+        // A checkpoint made from it the plain way is not (the caller taints it when its parent is tainted).
+        c.record(&scope, "c3", &later, true).unwrap();
+        assert_eq!(c.verify(&scope, "c3", &later).unwrap(), Verdict::Matches);
+
+        // Whoever writes the store cannot clear the taint, nor set it on an untainted commitment: either way
+        // the digest no longer verifies.
+        let key = entry_key(&scope, "c2").unwrap();
+        let mut cleared = store.get(&key).unwrap().unwrap();
+        cleared.tainted = false;
+        store.put(&[key.as_str()], &cleared).unwrap();
+        assert_eq!(c.verify(&scope, "c2", &later).unwrap(), Verdict::Edited);
+        let key = entry_key(&scope, "c3").unwrap();
+        let mut set = store.get(&key).unwrap().unwrap();
+        set.tainted = true;
+        store.put(&[key.as_str()], &set).unwrap();
+        assert_eq!(c.verify(&scope, "c3", &later).unwrap(), Verdict::Edited);
+    }
+
+    #[test]
+    fn an_untainted_commitment_is_stored_and_digested_as_before_the_taint_existed() {
+        let c = commitments();
+        let manifest = json!({"channel_values": {"messages": "aa"}, "pending_writes": []});
+        let commitment = c.record("s", "c1", &manifest, true).unwrap();
+        let text = serde_json::to_string(&commitment).unwrap();
+        assert!(!text.contains("tainted"), "{text}");
+        // Read as a commitment of an earlier build would be.
+        let earlier: Commitment = serde_json::from_str(&text).unwrap();
+        assert!(!earlier.tainted);
+        // The digest over the four fields alone, length-prefixed, as the earlier builds computed it.
+        let mut mac = ApprovalKey::new("k", &[7; 32]).unwrap().checkpoint_mac();
+        let canonical = canonical::to_canonical_vec(&manifest).unwrap();
+        for field in [b"s".as_slice(), b"c1", canonical.as_slice(), b""] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        assert_eq!(commitment.digest, hex::encode(mac.finish()));
     }
 
     #[test]
