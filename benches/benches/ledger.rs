@@ -1,7 +1,9 @@
 //! The approval ledger's latency, next to its floor measured in the same run: a raw `pwrite` + `fdatasync`
 //! of ~300 B on a file in the same directory, and one redb insert (or remove) + commit of the same size
 //! with `Durability::Immediate`. Then the protocol steps on a `RedbLedger` (durable) and on a
-//! `MemoryLedger` (the CPU cost alone): request, approve, admit (the spend), approve + admit.
+//! `MemoryLedger` (the CPU cost alone): request, approve, admit (the spend), approve + admit. Last, what a host
+//! asking for the open requests on every resume pays (the LangGraph package's `waiting`): every request listed
+//! against the unresolved ones only, in a redb ledger keeping 2,000 requests of which 10 are open.
 //!
 //! `cargo bench -p agent-airlock-benches --bench ledger`
 
@@ -14,9 +16,10 @@ use std::time::{Duration, Instant};
 use agent_airlock::approval::InterruptApprovals;
 use agent_airlock::ledger::{ApprovalLedger, MemoryLedger, RedbLedger};
 use agent_airlock_benches::{
-    BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, request_all, seed_spend_tables,
+    BenchCall, RECORD, SPEND_GRANTS, SPEND_STATUS, approvals, approved_calls, block_on, request_all, seed_spend_tables,
 };
 use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime};
+use futures_util::future::join_all;
 use redb::{Database, Durability, ReadableDatabase as _, TableDefinition};
 use tempfile::TempDir;
 
@@ -217,6 +220,28 @@ fn ledgers(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("ledger_memory");
     protocol(&mut group, &|| approvals(Arc::new(MemoryLedger::new())));
+    group.finish();
+
+    listings(c, &dir);
+}
+
+/// A redb ledger keeping 2,000 requests, 1,990 of them denied and 10 pending: every request listed, against
+/// the unresolved ones only (the records of settled requests left undecoded).
+fn listings(c: &mut Criterion, dir: &TempDir) {
+    let ledger: Arc<dyn ApprovalLedger> =
+        Arc::new(RedbLedger::open(dir.path().join("listings.redb")).expect("the ledger opens"));
+    let approvals = approvals(Arc::clone(&ledger));
+    let calls: Vec<BenchCall> = (0..2_000).map(BenchCall::refund).collect();
+    let interrupts = request_all(&approvals, &calls);
+    let denials = block_on(join_all(interrupts[10..].iter().map(|interrupt| approvals.deny(interrupt, "bob", None))));
+    assert!(denials.iter().all(Result::is_ok), "every denial is recorded");
+    assert_eq!(ledger.unresolved_requests().expect("listed").len(), 10);
+
+    let mut group = c.benchmark_group("ledger_listing_2000_kept_10_open");
+    group.sample_size(20);
+    group.bench_function("list_requests", |b| b.iter(|| black_box(ledger.list_requests().expect("listed"))));
+    group
+        .bench_function("unresolved_requests", |b| b.iter(|| black_box(ledger.unresolved_requests().expect("listed"))));
     group.finish();
 }
 

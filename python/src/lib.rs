@@ -23,7 +23,7 @@ use agent_airlock::effect::{EffectStore, RedbEffectStore};
 use agent_airlock::json_tool::{JsonCall, JsonTool};
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::keys::AuditKey;
-use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger, RequestRecord, RequestStatus};
+use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger, RequestRecord};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
 use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError};
 use pyo3::create_exception;
@@ -561,18 +561,16 @@ impl InterruptApprovals {
     /// The approval requests recorded for calls in thread `thread_id` and checkpoint namespace
     /// `checkpoint_ns` (one LangGraph task) that still wait for a decision or to be resumed with one (pending,
     /// partly approved, or granted and not spent), oldest first: `{"tool_call_id", "request_id", "value"}`,
-    /// `value` being the interrupt value the call paused with. Reads the ledger only.
+    /// `value` being the interrupt value the call paused with. Reads the ledger only, and of it the records of
+    /// unresolved requests only (`ApprovalLedger::unresolved_requests`): a resumed task pays for the requests
+    /// still open, not for every request the ledger keeps.
     #[pyo3(signature = (thread_id, checkpoint_ns))]
     fn waiting(&self, py: Python<'_>, thread_id: Option<String>, checkpoint_ns: String) -> PyResult<Py<PyAny>> {
         let ledger = self.protocol.ledger();
-        let requests = py.detach(|| ledger.list_requests()).map_err(|e| LedgerError::new_err(e.to_string()))?;
+        let requests = py.detach(|| ledger.unresolved_requests()).map_err(|e| LedgerError::new_err(e.to_string()))?;
         let list = PyList::empty(py);
         for entry in requests {
-            let unresolved = matches!(
-                entry.status,
-                RequestStatus::Pending | RequestStatus::Approving { .. } | RequestStatus::Granted(_)
-            );
-            let Some(call) = Self::call_of(&entry.request.interrupt).filter(|_| unresolved) else { continue };
+            let Some(call) = Self::call_of(&entry.request.interrupt) else { continue };
             let same_thread = call.get("thread_id").and_then(Value::as_str) == thread_id.as_deref();
             let same_ns = call.get("checkpoint_ns").and_then(Value::as_str) == Some(checkpoint_ns.as_str());
             if !(same_thread && same_ns) {

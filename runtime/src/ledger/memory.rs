@@ -9,7 +9,7 @@ use crate::effect::{EffectError, EffectRecord, EffectStore, MemoryEffectStore};
 use super::transitions::{self, LedgerTables};
 use super::{
     ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord, oldest_first,
 };
 
 /// A ledger held in memory, for tests and for hosts that accept losing approvals (and spends) on
@@ -177,9 +177,7 @@ impl ApprovalLedger for MemoryLedger {
                 status: tables.status.get(id).cloned().unwrap_or(RequestStatus::Pending),
             })
             .collect();
-        entries.sort_by(|a, b| {
-            (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
-        });
+        oldest_first(&mut entries);
         Ok(entries)
     }
 

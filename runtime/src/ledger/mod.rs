@@ -129,6 +129,16 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     /// Every request and its status, oldest first.
     fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError>;
 
+    /// The requests whose status [is unresolved](RequestStatus::is_unresolved), oldest first: what
+    /// [`list_requests`](Self::list_requests) lists of them. The redb and PostgreSQL ledgers read a settled
+    /// request's status only, not its record, so a host asking on every resume pays for the requests still
+    /// open rather than for every request kept.
+    fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        let mut entries = self.list_requests()?;
+        entries.retain(|entry| entry.status.is_unresolved());
+        Ok(entries)
+    }
+
     /// One grant and what became of it.
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError>;
 
@@ -145,6 +155,13 @@ pub trait ApprovalLedger: Send + Sync + 'static {
     fn store_handle(&self) -> Option<StoreHandle> {
         None
     }
+}
+
+/// Sorts requests oldest first (by when they were requested, then by id), as the listings answer them.
+pub(crate) fn oldest_first(entries: &mut [RequestEntry]) {
+    entries.sort_by(|a, b| {
+        (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
+    });
 }
 
 impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
@@ -175,6 +192,9 @@ impl<L: ApprovalLedger + ?Sized> ApprovalLedger for Arc<L> {
     }
     fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
         (**self).list_requests()
+    }
+    fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        (**self).unresolved_requests()
     }
     fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
         (**self).find_grant(grant_id)

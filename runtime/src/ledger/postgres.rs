@@ -33,7 +33,7 @@ use crate::store::postgres::{self, PgTables, PostgresOpenError, PostgresOptions,
 use super::transitions::{self, LedgerTables};
 use super::{
     ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord, oldest_first,
 };
 
 /// The approval ledger in a PostgreSQL database, shared by every host that connects to it: a grant is
@@ -328,9 +328,48 @@ impl ApprovalLedger for PostgresLedger {
                     entry_from(&request_id, &record, status.as_deref())
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            entries.sort_by(|a, b| {
-                (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
-            });
+            oldest_first(&mut entries);
+            Ok(entries)
+        })
+    }
+
+    fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        self.read(|pool| async move {
+            let client = get_client(&pool).await?;
+            // Every request's status, then the records of the unresolved ones only.
+            let rows = client
+                .query("SELECT request_id, status FROM airlock_requests", &[])
+                .await
+                .map_err(LedgerError::storage)?;
+            let mut statuses = std::collections::HashMap::new();
+            for row in &rows {
+                let request_id: String = row.get(0);
+                let status: Option<&str> = row.get(1);
+                let status = match status {
+                    Some(status) => decode("status", &request_id, status)?,
+                    None => RequestStatus::Pending,
+                };
+                if status.is_unresolved() {
+                    statuses.insert(request_id, status);
+                }
+            }
+            if statuses.is_empty() {
+                return Ok(Vec::new());
+            }
+            let ids: Vec<&str> = statuses.keys().map(String::as_str).collect();
+            let rows = client
+                .query("SELECT request_id, record FROM airlock_requests WHERE request_id = ANY($1)", &[&ids])
+                .await
+                .map_err(LedgerError::storage)?;
+            let mut entries = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let request_id: &str = row.get(0);
+                let record: &str = row.get(1);
+                // A status read by the first query: a request decided in between keeps the status it had then.
+                let Some(status) = statuses.get(request_id) else { continue };
+                entries.push(RequestEntry { request: decode("requests", request_id, record)?, status: status.clone() });
+            }
+            oldest_first(&mut entries);
             Ok(entries)
         })
     }

@@ -236,6 +236,13 @@ impl RequestStatus {
         matches!(self, RequestStatus::Pending | RequestStatus::Approving { .. })
     }
 
+    /// Whether the request still waits for a decision or to be resumed with one: pending, approved by fewer
+    /// approvers than it needs, or granted and not spent (a grant that expired unspent included: the call
+    /// holding it is still paused on it).
+    pub fn is_unresolved(&self) -> bool {
+        matches!(self, RequestStatus::Pending | RequestStatus::Approving { .. } | RequestStatus::Granted(_))
+    }
+
     /// A one-word label for operators: `pending`, `approving`, `granted`, `expired`, `denied` or `spent`.
     pub fn label(&self, now: Duration) -> &'static str {
         match self {

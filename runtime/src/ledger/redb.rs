@@ -19,7 +19,7 @@ use crate::store::redb::{
 use super::transitions::{self, LedgerTables};
 use super::{
     ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    PruneReport, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord, oldest_first,
 };
 
 /// The durable ledger, in a redb file. Writes are grouped into shared commits by a writer thread; reads
@@ -148,9 +148,25 @@ impl ApprovalLedger for RedbLedger {
                     get::<RequestStatus>(&tables.status, "status", key.value())?.unwrap_or(RequestStatus::Pending);
                 entries.push(RequestEntry { request, status });
             }
-            entries.sort_by(|a, b| {
-                (a.request.requested_at, &a.request.request_id).cmp(&(b.request.requested_at, &b.request.request_id))
-            });
+            oldest_first(&mut entries);
+            Ok(entries)
+        })
+    }
+
+    fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
+        self.read(|tables| {
+            let mut entries = Vec::new();
+            // The requests table's keys, each request's status, and only an unresolved one's record decoded.
+            for item in tables.requests.iter().map_err(LedgerError::storage)? {
+                let (key, value) = item.map_err(LedgerError::storage)?;
+                let status =
+                    get::<RequestStatus>(&tables.status, "status", key.value())?.unwrap_or(RequestStatus::Pending);
+                if status.is_unresolved() {
+                    let request: RequestRecord = decode("requests", key.value(), value.value())?;
+                    entries.push(RequestEntry { request, status });
+                }
+            }
+            oldest_first(&mut entries);
             Ok(entries)
         })
     }

@@ -779,6 +779,64 @@ fn two_person_approval_again_after_the_grant_expired(h: Harness) {
     assert!(matches!(h.approvals.approve(request.as_value(), "dave").wait(), Err(DecisionError::AlreadyDenied { .. })));
 }
 
+/// `unresolved_requests` answers what `list_requests` lists of the requests still open (pending, partly
+/// approved, granted and not spent), in the same order, whatever else the ledger keeps (spent, denied).
+fn unresolved_requests_are_the_listed_ones_still_open(h: Harness) {
+    let now = START;
+    let record = |id: &str, approvals: u32, at: u64| RequestRecord {
+        request_id: id.into(),
+        key_id: "k1".into(),
+        tool: "refund".into(),
+        rule: "attribute".into(),
+        reason: "r".into(),
+        binding: format!("b-{id}"),
+        requested_at: now + Duration::from_secs(at),
+        interrupt: json!({"airlock_approval": {"approvals": approvals}}),
+        caller: None,
+    };
+    let grant = |id: &str, request: &str, approver: &str| GrantRecord {
+        grant_id: id.into(),
+        request_id: request.into(),
+        key_id: "k1".into(),
+        binding: format!("b-{request}"),
+        approver: approver.into(),
+        co_approvers: Vec::new(),
+        signatures: Vec::new(),
+        granted_at: now,
+        expires_at: now + Duration::from_secs(60),
+    };
+    let l = &h.ledger;
+    assert!(l.unresolved_requests().unwrap().is_empty());
+    // Recorded out of order: the answer is oldest first, as the listing's.
+    for (id, approvals, at) in [("r6", 1, 1), ("r1", 1, 5), ("r5", 1, 3), ("r2", 2, 2), ("r3", 1, 4), ("r4", 1, 4)] {
+        l.record_request(record(id, approvals, at), None).wait().unwrap();
+    }
+    l.grant(grant("g2", "r2", "alice"), now).wait().unwrap();
+    l.grant(grant("g3", "r3", "alice"), now).wait().unwrap();
+    l.grant(grant("g5", "r5", "alice"), now).wait().unwrap();
+    l.spend(SpendAttempt { grant_id: "g5".into(), binding: "b-r5".into(), now }).wait().unwrap();
+    let denial = DenialRecord {
+        request_id: "r6".into(),
+        denied_by: "bob".into(),
+        reason: None,
+        denied_at: now,
+        revoked_grant: None,
+        signature: None,
+    };
+    l.deny(denial).wait().unwrap();
+
+    let listed = l.list_requests().unwrap();
+    assert_eq!(listed.len(), 6);
+    let open: Vec<_> = listed.into_iter().filter(|entry| entry.status.is_unresolved()).collect();
+    let unresolved = l.unresolved_requests().unwrap();
+    assert_eq!(unresolved, open);
+    let ids: Vec<_> = unresolved.iter().map(|entry| entry.request.request_id.as_str()).collect();
+    assert_eq!(ids, ["r2", "r3", "r4", "r1"], "oldest first, ties by id");
+    assert!(matches!(unresolved[0].status, RequestStatus::Approving { .. }));
+    assert!(matches!(unresolved[1].status, RequestStatus::Granted(_)));
+    assert!(matches!(unresolved[2].status, RequestStatus::Pending));
+}
+
 macro_rules! on_every_ledger {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -794,6 +852,7 @@ macro_rules! on_every_ledger {
 }
 
 on_every_ledger!(
+    unresolved_requests_are_the_listed_ones_still_open,
     approve_then_admit,
     the_interrupt_value_has_the_documented_shape,
     forged_resume_admits_nothing,
