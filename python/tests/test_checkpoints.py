@@ -559,6 +559,32 @@ def test_a_checkpoint_made_from_one_the_saver_failed_to_read_is_tainted(tmp_path
     assert "delete_file" not in [name for name, _ in RAN]
 
 
+def test_turns_through_a_subgraph_taint_nothing_and_record_nothing(tmp_path):
+    """Several untouched turns through a subgraph (a namespace of its own each time), then an escalated call
+    paused and resumed in it: nothing is tainted or recorded, and the approved call runs."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    connection = sqlite3.connect(tmp_path / "cp.sqlite", check_same_thread=False)
+    ledger, approvals, saver, _ = build(tmp_path, SqliteSaver(connection))
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
+    inner = StateGraph(MessagesState)
+    inner.add_node("tools", node)
+    inner.add_edge(START, "tools")
+    outer = StateGraph(MessagesState)
+    outer.add_node("agent", inner.compile())
+    outer.add_edge(START, "agent")
+    app = outer.compile(checkpointer=saver)
+    app.invoke({"messages": [HumanMessage(content="please search"), *search_turn("call-0")["messages"]]}, CFG)
+    app.invoke(search_turn("call-1"), CFG)
+    paused = app.invoke(delete_turn("call-2"), CFG)
+    out = app.invoke(Command(resume=approvals.approve(paused["__interrupt__"][0].value)), CFG)
+    message = [m for m in out["messages"] if isinstance(m, ToolMessage)][-1]
+    assert message.status == "success", message.content
+    assert [name for name, _ in RAN] == ["search_docs", "search_docs", "delete_file"]
+    assert tampers(ledger) == []
+
+
 def test_a_fork_from_an_intact_older_checkpoint_is_recorded_but_not_tainted(tmp_path):
     """Time travel to an older checkpoint that holds what was committed, and a new turn from there: recorded (as
     before), but what the fork makes holds no edit, so an escalated call approved in it runs."""
