@@ -3,6 +3,7 @@
 //! itself (`--listen`, bearer token required) to the official Python SDK's HTTP client
 //! (`tests/mcp/http_client.py`). The upstream's own log shows what reached it.
 
+use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -61,6 +62,18 @@ fn the_gateway_serves_http_with_a_bearer_token_in_front_of_an_http_upstream() {
     let config =
         json!({"url": gateway.url, "token": TOKEN, "log": scratch.path("calls.log"), "notes": scratch.path("notes")});
     run_client(&venv, CLIENT, &config, scratch.dir(), 6);
+
+    // A refusal answered before the request's body arrived closes the connection and says so: a client's pool
+    // must not send its next request on it (the Python SDK's httpx did, and met a closed connection, now and then).
+    let listing = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let refused = post_in_two_parts(&gateway.url, &[("Authorization", "Bearer not-the-token")], listing);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(refused.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{refused}");
+    let foreign = [("Authorization", format!("Bearer {TOKEN}")), ("Mcp-Session-Id", "not-a-session-of-ours".into())];
+    let foreign: Vec<(&str, &str)> = foreign.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let refused = post_in_two_parts(&gateway.url, &foreign, listing);
+    assert!(refused.starts_with("HTTP/1.1 404"), "{refused}");
+    assert!(refused.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{refused}");
     gateway.terminate();
 
     // The two sessions shared one per-thread budget, yet each kept its own thread: the thread (what an
@@ -75,6 +88,32 @@ fn the_gateway_serves_http_with_a_bearer_token_in_front_of_an_http_upstream() {
     assert_eq!(outcomes, ["executed", "executed", "refused (rate_limited)", "refused (rate_limited)"], "{records:#?}");
     assert_eq!(reads[0].1, reads[2].1, "{reads:?}");
     assert_ne!(reads[2].1, reads[3].1, "the second session has a thread of its own: {reads:?}");
+}
+
+/// One `POST` to `url` on a connection of its own, its head and its body written 50 ms apart (so the body has not
+/// arrived when the gateway answers a refusal), and the answer read until the gateway closes the connection.
+fn post_in_two_parts(url: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_once('/').expect("a URL with a path");
+    let mut stream = TcpStream::connect(authority).expect("the gateway accepts");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("a read timeout");
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("the head is sent");
+    std::thread::sleep(Duration::from_millis(50));
+    // The gateway may have closed the connection already.
+    let _ = stream.write_all(body.as_bytes());
+    let mut answer = Vec::new();
+    // To the end: a connection kept open would end this read at its timeout, with the answer read so far.
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 #[test]

@@ -209,12 +209,23 @@ fn text_response(status: StatusCode, text: &'static str) -> Response<Body> {
     response
 }
 
+/// A refusal answered before the request's body was read, marked `Connection: close`. hyper keeps the connection
+/// only if it can drain the unread body at once; when the body's bytes had not all arrived, it closed the
+/// connection without saying so, and a client that sent its next request on it (an HTTP client's pool does) met
+/// a connection closed under it ("server disconnected without sending a response"). Said in the answer, the
+/// client opens a new one. The body of a refused request is not read: it may come from anyone.
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    response
+}
+
 /// The RFC 9728 metadata, to `GET` (and `HEAD`); CORS-readable, since browser-based clients fetch it too.
 fn metadata_response(server: &OAuthResourceServer, method: &hyper::Method) -> Response<Body> {
     if method != hyper::Method::GET && method != hyper::Method::HEAD {
         let mut refused = text_response(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
         refused.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
-        return refused;
+        // A `POST` here may carry a body, which is not read.
+        return closing(refused);
     }
     let body = serde_json::to_vec(&server.metadata()).unwrap_or_default();
     let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
@@ -267,7 +278,7 @@ fn serve_connection(
                         refused
                             .headers_mut()
                             .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-                        return Ok::<_, Infallible>(refused);
+                        return Ok::<_, Infallible>(closing(refused));
                     }
                 },
                 HttpAuth::OAuth(server) => {
@@ -277,14 +288,14 @@ fn serve_connection(
                     }
                     let Some(token) = bearer_of(&request) else {
                         tracing::warn!(target: "agent_airlock", %from, "a request without an access token was refused");
-                        return Ok(challenge(server, None));
+                        return Ok(closing(challenge(server, None)));
                     };
                     match server.admit(token).await {
                         Ok(caller) => caller,
                         Err(refusal) => {
                             // The reason, never the token.
                             tracing::warn!(target: "agent_airlock", %from, reason = %refusal, "an access token was refused");
-                            return Ok(challenge(server, Some(refusal)));
+                            return Ok(closing(challenge(server, Some(refusal))));
                         }
                     }
                 }
@@ -296,7 +307,7 @@ fn serve_connection(
                 && !opened_by(&owners, id, caller.name())
             {
                 tracing::warn!(target: "agent_airlock", %from, "a request for another caller's session was refused");
-                return Ok(text_response(StatusCode::NOT_FOUND, "no such session\n"));
+                return Ok(closing(text_response(StatusCode::NOT_FOUND, "no such session\n")));
             }
             let ending = request.method() == hyper::Method::DELETE;
             let name: Arc<str> = caller.name().into();
