@@ -452,15 +452,64 @@ impl Masker {
 /// ([`providers`]) that none of them overlaps, as [`MaskKind::SecretValue`]. A provider secret's rule reads
 /// only its own match, and a tag (`[SECRET_VALUE]`) matches no rule, so masking the result again finds no
 /// provider secret the first masking missed.
+///
+/// But a provider secret glued to the text before or after it changes what its neighbours read: in
+/// `6200 0000 0000 0005ghp_…` the card number ends in a letter and is no card, while in the masked
+/// `6200 0000 0000 0005[SECRET_VALUE]` it ends at a `[` and is one (found by the masking fuzz property
+/// `json_values_keep_their_shape`). Then the text with every finding replaced by its tag is scanned again, as a
+/// second masking would, and what it finds is mapped back; at most [`MAX_GLUED_PASSES`] times, so that masking
+/// stays linear on any text (each pass that finds anything covers text no pass covered before).
 fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
+    let (mut found, mut glued) = findings_and_glued(scanner, only, text);
+    let mut passes = 0;
+    while glued && passes < MAX_GLUED_PASSES {
+        passes += 1;
+        let tagged = Staged::tagged(text, &found);
+        let (more, more_glued) = findings_and_glued(scanner, only, &tagged.text);
+        if more.is_empty() {
+            break;
+        }
+        let covered: usize = found.iter().map(|f| f.end - f.start).sum();
+        // As in `settled_findings_by`: a later finding that starts where an earlier one does covers it.
+        let mut all: Vec<(Finding, bool)> = found.into_iter().map(|f| (f, false)).collect();
+        all.extend(more.into_iter().map(|f| {
+            let (start, end) = (tagged.original(f.start, false), tagged.original(f.end, true));
+            let keep_prefix = if end - start == f.end - f.start { f.keep_prefix } else { 0 };
+            (Finding { start, end, keep_prefix, ..f }, true)
+        }));
+        all.sort_by_key(|&(f, new)| (f.start, !new));
+        found = merge_overlapping(all.into_iter().map(|(f, _)| f).collect());
+        if found.iter().map(|f| f.end - f.start).sum::<usize>() <= covered {
+            break;
+        }
+        glued = more_glued;
+    }
+    found
+}
+
+/// Most scans of a text with its findings tagged that provider secrets glued to their neighbours cause
+/// ([`all_findings`]). One settles every case seen; a chain needing more is masked as far as these go.
+const MAX_GLUED_PASSES: usize = 4;
+
+/// Whether a provider secret found at `start..end` of `text` touches a byte other than a blank on either side:
+/// replacing it with a tag may then change a neighbouring match's verdict.
+fn glued(text: &[u8], start: usize, end: usize) -> bool {
+    let touches = |byte: Option<&u8>| byte.is_some_and(|b| !b.is_ascii_whitespace());
+    touches(start.checked_sub(1).and_then(|at| text.get(at))) || touches(text.get(end))
+}
+
+/// [`all_findings`]' one pass: the scanner's findings and the provider secrets none overlaps, and whether a
+/// provider secret was added [`glued`] to its neighbours.
+fn findings_and_glued(scanner: &Scanner, only: MaskSet, text: &str) -> (Vec<Finding>, bool) {
     // The provider rules' keyword pass comes first: it also says whether the text names a labelled secret.
     let providers = if only.contains_kind(MaskKind::SecretValue) { providers::providers() } else { None };
-    let Some(providers) = providers else { return settled_findings(scanner, only, text, true) };
+    let Some(providers) = providers else { return (settled_findings(scanner, only, text, true), false) };
     let pass = providers.keyword_pass(text);
     let found = settled_findings(scanner, only, text, pass.names_a_secret);
     // Built only once a provider secret comes: without one the merge is `found` itself.
     let mut merged: Option<Vec<Finding>> = None;
     let mut native = found.iter().copied().peekable();
+    let mut any_glued = false;
     providers.find_in(pass, text, &found, |secret| {
         let merged = merged.get_or_insert_with(|| Vec::with_capacity(found.len() + 1));
         while let Some(finding) = native.next_if(|f| f.start < secret.end) {
@@ -469,15 +518,16 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
         let overlaps = merged.last().is_some_and(|f: &Finding| f.end > secret.start)
             || native.peek().is_some_and(|f| f.start < secret.end);
         if !overlaps {
+            any_glued |= glued(text.as_bytes(), secret.start, secret.end);
             merged.push(Finding { kind: MaskKind::SecretValue, start: secret.start, end: secret.end, keep_prefix: 0 });
         }
     });
     match merged {
         Some(mut merged) => {
             merged.extend(native);
-            merged
+            (merged, any_glued)
         }
-        None => found,
+        None => (found, false),
     }
 }
 

@@ -66,7 +66,7 @@ fn nothing_found_borrows() {
     assert!(matches!(masker.mask_text("jane@example.com", MaskSet::NONE), Cow::Borrowed(_)));
 }
 
-/// [`all_findings`] as it merged before: the merged list always built, the scanner's findings copied into it.
+/// [`findings_and_glued`] as it merged before: the merged list always built, the scanner's findings copied into it.
 fn all_findings_the_long_way(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
     let providers = if only.contains_kind(MaskKind::SecretValue) { providers::providers() } else { None };
     let Some(providers) = providers else { return settled_findings(scanner, only, text, true) };
@@ -111,9 +111,15 @@ fn merge_texts() -> Vec<String> {
 fn the_merge_of_provider_secrets_is_the_long_ways() {
     let set = MaskSet::SECRETS | MaskSet::PII;
     let (scanner, only) = detect::scanner(set).unwrap();
+    let masker = Masker::default();
     let (mut without, mut with) = (0, 0);
     for text in merge_texts() {
-        let found = all_findings(&scanner, only, &text);
+        // Masked once, the text is a fixed point: an own finding glued to a provider secret (`4111 1111 1111
+        // 1111ops_…`, a card that ends in a letter until the secret is a tag) is found in the one masking.
+        let once = masker.mask_text(&text, set).into_owned();
+        assert_eq!(masker.mask_text(&once, set), once, "{text}");
+        // One pass, before any glued provider secret's rescan (`all_findings`).
+        let (found, _) = findings_and_glued(&scanner, only, &text);
         assert_eq!(found, all_findings_the_long_way(&scanner, only, &text), "{text}");
         let natives = settled_findings(&scanner, only, &text, true).len();
         if found.len() == natives { without += 1 } else { with += 1 }
