@@ -453,7 +453,7 @@ impl Masker {
 /// only its own match, and a tag (`[SECRET_VALUE]`) matches no rule, so masking the result again finds no
 /// provider secret the first masking missed.
 ///
-/// But a provider secret glued to the text before or after it changes what its neighbours read: in
+/// But a provider secret [glued](glued) to the text before or after it changes what its neighbours read: in
 /// `6200 0000 0000 0005ghp_…` the card number ends in a letter and is no card, while in the masked
 /// `6200 0000 0000 0005[SECRET_VALUE]` it ends at a `[` and is one (found by the masking fuzz property
 /// `json_values_keep_their_shape`). Then the text with every finding replaced by its tag is scanned again, as a
@@ -491,10 +491,15 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
 /// ([`all_findings`]). One settles every case seen; a chain needing more is masked as far as these go.
 const MAX_GLUED_PASSES: usize = 4;
 
-/// Whether a provider secret found at `start..end` of `text` touches a byte other than a blank on either side:
-/// replacing it with a tag may then change a neighbouring match's verdict.
+/// Whether a provider secret found at `start..end` of `text` touches, on either side, a byte that a match of our
+/// own patterns can end or begin with (a letter or digit, or `_ - . + = /`, which tokens, cards, phone numbers
+/// and base64 hold): such a match may end right where the secret begins (or begin where it ends), and its verdict
+/// read the secret's first (last) byte, where a tag has `[` (`]`). A blank, a quote or a bracket beside it leaves
+/// nothing to change, and the common `"…"`-quoted or blank-separated secret costs no second scan.
 fn glued(text: &[u8], start: usize, end: usize) -> bool {
-    let touches = |byte: Option<&u8>| byte.is_some_and(|b| !b.is_ascii_whitespace());
+    let touches = |byte: Option<&u8>| {
+        byte.is_some_and(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'+' | b'=' | b'/'))
+    };
     touches(start.checked_sub(1).and_then(|at| text.get(at))) || touches(text.get(end))
 }
 

@@ -633,7 +633,7 @@ fn a_labelled_value_in_a_urls_user_part_stops_where_the_password_starts() {
 // glued to a provider secret (`…0005ghp_short…`: GitHub's token as gitleaks' rule reads it, no native pattern) is
 // no card while the secret's `g` follows its last digit, and is one once the secret is masked
 // (`…0005[SECRET_VALUE]`): masked again, the card was found. The text with its provider secrets tagged is now
-// scanned again within the one masking when a provider secret touches anything but a blank.
+// scanned again within the one masking when a provider secret is glued to what a match can end or begin with.
 
 #[test]
 fn a_card_number_glued_to_a_provider_secret_is_masked_in_one_masking() {
