@@ -36,6 +36,23 @@ def build(tmp_path, inner, on_tamper="refuse"):
     return ledger, approvals, saver, graph(node, saver)
 
 
+def build_in_a_subgraph(tmp_path, inner):
+    """`build`, with the guarded ToolNode inside a subgraph (the parent graph's node `agent`), both graphs
+    checkpointed through the one saver."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    ledger, approvals, saver, _ = build(tmp_path, inner)
+    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
+    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
+    subgraph = StateGraph(MessagesState)
+    subgraph.add_node("tools", node)
+    subgraph.add_edge(START, "tools")
+    outer = StateGraph(MessagesState)
+    outer.add_node("agent", subgraph.compile())
+    outer.add_edge(START, "agent")
+    return ledger, approvals, saver, outer.compile(checkpointer=saver)
+
+
 def build_async(tmp_path, inner):
     """`build` for a graph run with `ainvoke`: the node guarded through `awrap_tool_call` too."""
     ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_key=AUDIT_KEY)
@@ -562,19 +579,8 @@ def test_a_checkpoint_made_from_one_the_saver_failed_to_read_is_tainted(tmp_path
 def test_turns_through_a_subgraph_taint_nothing_and_record_nothing(tmp_path):
     """Several untouched turns through a subgraph (a namespace of its own each time), then an escalated call
     paused and resumed in it: nothing is tainted or recorded, and the approved call runs."""
-    from langgraph.graph import START, MessagesState, StateGraph
-
     connection = sqlite3.connect(tmp_path / "cp.sqlite", check_same_thread=False)
-    ledger, approvals, saver, _ = build(tmp_path, SqliteSaver(connection))
-    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
-    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
-    inner = StateGraph(MessagesState)
-    inner.add_node("tools", node)
-    inner.add_edge(START, "tools")
-    outer = StateGraph(MessagesState)
-    outer.add_node("agent", inner.compile())
-    outer.add_edge(START, "agent")
-    app = outer.compile(checkpointer=saver)
+    ledger, approvals, saver, app = build_in_a_subgraph(tmp_path, SqliteSaver(connection))
     app.invoke({"messages": [HumanMessage(content="please search"), *search_turn("call-0")["messages"]]}, CFG)
     app.invoke(search_turn("call-1"), CFG)
     paused = app.invoke(delete_turn("call-2"), CFG)
@@ -648,20 +654,9 @@ def test_a_tool_node_inside_a_subgraph_resumes_from_its_committed_checkpoints_an
     """The call's task runs under a checkpoint map of two namespaces (the parent's and the subgraph's), each
     committed through the same saver: an untouched resume goes through (nothing is refused as unvouched), and
     an edit of the parent's checkpoint is refused."""
-    from langgraph.graph import START, MessagesState, StateGraph
-
     path = tmp_path / "cp.sqlite"
     connection = sqlite3.connect(path, check_same_thread=False)
-    ledger, approvals, saver, _ = build(tmp_path, SqliteSaver(connection))
-    policy = SecurityPolicy(escalate_tools={"delete_file": "deletes a file"}, approval_ledger=ledger)
-    node = ToolNode(TOOLS, wrap_tool_call=airlock_wrap_tool_call(policy, approvals=approvals, checkpointer=saver))
-    inner = StateGraph(MessagesState)
-    inner.add_node("tools", node)
-    inner.add_edge(START, "tools")
-    outer = StateGraph(MessagesState)
-    outer.add_node("agent", inner.compile())
-    outer.add_edge(START, "agent")
-    app = outer.compile(checkpointer=saver)
+    ledger, approvals, saver, app = build_in_a_subgraph(tmp_path, SqliteSaver(connection))
     paused = app.invoke(first_turn(), CFG)
     assert RAN == []
     value = paused["__interrupt__"][0].value

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_airlock::ledger::ApprovalLedger;
+use agent_airlock::ledger::{ApprovalLedger, RequestRecord};
 use agent_airlock::{
     ManualClock,
     approval::{Admission, AdmitError, BindingInput, InterruptApprovals, KeyRing},
@@ -24,6 +24,22 @@ pub const GRANT_TTL: Duration = Duration::from_secs(600);
 
 /// A fixed start time, so runs are reproducible.
 pub const START: Duration = Duration::from_secs(1_767_225_600);
+
+/// A pending request `id` of the tool `refund` under the test key, bound to `b-<id>`, requested at [`START`], with
+/// an empty interrupt value and no caller: what the ledger tests record, changed with `..request_record(id)`.
+pub fn request_record(id: &str) -> RequestRecord {
+    RequestRecord {
+        request_id: id.into(),
+        key_id: "k1".into(),
+        tool: "refund".into(),
+        rule: "attribute".into(),
+        reason: "r".into(),
+        binding: format!("b-{id}"),
+        requested_at: START,
+        interrupt: json!({}),
+        caller: None,
+    }
+}
 
 /// The test key, id `k1`.
 pub fn key() -> ApprovalKey {

@@ -469,17 +469,7 @@ fn all_findings(scanner: &Scanner, only: MaskSet, text: &str) -> Vec<Finding> {
         if more.is_empty() {
             break;
         }
-        let covered: usize = found.iter().map(|f| f.end - f.start).sum();
-        // As in `settled_findings_by`: a later finding that starts where an earlier one does covers it.
-        let mut all: Vec<(Finding, bool)> = found.into_iter().map(|f| (f, false)).collect();
-        all.extend(more.into_iter().map(|f| {
-            let (start, end) = (tagged.original(f.start, false), tagged.original(f.end, true));
-            let keep_prefix = if end - start == f.end - f.start { f.keep_prefix } else { 0 };
-            (Finding { start, end, keep_prefix, ..f }, true)
-        }));
-        all.sort_by_key(|&(f, new)| (f.start, !new));
-        found = merge_overlapping(all.into_iter().map(|(f, _)| f).collect());
-        if found.iter().map(|f| f.end - f.start).sum::<usize>() <= covered {
+        if !merge_rescan(&mut found, &tagged, more) {
             break;
         }
         glued = more_glued;
@@ -591,22 +581,28 @@ fn settled_findings_by(
         if more.is_empty() {
             break;
         }
-        let covered: usize = found.iter().map(|f| f.end - f.start).sum();
-        // A later finding that starts where an earlier one does covers it: it goes first, and its kind wins.
-        let mut all: Vec<(Finding, bool)> = found.into_iter().map(|f| (f, false)).collect();
-        all.extend(more.into_iter().map(|f| {
-            let (start, end) = (tagged.original(f.start, false), tagged.original(f.end, true));
-            let keep_prefix = if end - start == f.end - f.start { f.keep_prefix } else { 0 };
-            (Finding { start, end, keep_prefix, ..f }, true)
-        }));
-        all.sort_by_key(|&(f, new)| (f.start, !new));
-        found = merge_overlapping(all.into_iter().map(|(f, _)| f).collect());
-        if found.iter().map(|f| f.end - f.start).sum::<usize>() <= covered {
-            // Only findings inside tags: nothing more to mask (a tag is never a finding; should one be, stop).
+        if !merge_rescan(&mut found, &tagged, more) {
             break;
         }
     }
     found
+}
+
+/// Merges into `found` the findings `more` of a scan of `tagged` (`found` replaced by tags), each mapped back to
+/// the text's offsets. A later finding that starts where an earlier one does covers it: it goes first, and its
+/// kind wins. `false` when the merge covers no more text than `found` did: only findings inside tags, nothing
+/// more to mask (a tag is never a finding; should one be, the rescans stop).
+fn merge_rescan(found: &mut Vec<Finding>, tagged: &Staged, more: Vec<Finding>) -> bool {
+    let covered: usize = found.iter().map(|f| f.end - f.start).sum();
+    let mut all: Vec<(Finding, bool)> = std::mem::take(found).into_iter().map(|f| (f, false)).collect();
+    all.extend(more.into_iter().map(|f| {
+        let (start, end) = (tagged.original(f.start, false), tagged.original(f.end, true));
+        let keep_prefix = if end - start == f.end - f.start { f.keep_prefix } else { 0 };
+        (Finding { start, end, keep_prefix, ..f }, true)
+    }));
+    all.sort_by_key(|&(f, new)| (f.start, !new));
+    *found = merge_overlapping(all.into_iter().map(|(f, _)| f).collect());
+    found.iter().map(|f| f.end - f.start).sum::<usize>() > covered
 }
 
 /// Whether `finding` may have stopped a match that its tag, one bracketed word (`[PHONE]`), lets through, so that

@@ -17,7 +17,9 @@ use agent_airlock::{
     },
     keys::ApprovalKey,
 };
-use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring};
+use agent_airlock_tests::ledger_fixtures::{
+    GRANT_TTL, OwnedCall, SECRET_HEX, START, approvals, key, key_ring, request_record,
+};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -605,15 +607,9 @@ fn pending_requests_are_bounded_per_tool_and_thread(h: Harness) {
 /// the caller's place.
 fn pending_requests_are_bounded_per_caller_across_threads(h: Harness) {
     let record = |id: &str, thread: &str, caller: Option<&str>| RequestRecord {
-        request_id: id.into(),
-        key_id: "k1".into(),
-        tool: "refund".into(),
-        rule: "attribute".into(),
-        reason: "r".into(),
-        binding: format!("b-{id}"),
-        requested_at: START,
         interrupt: json!({"airlock_approval": {"call": {"thread_id": thread}}}),
         caller: caller.map(str::to_owned),
+        ..request_record(id)
     };
     let l = &h.ledger;
     let max = Some(2);
@@ -784,15 +780,9 @@ fn two_person_approval_again_after_the_grant_expired(h: Harness) {
 fn unresolved_requests_are_the_listed_ones_still_open(h: Harness) {
     let now = START;
     let record = |id: &str, approvals: u32, at: u64| RequestRecord {
-        request_id: id.into(),
-        key_id: "k1".into(),
-        tool: "refund".into(),
-        rule: "attribute".into(),
-        reason: "r".into(),
-        binding: format!("b-{id}"),
         requested_at: now + Duration::from_secs(at),
         interrupt: json!({"airlock_approval": {"approvals": approvals}}),
-        caller: None,
+        ..request_record(id)
     };
     let grant = |id: &str, request: &str, approver: &str| GrantRecord {
         grant_id: id.into(),

@@ -12,7 +12,6 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::store::{POSTGRES_SCHEMA_VERSION, PostgresOpenError};
 use agent_airlock_tests::pg_server;
-use serde_json::json;
 
 pub(crate) const NOW: Duration = Duration::from_secs(1_700_000_000);
 
@@ -22,17 +21,7 @@ fn database_of(url: &str) -> &str {
 
 /// A pending request `id`, bound to `b-<id>` (also the TLS tests' fixture).
 pub(crate) fn request(id: &str) -> RequestRecord {
-    RequestRecord {
-        request_id: id.into(),
-        key_id: "k1".into(),
-        tool: "refund".into(),
-        rule: "attribute".into(),
-        reason: "r".into(),
-        binding: format!("b-{id}"),
-        requested_at: NOW,
-        interrupt: json!({}),
-        caller: None,
-    }
+    RequestRecord { requested_at: NOW, ..agent_airlock_tests::ledger_fixtures::request_record(id) }
 }
 
 /// An unsigned grant `id` of `request_id`, live for a minute after [`NOW`].
