@@ -2,13 +2,15 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
 
 use redb::Database;
 use serde_json::Value;
 
 use super::append::{AuditAppend, AuditEntry, Chain, Prepared, trace};
 use super::crypto::{self, DerivedKeys, GENESIS};
+use super::file::FileAuditStore;
 use super::memory::MemoryAuditStore;
 use super::record;
 use super::redb::RedbAuditStore;
@@ -19,7 +21,7 @@ use super::{
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
 use crate::store::redb::RedbWriter;
-use crate::store::{StoreError, StoreHandle};
+use crate::store::{Reply, ReplySender, StoreError, StoreHandle};
 
 /// The most records one write transaction takes; a larger queue is written in several.
 const MAX_GROUP: usize = 512;
@@ -32,21 +34,33 @@ const MAX_GROUP: usize = 512;
 /// same redb database (the append would wait for it forever). A dispatcher does not call it: it writes a
 /// call's records together with the call's other writes and awaits them.
 pub struct AuditLog {
-    store: Box<dyn AuditStore>,
+    writer: Arc<Writer>,
     store_raw: bool,
-    chain: Arc<Chain>,
     keys: HashMap<String, DerivedKeys>,
-    group: GroupCommit,
     /// On redb, the database's one writer; on PostgreSQL, the ledger's pool: where records are appended
     /// in the same transactions as the ledger's and the effect records' writes.
     handle: Option<StoreHandle>,
+    /// A store that waits for a disk (a file) is written on the appending thread, not handed to a thread.
+    on_caller: AtomicBool,
+    /// For a store that waits for a disk: the thread async appends are handed to, started at the first.
+    committer: OnceLock<mpsc::Sender<Job>>,
 }
+
+/// What appends records to a store: the store, the chain, and the group commit of blocking appenders.
+struct Writer {
+    store: Arc<dyn AuditStore>,
+    chain: Arc<Chain>,
+    group: GroupCommit,
+}
+
+/// Records handed to the committer thread, and where their receipts go.
+type Job = (Vec<Prepared>, ReplySender<Vec<AuditReceipt>, AuditError>);
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog")
             .field("store_raw", &self.store_raw)
-            .field("signing_key", &self.chain.signing.as_ref().map(|k| &k.id))
+            .field("signing_key", &self.writer.chain.signing.as_ref().map(|k| &k.id))
             .finish_non_exhaustive()
     }
 }
@@ -111,7 +125,7 @@ impl AuditLog {
     /// transaction as its grant spend and effect steps.
     pub fn with_database(db: Arc<Database>, config: AuditConfig) -> Result<AuditLog, AuditError> {
         let writer = RedbWriter::for_database(&db).map_err(|err| AuditError::Write(Arc::new(err)))?;
-        let mut log = AuditLog::with_store(Box::new(RedbAuditStore::new(db)?), config);
+        let mut log = AuditLog::with_store(Arc::new(RedbAuditStore::new(db)?), config);
         log.handle = Some(StoreHandle::redb(writer));
         Ok(log)
     }
@@ -126,17 +140,44 @@ impl AuditLog {
     pub fn with_postgres(ledger: &crate::ledger::PostgresLedger, config: AuditConfig) -> AuditLog {
         let shared = Arc::clone(ledger.shared());
         let mut log =
-            AuditLog::with_store(Box::new(super::postgres::PostgresAuditStore::new(Arc::clone(&shared))), config);
+            AuditLog::with_store(Arc::new(super::postgres::PostgresAuditStore::new(Arc::clone(&shared))), config);
         log.handle = Some(StoreHandle::postgres(shared));
         log
     }
 
     /// An audit log in memory, lost when dropped.
     pub fn in_memory(config: AuditConfig) -> AuditLog {
-        AuditLog::with_store(Box::<MemoryAuditStore>::default(), config)
+        AuditLog::with_store(Arc::<MemoryAuditStore>::default(), config)
     }
 
-    fn with_store(store: Box<dyn AuditStore>, config: AuditConfig) -> AuditLog {
+    /// Opens (or creates) an append-only audit file at `path`, for the audit log alone: each append (or
+    /// group of concurrent appends) is one `write` and one `fdatasync` of its records and the head after
+    /// them, where a redb file commits a transaction (several times faster, BENCHMARKS.md §8). The chain,
+    /// the MACs, the head and [`verify`](super::verify) are the same; the format is in the module source
+    /// (`audit/file.rs`).
+    ///
+    /// What it gives up: a dispatcher whose ledger or effect records are in a database writes a call's
+    /// records after the grant spend or effect step they go with, not in the same transaction (a crash in
+    /// between leaves the spend without its record).
+    ///
+    /// A write cut short by a crash is cut off at open and kept beside the file (`NAME.torn-OFFSET`); a
+    /// file damaged otherwise (edited, a failing disk) is refused with [`AuditError::Damaged`] and left as
+    /// it is. Fails with [`AuditError::AlreadyOpen`] if another process (or handle) has it open to write.
+    ///
+    /// Appends from a dispatcher are handed to a thread of the log's (the async caller is not blocked on
+    /// the disk) unless [`commit_on_caller_when_idle`](Self::commit_on_caller_when_idle) was called.
+    pub fn open_append_only(path: impl AsRef<Path>, config: AuditConfig) -> Result<AuditLog, AuditError> {
+        Ok(AuditLog::with_store(Arc::new(FileAuditStore::open(path.as_ref())?), config))
+    }
+
+    /// Opens an append-only audit file ([`open_append_only`](Self::open_append_only)) to read and verify it,
+    /// changing nothing and taking no lock: a log another process is writing can be read (up to its last
+    /// whole append). Appending to it fails.
+    pub fn read_append_only(path: impl AsRef<Path>, config: AuditConfig) -> Result<AuditLog, AuditError> {
+        Ok(AuditLog::with_store(Arc::new(FileAuditStore::open_read_only(path.as_ref())?), config))
+    }
+
+    fn with_store(store: Arc<dyn AuditStore>, config: AuditConfig) -> AuditLog {
         let signing = config.key.as_ref().map(DerivedKeys::derive);
         let mut keys: HashMap<String, DerivedKeys> =
             config.retired_keys.iter().map(|key| (key.id().to_owned(), DerivedKeys::derive(key))).collect();
@@ -144,18 +185,24 @@ impl AuditLog {
             keys.insert(signing.id.clone(), signing.clone());
         }
         AuditLog {
-            store,
+            writer: Arc::new(Writer {
+                store,
+                chain: Arc::new(Chain { signing, clock: Arc::new(SystemClock) }),
+                group: GroupCommit::default(),
+            }),
             store_raw: config.store_raw,
-            chain: Arc::new(Chain { signing, clock: Arc::new(SystemClock) }),
             keys,
-            group: GroupCommit::default(),
             handle: None,
+            on_caller: AtomicBool::new(false),
+            committer: OnceLock::new(),
         }
     }
 
     /// The clock that stamps records (tests use a [`ManualClock`](crate::ManualClock)).
     pub fn with_clock(mut self, clock: impl Clock) -> AuditLog {
-        self.chain = Arc::new(Chain { signing: self.chain.signing.clone(), clock: Arc::new(clock) });
+        let chain = Arc::new(Chain { signing: self.writer.chain.signing.clone(), clock: Arc::new(clock) });
+        self.writer = Arc::new(Writer { store: Arc::clone(&self.writer.store), chain, group: GroupCommit::default() });
+        self.committer = OnceLock::new();
         self
     }
 
@@ -166,7 +213,7 @@ impl AuditLog {
         let prepared = self.prepare(&event);
         let result = match self.write_through(vec![prepared.clone()]) {
             Ok(written) => written,
-            Err(entries) => self.submit(entries),
+            Err(entries) => self.writer.submit(entries),
         }
         .and_then(|mut receipts| receipts.pop().ok_or(AuditError::Abandoned));
         trace(&prepared, &result);
@@ -179,8 +226,14 @@ impl AuditLog {
     /// thread wake-ups. Writes that find the writer busy still share its commits. It blocks the writing
     /// thread for the commit, so it suits a process that serves one client on one thread (`airlock mcp` on
     /// stdio), whose executor has nothing else to run meanwhile; never an executor shared by many callers.
-    /// Returns whether it applies (a log in a redb file).
+    /// On an append-only file ([`open_append_only`](Self::open_append_only)), a dispatcher's appends are
+    /// then written on the appending thread instead of being handed to the log's thread.
+    /// Returns whether it applies (a log in a redb file or an append-only file).
     pub fn commit_on_caller_when_idle(&self) -> bool {
+        if self.writer.store.waits_for_disk() {
+            self.on_caller.store(true, Ordering::Relaxed);
+            return true;
+        }
         match self.handle.as_ref().and_then(StoreHandle::redb_writer) {
             Some(writer) => {
                 writer.commit_on_caller_when_idle();
@@ -222,24 +275,54 @@ impl AuditLog {
 
     /// `entries`, to append in one transaction of this log's chain.
     pub(crate) fn appending(&self, entries: Vec<AuditEntry>) -> AuditAppend {
-        AuditAppend { chain: Arc::clone(&self.chain), entries }
+        AuditAppend { chain: Arc::clone(&self.writer.chain), entries }
     }
 
-    /// Appends prepared records in one write, on the calling thread: for logs without a shared writer
-    /// (in memory), whose appends do not wait for a disk.
-    pub(crate) fn append_now(&self, entries: Vec<AuditEntry>) -> Result<Vec<AuditReceipt>, AuditError> {
-        match self.write_through(entries) {
-            Ok(written) => written,
-            Err(entries) => self.submit(entries),
+    /// Appends prepared records in one write, for a dispatcher: on the calling thread for logs whose
+    /// appends do not wait for a disk (in memory) or that were told to commit on the caller, otherwise
+    /// handed to the log's committer thread (an append-only file), so the async caller is not blocked.
+    pub(crate) fn append_reply(&self, entries: Vec<AuditEntry>) -> Reply<Vec<AuditReceipt>, AuditError> {
+        let entries = match self.write_through(entries) {
+            Ok(written) => return Reply::ready_or(written, abandoned),
+            Err(entries) => entries,
+        };
+        if !self.writer.store.waits_for_disk() || self.on_caller.load(Ordering::Relaxed) {
+            return Reply::ready_or(self.writer.submit(entries), abandoned);
         }
+        let (sender, reply) = Reply::channel_or(abandoned);
+        match self.committer() {
+            Ok(committer) => {
+                if let Err(mpsc::SendError((entries, sender))) = committer.send((entries, sender)) {
+                    // The thread is gone (it cannot end while this log holds its channel): write here.
+                    sender.send(self.writer.submit(entries));
+                }
+            }
+            Err(err) => sender.send(Err(err)),
+        }
+        reply
+    }
+
+    /// The committer thread's channel, the thread started at the first call.
+    fn committer(&self) -> Result<&mpsc::Sender<Job>, AuditError> {
+        if let Some(committer) = self.committer.get() {
+            return Ok(committer);
+        }
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let writer = Arc::clone(&self.writer);
+        std::thread::Builder::new()
+            .name("airlock-audit".to_owned())
+            .spawn(move || writer.commit_jobs(&queue))
+            .map_err(|err| AuditError::Write(Arc::new(err)))?;
+        // Two first appends racing start two threads; the second's channel is dropped and its thread ends.
+        Ok(self.committer.get_or_init(|| jobs))
     }
 
     /// The stored head: the last record's position and hash, signed if the log has a key. An empty log's
     /// head is `#0` with a zero hash.
     pub fn head(&self) -> Result<Anchor, AuditError> {
-        match self.store.head()? {
+        match self.writer.store.head()? {
             Some(head) => Ok(head),
-            None => Ok(self.chain.sign_head(0, GENESIS)),
+            None => Ok(self.writer.chain.sign_head(0, GENESIS)),
         }
     }
 
@@ -261,7 +344,7 @@ impl AuditLog {
         let mut out = Vec::new();
         let mut failure = None;
         if limit > 0 {
-            self.store.scan(from_seq, &mut |seq, bytes| {
+            self.writer.store.scan(from_seq, &mut |seq, bytes| {
                 match record::decode_record(seq, bytes) {
                     Ok(record) => out.push(record),
                     Err(err) => {
@@ -279,7 +362,7 @@ impl AuditLog {
     }
 
     pub(super) fn store(&self) -> &dyn AuditStore {
-        &*self.store
+        &*self.writer.store
     }
 
     pub(super) fn key(&self, id: &str) -> Option<&DerivedKeys> {
@@ -287,14 +370,14 @@ impl AuditLog {
     }
 
     pub(super) fn signing_key(&self) -> Option<&DerivedKeys> {
-        self.chain.signing.as_ref()
+        self.writer.chain.signing.as_ref()
     }
 
     fn commit(&self, part: CommittedPart, value: Option<&Value>) -> (Option<Commitment>, Option<String>) {
         let Some(value) = value else { return (None, None) };
         let mut canonical = Vec::new();
         crypto::canonical_json(value, &mut canonical);
-        let commitment = match &self.chain.signing {
+        let commitment = match &self.writer.chain.signing {
             Some(keys) => Commitment { alg: CommitmentAlg::HmacSha256, digest: keys.commitment(part, &canonical) },
             None => Commitment { alg: CommitmentAlg::Sha256, digest: crypto::plain_commitment(part, &canonical) },
         };
@@ -319,6 +402,35 @@ impl AuditLog {
             result,
             raw_arguments,
             raw_result,
+        }
+    }
+}
+
+fn abandoned() -> AuditError {
+    AuditError::Abandoned
+}
+
+impl Writer {
+    /// The committer thread: takes every job queued (up to a group), writes them in one append, answers
+    /// each; ends when the log is dropped.
+    fn commit_jobs(&self, queue: &mpsc::Receiver<Job>) {
+        while let Ok(first) = queue.recv() {
+            let mut jobs = vec![first];
+            while jobs.len() < MAX_GROUP {
+                match queue.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            let (group, senders): (Vec<_>, Vec<_>) = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(ticket, (entries, sender))| ((ticket as u64, entries), sender))
+                .unzip();
+            // A panic in the store drops the senders unanswered: their replies say the append was abandoned.
+            for ((_, result), sender) in self.write_group(group).into_iter().zip(senders) {
+                sender.send(result);
+            }
         }
     }
 
@@ -459,7 +571,7 @@ mod tests {
     #[test]
     fn concurrent_appends_share_commits() {
         let store = Arc::new(Instrumented { delay: Some(Duration::from_millis(5)), ..Instrumented::default() });
-        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let log = Arc::new(AuditLog::with_store(Arc::new(Arc::clone(&store)), AuditConfig::default()));
         let barrier = Arc::new(Barrier::new(8));
         let threads: Vec<_> = (0..8)
             .map(|t| {
@@ -485,7 +597,7 @@ mod tests {
     fn a_committer_that_panics_abandons_its_group_and_the_log_goes_on() {
         let store = Arc::new(Instrumented::default());
         store.panic_next.store(true, Ordering::SeqCst);
-        let log = Arc::new(AuditLog::with_store(Box::new(Arc::clone(&store)), AuditConfig::default()));
+        let log = Arc::new(AuditLog::with_store(Arc::new(Arc::clone(&store)), AuditConfig::default()));
         let panicking = {
             let log = Arc::clone(&log);
             std::thread::spawn(move || log.append(event("doomed")))

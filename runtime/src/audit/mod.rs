@@ -59,6 +59,7 @@
 mod anchor;
 mod append;
 mod crypto;
+mod file;
 mod log;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -446,6 +447,30 @@ pub enum AuditError {
     /// The database's shared writer failed or stopped (see the source); the record was not written.
     #[error("audit storage failed: {0}")]
     Write(Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// The append-only audit file could not be opened, read or written.
+    #[error("the audit file {path} {what}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// What could not be done.
+        what: &'static str,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+    /// The append-only audit file holds bytes that no write of the log and no crash can leave (an edit, a
+    /// failing disk, another file): it is left as it is, to be kept and looked at.
+    #[error(
+        "the audit file {path} is damaged at byte {offset}: {reason}; a write cut short by a crash cannot \
+         leave that, so the file is left untouched: keep it (it is evidence) and start the log in a new file"
+    )]
+    Damaged {
+        /// The file.
+        path: String,
+        /// Where the damage starts.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
 }
 
 impl AuditError {

@@ -28,4 +28,10 @@ pub(super) trait AuditStore: Send + Sync {
         from: u64,
         visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
     ) -> Result<Option<Vec<u8>>, AuditError>;
+
+    /// Whether an append waits for a disk (a file of its own): an async caller then hands it to a thread
+    /// instead of blocking its executor, unless the log was told to commit on the caller.
+    fn waits_for_disk(&self) -> bool {
+        false
+    }
 }

@@ -14,7 +14,7 @@ use crate::audit::{AuditAppend, AuditEntry, AuditError, AuditReceipt};
 use crate::clock::Clock;
 use crate::effect::{EffectError, EffectRecord, EffectStore, Reservation, Settle};
 use crate::ledger::{ApprovalLedger as _, LedgerError, LedgerReply, SpendReserved};
-use crate::store::StoreHandle;
+use crate::store::{Reply, StoreHandle};
 
 /// A decision's answer: written (`Ok(Ok)`), refused with nothing written (`Ok(Err)`), or a fault.
 pub(super) type Answer = Result<Result<Decided, NotDecided>, LedgerError>;
@@ -135,13 +135,14 @@ impl Dispatcher {
         Ok(Ok(decided))
     }
 
-    /// Queues audit records in the audit log's store (before it returns), or appends them at once if it
-    /// has none (memory); the future answers when they are written.
+    /// Queues audit records in the audit log's store (before it returns), or, for a log without a shared
+    /// store, appends them at once (memory) or hands them to the log's thread (an append-only file); the
+    /// future answers when they are written.
     fn append(&self, audit: AuditAppend) -> impl Future<Output = Result<Vec<AuditReceipt>, AuditError>> + use<> {
         let written: Result<LedgerReply<_>, _> = match (&self.stores.audit, &self.audit) {
             (Some(store), _) => Ok(store.decide(DurableWrite { audit: Some(audit), ..DurableWrite::default() })),
-            (None, Some(log)) => Err(log.append_now(audit.entries)),
-            (None, None) => Err(Ok(Vec::new())),
+            (None, Some(log)) => Err(log.append_reply(audit.entries)),
+            (None, None) => Err(Reply::ready_or(Ok(Vec::new()), || AuditError::Abandoned)),
         };
         async move {
             match written {
@@ -150,7 +151,7 @@ impl Dispatcher {
                     Ok(Err(_)) => Err(AuditError::Abandoned),
                     Err(fault) => Err(AuditError::from_store(fault.into())),
                 },
-                Err(now) => now,
+                Err(appended) => appended.await,
             }
         }
     }

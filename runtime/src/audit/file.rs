@@ -1,0 +1,785 @@
+//! The audit log in an append-only file of its own ([`AuditLog::open_append_only`](super::AuditLog::open_append_only)):
+//! a batch of records and the head after it go out in one `write` and one `fdatasync`, where a redb file
+//! commits a transaction (BENCHMARKS.md §8: that commit was most of the gateway's own latency).
+//!
+//! # Format
+//!
+//! ```text
+//! "airlock-audit\0v1"  (16 bytes)
+//! frame*               len: u32 LE ‖ kind: u8 ‖ seq: u64 LE ‖ payload (len bytes) ‖ crc32: u32 LE
+//! ```
+//!
+//! The CRC covers everything before it in the frame. A record frame (kind 1) holds what the redb log keeps
+//! under the record's key (the hash, the MAC and the body, see [`super`]); a head frame (kind 2) holds the
+//! signed head. A batch is its record frames and then one head frame: it counts once its head frame is
+//! whole, and the chain, the MACs and [`verify`](super::verify) are the redb log's.
+//!
+//! # A write cut short
+//!
+//! Batches are written one after the other, each made durable before the next starts, so a crash can only
+//! cut the last one. Opening the file to write, what follows the last whole head frame is cut off (and kept
+//! beside the file as `NAME.torn-OFFSET`, a `tracing` warning names it) when it looks like a cut write: whole
+//! record frames, then the end of the file, a frame running past it, a last frame failing its CRC, or zeros.
+//! Anything else (a bad frame with more data after it) is no crash: the file is refused as damaged and left
+//! untouched. Opened to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is
+//! never changed, and a log being written can be read: the reader stops at the last whole head frame.
+//!
+//! One process writes: opening to write takes the file's exclusive lock ([`AuditError::AlreadyOpen`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, Read, Write as _};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::store::{AuditStore, Batch};
+use super::{Anchor, AuditError};
+
+const MAGIC: &[u8; 16] = b"airlock-audit\0v1";
+/// `len ‖ kind ‖ seq`.
+const FRAME_HEAD: u64 = 4 + 1 + 8;
+const FRAME_TAIL: u64 = 4;
+const RECORD: u8 = 1;
+const HEAD: u8 = 2;
+/// One offset in the index for this many record frames: a scan from a given `seq` reads at most this many
+/// frames before it, and the index costs 16 bytes per this many records.
+const INDEX_EVERY: u64 = 256;
+const READ_BUFFER: usize = 64 * 1024;
+
+pub(super) struct FileAuditStore {
+    path: PathBuf,
+    /// A handle for positional reads, so a scan holds no lock while it reads.
+    reader: File,
+    writable: bool,
+    state: Mutex<State>,
+}
+
+struct State {
+    file: File,
+    /// The end of the last whole batch: what a scan reads and where the next batch goes.
+    len: u64,
+    /// The last whole batch's head frame, as stored.
+    head: Option<Vec<u8>>,
+    /// Record frames before `len`.
+    records: u64,
+    /// `(seq, offset)` of every `INDEX_EVERY`-th record frame.
+    index: Vec<(u64, u64)>,
+    /// Read only: where a bad frame that is no cut write starts, and what is wrong with it.
+    damage: Option<(u64, String)>,
+    /// A failed write could not be cut back: nothing more is appended in this process.
+    broken: bool,
+}
+
+impl FileAuditStore {
+    /// Opens (or creates) the file to append to it, cutting a torn last batch off.
+    pub(super) fn open(path: &Path) -> Result<FileAuditStore, AuditError> {
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(AuditError::AlreadyOpen),
+            Err(std::fs::TryLockError::Error(err)) => return Err(AuditError::io(path, "cannot be locked", err)),
+        }
+        let size = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len();
+        if size < MAGIC.len() as u64 {
+            // New, or its creation was cut short before the magic was whole.
+            let mut start = vec![0; size as usize];
+            read_exact_at(&file, &mut start, 0).map_err(|err| AuditError::io(path, "cannot be read", err))?;
+            if !MAGIC.starts_with(&start) {
+                return Err(not_ours(path));
+            }
+            let created = file
+                .set_len(0)
+                .and_then(|()| (&file).write_all(MAGIC))
+                .and_then(|()| file.sync_all())
+                .and_then(|()| if existed { Ok(()) } else { sync_parent(path) });
+            created.map_err(|err| AuditError::io(path, "cannot be written", err))?;
+        }
+        let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        let opened = read_whole_batches(&reader, path)?;
+        let mut state = State {
+            file,
+            len: opened.len,
+            head: opened.head,
+            records: opened.records,
+            index: opened.index,
+            damage: None,
+            broken: false,
+        };
+        if let Some((offset, reason)) = opened.damage {
+            return Err(AuditError::Damaged { path: path.display().to_string(), offset, reason });
+        }
+        if opened.len < opened.size {
+            cut_torn_tail(path, &mut state, opened.size)?;
+        }
+        Ok(FileAuditStore { path: path.to_owned(), reader, writable: true, state: Mutex::new(state) })
+    }
+
+    /// Opens an existing file to read it, changing nothing and taking no lock (a log being written can be
+    /// read). Damage is reported by the scan that reaches it.
+    pub(super) fn open_read_only(path: &Path) -> Result<FileAuditStore, AuditError> {
+        let file = File::open(path).map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        let opened = read_whole_batches(&file, path)?;
+        let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        let state = State {
+            file,
+            len: opened.len,
+            head: opened.head,
+            records: opened.records,
+            index: opened.index,
+            damage: opened.damage,
+            broken: false,
+        };
+        Ok(FileAuditStore { path: path.to_owned(), reader, writable: false, state: Mutex::new(state) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // State changes only after the write succeeded, with infallible operations: a poisoned lock is consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a reading of the file from its start found.
+struct Opened {
+    size: u64,
+    len: u64,
+    head: Option<Vec<u8>>,
+    records: u64,
+    index: Vec<(u64, u64)>,
+    damage: Option<(u64, String)>,
+}
+
+/// Reads the file's frames from the start: where the last whole batch ends, its head, and whether what
+/// follows is a cut write or damage.
+fn read_whole_batches(file: &File, path: &Path) -> Result<Opened, AuditError> {
+    let size = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len();
+    let mut magic = [0; MAGIC.len()];
+    if size < MAGIC.len() as u64 {
+        return Err(not_ours(path));
+    }
+    read_exact_at(file, &mut magic, 0).map_err(|err| AuditError::io(path, "cannot be read", err))?;
+    if &magic != MAGIC {
+        return Err(not_ours(path));
+    }
+    let mut frames = Frames::new(file, MAGIC.len() as u64, size);
+    let mut opened = Opened { size, len: MAGIC.len() as u64, head: None, records: 0, index: Vec::new(), damage: None };
+    let (mut records, mut index) = (0, Vec::new());
+    loop {
+        let offset = frames.offset;
+        match frames.next().map_err(|err| AuditError::io(path, "cannot be read", err))? {
+            Next::Frame(Frame { kind: RECORD, seq, .. }) => {
+                if records % INDEX_EVERY == 0 {
+                    index.push((seq, offset));
+                }
+                records += 1;
+            }
+            Next::Frame(Frame { payload, .. }) => {
+                // A head frame: the batch before it is whole.
+                opened.len = frames.offset;
+                opened.head = Some(payload);
+                opened.records = records;
+                opened.index.clone_from(&index);
+            }
+            Next::End => break,
+            Next::Bad(bad) => {
+                if !bad.is_cut_write(&mut frames).map_err(|err| AuditError::io(path, "cannot be read", err))? {
+                    opened.damage = Some((offset, bad.to_string()));
+                }
+                break;
+            }
+        }
+    }
+    Ok(opened)
+}
+
+/// Cuts the file back to its last whole batch, keeping what is cut beside it.
+fn cut_torn_tail(path: &Path, state: &mut State, size: u64) -> Result<(), AuditError> {
+    let mut tail = vec![0; (size - state.len) as usize];
+    read_exact_at(&state.file, &mut tail, state.len).map_err(|err| AuditError::io(path, "cannot be read", err))?;
+    let kept =
+        keep_aside(path, state.len, &tail).map_err(|err| AuditError::io(path, "cannot keep its torn tail", err))?;
+    state
+        .file
+        .set_len(state.len)
+        .and_then(|()| state.file.sync_all())
+        .map_err(|err| AuditError::io(path, "cannot be cut back to its last whole batch", err))?;
+    tracing::warn!(
+        target: "agent_airlock::audit",
+        path = %path.display(),
+        offset = state.len,
+        bytes = tail.len(),
+        kept = %kept.display(),
+        "the audit file ended in a write cut short (a crash): cut back to its last whole batch, the cut bytes kept aside"
+    );
+    Ok(())
+}
+
+/// Writes `tail` to a new file `NAME.torn-OFFSET[-N]` beside `path`, durably.
+fn keep_aside(path: &Path, offset: u64, tail: &[u8]) -> io::Result<PathBuf> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    for n in 0u32.. {
+        let suffix = if n == 0 { String::new() } else { format!("-{n}") };
+        let aside = path.with_file_name(format!("{name}.torn-{offset}{suffix}"));
+        match OpenOptions::new().write(true).create_new(true).open(&aside) {
+            Ok(mut file) => {
+                file.write_all(tail)?;
+                file.sync_all()?;
+                sync_parent(&aside)?;
+                return Ok(aside);
+            }
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Err(io::Error::other("no free name for the torn tail"))
+}
+
+fn not_ours(path: &Path) -> AuditError {
+    AuditError::Damaged {
+        path: path.display().to_string(),
+        offset: 0,
+        reason: "it is not an agent-airlock audit file (its first bytes are not `airlock-audit\\0v1`)".to_owned(),
+    }
+}
+
+fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        // Makes the new name durable; a platform that cannot open a directory is no reason to fail.
+        Some(dir) => match File::open(dir) {
+            Ok(dir) => dir.sync_all().or(Ok(())),
+            Err(_) => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
+/// Appends one frame to `out`.
+fn put_frame(out: &mut Vec<u8>, kind: u8, seq: u64, payload: &[u8]) -> Result<(), AuditError> {
+    let len = u32::try_from(payload.len()).map_err(|_| AuditError::Corrupt {
+        seq,
+        reason: format!("a record of {} bytes does not fit an audit file frame (4 GiB at most)", payload.len()),
+    })?;
+    let start = out.len();
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+impl AuditStore for FileAuditStore {
+    fn append(&self, build: &mut dyn FnMut(Option<Anchor>) -> Result<Batch, AuditError>) -> Result<(), AuditError> {
+        if !self.writable {
+            return Err(AuditError::io(
+                &self.path,
+                "was opened to read",
+                io::Error::from(io::ErrorKind::ReadOnlyFilesystem),
+            ));
+        }
+        let mut state = self.lock();
+        if state.broken {
+            return Err(AuditError::Damaged {
+                path: self.path.display().to_string(),
+                offset: state.len,
+                reason: "a failed write could not be cut back; open the log again".to_owned(),
+            });
+        }
+        let head = state.head.as_deref().map(Anchor::decode_stored).transpose()?;
+        let batch = build(head)?;
+        let head = batch.head.encode_stored();
+        let size: usize = batch.records.iter().map(|(_, bytes)| bytes.len() + 17).sum::<usize>() + head.len() + 17;
+        let mut out = Vec::with_capacity(size);
+        let (mut records, mut index) = (state.records, Vec::new());
+        for (seq, bytes) in &batch.records {
+            if records % INDEX_EVERY == 0 {
+                index.push((*seq, state.len + out.len() as u64));
+            }
+            put_frame(&mut out, RECORD, *seq, bytes)?;
+            records += 1;
+        }
+        put_frame(&mut out, HEAD, batch.head.seq, &head)?;
+        let written = (&state.file).write_all(&out).and_then(|()| state.file.sync_data());
+        if let Err(err) = written {
+            // Nothing of the batch counts: the file goes back to its last whole batch (or, if even that
+            // fails, the next open cuts the torn write off and nothing more is appended here).
+            if state.file.set_len(state.len).and_then(|()| state.file.sync_data()).is_err() {
+                state.broken = true;
+            }
+            return Err(AuditError::io(&self.path, "cannot be written", err));
+        }
+        state.len += out.len() as u64;
+        state.head = Some(head);
+        state.records = records;
+        state.index.extend(index);
+        Ok(())
+    }
+
+    fn head(&self) -> Result<Option<Anchor>, AuditError> {
+        self.lock().head.as_deref().map(Anchor::decode_stored).transpose()
+    }
+
+    fn scan(
+        &self,
+        from: u64,
+        visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<Option<Vec<u8>>, AuditError> {
+        let (start, end, head, damage) = {
+            let state = self.lock();
+            // From the start unless an indexed record at or before `from` is known (a log whose sequence
+            // numbers were tampered with is read from its start by `verify`, which scans from 1).
+            let at = state.index.partition_point(|(seq, _)| *seq <= from);
+            let start = if from <= 1 || at == 0 { MAGIC.len() as u64 } else { state.index[at - 1].1 };
+            (start, state.len, state.head.clone(), state.damage.clone())
+        };
+        let mut frames = Frames::new(&self.reader, start, end);
+        loop {
+            let offset = frames.offset;
+            match frames.next().map_err(|err| AuditError::io(&self.path, "cannot be read", err))? {
+                Next::Frame(Frame { kind: RECORD, seq, payload }) => {
+                    if seq >= from && visit(seq, &payload).is_break() {
+                        return Ok(head);
+                    }
+                }
+                Next::Frame(_) => {}
+                Next::End => break,
+                Next::Bad(bad) => {
+                    return Err(AuditError::Damaged {
+                        path: self.path.display().to_string(),
+                        offset,
+                        reason: bad.to_string(),
+                    });
+                }
+            }
+        }
+        if let Some((offset, reason)) = damage {
+            return Err(AuditError::Damaged { path: self.path.display().to_string(), offset, reason });
+        }
+        Ok(head)
+    }
+
+    fn waits_for_disk(&self) -> bool {
+        true
+    }
+}
+
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut at = At { file, pos: offset, end: offset + buf.len() as u64 };
+    at.read_exact(buf)
+}
+
+/// Positional reads of `[pos, end)` of a file, sharing no cursor with other handles.
+struct At<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = usize::try_from(self.end - self.pos).unwrap_or(usize::MAX);
+        let want = buf.len().min(left);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = read_at(self.file, &mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+struct Frame {
+    kind: u8,
+    seq: u64,
+    payload: Vec<u8>,
+}
+
+enum Next {
+    Frame(Frame),
+    End,
+    Bad(Bad),
+}
+
+/// Why the bytes at some offset are not a whole frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    /// Fewer bytes left than a frame's header.
+    ShortHeader,
+    /// The frame's length runs past the end.
+    RunsPastEnd,
+    /// The frame fails its CRC; whether it is the last thing in the file.
+    Checksum { last: bool },
+    /// The frame's kind is neither a record nor a head.
+    Kind { kind: u8 },
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bad::ShortHeader => f.write_str("the file ends inside a frame's header"),
+            Bad::RunsPastEnd => f.write_str("a frame's length runs past the end of the file"),
+            Bad::Checksum { .. } => f.write_str("a frame fails its CRC (its bytes were changed)"),
+            Bad::Kind { kind } => write!(f, "a frame of unknown kind {kind}"),
+        }
+    }
+}
+
+impl Bad {
+    /// Whether the bytes from the bad frame to the end can be a write cut short by a crash: the file ends in
+    /// or right after the frame, or nothing but zeros follows (a file extended before its data landed).
+    fn is_cut_write(self, frames: &mut Frames<'_>) -> io::Result<bool> {
+        match self {
+            Bad::ShortHeader | Bad::RunsPastEnd | Bad::Checksum { last: true } => Ok(true),
+            Bad::Checksum { last: false } => frames.rest_is_zero(),
+            // A whole frame (its CRC holds) of a kind this build never writes: no crash makes one.
+            Bad::Kind { .. } => Ok(false),
+        }
+    }
+}
+
+/// The frames of `[offset, end)` of a file, read through one buffer.
+struct Frames<'a> {
+    reader: BufReader<At<'a>>,
+    /// Where the next frame starts.
+    offset: u64,
+    end: u64,
+}
+
+impl<'a> Frames<'a> {
+    fn new(file: &'a File, offset: u64, end: u64) -> Frames<'a> {
+        Frames { reader: BufReader::with_capacity(READ_BUFFER, At { file, pos: offset, end }), offset, end }
+    }
+
+    fn next(&mut self) -> io::Result<Next> {
+        let left = self.end - self.offset;
+        if left == 0 {
+            return Ok(Next::End);
+        }
+        if left < FRAME_HEAD + FRAME_TAIL {
+            return Ok(Next::Bad(Bad::ShortHeader));
+        }
+        let mut header = [0u8; FRAME_HEAD as usize];
+        self.reader.read_exact(&mut header)?;
+        let len = u64::from(u32::from_le_bytes([header[0], header[1], header[2], header[3]]));
+        let whole = FRAME_HEAD + len + FRAME_TAIL;
+        if whole > left {
+            return Ok(Next::Bad(Bad::RunsPastEnd));
+        }
+        let kind = header[4];
+        let seq = u64::from_le_bytes(header[5..13].try_into().unwrap_or_default());
+        // `len` is at most what is left of the file, so this allocation is bounded by its size.
+        let mut payload = vec![0; len as usize];
+        self.reader.read_exact(&mut payload)?;
+        let mut crc = [0u8; FRAME_TAIL as usize];
+        self.reader.read_exact(&mut crc)?;
+        let last = whole == left;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&header);
+        hasher.update(&payload);
+        if hasher.finalize() != u32::from_le_bytes(crc) {
+            return Ok(Next::Bad(Bad::Checksum { last }));
+        }
+        if kind != RECORD && kind != HEAD {
+            return Ok(Next::Bad(Bad::Kind { kind }));
+        }
+        self.offset += whole;
+        Ok(Next::Frame(Frame { kind, seq, payload }))
+    }
+
+    /// Whether every byte after the frame just read (a bad one) is zero.
+    fn rest_is_zero(&mut self) -> io::Result<bool> {
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = self.reader.read(&mut buf)?;
+            if n == 0 {
+                return Ok(true);
+            }
+            if buf[..n].iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+impl AuditError {
+    fn io(path: &Path, what: &'static str, err: io::Error) -> AuditError {
+        AuditError::File { path: path.display().to_string(), what, source: Arc::new(err) }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome, Tamper, TamperKind, VerifyError, verify};
+    use crate::keys::AuditKey;
+
+    fn keyed() -> AuditConfig {
+        AuditConfig {
+            key: Some(AuditKey::new("k1", b"0123456789abcdef0123456789abcdef").unwrap()),
+            ..Default::default()
+        }
+    }
+
+    fn append(log: &AuditLog, call_id: &str) -> u64 {
+        let arguments = serde_json::json!({"call": call_id});
+        log.append(AuditEvent::new("tool", call_id, AuditOutcome::Executed).arguments(&arguments)).unwrap().seq
+    }
+
+    /// `batches` appends of one record each; the file's length after each.
+    fn written(path: &Path, batches: usize) -> Vec<u64> {
+        let log = AuditLog::open_append_only(path, keyed()).unwrap();
+        (0..batches)
+            .map(|i| {
+                append(&log, &format!("call-{i}"));
+                std::fs::metadata(path).unwrap().len()
+            })
+            .collect()
+    }
+
+    fn records(path: &Path) -> u64 {
+        let log = AuditLog::open_append_only(path, keyed()).unwrap();
+        verify(&log, None).unwrap().records
+    }
+
+    fn asides(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut found: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_string_lossy().contains(".torn-"))
+            .map(|path| (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&path).unwrap()))
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn records_survive_reopening_and_verify_like_the_redb_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        {
+            let log = AuditLog::open_append_only(&path, keyed()).unwrap();
+            assert_eq!(log.head().unwrap().seq, 0);
+            assert_eq!(verify(&log, None).unwrap().records, 0, "a new file verifies");
+            assert_eq!((append(&log, "a"), append(&log, "b")), (1, 2));
+        }
+        assert_eq!(&std::fs::read(&path).unwrap()[..16], MAGIC);
+        let log = AuditLog::open_append_only(&path, keyed()).unwrap();
+        assert_eq!(append(&log, "c"), 3, "the chain goes on after the reopening");
+        let report = verify(&log, None).unwrap();
+        assert_eq!((report.records, report.signed_records), (3, 3));
+        assert!(report.head_signed);
+        let ids: Vec<_> = log.records(1, 10).unwrap().into_iter().map(|r| r.tool_call_id).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert!(asides(dir.path()).is_empty(), "nothing was cut");
+
+        // Signed with another key: every record is refused as forged by a verifier with the right one.
+        let other = AuditConfig { key: Some(AuditKey::new("k1", &[7; 32]).unwrap()), ..Default::default() };
+        drop(log);
+        let log = AuditLog::read_append_only(&path, other).unwrap();
+        assert!(matches!(verify(&log, None), Err(VerifyError::Tampered(Tamper { seq: 1, kind: TamperKind::Forged }))));
+    }
+
+    #[test]
+    fn one_process_writes_and_any_can_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
+        append(&writer, "a");
+        assert!(matches!(AuditLog::open_append_only(&path, keyed()), Err(AuditError::AlreadyOpen)));
+        let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
+        assert_eq!(verify(&reader, None).unwrap().records, 1);
+        let refused = reader.append(AuditEvent::new("tool", "b", AuditOutcome::Executed)).unwrap_err();
+        assert!(refused.to_string().contains("was opened to read"), "{refused}");
+        assert!(AuditLog::read_append_only(dir.path().join("missing.log"), keyed()).is_err());
+        drop(writer);
+        AuditLog::open_append_only(&path, keyed()).expect("the lock goes with the writer");
+    }
+
+    #[test]
+    fn a_scan_from_any_position_uses_the_index_and_finds_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let log = AuditLog::open_append_only(&path, AuditConfig::default()).unwrap();
+        // Two appends of 400 records each: the index has entries inside a batch and across batches.
+        for batch in 0..2 {
+            let entries: Vec<_> = (0..400)
+                .map(|i| log.prepare(&AuditEvent::new("tool", &format!("{batch}-{i}"), AuditOutcome::Executed)))
+                .collect();
+            log.append_reply(entries).wait().unwrap();
+        }
+        for log in [log, AuditLog::read_append_only(&path, AuditConfig::default()).unwrap()] {
+            for from in [0, 1, 2, 255, 256, 257, 399, 400, 401, 512, 513, 799, 800] {
+                let got: Vec<_> = log.records(from, 3).unwrap().into_iter().map(|r| r.seq).collect();
+                let want: Vec<_> = (from.max(1)..=800).take(3).collect();
+                assert_eq!(got, want, "from {from}");
+            }
+            assert!(log.records(801, 3).unwrap().is_empty());
+            assert_eq!(verify(&log, None).unwrap().records, 800);
+        }
+    }
+
+    #[test]
+    fn appends_handed_to_the_thread_are_answered_in_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(AuditLog::open_append_only(dir.path().join("audit.log"), keyed()).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    (0..10)
+                        .map(|i| {
+                            let entry =
+                                log.prepare(&AuditEvent::new("tool", &format!("{t}-{i}"), AuditOutcome::Executed));
+                            log.append_reply(vec![entry]).wait().unwrap()[0].seq
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut seqs: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=80).collect::<Vec<_>>(), "every append answered with its own position");
+        assert_eq!(verify(&log, None).unwrap().records, 80);
+        // Told to commit on the caller, the reply is ready when it is returned.
+        assert!(log.commit_on_caller_when_idle());
+        let entry = log.prepare(&AuditEvent::new("tool", "last", AuditOutcome::Executed));
+        assert_eq!(log.append_reply(vec![entry]).wait().unwrap()[0].seq, 81);
+    }
+
+    /// Every way a crash can cut the last write: the file is cut back to the batch before it, the cut
+    /// bytes are kept aside, and the log goes on.
+    #[test]
+    fn a_write_cut_short_is_cut_off_and_kept_aside() {
+        type Cut = fn(&mut Vec<u8>, usize);
+        let cuts: [(&str, Cut); 6] = [
+            ("ends inside the last frame", |bytes, _| {
+                bytes.truncate(bytes.len() - 5);
+            }),
+            ("ends inside a frame's header", |bytes, last| {
+                bytes.truncate(last + 6);
+            }),
+            ("the head frame never written", |bytes, last| {
+                // Only the record frame of the last batch: its head frame is the final bytes.
+                let record = 17 + u32::from_le_bytes(bytes[last..last + 4].try_into().unwrap()) as usize;
+                bytes.truncate(last + record);
+            }),
+            ("the last frame's bytes not all written", |bytes, _| {
+                let at = bytes.len() - 10;
+                bytes[at] ^= 0x40;
+            }),
+            ("the file extended before its data landed", |bytes, last| {
+                bytes[last..].fill(0);
+            }),
+            ("zeros after the last batch", |bytes, _| {
+                bytes.extend_from_slice(&[0; 4096]);
+            }),
+        ];
+        for (what, cut) in cuts {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("audit.log");
+            let lengths = written(&path, 3);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let last = lengths[1] as usize;
+            cut(&mut bytes, last);
+            std::fs::write(&path, &bytes).unwrap();
+            let whole = if what == "zeros after the last batch" { 3 } else { 2 };
+            assert_eq!(records(&path), whole, "{what}: the whole batches are kept");
+            let kept = asides(dir.path());
+            let at = lengths[whole as usize - 1];
+            assert_eq!(kept.len(), 1, "{what}: the cut bytes are kept aside");
+            assert_eq!(kept[0].0, format!("audit.log.torn-{at}"), "{what}");
+            assert_eq!(kept[0].1, bytes[at as usize..], "{what}: every cut byte kept");
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), at, "{what}");
+            let log = AuditLog::open_append_only(&path, keyed()).unwrap();
+            assert_eq!(append(&log, "after"), whole + 1, "{what}: the log goes on");
+            assert_eq!(verify(&log, None).unwrap().records, whole + 1, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_cut_creation_is_started_again_and_another_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        std::fs::write(&path, &MAGIC[..7]).unwrap();
+        let log = AuditLog::open_append_only(&path, keyed()).unwrap();
+        assert_eq!(append(&log, "a"), 1);
+        drop(log);
+
+        for other in [&b"SQLite format 3\0 and more"[..], b"airlock-audit\0v2", b"not ours"] {
+            std::fs::write(&path, other).unwrap();
+            let err = AuditLog::open_append_only(&path, keyed()).unwrap_err();
+            assert!(matches!(err, AuditError::Damaged { offset: 0, .. }), "{err}");
+            assert!(err.to_string().contains("not an agent-airlock audit file"), "{err}");
+            assert_eq!(std::fs::read(&path).unwrap(), other, "left untouched");
+        }
+    }
+
+    /// Bytes changed before the last batch are no crash: the file is refused and left as it is, the
+    /// reader reports where; changed with a CRC to match, `verify` finds the record.
+    #[test]
+    fn damage_before_the_last_batch_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let lengths = written(&path, 4);
+        let original = std::fs::read(&path).unwrap();
+        // A byte in the body of record #2 (the second batch's record frame, past its header).
+        let second = lengths[0] as usize;
+        let at = second + 60;
+        let mut bytes = original.clone();
+        bytes[at] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+
+        let err = AuditLog::open_append_only(&path, keyed()).unwrap_err();
+        assert!(matches!(err, AuditError::Damaged { offset, .. } if offset == second as u64), "{err}");
+        assert!(err.to_string().contains("fails its CRC"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing cut");
+        assert!(asides(dir.path()).is_empty());
+        let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
+        let err = verify(&reader, None).unwrap_err();
+        assert!(err.to_string().contains(&format!("damaged at byte {second}")), "{err}");
+
+        // The same edit with the frame's CRC recomputed: the file opens, and the chain names record #2.
+        let len = u32::from_le_bytes(bytes[second..second + 4].try_into().unwrap()) as usize;
+        let end = second + 13 + len;
+        let crc = crc32fast::hash(&bytes[second..end]);
+        bytes[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let log = AuditLog::open_append_only(&path, keyed()).unwrap();
+        let err = verify(&log, None).unwrap_err();
+        assert!(matches!(&err, VerifyError::Tampered(Tamper { seq: 2, .. })), "{err}");
+    }
+
+    #[test]
+    fn a_frame_of_unknown_kind_is_damage_even_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        written(&path, 2);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut frame = Vec::new();
+        put_frame(&mut frame, 9, 3, b"{}").unwrap();
+        bytes.extend_from_slice(&frame);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = AuditLog::open_append_only(&path, keyed()).unwrap_err();
+        assert!(err.to_string().contains("unknown kind 9"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+}
