@@ -58,6 +58,16 @@ fn concurrent_appends_to_a_redb_log_lose_nothing() {
 }
 
 #[test]
+fn concurrent_appends_to_an_append_only_file_lose_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
+    let log = AuditLog::open_append_only(dir.path().join("audit.log"), config.clone()).expect("opens");
+    hammer(Arc::new(log));
+    let reader = AuditLog::read_append_only(dir.path().join("audit.log"), config).expect("opens to read");
+    assert_eq!(audit::verify(&reader, None).expect("verifies").records, (THREADS * PER_THREAD) as u64);
+}
+
+#[test]
 fn concurrent_appends_to_a_memory_log_lose_nothing() {
     hammer(Arc::new(AuditLog::in_memory(AuditConfig::default())));
 }

@@ -1,5 +1,6 @@
 //! A process appending from several threads is SIGKILLed at a random moment, several times over the
-//! same file: each time the log must open, verify, and hold every append that was acknowledged.
+//! same file: each time the log must open, verify, and hold every append that was acknowledged. For the
+//! redb log and the append-only audit file.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
@@ -23,8 +24,21 @@ fn random_millis(bound: u64) -> u64 {
 
 #[test]
 fn a_log_killed_mid_append_opens_and_verifies() {
+    killed_mid_append("redb");
+}
+
+#[test]
+fn an_append_only_file_killed_mid_append_opens_and_verifies() {
+    killed_mid_append("file");
+}
+
+fn killed_mid_append(store: &str) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let path = dir.path().join("audit.redb");
+    let path = dir.path().join(format!("audit.{store}"));
+    let open = |path: &std::path::Path, config: AuditConfig| match store {
+        "file" => AuditLog::open_append_only(path, config),
+        _ => AuditLog::open(path, config),
+    };
     let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
     let mut previous_records = 0;
     for round in 0..ROUNDS {
@@ -32,6 +46,7 @@ fn a_log_killed_mid_append_opens_and_verifies() {
             .arg("audit_append_loop")
             .arg(&path)
             .arg("4")
+            .arg(store)
             .stdout(Stdio::piped())
             .spawn()
             .expect("the helper starts");
@@ -59,7 +74,7 @@ fn a_log_killed_mid_append_opens_and_verifies() {
         reader.join().expect("the reader ends at EOF");
         let max_acked = acks.try_iter().max().unwrap_or(0);
 
-        let log = AuditLog::open(&path, config.clone()).expect("the log opens after a crash");
+        let log = open(&path, config.clone()).expect("the log opens after a crash");
         let report = audit::verify(&log, None)
             .unwrap_or_else(|err| panic!("round {round}: the log verifies after a crash: {err}"));
         assert!(

@@ -1,5 +1,6 @@
 //! Effects run once and every outcome is audited, driven through the real dispatcher with one redb file
-//! shared by the approval ledger, the effect records and the audit log.
+//! shared by the approval ledger, the effect records and the audit log (and with the audit log in an
+//! append-only file of its own).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,13 +69,22 @@ struct Host {
 
 impl Host {
     fn new() -> Self {
+        Host::with_audit(false)
+    }
+
+    /// `in_file`: the audit log in an append-only file beside the database, not in it.
+    fn with_audit(in_file: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let database = Arc::new(redb::Database::create(dir.path().join("airlock.redb")).unwrap());
         let clock = Arc::new(ManualClock::new(START));
         let ledger = Arc::new(RedbLedger::from_database(Arc::clone(&database)).unwrap());
         let effects = Arc::new(RedbEffectStore::new(Arc::clone(&database)).unwrap());
         let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
-        let audit = Arc::new(AuditLog::with_database(database, config).unwrap().with_clock(Arc::clone(&clock)));
+        let audit = match in_file {
+            true => AuditLog::open_append_only(dir.path().join("audit.log"), config),
+            false => AuditLog::with_database(database, config),
+        };
+        let audit = Arc::new(audit.unwrap().with_clock(Arc::clone(&clock)));
         let approvals = InterruptApprovals::new(key_ring(), ledger, GRANT_TTL).with_clock(Arc::clone(&clock));
         let dispatcher = Dispatcher::builder()
             .tool(tool!(charge))
@@ -203,7 +213,19 @@ fn a_tool_with_an_effect_needs_an_effect_store() {
 
 #[test]
 fn every_outcome_is_audited_and_the_log_verifies() {
-    let host = Host::new();
+    every_outcome_is_audited(&Host::new());
+}
+
+#[test]
+fn every_outcome_is_audited_in_an_append_only_file_and_it_verifies() {
+    let host = Host::with_audit(true);
+    let path = host._dir.path().join("audit.log");
+    every_outcome_is_audited(&host);
+    let reader = AuditLog::read_append_only(path, AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() });
+    assert_eq!(verify(&reader.unwrap(), None).unwrap().records, 9, "the file holds every record");
+}
+
+fn every_outcome_is_audited(host: &Host) {
     let context = host.context();
     let dispatch = |call: ToolCall, context: &CallContext| block_on(host.dispatcher.dispatch(call, context));
     host.charge("o-1"); // executed

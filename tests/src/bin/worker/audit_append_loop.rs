@@ -1,6 +1,7 @@
 //! Appends to an audit log from several threads until killed, printing each acknowledged sequence number.
 //!
-//! Usage: `audit_append_loop <db-path> <threads>`. The log is keyed with the test key
+//! Usage: `audit_append_loop <path> <threads> [redb|file]` (a redb file, or an append-only audit file;
+//! redb when not given). The log is keyed with the test key
 //! [`agent_airlock_tests::audit_test_key`]. Each line on stdout is a record's `seq` whose append returned:
 //! it must survive the kill.
 
@@ -15,7 +16,12 @@ pub fn main() {
     let path = args.next().expect("usage: worker audit_append_loop <db-path> <threads>");
     let threads: usize = args.next().and_then(|n| n.parse().ok()).expect("a thread count");
     let config = AuditConfig { key: Some(agent_airlock_tests::audit_test_key()), ..AuditConfig::default() };
-    let log = Arc::new(AuditLog::open(&path, config).expect("the audit log opens"));
+    let log = match args.next().as_deref() {
+        None | Some("redb") => AuditLog::open(&path, config),
+        Some("file") => AuditLog::open_append_only(&path, config),
+        Some(other) => panic!("`{other}`: the store is `redb` or `file`"),
+    };
+    let log = Arc::new(log.expect("the audit log opens"));
     let workers: Vec<_> = (0..threads)
         .map(|thread| {
             let log = Arc::clone(&log);
