@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use agent_airlock::audit::{Anchor, AuditConfig, verify};
+use agent_airlock::audit::{Anchor, AuditConfig, AuditLog, verify};
 use clap::Subcommand;
 
 use serde_json::json;
@@ -20,6 +20,8 @@ pub(crate) enum AuditCommand {
         anchor: Option<PathBuf>,
         #[command(flatten)]
         key: AuditKeySource,
+        #[command(flatten)]
+        file: AuditFile,
     },
     /// Write the current head to a file, to be kept apart from the database.
     ExportHead {
@@ -28,18 +30,31 @@ pub(crate) enum AuditCommand {
         to: PathBuf,
         #[command(flatten)]
         key: AuditKeySource,
+        #[command(flatten)]
+        file: AuditFile,
     },
+}
+
+/// Which log: `--db`'s, or an append-only audit file.
+#[derive(clap::Args)]
+pub(crate) struct AuditFile {
+    /// An append-only audit file (`airlock mcp --audit-file`) instead of the log in `--db`. It is read,
+    /// never changed, and may be read while the gateway writes it (up to its last whole append).
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
 }
 
 /// `airlock audit verify | export-head`.
 pub(crate) fn run(cli: &Cli, command: &AuditCommand) -> Result<(), Failure> {
-    let storage = Storage::open(cli)?;
-    let (key, anchor_path) = match command {
-        AuditCommand::Verify { key, anchor } => (key, anchor.as_ref()),
-        AuditCommand::ExportHead { key, .. } => (key, None),
+    let (key, anchor_path, file) = match command {
+        AuditCommand::Verify { key, anchor, file } => (key, anchor.as_ref(), file),
+        AuditCommand::ExportHead { key, file, .. } => (key, None, file),
     };
     let config = AuditConfig { key: audit_key(key)?, ..AuditConfig::default() };
-    let log = storage.audit(config)?;
+    let log = match &file.file {
+        Some(path) => AuditLog::read_append_only(path, config).map_err(|e| e.to_string())?,
+        None => Storage::open(cli)?.audit(config)?,
+    };
     match command {
         AuditCommand::Verify { .. } => {
             let anchor =

@@ -130,15 +130,18 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
     let audit_key = crate::audit_key(&args.audit_key)?;
     let audit_signed = audit_key.is_some();
     let audit_config = AuditConfig { key: audit_key, ..AuditConfig::default() };
-    let audit = match (&args.audit, &storage) {
-        (Some(path), _) => {
+    let audit = match (&args.audit_file, &args.audit, &storage) {
+        (Some(path), _, _) => {
+            AuditLog::open_append_only(path, audit_config).map_err(|e| format!("--audit-file: {e}"))?
+        }
+        (None, Some(path), _) => {
             let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
             AuditLog::with_database(Arc::new(database), audit_config).map_err(|e| e.to_string())?
         }
-        (None, Storage::Redb(_)) => storage.audit(audit_config)?,
-        (None, Storage::Postgres(_)) => {
+        (None, None, Storage::Redb(_)) => storage.audit(audit_config)?,
+        (None, None, Storage::Postgres(_)) => {
             return Err("the gateway audits every call, and PostgreSQL holds only the ledger and the effect records: \
-                        give the audit log's redb file with `--audit`"
+                        give the audit log's file with `--audit-file` (append-only) or `--audit` (redb)"
                 .to_owned());
         }
     };

@@ -68,9 +68,17 @@ pub(super) struct GatewayArgs {
     /// be approved. Read once at start; restart the gateway after `airlock operators revoke`.
     #[arg(long, env = "AIRLOCK_OPERATORS", value_name = "FILE")]
     pub(super) operators: Option<PathBuf>,
-    /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`).
-    #[arg(long, value_name = "PATH")]
+    /// The audit log's redb file, when it is not `--db` (needed with a PostgreSQL `--db`, unless
+    /// `--audit-file` is given).
+    #[arg(long, value_name = "PATH", conflicts_with = "audit_file")]
     pub(super) audit: Option<PathBuf>,
+    /// The audit log in an append-only file of its own (created if missing): one write and one `fdatasync`
+    /// per call's records instead of a redb commit, several times less of the gateway's own latency
+    /// (BENCHMARKS.md §8). An escalated call's grant spend and its record are then two writes, not one
+    /// transaction. Read it with `airlock audit verify --file PATH`; a write cut short by a crash is cut off at
+    /// the next start and kept beside it (`PATH.torn-OFFSET`), other damage refuses the start.
+    #[arg(long, value_name = "PATH")]
+    pub(super) audit_file: Option<PathBuf>,
     /// The audit log's key (`--audit-key-file` or `--audit-key-env`): every record is then MACed with it, and
     /// `airlock audit verify` needs the same key. A log already keyed is refused without its key.
     #[command(flatten)]

@@ -221,7 +221,8 @@ fn every_outcome_is_audited_in_an_append_only_file_and_it_verifies() {
     let host = Host::with_audit(true);
     let path = host._dir.path().join("audit.log");
     every_outcome_is_audited(&host);
-    let reader = AuditLog::read_append_only(path, AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() });
+    let reader =
+        AuditLog::read_append_only(path, AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() });
     assert_eq!(verify(&reader.unwrap(), None).unwrap().records, 9, "the file holds every record");
 }
 

@@ -8,6 +8,7 @@
 //! with tools allowed and rules added as an operator would. The SDK runs from the virtual environment of
 //! `tests/mcp/requirements.txt`, provisioned by the test itself (see `python_env`).
 
+use std::ffi::OsStr;
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -270,6 +271,68 @@ fn the_stdio_gateway_commits_a_lone_calls_record_without_waking_the_writer_threa
     assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
     let report: Value = serde_json::from_slice(&verified.stdout).expect("a JSON report");
     assert_eq!(report["records"], 1 + CALLS, "every call audited: {report}");
+}
+
+/// `airlock audit [--file PATH] verify --json`'s report.
+fn audit_report(args: &[&OsStr]) -> Value {
+    let verified = Command::new(AIRLOCK).arg("--json").args(args).output().expect("airlock runs");
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+    serde_json::from_slice(&verified.stdout).expect("a JSON report")
+}
+
+/// `--audit-file`: every call's record goes to an append-only file instead of the redb file (none there),
+/// readable and verifiable while the gateway writes it, each record written before its call is answered.
+#[test]
+fn the_gateway_audits_to_an_append_only_file() {
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\ndeny = [\"delete_everything\"]\n")
+        .expect("the policy is written");
+    let log = scratch.path("audit.log");
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(scratch.path("airlock.redb"))
+        .args(["mcp", "--policy"])
+        .arg(&policy)
+        .arg("--audit-file")
+        .arg(&log)
+        .arg("--")
+        .args(scratch.upstream(&venv))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut session = StdioSession::start(&mut command);
+    let verify_file = [OsStr::new("audit"), OsStr::new("verify"), OsStr::new("--file"), log.as_os_str()];
+    for (id, tool) in [(2, "read_note"), (3, "delete_everything"), (4, "read_note")] {
+        session.call(id, tool, json!({"name": "a.txt"}));
+        let answer = session.response(id, Duration::from_secs(60));
+        assert!(answer.get("result").is_some(), "{answer}");
+        // Read while the gateway holds the file: the call's record is there before its answer.
+        assert_eq!(audit_report(&verify_file)["records"], id - 1, "after call {id}");
+    }
+    session.close();
+    let in_db = audit_report(&[
+        OsStr::new("--db"),
+        scratch.path("airlock.redb").as_os_str(),
+        OsStr::new("audit"),
+        OsStr::new("verify"),
+    ]);
+    assert_eq!(in_db["records"], 0, "nothing audited in the redb file: {in_db}");
+    let head = scratch.path("head.json");
+    let exported = Command::new(AIRLOCK)
+        .args(["audit", "export-head", "--file"])
+        .arg(&log)
+        .arg("--to")
+        .arg(&head)
+        .output()
+        .expect("airlock runs");
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let anchored = audit_report(&[verify_file.as_slice(), &[OsStr::new("--anchor"), head.as_os_str()]].concat());
+    assert_eq!((anchored["records"].clone(), anchored["anchor_seq"].clone()), (json!(3), json!(3)), "{anchored}");
 }
 
 /// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
