@@ -11,6 +11,10 @@
 //! shared machine falls on all alike. The raw cost of a durable redb commit on the same disk is timed in
 //! the same run, so the disk line can be read against it.
 //!
+//! Two more paths run this build with `--audit-file`: the audit log in an append-only file (one write and one
+//! `fdatasync` per call's record) instead of the redb file, on the tmpfs and on the disk (the ledger's `--db`
+//! beside it).
+//!
 //! A third path is the floor of any process between the two: a relay (this program, started again with
 //! `--null-relay`) that only copies bytes both ways, one read and one write per message each way, as the gateway
 //! does. What the gateway adds over the relay is its own work; what the relay adds over the direct connection is
@@ -142,6 +146,22 @@ async fn connect_gateways(
     (disk, memory)
 }
 
+/// This build's gateway with `--audit-file` in `dir` (the `--db` beside it), its upstream logging to `log`.
+async fn connect_file_gateway(
+    airlock: &str,
+    scratch: &Scratch,
+    dir: &Path,
+    python: &Path,
+    log: &str,
+) -> (Client, Child) {
+    let audit = dir.join(format!("{log}.audit"));
+    let audit = audit.to_str().expect("a UTF-8 path");
+    let upstream = scratch.upstream(python, log);
+    let db = dir.join(format!("{log}.redb"));
+    connect(Command::from(gateway_bench::gateway_command(airlock, scratch, &db, &["--audit-file", audit], &upstream)))
+        .await
+}
+
 /// The second build's two gateways (tmpfs, disk), their latencies, and their upstreams' logs.
 struct PathB {
     binary: String,
@@ -216,6 +236,11 @@ fn main() {
             }
             None => None,
         };
+        let file_disk = connect_file_gateway(&airlock_a, &scratch, scratch.dir(), python, "file_disk.log").await;
+        let file_memory = match &memory {
+            Some(dir) => Some(connect_file_gateway(&airlock_a, &scratch, dir.path(), python, "file_tmpfs.log").await),
+            None => None,
+        };
         let pid = gateway_child.id().expect("the gateway runs");
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle_kib = rss_kib(pid);
@@ -226,6 +251,10 @@ fn main() {
             read_note(&relay).await;
             read_note(&gateway).await;
             if let Some((client, _)) = &in_memory {
+                read_note(client).await;
+            }
+            read_note(&file_disk.0).await;
+            if let Some((client, _)) = &file_memory {
                 read_note(client).await;
             }
             if let Some(b) = &path_b {
@@ -239,6 +268,8 @@ fn main() {
         let mut relay_times = Vec::with_capacity(calls);
         let mut gateway_times = Vec::with_capacity(calls);
         let mut memory_times = Vec::with_capacity(calls);
+        let mut file_disk_times = Vec::with_capacity(calls);
+        let mut file_memory_times = Vec::with_capacity(calls);
         // The file systems' own commit latency, in blocks between the calls', so both see the same load.
         let mut disk_commits = Commits::create(scratch.dir());
         let mut memory_commits = memory.as_ref().map(|dir| Commits::create(dir.path()));
@@ -252,6 +283,10 @@ fn main() {
                 vec![(&direct, &mut direct_times), (&relay, &mut relay_times), (&gateway, &mut gateway_times)];
             if let Some((client, _)) = &in_memory {
                 blocks.push((client, &mut memory_times));
+            }
+            blocks.push((&file_disk.0, &mut file_disk_times));
+            if let Some((client, _)) = &file_memory {
+                blocks.push((client, &mut file_memory_times));
             }
             if let Some(PathB { memory, disk, memory_times, disk_times, .. }) = &mut path_b {
                 if let Some((client, _)) = memory {
@@ -298,6 +333,8 @@ fn main() {
         relay_times.sort();
         gateway_times.sort();
         memory_times.sort();
+        file_disk_times.sort();
+        file_memory_times.sort();
         disk_commits.times.sort();
         if let Some(commits) = &mut memory_commits {
             commits.times.sort();
@@ -314,6 +351,13 @@ fn main() {
             println!("gateway, db on tmpfs: not measured (/dev/shm is not a tmpfs here)");
         }
         line("gateway, db on disk", &gateway_times, Some(&direct_times));
+        if file_memory.is_some() {
+            line("gateway, audit file on tmpfs", &file_memory_times, Some(&direct_times));
+            line("gateway, audit file on tmpfs, beside the relay", &file_memory_times, Some(&relay_times));
+            line("gateway, audit file on tmpfs, beside db on tmpfs", &file_memory_times, Some(&memory_times));
+        }
+        line("gateway, audit file on disk", &file_disk_times, Some(&direct_times));
+        line("gateway, audit file on disk, beside db on disk", &file_disk_times, Some(&gateway_times));
         if let Some(b) = &mut path_b {
             b.memory_times.sort();
             b.disk_times.sort();
@@ -350,6 +394,10 @@ fn main() {
         if memory.is_some() {
             assert_eq!(scratch.calls_logged("gateway_tmpfs.log"), BLOCK + memory_times.len(), "every call reached the upstream");
         }
+        assert_eq!(scratch.calls_logged("file_disk.log"), BLOCK + file_disk_times.len(), "every call reached the upstream");
+        if file_memory.is_some() {
+            assert_eq!(scratch.calls_logged("file_tmpfs.log"), BLOCK + file_memory_times.len(), "every call reached the upstream");
+        }
         if let Some(b) = &path_b {
             assert_eq!(scratch.calls_logged("gateway_b.log"), BLOCK + b.disk_times.len(), "every call reached the upstream");
             if b.memory.is_some() {
@@ -364,6 +412,8 @@ fn main() {
         drop(relay);
         drop(gateway);
         drop(in_memory);
+        drop(file_disk);
+        drop(file_memory);
         drop(path_b);
     });
 }
