@@ -43,6 +43,7 @@ def main():
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--perf-stat", metavar="FILE", help="perf stat's CSV of the calls (task-clock, context switches)")
     parser.add_argument("--callgrind-window", action="store_true", help="zero callgrind's counters before the calls, dump after")
+    parser.add_argument("--audit-file", action="store_true", help="the gateway's audit log in an append-only file (`--audit-file`)")
     parser.add_argument("prefix", nargs="*", help="a command prefix for the gateway (after --)")
     args = parser.parse_args()
     python = args.python or sdk_python()
@@ -54,6 +55,7 @@ def main():
         policy.write('version = 1\ndefault = "allow"\n')
     command = args.prefix + [
         args.cli, "--db", os.path.join(scratch, "db.redb"), "mcp", "--policy", os.path.join(scratch, "airlock.toml"),
+    ] + (["--audit-file", os.path.join(scratch, "audit.log")] if args.audit_file else []) + [
         "--", python, os.path.join(ROOT, "tests/mcp/upstream_server.py"), os.path.join(scratch, "log"),
         os.path.join(scratch, "notes"),
     ]
