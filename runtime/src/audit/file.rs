@@ -659,6 +659,10 @@ mod tests {
         seqs.sort_unstable();
         assert_eq!(seqs, (1..=80).collect::<Vec<_>>(), "every append answered with its own position");
         assert_eq!(verify(&log, None).unwrap().records, 80);
+        // Dropped, the log waits for its thread: the file's lock is free at once.
+        let path = dir.path().join("audit.log");
+        drop(Arc::into_inner(log).expect("the threads are done"));
+        let log = AuditLog::open_append_only(&path, keyed()).expect("the lock went with the log");
         // Told to commit on the caller, the reply is ready when it is returned.
         assert!(log.commit_on_caller_when_idle());
         let entry = log.prepare(&AuditEvent::new("tool", "last", AuditOutcome::Executed));

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 
 use redb::Database;
 use serde_json::Value;
@@ -43,7 +43,24 @@ pub struct AuditLog {
     /// A store that waits for a disk (a file) is written on the appending thread, not handed to a thread.
     on_caller: AtomicBool,
     /// For a store that waits for a disk: the thread async appends are handed to, started at the first.
-    committer: OnceLock<mpsc::Sender<Job>>,
+    committer: Mutex<Option<Committer>>,
+}
+
+/// The thread a log's async appends are handed to, and its queue. Dropped (with the log), it closes the queue
+/// and waits for the thread to write what is queued, so the store (and a file's lock) is released with the log.
+struct Committer {
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            // A committer that panicked has answered its jobs as abandoned (their senders dropped).
+            let _ = thread.join();
+        }
+    }
 }
 
 /// What appends records to a store: the store, the chain, and the group commit of blocking appenders.
@@ -194,7 +211,7 @@ impl AuditLog {
             keys,
             handle: None,
             on_caller: AtomicBool::new(false),
-            committer: OnceLock::new(),
+            committer: Mutex::new(None),
         }
     }
 
@@ -202,7 +219,7 @@ impl AuditLog {
     pub fn with_clock(mut self, clock: impl Clock) -> AuditLog {
         let chain = Arc::new(Chain { signing: self.writer.chain.signing.clone(), clock: Arc::new(clock) });
         self.writer = Arc::new(Writer { store: Arc::clone(&self.writer.store), chain, group: GroupCommit::default() });
-        self.committer = OnceLock::new();
+        self.committer = Mutex::new(None);
         self
     }
 
@@ -290,31 +307,37 @@ impl AuditLog {
             return Reply::ready_or(self.writer.submit(entries), abandoned);
         }
         let (sender, reply) = Reply::channel_or(abandoned);
-        match self.committer() {
-            Ok(committer) => {
-                if let Err(mpsc::SendError((entries, sender))) = committer.send((entries, sender)) {
-                    // The thread is gone (it cannot end while this log holds its channel): write here.
-                    sender.send(self.writer.submit(entries));
+        let job = {
+            let mut committer = self.committer.lock().unwrap_or_else(PoisonError::into_inner);
+            if committer.is_none() {
+                match self.start_committer() {
+                    Ok(started) => *committer = Some(started),
+                    Err(err) => {
+                        sender.send(Err(err));
+                        return reply;
+                    }
                 }
             }
-            Err(err) => sender.send(Err(err)),
+            match committer.as_ref().and_then(|committer| committer.jobs.as_ref()) {
+                Some(jobs) => jobs.send((entries, sender)).err().map(|mpsc::SendError(job)| job),
+                None => Some((entries, sender)),
+            }
+        };
+        if let Some((entries, sender)) = job {
+            // The thread is gone (it panicked): written here.
+            sender.send(self.writer.submit(entries));
         }
         reply
     }
 
-    /// The committer thread's channel, the thread started at the first call.
-    fn committer(&self) -> Result<&mpsc::Sender<Job>, AuditError> {
-        if let Some(committer) = self.committer.get() {
-            return Ok(committer);
-        }
+    fn start_committer(&self) -> Result<Committer, AuditError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let writer = Arc::clone(&self.writer);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("airlock-audit".to_owned())
             .spawn(move || writer.commit_jobs(&queue))
             .map_err(|err| AuditError::Write(Arc::new(err)))?;
-        // Two first appends racing start two threads; the second's channel is dropped and its thread ends.
-        Ok(self.committer.get_or_init(|| jobs))
+        Ok(Committer { jobs: Some(jobs), thread: Some(thread) })
     }
 
     /// The stored head: the last record's position and hash, signed if the log has a key. An empty log's
