@@ -87,3 +87,53 @@ fn killed_mid_append(store: &str) {
         previous_records = report.records;
     }
 }
+
+/// A write that fails halfway (the file size limit reached inside a batch, `EFBIG`): the append reports it, the
+/// file is cut back to its last whole batch at once, the next append fails cleanly too, and the file opens
+/// afterwards with every acknowledged record, nothing to cut.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_write_to_an_append_only_file_is_cut_back_and_reported() {
+    const LIMIT: u64 = 20_000;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("audit.log");
+    // The limit is set, and SIGXFSZ ignored (so the write fails instead of killing the process), by Python's
+    // standard library before it becomes the worker: both survive `exec`.
+    let limited = "import os, resource, signal, sys\n\
+                   signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n\
+                   resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))\n\
+                   os.execv(sys.argv[2], sys.argv[2:])\n";
+    let python = std::env::var_os("PYTHON").filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into());
+    let output = Command::new(python)
+        .args(["-c", limited, &LIMIT.to_string(), env!("CARGO_BIN_EXE_worker"), "audit_file_fill"])
+        .arg(&path)
+        .output()
+        .expect("the worker runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let acked: Vec<(u64, u64)> = lines
+        .iter()
+        .filter_map(|line| line.strip_prefix("acked "))
+        .map(|rest| {
+            let (seq, length) = rest.split_once(' ').expect("seq and length");
+            (seq.parse().expect("a seq"), length.parse().expect("a length"))
+        })
+        .collect();
+    let (last_seq, last_length) = *acked.last().expect("appends before the limit");
+    assert!(last_length < LIMIT && acked.len() > 5, "{stdout}");
+    let failed = lines.iter().find_map(|line| line.strip_prefix("failed ")).expect("a failed append");
+    assert!(failed.contains("cannot be written"), "{failed}");
+    assert!(failed.starts_with(&format!("{last_length} ")), "cut back to the last whole batch: {failed}");
+    let again = lines.iter().find_map(|line| line.strip_prefix("again ")).expect("a second attempt");
+    assert!(again.starts_with(&format!("{last_length} ")) && again.contains("cannot be written"), "{again}");
+
+    let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
+    let log = AuditLog::open_append_only(&path, config).expect("the file opens");
+    let report = audit::verify(&log, None).expect("it verifies");
+    assert_eq!(report.records, last_seq, "every acknowledged record, and nothing else");
+    let torn = std::fs::read_dir(dir.path())
+        .expect("listed")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().contains(".torn-")));
+    assert_eq!(torn.count(), 0, "nothing was left to cut at open");
+}

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 mod audit_append_loop;
+mod audit_file_fill;
 mod dispatch_worker;
 mod effect_hold;
 mod effect_race;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
             audit_append_loop::main();
             ExitCode::SUCCESS
         }
+        Some("audit_file_fill") => audit_file_fill::main(),
         Some("dispatch_worker") => dispatch_worker::main(),
         Some("effect_hold") => {
             effect_hold::main();
@@ -37,7 +39,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: worker ROLE ARGS... (ROLE: audit_append_loop, dispatch_worker, effect_hold, effect_race, \
+                "usage: worker ROLE ARGS... (ROLE: audit_append_loop, audit_file_fill, dispatch_worker, effect_hold, effect_race, \
                  ledger_worker, pg_dispatch_worker, pg_rate_worker, pg_spender)"
             );
             ExitCode::from(2)
