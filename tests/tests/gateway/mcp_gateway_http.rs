@@ -56,12 +56,17 @@ fn the_gateway_serves_http_with_a_bearer_token_in_front_of_an_http_upstream() {
         scratch
             .gateway()
             .args(["--upstream-url", &format!("http://127.0.0.1:{upstream_port}/mcp"), "--listen", "127.0.0.1:0"])
+            // The audit log in an append-only file: written by its own thread for the many clients of `--listen`
+            // (the OAuth tests keep it in the redb file).
+            .arg("--audit-file")
+            .arg(scratch.path("audit.log"))
             .env("AIRLOCK_GATEWAY_TOKEN", TOKEN),
     );
 
     let config =
         json!({"url": gateway.url, "token": TOKEN, "log": scratch.path("calls.log"), "notes": scratch.path("notes")});
     run_client(&venv, CLIENT, &config, scratch.dir(), 6);
+    assert!(!scratch.audit_file_records("audit.log").is_empty(), "readable while the gateway writes it");
 
     // A refusal answered before the request's body arrived closes the connection and says so: a client's pool
     // must not send its next request on it (the Python SDK's httpx did, and met a closed connection, now and then).
@@ -78,7 +83,8 @@ fn the_gateway_serves_http_with_a_bearer_token_in_front_of_an_http_upstream() {
 
     // The two sessions shared one per-thread budget, yet each kept its own thread: the thread (what an
     // approval is bound to) is still the session's.
-    let records = scratch.audit_records();
+    assert!(scratch.audit_records().is_empty(), "nothing audited in the redb file");
+    let records = scratch.audit_file_records("audit.log");
     let reads: Vec<(String, String)> = records
         .iter()
         .filter(|record| record.tool == "read_note")

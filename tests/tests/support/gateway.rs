@@ -120,6 +120,12 @@ impl Scratch {
         log.records(0, 10_000).expect("the records are read")
     }
 
+    /// The records of a gateway's `--audit-file FILE` (read while it runs, or after).
+    pub fn audit_file_records(&self, file: &str) -> Vec<AuditRecord> {
+        let log = AuditLog::read_append_only(self.path(file), AuditConfig::default()).expect("the audit file opens");
+        log.records(0, 10_000).expect("the records are read")
+    }
+
     /// What reached the upstream (its call log), or nothing.
     pub fn upstream_calls(&self) -> String {
         std::fs::read_to_string(self.path("calls.log")).unwrap_or_default()
