@@ -64,7 +64,8 @@ struct State {
     records: u64,
     /// `(seq, offset)` of every `INDEX_EVERY`-th record frame.
     index: Vec<(u64, u64)>,
-    /// Read only: where a bad frame that is no cut write starts, and what is wrong with it.
+    /// Where a bad frame that is no cut write starts, and what is wrong with it (a reader reports it; a
+    /// writer refuses to open).
     damage: Option<(u64, String)>,
     /// A failed write could not be cut back: nothing more is appended in this process.
     broken: bool,
@@ -85,7 +86,7 @@ impl FileAuditStore {
             Err(std::fs::TryLockError::WouldBlock) => return Err(AuditError::AlreadyOpen),
             Err(std::fs::TryLockError::Error(err)) => return Err(AuditError::io(path, "cannot be locked", err)),
         }
-        let size = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len();
+        let size = file_size(&file, path)?;
         if size < MAGIC.len() as u64 {
             // New, or its creation was cut short before the magic was whole.
             let mut start = vec![0; size as usize];
@@ -101,40 +102,25 @@ impl FileAuditStore {
             created.map_err(|err| AuditError::io(path, "cannot be written", err))?;
         }
         let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
-        let opened = read_whole_batches(&reader, path)?;
-        let mut state = State {
-            file,
-            len: opened.len,
-            head: opened.head,
-            records: opened.records,
-            index: opened.index,
-            damage: None,
-            broken: false,
-        };
-        if let Some((offset, reason)) = opened.damage {
+        let mut state = State::start(file, path)?;
+        let size = state.read_on(&reader, path)?;
+        if let Some((offset, reason)) = state.damage.take() {
             return Err(AuditError::Damaged { path: path.display().to_string(), offset, reason });
         }
-        if opened.len < opened.size {
-            cut_torn_tail(path, &mut state, opened.size)?;
+        if state.len < size {
+            cut_torn_tail(path, &mut state, size)?;
         }
         Ok(FileAuditStore { path: path.to_owned(), reader, writable: true, state: Mutex::new(state) })
     }
 
-    /// Opens an existing file to read it, changing nothing and taking no lock (a log being written can be
-    /// read). Damage is reported by the scan that reaches it.
+    /// Opens an existing file to read it, changing nothing and taking no lock: a log another process writes
+    /// can be read, each read taking in the batches written since the last. Damage is reported by the scan
+    /// that reaches it.
     pub(super) fn open_read_only(path: &Path) -> Result<FileAuditStore, AuditError> {
         let file = File::open(path).map_err(|err| AuditError::io(path, "cannot be opened", err))?;
-        let opened = read_whole_batches(&file, path)?;
         let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
-        let state = State {
-            file,
-            len: opened.len,
-            head: opened.head,
-            records: opened.records,
-            index: opened.index,
-            damage: opened.damage,
-            broken: false,
-        };
+        let mut state = State::start(file, path)?;
+        state.read_on(&reader, path)?;
         Ok(FileAuditStore { path: path.to_owned(), reader, writable: false, state: Mutex::new(state) })
     }
 
@@ -142,59 +128,81 @@ impl FileAuditStore {
         // State changes only after the write succeeded, with infallible operations: a poisoned lock is consistent.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The state, with the batches another process appended since the last read taken in (read only).
+    fn current(&self) -> Result<MutexGuard<'_, State>, AuditError> {
+        let mut state = self.lock();
+        if !self.writable && state.damage.is_none() {
+            state.read_on(&self.reader, &self.path)?;
+        }
+        Ok(state)
+    }
 }
 
-/// What a reading of the file from its start found.
-struct Opened {
-    size: u64,
-    len: u64,
-    head: Option<Vec<u8>>,
-    records: u64,
-    index: Vec<(u64, u64)>,
-    damage: Option<(u64, String)>,
+fn file_size(file: &File, path: &Path) -> Result<u64, AuditError> {
+    Ok(file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len())
 }
 
-/// Reads the file's frames from the start: where the last whole batch ends, its head, and whether what
-/// follows is a cut write or damage.
-fn read_whole_batches(file: &File, path: &Path) -> Result<Opened, AuditError> {
-    let size = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len();
-    let mut magic = [0; MAGIC.len()];
-    if size < MAGIC.len() as u64 {
-        return Err(not_ours(path));
+impl State {
+    /// The state of a file whose magic is checked and which holds no batch yet.
+    fn start(file: File, path: &Path) -> Result<State, AuditError> {
+        let mut magic = [0; MAGIC.len()];
+        if file_size(&file, path)? < MAGIC.len() as u64 {
+            return Err(not_ours(path));
+        }
+        read_exact_at(&file, &mut magic, 0).map_err(|err| AuditError::io(path, "cannot be read", err))?;
+        if &magic != MAGIC {
+            return Err(not_ours(path));
+        }
+        Ok(State {
+            file,
+            len: MAGIC.len() as u64,
+            head: None,
+            records: 0,
+            index: Vec::new(),
+            damage: None,
+            broken: false,
+        })
     }
-    read_exact_at(file, &mut magic, 0).map_err(|err| AuditError::io(path, "cannot be read", err))?;
-    if &magic != MAGIC {
-        return Err(not_ours(path));
-    }
-    let mut frames = Frames::new(file, MAGIC.len() as u64, size);
-    let mut opened = Opened { size, len: MAGIC.len() as u64, head: None, records: 0, index: Vec::new(), damage: None };
-    let (mut records, mut index) = (0, Vec::new());
-    loop {
-        let offset = frames.offset;
-        match frames.next().map_err(|err| AuditError::io(path, "cannot be read", err))? {
-            Next::Frame(Frame { kind: RECORD, seq, .. }) => {
-                if records % INDEX_EVERY == 0 {
-                    index.push((seq, offset));
+
+    /// Reads the frames after the last whole batch up to the file's end: every whole batch is taken in, and
+    /// what follows the last is judged a cut write (left for a later read, or cut at open) or damage. Returns
+    /// the file's size.
+    fn read_on(&mut self, file: &File, path: &Path) -> Result<u64, AuditError> {
+        let size = file_size(file, path)?;
+        if size <= self.len {
+            return Ok(size);
+        }
+        let mut frames = Frames::new(file, self.len, size);
+        let (mut records, mut whole_index) = (self.records, self.index.len());
+        loop {
+            let offset = frames.offset;
+            match frames.next().map_err(|err| AuditError::io(path, "cannot be read", err))? {
+                Next::Frame(Frame { kind: RECORD, seq, .. }) => {
+                    if records % INDEX_EVERY == 0 {
+                        self.index.push((seq, offset));
+                    }
+                    records += 1;
                 }
-                records += 1;
-            }
-            Next::Frame(Frame { payload, .. }) => {
-                // A head frame: the batch before it is whole.
-                opened.len = frames.offset;
-                opened.head = Some(payload);
-                opened.records = records;
-                opened.index.clone_from(&index);
-            }
-            Next::End => break,
-            Next::Bad(bad) => {
-                if !bad.is_cut_write(&mut frames).map_err(|err| AuditError::io(path, "cannot be read", err))? {
-                    opened.damage = Some((offset, bad.to_string()));
+                Next::Frame(Frame { payload, .. }) => {
+                    // A head frame: the batch before it is whole.
+                    self.len = frames.offset;
+                    self.head = Some(payload);
+                    self.records = records;
+                    whole_index = self.index.len();
                 }
-                break;
+                Next::End => break,
+                Next::Bad(bad) => {
+                    if !bad.is_cut_write(&mut frames).map_err(|err| AuditError::io(path, "cannot be read", err))? {
+                        self.damage = Some((offset, bad.to_string()));
+                    }
+                    break;
+                }
             }
         }
+        self.index.truncate(whole_index);
+        Ok(size)
     }
-    Ok(opened)
 }
 
 /// Cuts the file back to its last whole batch, keeping what is cut beside it.
@@ -322,7 +330,7 @@ impl AuditStore for FileAuditStore {
     }
 
     fn head(&self) -> Result<Option<Anchor>, AuditError> {
-        self.lock().head.as_deref().map(Anchor::decode_stored).transpose()
+        self.current()?.head.as_deref().map(Anchor::decode_stored).transpose()
     }
 
     fn scan(
@@ -331,7 +339,7 @@ impl AuditStore for FileAuditStore {
         visit: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
     ) -> Result<Option<Vec<u8>>, AuditError> {
         let (start, end, head, damage) = {
-            let state = self.lock();
+            let state = self.current()?;
             // From the start unless an indexed record at or before `from` is known (a log whose sequence
             // numbers were tampered with is read from its start by `verify`, which scans from 1).
             let at = state.index.partition_point(|(seq, _)| *seq <= from);
@@ -607,6 +615,16 @@ mod tests {
         assert!(matches!(AuditLog::open_append_only(&path, keyed()), Err(AuditError::AlreadyOpen)));
         let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
         assert_eq!(verify(&reader, None).unwrap().records, 1);
+        // What is appended after the reader opened is read by its next read, a batch cut short is not.
+        append(&writer, "b");
+        assert_eq!(reader.head().unwrap().seq, 2);
+        assert_eq!(verify(&reader, None).unwrap().records, 2);
+        let mut half = Vec::new();
+        put_frame(&mut half, RECORD, 3, b"a record whose batch is still being written").unwrap();
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&half[..20]).unwrap();
+        assert_eq!(verify(&reader, None).unwrap().records, 2, "a batch being written is not read yet");
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&half[20..]).unwrap();
+        assert_eq!(verify(&reader, None).unwrap().records, 2, "nor its records before its head");
         let refused = reader.append(AuditEvent::new("tool", "b", AuditOutcome::Executed)).unwrap_err();
         assert!(refused.to_string().contains("was opened to read"), "{refused}");
         assert!(AuditLog::read_append_only(dir.path().join("missing.log"), keyed()).is_err());
