@@ -54,6 +54,9 @@
 //! records of the same `Arc<Database>`, so a dispatcher appends a call's record in the same transaction
 //! as its grant spend or effect settlement, and awaits it instead of blocking.
 //!
+//! In an append-only file of its own ([`AuditLog::open_append_only`]), an append is one `write` and one
+//! `fdatasync` of the records and the head, framed with CRCs (format and crash handling in `audit/file.rs`).
+//!
 //! The same facts go out as `tracing` events with target `agent_airlock::audit`.
 
 mod anchor;
