@@ -146,8 +146,12 @@ impl RedbApprovalLedger {
     /// open it the same way (`airlock --multi-process`); otherwise it is this process's alone, and
     /// opening waits up to `wait_secs` while another process has it. With `audit_key` (raw bytes, at
     /// least 16, named `audit_key_id`), audit records are signed (`airlock audit verify --audit-key-file`).
+    /// With `audit_file`, the audit log is an append-only file of its own (created if missing; one writing
+    /// process): each call's record is one write and `fdatasync` instead of a commit of `path`, and an
+    /// approval's spend and its record are two writes (`airlock audit verify --file`).
     #[new]
-    #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1"))]
+    #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1", audit_file = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -155,6 +159,7 @@ impl RedbApprovalLedger {
         wait_secs: f64,
         audit_key: Option<&[u8]>,
         audit_key_id: &str,
+        audit_file: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let config = audit_config(audit_key, audit_key_id)?;
         let wait = Duration::try_from_secs_f64(wait_secs)
@@ -165,7 +170,10 @@ impl RedbApprovalLedger {
             let database = Arc::new(open_database(&path, &options).map_err(|e| e.to_string())?);
             let ledger = RedbLedger::from_database(Arc::clone(&database)).map_err(|e| e.to_string())?;
             let effects = RedbEffectStore::new(Arc::clone(&database)).map_err(|e| e.to_string())?;
-            let audit = AuditLog::with_database(Arc::clone(&database), config).map_err(|e| e.to_string())?;
+            let audit = match &audit_file {
+                Some(file) => AuditLog::open_append_only(file, config).map_err(|e| format!("audit_file: {e}"))?,
+                None => AuditLog::with_database(Arc::clone(&database), config).map_err(|e| e.to_string())?,
+            };
             Ok(Store::Redb { database, ledger: Arc::new(ledger), effects: Arc::new(effects), audit: Arc::new(audit) })
         });
         let store = opened.map_err(|e| LedgerError::new_err(format!("{}: {e}", path.display())))?;

@@ -113,6 +113,27 @@ def test_a_missing_tool_is_audited_and_its_name_echoed_escaped_and_cut(tmp_path)
     assert RAN == []
 
 
+def test_the_audit_log_can_be_an_append_only_file_of_its_own(tmp_path):
+    """`audit_file=`: every call's record goes to an append-only file, which `airlock audit verify --file` reads
+    while the ledger still has it open."""
+    log = tmp_path / "audit.log"
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_file=str(log))
+    app = guarded(SecurityPolicy(approval_ledger=ledger))
+    ran = last(app.invoke({"messages": [call("search_docs", {"query": "q", "limit": 1}, "a1")]}))
+    refused = last(app.invoke({"messages": [call("no_such_tool", {}, "a2")]}))
+    assert (ran.status, refused.status) == ("success", "error")
+    assert [(r["tool_call_id"], r["outcome"]["kind"]) for r in ledger.audit_records()] == [
+        ("a1", "executed"),
+        ("a2", "refused"),
+    ]
+    verified = airlock("--json", "audit", "verify", "--file", str(log))
+    assert verified.returncode == 0, verified.stderr
+    assert json.loads(verified.stdout)["records"] == 2
+    # One process writes it: a second ledger naming the same file is refused, and says why.
+    with pytest.raises(Exception, match="already open"):
+        RedbApprovalLedger(str(tmp_path / "other.redb"), audit_file=str(log))
+
+
 def test_rate_limits_take_one_token_per_call():
     app = guarded(SecurityPolicy(rate_limits={"search_*": "2/minute"}))
     statuses = [
