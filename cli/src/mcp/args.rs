@@ -75,7 +75,7 @@ pub(super) struct GatewayArgs {
     /// The audit log in an append-only file of its own (created if missing): one write and one `fdatasync`
     /// per call's records instead of a redb commit, several times less of the gateway's own latency
     /// (BENCHMARKS.md §8). An escalated call's grant spend and its record are then two writes, not one
-    /// transaction. Read it with `airlock audit verify --file PATH`; a write cut short by a crash is cut off at
+    /// transaction: if the record cannot be written, the spend stands and the call runs (logged as an error). Read it with `airlock audit verify --file PATH`; a write cut short by a crash is cut off at
     /// the next start and kept beside it (`PATH.torn-OFFSET`), other damage refuses the start.
     #[arg(long, value_name = "PATH")]
     pub(super) audit_file: Option<PathBuf>,

@@ -174,8 +174,10 @@ impl AuditLog {
     /// (`audit/file.rs`).
     ///
     /// What it gives up: a dispatcher whose ledger or effect records are in a database writes a call's
-    /// records after the grant spend or effect step they go with, not in the same transaction (a crash in
-    /// between leaves the spend without its record).
+    /// records after the grant spend or effect step they go with, not in the same transaction. A crash in
+    /// between leaves the spend without its record; a record that cannot be written (a full disk) leaves
+    /// the spend standing and the call running, the failure traced as an error (in a shared redb file the
+    /// spend would not have been made and the call would be refused).
     ///
     /// A write cut short by a crash is cut off at open and kept beside the file (`NAME.torn-OFFSET`); a
     /// file damaged otherwise (edited, a failing disk) is refused with [`AuditError::Damaged`] and left as
