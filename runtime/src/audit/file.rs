@@ -21,7 +21,9 @@
 //! beside the file as `NAME.torn-OFFSET`, a `tracing` warning names it) when it looks like a cut write: whole
 //! record frames, then the end of the file, a frame running past it, a last frame failing its CRC, or zeros.
 //! Anything else (a bad frame with more data after it) is no crash: the file is refused as damaged and left
-//! untouched. Opened to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is
+//! untouched. An edit can look like a cut write (a frame's length made to run past the end): then what follows
+//! is cut off and kept aside like one, which leaves the log where truncating the file would, and that, on any
+//! store, only an exported [`Anchor`] detects. Opened to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is
 //! never changed, and a log being written can be read: the reader stops at the last whole head frame.
 //!
 //! One process writes: opening to write takes the file's exclusive lock ([`AuditError::AlreadyOpen`]).
@@ -735,6 +737,130 @@ mod tests {
             assert_eq!(append(&log, "after"), whole + 1, "{what}: the log goes on");
             assert_eq!(verify(&log, None).unwrap().records, whole + 1, "{what}");
         }
+    }
+
+    /// A file of `batches` appends, batch `i` holding `i % 3 + 1` records; the whole batches' ends (offset, records).
+    fn batches(path: &Path, batches: usize) -> Vec<(u64, u64)> {
+        let log = AuditLog::open_append_only(path, keyed()).unwrap();
+        let mut records = 0;
+        (0..batches)
+            .map(|batch| {
+                let entries: Vec<_> = (0..batch % 3 + 1)
+                    .map(|i| log.prepare(&AuditEvent::new("tool", &format!("{batch}-{i}"), AuditOutcome::Executed)))
+                    .collect();
+                records += entries.len() as u64;
+                log.append_reply(entries).wait().unwrap();
+                (std::fs::metadata(path).unwrap().len(), records)
+            })
+            .collect()
+    }
+
+    /// The records of the whole batches that end at or before `offset`.
+    fn whole_before(ends: &[(u64, u64)], offset: u64) -> u64 {
+        ends.iter().take_while(|(end, _)| *end <= offset).last().map_or(0, |(_, records)| *records)
+    }
+
+    /// A crash can stop the last write at any byte: cut at every byte of the file, the file opens with the whole
+    /// batches before the cut, the rest kept aside, and takes the next append.
+    #[test]
+    fn a_cut_at_any_byte_keeps_the_whole_batches_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = dir.path().join("original.log");
+        let ends = batches(&original, 4);
+        let bytes = std::fs::read(&original).unwrap();
+        for cut in MAGIC.len()..=bytes.len() {
+            let case = tempfile::tempdir().unwrap();
+            let path = case.path().join("audit.log");
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            let log = AuditLog::open_append_only(&path, keyed()).unwrap_or_else(|err| panic!("cut at {cut}: {err}"));
+            let kept = whole_before(&ends, cut as u64);
+            assert_eq!(verify(&log, None).unwrap().records, kept, "cut at {cut}");
+            let at = ends.iter().map(|(end, _)| *end).filter(|end| *end <= cut as u64).max().unwrap_or(16);
+            match asides(case.path()).as_slice() {
+                [] => assert_eq!(at, cut as u64, "cut at {cut}: nothing cut only at a batch's end"),
+                [(_, aside)] => assert_eq!(aside.as_slice(), &bytes[at as usize..cut], "cut at {cut}"),
+                more => panic!("cut at {cut}: {} files kept aside", more.len()),
+            }
+            assert_eq!(append(&log, "next"), kept + 1, "cut at {cut}");
+        }
+    }
+
+    /// Whatever is done to the file's bytes, opening it never panics and either refuses it as damaged or keeps
+    /// exactly the whole batches before the first byte changed (the rest kept aside), and the log verifies. Read
+    /// only, the same file never panics either.
+    #[test]
+    fn any_edit_is_refused_or_cut_at_the_batch_it_touches() {
+        use proptest::prelude::*;
+        let dir = tempfile::tempdir().unwrap();
+        let original = dir.path().join("original.log");
+        let ends = batches(&original, 5);
+        let bytes = std::fs::read(&original).unwrap();
+        let len = bytes.len();
+        #[derive(Debug, Clone)]
+        enum Edit {
+            Flip(usize, u8),
+            Zero(usize, usize),
+            Append(Vec<u8>),
+            Insert(usize, Vec<u8>),
+            Truncate(usize),
+        }
+        let edits = prop_oneof![
+            (16..len, 1..=255u8).prop_map(|(at, x)| Edit::Flip(at, x)),
+            (16..len, 1..64usize).prop_map(|(at, n)| Edit::Zero(at, n)),
+            proptest::collection::vec(any::<u8>(), 1..64).prop_map(Edit::Append),
+            (16..len, proptest::collection::vec(any::<u8>(), 1..32)).prop_map(|(at, b)| Edit::Insert(at, b)),
+            (16..len).prop_map(Edit::Truncate),
+        ];
+        let config = proptest::test_runner::Config { cases: 256, ..proptest::test_runner::Config::default() };
+        proptest::test_runner::TestRunner::new(config)
+            .run(&edits, |edit| {
+                let mut edited = bytes.clone();
+                let first = match &edit {
+                    Edit::Flip(at, x) => {
+                        edited[*at] ^= x;
+                        *at
+                    }
+                    Edit::Zero(at, n) => {
+                        let end = (*at + n).min(len);
+                        let Some(changed) = bytes[*at..end].iter().position(|&b| b != 0) else { return Ok(()) };
+                        edited[*at..end].fill(0);
+                        *at + changed
+                    }
+                    Edit::Append(tail) => {
+                        edited.extend_from_slice(tail);
+                        len
+                    }
+                    Edit::Insert(at, inserted) => {
+                        edited.splice(*at..*at, inserted.iter().copied());
+                        *at
+                    }
+                    Edit::Truncate(at) => {
+                        edited.truncate(*at);
+                        *at
+                    }
+                };
+                let case = tempfile::tempdir().unwrap();
+                let path = case.path().join("audit.log");
+                std::fs::write(&path, &edited).unwrap();
+                if let Ok(reader) = AuditLog::read_append_only(&path, keyed()) {
+                    let _ = verify(&reader, None);
+                    let _ = reader.records(0, 100);
+                }
+                match AuditLog::open_append_only(&path, keyed()) {
+                    Ok(log) => {
+                        let records =
+                            verify(&log, None).map_err(|err| TestCaseError::fail(format!("{edit:?}: {err}")))?;
+                        prop_assert_eq!(records.records, whole_before(&ends, first as u64), "{:?}", edit);
+                        prop_assert_eq!(append(&log, "next"), records.records + 1);
+                    }
+                    Err(AuditError::Damaged { .. }) => {
+                        prop_assert_eq!(std::fs::read(&path).unwrap(), edited, "a refused file is left as it is");
+                    }
+                    Err(other) => return Err(TestCaseError::fail(format!("{edit:?}: {other}"))),
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
