@@ -911,3 +911,147 @@ pub fn check_effect_template(data: &[u8]) {
         }
     }
 }
+
+/// A genuine append-only audit file (`AuditLog::open_append_only`): its bytes, and each whole batch's end
+/// (offset, records so far) and the hashes of its records, built once.
+struct AuditFileFixture {
+    bytes: Vec<u8>,
+    ends: Vec<(u64, u64)>,
+    hashes: Vec<agent_airlock::audit::Digest>,
+}
+
+fn audit_file_fixture() -> &'static AuditFileFixture {
+    static FIXTURE: OnceLock<AuditFileFixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        use agent_airlock::audit::{AuditEvent, AuditLog, AuditOutcome};
+        let path = scratch_path("fixture");
+        let log = AuditLog::open_append_only(&path, audit_file_config()).expect("the fixture's log opens");
+        let mut ends = Vec::new();
+        for batch in 0..4u64 {
+            let arguments = json!({"batch": batch, "note": "x".repeat(batch as usize * 7)});
+            for i in 0..=batch % 2 {
+                let call = format!("call-{batch}-{i}");
+                log.append(AuditEvent::new("tool", &call, AuditOutcome::Executed).arguments(&arguments))
+                    .expect("the fixture's record is appended");
+            }
+            let records = log.head().expect("a head").seq;
+            ends.push((std::fs::metadata(&path).expect("the fixture's file").len(), records));
+        }
+        let hashes = log.records(1, 100).expect("the fixture's records").into_iter().map(|r| r.hash).collect();
+        drop(log);
+        let bytes = std::fs::read(&path).expect("the fixture's file is read");
+        let _ = std::fs::remove_file(&path);
+        AuditFileFixture { bytes, ends, hashes }
+    })
+}
+
+fn audit_file_config() -> agent_airlock::audit::AuditConfig {
+    let key = agent_airlock::keys::AuditKey::new("fuzz", b"0123456789abcdef0123456789abcdef").expect("a valid key");
+    agent_airlock::audit::AuditConfig { key: Some(key), ..Default::default() }
+}
+
+/// A fresh path under the system's temporary directory, named by this process and a counter (fuzzing runs
+/// processes side by side).
+fn scratch_path(name: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join("airlock-fuzz-audit");
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("{name}-{}-{n}.log", std::process::id()))
+}
+
+/// An append-only audit file from untrusted bytes: `edits` false, the bytes after the file's magic; true, a
+/// genuine file edited as `data` says (flip, zero, insert, truncate, append at offsets it picks). Opened to read
+/// and to write, it never panics. Opened to write, an edited file is refused as damaged (and left as it was) or
+/// keeps exactly the genuine records of the whole batches before the first byte changed, and takes an append.
+pub fn check_audit_file(data: &[u8], edits: bool) {
+    use agent_airlock::audit::{AuditError, AuditEvent, AuditLog, AuditOutcome, verify};
+    let fixture = audit_file_fixture();
+    let (file, first) = if edits {
+        let mut u = arbitrary::Unstructured::new(data);
+        let mut bytes = fixture.bytes.clone();
+        let mut first = bytes.len();
+        for _ in 0..u.int_in_range(1..=3u8).unwrap_or(1) {
+            let Ok(at) = u.int_in_range(16..=bytes.len()) else { break };
+            let op = u.int_in_range(0..=4u8).unwrap_or(0);
+            let len = u.int_in_range(1..=64usize).unwrap_or(1);
+            let changed = match op {
+                0 if at < bytes.len() => {
+                    let x = u.int_in_range(1..=255u8).unwrap_or(1);
+                    bytes[at] ^= x;
+                    Some(at)
+                }
+                1 => {
+                    let end = (at + len).min(bytes.len());
+                    let changed = bytes[at..end].iter().position(|&b| b != 0).map(|p| at + p);
+                    bytes[at..end].fill(0);
+                    changed
+                }
+                2 => {
+                    let inserted = u.bytes(len.min(u.len())).unwrap_or(&[]).to_vec();
+                    let changed = (!inserted.is_empty()).then_some(at);
+                    bytes.splice(at..at, inserted);
+                    changed
+                }
+                3 => {
+                    let changed = (at < bytes.len()).then_some(at);
+                    bytes.truncate(at);
+                    changed
+                }
+                _ => {
+                    let end = bytes.len();
+                    bytes.extend_from_slice(u.bytes(len.min(u.len())).unwrap_or(&[]));
+                    (bytes.len() > end).then_some(end)
+                }
+            };
+            if let Some(changed) = changed {
+                first = first.min(changed);
+            }
+        }
+        (bytes, first)
+    } else {
+        let mut bytes = b"airlock-audit\0v1".to_vec();
+        bytes.extend_from_slice(data);
+        (bytes, 16)
+    };
+    let path = scratch_path("input");
+    std::fs::write(&path, &file).expect("the input file is written");
+    if let Ok(reader) = AuditLog::read_append_only(&path, audit_file_config()) {
+        let _ = verify(&reader, None);
+        let _ = reader.records(0, 64);
+        let _ = reader.head();
+    }
+    let kept = fixture.ends.iter().take_while(|(end, _)| *end as usize <= first).last().map_or(0, |(_, r)| *r);
+    match AuditLog::open_append_only(&path, audit_file_config()) {
+        Ok(log) => {
+            if edits {
+                // The genuine records before the first change are read back as they were.
+                let records = log.records(1, kept as usize).expect("the records before an edit are readable");
+                let hashes: Vec<_> = records.iter().map(|record| record.hash).collect();
+                assert_eq!(hashes, fixture.hashes[..kept as usize], "the records before an edit changed");
+            }
+            let verified = verify(&log, None);
+            let appended = log.append(AuditEvent::new("tool", "after", AuditOutcome::Executed));
+            // Whole frames of made-up content (a CRC can be written to match) open but do not verify, and
+            // their head may not be readable: an append may then be refused, never panic.
+            if let Ok(report) = verified {
+                assert!(!edits || report.records >= kept, "a verified file lost whole batches before an edit");
+                let seq = appended.map(|receipt| receipt.seq);
+                assert_eq!(seq.ok(), Some(report.records + 1), "a verified file takes the next append");
+            }
+        }
+        Err(AuditError::Damaged { .. }) => {
+            assert_eq!(std::fs::read(&path).expect("readable"), file, "a file refused as damaged was changed");
+        }
+        Err(other) => panic!("an audit file is refused with an unexpected error: {other}"),
+    }
+    // The file, and anything kept aside from it.
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        let name = name.to_string_lossy().into_owned();
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}

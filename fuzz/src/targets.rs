@@ -21,6 +21,7 @@ pub type Body = fn(&[u8]);
 pub const TARGETS: &[(&str, Body)] = &[
     ("arguments_bytes", arguments_bytes),
     ("arguments_structured", arguments_structured),
+    ("audit_file", audit_file),
     ("canonical", canonical),
     ("effect_template", effect_template),
     ("masking", masking),
@@ -32,6 +33,15 @@ pub const TARGETS: &[(&str, Body)] = &[
 /// Raw bytes: the first picks one of 7 tools, the rest is JSON text (or non-JSON text).
 pub fn arguments_bytes(data: &[u8]) {
     checks::check_argument_bytes(data);
+}
+
+/// An append-only audit file: the first byte's low bit picks a genuine file edited as the rest says, or the
+/// rest as the file's frames after its magic.
+pub fn audit_file(data: &[u8]) {
+    match data.split_first() {
+        Some((mode, rest)) => checks::check_audit_file(rest, mode & 1 == 1),
+        None => checks::check_audit_file(&[], false),
+    }
 }
 
 /// Structure-aware arguments: objects of known parameter names, variant names, boundary numbers, long

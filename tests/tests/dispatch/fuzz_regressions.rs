@@ -157,6 +157,7 @@ macro_rules! fuzz_smoke {
 fuzz_smoke! {
     arguments_bytes: 500;
     arguments_structured: 500;
+    audit_file: 500;
     canonical: 500;
     effect_template: 500;
     masking: 500;
