@@ -23,10 +23,14 @@
 //! Anything else (a bad frame with more data after it) is no crash: the file is refused as damaged and left
 //! untouched. An edit can look like a cut write (a frame's length made to run past the end): then what follows
 //! is cut off and kept aside like one, which leaves the log where truncating the file would, and that, on any
-//! store, only an exported [`Anchor`] detects. Opened to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is
-//! never changed, and a log being written can be read: the reader stops at the last whole head frame.
+//! store, only an exported [`Anchor`] detects.
 //!
-//! One process writes: opening to write takes the file's exclusive lock ([`AuditError::AlreadyOpen`]).
+//! # Writers and readers
+//!
+//! One process writes: opening to write takes the file's exclusive lock ([`AuditError::AlreadyOpen`]). Opened
+//! to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no
+//! lock is taken: each read takes in the whole batches written since the last, and a batch still being written
+//! is left for a later read.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write as _};
