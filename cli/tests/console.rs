@@ -648,6 +648,41 @@ fn ambiguous_effects_are_resolved_and_the_audit_log_is_verified_from_the_console
     assert!(page.contains(r#"id="audit-status" class="verified""#), "{page}");
 }
 
+/// `--audit-file`: the audit page verifies the gateway's append-only file while the gateway (here, a writer in
+/// this process) holds it, sees what is appended since the last visit, and reports damage at its offset.
+#[test]
+fn the_audit_page_verifies_the_gateways_audit_file_while_it_is_written() {
+    use agent_airlock::audit::{AuditEvent, AuditOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let file = dir.path().join("audit.log");
+    let writer = AuditLog::open_append_only(&file, AuditConfig::default()).unwrap();
+    for call in ["c1", "c2", "c3"] {
+        writer.append(AuditEvent::new("read_note", call, AuditOutcome::Executed)).unwrap();
+    }
+    let console = Console::start(&db, &["--operator", "alice", "--audit-file", file.to_str().unwrap()]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (status, page) = visitor.get("/audit");
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"class="verified""#) && page.contains("audit log intact: 3 records"), "{page}");
+    writer.append(AuditEvent::new("read_note", "c4", AuditOutcome::Executed)).unwrap();
+    let (_, page) = visitor.get("/audit");
+    assert!(page.contains("audit log intact: 4 records"), "the page reads what was appended since: {page}");
+
+    // A byte of the file's second frame (the first append's head) changed: the page says where.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let second = 16 + 17 + u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    bytes[second + 40] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    drop(writer);
+    let reopened = Console::start(&db, &["--operator", "alice", "--audit-file", file.to_str().unwrap()]);
+    let mut visitor = Visitor::new(&reopened);
+    assert_eq!(visitor.sign_in("", reopened.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get("/audit");
+    assert!(page.contains(r#"class="error""#) && page.contains(&format!("damaged at byte {second}")), "{page}");
+}
+
 /// What a loopback webhook receiver was sent.
 struct Received {
     headers: HashMap<String, String>,

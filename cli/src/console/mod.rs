@@ -100,6 +100,11 @@ pub(crate) struct ConsoleArgs {
     /// A head exported earlier (`airlock audit export-head`), to check the audit log against.
     #[arg(long, value_name = "FILE")]
     anchor: Option<PathBuf>,
+    /// The gateway's append-only audit file (`airlock mcp --audit-file`): the audit page verifies it instead of
+    /// `--db`'s log, read while the gateway writes it (no lock is taken). Effect resolutions are still recorded
+    /// in `--db`'s log, which the gateway does not hold.
+    #[arg(long, value_name = "PATH")]
+    audit_file: Option<PathBuf>,
     #[command(flatten)]
     key: KeySource,
     #[command(flatten)]
@@ -165,6 +170,8 @@ struct Console {
     ledger: Arc<dyn ApprovalLedger>,
     effects: Arc<dyn EffectStore>,
     audit: Result<AuditLog, Failure>,
+    /// The log the audit page verifies when it is not `audit`: the gateway's append-only file, read only.
+    audit_file: Option<Result<AuditLog, Failure>>,
     /// Whether the audit log is opened with its key (its records signed).
     audit_signed: bool,
     anchor: Option<PathBuf>,
@@ -240,11 +247,16 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
     }
     let audit_key = audit_key(&args.audit_key);
     let audit_signed = matches!(audit_key, Ok(Some(_)));
+    let audit_file = args.audit_file.as_ref().map(|path| {
+        let config = AuditConfig { key: audit_key.clone()?, ..AuditConfig::default() };
+        AuditLog::read_append_only(path, config).map_err(|e| e.to_string())
+    });
     let audit = audit_key.and_then(|key| storage.audit(AuditConfig { key, ..AuditConfig::default() }));
     let console = Arc::new(Console {
         effects: storage.effects()?,
         ledger,
         audit,
+        audit_file,
         audit_signed,
         anchor: args.anchor.clone(),
         verifier,
@@ -402,7 +414,10 @@ async fn effects_page(State(console): Shared, SignedIn(session): SignedIn) -> Re
 async fn audit_page(State(console): Shared, SignedIn(session): SignedIn) -> Response {
     let shared = Arc::clone(&console);
     let status = blocking(move || {
-        let log = shared.audit.as_ref().map_err(Clone::clone)?;
+        let log = match &shared.audit_file {
+            Some(file) => file.as_ref().map_err(Clone::clone)?,
+            None => shared.audit.as_ref().map_err(Clone::clone)?,
+        };
         let anchor = match &shared.anchor {
             Some(path) => Some(Anchor::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?),
             None => None,
