@@ -51,6 +51,8 @@ const HEAD: u8 = 2;
 /// frames before it, and the index costs 16 bytes per this many records.
 const INDEX_EVERY: u64 = 256;
 const READ_BUFFER: usize = 64 * 1024;
+/// How many names `NAME.torn-OFFSET[-N]` are tried for a torn tail before the open fails.
+const MAX_ASIDE_NAMES: u32 = 1000;
 
 pub(super) struct FileAuditStore {
     path: PathBuf,
@@ -234,13 +236,16 @@ fn cut_torn_tail(path: &Path, state: &mut State, size: u64) -> Result<(), AuditE
 }
 
 /// Writes `tail` to a new file `NAME.torn-OFFSET[-N]` beside `path`, durably.
+/// Readable by whom the log is (the cut bytes are the log's), and never an existing file or link followed.
 fn keep_aside(path: &Path, offset: u64, tail: &[u8]) -> io::Result<PathBuf> {
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-    for n in 0u32.. {
+    let permissions = std::fs::metadata(path)?.permissions();
+    for n in 0..MAX_ASIDE_NAMES {
         let suffix = if n == 0 { String::new() } else { format!("-{n}") };
         let aside = path.with_file_name(format!("{name}.torn-{offset}{suffix}"));
         match OpenOptions::new().write(true).create_new(true).open(&aside) {
             Ok(mut file) => {
+                file.set_permissions(permissions)?;
                 file.write_all(tail)?;
                 file.sync_all()?;
                 sync_parent(&aside)?;
@@ -729,6 +734,11 @@ mod tests {
             let last = lengths[1] as usize;
             cut(&mut bytes, last);
             std::fs::write(&path, &bytes).unwrap();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+            }
             let whole = if what == "zeros after the last batch" { 3 } else { 2 };
             assert_eq!(records(&path), whole, "{what}: the whole batches are kept");
             let kept = asides(dir.path());
@@ -737,6 +747,12 @@ mod tests {
             assert_eq!(kept[0].0, format!("audit.log.torn-{at}"), "{what}");
             assert_eq!(kept[0].1, bytes[at as usize..], "{what}: every cut byte kept");
             assert_eq!(std::fs::metadata(&path).unwrap().len(), at, "{what}");
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode(&dir.path().join(&kept[0].0)), mode(&path), "{what}: kept as readable as the log");
+            }
             let log = AuditLog::open_append_only(&path, keyed()).unwrap();
             assert_eq!(append(&log, "after"), whole + 1, "{what}: the log goes on");
             assert_eq!(verify(&log, None).unwrap().records, whole + 1, "{what}");
