@@ -8,7 +8,8 @@
 //! tool) on Streamable HTTP, which the gateways reach with `--upstream-url`, so the direct path and the
 //! gateways' differ by the gateway alone. One more gateway (static token) runs the same server as its child
 //! over stdio, the usual deployment. Each gateway runs `default = "allow"` and audits every call to a redb
-//! file on a tmpfs when there is one (the gateway's own work, as in §8). The client is the same for every path:
+//! file on a tmpfs when there is one (the gateway's own work, as in §8); one more (static token) audits to an
+//! append-only file there instead (`--audit-file`), its records written by the log's own thread. The client is the same for every path:
 //! one HTTP/1.1 connection per path (reqwest, `TCP_NODELAY`, each request one write), the MCP session set up
 //! once, then `tools/call` POSTs, each with its `Authorization` header. Calls alternate in blocks of 50 between
 //! the paths so load on the shared machine falls on all alike. The OAuth gateways check tokens against
@@ -189,6 +190,9 @@ fn main() {
     let (cached_url, _cached) = listen("oauth_cached", &oauth, None, false);
     let (fresh_url, _fresh) = listen("oauth_fresh", &oauth, None, false);
     let (stdio_url, _stdio) = listen("static_stdio", &[], Some(STATIC_TOKEN), true);
+    let audit_file = scratch.path("static_file.audit");
+    let audit_file = audit_file.to_str().expect("a UTF-8 path");
+    let (file_url, _file) = listen("static_file", &["--audit-file", audit_file], Some(STATIC_TOKEN), false);
 
     let key = EncodingKey::from_ec_der(ES256_KEY);
     let cached_token = token(&key, &cached_url, 0);
@@ -205,6 +209,7 @@ fn main() {
             Path::open("gateway, OAuth ES256 new token per call", &fresh_url, Credential::Fresh(fresh_tokens.into_iter()))
                 .await,
             Path::open("gateway, static token, upstream on stdio", &stdio_url, fixed(STATIC_TOKEN)).await,
+            Path::open("gateway, static token, --audit-file", &file_url, fixed(STATIC_TOKEN)).await,
         ];
 
         // What one listing's scan costs: the tools the gateway lists, each scanned.
@@ -248,7 +253,7 @@ fn main() {
             line(path.label, &path.times, (path.label != paths[0].label).then_some(direct.as_slice()));
         }
         println!("beside the gateway with the static token:");
-        for path in &paths[2..4] {
+        for path in paths[2..4].iter().chain(&paths[5..]) {
             line(path.label, &path.times, Some(&static_token));
         }
         println!(
