@@ -313,7 +313,9 @@ impl AuditStore for FileAuditStore {
         let head = state.head.as_deref().map(Anchor::decode_stored).transpose()?;
         let batch = build(head)?;
         let head = batch.head.encode_stored();
-        let size: usize = batch.records.iter().map(|(_, bytes)| bytes.len() + 17).sum::<usize>() + head.len() + 17;
+        let framing = (FRAME_HEAD + FRAME_TAIL) as usize;
+        let size: usize =
+            batch.records.iter().map(|(_, bytes)| bytes.len() + framing).sum::<usize>() + head.len() + framing;
         let mut out = Vec::with_capacity(size);
         let (mut records, mut index) = (state.records, Vec::new());
         for (seq, bytes) in &batch.records {
