@@ -347,7 +347,7 @@ impl AuditLog {
     pub fn head(&self) -> Result<Anchor, AuditError> {
         match self.writer.store.head()? {
             Some(head) => Ok(head),
-            None => Ok(self.writer.chain.sign_head(0, GENESIS)),
+            None => Ok(self.empty_head()),
         }
     }
 
@@ -392,6 +392,11 @@ impl AuditLog {
 
     pub(super) fn key(&self, id: &str) -> Option<&DerivedKeys> {
         self.keys.get(id)
+    }
+
+    /// The head of a log with no record, signed if the log has a key.
+    pub(super) fn empty_head(&self) -> Anchor {
+        self.writer.chain.sign_head(0, GENESIS)
     }
 
     pub(super) fn signing_key(&self) -> Option<&DerivedKeys> {

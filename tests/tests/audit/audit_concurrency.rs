@@ -85,3 +85,41 @@ fn a_log_shares_its_database_with_other_stores() {
     effects.commit(&reservation, now).expect("committed");
     assert_eq!(audit::verify(&log, None).expect("intact").records, 1);
 }
+
+/// A reader verifying an append-only file over and over while a writer appends to it: every read verifies (a
+/// batch caught half-written is left for a later read, never taken for damage), the count never goes back, and
+/// the last read sees every record.
+#[test]
+fn a_reader_verifies_an_append_only_file_while_it_is_written() {
+    const BATCHES: usize = 300;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("audit.log");
+    let config = AuditConfig { key: Some(audit_test_key()), store_raw: true, ..AuditConfig::default() };
+    let writer = Arc::new(AuditLog::open_append_only(&path, config.clone()).expect("opens"));
+    let reader = AuditLog::read_append_only(&path, config).expect("opens to read");
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appending = {
+        let (writer, done) = (Arc::clone(&writer), Arc::clone(&done));
+        std::thread::spawn(move || {
+            for i in 0..BATCHES {
+                // Raw values stored and a long argument: each record spans pages, so a read can land mid-write.
+                let arguments = json!({"i": i, "padding": "x".repeat(3000 + i * 7)});
+                let call_id = format!("call-{i}");
+                writer
+                    .append(AuditEvent::new("work", &call_id, AuditOutcome::Executed).arguments(&arguments))
+                    .expect("appended");
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let (mut last, mut reads) = (0, 0);
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        let report = audit::verify(&reader, None).unwrap_or_else(|err| panic!("read {reads} after #{last}: {err}"));
+        assert!(report.records >= last, "the count went back from {last} to {}", report.records);
+        last = report.records;
+        reads += 1;
+    }
+    appending.join().expect("the writer ran");
+    assert_eq!(audit::verify(&reader, None).expect("verifies").records, BATCHES as u64);
+    assert!(reads > 1, "the reader read while the writer wrote");
+}
