@@ -669,7 +669,7 @@ mod tests {
     }
 
     #[test]
-    fn appends_handed_to_the_thread_are_answered_in_groups() {
+    fn appends_handed_to_the_thread_are_each_answered_with_their_own_position() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(AuditLog::open_append_only(dir.path().join("audit.log"), keyed()).unwrap());
         let threads: Vec<_> = (0..8)

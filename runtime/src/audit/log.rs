@@ -445,13 +445,7 @@ impl Writer {
     /// each; ends when the log is dropped.
     fn commit_jobs(&self, queue: &mpsc::Receiver<Job>) {
         while let Ok(first) = queue.recv() {
-            let mut jobs = vec![first];
-            while jobs.len() < MAX_GROUP {
-                match queue.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
-            }
+            let jobs = crate::store::take_queued(queue, first, MAX_GROUP);
             let (group, senders): (Vec<_>, Vec<_>) = jobs
                 .into_iter()
                 .enumerate()

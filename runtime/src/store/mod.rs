@@ -119,3 +119,16 @@ impl StoreHandle {
         }
     }
 }
+
+/// `first` and whatever else is already queued behind it, up to `max` in all, without waiting: what a writer
+/// thread commits together.
+pub(crate) fn take_queued<T>(queue: &std::sync::mpsc::Receiver<T>, first: T, max: usize) -> Vec<T> {
+    let mut taken = vec![first];
+    while taken.len() < max {
+        match queue.try_recv() {
+            Ok(next) => taken.push(next),
+            Err(_) => break,
+        }
+    }
+    taken
+}

@@ -592,13 +592,7 @@ fn run_writer(
     committing: &Mutex<()>,
 ) {
     while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+        let batch = super::take_queued(queue, first, MAX_BATCH);
         let writes = batch.len();
         let _committing = committing.lock().unwrap_or_else(PoisonError::into_inner);
         commit_and_answer(database, batch, stats);

@@ -261,15 +261,8 @@ fn the_stdio_gateway_commits_a_lone_calls_record_without_waking_the_writer_threa
     assert!(woken < CALLS / 2, "the writer thread was woken {woken} times for {CALLS} calls");
     session.close();
 
-    let verified = Command::new(AIRLOCK)
-        .arg("--json")
-        .arg("--db")
-        .arg(scratch.path("airlock.redb"))
-        .args(["audit", "verify"])
-        .output()
-        .expect("airlock runs");
-    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
-    let report: Value = serde_json::from_slice(&verified.stdout).expect("a JSON report");
+    let db = scratch.path("airlock.redb");
+    let report = audit_report(&[OsStr::new("--db"), db.as_os_str(), OsStr::new("audit"), OsStr::new("verify")]);
     assert_eq!(report["records"], 1 + CALLS, "every call audited: {report}");
 }
 
