@@ -69,8 +69,9 @@ fn needs_escape(c: char) -> bool {
 }
 
 fn capped(text: &str, max: usize) -> Cow<'_, str> {
-    // Fast path, the usual case: short and printable.
-    if text.len() <= max && !text.chars().any(needs_escape) {
+    // Fast path, the usual case: short and printable (printable ASCII read byte by byte, then any other text
+    // character by character).
+    if text.len() <= max && (text.bytes().all(|b| matches!(b, b' '..=b'~')) || !text.chars().any(needs_escape)) {
         return Cow::Borrowed(text);
     }
     let count = text.chars().count();

@@ -163,6 +163,61 @@ mod tests {
         assert_eq!(kept, expected, "every declared key is kept, in the order sent");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever number of ghosts an object holds (a few are removed one by one, many in one pass) and
+        /// however their keys are spelt (dots, brackets, the empty key, bidi and multi-byte characters, a
+        /// ghost's key ending another's), what is left is exactly the declared keys as sent, in the order
+        /// sent, at the top level and one object down, and each ghost is reported once at its path.
+        #[test]
+        fn stripping_leaves_the_declared_keys_in_the_order_sent(
+            top in proptest::collection::vec((proptest::bool::ANY, 0..12_usize), 0..80),
+            inner in proptest::collection::vec((proptest::bool::ANY, 0..12_usize), 0..12),
+        ) {
+            const GHOSTS: [&str; 12] =
+                ["g", "", "a.b", "x[0]", "\u{202e}admin", "é", "p1", "gp1", "ghost ", " g", "[1]", "g.g"];
+            // `p{i}` is declared (an integer), `o` is declared as a closed object of `q{i}`s.
+            let declared: Map<String, Value> = (0..12).map(|i| (format!("p{i}"), json!({"type": "integer"})))
+                .chain([("o".to_owned(), closed(Value::Object(
+                    (0..12).map(|i| (format!("q{i}"), json!({"type": "integer"}))).collect(),
+                )))])
+                .collect();
+            let object = |keys: &[(bool, usize)], prefix: &str| -> (Vec<(String, Value)>, Vec<String>) {
+                let mut sent = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                for (n, &(is_ghost, i)) in keys.iter().enumerate() {
+                    let key = if is_ghost { format!("{}{}", GHOSTS[i], n % 3) } else { format!("{prefix}{i}") };
+                    if seen.insert(key.clone()) {
+                        sent.push((key, json!(n)));
+                    }
+                }
+                let declared: Vec<String> = (0..12).map(|i| format!("{prefix}{i}")).collect();
+                let ghosts = sent.iter().filter(|(k, _)| !declared.contains(k)).map(|(k, _)| k.clone()).collect();
+                (sent, ghosts)
+            };
+            let (mut top_sent, top_ghosts) = object(&top, "p");
+            let (inner_sent, inner_ghosts) = object(&inner, "q");
+            top_sent.insert(top_sent.len() / 2, ("o".to_owned(), Value::Object(inner_sent.iter().cloned().collect())));
+            let value = Value::Object(top_sent.iter().cloned().collect());
+            let (kept, ghosts, _) = walk(closed(Value::Object(declared)), value);
+            let keep = |sent: &[(String, Value)], ghosts: &[String]| -> Vec<String> {
+                sent.iter().map(|(k, _)| k.clone()).filter(|k| !ghosts.contains(k)).collect()
+            };
+            let kept = kept.as_object().expect("an object").clone();
+            proptest::prop_assert_eq!(kept.keys().cloned().collect::<Vec<_>>(), keep(&top_sent, &top_ghosts));
+            let kept_inner = kept["o"].as_object().expect("an object");
+            proptest::prop_assert_eq!(kept_inner.keys().cloned().collect::<Vec<_>>(), keep(&inner_sent, &inner_ghosts));
+            for (key, value) in kept.iter().filter(|(k, _)| *k != "o").chain(kept_inner) {
+                let sent = top_sent.iter().chain(&inner_sent).find(|(k, _)| k == key).map(|(_, v)| v);
+                proptest::prop_assert_eq!(Some(value), sent, "{} kept with its value", key);
+            }
+            let expected: Vec<String> = top_ghosts.iter().map(|g| format!("x.{g}"))
+                .chain(inner_ghosts.iter().map(|g| format!("x.o.{g}"))).collect();
+            proptest::prop_assert_eq!(ghosts, expected);
+        }
+    }
+
     #[test]
     fn only_a_refusing_walk_suggests_a_key() {
         let root = closed(

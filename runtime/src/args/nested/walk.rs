@@ -12,6 +12,9 @@ use super::path::Path;
 use crate::dialect::Dialect;
 use crate::echo;
 
+/// How many ghosts in one object are removed one by one, each by its key (more are removed in one pass).
+const FEW_GHOSTS: usize = 4;
+
 /// Up to a few ids without allocating: the schemas one key or item has among the alternatives (one, for
 /// every alternative but a union's).
 enum Few {
@@ -114,6 +117,8 @@ impl<'s> Walk<'s> {
         // Where the ghosts are, for removing them without looking each key up again (the first 64 keys;
         // past those, each is looked up again).
         let mut ghost_at = 0_u64;
+        // The first few ghosts' key lengths: each is removed by its key, read off the end of its path.
+        let mut key_lengths = [0_usize; FEW_GHOSTS];
         for (at, (key, child)) in map.iter_mut().enumerate() {
             // Whether the key is a ghost (no alternative admits it), its value walked if not. One alternative
             // (the usual case) answers both from one lookup of the key.
@@ -147,6 +152,9 @@ impl<'s> Walk<'s> {
                 if at < 64 {
                     ghost_at |= 1 << at;
                 }
+                if let Some(length) = key_lengths.get_mut(found_here) {
+                    *length = key.len();
+                }
                 // The closest declared key is for a refusal's hint: only a walk that refuses needs it.
                 let closest = if self.remove {
                     None
@@ -157,7 +165,14 @@ impl<'s> Walk<'s> {
                 found_here += 1;
             }
         }
-        if self.remove && found_here > 0 {
+        if self.remove && found_here > 0 && found_here <= FEW_GHOSTS {
+            // A few ghosts (the usual case) are removed one by one: `retain` would rebuild the map's whole hash
+            // table, which costs more in time than the lookups (each removal is linear in the map's size, so
+            // many ghosts take the path below).
+            for (ghost, &length) in self.ghosts[before..before + found_here].iter().zip(&key_lengths) {
+                map.shift_remove(&ghost.path[ghost.path.len() - length..]);
+            }
+        } else if self.remove && found_here > 0 {
             let mut at = 0;
             map.retain(|key, _| {
                 at += 1;
