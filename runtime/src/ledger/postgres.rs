@@ -30,6 +30,7 @@ use crate::effect::{self, EffectError, EffectRecord, EffectStore, PostgresEffect
 use crate::store::StoreHandle;
 use crate::store::postgres::{self, PgTables, PostgresOpenError, PostgresOptions, Shared};
 
+use super::records::SETTLED_STATUS_PREFIXES;
 use super::transitions::{self, LedgerTables};
 use super::{
     ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
@@ -336,9 +337,15 @@ impl ApprovalLedger for PostgresLedger {
     fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
         self.read(|pool| async move {
             let client = get_client(&pool).await?;
-            // Every request's status, then the records of the unresolved ones only.
+            // The statuses of the requests not settled (a denied or spent status, as this ledger writes it, is
+            // recognised by its tag where the rows are, as the redb ledger does), then the records of the
+            // unresolved ones only.
             let rows = client
-                .query("SELECT request_id, status FROM airlock_requests", &[])
+                .query(
+                    "SELECT request_id, status FROM airlock_requests \
+                     WHERE status IS NULL OR NOT (starts_with(status, $1) OR starts_with(status, $2))",
+                    &[&SETTLED_STATUS_PREFIXES[0], &SETTLED_STATUS_PREFIXES[1]],
+                )
                 .await
                 .map_err(LedgerError::storage)?;
             let mut statuses = std::collections::HashMap::new();

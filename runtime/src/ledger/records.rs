@@ -229,6 +229,11 @@ pub enum RequestStatus {
     Spent(SpentRecord),
 }
 
+/// How a denied and a spent status begin as the ledgers encode them (serde writes an internally tagged enum's tag
+/// first): a listing of unresolved requests passes over those rows without decoding them (redb), or leaves them
+/// where they are (PostgreSQL). A status written another way is decoded.
+pub(crate) const SETTLED_STATUS_PREFIXES: [&str; 2] = [r#"{"status":"denied","#, r#"{"status":"spent","#];
+
 impl RequestStatus {
     /// Whether the request still waits for a human's decision (pending, or approved by fewer approvers than
     /// it needs).

@@ -1,6 +1,7 @@
 //! The durable ledger in a redb file: the approval tables of the file's engine ([`crate::store`]), every
 //! write group-committed by the database's one writer thread.
 
+use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,13 +157,35 @@ impl ApprovalLedger for RedbLedger {
     fn unresolved_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
         self.read(|tables| {
             let mut entries = Vec::new();
-            // The requests table's keys, each request's status, and only an unresolved one's record decoded.
+            // The requests and their statuses read side by side in key order (both tables are keyed by
+            // request id), a settled status recognised by its tag without being decoded, and only an
+            // unresolved request's status and record decoded.
+            let mut statuses = tables.status.iter().map_err(LedgerError::storage)?.peekable();
             for item in tables.requests.iter().map_err(LedgerError::storage)? {
                 let (key, value) = item.map_err(LedgerError::storage)?;
-                let status =
-                    get::<RequestStatus>(&tables.status, "status", key.value())?.unwrap_or(RequestStatus::Pending);
+                let request_id = key.value();
+                let mut found = None;
+                while let Some(next) = statuses.peek() {
+                    // (An error is taken and reported below.)
+                    let order =
+                        next.as_ref().map_or(Ordering::Equal, |(status_key, _)| status_key.value().cmp(request_id));
+                    if order == Ordering::Greater {
+                        break;
+                    }
+                    let Some(item) = statuses.next() else { break };
+                    let (_, bytes) = item.map_err(LedgerError::storage)?;
+                    if order == Ordering::Equal {
+                        found = Some(bytes);
+                        break;
+                    }
+                }
+                let status = match found.as_ref().map(|bytes| bytes.value()) {
+                    Some(bytes) if is_settled(bytes) => continue,
+                    Some(bytes) => decode::<RequestStatus>("status", request_id, bytes)?,
+                    None => RequestStatus::Pending,
+                };
                 if status.is_unresolved() {
-                    let request: RequestRecord = decode("requests", key.value(), value.value())?;
+                    let request: RequestRecord = decode("requests", request_id, value.value())?;
                     entries.push(RequestEntry { request, status });
                 }
             }
@@ -188,6 +211,13 @@ fn encode(table: &'static str, key: &str, record: &impl Serialize) -> Result<Vec
         key: key.to_owned(),
         detail: format!("cannot encode: {err}"),
     })
+}
+
+/// Whether a status as this ledger writes it is denied or spent, read from its tag
+/// ([`SETTLED_STATUS_PREFIXES`](super::records::SETTLED_STATUS_PREFIXES)). Anything else, a status written
+/// another way included, is decoded.
+fn is_settled(status: &[u8]) -> bool {
+    super::records::SETTLED_STATUS_PREFIXES.iter().any(|prefix| status.starts_with(prefix.as_bytes()))
 }
 
 fn decode<T: DeserializeOwned>(table: &'static str, key: &str, bytes: &[u8]) -> Result<T, LedgerError> {
@@ -307,5 +337,47 @@ impl LedgerTables for WriteTables<'_> {
         self.wrote = true;
         opened_mut(&mut self.grants, "grants")?.remove(grant_id).map_err(LedgerError::storage)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tag read without decoding names exactly the statuses that are not unresolved, as this ledger
+    /// encodes them; a status written another way (its tag not first) is decoded, so still read right.
+    #[test]
+    fn a_settled_status_is_recognised_by_its_tag() {
+        let grant = GrantRecord {
+            grant_id: "g".into(),
+            request_id: "r".into(),
+            key_id: "k".into(),
+            binding: "b".into(),
+            approver: "alice".into(),
+            co_approvers: Vec::new(),
+            signatures: Vec::new(),
+            granted_at: Duration::from_secs(1),
+            expires_at: Duration::from_secs(2),
+        };
+        let denial = DenialRecord {
+            request_id: "r".into(),
+            denied_by: "bob".into(),
+            reason: Some("status\":\"spent".into()),
+            denied_at: Duration::from_secs(1),
+            revoked_grant: None,
+            signature: None,
+        };
+        let statuses = [
+            RequestStatus::Pending,
+            RequestStatus::Approving { approvals: Vec::new(), replaces: None },
+            RequestStatus::Granted(grant.clone()),
+            RequestStatus::Denied(denial),
+            RequestStatus::Spent(SpentRecord { grant, spent_at: Duration::from_secs(2) }),
+        ];
+        for status in statuses {
+            let bytes = encode("status", "r", &status).unwrap();
+            assert_eq!(is_settled(&bytes), !status.is_unresolved(), "{}", String::from_utf8_lossy(&bytes));
+        }
+        assert!(!is_settled(br#"{"spent_at":{"secs":2,"nanos":0},"status":"spent"}"#));
     }
 }

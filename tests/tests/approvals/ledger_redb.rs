@@ -12,7 +12,7 @@ use agent_airlock::ledger::{
 };
 use agent_airlock::store::{OpenError, RedbOpenOptions, open_database};
 use agent_airlock_tests::ledger_fixtures::{OwnedCall, START, approvals};
-use redb::{ReadableDatabase, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
 fn ledger_at(path: &Path) -> (InterruptApprovals, Arc<ManualClock>) {
@@ -280,4 +280,137 @@ fn an_unknown_schema_version_is_refused() {
     }
     let err = RedbLedger::from_database(database).unwrap_err();
     assert!(matches!(err, OpenError::UnsupportedSchema { found: 99 }), "{err}");
+}
+
+/// What `unresolved_requests` must answer: the listed requests whose status is unresolved, in the listing's
+/// order (the full read it replaced).
+fn listed_unresolved(ledger: &RedbLedger) -> Vec<agent_airlock::ledger::RequestEntry> {
+    ledger.list_requests().unwrap().into_iter().filter(|entry| entry.status.is_unresolved()).collect()
+}
+
+/// One step of a ledger's life, on request `r{0}` (a few ids, so steps meet the same request).
+#[derive(Debug, Clone)]
+enum Step {
+    Record { approvals: u32 },
+    Approve { approver: &'static str },
+    Deny,
+    Spend,
+    Wait { secs: u64 },
+    Prune { age_secs: u64 },
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = (usize, Step)> {
+    use proptest::prelude::*;
+    let step = prop_oneof![
+        (1_u32..=2).prop_map(|approvals| Step::Record { approvals }),
+        prop_oneof![Just("alice"), Just("bob")].prop_map(|approver| Step::Approve { approver }),
+        Just(Step::Deny),
+        Just(Step::Spend),
+        (1_u64..90).prop_map(|secs| Step::Wait { secs }),
+        (0_u64..120).prop_map(|age_secs| Step::Prune { age_secs }),
+    ];
+    (0_usize..6, step)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// The index of unresolved requests stays what a read of every status finds, through any sequence of
+    /// requests, partial and full approvals, denials (of a live or an expired grant), spends, expiries and
+    /// prunes, failed transitions included (a second denial, a spend of an expired grant), and after the file
+    /// is reopened.
+    #[test]
+    fn unresolved_requests_follow_every_transition(steps in proptest::collection::vec(step(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.redb");
+        let ledger = RedbLedger::open(&path).unwrap();
+        let mut now = START;
+        let mut grants = std::collections::HashMap::new();
+        for (n, (i, step)) in steps.iter().enumerate() {
+            let id = format!("r{i}");
+            match step {
+                Step::Record { approvals } => {
+                    let record = RequestRecord {
+                        requested_at: now,
+                        interrupt: json!({"airlock_approval": {"approvals": approvals}}),
+                        ..agent_airlock_tests::ledger_fixtures::request_record(&id)
+                    };
+                    let _ = ledger.record_request(record, None).wait();
+                }
+                Step::Approve { approver } => {
+                    let grant_id = format!("g{i}-{n}");
+                    let grant = GrantRecord {
+                        grant_id: grant_id.clone(),
+                        request_id: id.clone(),
+                        key_id: "k1".into(),
+                        binding: format!("b-{id}"),
+                        approver: (*approver).into(),
+                        co_approvers: Vec::new(),
+                        signatures: Vec::new(),
+                        granted_at: now,
+                        expires_at: now + Duration::from_secs(60),
+                    };
+                    if ledger.grant(grant, now).wait().is_ok() {
+                        grants.insert(id.clone(), grant_id);
+                    }
+                }
+                Step::Deny => {
+                    let denial = agent_airlock::ledger::DenialRecord {
+                        request_id: id.clone(),
+                        denied_by: "carol".into(),
+                        reason: None,
+                        denied_at: now,
+                        revoked_grant: None,
+                        signature: None,
+                    };
+                    let _ = ledger.deny(denial).wait();
+                }
+                Step::Spend => {
+                    if let Some(grant_id) = grants.get(&id) {
+                        let attempt = SpendAttempt { grant_id: grant_id.clone(), binding: format!("b-{id}"), now };
+                        let _ = ledger.spend(attempt).wait();
+                    }
+                }
+                Step::Wait { secs } => now += Duration::from_secs(*secs),
+                Step::Prune { age_secs } => {
+                    let _ = ledger.prune(now.saturating_sub(Duration::from_secs(*age_secs)), now).wait();
+                }
+            }
+            proptest::prop_assert_eq!(ledger.unresolved_requests().unwrap(), listed_unresolved(&ledger), "after {:?}", step);
+        }
+        let expected = listed_unresolved(&ledger);
+        drop(ledger);
+        let reopened = RedbLedger::open(&path).unwrap();
+        proptest::prop_assert_eq!(&reopened.unresolved_requests().unwrap(), &expected);
+    }
+}
+
+/// Read side by side in key order, the two tables agree with the full listing even where an edit of the file
+/// left a request without a status (read as pending, as the listing reads it) or a status without a request.
+#[test]
+fn unresolved_requests_agree_with_the_listing_in_an_edited_file() {
+    const REQUESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_requests");
+    const STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("airlock_approval_status");
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = populated_file(dir.path());
+    {
+        let database = open_database(&path, &RedbOpenOptions::default()).unwrap();
+        let txn = database.begin_write().unwrap();
+        {
+            let mut status = txn.open_table(STATUS).unwrap();
+            let mut requests = txn.open_table(REQUESTS).unwrap();
+            let first: String = requests.iter().unwrap().next().unwrap().unwrap().0.value().to_owned();
+            status.remove(first.as_str()).unwrap();
+            status.insert("zz-orphan", br#"{"status":"pending"}"#.as_slice()).unwrap();
+            status.insert("00-orphan", br#"{"status":"pending"}"#.as_slice()).unwrap();
+            let record =
+                serde_json::to_vec(&agent_airlock_tests::ledger_fixtures::request_record("mm-no-status")).unwrap();
+            requests.insert("mm-no-status", record.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let ledger = RedbLedger::open(&path).unwrap();
+    let expected = listed_unresolved(&ledger);
+    assert_eq!(expected.len(), 32, "30 open, the one whose status was removed, the one recorded without");
+    assert_eq!(ledger.unresolved_requests().unwrap(), expected);
 }
