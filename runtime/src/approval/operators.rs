@@ -351,6 +351,10 @@ pub struct SignatureCount {
     pub credentials: u32,
     /// Why each other signature counted for nothing.
     pub problems: Vec<String>,
+    /// When the last of the valid signatures was made (its signed `signed_at_ms`): a grant is issued when its
+    /// last approval lands, so a host can bound the grant's life by what the operators signed rather than by
+    /// the expiry the ledger keeps, which no signature covers.
+    pub latest_signed_at_ms: Option<u64>,
 }
 
 impl Operators {
@@ -474,10 +478,12 @@ impl Operators {
     pub fn count(&self, signatures: &[DecisionSignature], subject: &DecisionSubject<'_>) -> SignatureCount {
         let mut credentials = BTreeSet::new();
         let mut problems = Vec::new();
+        let mut latest_signed_at_ms = None;
         for signature in signatures {
             match self.verify(signature, subject) {
                 Ok(credential) => {
                     credentials.insert(credential);
+                    latest_signed_at_ms = latest_signed_at_ms.max(Some(signature.signed_at_ms));
                 }
                 Err(problem) => problems.push(problem),
             }
@@ -497,7 +503,7 @@ impl Operators {
                 Credential::Account(name) => !covered.contains(name.as_str()),
             })
             .count();
-        SignatureCount { credentials: u32::try_from(count).unwrap_or(u32::MAX), problems }
+        SignatureCount { credentials: u32::try_from(count).unwrap_or(u32::MAX), problems, latest_signed_at_ms }
     }
 }
 

@@ -637,3 +637,74 @@ fn a_grant_swapped_between_its_verification_and_its_spend_runs_nothing_and_holds
     assert_eq!(outcomes, ["interrupted", "approved", "refused (approval_invalid)"], "{records:#?}");
     assert!(!records.iter().any(|r| r.outcome == AuditOutcome::Executed), "{outcomes:?}");
 }
+
+/// The database of a PostgreSQL host, for edits made behind the ledger's back.
+fn database_of(url: &str) -> &str {
+    url.split_whitespace().find_map(|part| part.strip_prefix("dbname=")).expect("a dbname in the URL")
+}
+
+/// What whoever can write the database does to undo a spend: every grant's row set back to live, and its
+/// expiry pushed a century out (no signature covers either).
+fn revive_every_grant(url: &str) {
+    agent_airlock_tests::pg_server::shared().psql(
+        database_of(url),
+        r#"UPDATE airlock_grants SET entry = jsonb_set(jsonb_set(entry::jsonb, '{state}', '{"state": "live"}'),
+                                                 '{grant,expires_at}', '4102444800000')::text"#,
+    );
+}
+
+/// A spent grant's row set back to live in the database (and its expiry pushed out) does not run the approved
+/// call again in the host that spent it, through the dispatcher or `admit`; in another host (a process that did
+/// not spend it) the grant lives only as long as the operators' signatures allow: the host's grant
+/// time-to-live after the last one, give or take `CLOCK_SKEW`, whatever expiry the row says.
+#[test]
+fn a_spent_grant_set_back_to_live_in_the_database_is_bounded_by_the_host_and_the_signatures() {
+    use agent_airlock::approval::CLOCK_SKEW;
+
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
+    let (operators, keys) = operators(&["alice"]);
+
+    // The dispatcher (one process): the approved call runs once, and not again once the row is revived.
+    let dispatcher = dispatcher_with(host.operator_mode(&operators), Arc::clone(&host.clock), Policy::new());
+    let interrupt = match block_on(dispatcher.dispatch(refund_call(500), &context(host.log(), "c1", None))) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    let resume = host.operator_mode(&operators).approve_signed(&interrupt, DecisionSigner::Operator(&keys[0]));
+    let resume = resume.wait().unwrap().into_value();
+    let resumed = || context(host.log(), "c1", Some(resume.clone()));
+    let message = block_on(dispatcher.dispatch(refund_call(500), &resumed())).expect_message();
+    assert_eq!(message.status, Status::Success, "{message:?}");
+    revive_every_grant(&url);
+    let again = block_on(dispatcher.dispatch(refund_call(500), &resumed())).expect_message();
+    assert_eq!(again.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{again:?}");
+    assert_eq!(host.executions(), 1, "the approved call ran once");
+
+    // `admit`, the same: one set of approvals (a process) admits the call once.
+    let approvals = host.operator_mode(&operators);
+    let call = OwnedCall::refund(7);
+    let request = host.request(&call, 1);
+    let granted = approvals.approve_signed(request.as_value(), DecisionSigner::Operator(&keys[0])).wait().unwrap();
+    approvals.admit(&call.input(), granted.as_value()).wait().unwrap();
+    revive_every_grant(&url);
+    let replayed = approvals.admit(&call.input(), granted.as_value()).wait();
+    assert!(matches!(replayed, Err(AdmitError::AlreadySpent { .. })), "{replayed:?}");
+
+    // Another process does not know what this one spent: within the signatures' bound it admits the revived
+    // grant (the limit the README states), past it not, whatever the row's expiry says.
+    revive_every_grant(&url);
+    let other = host.operator_mode(&operators);
+    host.clock.advance(GRANT_TTL + CLOCK_SKEW - std::time::Duration::from_secs(1));
+    other.admit(&call.input(), granted.as_value()).wait().expect("within the signed bound");
+    revive_every_grant(&url);
+    host.clock.advance(std::time::Duration::from_secs(1));
+    let late = host.operator_mode(&operators).admit(&call.input(), granted.as_value()).wait();
+    assert!(
+        matches!(late, Err(AdmitError::Expired { expired_at, .. }) if expired_at == START + GRANT_TTL + CLOCK_SKEW),
+        "{late:?}"
+    );
+    let late = host.resume(&operators, resume).expect_message();
+    assert_eq!(late.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{late:?}");
+    assert_eq!(host.executions(), 1, "the approved call ran once");
+}

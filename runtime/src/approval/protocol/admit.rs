@@ -1,6 +1,10 @@
 //! Step 3 of the protocol, the admission: derive the binding again from the call now being made, check the
 //! token, spend the grant once.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::InterruptApprovals;
@@ -83,6 +87,8 @@ impl InterruptApprovals {
             attempt: SpendAttempt { grant_id: grant_id.to_owned(), binding: binding.to_hex(), now: self.clock.now() },
             key_id: key_id.to_owned(),
             verified,
+            spent_here: Arc::clone(&self.spent),
+            grant_ttl: self.grant_ttl,
         })
     }
 
@@ -147,6 +153,54 @@ pub(crate) struct PreparedAdmission {
     key_id: String,
     /// Operator mode: the grant whose signatures were verified; the spend must spend exactly it.
     verified: Option<Box<GrantRecord>>,
+    /// The grants this process spent: a spend the ledger answers for one of them again is refused.
+    spent_here: Arc<SpentGrants>,
+    grant_ttl: Duration,
+}
+
+/// The longest a spent grant is remembered: its expiry as the ledger kept it when it was spent, at least the
+/// grant time-to-live after the spend, and at most this (a bound on the memory a busy host keeps).
+const REMEMBER_AT_MOST: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The grants spent through one [`InterruptApprovals`] (and its clones), each remembered until it would have
+/// expired. The ledger spends a grant once; a second spend it answers can only come from its row having been
+/// set back to live by whoever can write the database, and is refused here. (Another process, or this one
+/// restarted, does not know what this one spent: there, an operator-mode grant's signed time bounds it.)
+#[derive(Debug, Default)]
+pub(crate) struct SpentGrants {
+    inner: Mutex<SpentInner>,
+}
+
+#[derive(Debug, Default)]
+struct SpentInner {
+    /// Grant id → (when it was spent, until when it is remembered).
+    grants: HashMap<String, (Duration, Duration)>,
+    /// The number kept after the last sweep of the expired ones: the next sweep comes at twice as many.
+    after_sweep: usize,
+}
+
+impl SpentGrants {
+    /// Records the spend of `spent`; if this process spent that grant before (and still remembers it), when.
+    fn first_spend(&self, spent: &SpentRecord, grant_ttl: Duration) -> Result<(), Duration> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = spent.spent_at;
+        if inner.grants.len() >= inner.after_sweep.max(64) * 2 {
+            inner.grants.retain(|_, (_, until)| *until > now);
+            inner.after_sweep = inner.grants.len();
+        }
+        if let Some(&(spent_at, until)) = inner.grants.get(&spent.grant.grant_id)
+            && until > now
+        {
+            return Err(spent_at);
+        }
+        let until = spent
+            .grant
+            .expires_at
+            .max(now.saturating_add(grant_ttl))
+            .min(now.saturating_add(REMEMBER_AT_MOST.max(grant_ttl)));
+        inner.grants.insert(spent.grant.grant_id.clone(), (now, until));
+        Ok(())
+    }
 }
 
 impl PreparedAdmission {
@@ -199,14 +253,24 @@ pub(super) fn finish_admission(
             tracing::warn!(target: "agent_airlock", %grant_id, "the grant spent differs from the one verified; the call is refused");
             Err(AdmitError::UnsignedGrant { grant_id, detail: "the grant changed while it was being spent".to_owned() })
         }
-        Ok(spent) => Ok(Admission {
-            request_id: spent.grant.request_id,
-            grant_id: spent.grant.grant_id,
-            key_id: prepared.key_id,
-            approver: spent.grant.approver,
-            granted_at: spent.grant.granted_at,
-            spent_at: spent.spent_at,
-        }),
+        Ok(spent) => {
+            // Spent before by this process: the ledger's row was set back to live.
+            if let Err(first) = prepared.spent_here.first_spend(&spent, prepared.grant_ttl) {
+                tracing::warn!(
+                    target: "agent_airlock", %grant_id,
+                    "a grant this process spent was spent again (its ledger row was set back to live); the call is refused"
+                );
+                return Err(AdmitError::AlreadySpent { grant_id, spent_at: first });
+            }
+            Ok(Admission {
+                request_id: spent.grant.request_id,
+                grant_id: spent.grant.grant_id,
+                key_id: prepared.key_id,
+                approver: spent.grant.approver,
+                granted_at: spent.grant.granted_at,
+                spent_at: spent.spent_at,
+            })
+        }
         Err(LedgerError::AlreadySpent { grant_id, spent_at }) => Err(AdmitError::AlreadySpent { grant_id, spent_at }),
         Err(LedgerError::UnknownGrant { grant_id }) => Err(AdmitError::UnknownGrant { grant_id }),
         Err(LedgerError::GrantRevoked { grant_id }) => Err(AdmitError::Revoked { grant_id }),
@@ -226,4 +290,53 @@ pub(super) fn admit_writer_stopped() -> AdmitError {
 
 pub(super) fn malformed(detail: &str) -> AdmitError {
     AdmitError::MalformedGrant { detail: detail.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spent(grant_id: &str, at_secs: u64, expires_secs: u64) -> SpentRecord {
+        SpentRecord {
+            grant: GrantRecord {
+                grant_id: grant_id.into(),
+                request_id: "r".into(),
+                key_id: "k".into(),
+                binding: "b".into(),
+                approver: "alice".into(),
+                co_approvers: Vec::new(),
+                signatures: Vec::new(),
+                granted_at: Duration::from_secs(at_secs),
+                expires_at: Duration::from_secs(expires_secs),
+            },
+            spent_at: Duration::from_secs(at_secs),
+        }
+    }
+
+    /// A grant spent twice in one process is answered with its first spend while it is remembered (until its
+    /// expiry, at least the time-to-live after the spend, at most `REMEMBER_AT_MOST`); the ones no longer
+    /// remembered are swept, so what a busy host keeps stays bounded.
+    #[test]
+    fn a_grant_spent_again_is_refused_while_remembered_and_the_memory_is_swept() {
+        let ttl = Duration::from_secs(600);
+        let grants = SpentGrants::default();
+        assert_eq!(grants.first_spend(&spent("g", 1_000, 1_600), ttl), Ok(()));
+        assert_eq!(grants.first_spend(&spent("g", 1_500, 1_600), ttl), Err(Duration::from_secs(1_000)));
+        // Remembered for the time-to-live after the spend even when the row's expiry was pulled in...
+        assert_eq!(grants.first_spend(&spent("h", 1_000, 1_001), ttl), Ok(()));
+        assert_eq!(grants.first_spend(&spent("h", 1_599, 1_001), ttl), Err(Duration::from_secs(1_000)));
+        // ...and no longer than `REMEMBER_AT_MOST` when it was pushed out.
+        assert_eq!(grants.first_spend(&spent("i", 1_000, u64::MAX / 4), ttl), Ok(()));
+        let forgotten = 1_000 + REMEMBER_AT_MOST.as_secs();
+        assert_eq!(grants.first_spend(&spent("i", forgotten, u64::MAX / 4), ttl), Ok(()));
+        // Many spends, then later ones: the forgotten are swept.
+        for n in 0..1_000 {
+            assert_eq!(grants.first_spend(&spent(&format!("many{n}"), 2_000, 2_600), ttl), Ok(()));
+        }
+        for n in 0..200 {
+            assert_eq!(grants.first_spend(&spent(&format!("late{n}"), 10_000, 10_600), ttl), Ok(()));
+        }
+        let kept = grants.inner.lock().unwrap().grants.len();
+        assert!(kept < 400, "{kept} remembered");
+    }
 }

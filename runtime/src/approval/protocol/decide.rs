@@ -1,6 +1,8 @@
 //! Step 2 of the protocol, the decision: check a stored request, then record a grant or a denial (signed by
 //! an operator, or not), and read a decision recorded elsewhere.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
 use super::error::{AdmitError, DecisionError, decision_ledger_error};
@@ -359,8 +361,15 @@ impl InterruptApprovals {
 
     /// Operator mode: whether `grant` is signed by as many distinct listed, unrevoked credentials as
     /// `approvals`, for the request and binding it names. Outside operator mode every grant passes.
-    fn verify_grant_signatures(&self, grant: &GrantRecord, binding: &str, approvals: u32) -> Result<(), String> {
-        let Some(operators) = &self.operators else { return Ok(()) };
+    /// Operator mode: whether enough listed operators signed `grant`; when they did, when the last valid
+    /// signature was made (`None` outside operator mode).
+    fn verify_grant_signatures(
+        &self,
+        grant: &GrantRecord,
+        binding: &str,
+        approvals: u32,
+    ) -> Result<Option<u64>, String> {
+        let Some(operators) = &self.operators else { return Ok(None) };
         if grant.binding != binding {
             return Err("the grant names another binding".to_owned());
         }
@@ -368,7 +377,7 @@ impl InterruptApprovals {
         let count = operators.count(&grant.signatures, &subject);
         let needed = approvals.max(1);
         if count.credentials >= needed {
-            return Ok(());
+            return Ok(count.latest_signed_at_ms);
         }
         let mut detail = format!("{} of {needed} distinct operator credential(s) signed it", count.credentials);
         if grant.signatures.is_empty() {
@@ -416,10 +425,25 @@ impl InterruptApprovals {
         if request.body.request_id != grant.request_id || request.body.binding != call_binding {
             return Err(unsigned("the grant's request is not this call's".to_owned()));
         }
-        self.verify_grant_signatures(&grant, &call_binding, request.body.approvals).map_err(unsigned)?;
+        let signed_at =
+            self.verify_grant_signatures(&grant, &call_binding, request.body.approvals).map_err(unsigned)?;
+        // The expiry the ledger keeps is covered by no signature (whoever writes the database could push it
+        // out): the grant lives no longer than this host's grant time-to-live after the last signature, give or
+        // take the clocks' skew.
+        if let Some(signed_at) = signed_at {
+            let expired_at = Duration::from_millis(signed_at).saturating_add(self.grant_ttl).saturating_add(CLOCK_SKEW);
+            if self.clock.now() >= expired_at {
+                return Err(AdmitError::Expired { grant_id: grant_id.to_owned(), expired_at });
+            }
+        }
         Ok(Some(Box::new(grant)))
     }
 }
+
+/// How far the clock of the host that recorded an operator's signature may run ahead of the clock of the host
+/// that admits the call: a signed grant is admitted until its last signature's time, plus the grant
+/// time-to-live, plus this.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(300);
 
 /// What a reply of a decision answers when polled again after its answer was taken.
 pub(super) fn decision_writer_stopped() -> DecisionError {

@@ -45,6 +45,7 @@ pub(crate) use self::admit::PreparedAdmission;
 #[cfg(feature = "mcp")]
 pub(crate) use self::closing::CLOSED_BY;
 pub(crate) use self::closing::IssuedRequest;
+pub use self::decide::CLOCK_SKEW;
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError, ShowError};
 pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
@@ -70,6 +71,8 @@ pub struct InterruptApprovals {
     max_pending: Option<u32>,
     closing_patience: Duration,
     operators: Option<Arc<Operators>>,
+    /// The grants spent through these approvals (and their clones) in this process.
+    spent: Arc<admit::SpentGrants>,
 }
 
 /// Who signs a decision: an operator with their own key, or a console with its key, for the operator
@@ -137,6 +140,7 @@ impl InterruptApprovals {
             max_pending: Some(DEFAULT_MAX_PENDING),
             closing_patience: DEFAULT_CLOSING_PATIENCE,
             operators: None,
+            spent: Arc::default(),
         }
     }
 
