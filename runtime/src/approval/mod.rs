@@ -14,7 +14,7 @@ pub(crate) mod protocol;
 pub use self::approver::{ApprovalRequest, Approver, Decision, EscalationReason};
 pub(crate) use self::operators::ledger_credential;
 pub use self::protocol::{
-    Admission, AdmitError, Binding, BindingField, BindingInput, CLOCK_SKEW, CallSite, DEFAULT_CLOSING_PATIENCE,
+    Admission, AdmitError, Binding, BindingField, BindingInput, CallSite, DEFAULT_CLOSING_PATIENCE,
     DEFAULT_MAX_PENDING, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest, KeyLookupError, KeyRing,
     RequestError, ResumeValue, RetiredKeys, ShowError,
 };

@@ -84,6 +84,12 @@ pub struct DecisionSignature {
     pub attested: bool,
     /// When it was signed, in milliseconds since the Unix epoch.
     pub signed_at_ms: u64,
+    /// For an approval: when the grant it approves expires, as the approving host set it (milliseconds since
+    /// the Unix epoch). Signed with the rest, so whoever writes the database cannot push a grant's expiry out:
+    /// a host admits a signed grant only until the latest of its signatures' expiries. Absent from a denial,
+    /// and from signatures made before it was signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
     /// The Ed25519 signature, 128 lowercase hex characters.
     pub signature: String,
 }
@@ -222,7 +228,20 @@ impl OperatorKey {
         attested: bool,
         signed_at_ms: u64,
     ) -> Result<DecisionSignature, OperatorError> {
-        let message = decision_message(subject, operator, attested, signed_at_ms)
+        self.sign_until(subject, operator, attested, signed_at_ms, None)
+    }
+
+    /// [`sign`](Self::sign), the signature also covering when the grant it approves expires
+    /// ([`DecisionSignature::expires_at_ms`]): what a host signs for an approval.
+    pub fn sign_until(
+        &self,
+        subject: &DecisionSubject<'_>,
+        operator: &str,
+        attested: bool,
+        signed_at_ms: u64,
+        expires_at_ms: Option<u64>,
+    ) -> Result<DecisionSignature, OperatorError> {
+        let message = decision_message(subject, operator, attested, signed_at_ms, expires_at_ms)
             .map_err(|detail| OperatorError::Invalid { origin: "the decision".to_owned(), detail })?;
         let signature = self.signing.sign(&message);
         Ok(DecisionSignature {
@@ -230,6 +249,7 @@ impl OperatorKey {
             key: self.key_id(),
             attested,
             signed_at_ms,
+            expires_at_ms,
             signature: hex::encode(signature.to_bytes()),
         })
     }
@@ -260,8 +280,9 @@ fn decision_message(
     operator: &str,
     attested: bool,
     signed_at_ms: u64,
+    expires_at_ms: Option<u64>,
 ) -> Result<Vec<u8>, String> {
-    let body = json!({
+    let mut body = json!({
         "kind": subject.kind.as_str(),
         "request_id": subject.request_id,
         "binding": subject.binding,
@@ -270,6 +291,10 @@ fn decision_message(
         "attested": attested,
         "signed_at_ms": signed_at_ms,
     });
+    // Only when signed: a signature made without it verifies over the message it was made over.
+    if let (Some(expires_at_ms), Some(object)) = (expires_at_ms, body.as_object_mut()) {
+        object.insert("expires_at_ms".to_owned(), expires_at_ms.into());
+    }
     let mut message = DECISION_DOMAIN.to_vec();
     message.extend(canonical::to_canonical_vec(&body).map_err(|err| err.to_string())?);
     Ok(message)
@@ -351,10 +376,10 @@ pub struct SignatureCount {
     pub credentials: u32,
     /// Why each other signature counted for nothing.
     pub problems: Vec<String>,
-    /// When the last of the valid signatures was made (its signed `signed_at_ms`): a grant is issued when its
-    /// last approval lands, so a host can bound the grant's life by what the operators signed rather than by
-    /// the expiry the ledger keeps, which no signature covers.
-    pub latest_signed_at_ms: Option<u64>,
+    /// The latest grant expiry among the valid signatures that sign one ([`DecisionSignature::expires_at_ms`]):
+    /// a grant is issued by its last approval, with that approval's expiry, so a host bounds the grant's life by
+    /// what the operators signed rather than by the expiry the ledger keeps.
+    pub signed_expiry_ms: Option<u64>,
 }
 
 impl Operators {
@@ -462,7 +487,13 @@ impl Operators {
             parse_key(&signature.key).ok_or_else(|| format!("the signature for `{who}` names a malformed key"))?;
         let bytes = crate::keys::decode_lower_hex::<64>(&signature.signature)
             .ok_or_else(|| format!("the signature for `{who}` is not 128 lowercase hex characters"))?;
-        let message = decision_message(subject, &signature.operator, signature.attested, signature.signed_at_ms)?;
+        let message = decision_message(
+            subject,
+            &signature.operator,
+            signature.attested,
+            signature.signed_at_ms,
+            signature.expires_at_ms,
+        )?;
         key.verify(&message, &Signature::from_bytes(&bytes))
             .map_err(|_| format!("the signature for `{who}` does not verify for this decision"))?;
         Ok(if signature.attested {
@@ -478,12 +509,12 @@ impl Operators {
     pub fn count(&self, signatures: &[DecisionSignature], subject: &DecisionSubject<'_>) -> SignatureCount {
         let mut credentials = BTreeSet::new();
         let mut problems = Vec::new();
-        let mut latest_signed_at_ms = None;
+        let mut signed_expiry_ms = None;
         for signature in signatures {
             match self.verify(signature, subject) {
                 Ok(credential) => {
                     credentials.insert(credential);
-                    latest_signed_at_ms = latest_signed_at_ms.max(Some(signature.signed_at_ms));
+                    signed_expiry_ms = signed_expiry_ms.max(signature.expires_at_ms);
                 }
                 Err(problem) => problems.push(problem),
             }
@@ -503,7 +534,7 @@ impl Operators {
                 Credential::Account(name) => !covered.contains(name.as_str()),
             })
             .count();
-        SignatureCount { credentials: u32::try_from(count).unwrap_or(u32::MAX), problems, latest_signed_at_ms }
+        SignatureCount { credentials: u32::try_from(count).unwrap_or(u32::MAX), problems, signed_expiry_ms }
     }
 }
 

@@ -655,12 +655,9 @@ fn revive_every_grant(url: &str) {
 
 /// A spent grant's row set back to live in the database (and its expiry pushed out) does not run the approved
 /// call again in the host that spent it, through the dispatcher or `admit`; in another host (a process that did
-/// not spend it) the grant lives only as long as the operators' signatures allow: the host's grant
-/// time-to-live after the last one, give or take `CLOCK_SKEW`, whatever expiry the row says.
+/// not spend it) the grant lives only until the expiry its operators signed, whatever expiry the row says.
 #[test]
 fn a_spent_grant_set_back_to_live_in_the_database_is_bounded_by_the_host_and_the_signatures() {
-    use agent_airlock::approval::CLOCK_SKEW;
-
     let url = agent_airlock_tests::pg_server::shared().fresh_database();
     let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
     let (operators, keys) = operators(&["alice"]);
@@ -691,20 +688,48 @@ fn a_spent_grant_set_back_to_live_in_the_database_is_bounded_by_the_host_and_the
     let replayed = approvals.admit(&call.input(), granted.as_value()).wait();
     assert!(matches!(replayed, Err(AdmitError::AlreadySpent { .. })), "{replayed:?}");
 
-    // Another process does not know what this one spent: within the signatures' bound it admits the revived
-    // grant (the limit the README states), past it not, whatever the row's expiry says.
+    // Another process does not know what this one spent: until the signed expiry it admits the revived grant
+    // (the limit the README states), from then on not, whatever the row's expiry says.
     revive_every_grant(&url);
-    let other = host.operator_mode(&operators);
-    host.clock.advance(GRANT_TTL + CLOCK_SKEW - std::time::Duration::from_secs(1));
-    other.admit(&call.input(), granted.as_value()).wait().expect("within the signed bound");
+    host.clock.advance(GRANT_TTL - std::time::Duration::from_secs(1));
+    host.operator_mode(&operators).admit(&call.input(), granted.as_value()).wait().expect("before the signed expiry");
     revive_every_grant(&url);
     host.clock.advance(std::time::Duration::from_secs(1));
     let late = host.operator_mode(&operators).admit(&call.input(), granted.as_value()).wait();
-    assert!(
-        matches!(late, Err(AdmitError::Expired { expired_at, .. }) if expired_at == START + GRANT_TTL + CLOCK_SKEW),
-        "{late:?}"
-    );
+    assert!(matches!(late, Err(AdmitError::Expired { expired_at, .. }) if expired_at == START + GRANT_TTL), "{late:?}");
     let late = host.resume(&operators, resume).expect_message();
     assert_eq!(late.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{late:?}");
     assert_eq!(host.executions(), 1, "the approved call ran once");
+}
+
+/// The expiry an operator signs is the approving host's (its grant time-to-live): a host with a shorter one
+/// admits the grant until then. A signed expiry edited in the database (to keep a grant alive) breaks its
+/// signature, and the grant admits nothing.
+#[test]
+fn a_grant_lives_until_its_signed_expiry_and_an_edited_one_breaks_its_signature() {
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
+    let (operators, keys) = operators(&["alice"]);
+    let hour = std::time::Duration::from_secs(3600);
+    let approving = InterruptApprovals::new(key_ring(), Arc::clone(&host.ledger), hour)
+        .with_clock(Arc::clone(&host.clock))
+        .with_operators(operators.clone());
+    let (first, second) = (OwnedCall::refund(7), OwnedCall::refund(8));
+    let (one, two) = (host.request(&first, 1), host.request(&second, 1));
+    let granted_one = approving.approve_signed(one.as_value(), DecisionSigner::Operator(&keys[0])).wait().unwrap();
+    let granted_two = approving.approve_signed(two.as_value(), DecisionSigner::Operator(&keys[0])).wait().unwrap();
+    // The admitting host's own time-to-live is GRANT_TTL (shorter than the hour signed).
+    host.clock.advance(GRANT_TTL * 2);
+    host.operator_mode(&operators)
+        .admit(&first.input(), granted_one.as_value())
+        .wait()
+        .expect("within the hour signed");
+
+    agent_airlock_tests::pg_server::shared().psql(
+        database_of(&url),
+        r#"UPDATE airlock_grants SET entry = jsonb_set(entry::jsonb, '{grant,signatures,0,expires_at_ms}', '4102444800000')::text
+           WHERE entry::jsonb -> 'state' ->> 'state' = 'live'"#,
+    );
+    let edited = host.operator_mode(&operators).admit(&second.input(), granted_two.as_value()).wait();
+    assert!(matches!(edited, Err(AdmitError::UnsignedGrant { .. })), "{edited:?}");
 }

@@ -186,8 +186,9 @@ impl InterruptApprovals {
             binding: &request.body.binding,
             approvals: request.body.approvals,
         };
+        let expires_at = now.saturating_add(self.grant_ttl);
         let signatures = match signer {
-            Some(signer) => vec![signer.sign(&subject, now)?],
+            Some(signer) => vec![signer.sign(&subject, now, Some(expires_at))?],
             None => Vec::new(),
         };
         let grant = GrantRecord {
@@ -199,7 +200,7 @@ impl InterruptApprovals {
             co_approvers: Vec::new(),
             signatures,
             granted_at: now,
-            expires_at: now.saturating_add(self.grant_ttl),
+            expires_at,
         };
         Ok((request, grant))
     }
@@ -277,7 +278,7 @@ impl InterruptApprovals {
             binding: &request.body.binding,
             approvals: request.body.approvals,
         };
-        denial.signature = Some(signer.sign(&subject, denial.denied_at)?);
+        denial.signature = Some(signer.sign(&subject, denial.denied_at, None)?);
         Ok(denial)
     }
 
@@ -361,8 +362,8 @@ impl InterruptApprovals {
 
     /// Operator mode: whether `grant` is signed by as many distinct listed, unrevoked credentials as
     /// `approvals`, for the request and binding it names. Outside operator mode every grant passes.
-    /// Operator mode: whether enough listed operators signed `grant`; when they did, when the last valid
-    /// signature was made (`None` outside operator mode).
+    /// Operator mode: whether enough listed operators signed `grant`; when they did, the latest grant expiry
+    /// their signatures sign (`None` outside operator mode, or for signatures made before expiries were signed).
     fn verify_grant_signatures(
         &self,
         grant: &GrantRecord,
@@ -377,7 +378,7 @@ impl InterruptApprovals {
         let count = operators.count(&grant.signatures, &subject);
         let needed = approvals.max(1);
         if count.credentials >= needed {
-            return Ok(count.latest_signed_at_ms);
+            return Ok(count.signed_expiry_ms);
         }
         let mut detail = format!("{} of {needed} distinct operator credential(s) signed it", count.credentials);
         if grant.signatures.is_empty() {
@@ -425,25 +426,17 @@ impl InterruptApprovals {
         if request.body.request_id != grant.request_id || request.body.binding != call_binding {
             return Err(unsigned("the grant's request is not this call's".to_owned()));
         }
-        let signed_at =
+        let signed_expiry =
             self.verify_grant_signatures(&grant, &call_binding, request.body.approvals).map_err(unsigned)?;
-        // The expiry the ledger keeps is covered by no signature (whoever writes the database could push it
-        // out): the grant lives no longer than this host's grant time-to-live after the last signature, give or
-        // take the clocks' skew.
-        if let Some(signed_at) = signed_at {
-            let expired_at = Duration::from_millis(signed_at).saturating_add(self.grant_ttl).saturating_add(CLOCK_SKEW);
-            if self.clock.now() >= expired_at {
-                return Err(AdmitError::Expired { grant_id: grant_id.to_owned(), expired_at });
-            }
+        // The expiry the ledger keeps is the database's to change: the one the operators signed bounds the grant.
+        if let Some(expired_at) = signed_expiry.map(Duration::from_millis)
+            && self.clock.now() >= expired_at
+        {
+            return Err(AdmitError::Expired { grant_id: grant_id.to_owned(), expired_at });
         }
         Ok(Some(Box::new(grant)))
     }
 }
-
-/// How far the clock of the host that recorded an operator's signature may run ahead of the clock of the host
-/// that admits the call: a signed grant is admitted until its last signature's time, plus the grant
-/// time-to-live, plus this.
-pub const CLOCK_SKEW: Duration = Duration::from_secs(300);
 
 /// What a reply of a decision answers when polled again after its answer was taken.
 pub(super) fn decision_writer_stopped() -> DecisionError {

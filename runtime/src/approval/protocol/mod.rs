@@ -45,7 +45,6 @@ pub(crate) use self::admit::PreparedAdmission;
 #[cfg(feature = "mcp")]
 pub(crate) use self::closing::CLOSED_BY;
 pub(crate) use self::closing::IssuedRequest;
-pub use self::decide::CLOCK_SKEW;
 pub use self::error::{AdmitError, BindingField, DecisionError, RequestError, ShowError};
 pub use self::key_ring::{KeyLookupError, KeyRing, RetiredKeys};
 pub use self::mac::{Binding, BindingInput};
@@ -99,11 +98,17 @@ impl DecisionSigner<'_> {
         }
     }
 
-    fn sign(&self, subject: &DecisionSubject<'_>, signed_at: Duration) -> Result<DecisionSignature, DecisionError> {
-        let at = millis(signed_at);
+    /// Signs `subject` at `signed_at`; an approval's signature also covers when its grant `expires_at`.
+    fn sign(
+        &self,
+        subject: &DecisionSubject<'_>,
+        signed_at: Duration,
+        expires_at: Option<Duration>,
+    ) -> Result<DecisionSignature, DecisionError> {
+        let (at, until) = (millis(signed_at), expires_at.map(millis));
         match self {
-            DecisionSigner::Operator(key) => key.sign(subject, key.name(), false, at),
-            DecisionSigner::Console { key, account } => key.sign(subject, account, true, at),
+            DecisionSigner::Operator(key) => key.sign_until(subject, key.name(), false, at, until),
+            DecisionSigner::Console { key, account } => key.sign_until(subject, account, true, at, until),
         }
         .map_err(|err| DecisionError::Signing(err.to_string()))
     }
