@@ -35,6 +35,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod records;
+#[cfg(test)]
+pub(crate) use self::records::test_grant;
 mod redb;
 mod transitions;
 

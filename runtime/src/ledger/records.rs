@@ -205,6 +205,22 @@ pub struct SpendAttempt {
     pub now: Duration,
 }
 
+/// A grant of request `r` by `alice` (key `k`, binding `b`), for unit tests.
+#[cfg(test)]
+pub(crate) fn test_grant(grant_id: &str, granted_at: Duration, expires_at: Duration) -> GrantRecord {
+    GrantRecord {
+        grant_id: grant_id.into(),
+        request_id: "r".into(),
+        key_id: "k".into(),
+        binding: "b".into(),
+        approver: "alice".into(),
+        co_approvers: Vec::new(),
+        signatures: Vec::new(),
+        granted_at,
+        expires_at,
+    }
+}
+
 /// Where a request stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]

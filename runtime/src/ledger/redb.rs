@@ -348,17 +348,7 @@ mod tests {
     /// encodes them; a status written another way (its tag not first) is decoded, so still read right.
     #[test]
     fn a_settled_status_is_recognised_by_its_tag() {
-        let grant = GrantRecord {
-            grant_id: "g".into(),
-            request_id: "r".into(),
-            key_id: "k".into(),
-            binding: "b".into(),
-            approver: "alice".into(),
-            co_approvers: Vec::new(),
-            signatures: Vec::new(),
-            granted_at: Duration::from_secs(1),
-            expires_at: Duration::from_secs(2),
-        };
+        let grant = crate::ledger::test_grant("g", Duration::from_secs(1), Duration::from_secs(2));
         let denial = DenialRecord {
             request_id: "r".into(),
             denied_by: "bob".into(),

@@ -297,20 +297,8 @@ mod tests {
     use super::*;
 
     fn spent(grant_id: &str, at_secs: u64, expires_secs: u64) -> SpentRecord {
-        SpentRecord {
-            grant: GrantRecord {
-                grant_id: grant_id.into(),
-                request_id: "r".into(),
-                key_id: "k".into(),
-                binding: "b".into(),
-                approver: "alice".into(),
-                co_approvers: Vec::new(),
-                signatures: Vec::new(),
-                granted_at: Duration::from_secs(at_secs),
-                expires_at: Duration::from_secs(expires_secs),
-            },
-            spent_at: Duration::from_secs(at_secs),
-        }
+        let (at, expires_at) = (Duration::from_secs(at_secs), Duration::from_secs(expires_secs));
+        SpentRecord { grant: crate::ledger::test_grant(grant_id, at, expires_at), spent_at: at }
     }
 
     /// A grant spent twice in one process is answered with its first spend while it is remembered (until its
