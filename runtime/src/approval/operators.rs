@@ -376,9 +376,9 @@ pub struct SignatureCount {
     pub credentials: u32,
     /// Why each other signature counted for nothing.
     pub problems: Vec<String>,
-    /// The latest grant expiry among the valid signatures that sign one ([`DecisionSignature::expires_at_ms`]):
-    /// a grant is issued by its last approval, with that approval's expiry, so a host bounds the grant's life by
-    /// what the operators signed rather than by the expiry the ledger keeps.
+    /// The grant expiry signed by the latest of the valid signatures ([`DecisionSignature::expires_at_ms`]; `None`
+    /// if it signs none): a grant is issued by its last approval, with that approval's expiry, so a host bounds
+    /// the grant's life by what the operators signed rather than by the expiry the ledger keeps.
     pub signed_expiry_ms: Option<u64>,
 }
 
@@ -509,12 +509,13 @@ impl Operators {
     pub fn count(&self, signatures: &[DecisionSignature], subject: &DecisionSubject<'_>) -> SignatureCount {
         let mut credentials = BTreeSet::new();
         let mut problems = Vec::new();
-        let mut signed_expiry_ms = None;
+        // The latest valid signature: (when signed, the expiry it signs).
+        let mut latest: Option<(u64, Option<u64>)> = None;
         for signature in signatures {
             match self.verify(signature, subject) {
                 Ok(credential) => {
                     credentials.insert(credential);
-                    signed_expiry_ms = signed_expiry_ms.max(signature.expires_at_ms);
+                    latest = latest.max(Some((signature.signed_at_ms, signature.expires_at_ms)));
                 }
                 Err(problem) => problems.push(problem),
             }
@@ -534,7 +535,11 @@ impl Operators {
                 Credential::Account(name) => !covered.contains(name.as_str()),
             })
             .count();
-        SignatureCount { credentials: u32::try_from(count).unwrap_or(u32::MAX), problems, signed_expiry_ms }
+        SignatureCount {
+            credentials: u32::try_from(count).unwrap_or(u32::MAX),
+            problems,
+            signed_expiry_ms: latest.and_then(|(_, expiry)| expiry),
+        }
     }
 }
 

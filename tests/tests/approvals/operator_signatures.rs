@@ -733,3 +733,31 @@ fn a_grant_lives_until_its_signed_expiry_and_an_edited_one_breaks_its_signature(
     let edited = host.operator_mode(&operators).admit(&second.input(), granted_two.as_value()).wait();
     assert!(matches!(edited, Err(AdmitError::UnsignedGrant { .. })), "{edited:?}");
 }
+
+/// A grant two operators approved from hosts with different time-to-lives lives until the expiry its last
+/// approval signed (the grant's own), not the longest any of its signatures carries, whatever the row says.
+#[test]
+fn a_grant_approved_twice_lives_until_the_expiry_its_last_approval_signed() {
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
+    let (operators, keys) = operators(&["alice", "bob"]);
+    let for_an_hour =
+        InterruptApprovals::new(key_ring(), Arc::clone(&host.ledger), std::time::Duration::from_secs(3600))
+            .with_clock(Arc::clone(&host.clock))
+            .with_operators(operators.clone());
+    let call = OwnedCall::refund(9);
+    let request = host.request(&call, 2);
+    let first = for_an_hour.approve_signed(request.as_value(), DecisionSigner::Operator(&keys[0])).wait();
+    assert!(matches!(first, Err(DecisionError::MoreApproversNeeded { .. })), "{first:?}");
+    host.clock.advance(std::time::Duration::from_secs(100));
+    let approvals = host.operator_mode(&operators);
+    let granted = approvals.approve_signed(request.as_value(), DecisionSigner::Operator(&keys[1])).wait().unwrap();
+    agent_airlock_tests::pg_server::shared().psql(
+        database_of(&url),
+        r#"UPDATE airlock_grants SET entry = jsonb_set(entry::jsonb, '{grant,expires_at}', '4102444800000')::text"#,
+    );
+    host.clock.advance(GRANT_TTL);
+    let late = host.operator_mode(&operators).admit(&call.input(), granted.as_value()).wait();
+    let expected = START + std::time::Duration::from_secs(100) + GRANT_TTL;
+    assert!(matches!(late, Err(AdmitError::Expired { expired_at, .. }) if expired_at == expected), "{late:?}");
+}

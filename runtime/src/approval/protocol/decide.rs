@@ -362,8 +362,8 @@ impl InterruptApprovals {
 
     /// Operator mode: whether `grant` is signed by as many distinct listed, unrevoked credentials as
     /// `approvals`, for the request and binding it names. Outside operator mode every grant passes.
-    /// Operator mode: whether enough listed operators signed `grant`; when they did, the latest grant expiry
-    /// their signatures sign (`None` outside operator mode, or for signatures made before expiries were signed).
+    /// Operator mode: whether enough listed operators signed `grant`; when they did, the grant expiry its latest
+    /// valid signature signs (`None` outside operator mode, or for a signature made before expiries were signed).
     fn verify_grant_signatures(
         &self,
         grant: &GrantRecord,
