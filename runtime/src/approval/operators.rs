@@ -86,8 +86,8 @@ pub struct DecisionSignature {
     pub signed_at_ms: u64,
     /// For an approval: when the grant it approves expires, as the approving host set it (milliseconds since
     /// the Unix epoch). Signed with the rest, so whoever writes the database cannot push a grant's expiry out:
-    /// a host admits a signed grant only until the latest of its signatures' expiries. Absent from a denial,
-    /// and from signatures made before it was signed.
+    /// a host admits a signed grant only until the expiry its latest valid signature signs. Absent from a
+    /// denial, and from signatures made before it was signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
     /// The Ed25519 signature, 128 lowercase hex characters.

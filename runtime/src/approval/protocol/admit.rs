@@ -88,7 +88,6 @@ impl InterruptApprovals {
             key_id: key_id.to_owned(),
             verified,
             spent_here: Arc::clone(&self.spent),
-            grant_ttl: self.grant_ttl,
         })
     }
 
@@ -155,7 +154,6 @@ pub(crate) struct PreparedAdmission {
     verified: Option<Box<GrantRecord>>,
     /// The grants this process spent: a spend the ledger answers for one of them again is refused.
     spent_here: Arc<SpentGrants>,
-    grant_ttl: Duration,
 }
 
 /// The longest a spent grant is remembered: its expiry as the ledger kept it when it was spent, at least the
@@ -165,9 +163,11 @@ const REMEMBER_AT_MOST: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The grants spent through one [`InterruptApprovals`] (and its clones), each remembered until it would have
 /// expired. The ledger spends a grant once; a second spend it answers can only come from its row having been
 /// set back to live by whoever can write the database, and is refused here. (Another process, or this one
-/// restarted, does not know what this one spent: there, an operator-mode grant's signed time bounds it.)
-#[derive(Debug, Default)]
+/// restarted, does not know what this one spent: there, an operator-mode grant's signed expiry bounds it.)
+#[derive(Debug)]
 pub(crate) struct SpentGrants {
+    /// The approvals' grant time-to-live: the least time a spent grant is remembered.
+    grant_ttl: Duration,
     inner: Mutex<SpentInner>,
 }
 
@@ -180,8 +180,12 @@ struct SpentInner {
 }
 
 impl SpentGrants {
+    pub(super) fn new(grant_ttl: Duration) -> Self {
+        SpentGrants { grant_ttl, inner: Mutex::default() }
+    }
+
     /// Records the spend of `spent`; if this process spent that grant before (and still remembers it), when.
-    fn first_spend(&self, spent: &SpentRecord, grant_ttl: Duration) -> Result<(), Duration> {
+    fn first_spend(&self, spent: &SpentRecord) -> Result<(), Duration> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let now = spent.spent_at;
         if inner.grants.len() >= inner.after_sweep.max(64) * 2 {
@@ -196,8 +200,8 @@ impl SpentGrants {
         let until = spent
             .grant
             .expires_at
-            .max(now.saturating_add(grant_ttl))
-            .min(now.saturating_add(REMEMBER_AT_MOST.max(grant_ttl)));
+            .max(now.saturating_add(self.grant_ttl))
+            .min(now.saturating_add(REMEMBER_AT_MOST.max(self.grant_ttl)));
         inner.grants.insert(spent.grant.grant_id.clone(), (now, until));
         Ok(())
     }
@@ -255,7 +259,7 @@ pub(super) fn finish_admission(
         }
         Ok(spent) => {
             // Spent before by this process: the ledger's row was set back to live.
-            if let Err(first) = prepared.spent_here.first_spend(&spent, prepared.grant_ttl) {
+            if let Err(first) = prepared.spent_here.first_spend(&spent) {
                 tracing::warn!(
                     target: "agent_airlock", %grant_id,
                     "a grant this process spent was spent again (its ledger row was set back to live); the call is refused"
@@ -306,23 +310,22 @@ mod tests {
     /// remembered are swept, so what a busy host keeps stays bounded.
     #[test]
     fn a_grant_spent_again_is_refused_while_remembered_and_the_memory_is_swept() {
-        let ttl = Duration::from_secs(600);
-        let grants = SpentGrants::default();
-        assert_eq!(grants.first_spend(&spent("g", 1_000, 1_600), ttl), Ok(()));
-        assert_eq!(grants.first_spend(&spent("g", 1_500, 1_600), ttl), Err(Duration::from_secs(1_000)));
+        let grants = SpentGrants::new(Duration::from_secs(600));
+        assert_eq!(grants.first_spend(&spent("g", 1_000, 1_600)), Ok(()));
+        assert_eq!(grants.first_spend(&spent("g", 1_500, 1_600)), Err(Duration::from_secs(1_000)));
         // Remembered for the time-to-live after the spend even when the row's expiry was pulled in...
-        assert_eq!(grants.first_spend(&spent("h", 1_000, 1_001), ttl), Ok(()));
-        assert_eq!(grants.first_spend(&spent("h", 1_599, 1_001), ttl), Err(Duration::from_secs(1_000)));
+        assert_eq!(grants.first_spend(&spent("h", 1_000, 1_001)), Ok(()));
+        assert_eq!(grants.first_spend(&spent("h", 1_599, 1_001)), Err(Duration::from_secs(1_000)));
         // ...and no longer than `REMEMBER_AT_MOST` when it was pushed out.
-        assert_eq!(grants.first_spend(&spent("i", 1_000, u64::MAX / 4), ttl), Ok(()));
+        assert_eq!(grants.first_spend(&spent("i", 1_000, u64::MAX / 4)), Ok(()));
         let forgotten = 1_000 + REMEMBER_AT_MOST.as_secs();
-        assert_eq!(grants.first_spend(&spent("i", forgotten, u64::MAX / 4), ttl), Ok(()));
+        assert_eq!(grants.first_spend(&spent("i", forgotten, u64::MAX / 4)), Ok(()));
         // Many spends, then later ones: the forgotten are swept.
         for n in 0..1_000 {
-            assert_eq!(grants.first_spend(&spent(&format!("many{n}"), 2_000, 2_600), ttl), Ok(()));
+            assert_eq!(grants.first_spend(&spent(&format!("many{n}"), 2_000, 2_600)), Ok(()));
         }
         for n in 0..200 {
-            assert_eq!(grants.first_spend(&spent(&format!("late{n}"), 10_000, 10_600), ttl), Ok(()));
+            assert_eq!(grants.first_spend(&spent(&format!("late{n}"), 10_000, 10_600)), Ok(()));
         }
         let kept = grants.inner.lock().unwrap().grants.len();
         assert!(kept < 400, "{kept} remembered");

@@ -361,9 +361,9 @@ impl InterruptApprovals {
     }
 
     /// Operator mode: whether `grant` is signed by as many distinct listed, unrevoked credentials as
-    /// `approvals`, for the request and binding it names. Outside operator mode every grant passes.
-    /// Operator mode: whether enough listed operators signed `grant`; when they did, the grant expiry its latest
-    /// valid signature signs (`None` outside operator mode, or for a signature made before expiries were signed).
+    /// `approvals`, for the request and binding it names; when it is, the grant expiry its latest valid signature
+    /// signs (`None` for a signature made before expiries were signed). Outside operator mode every grant passes,
+    /// with `None`.
     fn verify_grant_signatures(
         &self,
         grant: &GrantRecord,

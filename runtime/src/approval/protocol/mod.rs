@@ -145,7 +145,7 @@ impl InterruptApprovals {
             max_pending: Some(DEFAULT_MAX_PENDING),
             closing_patience: DEFAULT_CLOSING_PATIENCE,
             operators: None,
-            spent: Arc::default(),
+            spent: Arc::new(admit::SpentGrants::new(grant_ttl)),
         }
     }
 

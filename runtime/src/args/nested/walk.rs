@@ -165,14 +165,17 @@ impl<'s> Walk<'s> {
                 found_here += 1;
             }
         }
-        if self.remove && found_here > 0 && found_here <= FEW_GHOSTS {
+        if !self.remove || found_here == 0 {
+            return;
+        }
+        if found_here <= FEW_GHOSTS {
             // A few ghosts (the usual case) are removed one by one: `retain` would rebuild the map's whole hash
             // table, which costs more in time than the lookups (each removal is linear in the map's size, so
-            // many ghosts take the path below).
+            // many ghosts take the one pass below).
             for (ghost, &length) in self.ghosts[before..before + found_here].iter().zip(&key_lengths) {
                 map.shift_remove(&ghost.path[ghost.path.len() - length..]);
             }
-        } else if self.remove && found_here > 0 {
+        } else {
             let mut at = 0;
             map.retain(|key, _| {
                 at += 1;
