@@ -27,16 +27,21 @@
 //!
 //! # Writers and readers
 //!
-//! One process writes: opening to write takes the file's exclusive lock ([`AuditError::AlreadyOpen`]). Opened
-//! to read ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no
-//! lock is taken: each read takes in the whole batches written since the last, and a batch still being written
-//! is left for a later read.
+//! Any number of processes (and handles) append: each append takes the file's exclusive lock for its write,
+//! first takes in the batches others wrote since its last (so the chain goes on from the file's real head),
+//! and cuts off a write another writer's crash left cut short, as an open does. A gateway writing the file and
+//! `airlock effects resolve` or the console recording a resolution in it append to one chain. A lock held
+//! past [`LOCK_WAIT`] (a process stopped mid-append) fails the append with an error saying so. Opened to read
+//! ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no lock
+//! is taken: each read takes in the whole batches written since the last, and a batch still being written is
+//! left for a later read.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write as _};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::store::{AuditStore, Batch};
 use super::{Anchor, AuditError};
@@ -53,10 +58,16 @@ const INDEX_EVERY: u64 = 256;
 const READ_BUFFER: usize = 64 * 1024;
 /// How many names `NAME.torn-OFFSET[-N]` are tried for a torn tail before the open fails.
 const MAX_ASIDE_NAMES: u32 = 1000;
+/// How long an append (or an open) waits for the file's lock, which another writer holds for one write and
+/// `fdatasync`, before it fails.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// The longest pause between two tries for the lock.
+const MAX_LOCK_PAUSE: Duration = Duration::from_millis(2);
 
 pub(super) struct FileAuditStore {
     path: PathBuf,
-    /// A handle for positional reads, so a scan holds no lock while it reads.
+    /// A handle for positional reads, so a scan holds no lock while it reads; a writer's file lock is taken
+    /// through it (it shares the writing handle's open file, and so its lock).
     reader: File,
     writable: bool,
     state: Mutex<State>,
@@ -73,10 +84,8 @@ struct State {
     /// `(seq, offset)` of every `INDEX_EVERY`-th record frame.
     index: Vec<(u64, u64)>,
     /// Where a bad frame that is no cut write starts, and what is wrong with it (a reader reports it; a
-    /// writer refuses to open).
+    /// writer refuses to open or to append).
     damage: Option<(u64, String)>,
-    /// A failed write could not be cut back: nothing more is appended in this process.
-    broken: bool,
 }
 
 impl FileAuditStore {
@@ -89,11 +98,8 @@ impl FileAuditStore {
             .create(true)
             .open(path)
             .map_err(|err| AuditError::io(path, "cannot be opened", err))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(AuditError::AlreadyOpen),
-            Err(std::fs::TryLockError::Error(err)) => return Err(AuditError::io(path, "cannot be locked", err)),
-        }
+        let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        let held = Held::take(&reader, path, LOCK_WAIT)?;
         let size = file_size(&file, path)?;
         if size < MAGIC.len() as u64 {
             // New, or its creation was cut short before the magic was whole.
@@ -109,15 +115,9 @@ impl FileAuditStore {
                 .and_then(|()| if existed { Ok(()) } else { sync_parent(path) });
             created.map_err(|err| AuditError::io(path, "cannot be written", err))?;
         }
-        let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let mut state = State::start(file, path)?;
-        let size = state.read_on(&reader, path)?;
-        if let Some((offset, reason)) = state.damage.take() {
-            return Err(AuditError::Damaged { path: path.display().to_string(), offset, reason });
-        }
-        if state.len < size {
-            cut_torn_tail(path, &mut state, size)?;
-        }
+        catch_up(&mut state, &reader, path)?;
+        drop(held);
         Ok(FileAuditStore { path: path.to_owned(), reader, writable: true, state: Mutex::new(state) })
     }
 
@@ -137,14 +137,65 @@ impl FileAuditStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The state, with the batches another process appended since the last read taken in (read only).
+    /// The state, with the batches another process appended since the last read taken in.
     fn current(&self) -> Result<MutexGuard<'_, State>, AuditError> {
         let mut state = self.lock();
-        if !self.writable && state.damage.is_none() {
+        if state.damage.is_none() {
             state.read_on(&self.reader, &self.path)?;
         }
         Ok(state)
     }
+}
+
+/// The file's exclusive lock, held by a writer while it opens the file or appends a batch, released when
+/// dropped (and by the system if the process dies holding it).
+struct Held<'f>(&'f File);
+
+impl Held<'_> {
+    /// Takes the lock through `file`, waiting up to `wait` ([`LOCK_WAIT`]) for the writer holding it. Tried, not
+    /// blocked on: a writer that never lets go (a process stopped mid-append) fails the wait with an error
+    /// instead of hanging the caller.
+    fn take<'f>(file: &'f File, path: &Path, wait: Duration) -> Result<Held<'f>, AuditError> {
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Held(file)),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(MAX_LOCK_PAUSE);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(AuditError::io(
+                        path,
+                        "is locked by another writer for longer than an append takes",
+                        io::Error::from(io::ErrorKind::TimedOut),
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(err)) => return Err(AuditError::io(path, "cannot be locked", err)),
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Closing the file would release it too; an unlock that fails leaves it to that.
+        let _ = self.0.unlock();
+    }
+}
+
+/// Under the file's lock: takes in the batches written since the last read, refuses a damaged file, and cuts
+/// off a write cut short (a writer's crash, or a failed write this process could not cut back).
+fn catch_up(state: &mut State, reader: &File, path: &Path) -> Result<(), AuditError> {
+    let size = if state.damage.is_none() { state.read_on(reader, path)? } else { 0 };
+    if let Some((offset, reason)) = &state.damage {
+        return Err(AuditError::Damaged { path: path.display().to_string(), offset: *offset, reason: reason.clone() });
+    }
+    if state.len < size {
+        cut_torn_tail(path, state, size)?;
+    }
+    Ok(())
 }
 
 fn file_size(file: &File, path: &Path) -> Result<u64, AuditError> {
@@ -162,15 +213,7 @@ impl State {
         if &magic != MAGIC {
             return Err(not_ours(path));
         }
-        Ok(State {
-            file,
-            len: MAGIC.len() as u64,
-            head: None,
-            records: 0,
-            index: Vec::new(),
-            damage: None,
-            broken: false,
-        })
+        Ok(State { file, len: MAGIC.len() as u64, head: None, records: 0, index: Vec::new(), damage: None })
     }
 
     /// Reads the frames after the last whole batch up to the file's end: every whole batch is taken in, and
@@ -303,13 +346,9 @@ impl AuditStore for FileAuditStore {
             ));
         }
         let mut state = self.lock();
-        if state.broken {
-            return Err(AuditError::Damaged {
-                path: self.path.display().to_string(),
-                offset: state.len,
-                reason: "a failed write could not be cut back; open the log again".to_owned(),
-            });
-        }
+        // The in-process lock first: threads of this process share the file's lock, so only one may hold it.
+        let _held = Held::take(&self.reader, &self.path, LOCK_WAIT)?;
+        catch_up(&mut state, &self.reader, &self.path)?;
         let head = state.head.as_deref().map(Anchor::decode_stored).transpose()?;
         let batch = build(head)?;
         let head = batch.head.encode_stored();
@@ -329,10 +368,8 @@ impl AuditStore for FileAuditStore {
         let written = (&state.file).write_all(&out).and_then(|()| state.file.sync_data());
         if let Err(err) = written {
             // Nothing of the batch counts: the file goes back to its last whole batch (or, if even that
-            // fails, the next open cuts the torn write off and nothing more is appended here).
-            if state.file.set_len(state.len).and_then(|()| state.file.sync_data()).is_err() {
-                state.broken = true;
-            }
+            // fails, the next append or open, under the lock, cuts the torn write off).
+            let _ = state.file.set_len(state.len).and_then(|()| state.file.sync_data());
             return Err(AuditError::io(&self.path, "cannot be written", err));
         }
         state.len += out.len() as u64;
@@ -620,29 +657,79 @@ mod tests {
     }
 
     #[test]
-    fn one_process_writes_and_any_can_read() {
+    fn any_number_of_handles_write_one_chain_and_any_can_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
         let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
         append(&writer, "a");
-        assert!(matches!(AuditLog::open_append_only(&path, keyed()), Err(AuditError::AlreadyOpen)));
+        // A second writer (another process, or another handle: each its own open file and lock) goes on
+        // from the file's head, and the first takes in what the second wrote before its own next append.
+        let second = AuditLog::open_append_only(&path, keyed()).unwrap();
+        assert_eq!(second.head().unwrap().seq, 1);
+        assert_eq!(append(&second, "b"), 2);
+        assert_eq!(writer.head().unwrap().seq, 2, "a writer's reads take in what others appended");
+        assert_eq!(append(&writer, "c"), 3);
+        assert_eq!(append(&second, "d"), 4);
         let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
-        assert_eq!(verify(&reader, None).unwrap().records, 1);
+        assert_eq!(verify(&reader, None).unwrap().records, 4);
+        let ids: Vec<_> = reader.records(1, 10).unwrap().into_iter().map(|r| r.tool_call_id).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+
         // What is appended after the reader opened is read by its next read, a batch cut short is not.
-        append(&writer, "b");
-        assert_eq!(reader.head().unwrap().seq, 2);
-        assert_eq!(verify(&reader, None).unwrap().records, 2);
+        append(&writer, "e");
+        assert_eq!(reader.head().unwrap().seq, 5);
+        assert_eq!(verify(&reader, None).unwrap().records, 5);
         let mut half = Vec::new();
-        put_frame(&mut half, RECORD, 3, b"a record whose batch is still being written").unwrap();
+        put_frame(&mut half, RECORD, 6, b"a record whose batch is still being written").unwrap();
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&half[..20]).unwrap();
-        assert_eq!(verify(&reader, None).unwrap().records, 2, "a batch being written is not read yet");
+        assert_eq!(verify(&reader, None).unwrap().records, 5, "a batch being written is not read yet");
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&half[20..]).unwrap();
-        assert_eq!(verify(&reader, None).unwrap().records, 2, "nor its records before its head");
+        assert_eq!(verify(&reader, None).unwrap().records, 5, "nor its records before its head");
+        assert_eq!(verify(&second, None).unwrap().records, 5, "nor by a writer's read");
         let refused = reader.append(AuditEvent::new("tool", "b", AuditOutcome::Executed)).unwrap_err();
         assert!(refused.to_string().contains("was opened to read"), "{refused}");
         assert!(AuditLog::read_append_only(dir.path().join("missing.log"), keyed()).is_err());
-        drop(writer);
-        AuditLog::open_append_only(&path, keyed()).expect("the lock goes with the writer");
+
+        // Under the lock no batch is being written: what follows the last whole one is a writer's crash, cut
+        // off (and kept aside) by the next append of any writer, which goes on from the last whole batch.
+        assert_eq!(append(&second, "f"), 6);
+        let aside = asides(dir.path());
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(aside[0].1, half);
+        assert_eq!(append(&writer, "g"), 7);
+        let report = verify(&reader, None).unwrap();
+        assert_eq!((report.records, report.signed_records), (7, 7));
+    }
+
+    #[test]
+    fn a_writer_waits_for_the_lock_and_fails_clearly_when_it_is_never_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
+        append(&writer, "a");
+        // Another handle holds the lock for a while (another process's append): the append waits, then lands.
+        let other = std::fs::File::open(&path).unwrap();
+        other.lock().unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            other.unlock().unwrap();
+            other
+        });
+        let started = std::time::Instant::now();
+        assert_eq!(append(&writer, "b"), 2);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(100), "it waited for the lock");
+        let other = releaser.join().unwrap();
+        // A lock never let go (a process stopped mid-append): the wait ends in an error naming the file.
+        other.lock().unwrap();
+        let mine = std::fs::File::open(&path).unwrap();
+        let started = std::time::Instant::now();
+        let err = Held::take(&mine, &path, std::time::Duration::from_millis(200)).err().unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+        let shown = err.to_string();
+        assert!(shown.contains("audit.log") && shown.contains("locked by another writer"), "{shown}");
+        drop(other);
+        assert!(Held::take(&mine, &path, std::time::Duration::ZERO).is_ok(), "taken once let go");
+        assert_eq!(append(&writer, "c"), 3);
     }
 
     #[test]
@@ -951,5 +1038,24 @@ mod tests {
         let err = AuditLog::open_append_only(&path, keyed()).unwrap_err();
         assert!(err.to_string().contains("unknown kind 9"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+
+    #[test]
+    fn damage_written_after_a_writer_opened_refuses_its_appends_and_is_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
+        append(&writer, "a");
+        let mut frame = Vec::new();
+        put_frame(&mut frame, 9, 2, b"{}").unwrap();
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&frame).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for _ in 0..2 {
+            let err = writer.append(AuditEvent::new("tool", "b", AuditOutcome::Executed)).unwrap_err();
+            assert!(matches!(&err, AuditError::Damaged { offset, .. } if *offset > 16), "{err}");
+            assert!(err.to_string().contains("unknown kind 9"), "{err}");
+            assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
+        }
+        assert!(asides(dir.path()).is_empty());
     }
 }

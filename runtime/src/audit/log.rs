@@ -179,9 +179,14 @@ impl AuditLog {
     /// the spend standing and the call running, the failure traced as an error (in a shared redb file the
     /// spend would not have been made and the call would be refused).
     ///
-    /// A write cut short by a crash is cut off at open and kept beside the file (`NAME.torn-OFFSET`); a
-    /// file damaged otherwise (edited, a failing disk) is refused with [`AuditError::Damaged`] and left as
-    /// it is. Fails with [`AuditError::AlreadyOpen`] if another process (or handle) has it open to write.
+    /// Any number of processes (and handles) may have the file open to append: each append takes the file's
+    /// lock for its write, and goes on from the batches the others wrote (a gateway writing the file, and
+    /// `airlock effects resolve` recording a resolution in it, append to one chain). An append waits up to
+    /// 30 seconds for another writer's lock, then fails with [`AuditError::File`].
+    ///
+    /// A write cut short by a crash is cut off (at open, or by any writer's next append) and kept beside the
+    /// file (`NAME.torn-OFFSET`); a file damaged otherwise (edited, a failing disk) is refused with
+    /// [`AuditError::Damaged`], by the open or the append that finds it, and left as it is.
     ///
     /// Appends from a dispatcher are handed to a thread of the log's (the async caller is not blocked on
     /// the disk) unless [`commit_on_caller_when_idle`](Self::commit_on_caller_when_idle) was called.

@@ -67,6 +67,46 @@ fn concurrent_appends_to_an_append_only_file_lose_nothing() {
     assert_eq!(audit::verify(&reader, None).expect("verifies").records, (THREADS * PER_THREAD) as u64);
 }
 
+/// Four OS processes, three threads each, append to one append-only file at once (each append under the
+/// file's lock, going on from what the others wrote): every acknowledged sequence number is given once, every
+/// one from 1 to the total is someone's, and the one chain verifies with every record signed.
+#[test]
+fn processes_appending_to_one_append_only_file_lose_nothing() {
+    const PROCESSES: usize = 4;
+    const THREADS_EACH: usize = 3;
+    const EACH: usize = 40;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("audit.log");
+    let workers: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+                .arg("audit_append_loop")
+                .arg(&path)
+                .args([THREADS_EACH.to_string(), "file".to_owned(), EACH.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("the worker starts")
+        })
+        .collect();
+    let mut acked = Vec::new();
+    for worker in workers {
+        let output = worker.wait_with_output().expect("the worker ends");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+        let seqs: Vec<u64> = stdout.lines().map(|line| line.parse().expect("a sequence number")).collect();
+        assert_eq!(seqs.len(), THREADS_EACH * EACH, "every append of a worker acknowledged");
+        acked.extend(seqs);
+    }
+    let total = (PROCESSES * THREADS_EACH * EACH) as u64;
+    acked.sort_unstable();
+    assert_eq!(acked, (1..=total).collect::<Vec<_>>(), "each sequence number given once, none skipped");
+    let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
+    let reader = AuditLog::read_append_only(&path, config).expect("opens to read");
+    let report = audit::verify(&reader, None).expect("one chain");
+    assert_eq!((report.records, report.signed_records), (total, total));
+}
+
 #[test]
 fn concurrent_appends_to_a_memory_log_lose_nothing() {
     hammer(Arc::new(AuditLog::in_memory(AuditConfig::default())));

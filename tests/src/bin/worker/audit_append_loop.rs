@@ -1,6 +1,7 @@
-//! Appends to an audit log from several threads until killed, printing each acknowledged sequence number.
+//! Appends to an audit log from several threads until killed (or `count` appends each), printing each
+//! acknowledged sequence number.
 //!
-//! Usage: `audit_append_loop <path> <threads> [redb|file]` (a redb file, or an append-only audit file;
+//! Usage: `audit_append_loop <path> <threads> [redb|file] [count]` (a redb file, or an append-only audit file;
 //! redb when not given). The log is keyed with the test key
 //! [`agent_airlock_tests::audit_test_key`]. Each line on stdout is a record's `seq` whose append returned:
 //! it must survive the kill.
@@ -16,7 +17,9 @@ pub fn main() {
     let path = args.next().expect("usage: worker audit_append_loop <db-path> <threads>");
     let threads: usize = args.next().and_then(|n| n.parse().ok()).expect("a thread count");
     let config = AuditConfig { key: Some(agent_airlock_tests::audit_test_key()), ..AuditConfig::default() };
-    let log = match args.next().as_deref() {
+    let store = args.next();
+    let count: u64 = args.next().map_or(u64::MAX, |n| n.parse().expect("a count"));
+    let log = match store.as_deref() {
         None | Some("redb") => AuditLog::open(&path, config),
         Some("file") => AuditLog::open_append_only(&path, config),
         Some(other) => panic!("`{other}`: the store is `redb` or `file`"),
@@ -26,7 +29,7 @@ pub fn main() {
         .map(|thread| {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
-                for i in 0u64.. {
+                for i in 0..count {
                     let call_id = format!("call-{thread}-{i}");
                     let arguments = json!({"payment_id": format!("pi_{i}"), "amount": i});
                     let event = AuditEvent::new("refund", &call_id, AuditOutcome::Executed)
