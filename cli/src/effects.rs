@@ -1,6 +1,7 @@
 //! `airlock effects list | resolve`: effect records, and an ambiguous one resolved by an operator with
 //! the resolution in the audit log.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
@@ -37,6 +38,10 @@ pub(crate) enum EffectsCommand {
         /// Who resolves it (recorded in the effect record and the audit log).
         #[arg(long, visible_alias = "by", env = "AIRLOCK_OPERATOR", value_name = "NAME")]
         operator: String,
+        /// Record the resolution in this append-only audit file (the gateway's `airlock mcp --audit-file`)
+        /// instead of `--db`'s log: it must exist, and the gateway may be writing it.
+        #[arg(long, value_name = "PATH")]
+        audit_file: Option<PathBuf>,
         #[command(flatten)]
         audit_key: AuditKeySource,
     },
@@ -69,13 +74,13 @@ pub(crate) fn run(cli: &Cli, command: &EffectsCommand) -> Result<(), Failure> {
                 }
             }
         }
-        EffectsCommand::Resolve { key, outcome, operator, audit_key: key_source } => {
+        EffectsCommand::Resolve { key, outcome, operator, audit_file, audit_key: key_source } => {
             let resolution = match outcome {
                 ResolvedAs::Committed => Resolution::Committed,
                 ResolvedAs::Failed => Resolution::Failed,
             };
             // The log is opened (and its key checked) before anything changes.
-            let log = resolution_log(&storage, key_source)?;
+            let log = resolution_log(&storage, audit_file.as_deref(), key_source)?;
             let record = resolve_effect(&*store, &log, key, resolution, operator, now)?;
             if cli.json {
                 print_json(&effect_json(&record, now));
@@ -121,14 +126,34 @@ pub(crate) fn effect_line(record: &EffectRecord, now: Duration) -> String {
     line
 }
 
-/// The audit log a resolution is recorded in, refused when it cannot be signed as the log's records
-/// are (an unsigned record in a signed log reads as tampering).
-pub(crate) fn resolution_log(storage: &Storage, source: &AuditKeySource) -> Result<AuditLog, Failure> {
+/// The audit log a resolution is recorded in (`--db`'s, or the append-only file given), refused when it
+/// cannot be signed as the log's records are (an unsigned record in a signed log reads as tampering).
+pub(crate) fn resolution_log(
+    storage: &Storage,
+    audit_file: Option<&Path>,
+    source: &AuditKeySource,
+) -> Result<AuditLog, Failure> {
     let key = audit_key(source)?;
     let signed = key.is_some();
-    let log = storage.audit(AuditConfig { key, ..AuditConfig::default() })?;
+    let config = AuditConfig { key, ..AuditConfig::default() };
+    let log = match audit_file {
+        Some(path) => open_audit_file(path, config).map_err(|e| format!("{e}; nothing was resolved"))?,
+        None => storage.audit(config)?,
+    };
     ensure_signable(&log, signed)?;
     Ok(log)
+}
+
+/// An existing append-only audit file (a gateway's), opened to append to it beside the gateway: a path
+/// mistyped is refused rather than starting a new log nobody reads.
+pub(crate) fn open_audit_file(path: &Path, config: AuditConfig) -> Result<AuditLog, Failure> {
+    if !path.is_file() {
+        return Err(format!(
+            "the audit file {} does not exist (it is the file `airlock mcp --audit-file` writes)",
+            path.display()
+        ));
+    }
+    AuditLog::open_append_only(path, config).map_err(|e| e.to_string())
 }
 
 /// Refuses an unkeyed log whose head is signed: its next record must be signed too.

@@ -683,6 +683,56 @@ fn the_audit_page_verifies_the_gateways_audit_file_while_it_is_written() {
     assert!(page.contains(r#"class="error""#) && page.contains(&format!("damaged at byte {second}")), "{page}");
 }
 
+/// `--audit-file`: an effect resolved in the console is recorded in the gateway's append-only file, in the chain
+/// the gateway (here, a writer in this process) goes on writing, and not in `--db`'s log; with a file that does
+/// not exist, nothing is resolved.
+#[test]
+fn a_resolution_is_recorded_in_the_gateways_audit_file_while_it_is_written() {
+    use agent_airlock::audit::{AuditEvent, AuditOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::new(shared_database(&db)).unwrap();
+        let now = SystemClock.now();
+        let unknown = store.reserve("refund:pi_9", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let resolve = |console: &Console| {
+        let mut visitor = Visitor::new(console);
+        assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+        let (_, page) = visitor.get("/effects");
+        let csrf = hidden(&page, "csrf");
+        let (status, page, _) =
+            visitor.post("/effects/resolve", &[("key", "refund:pi_9"), ("outcome", "committed"), ("csrf", &csrf)]);
+        (status, page, visitor)
+    };
+    let missing = dir.path().join("typo.log");
+    let console = Console::start(&db, &["--operator", "alice", "--audit-file", missing.to_str().unwrap()]);
+    let (status, page, _) = resolve(&console);
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("does not exist") && page.contains("nothing was resolved"), "{page}");
+    assert!(!missing.exists(), "no new log was started");
+    drop(console);
+
+    let file = dir.path().join("audit.log");
+    let writer = AuditLog::open_append_only(&file, AuditConfig::default()).unwrap();
+    writer.append(AuditEvent::new("refund", "c1", AuditOutcome::Executed)).unwrap();
+    let console = Console::start(&db, &["--operator", "alice", "--audit-file", file.to_str().unwrap()]);
+    let (status, _, mut visitor) = resolve(&console);
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(writer.append(AuditEvent::new("refund", "c2", AuditOutcome::Executed)).unwrap().seq, 3);
+    let records = writer.records(1, 10).unwrap();
+    let ids: Vec<&str> = records.iter().map(|r| r.tool_call_id.as_str()).collect();
+    assert_eq!(ids, ["c1", "refund:pi_9", "c2"]);
+    assert_eq!(records[1].outcome, AuditOutcome::EffectResolved { resolution: Resolution::Committed });
+    assert!(records[1].detail.as_deref().unwrap().contains("by operator `alice`"), "{records:?}");
+    let (_, page) = visitor.get("/audit");
+    assert!(page.contains("audit log intact: 3 records"), "{page}");
+    drop(console);
+    let in_db = AuditLog::with_database(shared_database(&db), AuditConfig::default()).unwrap();
+    assert!(in_db.records(1, 10).unwrap().is_empty(), "nothing in --db's log");
+}
+
 /// What a loopback webhook receiver was sent.
 struct Received {
     headers: HashMap<String, String>,

@@ -155,7 +155,16 @@ pub(super) async fn resolve_effect(
     };
     let (shared, operator) = (Arc::clone(&console), session.operator.clone());
     let resolved = blocking(move || {
-        let log = shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?;
+        let opened;
+        let log = match &shared.resolutions_file {
+            Some((path, config)) => {
+                let config = config.clone().map_err(|e| format!("{e}; nothing was resolved"))?;
+                opened =
+                    crate::effects::open_audit_file(path, config).map_err(|e| format!("{e}; nothing was resolved"))?;
+                &opened
+            }
+            None => shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?,
+        };
         ensure_signable(log, shared.audit_signed)?;
         crate::effects::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
     });

@@ -101,8 +101,8 @@ pub(crate) struct ConsoleArgs {
     #[arg(long, value_name = "FILE")]
     anchor: Option<PathBuf>,
     /// The gateway's append-only audit file (`airlock mcp --audit-file`): the audit page verifies it instead of
-    /// `--db`'s log, read while the gateway writes it (no lock is taken). Effect resolutions are still recorded
-    /// in `--db`'s log, which the gateway does not hold.
+    /// `--db`'s log (reading it, taking no lock), and effect resolutions are appended to it (each append takes
+    /// the file's lock for its write only), while the gateway writes it. It must exist.
     #[arg(long, value_name = "PATH")]
     audit_file: Option<PathBuf>,
     #[command(flatten)]
@@ -172,6 +172,9 @@ struct Console {
     audit: Result<AuditLog, Failure>,
     /// The log the audit page verifies when it is not `audit`: the gateway's append-only file, read only.
     audit_file: Option<Result<AuditLog, Failure>>,
+    /// Where resolutions are recorded when it is not `audit`: the gateway's append-only file, opened to
+    /// append for each resolution (the console changes nothing in it otherwise).
+    resolutions_file: Option<(PathBuf, Result<AuditConfig, Failure>)>,
     /// Whether the audit log is opened with its key (its records signed).
     audit_signed: bool,
     anchor: Option<PathBuf>,
@@ -251,12 +254,17 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         let config = AuditConfig { key: audit_key.clone()?, ..AuditConfig::default() };
         AuditLog::read_append_only(path, config).map_err(|e| e.to_string())
     });
+    let resolutions_file = args
+        .audit_file
+        .as_ref()
+        .map(|path| (path.clone(), audit_key.clone().map(|key| AuditConfig { key, ..AuditConfig::default() })));
     let audit = audit_key.and_then(|key| storage.audit(AuditConfig { key, ..AuditConfig::default() }));
     let console = Arc::new(Console {
         effects: storage.effects()?,
         ledger,
         audit,
         audit_file,
+        resolutions_file,
         audit_signed,
         anchor: args.anchor.clone(),
         verifier,

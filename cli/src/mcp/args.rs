@@ -75,8 +75,11 @@ pub(super) struct GatewayArgs {
     /// The audit log in an append-only file of its own (created if missing): one write and one `fdatasync`
     /// per call's records instead of a redb commit, several times less of the gateway's own latency
     /// (BENCHMARKS.md §8). An escalated call's grant spend and its record are then two writes, not one
-    /// transaction: if the record cannot be written, the spend stands and the call runs (logged as an error). Read it with `airlock audit verify --file PATH`; a write cut short by a crash is cut off at
-    /// the next start and kept beside it (`PATH.torn-OFFSET`), other damage refuses the start.
+    /// transaction: if the record cannot be written, the spend stands and the call runs (logged as an error).
+    /// Read it with `airlock audit verify --file PATH`; `airlock effects resolve --audit-file PATH` and the
+    /// console append resolutions to it while the gateway runs (each append takes the file's lock for its
+    /// write). A write cut short by a crash is cut off by the next append or start and kept beside it
+    /// (`PATH.torn-OFFSET`), other damage refuses the start or the append.
     #[arg(long, value_name = "PATH")]
     pub(super) audit_file: Option<PathBuf>,
     /// The audit log's key (`--audit-key-file` or `--audit-key-env`): every record is then MACed with it, and

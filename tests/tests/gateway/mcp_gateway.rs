@@ -328,6 +328,90 @@ fn the_gateway_audits_to_an_append_only_file() {
     assert_eq!((anchored["records"].clone(), anchored["anchor_seq"].clone()), (json!(3), json!(3)), "{anchored}");
 }
 
+/// `airlock effects resolve --audit-file` while the gateway writes that file: the resolution's record lands
+/// in the gateway's chain, between its calls' records (each append takes the file's lock for its write
+/// only), and the whole file verifies with the key. A file that does not exist is refused, nothing resolved.
+#[test]
+fn an_operators_resolution_goes_into_the_audit_file_the_gateway_is_writing() {
+    use agent_airlock::effect::{EffectStore as _, RedbEffectStore};
+    use agent_airlock::{Clock as _, SystemClock};
+
+    let venv = venv();
+    let scratch = Scratch::new();
+    let policy = scratch.path("airlock.toml");
+    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
+    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let (db, log, key) = (scratch.path("airlock.redb"), scratch.path("audit.log"), scratch.path("audit.key"));
+    std::fs::write(&key, "cd".repeat(32)).expect("the audit key");
+    #[cfg(unix)]
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("private");
+    {
+        // An effect a crash left ambiguous, in the store the gateway will share.
+        let store = RedbEffectStore::open(&db).expect("the effect store");
+        let now = SystemClock.now();
+        let reserved = store.reserve("refund:pi_7", Duration::from_secs(60), now).expect("reserved");
+        store.mark_ambiguous(&reserved, now).expect("ambiguous");
+    }
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(&db)
+        .args(["--multi-process", "mcp", "--policy"])
+        .arg(&policy)
+        .arg("--audit-file")
+        .arg(&log)
+        .arg("--audit-key-file")
+        .arg(&key)
+        .arg("--")
+        .args(scratch.upstream(&venv))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut session = StdioSession::start(&mut command);
+    session.call(2, "read_note", json!({"name": "a.txt"}));
+    assert!(session.response(2, Duration::from_secs(60)).get("result").is_some());
+
+    let resolve = |audit_file: &Path| {
+        Command::new(AIRLOCK)
+            .arg("--db")
+            .arg(&db)
+            .args(["--multi-process", "effects", "resolve", "refund:pi_7", "--outcome", "failed", "--operator"])
+            .arg("alice")
+            .arg("--audit-file")
+            .arg(audit_file)
+            .arg("--audit-key-file")
+            .arg(&key)
+            .output()
+            .expect("airlock runs")
+    };
+    let refused = resolve(&scratch.path("typo.log"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains("nothing was resolved"), "{stderr}");
+    assert!(!scratch.path("typo.log").exists(), "no new log was started");
+
+    let resolved = resolve(&log);
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    session.call(3, "read_note", json!({"name": "a.txt"}));
+    assert!(session.response(3, Duration::from_secs(60)).get("result").is_some());
+    session.close();
+
+    let config = agent_airlock::audit::AuditConfig {
+        key: Some(agent_airlock::keys::AuditKey::new("audit-1", &[0xcd; 32]).expect("a key")),
+        ..Default::default()
+    };
+    let file = agent_airlock::audit::AuditLog::read_append_only(&log, config).expect("the file opens");
+    let report = agent_airlock::audit::verify(&file, None).expect("one chain, every record signed");
+    assert_eq!((report.records, report.signed_records), (3, 3), "{report}");
+    let records = file.records(1, 10).expect("readable");
+    let calls: Vec<&str> = records.iter().map(|r| r.tool_call_id.as_str()).collect();
+    assert_eq!(calls[1], "refund:pi_7", "{records:?}");
+    assert!(records[1].detail.as_deref().is_some_and(|d| d.contains("by operator `alice`")), "{records:?}");
+    let in_db = audit_report(&[OsStr::new("--db"), db.as_os_str(), OsStr::new("audit"), OsStr::new("verify")]);
+    assert_eq!(in_db["records"], 0, "nothing audited in the redb file: {in_db}");
+}
+
 /// The gateway speaks to its client through non-blocking descriptors of its own on the client's pipes, so
 /// every message is read and written on the async reactor rather than handed to a blocking thread; its
 /// standard streams, which it shares with whatever else holds those pipes, stay blocking. And it serves
