@@ -335,3 +335,52 @@ fn the_gateway_hides_a_poisoned_tool_unless_the_policy_accepts_its_findings() {
     let last = calls(&log).pop().expect("a call");
     assert_eq!(last, json!({"tool": "add", "arguments": arguments}));
 }
+
+/// What a tool carries besides its text: with `--poisoned-meta` the upstream lists `divide`, its description
+/// clean, its `_meta` holding an `<IMPORTANT>` block and its icon's URI a zero-width space. `airlock mcp scan`
+/// reports both where they are, and the gateway hides `divide` and refuses its calls as it does `add`'s.
+#[test]
+fn a_tools_meta_and_icons_are_scanned_and_a_poisoned_one_hidden() {
+    let venv = venv();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let dir = scratch.path();
+    let log = dir.join("calls.log");
+    let python = venv.python();
+    let mut scan = Command::new(AIRLOCK);
+    let upstream = [upstream(python, &log), vec!["--poisoned-meta".to_owned()]].concat();
+    scan.args(["mcp", "scan", "--"]).args(&upstream);
+    let scanned = scan.output().expect("airlock runs");
+    let stderr = String::from_utf8_lossy(&scanned.stderr);
+    assert_eq!(scanned.status.code(), Some(1), "{stderr}");
+    for line in [
+        "airlock mcp scan: `divide`: instruction_tag in _meta.openai/toolInvocation/invoking: \"",
+        "airlock mcp scan: `divide`: sensitive_path in _meta.openai/toolInvocation/invoking: \"",
+        "airlock mcp scan: `divide`: hidden_characters in icons[0].src: \"",
+        "finding(s) in 2 of 3 tool(s)",
+    ] {
+        assert!(stderr.contains(line), "{line}\n{stderr}");
+    }
+    assert!(!stderr.contains("`divide`: instruction_tag in description"), "{stderr}");
+
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
+    let stderr_file = dir.join("gateway.stderr");
+    let mut command = Command::new(AIRLOCK);
+    command
+        .arg("--db")
+        .arg(dir.join("airlock.redb"))
+        .args(["mcp", "--policy"])
+        .arg(&policy)
+        .arg("--")
+        .args(&upstream)
+        .stderr(Stdio::from(std::fs::File::create(&stderr_file).expect("the stderr file")));
+    let mut session = StdioSession::start(&mut command);
+    assert_eq!(listed(&mut session, 1), ["multiply"]);
+    session.call(2, "divide", json!({"a": 6, "b": 3}));
+    let answer = session.response(2, Duration::from_secs(60));
+    assert!(refused(&answer), "{answer}");
+    session.close();
+    let stderr = std::fs::read_to_string(stderr_file).expect("the gateway's stderr");
+    assert!(stderr.contains("`divide` is hidden, its calls refused: its definition has "), "{stderr}");
+    assert!(calls(&log).is_empty(), "the poisoned tool never reached the upstream");
+}

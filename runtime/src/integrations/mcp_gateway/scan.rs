@@ -96,7 +96,7 @@ pub fn scan_tool(tool: &rmcp::model::Tool) -> Vec<Finding> {
 }
 
 /// Scans a tool's definition as MCP's `tools/list` gives it (`name`, `title`, `description`, `inputSchema`,
-/// `outputSchema`, `annotations`).
+/// `outputSchema`, `annotations`, `_meta`, `icons`).
 pub fn scan_definition(definition: &Value) -> Vec<Finding> {
     let mut scan = Scan { findings: Vec::new(), own_path: String::new() };
     let text = |key: &str| definition.get(key).and_then(Value::as_str).unwrap_or("");
@@ -117,6 +117,7 @@ pub fn scan_definition(definition: &Value) -> Vec<Finding> {
     if let Some(annotations) = definition.get("annotations") {
         scan.strings("annotations", annotations, &topic);
     }
+    scan.extras(definition, &topic);
     scan.findings
 }
 
@@ -185,6 +186,7 @@ fn scan_listing(entry: serde_json::Result<Value>, name: &str) -> Vec<Finding> {
     if let Some(annotations) = entry.get("annotations") {
         scan.strings("annotations", annotations, &topic);
     }
+    scan.extras(&entry, &topic);
     scan.findings
 }
 
@@ -372,6 +374,59 @@ impl Scan {
 
     fn strings(&mut self, location: &str, value: &Value, topic: &Topic) {
         self.schema(location, value, topic, false);
+    }
+
+    /// What a listed entry carries besides its text: `_meta` (some clients show parts of it, or pass it on to
+    /// their model), each of its keys for what hides and each string as text; and `icons`, machine-read (a
+    /// URI, a MIME type, sizes), for what hides.
+    fn extras(&mut self, entry: &Value, topic: &Topic) {
+        if let Some(meta) = entry.get("_meta") {
+            self.meta("_meta", meta, topic);
+        }
+        if let Some(Value::Array(icons)) = entry.get("icons") {
+            for (index, icon) in icons.iter().enumerate() {
+                self.machine_read(&format!("icons[{index}]"), icon);
+            }
+        }
+    }
+
+    fn meta(&mut self, location: &str, value: &Value, topic: &Topic) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    let here = format!("{location}.{key}");
+                    self.hidden(&here, key);
+                    self.meta(&here, value, topic);
+                }
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    self.meta(&format!("{location}[{index}]"), item, topic);
+                }
+            }
+            Value::String(text) => self.text(location, text, topic),
+            _ => {}
+        }
+    }
+
+    /// Every key and string of `value`, for what hides only.
+    fn machine_read(&mut self, location: &str, value: &Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    let here = format!("{location}.{key}");
+                    self.hidden(&here, key);
+                    self.machine_read(&here, value);
+                }
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    self.machine_read(&format!("{location}[{index}]"), item);
+                }
+            }
+            Value::String(text) => self.hidden(location, text),
+            _ => {}
+        }
     }
 }
 
