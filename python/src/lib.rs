@@ -146,9 +146,10 @@ impl RedbApprovalLedger {
     /// open it the same way (`airlock --multi-process`); otherwise it is this process's alone, and
     /// opening waits up to `wait_secs` while another process has it. With `audit_key` (raw bytes, at
     /// least 16, named `audit_key_id`), audit records are signed (`airlock audit verify --audit-key-file`).
-    /// With `audit_file`, the audit log is an append-only file of its own (created if missing; one writing
-    /// process): each call's record is one write and `fdatasync` instead of a commit of `path`, and an
-    /// approval's spend and its record are two writes (`airlock audit verify --file`).
+    /// With `audit_file`, the audit log is an append-only file of its own (created if missing; any number of
+    /// processes may append to it, each append under the file's lock): each call's record is one write and
+    /// `fdatasync` instead of a commit of `path`, and an approval's spend and its record are two writes
+    /// (`airlock audit verify --file`).
     #[new]
     #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1", audit_file = None))]
     #[allow(clippy::too_many_arguments)]
