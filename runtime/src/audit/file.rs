@@ -185,12 +185,21 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Under the file's lock: takes in the batches written since the last read, refuses a damaged file, and cuts
-/// off a write cut short (a writer's crash, or a failed write this process could not cut back).
+/// Under the file's lock: takes in the batches written since the last read, refuses a damaged file (or one
+/// shorter than what was read of it), and cuts off a write cut short (a writer's crash, or a failed write this
+/// process could not cut back).
 fn catch_up(state: &mut State, reader: &File, path: &Path) -> Result<(), AuditError> {
     let size = if state.damage.is_none() { state.read_on(reader, path)? } else { 0 };
     if let Some((offset, reason)) = &state.damage {
         return Err(AuditError::Damaged { path: path.display().to_string(), offset: *offset, reason: reason.clone() });
+    }
+    if size < state.len {
+        // No write of the log shortens the file past a whole batch (a failed one is cut back to one).
+        return Err(AuditError::Damaged {
+            path: path.display().to_string(),
+            offset: size,
+            reason: format!("the file ends before the last whole batch already read from it (at byte {})", state.len),
+        });
     }
     if state.len < size {
         cut_torn_tail(path, state, size)?;
@@ -1057,5 +1066,16 @@ mod tests {
             assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
         }
         assert!(asides(dir.path()).is_empty());
+
+        // A file cut back past a whole batch already read (by something other than this log) is refused too.
+        let writer = AuditLog::open_append_only(dir.path().join("cut.log"), keyed()).unwrap();
+        append(&writer, "a");
+        append(&writer, "b");
+        let cut = dir.path().join("cut.log");
+        let whole = std::fs::read(&cut).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&cut).unwrap().set_len(whole.len() as u64 - 10).unwrap();
+        let err = writer.append(AuditEvent::new("tool", "c", AuditOutcome::Executed)).unwrap_err();
+        assert!(err.to_string().contains("ends before the last whole batch"), "{err}");
+        assert_eq!(std::fs::read(&cut).unwrap(), whole[..whole.len() - 10], "left as it was");
     }
 }
