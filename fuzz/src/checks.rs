@@ -964,7 +964,10 @@ fn scratch_path(name: &str) -> std::path::PathBuf {
 /// genuine file edited as `data` says (flip, zero, insert, truncate, append at offsets it picks). Opened to read
 /// and to write, it never panics. Opened to write, an edited file is refused as damaged (and left as it was) or
 /// keeps exactly the genuine records of the whole batches before the first byte changed, and takes an append.
-pub fn check_audit_file(data: &[u8], edits: bool) {
+/// With `under_a_writer`, the edit is made after a writer opened the genuine file: its next append is refused
+/// as damaged (the file left as it was), or refused otherwise, or lands; an edit that only added bytes leaves
+/// every genuine record readable, and one that only cut the file short is refused as damaged.
+pub fn check_audit_file(data: &[u8], edits: bool, under_a_writer: bool) {
     use agent_airlock::audit::{AuditError, AuditEvent, AuditLog, AuditOutcome, verify};
     let fixture = audit_file_fixture();
     let (file, first) = if edits {
@@ -1015,6 +1018,11 @@ pub fn check_audit_file(data: &[u8], edits: bool) {
         (bytes, 16)
     };
     let path = scratch_path("input");
+    if under_a_writer {
+        check_audit_file_under_a_writer(&path, &fixture.bytes, &file, first);
+        remove_audit_files(&path);
+        return;
+    }
     std::fs::write(&path, &file).expect("the input file is written");
     if let Ok(reader) = AuditLog::read_append_only(&path, audit_file_config()) {
         let _ = verify(&reader, None);
@@ -1045,7 +1053,51 @@ pub fn check_audit_file(data: &[u8], edits: bool) {
         }
         Err(other) => panic!("an audit file is refused with an unexpected error: {other}"),
     }
-    // The file, and anything kept aside from it.
+    remove_audit_files(&path);
+}
+
+/// A writer opens the genuine file `genuine`, which is then rewritten in place as `edited` (its first change at
+/// byte `first`), and the writer appends.
+fn check_audit_file_under_a_writer(path: &std::path::Path, genuine: &[u8], edited: &[u8], first: usize) {
+    use std::io::Write as _;
+
+    use agent_airlock::audit::{AuditError, AuditEvent, AuditLog, AuditOutcome};
+    std::fs::write(path, genuine).expect("the genuine file is written");
+    let writer = AuditLog::open_append_only(path, audit_file_config()).expect("a genuine file opens");
+    let genuine_records = audit_file_fixture().hashes.len() as u64;
+    // In place (the writer's open file sees it), under the file's lock as a writer's own write would be.
+    {
+        let file = std::fs::OpenOptions::new().write(true).open(path).expect("opens");
+        file.lock().expect("the file's lock");
+        file.set_len(0).expect("emptied");
+        (&file).write_all(edited).expect("written");
+        file.unlock().expect("let go");
+    }
+    let appended = writer.append(AuditEvent::new("tool", "after", AuditOutcome::Executed));
+    if edited.len() < genuine.len() && genuine.starts_with(edited) {
+        // Cut back past whole batches the writer read: nothing it can append after.
+        assert!(matches!(appended, Err(AuditError::Damaged { .. })), "a truncated file took an append: {appended:?}");
+    }
+    match appended {
+        Err(AuditError::Damaged { .. }) => {
+            assert_eq!(std::fs::read(path).expect("readable"), edited, "a file refused as damaged was changed");
+        }
+        // Whole frames of made-up content may hold a head that does not decode: refused, never a panic.
+        Err(_) => {}
+        // (Whole frames appended with made-up content read as another writer's batch: what the append's seq is
+        // then is theirs to say, and `verify` tells them apart.)
+        Ok(_) if first >= genuine.len() => {
+            let reader = AuditLog::read_append_only(path, audit_file_config()).expect("the file opens to read");
+            let records = reader.records(1, genuine_records as usize).expect("the genuine records are readable");
+            let hashes: Vec<_> = records.iter().map(|record| record.hash).collect();
+            assert_eq!(hashes, audit_file_fixture().hashes, "a genuine record changed");
+        }
+        Ok(_) => {}
+    }
+}
+
+/// Removes the file at `path` and anything kept aside from it.
+fn remove_audit_files(path: &std::path::Path) {
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
         let name = name.to_string_lossy().into_owned();
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

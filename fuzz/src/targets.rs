@@ -36,11 +36,12 @@ pub fn arguments_bytes(data: &[u8]) {
 }
 
 /// An append-only audit file: the first byte's low bit picks a genuine file edited as the rest says, or the
-/// rest as the file's frames after its magic.
+/// rest as the file's frames after its magic; its next bit, for an edited file, makes the edit after a writer
+/// opened the genuine one (the writer's next append finds it).
 pub fn audit_file(data: &[u8]) {
     match data.split_first() {
-        Some((mode, rest)) => checks::check_audit_file(rest, mode & 1 == 1),
-        None => checks::check_audit_file(&[], false),
+        Some((mode, rest)) => checks::check_audit_file(rest, mode & 1 == 1, mode & 3 == 3),
+        None => checks::check_audit_file(&[], false, false),
     }
 }
 
