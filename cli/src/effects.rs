@@ -2,6 +2,7 @@
 //! the resolution in the audit log.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
@@ -9,6 +10,7 @@ use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::effect::{
     EffectError, EffectFilter, EffectRecord, EffectState, EffectStatus, EffectStore, Resolution,
 };
+use agent_airlock::store::open_database;
 use agent_airlock::{Clock, SystemClock};
 use clap::{Subcommand, ValueEnum};
 
@@ -42,6 +44,10 @@ pub(crate) enum EffectsCommand {
         /// instead of `--db`'s log: it must exist, and the gateway may be writing it.
         #[arg(long, value_name = "PATH")]
         audit_file: Option<PathBuf>,
+        /// Record the resolution in this redb file's audit log (the gateway's `airlock mcp --audit`) instead
+        /// of `--db`'s: it must exist, and is opened as `--db` is (`--multi-process` beside a running gateway).
+        #[arg(long, value_name = "PATH", conflicts_with = "audit_file")]
+        audit: Option<PathBuf>,
         #[command(flatten)]
         audit_key: AuditKeySource,
     },
@@ -74,13 +80,18 @@ pub(crate) fn run(cli: &Cli, command: &EffectsCommand) -> Result<(), Failure> {
                 }
             }
         }
-        EffectsCommand::Resolve { key, outcome, operator, audit_file, audit_key: key_source } => {
+        EffectsCommand::Resolve { key, outcome, operator, audit_file, audit, audit_key: key_source } => {
             let resolution = match outcome {
                 ResolvedAs::Committed => Resolution::Committed,
                 ResolvedAs::Failed => Resolution::Failed,
             };
             // The log is opened (and its key checked) before anything changes.
-            let log = resolution_log(&storage, audit_file.as_deref(), key_source)?;
+            let target = match (audit_file, audit) {
+                (Some(path), _) => AuditTarget::File(path),
+                (None, Some(path)) => AuditTarget::Redb(path),
+                (None, None) => AuditTarget::Storage,
+            };
+            let log = resolution_log(cli, &storage, target, key_source)?;
             let record = resolve_effect(&*store, &log, key, resolution, operator, now)?;
             if cli.json {
                 print_json(&effect_json(&record, now));
@@ -126,22 +137,49 @@ pub(crate) fn effect_line(record: &EffectRecord, now: Duration) -> String {
     line
 }
 
-/// The audit log a resolution is recorded in (`--db`'s, or the append-only file given), refused when it
-/// cannot be signed as the log's records are (an unsigned record in a signed log reads as tampering).
+/// Which audit log a resolution goes to.
+pub(crate) enum AuditTarget<'a> {
+    /// `--db`'s.
+    Storage,
+    /// A gateway's append-only audit file (`airlock mcp --audit-file`).
+    File(&'a Path),
+    /// A gateway's separate redb audit file (`airlock mcp --audit`).
+    Redb(&'a Path),
+}
+
+/// The audit log a resolution is recorded in, refused when it cannot be signed as the log's records are (an
+/// unsigned record in a signed log reads as tampering).
 pub(crate) fn resolution_log(
+    cli: &Cli,
     storage: &Storage,
-    audit_file: Option<&Path>,
+    target: AuditTarget<'_>,
     source: &AuditKeySource,
 ) -> Result<AuditLog, Failure> {
     let key = audit_key(source)?;
     let signed = key.is_some();
     let config = AuditConfig { key, ..AuditConfig::default() };
-    let log = match audit_file {
-        Some(path) => open_audit_file(path, config).map_err(|e| format!("{e}; nothing was resolved"))?,
-        None => storage.audit(config)?,
+    let log = match target {
+        AuditTarget::Storage => storage.audit(config)?,
+        AuditTarget::File(path) => open_audit_file(path, config).map_err(|e| format!("{e}; nothing was resolved"))?,
+        AuditTarget::Redb(path) => {
+            open_audit_redb(cli, path, config).map_err(|e| format!("{e}; nothing was resolved"))?
+        }
     };
     ensure_signable(&log, signed)?;
     Ok(log)
+}
+
+/// An existing redb file's audit log (a gateway's `--audit`), opened as `--db` is: a path mistyped is refused
+/// rather than starting a new log nobody reads.
+pub(crate) fn open_audit_redb(cli: &Cli, path: &Path, config: AuditConfig) -> Result<AuditLog, Failure> {
+    if !path.is_file() {
+        return Err(format!(
+            "the audit file {} does not exist (it is the redb file `airlock mcp --audit` writes)",
+            path.display()
+        ));
+    }
+    let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
+    AuditLog::with_database(Arc::new(database), config).map_err(|e| e.to_string())
 }
 
 /// An existing append-only audit file (a gateway's), opened to append to it beside the gateway: a path

@@ -171,6 +171,61 @@ fn effects_are_listed_and_ambiguous_ones_resolved() {
     assert!(records[0].detail.as_deref().unwrap().contains("by operator `alice`"), "{:?}", records[0]);
 }
 
+/// `--audit PATH` and `--audit-file PATH`: the resolution goes to the gateway's own audit log (a separate redb
+/// file, or an append-only file, each holding a record already), not `--db`'s; a path that does not exist is
+/// refused and nothing is resolved.
+#[test]
+fn a_resolution_goes_into_the_gateways_own_audit_log_when_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::open(&db).unwrap();
+        let now = SystemClock.now();
+        for key in ["refund:pi_1", "refund:pi_2"] {
+            let unknown = store.reserve(key, Duration::from_secs(60), now).unwrap();
+            store.mark_ambiguous(&unknown, now).unwrap();
+        }
+    }
+    let (redb_log, file_log) = (dir.path().join("audit.redb"), dir.path().join("audit.log"));
+    AuditLog::open(&redb_log, AuditConfig::default())
+        .unwrap()
+        .append(AuditEvent::new("refund", "call_1", AuditOutcome::Executed))
+        .unwrap();
+    AuditLog::open_append_only(&file_log, AuditConfig::default())
+        .unwrap()
+        .append(AuditEvent::new("refund", "call_2", AuditOutcome::Executed))
+        .unwrap();
+    let resolve = |key: &str, flag: &str, path: &Path| {
+        airlock(
+            &db,
+            &["effects", "resolve", key, "--outcome", "failed", "--operator", "alice", flag, path.to_str().unwrap()],
+        )
+    };
+    for flag in ["--audit", "--audit-file"] {
+        let missing = dir.path().join("typo");
+        let output = resolve("refund:pi_1", flag, &missing);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains("does not exist"), "{flag}: {stderr}");
+        assert!(stderr.contains("nothing was resolved") && !missing.exists(), "{flag}: {stderr}");
+    }
+    let listed = stdout_json(&airlock(&db, &["effects", "list", "--ambiguous", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 2, "nothing resolved: {listed}");
+
+    for (key, flag, path) in [("refund:pi_1", "--audit", &redb_log), ("refund:pi_2", "--audit-file", &file_log)] {
+        let output = resolve(key, flag, path);
+        assert!(output.status.success(), "{flag}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let in_redb = AuditLog::open(&redb_log, AuditConfig::default()).unwrap().records(1, 10).unwrap();
+    let in_file = AuditLog::read_append_only(&file_log, AuditConfig::default()).unwrap().records(1, 10).unwrap();
+    for (records, first, resolved) in [(in_redb, "call_1", "refund:pi_1"), (in_file, "call_2", "refund:pi_2")] {
+        let ids: Vec<&str> = records.iter().map(|r| r.tool_call_id.as_str()).collect();
+        assert_eq!(ids, [first, resolved]);
+        assert_eq!(records[1].outcome, AuditOutcome::EffectResolved { resolution: Resolution::Failed });
+    }
+    let in_db = AuditLog::open(&db, AuditConfig::default()).unwrap();
+    assert!(in_db.records(1, 10).unwrap().is_empty(), "nothing in --db's log");
+}
+
 /// A signed audit log gets a signed resolution record, or none: without its key nothing is resolved.
 #[test]
 fn a_resolution_in_a_signed_audit_log_is_signed() {

@@ -733,6 +733,41 @@ fn a_resolution_is_recorded_in_the_gateways_audit_file_while_it_is_written() {
     assert!(in_db.records(1, 10).unwrap().is_empty(), "nothing in --db's log");
 }
 
+/// `--audit`: with the gateway's separate redb audit file, a resolution is recorded there and the audit page
+/// verifies it, not `--db`'s log.
+#[test]
+fn a_resolution_is_recorded_in_the_gateways_separate_audit_database() {
+    use agent_airlock::audit::{AuditEvent, AuditOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    {
+        let store = RedbEffectStore::new(shared_database(&db)).unwrap();
+        let now = SystemClock.now();
+        let unknown = store.reserve("refund:pi_8", Duration::from_secs(60), now).unwrap();
+        store.mark_ambiguous(&unknown, now).unwrap();
+    }
+    let audit = dir.path().join("audit.redb");
+    AuditLog::open(&audit, AuditConfig::default())
+        .unwrap()
+        .append(AuditEvent::new("refund", "c1", AuditOutcome::Executed))
+        .unwrap();
+    let console = Console::start(&db, &["--operator", "alice", "--audit", audit.to_str().unwrap()]);
+    let mut visitor = Visitor::new(&console);
+    assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get("/effects");
+    let csrf = hidden(&page, "csrf");
+    let form = [("key", "refund:pi_8"), ("outcome", "failed"), ("csrf", csrf.as_str())];
+    assert_eq!(visitor.post("/effects/resolve", &form).0, StatusCode::SEE_OTHER);
+    let (_, page) = visitor.get("/audit");
+    assert!(page.contains("audit log intact: 2 records"), "{page}");
+    drop(console);
+    let records = AuditLog::open(&audit, AuditConfig::default()).unwrap().records(1, 10).unwrap();
+    let ids: Vec<&str> = records.iter().map(|r| r.tool_call_id.as_str()).collect();
+    assert_eq!(ids, ["c1", "refund:pi_8"]);
+    let in_db = AuditLog::with_database(shared_database(&db), AuditConfig::default()).unwrap();
+    assert!(in_db.records(1, 10).unwrap().is_empty(), "nothing in --db's log");
+}
+
 /// What a loopback webhook receiver was sent.
 struct Received {
     headers: HashMap<String, String>,

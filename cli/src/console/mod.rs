@@ -105,6 +105,11 @@ pub(crate) struct ConsoleArgs {
     /// the file's lock for its write only), while the gateway writes it. It must exist.
     #[arg(long, value_name = "PATH")]
     audit_file: Option<PathBuf>,
+    /// The gateway's separate redb audit file (`airlock mcp --audit`): the audit page verifies it, and effect
+    /// resolutions are recorded in it, instead of `--db`'s log. It must exist; it is opened as `--db` is
+    /// (`--multi-process` beside a running gateway).
+    #[arg(long, value_name = "PATH", conflicts_with = "audit_file")]
+    audit: Option<PathBuf>,
     #[command(flatten)]
     key: KeySource,
     #[command(flatten)]
@@ -258,7 +263,13 @@ pub(crate) fn run(cli: &Cli, args: &ConsoleArgs) -> Result<(), Failure> {
         .audit_file
         .as_ref()
         .map(|path| (path.clone(), audit_key.clone().map(|key| AuditConfig { key, ..AuditConfig::default() })));
-    let audit = audit_key.and_then(|key| storage.audit(AuditConfig { key, ..AuditConfig::default() }));
+    let audit = audit_key.and_then(|key| {
+        let config = AuditConfig { key, ..AuditConfig::default() };
+        match &args.audit {
+            Some(path) => crate::effects::open_audit_redb(cli, path, config),
+            None => storage.audit(config),
+        }
+    });
     let console = Arc::new(Console {
         effects: storage.effects()?,
         ledger,
