@@ -22,6 +22,33 @@ fn random_millis(bound: u64) -> u64 {
     x % bound
 }
 
+/// A worker appending to the log at `path` (`store`: `redb` or `file`) from `threads` threads until killed; the
+/// sequence numbers it acknowledges arrive on the receiver, read from its stdout by the thread returned.
+fn start_appender(
+    path: &std::path::Path,
+    threads: usize,
+    store: &str,
+) -> (std::process::Child, mpsc::Receiver<u64>, std::thread::JoinHandle<()>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .arg("audit_append_loop")
+        .arg(path)
+        .args([threads.to_string().as_str(), store])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the helper starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (lines, acks) = mpsc::channel::<u64>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line.trim().parse().expect("a sequence number")).is_err() {
+                break;
+            }
+        }
+    });
+    (child, acks, reader)
+}
+
 #[test]
 fn a_log_killed_mid_append_opens_and_verifies() {
     killed_mid_append("redb");
@@ -42,25 +69,7 @@ fn killed_mid_append(store: &str) {
     let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
     let mut previous_records = 0;
     for round in 0..ROUNDS {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
-            .arg("audit_append_loop")
-            .arg(&path)
-            .arg("4")
-            .arg(store)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the helper starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (lines, acks) = mpsc::channel::<u64>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let seq = line.trim().parse().expect("a sequence number");
-                if lines.send(seq).is_err() {
-                    break;
-                }
-            }
-        });
+        let (mut child, acks, reader) = start_appender(&path, 4, store);
         // Let it get going, then kill it at a random moment while appends are in flight.
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut seen = 0;
@@ -97,26 +106,7 @@ fn a_writer_killed_mid_append_is_cut_off_by_the_writer_still_appending() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("audit.log");
     let config = AuditConfig { key: Some(audit_test_key()), ..AuditConfig::default() };
-    let start = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
-            .arg("audit_append_loop")
-            .arg(&path)
-            .args(["3", "file"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the helper starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (lines, acks) = mpsc::channel::<u64>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if lines.send(line.trim().parse().expect("a sequence number")).is_err() {
-                    break;
-                }
-            }
-        });
-        (child, acks, reader)
-    };
+    let start = || start_appender(&path, 3, "file");
     let wait_for = |acks: &mpsc::Receiver<u64>, n: usize, seen: &mut Vec<u64>| {
         let deadline = Instant::now() + Duration::from_secs(60);
         for _ in 0..n {

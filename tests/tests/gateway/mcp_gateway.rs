@@ -66,11 +66,30 @@ impl Scratch {
     /// A gateway allowing every tool, in front of an upstream holding one note, `a.txt` ("a note"), started
     /// on stdio with its standard error inherited.
     fn allow_all_session(&self, venv: &Venv) -> StdioSession {
-        let policy = self.path("airlock.toml");
+        self.session("version = 1\ndefault = \"allow\"\n", &[], &[], venv)
+    }
+
+    /// A gateway under `policy`, `global` arguments before `mcp` and `extra` after its policy, in front of an
+    /// upstream holding one note, `a.txt` ("a note"), started on stdio with its standard error inherited.
+    fn session(&self, policy: &str, global: &[&OsStr], extra: &[&OsStr], venv: &Venv) -> StdioSession {
+        let policy_path = self.path("airlock.toml");
         std::fs::create_dir_all(self.path("notes")).expect("notes");
         std::fs::write(self.path("notes/a.txt"), "a note").expect("a note");
-        std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
-        StdioSession::start(self.gateway(&policy, venv).stderr(Stdio::inherit()))
+        std::fs::write(&policy_path, policy).expect("the policy is written");
+        let mut command = Command::new(AIRLOCK);
+        command
+            .arg("--db")
+            .arg(self.path("airlock.redb"))
+            .args(global)
+            .args(["mcp", "--policy"])
+            .arg(&policy_path)
+            .args(extra)
+            .arg("--")
+            .args(self.upstream(venv))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        StdioSession::start(&mut command)
     }
 
     /// Every upstream process started so far.
@@ -279,26 +298,9 @@ fn audit_report(args: &[&OsStr]) -> Value {
 fn the_gateway_audits_to_an_append_only_file() {
     let venv = venv();
     let scratch = Scratch::new();
-    let policy = scratch.path("airlock.toml");
-    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
-    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
-    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\ndeny = [\"delete_everything\"]\n")
-        .expect("the policy is written");
     let log = scratch.path("audit.log");
-    let mut command = Command::new(AIRLOCK);
-    command
-        .arg("--db")
-        .arg(scratch.path("airlock.redb"))
-        .args(["mcp", "--policy"])
-        .arg(&policy)
-        .arg("--audit-file")
-        .arg(&log)
-        .arg("--")
-        .args(scratch.upstream(&venv))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut session = StdioSession::start(&mut command);
+    let policy = "version = 1\ndefault = \"allow\"\ndeny = [\"delete_everything\"]\n";
+    let mut session = scratch.session(policy, &[], &[OsStr::new("--audit-file"), log.as_os_str()], &venv);
     let verify_file = [OsStr::new("audit"), OsStr::new("verify"), OsStr::new("--file"), log.as_os_str()];
     for (id, tool) in [(2, "read_note"), (3, "delete_everything"), (4, "read_note")] {
         session.call(id, tool, json!({"name": "a.txt"}));
@@ -338,10 +340,6 @@ fn an_operators_resolution_goes_into_the_audit_file_the_gateway_is_writing() {
 
     let venv = venv();
     let scratch = Scratch::new();
-    let policy = scratch.path("airlock.toml");
-    std::fs::create_dir_all(scratch.path("notes")).expect("notes");
-    std::fs::write(scratch.path("notes/a.txt"), "a note").expect("a note");
-    std::fs::write(&policy, "version = 1\ndefault = \"allow\"\n").expect("the policy is written");
     let (db, log, key) = (scratch.path("airlock.redb"), scratch.path("audit.log"), scratch.path("audit.key"));
     std::fs::write(&key, "cd".repeat(32)).expect("the audit key");
     #[cfg(unix)]
@@ -353,22 +351,9 @@ fn an_operators_resolution_goes_into_the_audit_file_the_gateway_is_writing() {
         let reserved = store.reserve("refund:pi_7", Duration::from_secs(60), now).expect("reserved");
         store.mark_ambiguous(&reserved, now).expect("ambiguous");
     }
-    let mut command = Command::new(AIRLOCK);
-    command
-        .arg("--db")
-        .arg(&db)
-        .args(["--multi-process", "mcp", "--policy"])
-        .arg(&policy)
-        .arg("--audit-file")
-        .arg(&log)
-        .arg("--audit-key-file")
-        .arg(&key)
-        .arg("--")
-        .args(scratch.upstream(&venv))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut session = StdioSession::start(&mut command);
+    let audit_args = [OsStr::new("--audit-file"), log.as_os_str(), OsStr::new("--audit-key-file"), key.as_os_str()];
+    let policy = "version = 1\ndefault = \"allow\"\n";
+    let mut session = scratch.session(policy, &[OsStr::new("--multi-process")], &audit_args, &venv);
     session.call(2, "read_note", json!({"name": "a.txt"}));
     assert!(session.response(2, Duration::from_secs(60)).get("result").is_some());
 
