@@ -2,7 +2,6 @@
 //! the resolution in the audit log.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::escape;
@@ -10,7 +9,6 @@ use agent_airlock::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome};
 use agent_airlock::effect::{
     EffectError, EffectFilter, EffectRecord, EffectState, EffectStatus, EffectStore, Resolution,
 };
-use agent_airlock::store::open_database;
 use agent_airlock::{Clock, SystemClock};
 use clap::{Subcommand, ValueEnum};
 
@@ -178,8 +176,7 @@ pub(crate) fn open_audit_redb(cli: &Cli, path: &Path, config: AuditConfig) -> Re
             path.display()
         ));
     }
-    let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
-    AuditLog::with_database(Arc::new(database), config).map_err(|e| e.to_string())
+    Storage::audit_database(cli, path, config)
 }
 
 /// An existing append-only audit file (a gateway's), opened to append to it beside the gateway: a path

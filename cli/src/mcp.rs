@@ -31,7 +31,6 @@ use agent_airlock::integrations::mcp_gateway::{
 use agent_airlock::keys::ApprovalKey;
 use agent_airlock::ledger::ApprovalLedger;
 use agent_airlock::policy::{ApprovalRoute, PolicyMode};
-use agent_airlock::store::open_database;
 use agent_airlock::{Dispatcher, Policy, SystemClock};
 
 use crate::{Cli, Storage};
@@ -134,10 +133,7 @@ fn prepare(args: &GatewayArgs, cli: &Cli) -> Result<Prepared, String> {
         (Some(path), _, _) => {
             AuditLog::open_append_only(path, audit_config).map_err(|e| format!("--audit-file: {e}"))?
         }
-        (None, Some(path), _) => {
-            let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
-            AuditLog::with_database(Arc::new(database), audit_config).map_err(|e| e.to_string())?
-        }
+        (None, Some(path), _) => Storage::audit_database(cli, path, audit_config)?,
         (None, None, Storage::Redb(_)) => storage.audit(audit_config)?,
         (None, None, Storage::Postgres(_)) => {
             return Err("the gateway audits every call, and PostgreSQL holds only the ledger and the effect records: \

@@ -1,5 +1,6 @@
 //! Where the records are: a redb file or a PostgreSQL database, opened as `--db` says.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,12 @@ impl Storage {
             Storage::Redb(database) => Arc::new(RedbEffectStore::new(Arc::clone(database)).map_err(|e| e.to_string())?),
             Storage::Postgres(ledger) => Arc::new(ledger.effect_store()),
         })
+    }
+
+    /// The audit log of the redb file at `path` (a gateway's `--audit`), opened as `--db` is; created if missing.
+    pub(crate) fn audit_database(cli: &Cli, path: &Path, config: AuditConfig) -> Result<AuditLog, Failure> {
+        let database = open_database(path, &cli.redb_options()).map_err(|e| format!("{}: {e}", path.display()))?;
+        AuditLog::with_database(Arc::new(database), config).map_err(|e| e.to_string())
     }
 
     pub(crate) fn audit(&self, config: AuditConfig) -> Result<AuditLog, Failure> {

@@ -158,13 +158,12 @@ pub(super) async fn resolve_effect(
         let opened;
         let log = match &shared.resolutions_file {
             Some((path, config)) => {
-                let config = config.clone().map_err(|e| format!("{e}; nothing was resolved"))?;
-                opened =
-                    crate::effects::open_audit_file(path, config).map_err(|e| format!("{e}; nothing was resolved"))?;
-                &opened
+                opened = config.clone().and_then(|config| crate::effects::open_audit_file(path, config));
+                opened.as_ref()
             }
-            None => shared.audit.as_ref().map_err(|e| format!("{e}; nothing was resolved"))?,
+            None => shared.audit.as_ref(),
         };
+        let log = log.map_err(|e| format!("{e}; nothing was resolved"))?;
         ensure_signable(log, shared.audit_signed)?;
         crate::effects::resolve_effect(&*shared.effects, log, &form.key, resolution, &operator, now())
     });

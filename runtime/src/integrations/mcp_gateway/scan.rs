@@ -381,50 +381,35 @@ impl Scan {
     /// URI, a MIME type, sizes), for what hides.
     fn extras(&mut self, entry: &Value, topic: &Topic) {
         if let Some(meta) = entry.get("_meta") {
-            self.meta("_meta", meta, topic);
+            self.keys_and_strings("_meta", meta, Some(topic));
         }
         if let Some(Value::Array(icons)) = entry.get("icons") {
             for (index, icon) in icons.iter().enumerate() {
-                self.machine_read(&format!("icons[{index}]"), icon);
+                self.keys_and_strings(&format!("icons[{index}]"), icon, None);
             }
         }
     }
 
-    fn meta(&mut self, location: &str, value: &Value, topic: &Topic) {
+    /// Every key of `value` for what hides, and every string read as text about `topic` (or, without one,
+    /// for what hides only).
+    fn keys_and_strings(&mut self, location: &str, value: &Value, topic: Option<&Topic>) {
         match value {
             Value::Object(map) => {
                 for (key, value) in map {
                     let here = format!("{location}.{key}");
                     self.hidden(&here, key);
-                    self.meta(&here, value, topic);
+                    self.keys_and_strings(&here, value, topic);
                 }
             }
             Value::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
-                    self.meta(&format!("{location}[{index}]"), item, topic);
+                    self.keys_and_strings(&format!("{location}[{index}]"), item, topic);
                 }
             }
-            Value::String(text) => self.text(location, text, topic),
-            _ => {}
-        }
-    }
-
-    /// Every key and string of `value`, for what hides only.
-    fn machine_read(&mut self, location: &str, value: &Value) {
-        match value {
-            Value::Object(map) => {
-                for (key, value) in map {
-                    let here = format!("{location}.{key}");
-                    self.hidden(&here, key);
-                    self.machine_read(&here, value);
-                }
-            }
-            Value::Array(items) => {
-                for (index, item) in items.iter().enumerate() {
-                    self.machine_read(&format!("{location}[{index}]"), item);
-                }
-            }
-            Value::String(text) => self.hidden(location, text),
+            Value::String(text) => match topic {
+                Some(topic) => self.text(location, text, topic),
+                None => self.hidden(location, text),
+            },
             _ => {}
         }
     }
