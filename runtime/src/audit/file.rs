@@ -31,7 +31,9 @@
 //! first takes in the batches others wrote since its last (so the chain goes on from the file's real head),
 //! and cuts off a write another writer's crash left cut short, as an open does. A gateway writing the file and
 //! `airlock effects resolve` or the console recording a resolution in it append to one chain. A lock held
-//! past [`LOCK_WAIT`] (a process stopped mid-append) fails the append with an error saying so. Opened to read
+//! past [`LOCK_WAIT`] (a process stopped mid-append) fails the append with an error saying so. A writer whose
+//! file its path no longer names (renamed by a log rotation, deleted, or replaced by a new log started there)
+//! refuses to append: its records would go where nobody reading the path looks. Opened to read
 //! ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no lock
 //! is taken: each read takes in the whole batches written since the last, and a batch still being written is
 //! left for a later read.
@@ -66,6 +68,9 @@ const MAX_LOCK_PAUSE: Duration = Duration::from_millis(2);
 
 pub(super) struct FileAuditStore {
     path: PathBuf,
+    /// `path` made absolute at open, to ask under the lock whether it still names the open file
+    /// ([`still_named`]) even if the process changed its working directory since.
+    named: PathBuf,
     /// A handle for positional reads, so a scan holds no lock while it reads; a writer's file lock is taken
     /// through it (it shares the writing handle's open file, and so its lock).
     reader: File,
@@ -100,6 +105,9 @@ impl FileAuditStore {
             .map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let held = Held::take(&reader, path, LOCK_WAIT)?;
+        // Renamed or replaced between the open and the lock: nothing is written to a file the path lost.
+        let named = std::path::absolute(path).map_err(|err| AuditError::io(path, "cannot be opened", err))?;
+        still_named(&reader, path, &named)?;
         let size = file_size(&file, path)?;
         if size < MAGIC.len() as u64 {
             // New, or its creation was cut short before the magic was whole.
@@ -116,9 +124,9 @@ impl FileAuditStore {
             created.map_err(|err| AuditError::io(path, "cannot be written", err))?;
         }
         let mut state = State::start(file, path)?;
-        catch_up(&mut state, &reader, path)?;
+        catch_up(&mut state, &reader, path, &named)?;
         drop(held);
-        Ok(FileAuditStore { path: path.to_owned(), reader, writable: true, state: Mutex::new(state) })
+        Ok(FileAuditStore { path: path.to_owned(), named, reader, writable: true, state: Mutex::new(state) })
     }
 
     /// Opens an existing file to read it, changing nothing and taking no lock: a log another process writes
@@ -129,7 +137,8 @@ impl FileAuditStore {
         let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let mut state = State::start(file, path)?;
         state.read_on(&reader, path)?;
-        Ok(FileAuditStore { path: path.to_owned(), reader, writable: false, state: Mutex::new(state) })
+        let named = path.to_owned();
+        Ok(FileAuditStore { path: path.to_owned(), named, reader, writable: false, state: Mutex::new(state) })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -185,10 +194,11 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Under the file's lock: takes in the batches written since the last read, refuses a damaged file (or one
-/// shorter than what was read of it), and cuts off a write cut short (a writer's crash, or a failed write this
-/// process could not cut back).
-fn catch_up(state: &mut State, reader: &File, path: &Path) -> Result<(), AuditError> {
+/// Under the file's lock: refuses a file that is no longer at its path ([`still_named`]), takes in the batches
+/// written since the last read, refuses a damaged file (or one shorter than what was read of it), and cuts off a
+/// write cut short (a writer's crash, or a failed write this process could not cut back).
+fn catch_up(state: &mut State, reader: &File, path: &Path, named: &Path) -> Result<(), AuditError> {
+    still_named(reader, path, named)?;
     let size = if state.damage.is_none() { state.read_on(reader, path)? } else { 0 };
     if let Some((offset, reason)) = &state.damage {
         return Err(AuditError::Damaged { path: path.display().to_string(), offset: *offset, reason: reason.clone() });
@@ -204,6 +214,32 @@ fn catch_up(state: &mut State, reader: &File, path: &Path) -> Result<(), AuditEr
     if state.len < size {
         cut_torn_tail(path, state, size)?;
     }
+    Ok(())
+}
+
+/// What a writer says of a file that its path no longer names.
+const NOT_AT_PATH: &str = "is no longer the file at that path: it was renamed, deleted or replaced while this \
+                           process had it open, and records appended to it would be lost to whoever reads the \
+                           path; nothing was written (restart the process to append to the file the path names)";
+
+/// Whether `named` (`path` made absolute) still names the open `file`. A writer that went on appending to a file
+/// renamed away (a log rotation), deleted, or replaced by another (a new log started at the path) would write
+/// records nobody reading the path sees, and, once a deleted file is closed, nobody at all: it refuses instead.
+#[cfg(unix)]
+fn still_named(file: &File, path: &Path, named: &Path) -> Result<(), AuditError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let open = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?;
+    let at_path = std::fs::metadata(named).map_err(|err| AuditError::io(path, NOT_AT_PATH, err))?;
+    if (open.dev(), open.ino()) != (at_path.dev(), at_path.ino()) {
+        return Err(AuditError::io(path, NOT_AT_PATH, io::Error::other("another file is at that path now")));
+    }
+    Ok(())
+}
+
+/// Without Unix's file identities the check is not made (a Windows file in use cannot be renamed or deleted by
+/// default).
+#[cfg(not(unix))]
+fn still_named(_file: &File, _path: &Path, _named: &Path) -> Result<(), AuditError> {
     Ok(())
 }
 
@@ -357,7 +393,7 @@ impl AuditStore for FileAuditStore {
         let mut state = self.lock();
         // The in-process lock first: threads of this process share the file's lock, so only one may hold it.
         let _held = Held::take(&self.reader, &self.path, LOCK_WAIT)?;
-        catch_up(&mut state, &self.reader, &self.path)?;
+        catch_up(&mut state, &self.reader, &self.path, &self.named)?;
         let head = state.head.as_deref().map(Anchor::decode_stored).transpose()?;
         let batch = build(head)?;
         let head = batch.head.encode_stored();
@@ -1077,5 +1113,75 @@ mod tests {
         let err = writer.append(AuditEvent::new("tool", "c", AuditOutcome::Executed)).unwrap_err();
         assert!(err.to_string().contains("ends before the last whole batch"), "{err}");
         assert_eq!(std::fs::read(&cut).unwrap(), whole[..whole.len() - 10], "left as it was");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_renamed_deleted_or_replaced_under_a_writer_takes_no_more_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let refused = |log: &AuditLog, call: &str| {
+            let err = log.append(AuditEvent::new("tool", call, AuditOutcome::Executed)).unwrap_err();
+            assert!(err.to_string().contains("is no longer the file at that path"), "{err}");
+            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+            err
+        };
+
+        // Rotated: renamed away. The writer refuses rather than going on in the renamed file, which is left
+        // as it was and still verifies.
+        let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
+        append(&writer, "a");
+        let rotated = dir.path().join("audit.log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        let bytes = std::fs::read(&rotated).unwrap();
+        let err = refused(&writer, "b");
+        assert!(matches!(&err, AuditError::File { source, .. } if source.kind() == io::ErrorKind::NotFound), "{err}");
+        assert_eq!(std::fs::read(&rotated).unwrap(), bytes);
+        assert!(!path.exists(), "nothing was created at the path");
+
+        // Replaced: another writer starts a log at the path. The first refuses (another file is there), the new
+        // one appends, and neither file takes the other's records.
+        let second = AuditLog::open_append_only(&path, keyed()).unwrap();
+        assert_eq!(append(&second, "c"), 1);
+        let err = refused(&writer, "d");
+        assert!(err.to_string().contains("another file is at that path now"), "{err}");
+        assert_eq!(std::fs::read(&rotated).unwrap(), bytes);
+        assert_eq!(append(&second, "e"), 2);
+        assert_eq!(records(&rotated), 1);
+        assert_eq!(records(&path), 2);
+
+        // Deleted: the writer refuses instead of appending to a file nobody can open any more.
+        std::fs::remove_file(&path).unwrap();
+        refused(&second, "f");
+        assert!(!path.exists());
+
+        // A link that names the file is the file; one pointed elsewhere is not.
+        let target = dir.path().join("target.log");
+        let link = dir.path().join("link.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let linked = AuditLog::open_append_only(&link, keyed()).unwrap();
+        assert_eq!(append(&linked, "g"), 1);
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&rotated, &link).unwrap();
+        let err = linked.append(AuditEvent::new("tool", "h", AuditOutcome::Executed)).unwrap_err();
+        assert!(err.to_string().contains("another file is at that path now"), "{err}");
+        assert_eq!((records(&target), records(&rotated)), (1, 1));
+
+        // Opened by a relative path, the path is asked for made absolute, so the check holds after the working
+        // directory changes (changing it here would race the other tests).
+        let relative = FileAuditStore::open(&path_relative_to_cwd(&dir.path().join("relative.log"))).unwrap();
+        assert!(relative.named.is_absolute(), "{}", relative.named.display());
+        assert_eq!(relative.named.canonicalize().unwrap(), dir.path().join("relative.log").canonicalize().unwrap());
+    }
+
+    /// `path` as a path relative to the working directory (`../..` up to the root, then down).
+    #[cfg(unix)]
+    fn path_relative_to_cwd(path: &Path) -> PathBuf {
+        let cwd = std::env::current_dir().unwrap();
+        let mut relative = PathBuf::new();
+        for _ in cwd.components().skip(1) {
+            relative.push("..");
+        }
+        relative.join(path.strip_prefix("/").unwrap())
     }
 }
