@@ -27,7 +27,7 @@
 //! holds a reviewed definition still; the scan is what makes the first review, and a re-list of an unpinned
 //! tool, less blind.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::sync::LazyLock;
 
@@ -53,6 +53,12 @@ pub const SPACE_RUN: usize = 40;
 const CONTEXT: usize = 40;
 /// The longest quote.
 const MAX_QUOTE: usize = 160;
+/// The most characters of one key a finding's location names; a longer key is cut there, with `…`.
+const MAX_LOCATION_KEY: usize = 64;
+/// About the longest location, in bytes: the members past it are not named (one `…` stands for them), so a
+/// listing nested deep with long keys cannot make each level of the walk, and each finding, hold a copy of all
+/// the keys above it (a 10 MB listing would have held ~500 MB).
+const MAX_LOCATION: usize = 1024;
 
 /// One thing a tool's definition says that it has no business saying.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +104,7 @@ pub fn scan_tool(tool: &rmcp::model::Tool) -> Vec<Finding> {
 /// Scans a tool's definition as MCP's `tools/list` gives it (`name`, `title`, `description`, `inputSchema`,
 /// `outputSchema`, `annotations`, `_meta`, `icons`).
 pub fn scan_definition(definition: &Value) -> Vec<Finding> {
-    let mut scan = Scan { findings: Vec::new(), own_path: String::new() };
+    let mut scan = Scan { findings: Vec::new(), found: HashSet::new(), own_path: String::new() };
     let text = |key: &str| definition.get(key).and_then(Value::as_str).unwrap_or("");
     let (name, title, description) = (text("name"), text("title"), text("description"));
     let topic = Topic::of(name, title, description);
@@ -157,7 +163,7 @@ fn scan_listing(entry: serde_json::Result<Value>, name: &str) -> Vec<Finding> {
     // A resource names a file, or something like one: the sensitive path in its own URI is no sign of
     // poisoning when its text names it. (A prompt has no URI.)
     let own_path = format!("{} {}", text("uri"), text("uriTemplate")).trim().to_lowercase();
-    let mut scan = Scan { findings: Vec::new(), own_path };
+    let mut scan = Scan { findings: Vec::new(), found: HashSet::new(), own_path };
     let (title, description) = (text("title"), text("description"));
     let topic = Topic::of(name, title, description);
     for key in ["uri", "uriTemplate", "mimeType"] {
@@ -236,6 +242,9 @@ pub(crate) fn split_accepted(
 
 struct Scan {
     findings: Vec<Finding>,
+    /// The kind and location of each finding: one finding of a kind per location, found in constant time (a
+    /// listing with many findings made the check quadratic: 16,000 took 0.4 s).
+    found: HashSet<(FindingKind, String)>,
     /// A resource's URI, lower-cased: a sensitive path it holds is the resource's own, named by its text
     /// as a matter of course, not a finding (another one is).
     own_path: String,
@@ -243,7 +252,7 @@ struct Scan {
 
 impl Scan {
     fn push(&mut self, kind: FindingKind, location: &str, text: String, note: Option<String>) {
-        if !self.findings.iter().any(|f| f.kind == kind && f.location == location) {
+        if self.found.insert((kind, location.to_owned())) {
             self.findings.push(Finding { kind, location: location.to_owned(), text, note });
         }
     }
@@ -334,12 +343,12 @@ impl Scan {
         match schema {
             Value::Object(map) => {
                 for (key, value) in map {
-                    let here = format!("{location}.{key}");
+                    let here = member(location, key);
                     if key == "properties"
                         && let Value::Object(properties) = value
                     {
                         for (name, property) in properties {
-                            let at = format!("{here}.{name}");
+                            let at = member(&here, name);
                             self.hidden(&at, name);
                             if parameters && !topic.credentials && is_secret_name(name) {
                                 self.push(
@@ -364,7 +373,7 @@ impl Scan {
             }
             Value::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
-                    self.schema(&format!("{location}[{index}]"), item, topic, parameters);
+                    self.schema(&element(location, index), item, topic, parameters);
                 }
             }
             Value::String(text) => self.text(location, text, topic),
@@ -396,14 +405,14 @@ impl Scan {
         match value {
             Value::Object(map) => {
                 for (key, value) in map {
-                    let here = format!("{location}.{key}");
+                    let here = member(location, key);
                     self.hidden(&here, key);
                     self.keys_and_strings(&here, value, topic);
                 }
             }
             Value::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
-                    self.keys_and_strings(&format!("{location}[{index}]"), item, topic);
+                    self.keys_and_strings(&element(location, index), item, topic);
                 }
             }
             Value::String(text) => match topic {
@@ -413,6 +422,42 @@ impl Scan {
             _ => {}
         }
     }
+}
+
+/// The location of `key`'s member of the object at `location`: `location.key`, the key cut to
+/// [`MAX_LOCATION_KEY`] characters, and nothing more named once the location is [`MAX_LOCATION`] long.
+fn member(location: &str, key: &str) -> String {
+    bounded(location, |out| {
+        out.push('.');
+        let mut chars = key.chars();
+        out.extend(chars.by_ref().take(MAX_LOCATION_KEY));
+        if chars.next().is_some() {
+            out.push('…');
+        }
+    })
+}
+
+/// The location of the array at `location`'s item `index`: `location[index]`, within [`MAX_LOCATION`].
+fn element(location: &str, index: usize) -> String {
+    bounded(location, |out| {
+        use std::fmt::Write as _;
+        let _ = write!(out, "[{index}]");
+    })
+}
+
+/// `location` with `add` written after it, or, past [`MAX_LOCATION`], with `…` in place of all that follows.
+fn bounded(location: &str, add: impl FnOnce(&mut String)) -> String {
+    const PAST: &str = ".…";
+    if location.len() >= MAX_LOCATION {
+        let mut out = location.to_owned();
+        if !out.ends_with(PAST) {
+            out.push_str(PAST);
+        }
+        return out;
+    }
+    let mut out = location.to_owned();
+    add(&mut out);
+    out
 }
 
 /// Where `text` has characters a reader cannot see: [hidden](is_hidden_char) ones but newlines and tabs,

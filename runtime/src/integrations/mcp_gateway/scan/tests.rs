@@ -284,3 +284,41 @@ fn a_listings_meta_and_icons_are_scanned() {
     assert!(found.contains(&(FindingKind::InstructionTag, "_meta.note".to_owned())), "{found:?}");
     assert!(found.contains(&(FindingKind::HiddenCharacters, "icons[0].src".to_owned())), "{found:?}");
 }
+
+/// An upstream's listing is untrusted input: many findings are each kept once (the check for one already made
+/// was a scan of all those before, quadratic), and a listing nested deep with long keys names each finding's
+/// location within a bound (each level's location held every key above it).
+#[test]
+fn a_listing_with_many_findings_or_deep_long_keys_is_scanned_within_bounds() {
+    let mut properties = serde_json::Map::new();
+    for i in 0..16_000 {
+        properties.insert(format!("p{i:05}\u{200b}"), json!({"type": "string", "description": "x\u{200b}"}));
+    }
+    let wide = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": properties}});
+    let found = scan_definition(&wide);
+    assert_eq!(found.len(), 32_000, "each property's name and description, once");
+    let distinct: std::collections::HashSet<_> = found.iter().map(|f| (f.kind, f.location.as_str())).collect();
+    assert_eq!(distinct.len(), found.len());
+    assert_eq!(found[0].location, "inputSchema.properties.p00000\u{200b}");
+    assert_eq!(found[1].location, "inputSchema.properties.p00000\u{200b}.description");
+
+    // 100 levels of 10,000-character keys, each with a hidden character at its start: a 1 MB listing.
+    let mut meta = json!("leaf");
+    for depth in (0..100).rev() {
+        meta = json!({format!("\u{200b}{depth:03}{}", "k".repeat(10_000)): meta});
+    }
+    let deep = json!({"name": "t", "description": "d", "_meta": meta});
+    let found = scan_definition(&deep);
+    assert!(found.iter().all(|f| f.kind == FindingKind::HiddenCharacters), "{found:?}");
+    let first = format!("_meta.\u{200b}000{}…", "k".repeat(60));
+    assert_eq!(found[0].location, first, "a long key is named by its first 64 characters");
+    let longest = found.iter().map(|f| f.location.len()).max().unwrap();
+    assert!((1024..1024 + 300).contains(&longest), "{longest}");
+    let last = found.last().unwrap();
+    assert!(last.location.ends_with(".…"), "the members past the bound are one `…`: {}", last.location);
+    // `_meta`, then 70 bytes a level (a dot, 64 characters of which the hidden one is 3 bytes, `…`): 15 levels
+    // are named before the location is 1,024 bytes long, and the 85 past them are one location, one finding.
+    let lengths: Vec<usize> = found.iter().map(|f| f.location.len()).collect();
+    assert_eq!(lengths.len(), 16, "{lengths:?}");
+    assert_eq!(lengths[14], 5 + 15 * 70, "{lengths:?}");
+}
