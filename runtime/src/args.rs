@@ -80,9 +80,11 @@ pub(crate) fn screen(
     // say so; a typed parameter that accepts `null` is never required).
     // (Looked for first: a map with no `null`, the usual case, is not rewritten.)
     if map.values().any(Value::is_null) {
-        map.retain(|key, value| {
-            !value.is_null() || spec.param(key).is_some_and(|p| p.is_required() && p.accepts_null())
-        });
+        // The names kept with `null`, gathered once (a lookup per key is quadratic for a tool with many
+        // parameters, as one defined by an upstream's schema can have); usually none, and then nothing allocated.
+        let kept: std::collections::HashSet<&str> =
+            spec.params().iter().filter(|p| p.is_required() && p.accepts_null()).map(|p| p.name()).collect();
+        map.retain(|key, value| !value.is_null() || kept.contains(key.as_str()));
     }
     let ghosts = walk.ghosts;
     if ghost == GhostPolicy::Block && !ghosts.is_empty() {
