@@ -13,7 +13,8 @@ use crate::tool::{ArgumentError, ArgumentErrors, ToolSpec};
 /// The refusal text and hints for undeclared keys under `ghost = "block"`.
 pub(super) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
     let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
-    let declared = spec.params().iter().map(|p| format!("`{}`", p.name())).collect::<Vec<_>>().join(", ");
+    let declared =
+        listed_up_to(spec.params().iter().map(|p| format!("`{}`", p.name())), spec.params().len(), MAX_DECLARED);
     let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
     let mut hints: Vec<String> = ghosts
         .iter()
@@ -65,9 +66,18 @@ pub(super) fn describe_out_of_range(tool: &str, out_of_range: &[OutOfRange]) -> 
 
 /// At most [`MAX_LISTED`] of `items`, comma-separated, then how many more there are.
 fn listed(items: impl Iterator<Item = String>, total: usize) -> String {
-    let mut shown = items.take(MAX_LISTED).collect::<Vec<_>>().join(", ");
-    if total > MAX_LISTED {
-        let _ = write!(shown, " and {} more", total - MAX_LISTED);
+    listed_up_to(items, total, MAX_LISTED)
+}
+
+/// The most parameters a ghost refusal names: all of any tool written by hand, a bounded part of one defined
+/// by an upstream's schema with thousands (whose refusal named them all: 149 KB for 16,000).
+const MAX_DECLARED: usize = 64;
+
+/// The first `most` of `items` (of `total`), then how many more.
+fn listed_up_to(items: impl Iterator<Item = String>, total: usize, most: usize) -> String {
+    let mut shown = items.take(most).collect::<Vec<_>>().join(", ");
+    if total > most {
+        let _ = write!(shown, " and {} more", total - most);
     }
     shown
 }

@@ -1015,3 +1015,43 @@ fn a_tool_effect_template_is_rendered_from_the_kept_arguments() {
     let ran: Vec<Value> = received.lock().unwrap().iter().map(|call| Value::Object(call.arguments.clone())).collect();
     assert_eq!(ran, [json!({"payment_id": "pay_1"}), json!({"payment_id": "pay_2"})]);
 }
+
+/// An upstream's tool can declare thousands of parameters, all required: the tool is made in linear time (each
+/// parameter's null probe listed every missing name, and each was looked up in the list: 16,000 took over a
+/// minute), each parameter still says whether it is required and takes `null`, and a ghost refusal names a
+/// bounded part of them (it named all: 149 KB).
+#[test]
+fn a_tool_with_thousands_of_required_parameters_is_made_and_refuses_in_bounds() {
+    let n = 4_000;
+    let properties: serde_json::Map<String, Value> = (0..n)
+        .map(|i| {
+            (format!("p{i}"), if i % 2 == 0 { json!({"type": ["string", "null"]}) } else { json!({"type": "string"}) })
+        })
+        .collect();
+    let required: Vec<String> = (0..n).filter(|i| i % 3 != 0).map(|i| format!("p{i}")).collect();
+    let schema =
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false});
+    let tool = JsonTool::builder("wide", "A wide tool.", schema)
+        .ghost(GhostPolicy::Block)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!({"ok": true})) })
+        .expect("a valid definition");
+    let params = tool.spec().params();
+    assert_eq!(params.len(), n);
+    for (i, param) in params.iter().enumerate() {
+        assert_eq!(param.name(), format!("p{i}"));
+        assert_eq!(param.is_required(), i % 3 != 0, "{i}");
+        assert_eq!(param.accepts_null(), i % 2 == 0, "{i}");
+    }
+    let dispatcher = Dispatcher::builder().tool(tool).build().expect("a dispatcher");
+    let mut arguments: serde_json::Map<String, Value> = (0..n).map(|i| (format!("p{i}"), json!("v"))).collect();
+    arguments.insert("ghost".to_owned(), json!(1));
+    let refused = dispatch(&dispatcher, "wide", Value::Object(arguments));
+    assert_eq!(refused.status, Status::Error);
+    assert!(
+        refused.content.starts_with("`wide` does not take `ghost`; its parameters are: `p0`, `p1`,"),
+        "{}",
+        refused.content
+    );
+    assert!(refused.content.contains("`p63` and 3936 more"), "{}", refused.content);
+    assert!(refused.content.len() < 1_000, "{}", refused.content.len());
+}
