@@ -25,10 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = ROOT / "benches" / "instruction_budget.toml"
-CASES = ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines"]
+CASES = ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines", "ghosts_many"]
 RUNS = 200
 # Cases that cost millions of instructions a call are counted over fewer calls (they are not bimodal).
-RUNS_OF = {"mask_begin_lines": 5}
+RUNS_OF = {"mask_begin_lines": 5, "ghosts_many": 5}
 TOLERANCE = 0.10
 
 

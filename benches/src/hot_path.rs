@@ -153,8 +153,25 @@ pub fn result_2k() -> Value {
 }
 
 /// The cases, by the name the bench, the harness and the budget use.
-pub const CASES: [&str; 7] =
-    ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines"];
+pub const CASES: [&str; 8] =
+    ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines", "ghosts_many"];
+
+/// How many undeclared keys `ghosts_many` sends at each of its two levels.
+pub const MANY_GHOSTS: usize = 2_000;
+
+/// The allowed arguments with [`MANY_GHOSTS`] undeclared keys at the top level after as many in `customer`: each
+/// top-level ghost was once inserted before the nested ones found so far, quadratic (80,000 keys took 1 s of one
+/// call). The budget keeps the walk linear.
+pub fn arguments_with_many_ghosts() -> Value {
+    let mut arguments = arguments();
+    for i in 0..MANY_GHOSTS {
+        arguments["customer"][format!("debug{i}")] = json!(i);
+    }
+    for i in 0..MANY_GHOSTS {
+        arguments[format!("admin{i}")] = json!(true);
+    }
+    arguments
+}
 
 /// 16 KiB of `-----BEGIN PRIVATE KEY-----` lines with no END line after them, behind one whole block: a whole
 /// block's search from each of them once read on to the end of the text (quadratic: 33.9 M instructions here,
@@ -201,6 +218,7 @@ impl Workload {
             "direct_parse" => Input::Value(arguments()),
             "allowed" => call("file_ticket", arguments()),
             "ghosts_stripped" => call("file_ticket", arguments_with_ghosts()),
+            "ghosts_many" => call("file_ticket", arguments_with_many_ghosts()),
             "invalid" => call("file_ticket", invalid_arguments()),
             "denied" => call("admin_file_ticket", arguments()),
             "mask_2k" => Input::Value(result_2k()),
@@ -230,11 +248,15 @@ impl Workload {
 
     /// Checks once that each case does what its name says, so a budget never measures a broken case.
     pub fn check(&self) {
-        for case in ["allowed", "ghosts_stripped"] {
+        for case in ["allowed", "ghosts_stripped", "ghosts_many"] {
             let Input::Call(call) = self.input(case) else { unreachable!() };
             let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
             assert_eq!(message.status, Status::Success, "{case}: {message:?}");
-            let stripped = if case == "allowed" { 0 } else { 2 };
+            let stripped = match case {
+                "allowed" => 0,
+                "ghosts_stripped" => 2,
+                _ => 2 * MANY_GHOSTS,
+            };
             assert_eq!(message.stripped_arguments.len(), stripped, "{case}: {message:?}");
         }
         for case in ["invalid", "denied"] {

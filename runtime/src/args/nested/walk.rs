@@ -55,6 +55,11 @@ pub(crate) struct Walk<'s> {
     /// as floats.
     float_bounds: bool,
     pub(crate) ghosts: Vec<Ghost>,
+    /// The ghosts of the objects being walked past each one's first few, put in place when its walk ends (an
+    /// object's own after those of the objects around it, which are still open): each inserted before the
+    /// ghosts found below it made a call with many at two levels quadratic (80,000 took 1 s). One buffer for
+    /// the walk, so an object without that many costs nothing more.
+    more: Vec<Ghost>,
     pub(crate) duplicates: Vec<Duplicate>,
     pub(crate) out_of_range: Vec<OutOfRange>,
 }
@@ -68,6 +73,7 @@ impl<'s> Walk<'s> {
             collapse_repeats: false,
             float_bounds: false,
             ghosts: Vec::new(),
+            more: Vec::new(),
             duplicates: Vec::new(),
             out_of_range: Vec::new(),
         }
@@ -120,9 +126,8 @@ impl<'s> Walk<'s> {
         let mut ghost_at = 0_u64;
         // The first few ghosts' key lengths: each is removed by its key, read off the end of its path.
         let mut key_lengths = [0_usize; FEW_GHOSTS];
-        // This object's ghosts after the first few, put in place once at the end: each inserted before the
-        // ghosts found below it made a call with many ghosts at two levels quadratic (80,000 took 1 s).
-        let mut more = Vec::new();
+        // Where this object's ghosts after the first few start in `self.more`.
+        let more_from = self.more.len();
         for (at, (key, child)) in map.iter_mut().enumerate() {
             // Whether the key is a ghost (no alternative admits it), its value walked if not. One alternative
             // (the usual case) answers both from one lookup of the key.
@@ -170,14 +175,14 @@ impl<'s> Walk<'s> {
                 if found_here < FEW_GHOSTS {
                     self.ghosts.insert(before + found_here, ghost);
                 } else {
-                    more.push(ghost);
+                    self.more.push(ghost);
                 }
                 found_here += 1;
             }
         }
-        if !more.is_empty() {
+        if self.more.len() > more_from {
             let at = before + FEW_GHOSTS;
-            self.ghosts.splice(at..at, more);
+            self.ghosts.splice(at..at, self.more.drain(more_from..));
         }
         if !self.remove || found_here == 0 {
             return;
