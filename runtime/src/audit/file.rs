@@ -33,7 +33,8 @@
 //! `airlock effects resolve` or the console recording a resolution in it append to one chain. A lock held
 //! past [`LOCK_WAIT`] (a process stopped mid-append) fails the append with an error saying so. A writer whose
 //! file its path no longer names (renamed by a log rotation, deleted, or replaced by a new log started there)
-//! refuses to append: its records would go where nobody reading the path looks. Opened to read
+//! keeps appending to the file it has open, where the chain goes on (refusing would lose the records of calls
+//! that still run), and says so once in a `tracing` warning: readers of the path no longer see them. Opened to read
 //! ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no lock
 //! is taken: each read takes in the whole batches written since the last, and a batch still being written is
 //! left for a later read.
@@ -69,7 +70,7 @@ const MAX_LOCK_PAUSE: Duration = Duration::from_millis(2);
 pub(super) struct FileAuditStore {
     path: PathBuf,
     /// `path` made absolute at open, to ask under the lock whether it still names the open file
-    /// ([`still_named`]) even if the process changed its working directory since.
+    /// ([`warn_if_moved`]) even if the process changed its working directory since.
     named: PathBuf,
     /// A handle for positional reads, so a scan holds no lock while it reads; a writer's file lock is taken
     /// through it (it shares the writing handle's open file, and so its lock).
@@ -91,6 +92,8 @@ struct State {
     /// Where a bad frame that is no cut write starts, and what is wrong with it (a reader reports it; a
     /// writer refuses to open or to append).
     damage: Option<(u64, String)>,
+    /// Whether the path no longer names the file, as last seen under the lock (warned of once).
+    moved: bool,
 }
 
 impl FileAuditStore {
@@ -105,9 +108,7 @@ impl FileAuditStore {
             .map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let reader = file.try_clone().map_err(|err| AuditError::io(path, "cannot be opened", err))?;
         let held = Held::take(&reader, path, LOCK_WAIT)?;
-        // Renamed or replaced between the open and the lock: nothing is written to a file the path lost.
         let named = std::path::absolute(path).map_err(|err| AuditError::io(path, "cannot be opened", err))?;
-        still_named(&reader, path, &named)?;
         let size = file_size(&file, path)?;
         if size < MAGIC.len() as u64 {
             // New, or its creation was cut short before the magic was whole.
@@ -194,11 +195,11 @@ impl Drop for Held<'_> {
     }
 }
 
-/// Under the file's lock: refuses a file that is no longer at its path ([`still_named`]), takes in the batches
+/// Under the file's lock: says so if the file is no longer at its path ([`warn_if_moved`]), takes in the batches
 /// written since the last read, refuses a damaged file (or one shorter than what was read of it), and cuts off a
 /// write cut short (a writer's crash, or a failed write this process could not cut back).
 fn catch_up(state: &mut State, reader: &File, path: &Path, named: &Path) -> Result<(), AuditError> {
-    still_named(reader, path, named)?;
+    warn_if_moved(state, reader, path, named);
     let size = if state.damage.is_none() { state.read_on(reader, path)? } else { 0 };
     if let Some((offset, reason)) = &state.damage {
         return Err(AuditError::Damaged { path: path.display().to_string(), offset: *offset, reason: reason.clone() });
@@ -217,31 +218,40 @@ fn catch_up(state: &mut State, reader: &File, path: &Path, named: &Path) -> Resu
     Ok(())
 }
 
-/// What a writer says of a file that its path no longer names.
-const NOT_AT_PATH: &str = "is no longer the file at that path: it was renamed, deleted or replaced while this \
-                           process had it open, and records appended to it would be lost to whoever reads the \
-                           path; nothing was written (restart the process to append to the file the path names)";
-
-/// Whether `named` (`path` made absolute) still names the open `file`. A writer that went on appending to a file
-/// renamed away (a log rotation), deleted, or replaced by another (a new log started at the path) would write
-/// records nobody reading the path sees, and, once a deleted file is closed, nobody at all: it refuses instead.
+/// Warns, once each time it happens, when `named` (`path` made absolute) no longer names the open `file`: it was
+/// renamed away (a log rotation), deleted, or replaced by another (a new log started at the path). The writer
+/// goes on appending to the file it has open, where its chain is: refusing would lose the records of the calls
+/// that still run (a tool's outcome is not withheld for want of its record), and following the path would start
+/// another chain. Readers of the path no longer see those records, which is what the warning says.
 #[cfg(unix)]
-fn still_named(file: &File, path: &Path, named: &Path) -> Result<(), AuditError> {
+fn warn_if_moved(state: &mut State, file: &File, path: &Path, named: &Path) {
     use std::os::unix::fs::MetadataExt as _;
-    let open = file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?;
-    let at_path = std::fs::metadata(named).map_err(|err| AuditError::io(path, NOT_AT_PATH, err))?;
-    if (open.dev(), open.ino()) != (at_path.dev(), at_path.ino()) {
-        return Err(AuditError::io(path, NOT_AT_PATH, io::Error::other("another file is at that path now")));
+    let Ok(open) = file.metadata() else { return };
+    let now = match std::fs::metadata(named) {
+        Ok(at_path) if (at_path.dev(), at_path.ino()) == (open.dev(), open.ino()) => None,
+        Ok(_) => Some("another file is at the path now"),
+        Err(_) => Some("nothing is at the path now"),
+    };
+    match (now, state.moved) {
+        (Some(what), false) => tracing::warn!(
+            target: "agent_airlock::audit",
+            path = %path.display(),
+            what,
+            "the audit file was renamed, deleted or replaced while this process had it open: its records go on \
+             into the file it has open, which readers of the path no longer see; restart it to append at the path"
+        ),
+        (None, true) => {
+            tracing::info!(target: "agent_airlock::audit", path = %path.display(), "the audit file is at its path again")
+        }
+        _ => {}
     }
-    Ok(())
+    state.moved = now.is_some();
 }
 
 /// Without Unix's file identities the check is not made (a Windows file in use cannot be renamed or deleted by
 /// default).
 #[cfg(not(unix))]
-fn still_named(_file: &File, _path: &Path, _named: &Path) -> Result<(), AuditError> {
-    Ok(())
-}
+fn warn_if_moved(_state: &mut State, _file: &File, _path: &Path, _named: &Path) {}
 
 fn file_size(file: &File, path: &Path) -> Result<u64, AuditError> {
     Ok(file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len())
@@ -258,7 +268,15 @@ impl State {
         if &magic != MAGIC {
             return Err(not_ours(path));
         }
-        Ok(State { file, len: MAGIC.len() as u64, head: None, records: 0, index: Vec::new(), damage: None })
+        Ok(State {
+            file,
+            len: MAGIC.len() as u64,
+            head: None,
+            records: 0,
+            index: Vec::new(),
+            damage: None,
+            moved: false,
+        })
     }
 
     /// Reads the frames after the last whole batch up to the file's end: every whole batch is taken in, and
@@ -1115,57 +1133,97 @@ mod tests {
         assert_eq!(std::fs::read(&cut).unwrap(), whole[..whole.len() - 10], "left as it was");
     }
 
+    /// The `tracing` events of a closure's thread: level and message.
+    #[cfg(unix)]
+    fn events_of(run: impl FnOnce()) -> Vec<String> {
+        use tracing::{Event, Metadata, Subscriber, field, span};
+        struct Events(Arc<std::sync::Mutex<Vec<String>>>);
+        struct Message(String);
+        impl field::Visit for Message {
+            fn record_debug(&mut self, field: &field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl Subscriber for Events {
+            fn enabled(&self, _: &Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+                span::Id::from_u64(1)
+            }
+            fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+            fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut message = Message(String::new());
+                event.record(&mut message);
+                self.0.lock().unwrap().push(format!("{} {}", event.metadata().level(), message.0));
+            }
+            fn enter(&self, _: &span::Id) {}
+            fn exit(&self, _: &span::Id) {}
+        }
+        let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(Events(Arc::clone(&events)), run);
+        events.lock().unwrap().clone()
+    }
+
+    /// A writer whose file its path no longer names goes on appending to the file it has open, where its chain
+    /// is (a renamed file takes the records, and verifies), and warns once each time it finds it so.
     #[cfg(unix)]
     #[test]
-    fn a_file_renamed_deleted_or_replaced_under_a_writer_takes_no_more_appends() {
+    fn a_file_renamed_deleted_or_replaced_under_a_writer_keeps_its_records_and_is_warned_of() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
-        let refused = |log: &AuditLog, call: &str| {
-            let err = log.append(AuditEvent::new("tool", call, AuditOutcome::Executed)).unwrap_err();
-            assert!(err.to_string().contains("is no longer the file at that path"), "{err}");
-            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
-            err
-        };
-
-        // Rotated: renamed away. The writer refuses rather than going on in the renamed file, which is left
-        // as it was and still verifies.
+        let rotated = dir.path().join("audit.log.1");
+        let warned = |events: &[String]| events.iter().filter(|e| e.contains("renamed, deleted or replaced")).count();
         let writer = AuditLog::open_append_only(&path, keyed()).unwrap();
         append(&writer, "a");
-        let rotated = dir.path().join("audit.log.1");
-        std::fs::rename(&path, &rotated).unwrap();
-        let bytes = std::fs::read(&rotated).unwrap();
-        let err = refused(&writer, "b");
-        assert!(matches!(&err, AuditError::File { source, .. } if source.kind() == io::ErrorKind::NotFound), "{err}");
-        assert_eq!(std::fs::read(&rotated).unwrap(), bytes);
+
+        // Rotated: renamed away. The records go on in the renamed file; one warning, not one per append.
+        let events = events_of(|| {
+            std::fs::rename(&path, &rotated).unwrap();
+            assert_eq!((append(&writer, "b"), append(&writer, "c")), (2, 3));
+        });
+        assert_eq!(warned(&events), 1, "{events:?}");
+        assert!(events.iter().any(|e| e.starts_with("WARN ")), "{events:?}");
         assert!(!path.exists(), "nothing was created at the path");
+        assert_eq!(records(&rotated), 3);
 
-        // Replaced: another writer starts a log at the path. The first refuses (another file is there), the new
-        // one appends, and neither file takes the other's records.
-        let second = AuditLog::open_append_only(&path, keyed()).unwrap();
-        assert_eq!(append(&second, "c"), 1);
-        let err = refused(&writer, "d");
-        assert!(err.to_string().contains("another file is at that path now"), "{err}");
-        assert_eq!(std::fs::read(&rotated).unwrap(), bytes);
-        assert_eq!(append(&second, "e"), 2);
-        assert_eq!(records(&rotated), 1);
-        assert_eq!(records(&path), 2);
+        // Replaced: a new log started at the path by another writer. Each writer keeps its own chain.
+        let events = events_of(|| {
+            let second = AuditLog::open_append_only(&path, keyed()).unwrap();
+            assert_eq!(append(&second, "x"), 1);
+            assert_eq!(append(&writer, "d"), 4);
+        });
+        assert_eq!(warned(&events), 0, "still the same move: {events:?}");
+        assert_eq!((records(&rotated), records(&path)), (4, 1));
 
-        // Deleted: the writer refuses instead of appending to a file nobody can open any more.
-        std::fs::remove_file(&path).unwrap();
-        refused(&second, "f");
-        assert!(!path.exists());
+        // Put back at its path: said once; moved again (deleted this time): warned again.
+        let events = events_of(|| {
+            std::fs::rename(&rotated, &path).unwrap();
+            assert_eq!(append(&writer, "e"), 5);
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(append(&writer, "f"), 6);
+        });
+        assert!(events[0].contains("at its path again"), "{events:?}");
+        assert_eq!(warned(&events), 1, "{events:?}");
 
-        // A link that names the file is the file; one pointed elsewhere is not.
+        // A link that names the file is the file; one pointed elsewhere is not, and the records stay with the file.
         let target = dir.path().join("target.log");
         let link = dir.path().join("link.log");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let linked = AuditLog::open_append_only(&link, keyed()).unwrap();
-        assert_eq!(append(&linked, "g"), 1);
-        std::fs::remove_file(&link).unwrap();
-        std::os::unix::fs::symlink(&rotated, &link).unwrap();
-        let err = linked.append(AuditEvent::new("tool", "h", AuditOutcome::Executed)).unwrap_err();
-        assert!(err.to_string().contains("another file is at that path now"), "{err}");
-        assert_eq!((records(&target), records(&rotated)), (1, 1));
+        let other = dir.path().join("other.log");
+        let events = events_of(|| {
+            assert_eq!(append(&linked, "g"), 1);
+            std::fs::remove_file(&link).unwrap();
+            drop(AuditLog::open_append_only(&other, keyed()).unwrap());
+            std::os::unix::fs::symlink(&other, &link).unwrap();
+            assert_eq!(append(&linked, "h"), 2);
+        });
+        assert_eq!(warned(&events), 1, "{events:?}");
+        assert_eq!((records(&target), records(&other)), (2, 0));
 
         // Opened by a relative path, the path is asked for made absolute, so the check holds after the working
         // directory changes (changing it here would race the other tests).
