@@ -32,11 +32,28 @@ impl fmt::Display for ToolNameError {
             ToolNameError::Empty => f.write_str("tool name must not be empty"),
             ToolNameError::BadCharacter { name, character } => write!(
                 f,
-                "tool name `{name}` contains `{character}`, only ASCII letters, digits, `_` and `-` are accepted by every provider"
+                "tool name `{}` contains `{}`, only ASCII letters, digits, `_` and `-` are accepted by every provider",
+                Shown(name),
+                character.escape_debug()
             ),
             ToolNameError::TooLong { name } => {
-                write!(f, "tool name `{name}` is {} characters long, the limit is {MAX_TOOL_NAME_LEN}", name.len())
+                let length = name.len();
+                write!(f, "tool name `{}` is {length} characters long, the limit is {MAX_TOOL_NAME_LEN}", Shown(name))
             }
+        }
+    }
+}
+
+/// A name as a message shows it: control, bidi and other invisible characters escaped (`\u{202e}`), and cut
+/// with `…` past twice the limit. The name may come from a server nobody here wrote (a gateway's upstream),
+/// whose tool name can be a megabyte long or reorder the line it is printed on.
+struct Shown<'a>(&'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.char_indices().nth(2 * MAX_TOOL_NAME_LEN) {
+            None => write!(f, "{}", self.0.escape_debug()),
+            Some((cut, _)) => write!(f, "{}…", self.0[..cut].escape_debug()),
         }
     }
 }
@@ -76,6 +93,18 @@ mod tests {
         assert!(message("ünï").contains("`ü`"));
         // Non-ASCII is reported as a character, never counted in bytes.
         assert!(message(&"é".repeat(40)).contains("`é`"));
+        // A name from a server nobody here wrote is shown bounded, what reorders or hides escaped.
+        assert_eq!(
+            message("a\u{202e}b"),
+            "tool name `a\\u{202e}b` contains `\\u{202e}`, only ASCII letters, digits, `_` and `-` are accepted by \
+             every provider"
+        );
+        let long = message(&"a".repeat(1_000_000));
+        assert!(
+            long.starts_with(&format!("tool name `{}…` is 1000000 characters long", "a".repeat(128))),
+            "{long:.200}"
+        );
+        assert!(long.len() < 300);
         assert_eq!(
             message(&"a".repeat(65)),
             format!("tool name `{}` is 65 characters long, the limit is 64", "a".repeat(65))

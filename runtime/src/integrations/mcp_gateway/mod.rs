@@ -423,7 +423,7 @@ fn build(
         report.listed.push(name.clone());
         if let PinCheck::Changed { pinned, now } = pins.check(&tool) {
             tracing::warn!(
-                target: "agent_airlock", tool = %name, %pinned, %now,
+                target: "agent_airlock", tool = %surfaces::shown(&name), %pinned, %now,
                 "the upstream changed a pinned tool's definition: hidden and refused until it is pinned again"
             );
             report.changed_pins.push(name);
@@ -433,9 +433,9 @@ fn build(
         // (`airlock mcp scan` pins every tool it lists).
         let (hiding, accepted) = allowed.split(&name, scan_tool(&tool));
         if !hiding.is_empty() {
-            let shown: Vec<String> = hiding.iter().map(ToString::to_string).collect();
+            let shown = scan::findings_logged(&hiding);
             tracing::warn!(
-                target: "agent_airlock", tool = %name, findings = ?shown,
+                target: "agent_airlock", tool = %surfaces::shown(&name), findings = ?shown,
                 "an upstream tool's definition has poisoning findings the policy does not allow: hidden and refused"
             );
             report.flagged.push((name, hiding));
@@ -450,7 +450,7 @@ fn build(
                 builder = builder.tool(guarded);
             }
             Err(why) => {
-                tracing::warn!(target: "agent_airlock", tool = %name, %why, "an upstream tool cannot be guarded: hidden");
+                tracing::warn!(target: "agent_airlock", tool = %surfaces::shown(&name), %why, "an upstream tool cannot be guarded: hidden");
                 report.unusable.push((name, why));
             }
         }

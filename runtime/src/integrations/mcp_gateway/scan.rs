@@ -232,6 +232,19 @@ impl AllowedFindings {
     }
 }
 
+/// The most findings a warning about one listing entry names; the rest are counted.
+const FINDINGS_LOGGED: usize = 16;
+
+/// `findings` as a warning shows them: the first [`FINDINGS_LOGGED`], then how many more (an upstream's entry can
+/// carry tens of thousands, each up to ~1.5 KB shown: one log line per entry must stay readable).
+pub(crate) fn findings_logged(findings: &[Finding]) -> Vec<String> {
+    let mut shown: Vec<String> = findings.iter().take(FINDINGS_LOGGED).map(ToString::to_string).collect();
+    if findings.len() > FINDINGS_LOGGED {
+        shown.push(format!("and {} more", findings.len() - FINDINGS_LOGGED));
+    }
+    shown
+}
+
 /// `findings` split into those the `accepted` kinds do not cover (which hide what has them) and those they do.
 pub(crate) fn split_accepted(
     accepted: Option<&BTreeSet<FindingKind>>,

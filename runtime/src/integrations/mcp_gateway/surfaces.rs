@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use super::pin::{PinCheck, listing_pin};
-use super::scan::{Finding, scan_prompt, scan_resource, scan_resource_template, split_accepted};
+use super::scan::{Finding, findings_logged, scan_prompt, scan_resource, scan_resource_template, split_accepted};
 use crate::Policy;
 use crate::approval::display::escape;
 use crate::audit::{AuditEvent, AuditLog, AuditOutcome};
@@ -462,7 +462,7 @@ impl ListingScreen<'_> {
         if hiding.is_empty() {
             return true;
         }
-        let hiding: Vec<String> = hiding.iter().map(ToString::to_string).collect();
+        let hiding = findings_logged(&hiding);
         tracing::warn!(
             target: "agent_airlock", surface = what, name = %shown(key), findings = ?hiding,
             "an upstream's listing has poisoning findings the policy does not allow: not listed"
@@ -517,7 +517,7 @@ struct Admitted {
 }
 
 /// `text` escaped and cut to [`SHOWN_CHARS`] characters: a refusal never echoes unbounded input.
-fn shown(text: &str) -> Cow<'_, str> {
+pub(crate) fn shown(text: &str) -> Cow<'_, str> {
     match text.char_indices().nth(SHOWN_CHARS) {
         None => escape(text),
         Some((cut, _)) => Cow::Owned(format!("{}…", escape(&text[..cut]))),

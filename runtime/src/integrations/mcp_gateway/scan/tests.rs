@@ -301,6 +301,11 @@ fn a_listing_with_many_findings_or_deep_long_keys_is_scanned_within_bounds() {
     assert_eq!(distinct.len(), found.len());
     assert_eq!(found[0].location, "inputSchema.properties.p00000\u{200b}");
     assert_eq!(found[1].location, "inputSchema.properties.p00000\u{200b}.description");
+    // A warning about the entry names the first 16 and counts the rest.
+    let logged = findings_logged(&found);
+    assert_eq!(logged.len(), 17);
+    assert_eq!(logged[0], found[0].to_string());
+    assert_eq!(logged[16], "and 31984 more");
 
     // 100 levels of 10,000-character keys, each with a hidden character at its start: a 1 MB listing.
     let mut meta = json!("leaf");
