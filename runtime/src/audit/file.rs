@@ -199,8 +199,10 @@ impl Drop for Held<'_> {
 /// written since the last read, refuses a damaged file (or one shorter than what was read of it), and cuts off a
 /// write cut short (a writer's crash, or a failed write this process could not cut back).
 fn catch_up(state: &mut State, reader: &File, path: &Path, named: &Path) -> Result<(), AuditError> {
-    warn_if_moved(state, reader, path, named);
-    let size = if state.damage.is_none() { state.read_on(reader, path)? } else { 0 };
+    // One `fstat` for both: whether the file is still at its path, and how far to read.
+    let open = reader.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?;
+    warn_if_moved(state, &open, path, named);
+    let size = if state.damage.is_none() { state.read_to(reader, path, open.len())? } else { 0 };
     if let Some((offset, reason)) = &state.damage {
         return Err(AuditError::Damaged { path: path.display().to_string(), offset: *offset, reason: reason.clone() });
     }
@@ -218,15 +220,15 @@ fn catch_up(state: &mut State, reader: &File, path: &Path, named: &Path) -> Resu
     Ok(())
 }
 
-/// Warns, once each time it happens, when `named` (`path` made absolute) no longer names the open `file`: it was
-/// renamed away (a log rotation), deleted, or replaced by another (a new log started at the path). The writer
-/// goes on appending to the file it has open, where its chain is: refusing would lose the records of the calls
-/// that still run (a tool's outcome is not withheld for want of its record), and following the path would start
-/// another chain. Readers of the path no longer see those records, which is what the warning says.
+/// Warns, once each time it happens, when `named` (`path` made absolute) no longer names the open file (`open`
+/// is its metadata): it was renamed away (a log rotation), deleted, or replaced by another (a new log started at
+/// the path). The writer goes on appending to the file it has open, where its chain is: refusing would lose the
+/// records of the calls that still run (a tool's outcome is not withheld for want of its record), and following
+/// the path would start another chain. Readers of the path no longer see those records, which is what the
+/// warning says.
 #[cfg(unix)]
-fn warn_if_moved(state: &mut State, file: &File, path: &Path, named: &Path) {
+fn warn_if_moved(state: &mut State, open: &std::fs::Metadata, path: &Path, named: &Path) {
     use std::os::unix::fs::MetadataExt as _;
-    let Ok(open) = file.metadata() else { return };
     let now = match std::fs::metadata(named) {
         Ok(at_path) if (at_path.dev(), at_path.ino()) == (open.dev(), open.ino()) => None,
         Ok(_) => Some("another file is at the path now"),
@@ -251,7 +253,7 @@ fn warn_if_moved(state: &mut State, file: &File, path: &Path, named: &Path) {
 /// Without Unix's file identities the check is not made (a Windows file in use cannot be renamed or deleted by
 /// default).
 #[cfg(not(unix))]
-fn warn_if_moved(_state: &mut State, _file: &File, _path: &Path, _named: &Path) {}
+fn warn_if_moved(_state: &mut State, _open: &std::fs::Metadata, _path: &Path, _named: &Path) {}
 
 fn file_size(file: &File, path: &Path) -> Result<u64, AuditError> {
     Ok(file.metadata().map_err(|err| AuditError::io(path, "cannot be read", err))?.len())
@@ -284,6 +286,11 @@ impl State {
     /// the file's size.
     fn read_on(&mut self, file: &File, path: &Path) -> Result<u64, AuditError> {
         let size = file_size(file, path)?;
+        self.read_to(file, path, size)
+    }
+
+    /// [`read_on`](Self::read_on) to `size`, the file's size as just read.
+    fn read_to(&mut self, file: &File, path: &Path, size: u64) -> Result<u64, AuditError> {
         if size <= self.len {
             return Ok(size);
         }
