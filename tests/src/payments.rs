@@ -113,14 +113,30 @@ pub fn dispatcher(ledger: Arc<dyn ApprovalLedger>, clock: Arc<ManualClock>, poli
 
 /// A dispatcher for the payments tools with the given interrupt approvals (e.g. in operator mode).
 pub fn dispatcher_with(approvals: InterruptApprovals, clock: Arc<ManualClock>, policy: Policy) -> Dispatcher {
+    builder_with(approvals, clock, policy).build().expect("distinct tool names")
+}
+
+/// [`dispatcher_with`], every outcome audited in `log`.
+pub fn dispatcher_audited(
+    approvals: InterruptApprovals,
+    clock: Arc<ManualClock>,
+    policy: Policy,
+    log: Arc<agent_airlock::audit::AuditLog>,
+) -> Dispatcher {
+    builder_with(approvals, clock, policy).audit(log).build().expect("distinct tool names")
+}
+
+fn builder_with(
+    approvals: InterruptApprovals,
+    clock: Arc<ManualClock>,
+    policy: Policy,
+) -> agent_airlock::DispatcherBuilder {
     Dispatcher::builder()
         .tool(tool!(refund))
         .tool(tool!(cancel_subscription))
         .policy(policy)
         .interrupt_approvals(approvals)
         .clock(clock)
-        .build()
-        .expect("distinct tool names")
 }
 
 /// The call the tests interrupt and resume.

@@ -34,7 +34,10 @@
 //! past [`LOCK_WAIT`] (a process stopped mid-append) fails the append with an error saying so. A writer whose
 //! file its path no longer names (renamed by a log rotation, deleted, or replaced by a new log started there)
 //! keeps appending to the file it has open, where the chain goes on (refusing would lose the records of calls
-//! that still run), and says so once in a `tracing` warning: readers of the path no longer see them. Opened to read
+//! that still run), and says so once in a `tracing` warning: readers of the path no longer see them. A writer
+//! remembers the grants spent in the records it reads (the `approved` records naming them, in
+//! [`spends`](super::spends)), so a dispatcher can refuse a grant another host sharing the file already spent
+//! (its ledger row set back to live by whoever can write the database). Opened to read
 //! ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no lock
 //! is taken: each read takes in the whole batches written since the last, and a batch still being written is
 //! left for a later read.
@@ -46,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::spends::Spends;
 use super::store::{AuditStore, Batch};
 use super::{Anchor, AuditError};
 
@@ -94,6 +98,9 @@ struct State {
     damage: Option<(u64, String)>,
     /// Whether the path no longer names the file, as last seen under the lock (warned of once).
     moved: bool,
+    /// A writer's: the grants spent in the records it read (at open, and those other writers appended since),
+    /// not in its own appends (the approvals that spent those remember them).
+    spends: Option<Spends>,
 }
 
 impl FileAuditStore {
@@ -125,6 +132,7 @@ impl FileAuditStore {
             created.map_err(|err| AuditError::io(path, "cannot be written", err))?;
         }
         let mut state = State::start(file, path)?;
+        state.spends = Some(Spends::default());
         catch_up(&mut state, &reader, path, &named)?;
         drop(held);
         Ok(FileAuditStore { path: path.to_owned(), named, reader, writable: true, state: Mutex::new(state) })
@@ -278,6 +286,7 @@ impl State {
             index: Vec::new(),
             damage: None,
             moved: false,
+            spends: None,
         })
     }
 
@@ -296,14 +305,19 @@ impl State {
         }
         let mut frames = Frames::new(file, self.len, size);
         let (mut records, mut whole_index) = (self.records, self.index.len());
+        // Records that may name a spend, taken in once their batch is whole.
+        let mut spends = Vec::new();
         loop {
             let offset = frames.offset;
             match frames.next().map_err(|err| AuditError::io(path, "cannot be read", err))? {
-                Next::Frame(Frame { kind: RECORD, seq, .. }) => {
+                Next::Frame(Frame { kind: RECORD, seq, payload }) => {
                     if records % INDEX_EVERY == 0 {
                         self.index.push((seq, offset));
                     }
                     records += 1;
+                    if self.spends.is_some() && Spends::may_name_a_spend(&payload) {
+                        spends.push((seq, payload));
+                    }
                 }
                 Next::Frame(Frame { payload, .. }) => {
                     // A head frame: the batch before it is whole.
@@ -311,6 +325,9 @@ impl State {
                     self.head = Some(payload);
                     self.records = records;
                     whole_index = self.index.len();
+                    if let Some(known) = &mut self.spends {
+                        spends.drain(..).for_each(|(seq, frame)| known.read(seq, &frame));
+                    }
                 }
                 Next::End => break,
                 Next::Bad(bad) => {
@@ -494,6 +511,10 @@ impl AuditStore for FileAuditStore {
 
     fn waits_for_disk(&self) -> bool {
         true
+    }
+
+    fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
+        self.lock().spends.as_ref()?.spent_before(grant_id, seq)
     }
 }
 
@@ -1248,5 +1269,89 @@ mod tests {
             relative.push("..");
         }
         relative.join(path.strip_prefix("/").unwrap())
+    }
+
+    /// A writer knows the grants spent in the records it read (in the file when it opened it, or appended since
+    /// by another writer) and where: a spend at or after a given record is not "before" it. Its own appends are
+    /// not taken in (the approvals that spent those grants remember them), a read-only handle keeps none, a
+    /// batch is taken in once it is whole, only an `approved` record naming a grant counts, and spends older than
+    /// the memory's bound before the latest read are forgotten as it grows.
+    #[test]
+    fn a_writer_knows_the_grants_spent_in_records_it_read_and_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let clock = Arc::new(crate::ManualClock::new(Duration::from_secs(1_000)));
+        let open = || AuditLog::open_append_only(&path, keyed()).unwrap().with_clock(Arc::clone(&clock));
+        let grant = |n: u32| format!("{n:032x}");
+        let spend = |log: &AuditLog, grant: &str| {
+            let detail = format!("grant {grant} by alice");
+            let event = AuditEvent::new("refund", "call_1", AuditOutcome::Approved).detail(Some(&detail));
+            log.append(event).unwrap().seq
+        };
+        let first = open();
+        append(&first, "a");
+        assert_eq!(spend(&first, &grant(1)), 2);
+        assert_eq!(first.spent_before(&grant(1), 100), None, "its own spends are not taken in");
+
+        // Another writer reads the file's spends at open: before record 3, not before record 2 itself.
+        clock.advance(Duration::from_secs(5));
+        let second = open();
+        assert_eq!(second.spent_before(&grant(1), 3), Some(Duration::from_secs(1_000)));
+        assert_eq!(second.spent_before(&grant(1), 2), None);
+        assert_eq!(second.spent_before(&grant(2), 3), None);
+        assert_eq!(second.spent_before("not a grant id", 3), None);
+        // ...and the first takes in the second's before its own next append.
+        assert_eq!(spend(&second, &grant(2)), 3);
+        assert_eq!(append(&first, "b"), 4);
+        assert_eq!(first.spent_before(&grant(2), 4), Some(Duration::from_secs(1_005)));
+        assert_eq!(first.spent_before(&grant(2), 3), None);
+        // The first record of a grant's spend is the one kept.
+        assert_eq!(spend(&second, &grant(1)), 5);
+        let third = open();
+        assert_eq!(third.spent_before(&grant(1), 100), Some(Duration::from_secs(1_000)));
+        assert_eq!(third.spent_before(&grant(1), 2), None);
+
+        // Only an `approved` record naming a grant: not another outcome with that detail, not the outcome's
+        // encoding in a name (escaped in the body), not an approval recorded without a grant.
+        let detail = format!("grant {} by alice", grant(3));
+        second.append(AuditEvent::new("refund", "call_1", AuditOutcome::Executed).detail(Some(&detail))).unwrap();
+        let lookalike = r#""outcome":{"kind":"approved"}"#;
+        second.append(AuditEvent::new(lookalike, lookalike, AuditOutcome::Executed).detail(Some(&detail))).unwrap();
+        second.append(AuditEvent::new("refund", "call_1", AuditOutcome::Approved).detail(Some("by alice"))).unwrap();
+        assert_eq!(append(&first, "c"), 9);
+        assert_eq!(first.spent_before(&grant(3), 100), None);
+
+        // A read-only handle keeps none.
+        let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
+        assert_eq!(reader.spent_before(&grant(1), 100), None);
+
+        // A batch is taken in once whole: half of one (another writer still writing it) names nothing yet.
+        let before = std::fs::metadata(&path).unwrap().len();
+        spend(&second, &grant(4));
+        let bytes = std::fs::read(&path).unwrap();
+        let batch = &bytes[before as usize..];
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(before).unwrap();
+        let cut = batch.len() - 10;
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&batch[..cut]).unwrap();
+        first.head().unwrap();
+        assert_eq!(first.spent_before(&grant(4), 100), None, "its record is read, its batch not whole");
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&batch[cut..]).unwrap();
+        first.head().unwrap();
+        assert_eq!(first.spent_before(&grant(4), 100), Some(Duration::from_secs(1_005)));
+
+        // Bounded: spends older than the bound before the latest read go when the memory doubles.
+        for n in 100..300 {
+            spend(&second, &grant(n));
+        }
+        clock.advance(crate::approval::protocol::REMEMBER_AT_MOST + Duration::from_secs(1));
+        for n in 300..400 {
+            spend(&second, &grant(n));
+        }
+        drop((first, second, third));
+        let store = FileAuditStore::open(&path).unwrap();
+        let kept = store.lock().spends.as_ref().unwrap().len();
+        assert!(kept < 300, "{kept} kept");
+        assert_eq!(store.spent_before(&grant(100), u64::MAX), None, "an old spend forgotten");
+        assert!(store.spent_before(&grant(399), u64::MAX).is_some(), "the latest kept");
     }
 }

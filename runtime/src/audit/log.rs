@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
+use std::time::Duration;
 
 use redb::Database;
 use serde_json::Value;
@@ -265,6 +266,14 @@ impl AuditLog {
             }
             None => false,
         }
+    }
+
+    /// When a record of this log before `seq` recorded the spend of `grant_id` (an `approved` record naming it),
+    /// if this handle read one there that it did not write itself: from an append-only file, written by another
+    /// host sharing it or before this handle opened it. Other stores answer `None` (their database's holder, who
+    /// can set a spent grant back to live, can rewrite them too; the approvals remember their own spends).
+    pub(crate) fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
+        self.writer.store.spent_before(grant_id, seq)
     }
 
     /// The store this log writes through, if its writes can share a transaction with other stores'.

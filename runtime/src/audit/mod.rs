@@ -69,6 +69,7 @@ mod memory;
 mod postgres;
 mod record;
 mod redb;
+mod spends;
 mod store;
 mod verify;
 

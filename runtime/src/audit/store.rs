@@ -1,6 +1,7 @@
 //! What the log needs from a storage backend: an atomic read-head-then-append, and a consistent scan.
 
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 use super::{Anchor, AuditError};
 
@@ -33,5 +34,12 @@ pub(super) trait AuditStore: Send + Sync {
     /// instead of blocking its executor, unless the log was told to commit on the caller.
     fn waits_for_disk(&self) -> bool {
         false
+    }
+
+    /// When a record before `seq` that this handle read from the store but did not write (another writer's,
+    /// or one written before it opened) recorded the spend of `grant_id`: an append-only file shared by hosts
+    /// says so; a store the ledger's database holds (which its holder can rewrite with the ledger) does not.
+    fn spent_before(&self, _grant_id: &str, _seq: u64) -> Option<Duration> {
+        None
     }
 }

@@ -11,9 +11,9 @@ use super::durable_write::{self, DurableWrite, NotDecided};
 use super::effect_guard::EffectGuard;
 use super::refusal::{self, Refused};
 use crate::approval::protocol::PreparedAdmission;
-use crate::audit::AuditOutcome;
+use crate::audit::{AuditOutcome, AuditReceipt};
 use crate::effect::{Reservation, Settle};
-use crate::ledger::{EffectClaim, LedgerError};
+use crate::ledger::{EffectClaim, LedgerError, SpentRecord};
 
 impl Dispatcher {
     /// Whether gate 7 writes anything: an effect key to reserve in an effect store, or an approval across
@@ -95,7 +95,11 @@ impl Dispatcher {
         };
         let rules = call.trail.rule.clone().unwrap_or_default();
         let (spent, reservation, written) = match answer {
-            Ok(Ok(decided)) => (decided.spent.ok_or(LedgerError::WriterStopped), decided.reservation, true),
+            Ok(Ok(decided)) => {
+                let spent = decided.spent.ok_or(LedgerError::WriterStopped);
+                let spent = spent.and_then(|spent| self.not_spent_before(spent, decided.receipts.last()));
+                (spent, decided.reservation, true)
+            }
             Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
             Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None, false),
         };
@@ -122,6 +126,27 @@ impl Dispatcher {
                 Err(refusal::not_admitted(name, &rules, not_admitted))
             }
             Err(not_admitted) => refused(call, refusal::not_admitted(name, &rules, not_admitted)),
+        }
+    }
+
+    /// The grant just spent, unless the audit log records its spend before `ours` (the `approved` record this
+    /// spend appended): an append-only file another host shares, or that this one wrote before it restarted,
+    /// where the spend of a grant whose ledger row was since set back to live is still written. The file's lock
+    /// orders the hosts' records: of two hosts spending one revived grant, the one whose record comes first runs
+    /// the call, the other has read that record before appending its own.
+    fn not_spent_before(&self, spent: SpentRecord, ours: Option<&AuditReceipt>) -> Result<SpentRecord, LedgerError> {
+        let earlier =
+            ours.zip(self.audit.as_ref()).and_then(|(ours, log)| log.spent_before(&spent.grant.grant_id, ours.seq));
+        match earlier {
+            Some(spent_at) => {
+                tracing::warn!(
+                    target: "agent_airlock",
+                    grant_id = %spent.grant.grant_id,
+                    "the audit log records this grant spent before (its ledger row was set back to live); the call is refused"
+                );
+                Err(LedgerError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at })
+            }
+            None => Ok(spent),
         }
     }
 }

@@ -14,6 +14,7 @@ use agent_airlock::approval::operators::{
     DecisionKind, DecisionSignature, DecisionSubject, OperatorEntry, OperatorError, OperatorKey, OperatorRole,
     Operators,
 };
+use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::ledger::{
     ApprovalLedger, Approved, DenialRecord, GrantRecord, MemoryLedger, PostgresLedger, RedbLedger, RequestStatus,
 };
@@ -23,7 +24,7 @@ use agent_airlock::{
 };
 use agent_airlock_tests::block_on;
 use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, key_ring};
-use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher_with, refund_call};
+use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher_audited, dispatcher_with, refund_call};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -700,6 +701,66 @@ fn a_spent_grant_set_back_to_live_in_the_database_is_bounded_by_the_host_and_the
     let late = host.resume(&operators, resume).expect_message();
     assert_eq!(late.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{late:?}");
     assert_eq!(host.executions(), 1, "the approved call ran once");
+}
+
+/// Hosts that share an append-only audit file refuse a spent grant set back to live in the database: the file
+/// records the first spend, and a database holder cannot take a record out of it. Another host on the file
+/// refuses it, and so does the first host restarted; a host whose records go to a file of its own still admits
+/// it before the signed expiry (the limit the README states).
+#[test]
+fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
+    let (operators, keys) = operators(&["alice"]);
+    let shared = host.dir.path().join("audit.log");
+    // A host: approvals of its own (what it spent, it remembers) and its own handle on an audit file.
+    let start = |audit: &Path| {
+        let log = AuditLog::open_append_only(audit, AuditConfig::default()).unwrap();
+        dispatcher_audited(host.operator_mode(&operators), Arc::clone(&host.clock), Policy::new(), Arc::new(log))
+    };
+    let resumed = |dispatcher: &agent_airlock::Dispatcher, resume: &Value| {
+        block_on(dispatcher.dispatch(refund_call(500), &context(host.log(), "c1", Some(resume.clone()))))
+            .expect_message()
+    };
+    let first = start(&shared);
+    let interrupt = match block_on(first.dispatch(refund_call(500), &context(host.log(), "c1", None))) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    let resume = host.operator_mode(&operators).approve_signed(&interrupt, DecisionSigner::Operator(&keys[0]));
+    let resume = resume.wait().unwrap().into_value();
+    let ran = resumed(&first, &resume);
+    assert_eq!(ran.status, Status::Success, "{ran:?}");
+
+    revive_every_grant(&url);
+    let second = start(&shared);
+    let refused = resumed(&second, &resume);
+    let refusal = refused.refusal.as_ref().expect("refused");
+    assert_eq!(refusal.kind, RefusalKind::ApprovalInvalid, "{refused:?}");
+    assert!(refused.content.contains("already"), "{refused:?}");
+    assert_eq!(host.executions(), 1, "the approved call ran once");
+
+    // The first host restarted reads the spend back from the file.
+    drop((first, second));
+    revive_every_grant(&url);
+    let restarted = start(&shared);
+    let refused = resumed(&restarted, &resume);
+    assert_eq!(refused.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{refused:?}");
+    assert_eq!(host.executions(), 1, "the approved call ran once");
+
+    // The file holds one chain: the spend that ran, the two refused spends' records, each refusal.
+    drop(restarted);
+    let log = AuditLog::read_append_only(&shared, AuditConfig::default()).unwrap();
+    assert!(agent_airlock::audit::verify(&log, None).is_ok());
+    let outcomes: Vec<String> = log.records(1, 100).unwrap().iter().map(|r| r.outcome.to_string()).collect();
+    assert_eq!(outcomes.iter().filter(|o| *o == "approved").count(), 3, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| o.starts_with("refused")).count(), 2, "{outcomes:?}");
+
+    // A host writing a file of its own does not see the spend: before the signed expiry it runs the call.
+    revive_every_grant(&url);
+    let elsewhere = start(&host.dir.path().join("another.log"));
+    assert_eq!(resumed(&elsewhere, &resume).status, Status::Success);
+    assert_eq!(host.executions(), 2, "the limit left: a host that shares neither the file nor the memory");
 }
 
 /// The expiry an operator signs is the approving host's (its grant time-to-live): a host with a shorter one

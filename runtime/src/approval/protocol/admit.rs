@@ -158,12 +158,13 @@ pub(crate) struct PreparedAdmission {
 
 /// The longest a spent grant is remembered: its expiry as the ledger kept it when it was spent, at least the
 /// grant time-to-live after the spend, and at most this (a bound on the memory a busy host keeps).
-const REMEMBER_AT_MOST: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const REMEMBER_AT_MOST: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The grants spent through one [`InterruptApprovals`] (and its clones), each remembered until it would have
 /// expired. The ledger spends a grant once; a second spend it answers can only come from its row having been
 /// set back to live by whoever can write the database, and is refused here. (Another process, or this one
-/// restarted, does not know what this one spent: there, an operator-mode grant's signed expiry bounds it.)
+/// restarted, does not know what this one spent: there, a dispatcher whose audit log is an append-only file
+/// they share refuses a grant the file records spent, and an operator-mode grant's signed expiry bounds it.)
 #[derive(Debug)]
 pub(crate) struct SpentGrants {
     /// The approvals' grant time-to-live: the least time a spent grant is remembered.

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-pub(crate) use self::admit::PreparedAdmission;
+pub(crate) use self::admit::{PreparedAdmission, REMEMBER_AT_MOST};
 #[cfg(feature = "mcp")]
 pub(crate) use self::closing::CLOSED_BY;
 pub(crate) use self::closing::IssuedRequest;

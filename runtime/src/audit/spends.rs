@@ -1,0 +1,104 @@
+//! The grants an append-only audit file records as spent, as read from it by a writer: the `approved` records
+//! that name a grant (`grant <id> by <approver>`, written when a dispatcher spends one). Hosts that share the file
+//! (and so its lock and one order of records) can then refuse a grant whose spend another of them, or this one
+//! before a restart, already recorded: the database holder can set a spent grant's row back to live, not take a
+//! record out of a file it cannot write.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::AuditOutcome;
+use super::record::{decode_frame, parse_body};
+use crate::approval::protocol::REMEMBER_AT_MOST;
+use crate::keys::decode_lower_hex;
+
+/// How an `approved` record's outcome is encoded in its body (canonical JSON, so in exactly this form): a body
+/// without it is passed over unparsed. Inside a JSON string every `"` is escaped, so a tool name or an argument
+/// cannot carry it.
+const APPROVED: &[u8] = br#""outcome":{"kind":"approved"}"#;
+
+/// Grant id → where and when the file first records it spent.
+#[derive(Debug, Default)]
+pub(super) struct Spends {
+    grants: HashMap<[u8; 16], Spend>,
+    /// The latest record time read: a spend older than [`REMEMBER_AT_MOST`] before it is forgotten.
+    newest: Duration,
+    /// The number kept after the last sweep: the next comes at twice as many.
+    after_sweep: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spend {
+    seq: u64,
+    at: Duration,
+}
+
+impl Spends {
+    /// Whether record `frame` (as stored: the hash, the MAC and the body) may record a grant's spend: the
+    /// others are not parsed.
+    pub(super) fn may_name_a_spend(frame: &[u8]) -> bool {
+        memchr::memmem::find(frame, APPROVED).is_some()
+    }
+
+    /// Takes in record `seq` of the file (`frame` as stored) if it records a grant's spend. A record that
+    /// cannot be read is passed over: the chain's verification reports it.
+    pub(super) fn read(&mut self, seq: u64, frame: &[u8]) {
+        let Some(body) = decode_frame(frame).ok().and_then(|frame| parse_body(frame.body).ok()) else { return };
+        if body.outcome != AuditOutcome::Approved {
+            return;
+        }
+        let Some(grant) = body.detail.as_deref().and_then(granted) else { return };
+        let at = Duration::from_nanos(body.time_ns);
+        self.newest = self.newest.max(at);
+        if self.grants.len() >= self.after_sweep.max(64) * 2 {
+            let oldest = self.newest.saturating_sub(REMEMBER_AT_MOST);
+            self.grants.retain(|_, spend| spend.at >= oldest);
+            self.after_sweep = self.grants.len();
+        }
+        self.grants.entry(grant).or_insert(Spend { seq, at });
+    }
+
+    /// How many spends are known.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.grants.len()
+    }
+
+    /// When the file recorded `grant_id` spent in a record before `seq`, if it did (within the last
+    /// [`REMEMBER_AT_MOST`] of the records read).
+    pub(super) fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
+        let grant = decode_lower_hex::<16>(grant_id)?;
+        self.grants.get(&grant).filter(|spend| spend.seq < seq).map(|spend| spend.at)
+    }
+}
+
+/// The grant an `approved` record's detail names: `grant <32 lowercase hex> by <approver>`.
+fn granted(detail: &str) -> Option<[u8; 16]> {
+    let rest = detail.strip_prefix("grant ")?;
+    let (id, rest) = rest.split_at_checked(32)?;
+    rest.starts_with(" by ").then(|| decode_lower_hex::<16>(id)).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_spend_detail_names_a_grant() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert!(granted(&format!("grant {id} by alice")).is_some());
+        assert!(granted(&format!("grant {id} by ")).is_some());
+        for detail in [
+            format!("grant {id}"),
+            format!("grant {id}by alice"),
+            format!("grant {} by alice", id.to_uppercase()),
+            format!("grant {}0 by alice", id),
+            format!("grant {} by alice", &id[..31]),
+            format!("Grant {id} by alice"),
+            "approved by alice".to_owned(),
+            "grant é by alice".to_owned(),
+        ] {
+            assert!(granted(&detail).is_none(), "{detail}");
+        }
+    }
+}
