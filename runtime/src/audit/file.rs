@@ -35,9 +35,10 @@
 //! file its path no longer names (renamed by a log rotation, deleted, or replaced by a new log started there)
 //! keeps appending to the file it has open, where the chain goes on (refusing would lose the records of calls
 //! that still run), and says so once in a `tracing` warning: readers of the path no longer see them. A writer
-//! remembers the grants spent in the records it reads (the `approved` records naming them, in
-//! [`spends`](super::spends)), so a dispatcher can refuse a grant another host sharing the file already spent
-//! (its ledger row set back to live by whoever can write the database). Opened to read
+//! remembers the grants spent in the file's records (the `approved` records naming them, in
+//! [`spends`](super::spends): those it read and those it wrote), so a dispatcher can refuse a grant that another
+//! host sharing the file, or another dispatcher sharing the handle, already spent (its ledger row set back to
+//! live by whoever can write the database). Opened to read
 //! ([`AuditLog::read_append_only`](super::AuditLog::read_append_only)), the file is never changed and no lock
 //! is taken: each read takes in the whole batches written since the last, and a batch still being written is
 //! left for a later read.
@@ -98,8 +99,7 @@ struct State {
     damage: Option<(u64, String)>,
     /// Whether the path no longer names the file, as last seen under the lock (warned of once).
     moved: bool,
-    /// A writer's: the grants spent in the records it read (at open, and those other writers appended since),
-    /// not in its own appends (the approvals that spent those remember them).
+    /// A writer's: the grants spent in the file's records (read at open, appended by others since, its own).
     spends: Option<Spends>,
 }
 
@@ -463,6 +463,11 @@ impl AuditStore for FileAuditStore {
         state.head = Some(head);
         state.records = records;
         state.index.extend(index);
+        if let Some(spends) = &mut state.spends {
+            for (seq, bytes) in batch.records.iter().filter(|(_, bytes)| Spends::may_name_a_spend(bytes)) {
+                spends.read(*seq, bytes);
+            }
+        }
         Ok(())
     }
 
@@ -1271,11 +1276,10 @@ mod tests {
         relative.join(path.strip_prefix("/").unwrap())
     }
 
-    /// A writer knows the grants spent in the records it read (in the file when it opened it, or appended since
-    /// by another writer) and where: a spend at or after a given record is not "before" it. Its own appends are
-    /// not taken in (the approvals that spent those grants remember them), a read-only handle keeps none, a
-    /// batch is taken in once it is whole, only an `approved` record naming a grant counts, and spends older than
-    /// the memory's bound before the latest read are forgotten as it grows.
+    /// A writer knows the grants spent in the file's records (in the file when it opened it, appended since by
+    /// another writer, or by itself) and where: a spend at or after a given record is not "before" it. A
+    /// read-only handle keeps none, a batch is taken in once it is whole, only an `approved` record naming a
+    /// grant counts, and spends older than the memory's bound before the latest read are forgotten as it grows.
     #[test]
     fn a_writer_knows_the_grants_spent_in_records_it_read_and_where() {
         let dir = tempfile::tempdir().unwrap();
@@ -1291,7 +1295,8 @@ mod tests {
         let first = open();
         append(&first, "a");
         assert_eq!(spend(&first, &grant(1)), 2);
-        assert_eq!(first.spent_before(&grant(1), 100), None, "its own spends are not taken in");
+        assert_eq!(first.spent_before(&grant(1), 3), Some(Duration::from_secs(1_000)), "its own spends too");
+        assert_eq!(first.spent_before(&grant(1), 2), None, "not before the record itself");
 
         // Another writer reads the file's spends at open: before record 3, not before record 2 itself.
         clock.advance(Duration::from_secs(5));

@@ -268,10 +268,10 @@ impl AuditLog {
         }
     }
 
-    /// When a record of this log before `seq` recorded the spend of `grant_id` (an `approved` record naming it),
-    /// if this handle read one there that it did not write itself: from an append-only file, written by another
-    /// host sharing it or before this handle opened it. Other stores answer `None` (their database's holder, who
-    /// can set a spent grant back to live, can rewrite them too; the approvals remember their own spends).
+    /// When a record of this log before `seq` recorded the spend of `grant_id` (an `approved` record naming it):
+    /// in an append-only file, written by any host sharing it, through this handle or before it opened the file.
+    /// Other stores answer `None` (their database's holder, who can set a spent grant back to live, can rewrite
+    /// them too; the approvals remember their own spends).
     pub(crate) fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
         self.writer.store.spent_before(grant_id, seq)
     }

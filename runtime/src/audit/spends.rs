@@ -1,11 +1,14 @@
-//! The grants an append-only audit file records as spent, as read from it by a writer: the `approved` records
-//! that name a grant (`grant <id> by <approver>`, written when a dispatcher spends one). Hosts that share the file
-//! (and so its lock and one order of records) can then refuse a grant whose spend another of them, or this one
-//! before a restart, already recorded: the database holder can set a spent grant's row back to live, not take a
-//! record out of a file it cannot write.
+//! The grants an append-only audit file records as spent, as known to a writer (the records it read and those it
+//! wrote): the `approved` records that name a grant (`grant <id> by <approver>`, written when a dispatcher spends
+//! one). Hosts that share the file (and so its lock and one order of records) can then refuse a grant whose spend
+//! another of them, or this one before a restart, already recorded: the database holder can set a spent grant's
+//! row back to live, not take a record out of a file it cannot write.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use memchr::memmem;
 
 use super::AuditOutcome;
 use super::record::{decode_frame, parse_body};
@@ -37,7 +40,8 @@ impl Spends {
     /// Whether record `frame` (as stored: the hash, the MAC and the body) may record a grant's spend: the
     /// others are not parsed.
     pub(super) fn may_name_a_spend(frame: &[u8]) -> bool {
-        memchr::memmem::find(frame, APPROVED).is_some()
+        static FINDER: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(APPROVED));
+        FINDER.find(frame).is_some()
     }
 
     /// Takes in record `seq` of the file (`frame` as stored) if it records a grant's spend. A record that

@@ -36,9 +36,9 @@ pub(super) trait AuditStore: Send + Sync {
         false
     }
 
-    /// When a record before `seq` that this handle read from the store but did not write (another writer's,
-    /// or one written before it opened) recorded the spend of `grant_id`: an append-only file shared by hosts
-    /// says so; a store the ledger's database holds (which its holder can rewrite with the ledger) does not.
+    /// When a record before `seq` recorded the spend of `grant_id` (the first such record): an append-only file,
+    /// which hosts share and a database holder cannot rewrite, says so; a store the ledger's database holds
+    /// (which its holder can rewrite with the ledger) does not.
     fn spent_before(&self, _grant_id: &str, _seq: u64) -> Option<Duration> {
         None
     }

@@ -705,8 +705,9 @@ fn a_spent_grant_set_back_to_live_in_the_database_is_bounded_by_the_host_and_the
 
 /// Hosts that share an append-only audit file refuse a spent grant set back to live in the database: the file
 /// records the first spend, and a database holder cannot take a record out of it. Another host on the file
-/// refuses it, and so does the first host restarted; a host whose records go to a file of its own still admits
-/// it before the signed expiry (the limit the README states).
+/// refuses it, so does another dispatcher sharing the first host's log (with approvals of its own), and so does
+/// the first host restarted; a host whose records go to a file of its own still admits it before the signed
+/// expiry (the limit the README states).
 #[test]
 fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     let url = agent_airlock_tests::pg_server::shared().fresh_database();
@@ -714,15 +715,16 @@ fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     let (operators, keys) = operators(&["alice"]);
     let shared = host.dir.path().join("audit.log");
     // A host: approvals of its own (what it spent, it remembers) and its own handle on an audit file.
-    let start = |audit: &Path| {
-        let log = AuditLog::open_append_only(audit, AuditConfig::default()).unwrap();
-        dispatcher_audited(host.operator_mode(&operators), Arc::clone(&host.clock), Policy::new(), Arc::new(log))
+    let on_log = |log: &Arc<AuditLog>| {
+        dispatcher_audited(host.operator_mode(&operators), Arc::clone(&host.clock), Policy::new(), Arc::clone(log))
     };
+    let start = |audit: &Path| on_log(&Arc::new(AuditLog::open_append_only(audit, AuditConfig::default()).unwrap()));
     let resumed = |dispatcher: &agent_airlock::Dispatcher, resume: &Value| {
         block_on(dispatcher.dispatch(refund_call(500), &context(host.log(), "c1", Some(resume.clone()))))
             .expect_message()
     };
-    let first = start(&shared);
+    let first_log = Arc::new(AuditLog::open_append_only(&shared, AuditConfig::default()).unwrap());
+    let first = on_log(&first_log);
     let interrupt = match block_on(first.dispatch(refund_call(500), &context(host.log(), "c1", None))) {
         Outcome::Interrupt { request, .. } => request.into_value(),
         other => panic!("expected an interrupt, got {other:?}"),
@@ -732,6 +734,14 @@ fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     let ran = resumed(&first, &resume);
     assert_eq!(ran.status, Status::Success, "{ran:?}");
 
+    // A dispatcher beside the first, on its log, with approvals of its own (which never spent the grant).
+    revive_every_grant(&url);
+    let sibling = on_log(&first_log);
+    let refused = resumed(&sibling, &resume);
+    assert_eq!(refused.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{refused:?}");
+    assert_eq!(host.executions(), 1, "the approved call ran once");
+
+    // Another host on the file.
     revive_every_grant(&url);
     let second = start(&shared);
     let refused = resumed(&second, &resume);
@@ -741,20 +751,20 @@ fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     assert_eq!(host.executions(), 1, "the approved call ran once");
 
     // The first host restarted reads the spend back from the file.
-    drop((first, second));
+    drop((first, second, sibling, first_log));
     revive_every_grant(&url);
     let restarted = start(&shared);
     let refused = resumed(&restarted, &resume);
     assert_eq!(refused.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{refused:?}");
     assert_eq!(host.executions(), 1, "the approved call ran once");
 
-    // The file holds one chain: the spend that ran, the two refused spends' records, each refusal.
+    // The file holds one chain: the spend that ran, the three refused spends' records, each refusal.
     drop(restarted);
     let log = AuditLog::read_append_only(&shared, AuditConfig::default()).unwrap();
     assert!(agent_airlock::audit::verify(&log, None).is_ok());
     let outcomes: Vec<String> = log.records(1, 100).unwrap().iter().map(|r| r.outcome.to_string()).collect();
-    assert_eq!(outcomes.iter().filter(|o| *o == "approved").count(), 3, "{outcomes:?}");
-    assert_eq!(outcomes.iter().filter(|o| o.starts_with("refused")).count(), 2, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| *o == "approved").count(), 4, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| o.starts_with("refused")).count(), 3, "{outcomes:?}");
 
     // A host writing a file of its own does not see the spend: before the signed expiry it runs the call.
     revive_every_grant(&url);
