@@ -35,6 +35,10 @@ use crate::tool::{
     ToolSpecBuilder, ToolSpecError,
 };
 
+mod references;
+
+pub use references::MAX_IN_PLACE_DEPTH;
+
 /// How deep a given schema may nest. Deeper schemas are refused before they are compiled, so a hostile
 /// upstream cannot exhaust the stack of the compiler or of the walks over the schema.
 pub const MAX_SCHEMA_DEPTH: usize = 128;
@@ -147,6 +151,16 @@ pub enum JsonToolError {
     TooDeep {
         /// The tool.
         tool: String,
+    },
+    /// A reference of the schema does not resolve inside it, or references and combinators lead back where
+    /// they started or nest more than [`MAX_IN_PLACE_DEPTH`] deep at one place of a value: the validator would
+    /// recurse without end or out of stack.
+    #[error("the input schema of `{tool}` is refused: {reason}")]
+    References {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The validator could not compile the schema (an unknown draft, a bad keyword value, an unresolvable
     /// or remote `$ref`, a bad `pattern`).
@@ -287,6 +301,9 @@ impl JsonToolBuilder {
         if crate::args::nests_deeper_than([(&schema, 0)], MAX_SCHEMA_DEPTH) {
             return Err(JsonToolError::TooDeep { tool: name });
         }
+        // Before the validator compiles it: its compiler recurses through the references too.
+        references::check(&schema)
+            .map_err(|fault| JsonToolError::References { tool: name.clone(), reason: fault.to_string() })?;
         let compile = |schema: &Value| {
             jsonschema::options()
                 .offline()

@@ -54,7 +54,7 @@ pub(super) fn parameters(root: &Value) -> Result<Value, Failure> {
             check_parameter_name(name)?;
         }
     }
-    let mut cx = Inline { root, stack: Vec::new() };
+    let mut cx = Inline { root, stack: Vec::new(), depth: 0, made: 0 };
     cx.schema(root, "", true)
 }
 
@@ -75,14 +75,62 @@ fn check_parameter_name(name: &str) -> Result<(), Failure> {
     ))
 }
 
+/// The most schemas one inside the other (a property's, an item's, an alternative's, a definition's where a
+/// `$ref` is inlined) a converted schema may nest: the conversion recurses once for each, and a chain of
+/// definitions each referring to the next would otherwise run it out of stack.
+pub(super) const MAX_INLINED_DEPTH: usize = 32;
+
+/// The most schemas a conversion makes. Inlining copies a definition at every `$ref` to it, so a schema of `n`
+/// definitions each referring twice to the next would make 2^n of them (a few kilobytes becoming gigabytes).
+pub(super) const MAX_INLINED_SCHEMAS: usize = 10_000;
+
 struct Inline<'a> {
     root: &'a Value,
     /// The definitions being inlined, outermost first: meeting one of them again is recursion.
     stack: Vec<String>,
+    /// How many schemas enclose the one being converted.
+    depth: usize,
+    /// How many schemas were converted so far.
+    made: usize,
 }
 
 impl Inline<'_> {
+    /// [`convert`](Self::convert), within [`MAX_INLINED_DEPTH`] and [`MAX_INLINED_SCHEMAS`].
     fn schema(&mut self, schema: &Value, pointer: &str, is_root: bool) -> Result<Value, Failure> {
+        self.made += 1;
+        if self.made > MAX_INLINED_SCHEMAS {
+            return Err(Failure::new(
+                pointer,
+                Inexpressible::Limit {
+                    limit: "schemas once every `$ref` is inlined",
+                    max: MAX_INLINED_SCHEMAS,
+                    actual: self.made,
+                },
+                format!(
+                    "{DIALECT} has no `$ref`, and inlining every reference of this schema makes more than {MAX_INLINED_SCHEMAS} schemas (a definition is copied at each `$ref` to it); refer to fewer shared definitions, or declare the tool with Gemini's `parametersJsonSchema` (full JSON Schema) instead"
+                ),
+            ));
+        }
+        if self.depth >= MAX_INLINED_DEPTH {
+            return Err(Failure::new(
+                pointer,
+                Inexpressible::Limit {
+                    limit: "nesting depth once every `$ref` is inlined",
+                    max: MAX_INLINED_DEPTH,
+                    actual: self.depth + 1,
+                },
+                format!(
+                    "{DIALECT} has no `$ref`, and with every reference inlined this schema nests more than {MAX_INLINED_DEPTH} schemas deep (counting properties, items, alternatives and the definitions references lead to); flatten the arguments, or declare the tool with Gemini's `parametersJsonSchema` (full JSON Schema) instead"
+                ),
+            ));
+        }
+        self.depth += 1;
+        let converted = self.convert(schema, pointer, is_root);
+        self.depth -= 1;
+        converted
+    }
+
+    fn convert(&mut self, schema: &Value, pointer: &str, is_root: bool) -> Result<Value, Failure> {
         let map = match schema {
             Value::Object(map) => map,
             Value::Bool(true) => return Err(shared::any_value(pointer, DIALECT)),

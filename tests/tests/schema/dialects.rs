@@ -363,6 +363,64 @@ fn openai_size_limits_are_enforced() {
     assert!(matches!(error.kind(), Inexpressible::Limit { max: 1000, actual: 1001, .. }), "{error}");
 }
 
+/// Gemini has no `$ref`: every reference is inlined, so the conversion is bounded in depth and in size. A chain
+/// of 1,000 definitions each a property of the one before ran a release build out of a 2 MiB stack (100 in a
+/// debug build), and 16 definitions each referring twice to the next made 2^17 schemas (5 MB from 2 KB; 30 would
+/// be gigabytes). Both are refused with the limit; schemas within it convert as before.
+#[test]
+fn gemini_inlining_is_bounded_in_depth_and_size() {
+    // `n` definitions, each an object whose properties `names` refer to the next; the last a string.
+    let linked = |n: usize, names: &[&str]| {
+        let mut defs = serde_json::Map::new();
+        for i in 0..n {
+            let next = json!({"$ref": format!("#/$defs/d{}", i + 1)});
+            let properties: serde_json::Map<String, Value> =
+                names.iter().map(|name| ((*name).to_owned(), next.clone())).collect();
+            defs.insert(format!("d{i}"), object(Value::Object(properties)));
+        }
+        defs.insert(format!("d{n}"), json!({"type": "string"}));
+        let mut root = object(json!({"top": {"$ref": "#/$defs/d0"}}));
+        root["$defs"] = Value::Object(defs);
+        root
+    };
+    // Depth: the root, then per definition its property and the definition the `$ref` leads to.
+    let within = linked(14, &["next"]);
+    let gemini = with_schema("t", within).to_dialect(Dialect::Gemini).unwrap();
+    let mut inner = &gemini["parameters"]["properties"]["top"];
+    for _ in 0..14 {
+        inner = &inner["properties"]["next"];
+    }
+    assert_eq!(inner, &json!({"type": "string"}));
+    for n in [16, 1_000, 100_000] {
+        let error = fails(&with_schema("t", linked(n, &["next"])), Dialect::Gemini);
+        assert!(matches!(error.kind(), Inexpressible::Limit { max: 32, actual: 33, .. }), "{error}");
+        assert!(error.to_string().contains("nests more than 32 schemas deep"), "{error}");
+    }
+    // Size: a fan of two 11 definitions deep makes 8,191 schemas (the root, `top`, and per level each copy's
+    // two properties and the copies of the next they lead to), 12 deep 16,383.
+    let fan = with_schema("t", linked(11, &["a", "b"])).to_dialect(Dialect::Gemini).unwrap();
+    assert!(fan.to_string().len() > 100_000, "a fan within the bound is inlined whole");
+    for n in [12, 14] {
+        let error = fails(&with_schema("t", linked(n, &["a", "b"])), Dialect::Gemini);
+        assert!(matches!(error.kind(), Inexpressible::Limit { max: 10_000, actual: 10_001, .. }), "{error}");
+        assert!(error.to_string().contains("makes more than 10000 schemas"), "{error}");
+    }
+    // The dialects that keep `$ref` convert both, unchanged in size.
+    for dialect in [Dialect::Mcp, Dialect::Anthropic, Dialect::OpenAiNonStrict] {
+        assert!(with_schema("t", linked(1_000, &["a", "b"])).to_dialect(dialect).is_ok(), "{dialect:?}");
+    }
+    // A chain of 10,000 definitions each a `$ref` to the next: converted or refused, never out of stack.
+    let mut aliases = object(json!({"top": {"$ref": "#/$defs/d0"}}));
+    aliases["$defs"] = (0..10_000)
+        .map(|i| (format!("d{i}"), json!({"$ref": format!("#/$defs/d{}", i + 1)})))
+        .chain([("d10000".to_owned(), json!({"type": "string"}))])
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    for dialect in [Dialect::Mcp, Dialect::Anthropic, Dialect::OpenAi, Dialect::OpenAiNonStrict, Dialect::Gemini] {
+        let _ = with_schema("t", aliases.clone()).to_dialect(dialect);
+    }
+}
+
 #[test]
 fn schema_alone_converts_without_a_tool() {
     let error = Dialect::OpenAi.schema(&json!({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "string"}}}})).unwrap_err();

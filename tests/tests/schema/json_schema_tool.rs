@@ -106,6 +106,109 @@ fn invalid_arguments_are_refused_with_paths_and_hints() {
     assert!(received.lock().unwrap().is_empty());
 }
 
+/// How a definition applies the next, given the reference to it.
+type Shape = dyn Fn(Value) -> Value;
+
+/// `n` definitions, each applying the next at the same place of a value through `shape(next reference)`, the last
+/// a string; a property of the root refers to the first.
+fn in_place_chain(n: usize, shape: &Shape) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        defs.insert(format!("d{i}"), shape(json!({"$ref": format!("#/$defs/d{}", i + 1)})));
+    }
+    defs.insert(format!("d{n}"), json!({"type": "string"}));
+    json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+}
+
+/// A schema whose references lead the validator (and its compiler) deeper than a stack holds at one place of a
+/// value, or round in a circle, is refused before it is compiled: 100,000 definitions each a `$ref` to the next
+/// aborted the process with a stack overflow (30,000 in a release build on a 2 MiB thread). The references
+/// checked are the ones the validator would follow: pointers percent-encoded, `$dynamicRef`, combinators. A
+/// recursive type that descends into the value on each turn is a tool; so is a chain just within the bound.
+#[test]
+fn a_schema_whose_references_would_exhaust_the_validator_is_refused_before_it_is_compiled() {
+    let make = |schema: Value| {
+        JsonTool::builder("t", "A tool.", schema).build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+    };
+    let reason = |schema: Value| match make(schema) {
+        Err(JsonToolError::References { reason, .. }) => reason,
+        other => panic!("expected a references error, got {other:?}"),
+    };
+    let alias = |next: Value| next;
+    let all_of = |next: Value| json!({"allOf": [{"minLength": 1}, next]});
+    let any_of = |next: Value| json!({"anyOf": [{"type": "integer"}, next]});
+    let negated = |next: Value| json!({"not": {"not": next}});
+    let conditional = |next: Value| json!({"if": true, "then": next});
+    // Within the bound: the property's schema, the last definition, and per link its definition and the
+    // schemas between it and the next reference (none for an alias, a branch for `allOf`, two for `not: {not}`).
+    let max = agent_airlock::json_tool::MAX_IN_PLACE_DEPTH;
+    let shapes: [(&str, &Shape, usize); 5] = [
+        ("alias", &alias, 1),
+        ("allOf", &all_of, 2),
+        ("anyOf", &any_of, 2),
+        ("not", &negated, 3),
+        ("if", &conditional, 2),
+    ];
+    for (name, shape, per_link) in shapes {
+        let within = (max - 2) / per_link;
+        let tool = make(in_place_chain(within, shape)).unwrap_or_else(|err| panic!("{name}: {err}"));
+        let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+        assert_eq!(dispatch(&dispatcher, "t", json!({"a": "x"})).status, Status::Success, "{name}");
+        assert_eq!(dispatch(&dispatcher, "t", json!({"a": true})).status, Status::Error, "{name}");
+        // One link more is refused, and so is a chain of 30,000.
+        for n in [within + 1, 30_000] {
+            let refused = reason(in_place_chain(n, shape));
+            assert!(refused.starts_with(&format!("more than {max} schemas apply")), "{name} {n}: {refused}");
+        }
+    }
+    // Round in a circle without descending: `A = anyOf[integer, A]`, an alias cycle, a root applying itself.
+    let cycle = "its references and combinators lead back to a schema they started from";
+    let any_of_self = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}},
+        "$defs": {"A": {"anyOf": [{"type": "integer"}, {"$ref": "#/$defs/A"}]}}});
+    assert!(reason(any_of_self).starts_with(cycle));
+    let aliases = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}},
+        "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}});
+    assert!(reason(aliases).starts_with(cycle));
+    assert!(reason(json!({"type": "object", "allOf": [{"$ref": "#"}]})).starts_with(cycle));
+    // A cycle no property uses is refused as well: the compiler reads every definition.
+    let unused = json!({"type": "object", "$defs": {"A": {"$ref": "#/$defs/A"}}});
+    assert!(reason(unused).starts_with(cycle));
+    // Followed as the validator follows them: percent-encoded pointers, `$dynamicRef`; anything else is not a
+    // place this check (or any dialect) can follow.
+    let encoded = json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/a%20b"}},
+        "$defs": {"a b": {"$ref": "#/$defs/a%20b"}}});
+    assert!(reason(encoded).starts_with(cycle));
+    let dynamic = json!({"type": "object", "properties": {"a": {"$dynamicRef": "#/$defs/A"}},
+        "$defs": {"A": {"$dynamicRef": "#/$defs/A"}}});
+    assert!(reason(dynamic).starts_with(cycle));
+    for reference in ["#node", "other.json#/$defs/A", "#/$defs/A%zz", "#/$defs/Missing"] {
+        let schema = json!({"type": "object", "properties": {"a": {"$ref": reference}},
+            "$defs": {"A": {"type": "string"}}, "x": {"$anchor": "node"}});
+        assert!(reason(schema).contains("does not point into the schema itself"), "{reference}");
+    }
+    let long = "#".to_owned() + &"a".repeat(10_000);
+    let shown = reason(json!({"type": "object", "properties": {"a": {"$ref": long}}}));
+    assert!(shown.len() < 300 && shown.contains('…'), "{shown}");
+    let nested_id = json!({"type": "object", "properties": {"a": {"$id": "other", "$ref": "#/$defs/A"}}});
+    assert!(reason(nested_id).contains("`$id` below the schema's root"));
+    // A parameter named `$id` or `$ref` is a name, not a keyword; an `$id` at the root is allowed.
+    let named = json!({"$id": "https://example.com/t.json", "type": "object",
+        "properties": {"$id": {"type": "string"}, "$ref": {"type": "string"}}});
+    assert!(make(named).is_ok());
+
+    // A recursive type descends into the value on each turn: a tool, and its calls are checked to any depth the
+    // arguments may have.
+    let tree = json!({"type": "object", "properties": {"root": {"$ref": "#/$defs/Node"}}, "$defs": {"Node": {
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}});
+    let dispatcher = Dispatcher::builder().tool(make(tree).unwrap()).build().unwrap();
+    let mut node = json!({"label": "leaf"});
+    for _ in 0..30 {
+        node = json!({"label": "n", "children": [node]});
+    }
+    assert_eq!(dispatch(&dispatcher, "t", json!({"root": node})).status, Status::Success);
+}
+
 #[test]
 fn a_schema_that_cannot_be_a_tool_is_refused_when_the_tool_is_made() {
     let make = |schema: Value| {
@@ -119,10 +222,15 @@ fn a_schema_that_cannot_be_a_tool_is_refused_when_the_tool_is_made() {
     let bad_keyword = err(json!({"type": "object", "properties": {"a": {"type": 5}}}));
     assert!(matches!(bad_keyword, JsonToolError::Invalid { .. }), "{bad_keyword:?}");
     assert!(bad_keyword.to_string().starts_with("the input schema of `t` is not a schema"), "{bad_keyword}");
+    // References are checked before the validator compiles the schema (it recurses through them).
     let remote = err(json!({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}));
-    assert!(matches!(remote, JsonToolError::Invalid { .. }), "{remote:?}");
+    assert!(matches!(remote, JsonToolError::References { .. }), "{remote:?}");
+    assert_eq!(
+        remote.to_string(),
+        "the input schema of `t` is refused: the reference `https://example.com/s.json` does not point into the schema itself (`#` and a JSON pointer)"
+    );
     let dangling = err(json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/Nope"}}}));
-    assert!(matches!(dangling, JsonToolError::Invalid { .. }), "{dangling:?}");
+    assert!(matches!(dangling, JsonToolError::References { .. }), "{dangling:?}");
     let bad_pattern = err(json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}));
     assert!(matches!(bad_pattern, JsonToolError::Invalid { .. }), "{bad_pattern:?}");
     let mut deep = json!({"type": "string"});

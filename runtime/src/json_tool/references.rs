@@ -1,0 +1,203 @@
+//! How deep the validator recurses at one place of a value: each `$ref`, and each applicator that applies at the
+//! same place (`allOf`, `anyOf`, `oneOf`, `not`, `if`/`then`/`else`, `dependentSchemas`), is one more level of its
+//! recursion (and of its compiler's) without descending into the value. A schema of a few hundred kilobytes whose
+//! definitions are each a `$ref` to the next ran both out of stack and aborted the process, and one whose
+//! references lead back to where they started without descending (`A = anyOf[string, A]`) recurses without end
+//! on a value none of it accepts. The walks here are iterative.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::subschemas;
+
+/// The longest chain of schemas applying one inside the other at one place of a value (a property's schema, the
+/// definition its `$ref` names, a branch of that definition's `anyOf`, ...). A value nests at most
+/// [`MAX_ARGUMENT_DEPTH`](crate::tool::MAX_ARGUMENT_DEPTH) levels, so the validator recurses at most this many
+/// times that.
+pub const MAX_IN_PLACE_DEPTH: usize = 32;
+
+/// What makes a schema's references unsafe to compile and validate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ReferenceFault {
+    /// A `$ref` (or `$dynamicRef`, `$recursiveRef`) that is not `#` or `#` and a JSON pointer into the schema:
+    /// another document, an anchor, or a pointer to nothing. Its target cannot be checked here (and no
+    /// dialect can state it).
+    Unresolvable {
+        /// The reference, as written (cut if long).
+        reference: String,
+    },
+    /// An `$id` below the root: references inside it would resolve against another base.
+    NestedId,
+    /// References or applicators that lead back to a schema they started from without descending into the
+    /// value.
+    Cycle,
+    /// A chain of schemas applying one inside the other longer than [`MAX_IN_PLACE_DEPTH`].
+    TooDeep,
+}
+
+impl std::fmt::Display for ReferenceFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReferenceFault::Unresolvable { reference } => {
+                write!(f, "the reference `{reference}` does not point into the schema itself (`#` and a JSON pointer)")
+            }
+            ReferenceFault::NestedId => {
+                f.write_str("an `$id` below the schema's root changes how the references inside it resolve")
+            }
+            ReferenceFault::Cycle => f.write_str(
+                "its references and combinators lead back to a schema they started from without descending into \
+                 the value (the validator would recurse without end)",
+            ),
+            ReferenceFault::TooDeep => write!(
+                f,
+                "more than {MAX_IN_PLACE_DEPTH} schemas apply one inside the other at one place of a value \
+                 (references and combinators followed without descending into it)"
+            ),
+        }
+    }
+}
+
+/// The longest reference shown in a fault.
+const SHOWN: usize = 128;
+
+/// Checks every reference of `root` resolves inside it, and that no chain of schemas applying at one place is
+/// cyclic or longer than [`MAX_IN_PLACE_DEPTH`].
+pub(super) fn check(root: &Value) -> Result<(), ReferenceFault> {
+    // Every schema position, each checked once: `$id`s below the root, references resolve.
+    let mut pending = vec![root];
+    while let Some(schema) = pending.pop() {
+        let Value::Object(map) = schema else { continue };
+        if !std::ptr::eq(schema, root) && map.contains_key("$id") {
+            return Err(ReferenceFault::NestedId);
+        }
+        for reference in references(map) {
+            resolve(reference, root)?;
+        }
+        pending.extend(subschemas(map));
+    }
+    longest_in_place(root)
+}
+
+/// The reference keywords' values in `map`.
+fn references(map: &Map<String, Value>) -> impl Iterator<Item = &Value> {
+    ["$ref", "$dynamicRef", "$recursiveRef"].into_iter().filter_map(|keyword| map.get(keyword))
+}
+
+/// The schema `reference` names in `root`.
+fn resolve<'a>(reference: &Value, root: &'a Value) -> Result<&'a Value, ReferenceFault> {
+    let unresolvable = || {
+        let text = reference.as_str().map_or_else(|| reference.to_string(), str::to_owned);
+        let mut shown: String = text.chars().take(SHOWN).flat_map(char::escape_debug).collect();
+        if text.chars().nth(SHOWN).is_some() {
+            shown.push('…');
+        }
+        ReferenceFault::Unresolvable { reference: shown }
+    };
+    let fragment = reference.as_str().and_then(|r| r.strip_prefix('#')).ok_or_else(unresolvable)?;
+    if fragment.is_empty() {
+        return Ok(root);
+    }
+    if !fragment.starts_with('/') {
+        return Err(unresolvable());
+    }
+    let pointer = percent_decoded(fragment).ok_or_else(unresolvable)?;
+    root.pointer(&pointer).ok_or_else(unresolvable)
+}
+
+/// A URI fragment's `%XX` escapes decoded, if they are well formed and the result is UTF-8.
+fn percent_decoded(fragment: &str) -> Option<String> {
+    if !fragment.contains('%') {
+        return Some(fragment.to_owned());
+    }
+    let bytes = fragment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The schemas that apply at the same place of a value as `schema` does: the targets of its references, its
+/// `allOf`/`anyOf`/`oneOf` branches, `not`, `if`/`then`/`else`, `dependentSchemas` (and draft 7's schema
+/// `dependencies`). References are resolved already by [`check`].
+fn in_place<'a>(schema: &'a Value, root: &'a Value) -> Vec<&'a Value> {
+    let Value::Object(map) = schema else { return Vec::new() };
+    let mut found: Vec<&Value> = references(map).filter_map(|reference| resolve(reference, root).ok()).collect();
+    for (keyword, value) in map {
+        match keyword.as_str() {
+            "allOf" | "anyOf" | "oneOf" => found.extend(value.as_array().into_iter().flatten()),
+            "not" | "if" | "then" | "else" => found.push(value),
+            "dependentSchemas" | "dependencies" => {
+                found.extend(value.as_object().into_iter().flat_map(Map::values).filter(|v| !v.is_array()));
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Where a schema stands in the walk of [`longest_in_place`].
+enum Seen {
+    /// On the walk's path: meeting it again is a cycle.
+    Open,
+    /// The longest in-place chain starting at it.
+    Done(usize),
+}
+
+/// Fails if a chain of in-place schemas from any schema position is cyclic or longer than
+/// [`MAX_IN_PLACE_DEPTH`]. Each schema's longest chain is found once (a walk with memory, in time linear in the
+/// schema).
+fn longest_in_place(root: &Value) -> Result<(), ReferenceFault> {
+    let key = |schema: &Value| std::ptr::from_ref(schema) as usize;
+    let mut seen: HashMap<usize, Seen> = HashMap::new();
+    let mut starts = vec![root];
+    while let Some(start) = starts.pop() {
+        if let Value::Object(map) = start {
+            starts.extend(subschemas(map));
+        }
+        if seen.contains_key(&key(start)) {
+            continue;
+        }
+        // (schema, the schemas in place under it, how many of them are done)
+        let mut path: Vec<(&Value, Vec<&Value>, usize)> = vec![(start, in_place(start, root), 0)];
+        seen.insert(key(start), Seen::Open);
+        while let Some((schema, children, next)) = path.last_mut() {
+            if let Some(&child) = children.get(*next) {
+                *next += 1;
+                match seen.get(&key(child)) {
+                    Some(Seen::Open) => return Err(ReferenceFault::Cycle),
+                    Some(Seen::Done(_)) => {}
+                    None => {
+                        seen.insert(key(child), Seen::Open);
+                        let under = in_place(child, root);
+                        path.push((child, under, 0));
+                    }
+                }
+                continue;
+            }
+            let longest = 1 + children
+                .iter()
+                .map(|child| match seen.get(&key(child)) {
+                    Some(Seen::Done(length)) => *length,
+                    _ => 0,
+                })
+                .max()
+                .unwrap_or(0);
+            if longest > MAX_IN_PLACE_DEPTH {
+                return Err(ReferenceFault::TooDeep);
+            }
+            seen.insert(key(schema), Seen::Done(longest));
+            path.pop();
+        }
+    }
+    Ok(())
+}
