@@ -1107,3 +1107,80 @@ fn remove_audit_files(path: &std::path::Path) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Tool schemas an upstream declares.
+
+/// Allowance per parameter of a tool made from a schema, beside [`REFUSAL_PER_PARAM`]: what it expects is read
+/// from a schema an upstream wrote (enum values, keys, alternatives), capped at 240 characters, up to 4 bytes
+/// each, twice.
+pub const PHRASE_ALLOWANCE: usize = 2 * 240 * 4;
+
+/// Makes a tool of `schema` (as the gateway makes one of each upstream tool) and checks:
+/// - making it never panics, and a refusal says why in one line;
+/// - every dialect converts its published schema or says why, never panics (Gemini inlines every `$ref`);
+/// - each of `calls` is admitted or refused, never a panic; a refusal stays within [`refusal_bound`];
+/// - what an admitted call's executor received is valid under the published schema (the schema a client
+///   reads, validated by `jsonschema` here), and sent again is admitted as it is: nothing stripped, the same
+///   arguments received.
+pub fn check_tool_schema(schema: Value, calls: &[Value]) {
+    use agent_airlock::dialect::Dialect;
+    use agent_airlock::json_tool::{JsonCall, JsonTool};
+
+    let made = JsonTool::builder("t", "A tool an upstream declared.", schema)
+        .build(|call: JsonCall| async move { Ok::<Value, agent_airlock::ToolError>(Value::Object(call.arguments)) });
+    let tool = match made {
+        Ok(tool) => tool,
+        Err(err) => {
+            let text = err.to_string();
+            assert!(!text.is_empty() && !text.ends_with('.'), "{text:?}");
+            return;
+        }
+    };
+    let dispatcher = Dispatcher::builder().tool(tool).build().expect("one tool");
+    let definitions = dispatcher.offered_tools();
+    let [definition] = definitions.as_slice() else { panic!("one tool offered: {definitions:?}") };
+    for dialect in [Dialect::Mcp, Dialect::Anthropic, Dialect::OpenAi, Dialect::OpenAiNonStrict, Dialect::Gemini] {
+        match definition.to_dialect(dialect) {
+            Ok(converted) => assert!(converted.is_object(), "{dialect:?}: {converted}"),
+            Err(err) => assert!(!err.to_string().is_empty(), "{dialect:?}"),
+        }
+    }
+    let published = jsonschema::options().build(&definition.input_schema).expect("the published schema compiles");
+    let params = definition.input_schema.get("properties").and_then(Value::as_object).map_or(0, Map::len);
+    let run = |arguments: Value| {
+        let call = ToolCall::new("call_fuzz", "t", arguments);
+        match block_on(dispatcher.dispatch(call, &CallContext::new())).message() {
+            Some(message) => message.clone(),
+            None => panic!("the tool does not escalate, yet it did not answer with a message"),
+        }
+    };
+    for arguments in calls {
+        // A phrase read from the upstream's schema (what a parameter expects) is at most 240 characters, said
+        // twice (the line and the hint).
+        let bound = refusal_bound(params, arguments) + PHRASE_ALLOWANCE * params;
+        let first = run(arguments.clone());
+        if first.status != Status::Success {
+            assert!(first.refusal.is_some(), "the executor returns no error of its own: {first:?}");
+            assert!(
+                refusal_size(&first) <= bound,
+                "refusal of {} bytes over {bound}: {:.2000}",
+                refusal_size(&first),
+                first.content
+            );
+            continue;
+        }
+        let received: Value = serde_json::from_str(&first.content).expect("an admitted call's result is JSON");
+        if let Some(error) = published.iter_errors(&received).next() {
+            panic!(
+                "admitted arguments the published schema refuses ({error}): {received}\nschema: {}",
+                definition.input_schema
+            );
+        }
+        let again = run(received.clone());
+        assert_eq!(again.status, Status::Success, "refused what it had received: {received} → {again:?}");
+        assert!(again.stripped_arguments.is_empty(), "stripped its own arguments: {again:?}");
+        let received_again: Value = serde_json::from_str(&again.content).expect("an admitted call's result is JSON");
+        assert_eq!(received_again, received, "admitting what was received changed it");
+    }
+}

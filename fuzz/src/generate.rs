@@ -331,3 +331,219 @@ pub fn mutate(u: &mut Unstructured<'_>, target: &mut Value) -> Result<()> {
     }
     Ok(())
 }
+
+/// Names of definitions a generated schema declares and refers to (some need escaping in a JSON pointer).
+pub const DEFINITIONS: &[&str] = &["A", "B", "Node", "a b", "x/y", "t~0", ""];
+
+/// References as upstream servers write them: into `$defs` (escaped or percent-encoded), the root, a property,
+/// draft 7's `definitions`, inside a definition.
+const REFERENCES: &[&str] = &[
+    "#/$defs/A",
+    "#/$defs/B",
+    "#/$defs/Node",
+    "#/$defs/A",
+    "#/$defs/B",
+    "#/$defs/Node",
+    "#/$defs/a%20b",
+    "#/$defs/x~1y",
+    "#/$defs/t~00",
+    "#/$defs/",
+    "#",
+];
+
+/// References to places that exist only in some schemas: a property, draft 7's `definitions`, inside a
+/// definition.
+const SOMETIMES: &[&str] = &["#/properties/a", "#/properties/name/items", "#/definitions/A", "#/$defs/A/properties/a"];
+
+/// References no tool can be made with: to nothing, an anchor, another document, a bad escape, empty.
+const BAD_REFERENCES: &[&str] = &["#/$defs/Missing", "#node", "other.json#/$defs/A", "#/$defs/A%zz", ""];
+
+/// A reference: one in 64 of them bad, one in 32 to a place only some schemas have.
+fn reference(u: &mut Unstructured<'_>) -> Result<Value> {
+    let list = match u.int_in_range(0..=63u8)? {
+        0 => BAD_REFERENCES,
+        1 | 2 => SOMETIMES,
+        _ => REFERENCES,
+    };
+    Ok(Value::String((*u.choose(list)?).to_owned()))
+}
+
+const TYPES: &[&str] = &["object", "string", "integer", "number", "boolean", "array", "null"];
+
+/// A type name: one in 64 not one.
+fn type_name(u: &mut Unstructured<'_>) -> Result<Value> {
+    let name = if u.ratio(1u8, 64u8)? { "bogus" } else { *u.choose(TYPES)? };
+    Ok(Value::String(name.to_owned()))
+}
+const PATTERNS: &[&str] = &["^a", "[a-z]+$", "\\d{3}", ".*", "(", "^(a|b)*$", "\\p{L}+"];
+const FORMATS: &[&str] = &["date-time", "date", "email", "uuid", "uri", "int32", "float", "bogus"];
+const SCHEMAS: &[&str] = &[
+    "https://json-schema.org/draft/2020-12/schema",
+    "http://json-schema.org/draft-07/schema#",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://example.com/unknown",
+];
+
+/// Deepest nesting of generated subschemas (references and combinators nest further through `$defs`).
+pub const MAX_SCHEMA_DEPTH: usize = 6;
+
+/// A tool's input schema as an upstream server could declare it: an object root (usually) with properties of
+/// known names, `$defs` referred to from anywhere (cycles, chains, dangling), and every keyword the validator
+/// and the dialects read.
+pub fn schema(u: &mut Unstructured<'_>) -> Result<Value> {
+    let mut root = match u.int_in_range(0..=15u8)? {
+        0 => return subschema(u, 0),
+        _ => object_schema(u, 0)?,
+    };
+    // Every name a reference may use is declared (one is left out at times), so most references resolve.
+    for keyword in ["$defs", "definitions"] {
+        if keyword == "$defs" || u.ratio(1u8, 8u8)? {
+            let mut defs = Map::new();
+            for name in DEFINITIONS {
+                if !u.ratio(1u8, 64u8)? {
+                    defs.insert((*name).to_owned(), subschema(u, 1)?);
+                }
+            }
+            root.insert(keyword.to_owned(), Value::Object(defs));
+        }
+    }
+    if u.ratio(1u8, 4u8)? {
+        let known = if u.ratio(1u8, 8u8)? { SCHEMAS.len() } else { SCHEMAS.len() - 1 };
+        root.insert("$schema".to_owned(), Value::String(SCHEMAS[u.choose_index(known)?].to_owned()));
+    }
+    Ok(Value::Object(root))
+}
+
+/// An object schema: `type: object`, properties, `required`, sometimes closed or open.
+fn object_schema(u: &mut Unstructured<'_>, depth: usize) -> Result<Map<String, Value>> {
+    let mut map = Map::new();
+    map.insert("type".to_owned(), Value::String("object".to_owned()));
+    let mut properties = Map::new();
+    u.arbitrary_loop(Some(0), Some(6), |u| {
+        let name = key(u)?;
+        properties.insert(name, subschema(u, depth + 1)?);
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    let names: Vec<String> = properties.keys().cloned().collect();
+    map.insert("properties".to_owned(), Value::Object(properties));
+    if !names.is_empty() && u.arbitrary()? {
+        let required: Vec<Value> =
+            names.into_iter().filter(|_| u.arbitrary().unwrap_or(false)).map(Value::String).collect();
+        map.insert("required".to_owned(), Value::Array(required));
+    }
+    match u.int_in_range(0..=3u8)? {
+        0 => {
+            map.insert("additionalProperties".to_owned(), Value::Bool(false));
+        }
+        1 if depth < MAX_SCHEMA_DEPTH => {
+            map.insert("additionalProperties".to_owned(), subschema(u, depth + 1)?);
+        }
+        _ => {}
+    }
+    Ok(map)
+}
+
+/// Any subschema, nested at most [`MAX_SCHEMA_DEPTH`] deep.
+pub fn subschema(u: &mut Unstructured<'_>, depth: usize) -> Result<Value> {
+    if depth >= MAX_SCHEMA_DEPTH {
+        return Ok(match u.int_in_range(0..=2u8)? {
+            0 => serde_json::json!({"type": "string"}),
+            1 => serde_json::json!({"$ref": reference(u)?}),
+            _ => Value::Bool(u.arbitrary()?),
+        });
+    }
+    let mut map = Map::new();
+    match u.int_in_range(0..=13u8)? {
+        0 => return Ok(Value::Bool(u.arbitrary()?)),
+        1 | 2 => {
+            map.insert("$ref".to_owned(), reference(u)?);
+        }
+        3 => return object_schema(u, depth).map(Value::Object),
+        4 => {
+            let keyword = *u.choose(&["allOf", "anyOf", "oneOf"])?;
+            let mut branches = Vec::new();
+            u.arbitrary_loop(Some(1), Some(4), |u| {
+                branches.push(subschema(u, depth + 1)?);
+                Ok(std::ops::ControlFlow::Continue(()))
+            })?;
+            map.insert(keyword.to_owned(), Value::Array(branches));
+        }
+        5 => {
+            let keyword = *u.choose(&["not", "if", "then", "else", "contains", "propertyNames"])?;
+            map.insert(keyword.to_owned(), subschema(u, depth + 1)?);
+        }
+        6 => {
+            map.insert("type".to_owned(), Value::String("array".to_owned()));
+            if u.ratio(1u8, 4u8)? {
+                let mut items = Vec::new();
+                u.arbitrary_loop(Some(1), Some(3), |u| {
+                    items.push(subschema(u, depth + 1)?);
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })?;
+                map.insert("prefixItems".to_owned(), Value::Array(items));
+            } else {
+                map.insert("items".to_owned(), subschema(u, depth + 1)?);
+            }
+            if u.arbitrary()? {
+                map.insert("uniqueItems".to_owned(), Value::Bool(true));
+            }
+        }
+        7 => {
+            let values: Vec<Value> =
+                (0..u.int_in_range(1..=4u8)?).map(|_| value(u, MAX_DEPTH - 2)).collect::<Result<_>>()?;
+            map.insert("enum".to_owned(), Value::Array(values));
+        }
+        8 => {
+            map.insert("const".to_owned(), value(u, MAX_DEPTH - 2)?);
+        }
+        9 => {
+            let types: Vec<Value> = (0..u.int_in_range(1..=3u8)?).map(|_| type_name(u)).collect::<Result<_>>()?;
+            map.insert("type".to_owned(), Value::Array(types));
+        }
+        10 => {
+            map.insert("type".to_owned(), Value::String((*u.choose(&["integer", "number"])?).to_owned()));
+            for keyword in ["minimum", "maximum", "exclusiveMinimum", "multipleOf"] {
+                if u.ratio(1u8, 3u8)? {
+                    let number = NUMBERS[u.choose_index(NUMBERS.len())?];
+                    map.insert(keyword.to_owned(), serde_json::from_str(number).unwrap_or(Value::Null));
+                }
+            }
+        }
+        _ => {
+            map.insert("type".to_owned(), type_name(u)?);
+            if u.ratio(1u8, 3u8)? {
+                map.insert("pattern".to_owned(), Value::String((*u.choose(PATTERNS)?).to_owned()));
+            }
+            if u.ratio(1u8, 3u8)? {
+                map.insert("format".to_owned(), Value::String((*u.choose(FORMATS)?).to_owned()));
+            }
+            if u.ratio(1u8, 4u8)? {
+                map.insert("minLength".to_owned(), Value::from(u.int_in_range(0..=4u8)?));
+            }
+        }
+    }
+    // Sometimes beside the keyword: a description, a default, rarely an `$id`, an anchor or a `$dynamicRef`.
+    match u.int_in_range(0..=47u8)? {
+        0..=5 => {
+            let description = match value(u, MAX_DEPTH - 1)? {
+                Value::String(text) => text,
+                other => other.to_string(),
+            };
+            map.insert("description".to_owned(), Value::String(description));
+        }
+        6 => {
+            map.insert("$id".to_owned(), Value::String("other".to_owned()));
+        }
+        7 => {
+            map.insert("$anchor".to_owned(), Value::String("node".to_owned()));
+        }
+        8..=11 => {
+            map.insert("default".to_owned(), value(u, MAX_DEPTH - 2)?);
+        }
+        12 => {
+            map.insert("$dynamicRef".to_owned(), reference(u)?);
+        }
+        _ => {}
+    }
+    Ok(Value::Object(map))
+}

@@ -28,6 +28,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("policy", policy),
     ("policy_file", policy_file),
     ("resume_values", resume_values),
+    ("tool_schema", tool_schema),
 ];
 
 /// Raw bytes: the first picks one of 7 tools, the rest is JSON text (or non-JSON text).
@@ -189,4 +190,17 @@ pub fn masking(data: &[u8]) {
         eprintln!("{}", json!({"text": text, "secret": secret}));
     }
     checks::check_mask_text(&text, secret);
+}
+
+/// A tool schema as an upstream MCP server declares it (`generate::schema`: properties of known names, `$defs`
+/// referred to from anywhere, combinators, boundary numbers), then up to four argument objects sent to it.
+pub fn tool_schema(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(schema) = generate::schema(&mut u) else { return };
+    let mut calls = Vec::new();
+    let _ = u.arbitrary_loop(Some(0), Some(4), |u| {
+        calls.push(Value::Object(generate::object(u, 0)?));
+        Ok(std::ops::ControlFlow::Continue(()))
+    });
+    checks::check_tool_schema(schema, &calls);
 }

@@ -12,6 +12,15 @@ pub(crate) const MAX_FRAGMENT_CHARS: usize = 64;
 /// capped.
 pub(crate) const MAX_MESSAGE_CHARS: usize = 256;
 
+/// The most characters of a phrase saying what a parameter expects, read from its schema (which an upstream MCP
+/// server wrote: its enum values, keys and alternatives are shown as fragments, and the phrase is capped).
+pub(crate) const MAX_PHRASE_CHARS: usize = 240;
+
+/// A phrase read from a schema, capped at [`MAX_PHRASE_CHARS`] and escaped like a [`fragment`].
+pub(crate) fn phrase(text: &str) -> Cow<'_, str> {
+    capped(text, MAX_PHRASE_CHARS)
+}
+
 /// `text` as it may appear in a refusal: control, invisible and bidirectional characters escaped (`\n`,
 /// `\u{2028}`, `\u{202e}`, ...), and at most [`MAX_FRAGMENT_CHARS`] characters, the middle replaced by `…` when longer.
 pub(crate) fn fragment(text: &str) -> Cow<'_, str> {

@@ -95,7 +95,7 @@ impl ExpectedPhrases {
             properties
                 .into_iter()
                 .flatten()
-                .map(|(name, property)| (name.clone(), describe_schema(property)))
+                .map(|(name, property)| (name.clone(), echo::phrase(&describe_schema(property)).into_owned()))
                 .collect(),
         )
     }
@@ -143,7 +143,9 @@ pub(super) fn describe_errors(
                 let message = match message.strip_prefix("data did not match any variant of untagged enum") {
                     // Serde names the Rust type only; the schema says what each variant takes.
                     Some(_) => match schema_at(schema, field) {
-                        Some(variants) => format!("matches none of the accepted forms: {}", describe_schema(variants)),
+                        Some(variants) => {
+                            format!("matches none of the accepted forms: {}", echo::phrase(&describe_schema(variants)))
+                        }
                         None => echo::message(message),
                     },
                     None => echo::message(message),
@@ -230,25 +232,31 @@ fn expected_for(schema: &Value, field: &str) -> String {
     let Some(property) = schema.get("properties").and_then(|p| p.get(field)) else {
         return "the declared type".to_owned();
     };
-    describe_schema(property)
+    echo::phrase(&describe_schema(property)).into_owned()
 }
+
+/// The most enum values, alternatives or object keys a phrase names (a schema an upstream wrote may list
+/// thousands); each value and key is shown as an [`echo::fragment`].
+const MAX_PHRASED: usize = 8;
 
 fn describe_schema(schema: &Value) -> String {
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-        let shown: Vec<String> = values.iter().take(8).map(Value::to_string).collect();
-        return format!("one of {}", shown.join(", "));
+        let shown = values.iter().map(|value| echo::fragment(&value.to_string()).into_owned());
+        return format!("one of {}", listed_up_to(shown, values.len(), MAX_PHRASED));
     }
     if let Some(value) = schema.get("const") {
-        return format!("exactly {value}");
+        return format!("exactly {}", echo::fragment(&value.to_string()));
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(options) = schema.get(key).and_then(Value::as_array) {
-            let shown: Vec<String> = options
-                .iter()
-                .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
-                .map(describe_schema)
-                .collect();
-            return shown.join(" or ");
+            let forms: Vec<&Value> =
+                options.iter().filter(|o| o.get("type").and_then(Value::as_str) != Some("null")).collect();
+            let mut shown =
+                forms.iter().take(MAX_PHRASED).map(|form| describe_schema(form)).collect::<Vec<_>>().join(" or ");
+            if forms.len() > MAX_PHRASED {
+                let _ = write!(shown, " or {} more forms", forms.len() - MAX_PHRASED);
+            }
+            return shown;
         }
     }
     let types: Vec<&str> = match schema.get("type") {
@@ -273,8 +281,8 @@ fn describe_schema(schema: &Value) -> String {
         "array" => "a JSON array".to_owned(),
         "object" => match schema.get("properties").and_then(Value::as_object) {
             Some(props) if !props.is_empty() => {
-                let keys: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
-                format!("a JSON object with {}", keys.join(", "))
+                let keys = props.keys().map(|k| format!("`{}`", echo::fragment(k)));
+                format!("a JSON object with {}", listed_up_to(keys, props.len(), MAX_PHRASED))
             }
             _ => "a JSON object".to_owned(),
         },

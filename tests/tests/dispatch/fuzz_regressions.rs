@@ -164,6 +164,7 @@ fuzz_smoke! {
     policy: 500;
     policy_file: 500;
     resume_values: 500;
+    tool_schema: 500;
 }
 
 #[test]

@@ -209,6 +209,38 @@ fn a_schema_whose_references_would_exhaust_the_validator_is_refused_before_it_is
     assert_eq!(dispatch(&dispatcher, "t", json!({"root": node})).status, Status::Success);
 }
 
+/// What a parameter expects is read from the schema an upstream wrote: its enum values, keys and alternatives are
+/// shown capped and escaped, at most 8 of each with how many more, the phrase at most 240 characters. A refusal
+/// named every key and quoted every enum value whole (the fuzzer's first `tool_schema` find: 29,790 bytes for
+/// one missing parameter).
+#[test]
+fn what_a_parameter_expects_is_phrased_in_bounds_whatever_the_schema_lists() {
+    let values: Vec<String> = (0..1_000).map(|i| format!("{i}{}", "v".repeat(1_000))).collect();
+    let keys: serde_json::Map<String, Value> =
+        (0..1_000).map(|i| (format!("k{i}\u{202e}{}", "x".repeat(500)), json!({"type": "string"}))).collect();
+    let forms: Vec<Value> = (0..100).map(|i| json!({"const": i})).collect();
+    let schema = json!({"type": "object", "required": ["mode", "filter", "form"], "properties": {
+        "mode": {"enum": values},
+        "filter": {"type": "object", "properties": keys},
+        "form": {"anyOf": forms}}});
+    let tool = JsonTool::builder("t", "A tool.", schema)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+        .unwrap();
+    let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+    let refused = dispatch(&dispatcher, "t", json!({}));
+    let size = refused.content.len() + refused.hints.iter().map(String::len).sum::<usize>();
+    assert!(size < 3_000, "{size} bytes: {}", refused.content);
+    let lines: Vec<&str> = refused.content.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "{}", refused.content);
+    for line in &lines {
+        assert!(line.chars().count() < 300, "{line}");
+        assert!(!line.contains('\u{202e}'), "{line}");
+    }
+    assert!(lines[0].contains("and 992 more"), "{}", lines[0]);
+    assert!(lines[1].contains("\\u{202e}") && lines[1].contains("and 992 more"), "{}", lines[1]);
+    assert!(lines[2].contains("exactly 0 or exactly 1") && lines[2].contains("or 92 more forms"), "{}", lines[2]);
+}
+
 #[test]
 fn a_schema_that_cannot_be_a_tool_is_refused_when_the_tool_is_made() {
     let make = |schema: Value| {
