@@ -37,7 +37,7 @@ use crate::tool::{
 
 mod references;
 
-pub use references::MAX_IN_PLACE_DEPTH;
+pub use references::{MAX_IN_PLACE_DEPTH, MAX_REFERENCE_CHAIN};
 
 /// How deep a given schema may nest. Deeper schemas are refused before they are compiled, so a hostile
 /// upstream cannot exhaust the stack of the compiler or of the walks over the schema.
