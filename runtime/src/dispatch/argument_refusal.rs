@@ -129,11 +129,13 @@ pub(super) fn describe_errors(
         match error {
             ArgumentError::Missing { field } => {
                 let expected = expected.of_field(field);
-                let _ = write!(text, "\n- `{field}` is required ({expected})");
+                // A declared name, which an upstream's schema may make long or strange: shown as a fragment.
+                let shown = echo::fragment(field);
+                let _ = write!(text, "\n- `{shown}` is required ({expected})");
                 // A misspelt key was stripped as a ghost: say which one was meant.
                 hints.push(match misspelt(stripped, "", field) {
-                    Some(ghost) => format!("rename `{ghost}` to `{field}`; send it as {expected}"),
-                    None => format!("include `{field}` as {expected}"),
+                    Some(ghost) => format!("rename `{ghost}` to `{shown}`; send it as {expected}"),
+                    None => format!("include `{shown}` as {expected}"),
                 });
             }
             ArgumentError::Invalid { field, message } => {
@@ -154,8 +156,9 @@ pub(super) fn describe_errors(
                 // A nested required key missing while a near one was stripped: name both.
                 let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
                 match missing.and_then(|key| misspelt(stripped, field, key).map(|ghost| (key, ghost))) {
-                    Some((key, ghost)) => hints.push(format!("rename `{ghost}` to `{shown}.{key}`")),
-                    None => hints.push(format!("send `{top}` as {expected}")),
+                    Some((key, ghost)) => hints.push(format!("rename `{ghost}` to `{shown}.{}`", echo::fragment(key))),
+                    // The first segment of the path the model sent (a key of an open object, say): a fragment.
+                    None => hints.push(format!("send `{}` as {expected}", echo::fragment(top))),
                 }
             }
             ArgumentError::Injection { .. } => {}

@@ -196,6 +196,28 @@ fn a_schema_whose_references_would_exhaust_the_validator_is_refused_before_it_is
         "properties": {"$id": {"type": "string"}, "$ref": {"type": "string"}}});
     assert!(make(named).is_ok());
 
+    // References followed one after another, each into a property of the next definition: the validator's
+    // compiler took time quadratic in the chain (100,000: 35 s), so at most 128 (the property's reference and
+    // one per definition), in whatever order the schema lists them, and a chain that closes into a circle too.
+    let descending = |next: Value| json!({"type": "object", "properties": {"next": next}});
+    let max_chain = agent_airlock::json_tool::MAX_REFERENCE_CHAIN;
+    assert!(make(in_place_chain(max_chain - 1, &descending)).is_ok());
+    for n in [max_chain, 30_000] {
+        let refused = reason(in_place_chain(n, &descending));
+        assert_eq!(refused, format!("its references lead more than {max_chain} deep, one definition after another"));
+    }
+    // The definitions reached first from the end of the chain (each by a property of its own, listed last first):
+    // each definition's chain is found once, whatever the order.
+    let mut shortcuts = in_place_chain(200, &descending);
+    shortcuts["properties"] = json!({});
+    for i in (0..200).rev() {
+        shortcuts["properties"][format!("p{i}")] = json!({"$ref": format!("#/$defs/d{i}")});
+    }
+    assert!(reason(shortcuts).starts_with("its references lead more than"));
+    let mut circle = in_place_chain(200, &descending);
+    circle["$defs"]["d200"] = descending(json!({"$ref": "#/$defs/d0"}));
+    assert!(reason(circle).starts_with("its references lead more than"));
+
     // A recursive type descends into the value on each turn: a tool, and its calls are checked to any depth the
     // arguments may have.
     let tree = json!({"type": "object", "properties": {"root": {"$ref": "#/$defs/Node"}}, "$defs": {"Node": {
@@ -239,6 +261,31 @@ fn what_a_parameter_expects_is_phrased_in_bounds_whatever_the_schema_lists() {
     assert!(lines[0].contains("and 992 more"), "{}", lines[0]);
     assert!(lines[1].contains("\\u{202e}") && lines[1].contains("and 992 more"), "{}", lines[1]);
     assert!(lines[2].contains("exactly 0 or exactly 1") && lines[2].contains("or 92 more forms"), "{}", lines[2]);
+}
+
+/// A key the model sends to an open object (`additionalProperties` with a schema) whose value is refused is named
+/// in the refusal's hint as a fragment, capped and escaped: the hint quoted the key whole and raw (the fuzzer's
+/// second `tool_schema` find: a 65,518-byte hint, NUL characters in another). Declared names an upstream's schema
+/// gives are shown as fragments too.
+#[test]
+fn a_key_the_model_sends_to_an_open_object_is_shown_capped_and_escaped_in_the_hint() {
+    let long_name = format!("p{}", "q".repeat(5_000));
+    let schema = json!({"type": "object", "properties": {long_name.clone(): {"type": "string"}},
+        "required": [long_name], "additionalProperties": {"type": "integer"}});
+    let tool = JsonTool::builder("t", "A tool.", schema)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+        .unwrap();
+    let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+    let key = format!("k\u{0}\u{202e}{}", ")".repeat(100_000));
+    let refused = dispatch(&dispatcher, "t", json!({key: "not an integer"}));
+    assert_eq!(refused.status, Status::Error);
+    let size = refused.content.len() + refused.hints.iter().map(String::len).sum::<usize>();
+    assert!(size < 2_000, "{size} bytes: {:?}", refused.hints);
+    for text in std::iter::once(&refused.content).chain(&refused.hints) {
+        assert!(!text.contains('\u{0}') && !text.contains('\u{202e}'), "{text:?}");
+    }
+    assert!(refused.hints.iter().any(|hint| hint.starts_with("send `k\\u{0}\\u{202e})))") && hint.contains('…')));
+    assert!(refused.hints.iter().any(|hint| hint.starts_with("include `pqqq") && hint.contains('…')));
 }
 
 #[test]
