@@ -13,18 +13,22 @@ use crate::tool::{ArgumentError, ArgumentErrors, ToolSpec};
 /// The refusal text and hints for undeclared keys under `ghost = "block"`.
 pub(super) fn describe_ghosts(tool: &str, spec: &ToolSpec, ghosts: &[Ghost]) -> (String, Vec<String>) {
     let shown = listed(ghosts.iter().map(|g| format!("`{}`", echo::fragment(&g.path))), ghosts.len());
-    let declared =
-        listed_up_to(spec.params().iter().map(|p| format!("`{}`", p.name())), spec.params().len(), MAX_DECLARED);
+    // Declared names, which an upstream's schema may make long or strange: shown as fragments.
+    let declared = listed_up_to(
+        spec.params().iter().map(|p| format!("`{}`", echo::fragment(p.name()))),
+        spec.params().len(),
+        MAX_DECLARED,
+    );
     let text = format!("`{tool}` does not take {shown}; its parameters are: {declared}");
     let mut hints: Vec<String> = ghosts
         .iter()
         .take(MAX_LISTED)
         .filter_map(|ghost| {
-            let closest = ghost.closest.as_deref()?;
+            let closest = echo::fragment(ghost.closest.as_deref()?);
             let path = echo::fragment(&ghost.path);
             let renamed = match ghost.path.rsplit_once('.') {
                 Some((parent, _)) => format!("{}.{closest}", echo::fragment(parent)),
-                None => closest.to_owned(),
+                None => closest.into_owned(),
             };
             Some(format!("did you mean `{renamed}`? rename `{path}` to `{renamed}`"))
         })

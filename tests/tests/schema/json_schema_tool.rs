@@ -286,6 +286,24 @@ fn a_key_the_model_sends_to_an_open_object_is_shown_capped_and_escaped_in_the_hi
     }
     assert!(refused.hints.iter().any(|hint| hint.starts_with("send `k\\u{0}\\u{202e})))") && hint.contains('…')));
     assert!(refused.hints.iter().any(|hint| hint.starts_with("include `pqqq") && hint.contains('…')));
+
+    // Under `ghost = "block"`, the declared names listed and the one a ghost is closest to.
+    let long_name = format!("name{}", "\u{202e}".repeat(5_000));
+    let schema = json!({"type": "object", "properties": {long_name.clone(): {"type": "string"}}});
+    let tool = JsonTool::builder("b", "A tool.", schema)
+        .ghost(GhostPolicy::Block)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+        .unwrap();
+    let dispatcher = Dispatcher::builder().tool(tool).build().unwrap();
+    let misspelt = format!("nam{}", "\u{202e}".repeat(5_000));
+    let refused = dispatch(&dispatcher, "b", json!({misspelt: "x"}));
+    // Six mentions of 64 characters at most, each hidden one written `\u{202e}` (8 bytes); it was 15,000
+    // characters a mention.
+    let size = refused.content.len() + refused.hints.iter().map(String::len).sum::<usize>();
+    assert!(size < 4_000, "{size} bytes: {refused:?}");
+    for text in std::iter::once(&refused.content).chain(&refused.hints) {
+        assert!(!text.contains('\u{202e}'), "{text:?}");
+    }
 }
 
 #[test]
