@@ -113,29 +113,9 @@ fn resolve<'a>(reference: &Value, root: &'a Value) -> Result<&'a Value, Referenc
     if !fragment.starts_with('/') {
         return Err(unresolvable());
     }
-    let pointer = percent_decoded(fragment).ok_or_else(unresolvable)?;
+    // Percent-decoded as a URI fragment; a decoding that is not UTF-8 points nowhere.
+    let pointer = percent_encoding::percent_decode_str(fragment).decode_utf8().map_err(|_| unresolvable())?;
     root.pointer(&pointer).ok_or_else(unresolvable)
-}
-
-/// A URI fragment's `%XX` escapes decoded, if they are well formed and the result is UTF-8.
-fn percent_decoded(fragment: &str) -> Option<String> {
-    if !fragment.contains('%') {
-        return Some(fragment.to_owned());
-    }
-    let bytes = fragment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The schemas that apply at the same place of a value as `schema` does: the targets of its references, its
