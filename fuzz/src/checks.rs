@@ -311,6 +311,18 @@ fn refusal_size(message: &ToolMessage) -> usize {
     message.content.len() + message.hints.iter().map(String::len).sum::<usize>()
 }
 
+/// A message that is not a success is a refusal (the tools here return no error of their own) whose text and
+/// hints stay within `bound` bytes.
+fn assert_refusal_in_bounds(message: &ToolMessage, bound: usize, tool: &str) {
+    assert!(message.refusal.is_some(), "`{tool}` returns no error of its own: {message:?}");
+    assert!(
+        refusal_size(message) <= bound,
+        "refusal of {} bytes exceeds the bound of {bound} bytes for `{tool}`: {:.2000}",
+        refusal_size(message),
+        message.content
+    );
+}
+
 fn dispatch(tool: &str, arguments: Value) -> ToolMessage {
     let call = ToolCall::new("call_fuzz", tool, arguments);
     match block_on(dispatcher().dispatch(call, &CallContext::new())).message() {
@@ -331,13 +343,7 @@ pub fn check_arguments(index: usize, arguments: Value) {
     let first = dispatch(tool, arguments.clone());
     assert_eq!(first.tool_call_id, "call_fuzz");
     if first.status != Status::Success {
-        assert!(first.refusal.is_some(), "a tool here returns no error of its own: {first:?}");
-        assert!(
-            refusal_size(&first) <= bound,
-            "refusal of {} bytes exceeds the bound of {bound} bytes for `{tool}`: {:.2000}",
-            refusal_size(&first),
-            first.content
-        );
+        assert_refusal_in_bounds(&first, bound, tool);
         return;
     }
     let received: Value = serde_json::from_str(&first.content).expect("an admitted call's result is JSON");
@@ -1172,13 +1178,7 @@ pub fn check_tool_schema(schema: Value, calls: &[Value]) {
         let bound = refusal_bound(params, arguments) + PHRASE_ALLOWANCE * params;
         let first = run(arguments.clone());
         if first.status != Status::Success {
-            assert!(first.refusal.is_some(), "the executor returns no error of its own: {first:?}");
-            assert!(
-                refusal_size(&first) <= bound,
-                "refusal of {} bytes over {bound}: {:.2000}",
-                refusal_size(&first),
-                first.content
-            );
+            assert_refusal_in_bounds(&first, bound, "t");
             continue;
         }
         let received = take().expect("an admitted call ran its executor");
