@@ -193,11 +193,16 @@ pub(crate) fn open_audit_file(path: &Path, config: AuditConfig) -> Result<AuditL
 
 /// Refuses an unkeyed log whose head is signed: its next record must be signed too.
 pub(crate) fn ensure_signable(log: &AuditLog, signed: bool) -> Result<(), Failure> {
+    ensure_signable_for(log, signed, "resolution", "resolved")
+}
+
+/// [`ensure_signable`] for a record of `what`, refused with "nothing was `done`".
+pub(crate) fn ensure_signable_for(log: &AuditLog, signed: bool, what: &str, done: &str) -> Result<(), Failure> {
     let head = log.head().map_err(|e| format!("the audit log: {e}"))?;
     if let (Some(key_id), false) = (&head.key_id, signed) {
         return Err(format!(
             "the audit log is signed (key `{}`): give its key (`--audit-key-file` or `--audit-key-env`) so the \
-             resolution's record is signed too; nothing was resolved",
+             {what}'s record is signed too; nothing was {done}",
             escape(key_id)
         ));
     }

@@ -11,6 +11,7 @@
 //! can display as another. `approve` shows the sealed call in full and asks for confirmation (`--yes` for
 //! scripts).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -93,6 +94,13 @@ enum Command {
         reason: Option<String>,
         #[command(flatten)]
         key: KeySource,
+        /// The hosts' append-only audit file (`airlock mcp --audit-file`): an approved grant the denial revokes
+        /// is recorded revoked in it first, so every host writing that file refuses the grant from then on,
+        /// even if the database's row is later set back to live. It must exist.
+        #[arg(long, value_name = "PATH")]
+        audit_file: Option<PathBuf>,
+        #[command(flatten)]
+        audit_key: AuditKeySource,
     },
     /// Operators' signing keys: add one (the private key to a new file, the public key to the operators
     /// file hosts check decisions against), list them, revoke one.
@@ -213,8 +221,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Command::Approve { request_id, yes, signing, ttl_secs, key } => {
             requests::approve(cli, request_id, *yes, signing, *ttl_secs, key)
         }
-        Command::Deny { request_id, signing, reason, key } => {
-            requests::deny(cli, request_id, signing, reason.as_deref(), key)
+        Command::Deny { request_id, signing, reason, key, audit_file, audit_key } => {
+            let revocations = audit_file.as_deref().map(|path| (path, audit_key));
+            requests::deny(cli, request_id, signing, reason.as_deref(), key, revocations)
         }
         Command::Operators { command } => operators::run(command, cli.json),
         Command::Spent => requests::spent(cli),

@@ -2,11 +2,12 @@
 //! sealed value after the seal is checked, and decided by an operator.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_airlock::approval::display::{escape, value_text};
+use agent_airlock::audit::{AuditConfig, AuditLog};
 use agent_airlock::ledger::{ApprovalLedger, RequestEntry, RequestStatus};
 use agent_airlock::{
     Clock, SystemClock,
@@ -17,7 +18,8 @@ use clap::Subcommand;
 
 use serde_json::{Value, json};
 
-use crate::keys::{KeySource, SigningKeySource, warn_if_others_can_read};
+use crate::effects::{ensure_signable_for, open_audit_file};
+use crate::keys::{AuditKeySource, KeySource, SigningKeySource, audit_key, warn_if_others_can_read};
 use crate::output::{millis, print_json, when};
 use crate::{Cli, Failure, Storage};
 
@@ -134,20 +136,71 @@ pub(crate) fn approve(
     Ok(())
 }
 
-/// `airlock deny`: prints the resume value that refuses the call.
+/// `airlock deny`: prints the resume value that refuses the call. With `revocations` (the hosts' append-only
+/// audit file and its key), an approved grant the denial revokes is recorded revoked in that file **before** the
+/// ledger's write, so a host writing the file refuses it even if the database's row is later set back to live;
+/// a grant issued between the two (another approver's) is recorded right after.
 pub(crate) fn deny(
     cli: &Cli,
     request_id: &str,
     signing: &SigningKeySource,
     reason: Option<&str>,
     key: &KeySource,
+    revocations: Option<(&Path, &AuditKeySource)>,
 ) -> Result<(), Failure> {
     let storage = Storage::open(cli)?;
     let signing_key = signing.load()?;
     let signer = DecisionSigner::Operator(&signing_key);
-    let resume = deny_request(storage.ledger()?, key, request_id, Some(signer), "", reason)?;
+    // The file is opened (and its key checked) before anything is written.
+    let log = revocations.map(|(path, source)| revocation_log(path, source)).transpose()?;
+    let ledger = storage.ledger()?;
+    let by = escape(signing_key.name()).into_owned();
+    let recorded = match &log {
+        Some(log) => record_revocation(log, &find(&*ledger, request_id)?, &by, "nothing was denied")?,
+        None => None,
+    };
+    let resume =
+        deny_request(Arc::clone(&ledger), key, request_id, Some(signer), "", reason).map_err(|e| match &recorded {
+            Some(grant_id) => format!(
+                "{e}. The audit file records grant `{grant_id}` revoked (written before the denial), so hosts writing \
+                 it refuse that grant"
+            ),
+            None => e,
+        })?;
+    if let Some(log) = &log {
+        // The grant the ledger revoked, if it is not the one recorded first: recorded now.
+        let entry = find(&*ledger, request_id)?;
+        if let RequestStatus::Denied(denial) = &entry.status
+            && let Some(revoked) = &denial.revoked_grant
+            && recorded.as_ref() != Some(revoked)
+        {
+            log.append_revocation(&entry.request, revoked, &by).map_err(|e| {
+                format!("the request was denied, but the revocation of grant `{revoked}` could not be recorded in the audit file: {e}")
+            })?;
+        }
+    }
     print_resume(cli, resume.as_value(), "denied");
     Ok(())
+}
+
+/// The hosts' append-only audit file, to record revocations in: it must exist, and a signed log needs its key.
+fn revocation_log(path: &Path, source: &AuditKeySource) -> Result<AuditLog, Failure> {
+    let key = audit_key(source)?;
+    let signed = key.is_some();
+    let config = AuditConfig { key, ..AuditConfig::default() };
+    let log = open_audit_file(path, config).map_err(|e| format!("{e}; nothing was denied"))?;
+    ensure_signable_for(&log, signed, "revocation", "denied")?;
+    Ok(log)
+}
+
+/// Records the revocation of `entry`'s grant, if it has one approved and unspent (the grant a denial revokes);
+/// returns its id. Failing, nothing else is done (`then`).
+fn record_revocation(log: &AuditLog, entry: &RequestEntry, by: &str, then: &str) -> Result<Option<String>, Failure> {
+    let RequestStatus::Granted(grant) = &entry.status else { return Ok(None) };
+    log.append_revocation(&entry.request, &grant.grant_id, by).map_err(|e| {
+        format!("the revocation of grant `{}` could not be recorded in the audit file: {e}; {then}", grant.grant_id)
+    })?;
+    Ok(Some(grant.grant_id.clone()))
 }
 
 /// `airlock spent`: the grants that admitted their call.

@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::spends::Spends;
+use super::spends::{Closed, Spends};
 use super::store::{AuditStore, Batch};
 use super::{Anchor, AuditError};
 
@@ -518,8 +518,8 @@ impl AuditStore for FileAuditStore {
         true
     }
 
-    fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
-        self.lock().spends.as_ref()?.spent_before(grant_id, seq)
+    fn closed_before(&self, grant_id: &str, seq: u64) -> Option<Closed> {
+        self.lock().spends.as_ref()?.closed_before(grant_id, seq)
     }
 }
 
@@ -685,6 +685,7 @@ mod tests {
     use super::*;
     use crate::audit::{AuditConfig, AuditEvent, AuditLog, AuditOutcome, Tamper, TamperKind, VerifyError, verify};
     use crate::keys::AuditKey;
+    use crate::message::RefusalKind;
 
     fn keyed() -> AuditConfig {
         AuditConfig {
@@ -1295,26 +1296,30 @@ mod tests {
         let first = open();
         append(&first, "a");
         assert_eq!(spend(&first, &grant(1)), 2);
-        assert_eq!(first.spent_before(&grant(1), 3), Some(Duration::from_secs(1_000)), "its own spends too");
-        assert_eq!(first.spent_before(&grant(1), 2), None, "not before the record itself");
+        assert_eq!(
+            first.closed_before(&grant(1), 3),
+            Some(Closed::Spent { at: Duration::from_secs(1_000) }),
+            "its own spends too"
+        );
+        assert_eq!(first.closed_before(&grant(1), 2), None, "not before the record itself");
 
         // Another writer reads the file's spends at open: before record 3, not before record 2 itself.
         clock.advance(Duration::from_secs(5));
         let second = open();
-        assert_eq!(second.spent_before(&grant(1), 3), Some(Duration::from_secs(1_000)));
-        assert_eq!(second.spent_before(&grant(1), 2), None);
-        assert_eq!(second.spent_before(&grant(2), 3), None);
-        assert_eq!(second.spent_before("not a grant id", 3), None);
+        assert_eq!(second.closed_before(&grant(1), 3), Some(Closed::Spent { at: Duration::from_secs(1_000) }));
+        assert_eq!(second.closed_before(&grant(1), 2), None);
+        assert_eq!(second.closed_before(&grant(2), 3), None);
+        assert_eq!(second.closed_before("not a grant id", 3), None);
         // ...and the first takes in the second's before its own next append.
         assert_eq!(spend(&second, &grant(2)), 3);
         assert_eq!(append(&first, "b"), 4);
-        assert_eq!(first.spent_before(&grant(2), 4), Some(Duration::from_secs(1_005)));
-        assert_eq!(first.spent_before(&grant(2), 3), None);
+        assert_eq!(first.closed_before(&grant(2), 4), Some(Closed::Spent { at: Duration::from_secs(1_005) }));
+        assert_eq!(first.closed_before(&grant(2), 3), None);
         // The first record of a grant's spend is the one kept.
         assert_eq!(spend(&second, &grant(1)), 5);
         let third = open();
-        assert_eq!(third.spent_before(&grant(1), 100), Some(Duration::from_secs(1_000)));
-        assert_eq!(third.spent_before(&grant(1), 2), None);
+        assert_eq!(third.closed_before(&grant(1), 100), Some(Closed::Spent { at: Duration::from_secs(1_000) }));
+        assert_eq!(third.closed_before(&grant(1), 2), None);
 
         // Only an `approved` record naming a grant: not another outcome with that detail, not the outcome's
         // encoding in a name (escaped in the body), not an approval recorded without a grant.
@@ -1324,11 +1329,61 @@ mod tests {
         second.append(AuditEvent::new(lookalike, lookalike, AuditOutcome::Executed).detail(Some(&detail))).unwrap();
         second.append(AuditEvent::new("refund", "call_1", AuditOutcome::Approved).detail(Some("by alice"))).unwrap();
         assert_eq!(append(&first, "c"), 9);
-        assert_eq!(first.spent_before(&grant(3), 100), None);
+        assert_eq!(first.closed_before(&grant(3), 100), None);
+
+        // A revocation an operator records: known to the writers from its record on, and kept over a spend
+        // recorded after it (the first record of a grant's end is the one kept).
+        let request = crate::ledger::RequestRecord {
+            request_id: "r".repeat(32),
+            key_id: "k1".to_owned(),
+            tool: "refund".to_owned(),
+            rule: "escalate".to_owned(),
+            reason: "moves money".to_owned(),
+            binding: "b".repeat(64),
+            requested_at: Duration::from_secs(990),
+            interrupt: serde_json::json!({"airlock_approval": {"call": {"thread_id": "t1", "tool_call_id": "call_9"}}}),
+            caller: Some("mcp:alice".to_owned()),
+        };
+        let operator = open();
+        assert_eq!(operator.append_revocation(&request, &grant(5), "bob").unwrap().seq, 10);
+        assert_eq!(spend(&second, &grant(5)), 11);
+        assert_eq!(append(&first, "d"), 12);
+        let revoked = Some(Closed::Revoked { at: Duration::from_secs(1_005) });
+        assert_eq!(first.closed_before(&grant(5), 11), revoked);
+        assert_eq!(first.closed_before(&grant(5), 10), None);
+        assert_eq!(second.closed_before(&grant(5), 12), revoked);
+        let record = first.records(10, 1).unwrap().remove(0);
+        assert_eq!(record.tool, "refund");
+        assert_eq!(record.tool_call_id, "call_9");
+        assert_eq!(record.thread_id.as_deref(), Some("t1"));
+        assert_eq!(record.caller.as_deref(), Some("mcp:alice"));
+        assert_eq!(record.outcome, AuditOutcome::Refused { refusal: RefusalKind::HumanDenied });
+        assert_eq!(record.detail.as_deref(), Some(format!("grant {} revoked by bob", grant(5)).as_str()));
+        // Not a revocation: a human's no without a grant, a spend's detail on a refusal, a revocation's detail
+        // on another refusal or outcome; and a revocation of something that is not a grant id writes nothing.
+        let human_denied = || AuditOutcome::Refused { refusal: RefusalKind::HumanDenied };
+        let spend_detail = format!("grant {} by bob", grant(6));
+        let revocation_detail = format!("grant {} revoked by bob", grant(6));
+        for (outcome, detail) in [
+            (human_denied(), "denied by bob"),
+            (human_denied(), spend_detail.as_str()),
+            (AuditOutcome::Refused { refusal: RefusalKind::Denied }, revocation_detail.as_str()),
+            (AuditOutcome::Approved, revocation_detail.as_str()),
+            (AuditOutcome::Executed, revocation_detail.as_str()),
+        ] {
+            operator.append(AuditEvent::new("refund", "call_9", outcome).detail(Some(detail))).unwrap();
+        }
+        for bad in ["", "not a grant", &format!("{:032X}", 0xab), &format!("{}0", grant(6)), &"é".repeat(16)] {
+            let err = operator.append_revocation(&request, bad, "bob").expect_err(bad);
+            assert!(matches!(err, AuditError::NotAGrant { .. }), "{err}");
+        }
+        assert_eq!(append(&first, "e"), 18, "five records, no revocation");
+        assert_eq!(first.closed_before(&grant(6), 100), None);
+        drop(operator);
 
         // A read-only handle keeps none.
         let reader = AuditLog::read_append_only(&path, keyed()).unwrap();
-        assert_eq!(reader.spent_before(&grant(1), 100), None);
+        assert_eq!(reader.closed_before(&grant(1), 100), None);
 
         // A batch is taken in once whole: half of one (another writer still writing it) names nothing yet.
         let before = std::fs::metadata(&path).unwrap().len();
@@ -1339,10 +1394,10 @@ mod tests {
         let cut = batch.len() - 10;
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&batch[..cut]).unwrap();
         first.head().unwrap();
-        assert_eq!(first.spent_before(&grant(4), 100), None, "its record is read, its batch not whole");
+        assert_eq!(first.closed_before(&grant(4), 100), None, "its record is read, its batch not whole");
         std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&batch[cut..]).unwrap();
         first.head().unwrap();
-        assert_eq!(first.spent_before(&grant(4), 100), Some(Duration::from_secs(1_005)));
+        assert_eq!(first.closed_before(&grant(4), 100), Some(Closed::Spent { at: Duration::from_secs(1_005) }));
 
         // Bounded: spends older than the bound before the latest read go when the memory doubles.
         for n in 100..300 {
@@ -1356,7 +1411,7 @@ mod tests {
         let store = FileAuditStore::open(&path).unwrap();
         let kept = store.lock().spends.as_ref().unwrap().len();
         assert!(kept < 300, "{kept} kept");
-        assert_eq!(store.spent_before(&grant(100), u64::MAX), None, "an old spend forgotten");
-        assert!(store.spent_before(&grant(399), u64::MAX).is_some(), "the latest kept");
+        assert_eq!(store.closed_before(&grant(100), u64::MAX), None, "an old spend forgotten");
+        assert!(store.closed_before(&grant(399), u64::MAX).is_some(), "the latest kept");
     }
 }

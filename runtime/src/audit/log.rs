@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
-use std::time::Duration;
 
 use redb::Database;
 use serde_json::Value;
@@ -17,10 +16,13 @@ use super::record;
 use super::redb::RedbAuditStore;
 use super::store::{AuditStore, Batch};
 use super::{
-    Anchor, AnchorError, AuditConfig, AuditError, AuditEvent, AuditReceipt, AuditRecord, Commitment, CommitmentAlg,
-    CommittedPart,
+    Anchor, AnchorError, AuditConfig, AuditError, AuditEvent, AuditOutcome, AuditReceipt, AuditRecord, Closed,
+    Commitment, CommitmentAlg, CommittedPart,
 };
 use crate::clock::{Clock, SystemClock, duration_nanos};
+use crate::keys::decode_lower_hex;
+use crate::ledger::RequestRecord;
+use crate::message::RefusalKind;
 use crate::store::redb::RedbWriter;
 use crate::store::{Reply, ReplySender, StoreError, StoreHandle};
 
@@ -268,12 +270,46 @@ impl AuditLog {
         }
     }
 
-    /// When a record of this log before `seq` recorded the spend of `grant_id` (an `approved` record naming it):
-    /// in an append-only file, written by any host sharing it, through this handle or before it opened the file.
-    /// Other stores answer `None` (their database's holder, who can set a spent grant back to live, can rewrite
+    /// How and when a record of this log before `seq` recorded the spend of `grant_id` (an `approved` record
+    /// naming it) or its revocation ([`append_revocation`](Self::append_revocation)): in an append-only file,
+    /// written by any host or operator sharing it, through this handle or before it opened the file. Other stores
+    /// answer `None` (their database's holder, who can set a spent or revoked grant back to live, can rewrite
     /// them too; the approvals remember their own spends).
-    pub(crate) fn spent_before(&self, grant_id: &str, seq: u64) -> Option<Duration> {
-        self.writer.store.spent_before(grant_id, seq)
+    pub(crate) fn closed_before(&self, grant_id: &str, seq: u64) -> Option<Closed> {
+        self.writer.store.closed_before(grant_id, seq)
+    }
+
+    /// Records that `revoked_by` revokes grant `grant_id` of `request`: a `refused` record (a human's no,
+    /// [`RefusalKind::HumanDenied`]) of the request's tool, call and thread,
+    /// detail `grant <id> revoked by <revoked_by>`. Written **before** the denial that revokes the grant in the
+    /// ledger (`airlock deny --audit-file`), it makes every host that writes this append-only file refuse the
+    /// grant from then on, even if the ledger's row is later set back to live by whoever holds the database: a
+    /// dispatcher refuses a grant whose revocation (or spend) a record before its own admission's records. In a
+    /// log of another store the record is written all the same, for the history, but no host reads it back.
+    ///
+    /// `grant_id` must be a grant id as the ledger issues them (32 lowercase hex characters), else nothing is
+    /// written ([`AuditError::Corrupt`] would mislead: this is [`AuditError::NotAGrant`]).
+    pub fn append_revocation(
+        &self,
+        request: &RequestRecord,
+        grant_id: &str,
+        revoked_by: &str,
+    ) -> Result<AuditReceipt, AuditError> {
+        if decode_lower_hex::<16>(grant_id).is_none() {
+            return Err(AuditError::NotAGrant { grant_id: crate::echo::fragment(grant_id).to_string() });
+        }
+        let detail = super::spends::revocation_detail(grant_id, revoked_by);
+        let thread = request.thread_id();
+        let event = AuditEvent::new(
+            &request.tool,
+            request.tool_call_id(),
+            AuditOutcome::Refused { refusal: RefusalKind::HumanDenied },
+        )
+        .thread_id(Some(thread).filter(|t| !t.is_empty()))
+        .caller(request.caller.as_deref())
+        .rule(Some(&request.rule))
+        .detail(Some(&detail));
+        self.append(event)
     }
 
     /// The store this log writes through, if its writes can share a transaction with other stores'.

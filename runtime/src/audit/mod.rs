@@ -90,6 +90,7 @@ pub use anchor::{Anchor, AnchorError};
 pub(crate) use append::{AuditAppend, AuditEntry};
 pub use log::{AuditLog, ExportError};
 pub(crate) use redb::append_in;
+pub(crate) use spends::Closed;
 pub use verify::{Tamper, TamperKind, VerifyError, VerifyReport, verify};
 
 /// How the audit log records and protects what it records.
@@ -441,6 +442,13 @@ pub enum AuditError {
         seq: u64,
         /// What is wrong.
         reason: String,
+    },
+    /// A revocation named something that is not a grant id ([`AuditLog::append_revocation`]): nothing was
+    /// written.
+    #[error("`{grant_id}` is not an approval grant id (32 lowercase hex characters); nothing was recorded")]
+    NotAGrant {
+        /// What was given, cut and escaped.
+        grant_id: String,
     },
     /// The log is full: the next sequence number would overflow.
     #[error("the audit log has no sequence number left")]

@@ -1,8 +1,8 @@
 //! What the log needs from a storage backend: an atomic read-head-then-append, and a consistent scan.
 
 use std::ops::ControlFlow;
-use std::time::Duration;
 
+use super::spends::Closed;
 use super::{Anchor, AuditError};
 
 /// Records to write in one transaction, and the head after them.
@@ -36,10 +36,10 @@ pub(super) trait AuditStore: Send + Sync {
         false
     }
 
-    /// When a record before `seq` recorded the spend of `grant_id` (the first such record): an append-only file,
-    /// which hosts share and a database holder cannot rewrite, says so; a store the ledger's database holds
-    /// (which its holder can rewrite with the ledger) does not.
-    fn spent_before(&self, _grant_id: &str, _seq: u64) -> Option<Duration> {
+    /// How and when a record before `seq` recorded the spend or revocation of `grant_id` (the first such
+    /// record): an append-only file, which hosts share and a database holder cannot rewrite, says so; a store
+    /// the ledger's database holds (which its holder can rewrite with the ledger) does not.
+    fn closed_before(&self, _grant_id: &str, _seq: u64) -> Option<Closed> {
         None
     }
 }

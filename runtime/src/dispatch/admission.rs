@@ -11,7 +11,7 @@ use super::durable_write::{self, DurableWrite, NotDecided};
 use super::effect_guard::EffectGuard;
 use super::refusal::{self, Refused};
 use crate::approval::protocol::PreparedAdmission;
-use crate::audit::{AuditOutcome, AuditReceipt};
+use crate::audit::{AuditOutcome, AuditReceipt, Closed};
 use crate::effect::{Reservation, Settle};
 use crate::ledger::{EffectClaim, LedgerError, SpentRecord};
 
@@ -129,24 +129,26 @@ impl Dispatcher {
         }
     }
 
-    /// The grant just spent, unless the audit log records its spend before `ours` (the `approved` record this
-    /// spend appended): an append-only file another host shares, or that this one wrote before it restarted,
-    /// where the spend of a grant whose ledger row was since set back to live is still written. The file's lock
-    /// orders the hosts' records: of two hosts spending one revived grant, the one whose record comes first runs
-    /// the call, the other has read that record before appending its own.
+    /// The grant just spent, unless the audit log records its spend or its revocation before `ours` (the
+    /// `approved` record this spend appended): an append-only file another host or an operator
+    /// (`airlock deny --audit-file`) shares, or that this host wrote before it restarted, where the spend or
+    /// revocation of a grant whose ledger row was since set back to live is still written. The file's lock
+    /// orders the writers' records: of two hosts spending one revived grant, the one whose record comes first
+    /// runs the call, the other has read that record before appending its own.
     fn not_spent_before(&self, spent: SpentRecord, ours: Option<&AuditReceipt>) -> Result<SpentRecord, LedgerError> {
-        let earlier =
-            ours.zip(self.audit.as_ref()).and_then(|(ours, log)| log.spent_before(&spent.grant.grant_id, ours.seq));
-        match earlier {
-            Some(spent_at) => {
-                tracing::warn!(
-                    target: "agent_airlock",
-                    grant_id = %spent.grant.grant_id,
-                    "the audit log records this grant spent before (its ledger row was set back to live); the call is refused"
-                );
-                Err(LedgerError::AlreadySpent { grant_id: spent.grant.grant_id, spent_at })
-            }
-            None => Ok(spent),
-        }
+        let grant_id = &spent.grant.grant_id;
+        let earlier = ours.zip(self.audit.as_ref()).and_then(|(ours, log)| log.closed_before(grant_id, ours.seq));
+        let Some(closed) = earlier else { return Ok(spent) };
+        let (how, error) = match closed {
+            Closed::Spent { at } => ("spent", LedgerError::AlreadySpent { grant_id: grant_id.clone(), spent_at: at }),
+            Closed::Revoked { .. } => ("revoked", LedgerError::GrantRevoked { grant_id: grant_id.clone() }),
+        };
+        tracing::warn!(
+            target: "agent_airlock",
+            grant_id = %grant_id,
+            recorded = how,
+            "the audit log records this grant spent or revoked before (its ledger row was set back to live); the call is refused"
+        );
+        Err(error)
     }
 }

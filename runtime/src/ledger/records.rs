@@ -69,6 +69,11 @@ impl RequestRecord {
         self.interrupt["airlock_approval"]["call"]["thread_id"].as_str().unwrap_or("")
     }
 
+    /// The model's id for the call, as sealed in its interrupt value (`""` if it has none).
+    pub fn tool_call_id(&self) -> &str {
+        self.interrupt["airlock_approval"]["call"]["tool_call_id"].as_str().unwrap_or("")
+    }
+
     /// When the request stops being approvable, as sealed in its interrupt value (`None`: never).
     pub fn expires_at(&self) -> Option<Duration> {
         self.interrupt["airlock_approval"]["expires_at_ms"].as_u64().map(Duration::from_millis)

@@ -773,6 +773,137 @@ fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     assert_eq!(host.executions(), 2, "the limit left: a host that shares neither the file nor the memory");
 }
 
+/// The form of a PostgreSQL connection `airlock --db` takes: a URL, the socket directory percent-encoded as the
+/// host.
+fn postgres_url(connection: &str) -> String {
+    let field = |name: &str| {
+        connection
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+            .expect("the connection string names the field")
+            .to_owned()
+    };
+    format!(
+        "postgresql://{}@{}:{}/{}",
+        field("user"),
+        field("host").replace('/', "%2F"),
+        field("port"),
+        field("dbname")
+    )
+}
+
+/// An operator's `airlock deny --audit-file` (a real process) of an approved, unspent grant records the
+/// revocation in the hosts' append-only audit file before the ledger's denial, so it outlives the database:
+/// with the grant's row set back to live, a host writing the file refuses it as revoked, and so does that host
+/// restarted; a host writing its log elsewhere still runs it before the signed expiry (the limit the README
+/// states). The CLI denies nothing when it cannot record the revocation first (a file that does not exist, a
+/// signed file without its key), and records none for a request with no grant to revoke.
+#[test]
+fn an_operators_revocation_recorded_in_the_shared_audit_file_outlives_a_grant_revived_in_the_database() {
+    let url = agent_airlock_tests::pg_server::shared().fresh_database();
+    let host = Host::with(Arc::new(PostgresLedger::connect(&url).unwrap()));
+    let (operators, keys) = operators(&["alice"]);
+    let dir = host.dir.path();
+    keys[0].write_new(&dir.join("alice.key")).unwrap();
+    std::fs::write(dir.join("approval.key"), agent_airlock_tests::ledger_fixtures::SECRET_HEX).unwrap();
+    std::fs::write(dir.join("audit.key"), "ab".repeat(32)).unwrap();
+    #[cfg(unix)]
+    for file in ["approval.key", "audit.key"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let signed = || AuditConfig {
+        key: Some(agent_airlock::keys::AuditKey::new("audit-1", &[0xab; 32]).unwrap()),
+        ..AuditConfig::default()
+    };
+    let shared = dir.join("audit.log");
+    let start = |audit: &Path| {
+        let log = Arc::new(AuditLog::open_append_only(audit, signed()).unwrap());
+        dispatcher_audited(host.operator_mode(&operators), Arc::clone(&host.clock), Policy::new(), log)
+    };
+    let interrupt_of = |dispatcher: &agent_airlock::Dispatcher, thread: &str, amount: u64| match block_on(
+        dispatcher.dispatch(refund_call(amount), &context(host.log(), thread, None)),
+    ) {
+        Outcome::Interrupt { request, .. } => request.into_value(),
+        other => panic!("expected an interrupt, got {other:?}"),
+    };
+    let deny = |request_id: &str, audit: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_airlock_cli"))
+            .args(["--db", &postgres_url(&url), "deny", request_id, "--reason", "not this one"])
+            .arg("--signing-key")
+            .arg(dir.join("alice.key"))
+            .arg("--key-file")
+            .arg(dir.join("approval.key"))
+            .args(audit)
+            .output()
+            .expect("airlock runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if output.status.success() { Ok(()) } else { Err(stderr) }
+    };
+    let status = |request_id: &str| host.ledger.find_request(request_id).unwrap().unwrap().status;
+    let records = || AuditLog::read_append_only(&shared, signed()).unwrap().records(1, 100).unwrap();
+
+    let first = start(&shared);
+    let interrupt = interrupt_of(&first, "c1", 500);
+    let request_id = interrupt["airlock_approval"]["request_id"].as_str().unwrap().to_owned();
+    let resume = host.operator_mode(&operators).approve_signed(&interrupt, DecisionSigner::Operator(&keys[0]));
+    let resume = resume.wait().unwrap().into_value();
+    let grant_id = resume["airlock_grant"]["grant_id"].as_str().unwrap().to_owned();
+    let written = records().len();
+
+    // Refused before anything is written: the file must exist, and a signed file needs its key.
+    let missing = dir.join("typo.log");
+    let refused = deny(&request_id, &["--audit-file", missing.to_str().unwrap()]).unwrap_err();
+    assert!(refused.contains("does not exist") && refused.contains("nothing was denied"), "{refused}");
+    let refused = deny(&request_id, &["--audit-file", shared.to_str().unwrap()]).unwrap_err();
+    assert!(refused.contains("is signed (key `audit-1`)") && refused.contains("nothing was denied"), "{refused}");
+    assert!(matches!(status(&request_id), RequestStatus::Granted(_)), "nothing was denied");
+    assert_eq!(records().len(), written, "nothing was recorded");
+
+    let audit_key = dir.join("audit.key");
+    let with_key = ["--audit-file", shared.to_str().unwrap(), "--audit-key-file", audit_key.to_str().unwrap()];
+    deny(&request_id, &with_key).expect("the operator denies");
+    match status(&request_id) {
+        RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant.as_deref(), Some(grant_id.as_str())),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    let recorded = records();
+    assert_eq!(recorded.len(), written + 1, "one record: the revocation");
+    let revocation = recorded.last().unwrap();
+    assert_eq!(revocation.outcome.to_string(), "refused (human_denied)");
+    assert_eq!(revocation.detail.as_deref(), Some(format!("grant {grant_id} revoked by alice").as_str()));
+    assert_eq!((revocation.tool.as_str(), revocation.tool_call_id.as_str()), ("refund", "call_1"));
+
+    // The database's holder sets the grant back to live (again after each refused spend, which the ledger
+    // records): the host refuses it as revoked, so do another host on the file and the first host restarted;
+    // nothing ran.
+    for dispatcher in [first, start(&shared), start(&shared)] {
+        revive_every_grant(&url);
+        let refused = block_on(dispatcher.dispatch(refund_call(500), &context(host.log(), "c1", Some(resume.clone()))))
+            .expect_message();
+        let refusal = refused.refusal.as_ref().expect("refused");
+        assert_eq!(refusal.kind, RefusalKind::ApprovalInvalid, "{refused:?}");
+        assert!(refused.content.contains("revoked"), "{refused:?}");
+    }
+    assert_eq!(host.executions(), 0, "the revoked call never ran");
+    assert!(agent_airlock::audit::verify(&AuditLog::read_append_only(&shared, signed()).unwrap(), None).is_ok());
+
+    // A pending request has no grant to revoke: denied, nothing recorded by the operator.
+    let pending = interrupt_of(&start(&shared), "c2", 600);
+    let pending_id = pending["airlock_approval"]["request_id"].as_str().unwrap();
+    let before = records().len();
+    deny(pending_id, &with_key).expect("the operator denies");
+    assert!(matches!(status(pending_id), RequestStatus::Denied(_)));
+    assert_eq!(records().len(), before);
+
+    // The limit left: a host whose log is another file runs the revived grant before its signed expiry.
+    revive_every_grant(&url);
+    let elsewhere = start(&dir.join("another.log"));
+    let ran = block_on(elsewhere.dispatch(refund_call(500), &context(host.log(), "c1", Some(resume))));
+    assert_eq!(ran.expect_message().status, Status::Success);
+    assert_eq!(host.executions(), 1);
+}
+
 /// The expiry an operator signs is the approving host's (its grant time-to-live): a host with a shorter one
 /// admits the grant until then. A signed expiry edited in the database (to keep a grant alive) breaks its
 /// signature, and the grant admits nothing.
