@@ -354,10 +354,17 @@ static PATTERNS: &[PatternSpec] = &[
             // ending in a secret's name; at most eight before the name, so that a search starting in a long
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
-            r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?",
+            r"(?:password|passwd|passphrase|secret|token|(?:api|access|private|secret|signing|encryption|master)[_-]?key",
+            r"|credentials?",
             // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there). Every name here
             // holds one of `screen::SECRET_NAME_WORDS`: a text holding none is scanned without this pattern.
-            r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger)))",
+            r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger))",
+            // Up to three qualifiers after the name, as an object's key may have (`json::SECRET_QUALIFIERS`, kept in
+            // step by a test there): `password_new`, `DB_PASSWORD_PROD`, `SECRET_KEY_BASE`, `GITHUB_TOKEN_2`.
+            r"(?:[._-]?(?:[0-9]+|v[0-9]+|old|new|prev|previous|current|curr|prod|production|live|staging|stage|stg",
+            r"|dev|development|test|testing|uat|sandbox|local|primary|secondary|backup|main|default|temp|tmp|confirm",
+            r"|confirmation|again|repeat|retype|base|value|val|hash|hashed|b64|base64|hex|raw|plain|plaintext|enc",
+            r"|encrypted|str)){0,3})",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")`.
@@ -1155,6 +1162,10 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
     if holds_an_elision(v.as_bytes()) {
         return true;
     }
+    // A token's shape filled in by hand: `xoxp-XXXXXXXXXX-XXXXXXXXXX`, `ghp_************`, `…-####################`.
+    if ends_in_a_filler_run(v.as_bytes()) {
+        return true;
+    }
     let bytes = v.as_bytes();
     let bracketed = |open: &[u8], close: &[u8]| bytes.starts_with(open) && bytes.ends_with(close);
     if bracketed(b"[", b"]") {
@@ -1212,6 +1223,14 @@ pub(crate) fn is_mask_or_placeholder(value: &str) -> bool {
         || ["true", "false", "null", "nil", "none", "undefined", "required", "optional", "redacted", "hidden", "masked"]
             .iter()
             .any(|word| v.eq_ignore_ascii_case(word))
+}
+
+/// Whether `value` ends with eight or more of one filler character (`X`, `x`, `#`, `*`): a placeholder's, never a
+/// random secret's (one in 2^40 of a hex secret's ends, less of any other alphabet's).
+fn ends_in_a_filler_run(value: &[u8]) -> bool {
+    const RUN: usize = 8;
+    let Some(&last) = value.last() else { return false };
+    matches!(last, b'X' | b'x' | b'#' | b'*') && value.iter().rev().take(RUN).filter(|&&b| b == last).count() == RUN
 }
 
 /// Where `needle` first starts in `haystack`, as `str::find` says for text: a loop over the bytes, comparing
@@ -1453,6 +1472,14 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         }
     }
     c.found_span(start, end)
+}
+
+/// Asserts that the labelled-value pattern reads past exactly `qualifiers` after a secret's name, in that order.
+#[cfg(test)]
+pub(crate) fn assert_the_labelled_value_pattern_lists(qualifiers: &[&str]) {
+    let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).expect("the labelled-value pattern");
+    let listed = spec.regex.split("(?:[0-9]+|v[0-9]+|").nth(1).and_then(|rest| rest.split(")){0,3}").next());
+    assert_eq!(listed.map(|listed| listed.split('|').collect::<Vec<_>>()), Some(qualifiers.to_vec()));
 }
 
 /// How many characters of a bare labelled value are read to judge it ([`bare_value_end`]).

@@ -50,6 +50,87 @@ const SECRET_SUFFIXES: &[&str] = &[
     "credentials",
 ];
 
+/// Words that may follow a secret's name in a key without changing what it names: which one (`password_new`,
+/// `password_old`, `password_confirm`), where it is used (`DB_PASSWORD_PROD`, `token_staging`), or in what form
+/// it is given (`SECRET_KEY_BASE`, `password_hash`, `token_b64`, `api_key_value`); digits and a version
+/// (`secret_1`, `GITHUB_TOKEN_2`, `api_key_v2`) are read past too. A key ending in a word that *describes* the
+/// secret (`password_hint`, `token_type`, `secret_name`, `api_key_id`, `token_file`, `token_expiry`) still names
+/// none. At most [`MAX_QUALIFIERS`] are read past. The labelled-value pattern of text lists the same
+/// (`detect::PATTERNS`, kept in step by a test here).
+pub(crate) const SECRET_QUALIFIERS: &[&str] = &[
+    "old",
+    "new",
+    "prev",
+    "previous",
+    "current",
+    "curr",
+    "prod",
+    "production",
+    "live",
+    "staging",
+    "stage",
+    "stg",
+    "dev",
+    "development",
+    "test",
+    "testing",
+    "uat",
+    "sandbox",
+    "local",
+    "primary",
+    "secondary",
+    "backup",
+    "main",
+    "default",
+    "temp",
+    "tmp",
+    "confirm",
+    "confirmation",
+    "again",
+    "repeat",
+    "retype",
+    "base",
+    "value",
+    "val",
+    "hash",
+    "hashed",
+    "b64",
+    "base64",
+    "hex",
+    "raw",
+    "plain",
+    "plaintext",
+    "enc",
+    "encrypted",
+    "str",
+];
+
+/// How many qualifiers (and runs of digits) a key's secret name may be followed by: `DB_PASSWORD_PROD_2_OLD`.
+const MAX_QUALIFIERS: usize = 3;
+
+/// The normalised `key` without the qualifiers that may follow a secret's name ([`SECRET_QUALIFIERS`], digits,
+/// a version `v2`), at most [`MAX_QUALIFIERS`] of them: `dbpasswordprod2` is `dbpassword`. Never empty.
+fn without_qualifiers(key: &[u8]) -> &[u8] {
+    let mut stem = key;
+    for _ in 0..MAX_QUALIFIERS {
+        let digits = stem.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+        let mut shorter = &stem[..stem.len() - digits];
+        if digits > 0
+            && let Some(rest) = shorter.strip_suffix(b"v")
+        {
+            shorter = rest;
+        }
+        if let Some(word) = SECRET_QUALIFIERS.iter().find(|word| shorter.ends_with(word.as_bytes())) {
+            shorter = &shorter[..shorter.len() - word.len()];
+        }
+        if shorter.len() == stem.len() || shorter.is_empty() {
+            break;
+        }
+        stem = shorter;
+    }
+    stem
+}
+
 /// The variables agent-airlock itself reads keys, tokens and database URLs from: their values are secrets
 /// wherever they turn up (an upstream server that prints its environment, a log line), in a `NAME=value`
 /// text or as an object's key, though some of the names end in no secret's word (`AIRLOCK_DB`).
@@ -96,9 +177,11 @@ impl KeyHint {
     }
 
     /// A key *naming* a secret marks its value (`password`, `DB_PASSWORD`, `api_key`, `client_secret`,
-    /// `private_key`, `access_token`, `Proxy-Authorization`, `Cookie`). A key *describing* one does not: `password_hint`,
-    /// `password_policy`, `token_count`, `token_type`, `max_tokens`, `next_page_token`, `secret_name`,
-    /// `is_secret`, `has_password` (a hint is shown to users by design; a flag or a count is not the secret).
+    /// `private_key`, `access_token`, `Proxy-Authorization`, `Cookie`), also with a qualifier after the name
+    /// (`password_new`, `DB_PASSWORD_PROD`, `SECRET_KEY_BASE`, `GITHUB_TOKEN_2`: [`SECRET_QUALIFIERS`]). A key
+    /// *describing* one does not: `password_hint`, `password_policy`, `token_count`, `token_type`, `max_tokens`,
+    /// `next_page_token`, `secret_name`, `is_secret`, `has_password` (a hint is shown to users by design; a flag
+    /// or a count is not the secret).
     #[cfg(test)]
     pub(crate) fn of_key(key: &str) -> KeyHint {
         // Normalised on the stack: this runs for every key of every result.
@@ -113,8 +196,13 @@ impl KeyHint {
     fn of_normalised(key: &[u8]) -> KeyHint {
         let ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| key.ends_with(suffix.as_bytes()));
         let is = |names: &[&str]| names.iter().any(|name| name.as_bytes() == key);
+        // A secret's name, read past its qualifiers (not the whole names: `pin1` is a board's pin).
+        let stem = without_qualifiers(key);
+        let stem_ends = |suffixes: &[&str]| suffixes.iter().any(|suffix| stem.ends_with(suffix.as_bytes()));
 
-        if ends(PUBLIC_TOKEN_SUFFIXES) || COUNTER_PREFIXES.iter().any(|counter| key.starts_with(counter.as_bytes())) {
+        if stem_ends(PUBLIC_TOKEN_SUFFIXES)
+            || COUNTER_PREFIXES.iter().any(|counter| key.starts_with(counter.as_bytes()))
+        {
             return KeyHint::None;
         }
         // A flag about a secret: `is_secret`, `has_password`, `isToken`.
@@ -124,7 +212,7 @@ impl KeyHint {
         }) {
             return KeyHint::None;
         }
-        if ends(SECRET_SUFFIXES) || is_product_secret(key) || is(SECRET_NAMES) {
+        if stem_ends(SECRET_SUFFIXES) || is_product_secret(key) || is(SECRET_NAMES) {
             return KeyHint::Secret;
         }
         if ends(PHONE_SUFFIXES) || is(PHONE_NAMES) {
@@ -169,9 +257,15 @@ impl MemberHints {
     }
 }
 
-/// Whether a key's last three letters and digits end one of the words and names a hint is read from.
+/// Whether a key's last three letters and digits end one of the words and names a hint is read from, a qualifier
+/// a secret's name may be followed by, or a digit.
 fn passes_the_tail_screen(key: &str) -> bool {
-    normalised_tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&packed(tail)).is_ok())
+    normalised_tail(key).is_some_and(is_hint_tail)
+}
+
+/// Whether a key ending in `tail` may give a hint ([`passes_the_tail_screen`]).
+fn is_hint_tail(tail: [u8; 3]) -> bool {
+    tail[2].is_ascii_digit() || HINT_TAILS.binary_search(&packed(tail)).is_ok()
 }
 
 /// Three bytes as one integer, in the same order as the bytes compare: a lookup compares integers, not slices.
@@ -194,9 +288,10 @@ const SSN_NAMES: &[&str] = &["socialsecurity"];
 const CARD_SUFFIXES: &[&str] = &["cardnumber", "cardnumbers", "cardno", "creditcard", "debitcard"];
 const CARD_NAMES: &[&str] = &["pan", "ccnumber", "primaryaccountnumber"];
 
-/// The last three bytes of every word and name a hint is read from, sorted: a normalised key ending in none of
-/// them gives no hint whatever else it holds, since every rule that gives one holds only when the key ends in
-/// one of those (each at least three bytes long). One lookup then answers most keys of a result (`id`,
+/// The last three bytes of every word and name a hint is read from, and of every qualifier a secret's name may
+/// be followed by, sorted: a normalised key ending in none of them (nor in a digit) gives no hint whatever else
+/// it holds, since every rule that gives one holds only when the key ends in one of those (each at least three
+/// bytes long). One lookup then answers most keys of a result (`id`,
 /// `email`, `status`), where reading every rule costs a few hundred instructions per key.
 static HINT_TAILS: LazyLock<Vec<u32>> = LazyLock::new(|| {
     let normalised_product_names: Vec<Vec<u8>> = PRODUCT_SECRET_NAMES
@@ -212,6 +307,7 @@ static HINT_TAILS: LazyLock<Vec<u32>> = LazyLock::new(|| {
         SSN_NAMES,
         CARD_SUFFIXES,
         CARD_NAMES,
+        SECRET_QUALIFIERS,
     ]
     .into_iter()
     .flatten()
@@ -249,7 +345,7 @@ fn normalised_tail(key: &str) -> Option<[u8; 3]> {
 
 /// Whether the normalised `key` may give a hint: `false` only when [`KeyHint::of_normalised`] gives none.
 fn may_name_a_kind(key: &[u8]) -> bool {
-    tail(key).is_some_and(|tail| HINT_TAILS.binary_search(&packed(tail)).is_ok())
+    tail(key).is_some_and(is_hint_tail)
 }
 
 /// Text a masker wrote (`[EMAIL]`, `[EMAIL]#2`, `[GITHUB_TOKEN:3f2a9c1b]`, `sk-proj-...wxyz`): as a key or
@@ -325,6 +421,30 @@ mod tests {
         assert_eq!(KeyHint::of_key("AIRLOCK_LOG"), KeyHint::None);
     }
 
+    /// The labelled-value pattern reads past the qualifiers an object's key is read past, all of them and only
+    /// those, in text as in JSON: `DB_PASSWORD_PROD=…` is masked as `{"DB_PASSWORD_PROD": "…"}` is.
+    #[test]
+    fn the_labelled_value_pattern_reads_past_the_qualifiers_keys_are_read_past() {
+        crate::mask::detect::assert_the_labelled_value_pattern_lists(SECRET_QUALIFIERS);
+        let masker = crate::mask::Masker::default();
+        for key in ["password_new", "DB_PASSWORD_PROD", "SECRET_KEY_BASE", "GITHUB_TOKEN_2", "api_key_v2", "SECRET_KEY"]
+        {
+            assert_eq!(KeyHint::of_key(key), KeyHint::Secret, "{key}");
+            for text in
+                [format!("{key}=Hunter0correcthorse\nNEXT=1"), format!("export {key}=\"Hunter0 correct horse\"")]
+            {
+                let masked = masker.mask_text(&text, crate::mask::MaskSet::SECRETS);
+                assert!(!masked.contains("Hunter0"), "{text}: {masked}");
+                assert!(masked.contains(key), "{masked}");
+            }
+        }
+        for key in ["token_type", "password_hint", "secret_name", "api_key_id", "token_file"] {
+            assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
+            let text = format!("{key}=Hunter0correcthorse");
+            assert_eq!(masker.mask_text(&text, crate::mask::MaskSet::SECRETS), text);
+        }
+    }
+
     /// Every word and name a hint is read from, and words that only describe one.
     fn hint_words() -> Vec<&'static str> {
         [SECRET_SUFFIXES, SECRET_NAMES, PHONE_SUFFIXES, PHONE_NAMES, SSN_SUFFIXES, SSN_NAMES, CARD_SUFFIXES, CARD_NAMES]
@@ -334,6 +454,7 @@ mod tests {
             .chain(PUBLIC_TOKEN_SUFFIXES)
             .chain(COUNTER_PREFIXES)
             .chain(VALUE_MEMBERS)
+            .chain(SECRET_QUALIFIERS)
             .chain(&[
                 "is", "has", "hint", "name", "value", "key", "id", "email", "version", "x", "ion", "ord", "[EMAIL]",
             ])
@@ -448,6 +569,47 @@ mod tests {
         }
         for key in ["password_hint", "token_type", "secret_name", "is_secret", "hasPassword", "payment_authorization"] {
             assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
+        }
+        // A secret's name followed by qualifiers still names it; one followed by a describing word does not.
+        for key in [
+            "password_new",
+            "password_old",
+            "passwordConfirm",
+            "DB_PASSWORD_PROD",
+            "SECRET_KEY_BASE",
+            "GITHUB_TOKEN_2",
+            "secret_1",
+            "password0",
+            "api_key_v2",
+            "client_secret_prod",
+            "token_staging_2",
+            "DB_PASSWORD_PROD_2_OLD",
+            "password_hash",
+            "stripe_secret_key_live",
+        ] {
+            assert_eq!(KeyHint::of_key(key), KeyHint::Secret, "{key}");
+            assert_eq!(KeyHint::of_member(key), KeyHint::Secret, "{key}");
+        }
+        for key in [
+            "api_key_id",
+            "token_file",
+            "token_expiry",
+            "secret_version",
+            "password_updated_at",
+            "next_page_token_2",
+            "max_tokens_2",
+            "pin1",
+            "line2",
+            "v2",
+            "base64",
+            "contest",
+            "database",
+            "tokenizer_dev",
+            "password_hint_old",
+            "token_type_2",
+        ] {
+            assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
+            assert_eq!(KeyHint::of_member(key), KeyHint::None, "{key}");
         }
         // Longer than any key worth reading: no hint, no panic.
         assert_eq!(KeyHint::of_key(&"a".repeat(10_000)), KeyHint::None);
