@@ -361,10 +361,8 @@ static PATTERNS: &[PatternSpec] = &[
             r"|airlock_(?:approval_key|webhook_key|audit_key|db|mcp_ledger))",
             // Up to three qualifiers after the name, as an object's key may have (`json::SECRET_QUALIFIERS`, kept in
             // step by a test there): `password_new`, `DB_PASSWORD_PROD`, `SECRET_KEY_BASE`, `GITHUB_TOKEN_2`.
-            r"(?:[._-]?(?:[0-9]+|v[0-9]+|old|new|prev|previous|current|curr|prod|production|live|staging|stage|stg",
-            r"|dev|development|test|testing|uat|sandbox|local|primary|secondary|backup|main|default|temp|tmp|confirm",
-            r"|confirmation|again|repeat|retype|base|value|val|hash|hashed|b64|base64|hex|raw|plain|plaintext|enc",
-            r"|encrypted|str)){0,3})",
+            r"(?:[._-]?(?:[0-9]+|v[0-9]+|old|new|prev|previous|curr|prod|stg|dev|test|uat|tmp|temp|confirm|base|hash",
+            r"|b64|base64|hex|raw|enc|str)){0,3})",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")`.

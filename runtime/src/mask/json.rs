@@ -51,58 +51,17 @@ const SECRET_SUFFIXES: &[&str] = &[
 ];
 
 /// Words that may follow a secret's name in a key without changing what it names: which one (`password_new`,
-/// `password_old`, `password_confirm`), where it is used (`DB_PASSWORD_PROD`, `token_staging`), or in what form
-/// it is given (`SECRET_KEY_BASE`, `password_hash`, `token_b64`, `api_key_value`); digits and a version
-/// (`secret_1`, `GITHUB_TOKEN_2`, `api_key_v2`) are read past too. A key ending in a word that *describes* the
-/// secret (`password_hint`, `token_type`, `secret_name`, `api_key_id`, `token_file`, `token_expiry`) still names
-/// none. At most [`MAX_QUALIFIERS`] are read past. The labelled-value pattern of text lists the same
+/// `password_old`, `password_confirm`), where it is used (`DB_PASSWORD_PROD`, `token_dev`), or in what form it is
+/// given (`SECRET_KEY_BASE`, `password_hash`, `token_b64`); digits and a version (`secret_1`, `GITHUB_TOKEN_2`,
+/// `api_key_v2`) are read past too. A key ending in a word that *describes* the secret (`password_hint`,
+/// `token_type`, `secret_name`, `api_key_id`, `token_file`, `token_expiry`) still names none. At most
+/// [`MAX_QUALIFIERS`] are read past. Words whose last three letters end many ordinary keys are left out
+/// (`production` and `version`, `staging` and `string`, `current` and `content`, `default` and `result`,
+/// `value`): a key ending like a qualifier is read in full, once per value masked. The labelled-value pattern of text lists the same
 /// (`detect::PATTERNS`, kept in step by a test here).
 pub(crate) const SECRET_QUALIFIERS: &[&str] = &[
-    "old",
-    "new",
-    "prev",
-    "previous",
-    "current",
-    "curr",
-    "prod",
-    "production",
-    "live",
-    "staging",
-    "stage",
-    "stg",
-    "dev",
-    "development",
-    "test",
-    "testing",
-    "uat",
-    "sandbox",
-    "local",
-    "primary",
-    "secondary",
-    "backup",
-    "main",
-    "default",
-    "temp",
-    "tmp",
-    "confirm",
-    "confirmation",
-    "again",
-    "repeat",
-    "retype",
-    "base",
-    "value",
-    "val",
-    "hash",
-    "hashed",
-    "b64",
-    "base64",
-    "hex",
-    "raw",
-    "plain",
-    "plaintext",
-    "enc",
-    "encrypted",
-    "str",
+    "old", "new", "prev", "previous", "curr", "prod", "stg", "dev", "test", "uat", "tmp", "temp", "confirm", "base",
+    "hash", "b64", "base64", "hex", "raw", "enc", "str",
 ];
 
 /// How many qualifiers (and runs of digits) a key's secret name may be followed by: `DB_PASSWORD_PROD_2_OLD`.
@@ -115,13 +74,13 @@ fn without_qualifiers(key: &[u8]) -> &[u8] {
     for _ in 0..MAX_QUALIFIERS {
         let digits = stem.iter().rev().take_while(|b| b.is_ascii_digit()).count();
         let mut shorter = &stem[..stem.len() - digits];
-        if digits > 0
-            && let Some(rest) = shorter.strip_suffix(b"v")
-        {
-            shorter = rest;
-        }
         if let Some(word) = SECRET_QUALIFIERS.iter().find(|word| shorter.ends_with(word.as_bytes())) {
             shorter = &shorter[..shorter.len() - word.len()];
+        } else if digits > 0
+            && let Some(rest) = shorter.strip_suffix(b"v")
+        {
+            // A version: `v2`.
+            shorter = rest;
         }
         if shorter.len() == stem.len() || shorter.is_empty() {
             break;
@@ -259,11 +218,13 @@ impl MemberHints {
 
 /// Whether a key's last three letters and digits end one of the words and names a hint is read from, a qualifier
 /// a secret's name may be followed by, or a digit.
+#[inline]
 fn passes_the_tail_screen(key: &str) -> bool {
     normalised_tail(key).is_some_and(is_hint_tail)
 }
 
 /// Whether a key ending in `tail` may give a hint ([`passes_the_tail_screen`]).
+#[inline]
 fn is_hint_tail(tail: [u8; 3]) -> bool {
     tail[2].is_ascii_digit() || HINT_TAILS.binary_search(&packed(tail)).is_ok()
 }
@@ -582,10 +543,10 @@ mod tests {
             "password0",
             "api_key_v2",
             "client_secret_prod",
-            "token_staging_2",
+            "token_dev_2",
             "DB_PASSWORD_PROD_2_OLD",
             "password_hash",
-            "stripe_secret_key_live",
+            "stripe_secret_key_prod",
         ] {
             assert_eq!(KeyHint::of_key(key), KeyHint::Secret, "{key}");
             assert_eq!(KeyHint::of_member(key), KeyHint::Secret, "{key}");
