@@ -9,6 +9,11 @@ Each case runs RUNS times in `hot_path_counts` (benches/src/bin), and callgrind 
     scripts/instruction_budget.py            # check (what .ci/run does)
     scripts/instruction_budget.py --update   # write the measured counts as the new budget; say why in the commit
 
+It then checks that the guard's cost grows linearly with what a model or an upstream controls: each shape of
+`benches/src/scaling.rs` (many ghosts, long strings, wide and deep results to mask, ...) is counted at a size n
+and at 4 n (`scaling_counts`), and the check fails when 4 n costs more than the bound it prints (5x: linear work
+is at most 4x, a quadratic walk 16x). No budget file: the ratio is the machine's own.
+
 Needs valgrind (Debian/Ubuntu: `apt install valgrind`).
 """
 
@@ -44,7 +49,7 @@ def build() -> Path:
         # Without the benches' `stores` feature: only what the hot path needs is built (benches/Cargo.toml).
         [
             "cargo", "build", "--profile", PROFILE, "--quiet", "-p", "agent-airlock-benches", "--no-default-features",
-            "--bin", "hot_path_counts",
+            "--bin", "hot_path_counts", "--bin", "scaling_counts",
         ],
         cwd=ROOT,
         check=True,
@@ -67,7 +72,7 @@ class Count:
         self.mode = "high" if consolidate >= HIGH_MODE else "low"
 
 
-def instructions(binary: Path, case: str, runs: int) -> Count:
+def instructions(binary: Path, case: str, runs: int, args: list[str] | None = None) -> Count:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
         subprocess.run(
@@ -78,9 +83,7 @@ def instructions(binary: Path, case: str, runs: int) -> Count:
                 "--toggle-collect=*one_call*",
                 f"--callgrind-out-file={out}",
                 str(binary),
-                case,
-                str(runs),
-                str(runs),
+                *(args if args is not None else [case, str(runs), str(runs)]),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -164,6 +167,38 @@ def rewrite_budget(text: str, measured: dict[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# How many calls of each scaling shape and size are counted (one process each): their inputs are large, and
+# counts of large calls barely move between processes.
+SCALING_RUNS = 2
+
+
+def scaling(binary: Path) -> list[str]:
+    """Counts each shape of `scaling_counts --list` at n and at 4 n; the failures (4 n over the bound times n)."""
+    listed = subprocess.run([str(binary), "--list"], check=True, capture_output=True, text=True).stdout.split("\n")
+    bound = float(listed[0].split()[1])
+    shapes = [(line.split()[0], int(line.split()[1])) for line in listed[1:] if line.strip()]
+    jobs = [(shape, size) for shape, n in shapes for size in (n, 4 * n)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        counts = list(
+            pool.map(
+                lambda job: instructions(
+                    binary, job[0], SCALING_RUNS, [job[0], str(job[1]), str(SCALING_RUNS)]
+                ).per_call,
+                jobs,
+            )
+        )
+    counted = dict(zip(jobs, counts))
+    failed = []
+    print(f"\n{'scaling shape':<20}{'n':>6}{'at n':>14}{'at 4n':>14}{'4n / n':>9}  (bound {bound:g}x)")
+    for shape, n in shapes:
+        small, large = counted[(shape, n)], counted[(shape, 4 * n)]
+        ratio = large / max(small, 1)
+        print(f"{shape:<20}{n:>6}{small:>14,}{large:>14,}{ratio:>8.2f}x")
+        if ratio > bound:
+            failed.append(f"`{shape}` costs {ratio:.2f}x at 4n what it costs at n ({small:,} -> {large:,}): not linear")
+    return failed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--update", action="store_true", help="write the measured counts as the budget")
@@ -199,6 +234,7 @@ def main() -> int:
         "mode when both were seen in it; '-' when they never were. 'instructions' is the lowest count (the\n"
         "highest with --update), whatever its mode."
     )
+    failed += scaling(binary.with_name("scaling_counts"))
     for failure in failed:
         print(f"error: {failure}", file=sys.stderr)
     return 1 if failed else 0

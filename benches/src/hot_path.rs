@@ -246,6 +246,11 @@ impl Workload {
         }
     }
 
+    /// Dispatches `call`: its message.
+    pub fn dispatch(&self, call: ToolCall) -> agent_airlock::ToolMessage {
+        run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message()
+    }
+
     /// Checks once that each case does what its name says, so a budget never measures a broken case.
     pub fn check(&self) {
         for case in ["allowed", "ghosts_stripped", "ghosts_many"] {

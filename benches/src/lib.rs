@@ -206,3 +206,4 @@ pub fn seed_spend_tables(db: &redb::Database, count: u64) -> Vec<String> {
 }
 
 pub mod hot_path;
+pub mod scaling;

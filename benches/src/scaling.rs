@@ -1,0 +1,175 @@
+//! Inputs a model or an upstream controls, each built at a size `n`: what one guarded call or one masking costs
+//! must grow linearly with them. `scripts/instruction_budget.py` counts each shape's instructions at `n` and at
+//! `4 n` under callgrind (`src/bin/scaling_counts.rs`) and fails when the second is more than
+//! [`LINEAR_BOUND`] times the first: linear work is at most 4 times (less, with the call's fixed costs), a
+//! quadratic walk 16. Past sessions found such walks by hand, one shape at a time (ghosts inserted one by one,
+//! the poisoning scan, a `$ref` chain, BEGIN lines with no END); these keep the ones found and the shapes next to
+//! them linear.
+
+use serde_json::{Value, json};
+
+use crate::hot_path::{Input, Workload, arguments};
+
+/// The most `4 n` may cost over `n`: linear is 4 (less, with fixed costs), `n log n` ~4.4 at these sizes,
+/// quadratic 16.
+pub const LINEAR_BOUND: f64 = 5.0;
+
+/// Each shape, with its `n`: large enough that what grows with it outweighs the call's fixed costs.
+pub const SHAPES: [(&str, usize); 12] = [
+    // Undeclared keys, `n` at the top level and `n` in the nested object, stripped.
+    ("ghosts", 500),
+    // `n` tags, every one valid.
+    ("tags", 500),
+    // `n` tags, every one of the wrong type: refused, the refusal bounded.
+    ("invalid_tags", 500),
+    // `n` nested objects each with a wrong type and an undeclared key, in an array no schema item declares.
+    ("invalid_customers", 200),
+    // A body of `n` KiB.
+    ("long_body", 16),
+    // The integer sent as a string of `n` KiB: refused, the value shown cut.
+    ("long_wrong_type", 16),
+    // A call to an unknown tool whose name is `n` KiB: refused with the closest names.
+    ("long_unknown_tool", 16),
+    // An undeclared key `n` KiB long: stripped and named, cut, in the message.
+    ("long_ghost_name", 16),
+    // `n` KiB of text built from the shapes that once made masking quadratic (BEGIN lines with no END, runs of
+    // token prefixes, labels overtaken by e-mails, base64 and capitals-and-dashes runs), masked.
+    ("mask_text", 16),
+    // `n` records of the 2 KB result's kind, masked leaf by leaf.
+    ("mask_records", 64),
+    // One object with `n` keys, a third of them named like secrets, masked by key.
+    ("mask_wide_object", 500),
+    // Arrays nested `n` deep around a secret, masked.
+    ("mask_deep", 24),
+];
+
+/// The input of `shape` at size `n`.
+pub fn input(shape: &str, n: usize) -> Input {
+    let call = |name: &str, arguments: Value| Input::Call(agent_airlock::ToolCall::new("call_abc123", name, arguments));
+    let kib = |text: &str| text.repeat(n * 1024 / text.len() + 1)[..n * 1024].to_owned();
+    match shape {
+        "ghosts" => {
+            let mut arguments = arguments();
+            for i in 0..n {
+                arguments["customer"][format!("debug{i}")] = json!(i);
+                arguments[format!("admin{i}")] = json!(true);
+            }
+            call("file_ticket", arguments)
+        }
+        "tags" => {
+            let mut arguments = arguments();
+            arguments["tags"] = (0..n).map(|i| json!(format!("tag-{i}"))).collect();
+            call("file_ticket", arguments)
+        }
+        "invalid_tags" => {
+            let mut arguments = arguments();
+            arguments["tags"] = (0..n).map(|i| json!(i)).collect();
+            call("file_ticket", arguments)
+        }
+        "invalid_customers" => {
+            let mut arguments = arguments();
+            arguments["tags"] =
+                (0..n).map(|i| json!({"id": i, "tier": ["gold"], "region": null, "debug": i})).collect();
+            call("file_ticket", arguments)
+        }
+        "long_body" => {
+            let mut arguments = arguments();
+            arguments["body"] = json!(kib("The refund of 2024-05-02 has not reached the card; the bank says. "));
+            call("file_ticket", arguments)
+        }
+        "long_wrong_type" => {
+            let mut arguments = arguments();
+            arguments["priority"] = json!(kib("22222222"));
+            call("file_ticket", arguments)
+        }
+        "long_unknown_tool" => call(&kib("file_tickets_"), arguments()),
+        "long_ghost_name" => {
+            let mut arguments = arguments();
+            arguments[kib("assignees_")] = json!("support");
+            call("file_ticket", arguments)
+        }
+        "mask_text" => Input::Value(json!(kib(concat!(
+            "-----BEGIN PRIVATE KEY-----gres#://token=(555) (551.2.30\":nul._0",
+            "00555-0100sk-sk-sk-xoxb-555-0100sk-sk-",
+            "tAtk555-0100555-0100sk-sk-sk-sk-s.-xoxb-sk-sk--100sk-sk-sk-sk-s.-xoxb-sk-sk--s-sk-sk--100",
+            "user:pass@a@2x.pngtoken=",
+            "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0NTY3ODkrLw",
+            "ABC-DEFG-HIJK-LMNOP-QRST-UVWX-YZAB-CDEF-GHIJ-KLMN-OPQR-STUV-WXYZ-",
+            "glpat-x xoxb- AKIA sk- ghp_ adafruit_key: hooks.slack.com/ eyJ a3- q~ sc_ token=\n",
+        )))),
+        "mask_records" => {
+            let one = crate::hot_path::result_2k()[0].clone();
+            Input::Value(
+                (0..n)
+                    .map(|i| {
+                        let mut record = one.clone();
+                        record["id"] = json!(i);
+                        record
+                    })
+                    .collect(),
+            )
+        }
+        "mask_wide_object" => Input::Value(
+            (0..n)
+                .map(|i| match i % 3 {
+                    0 => (format!("password_{i}"), json!(format!("hunter{i}-correct-horse"))),
+                    1 => (format!("note_{i}"), json!(format!("order {i} shipped to user{i}@example.com"))),
+                    _ => (format!("count_{i}"), json!(i)),
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+        ),
+        "mask_deep" => {
+            let mut value = json!({"api_key": "sk-ant-api03-R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV"});
+            for _ in 0..n {
+                value = json!([value, "token=ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV"]);
+            }
+            Input::Value(value)
+        }
+        other => panic!("unknown shape `{other}`, expected one of {:?}", SHAPES.map(|(shape, _)| shape)),
+    }
+}
+
+/// Runs `shape` once on `input`: a masking shape masks it, the others are dispatched.
+pub fn run(workload: &Workload, shape: &str, input: Input) -> Value {
+    let case = if shape.starts_with("mask_") { "mask_2k" } else { "allowed" };
+    workload.run(case, input)
+}
+
+/// Checks once, at a small size, that each shape does what its name says, so a count never measures a broken
+/// case (a refusal where the call should run, masking that found nothing).
+pub fn check(workload: &Workload) {
+    for (shape, _) in SHAPES {
+        let Input::Call(call) = input(shape, 4) else { continue };
+        let message = workload.dispatch(call);
+        let allowed = matches!(shape, "ghosts" | "tags" | "long_body" | "long_ghost_name");
+        assert_eq!(message.status == agent_airlock::Status::Success, allowed, "{shape}: {message:?}");
+        assert!(message.content.len() < 8 * 1024, "{shape}: a {}-byte message", message.content.len());
+    }
+    for (shape, secret) in [
+        ("mask_text", "0100sk-sk-sk-xoxb-555-0100sk"),
+        ("mask_records", "AKIA4HK2Q7ZLMX9RT3WB"),
+        ("mask_wide_object", "hunter0-correct-horse"),
+        ("mask_deep", "ghp_R8sT2uVw9xYz4AbCdEfGh1JkLmNoPq3RsTuV"),
+    ] {
+        let Input::Value(value) = input(shape, 4) else { unreachable!() };
+        let before = value.to_string();
+        let masked = run(workload, shape, Input::Value(value)).to_string();
+        assert_ne!(masked, before, "{shape}: nothing masked");
+        assert!(before.contains(secret) && !masked.contains(secret), "{shape}: `{secret}` left in {masked:.200}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each shape, at a small size, does what its name says (the harness checks so before it counts).
+    #[test]
+    fn every_shape_does_what_its_name_says() {
+        check(&Workload::new());
+        for (shape, n) in SHAPES {
+            assert!(n > 0, "{shape}");
+        }
+    }
+}
