@@ -156,7 +156,7 @@ pub(crate) fn deny(
     let ledger = storage.ledger()?;
     let by = escape(signing_key.name()).into_owned();
     let recorded = match &log {
-        Some(log) => record_revocation(log, &find(&*ledger, request_id)?, &by, "nothing was denied")?,
+        Some(log) => record_revocation(log, &ledger, key, request_id, &by)?,
         None => None,
     };
     let resume =
@@ -193,12 +193,35 @@ fn revocation_log(path: &Path, source: &AuditKeySource) -> Result<AuditLog, Fail
     Ok(log)
 }
 
-/// Records the revocation of `entry`'s grant, if it has one approved and unspent (the grant a denial revokes);
-/// returns its id. Failing, nothing else is done (`then`).
-fn record_revocation(log: &AuditLog, entry: &RequestEntry, by: &str, then: &str) -> Result<Option<String>, Failure> {
+/// Records the revocation of `request_id`'s grant, if it has one approved and unspent (the grant a denial
+/// revokes); returns its id. The request's seal is checked first, and the grant must be the sealed request's (its
+/// id and binding): a row the database's holder wrote or swapped records nothing. Failing, nothing was denied.
+fn record_revocation(
+    log: &AuditLog,
+    ledger: &Arc<dyn ApprovalLedger>,
+    key: &KeySource,
+    request_id: &str,
+    by: &str,
+) -> Result<Option<String>, Failure> {
+    let entry = find(&**ledger, request_id)?;
     let RequestStatus::Granted(grant) = &entry.status else { return Ok(None) };
+    let sealed = approvals(Arc::clone(ledger), key, &entry.request.key_id, Duration::from_secs(60))?
+        .verify_request(&entry.request.interrupt)
+        .map_err(|e| format!("{e}; nothing was denied"))?;
+    let sealed_binding = sealed.as_value()[InterruptRequest::MEMBER]["binding"].as_str();
+    if grant.request_id != sealed.request_id() || sealed_binding != Some(grant.binding.as_str()) {
+        return Err(format!(
+            "the ledger's grant `{}` for request `{}` is not that request's (its id or binding differs): the \
+             database was changed; nothing was denied",
+            escape(&grant.grant_id),
+            escape(request_id)
+        ));
+    }
     log.append_revocation(&entry.request, &grant.grant_id, by).map_err(|e| {
-        format!("the revocation of grant `{}` could not be recorded in the audit file: {e}; {then}", grant.grant_id)
+        format!(
+            "the revocation of grant `{}` could not be recorded in the audit file: {e}; nothing was denied",
+            grant.grant_id
+        )
     })?;
     Ok(Some(grant.grant_id.clone()))
 }

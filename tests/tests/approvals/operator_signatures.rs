@@ -862,6 +862,22 @@ fn an_operators_revocation_recorded_in_the_shared_audit_file_outlives_a_grant_re
 
     let audit_key = dir.join("audit.key");
     let with_key = ["--audit-file", shared.to_str().unwrap(), "--audit-key-file", audit_key.to_str().unwrap()];
+    // The database's holder shows another request's grant as this one's: nothing is recorded, nothing denied.
+    let other = interrupt_of(&first, "c3", 700);
+    let other_id = other["airlock_approval"]["request_id"].as_str().unwrap();
+    agent_airlock_tests::pg_server::shared().psql(
+        database_of(&url),
+        &format!(
+            "UPDATE airlock_requests SET status = (SELECT status FROM airlock_requests WHERE request_id = '{request_id}') \
+             WHERE request_id = '{other_id}'"
+        ),
+    );
+    let refused = deny(other_id, &with_key).unwrap_err();
+    assert!(refused.contains("is not that request's") && refused.contains("nothing was denied"), "{refused}");
+    assert_eq!(records().len(), written + 1, "nothing recorded (one record: the interrupt of the other call)");
+    assert!(matches!(status(&request_id), RequestStatus::Granted(_)), "nothing was denied");
+    let written = records().len();
+
     deny(&request_id, &with_key).expect("the operator denies");
     match status(&request_id) {
         RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant.as_deref(), Some(grant_id.as_str())),
