@@ -169,7 +169,9 @@ pub(crate) fn deny(
         })?;
     if let Some(log) = &log {
         // The grant the ledger revoked, if it is not the one recorded first: recorded now.
-        let entry = find(&*ledger, request_id)?;
+        let entry = find(&*ledger, request_id).map_err(|e| {
+            format!("the request was denied, but which grant the denial revoked could not be read back: {e}")
+        })?;
         if let RequestStatus::Denied(denial) = &entry.status
             && let Some(revoked) = &denial.revoked_grant
             && recorded.as_ref() != Some(revoked)
