@@ -341,3 +341,22 @@ fn run(command: &mut Command, what: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A connection string of [`PgServer::url`]'s (or [`PgServer::fresh_database`]'s) in the form a deployment
+/// passes `airlock --db`: a URL, the socket directory percent-encoded as the host.
+pub fn as_url(connection: &str) -> String {
+    let field = |name: &str| {
+        connection
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("the connection string names `{name}`"))
+            .to_owned()
+    };
+    format!(
+        "postgresql://{}@{}:{}/{}",
+        field("user"),
+        field("host").replace('/', "%2F"),
+        field("port"),
+        field("dbname")
+    )
+}

@@ -773,25 +773,6 @@ fn hosts_sharing_an_audit_file_refuse_a_spent_grant_revived_in_the_database() {
     assert_eq!(host.executions(), 2, "the limit left: a host that shares neither the file nor the memory");
 }
 
-/// The form of a PostgreSQL connection `airlock --db` takes: a URL, the socket directory percent-encoded as the
-/// host.
-fn postgres_url(connection: &str) -> String {
-    let field = |name: &str| {
-        connection
-            .split_whitespace()
-            .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
-            .expect("the connection string names the field")
-            .to_owned()
-    };
-    format!(
-        "postgresql://{}@{}:{}/{}",
-        field("user"),
-        field("host").replace('/', "%2F"),
-        field("port"),
-        field("dbname")
-    )
-}
-
 /// An operator's `airlock deny --audit-file` (a real process) of an approved, unspent grant records the
 /// revocation in the hosts' append-only audit file before the ledger's denial, so it outlives the database:
 /// with the grant's row set back to live, a host writing the file refuses it as revoked, and so does that host
@@ -829,7 +810,14 @@ fn an_operators_revocation_recorded_in_the_shared_audit_file_outlives_a_grant_re
     };
     let deny = |request_id: &str, audit: &[&str]| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_airlock_cli"))
-            .args(["--db", &postgres_url(&url), "deny", request_id, "--reason", "not this one"])
+            .args([
+                "--db",
+                &agent_airlock_tests::pg_server::as_url(&url),
+                "deny",
+                request_id,
+                "--reason",
+                "not this one",
+            ])
             .arg("--signing-key")
             .arg(dir.join("alice.key"))
             .arg("--key-file")

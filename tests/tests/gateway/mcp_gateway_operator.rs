@@ -117,22 +117,8 @@ impl Scratch {
     }
 
     fn postgres_store(&self) -> Store {
-        let connection = pg_server::shared().fresh_database();
-        let field = |name: &str| {
-            connection
-                .split_whitespace()
-                .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
-                .expect("the connection string names the field")
-                .to_owned()
-        };
         // The form a deployment passes: a URL, the socket directory percent-encoded as the host.
-        let url = format!(
-            "postgresql://{}@{}:{}/{}",
-            field("user"),
-            field("host").replace('/', "%2F"),
-            field("port"),
-            field("dbname")
-        );
+        let url = pg_server::as_url(&pg_server::shared().fresh_database());
         Store::Postgres { url, audit: self.path("audit.redb") }
     }
 }

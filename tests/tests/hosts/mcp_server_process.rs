@@ -258,18 +258,9 @@ fn the_readme_mcp_configurations_do_not_depend_on_the_folder() {
 
 #[test]
 fn with_its_ledger_in_postgres_an_approved_delete_is_recorded_and_spent_in_the_database() {
-    let connection = pg_server::shared().fresh_database();
-    let field = |name: &str| {
-        connection.split_whitespace().find_map(|pair| pair.strip_prefix(&format!("{name}="))).unwrap().to_owned()
-    };
     // The form a deployment passes: a URL (the socket directory percent-encoded as the host).
-    let url = format!(
-        "postgresql://{}@{}:{}/{}",
-        field("user"),
-        field("host").replace('/', "%2F"),
-        field("port"),
-        field("dbname")
-    );
+    let connection = pg_server::shared().fresh_database();
+    let url = pg_server::as_url(&connection);
     let folder = tempfile::tempdir().unwrap();
     let tmpdir = tempfile::tempdir().unwrap();
     let mut session = Session::start_with_ledger(folder.path(), tmpdir.path(), Some(&url));
