@@ -1410,8 +1410,24 @@ const PUBLIC_TOKEN_WORDS: &[&str] = &["page", "next", "continuation", "sync", "c
 /// Whether `label`, normalised, ends with one of [`PUBLIC_TOKEN_WORDS`] and `token`: `token` is read once, not once
 /// per word (a secret's label often ends with it).
 fn names_a_public_token(label: &str) -> bool {
-    normalised_suffix_start(label, "token")
-        .is_some_and(|at| PUBLIC_TOKEN_WORDS.iter().any(|word| normalised_ends_with(&label[..at], word)))
+    if let Some(at) = normalised_suffix_start(label, "token") {
+        return PUBLIC_TOKEN_WORDS.iter().any(|word| normalised_ends_with(&label[..at], word));
+    }
+    // Qualifiers after the name (`next_page_token_2=`), read past as an object key's are; only for a label that
+    // holds `token` at all.
+    if !label.as_bytes().windows(5).any(|window| window.eq_ignore_ascii_case(b"token")) {
+        return false;
+    }
+    const READ: usize = 64;
+    let mut buffer = [0u8; READ];
+    let mut start = READ;
+    for byte in label.bytes().rev().filter(u8::is_ascii_alphanumeric).take(READ) {
+        start -= 1;
+        buffer[start] = byte.to_ascii_lowercase();
+    }
+    let stem = super::json::without_qualifiers(&buffer[start..]);
+    stem.strip_suffix(b"token")
+        .is_some_and(|rest| PUBLIC_TOKEN_WORDS.iter().any(|word| rest.ends_with(word.as_bytes())))
 }
 
 fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
@@ -2678,10 +2694,28 @@ mod tests {
 
     #[test]
     fn pagination_tokens_are_public() {
-        for label in ["nextPageToken=", "page_token: ", "\"continuationToken\": ", "sync.to-ken=", "CURSOR_TOKEN="] {
+        for label in [
+            "nextPageToken=",
+            "page_token: ",
+            "\"continuationToken\": ",
+            "sync.to-ken=",
+            "CURSOR_TOKEN=",
+            "next_page_token_2=",
+            "\"nextPageTokenV2\": ",
+        ] {
             assert!(names_a_public_token(label), "{label}");
         }
-        for label in ["token: ", "api_token=", "access-token=", "page=", "tokens=", "pagetokenx="] {
+        for label in [
+            "token: ",
+            "api_token=",
+            "access-token=",
+            "page=",
+            "tokens=",
+            "pagetokenx=",
+            "api_token_2=",
+            "token_page_2=",
+            "GITHUB_TOKEN_PROD=",
+        ] {
             assert!(!names_a_public_token(label), "{label}");
         }
     }

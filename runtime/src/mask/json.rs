@@ -69,7 +69,7 @@ const MAX_QUALIFIERS: usize = 3;
 
 /// The normalised `key` without the qualifiers that may follow a secret's name ([`SECRET_QUALIFIERS`], digits,
 /// a version `v2`), at most [`MAX_QUALIFIERS`] of them: `dbpasswordprod2` is `dbpassword`. Never empty.
-fn without_qualifiers(key: &[u8]) -> &[u8] {
+pub(crate) fn without_qualifiers(key: &[u8]) -> &[u8] {
     let mut stem = key;
     for _ in 0..MAX_QUALIFIERS {
         let digits = stem.iter().rev().take_while(|b| b.is_ascii_digit()).count();
@@ -399,7 +399,7 @@ mod tests {
                 assert!(masked.contains(key), "{masked}");
             }
         }
-        for key in ["token_type", "password_hint", "secret_name", "api_key_id", "token_file"] {
+        for key in ["token_type", "password_hint", "secret_name", "api_key_id", "token_file", "next_page_token_2"] {
             assert_eq!(KeyHint::of_key(key), KeyHint::None, "{key}");
             let text = format!("{key}=Hunter0correcthorse");
             assert_eq!(masker.mask_text(&text, crate::mask::MaskSet::SECRETS), text);
