@@ -11,7 +11,7 @@ Each case runs RUNS times in `hot_path_counts` (benches/src/bin), and callgrind 
 
 It then checks that the guard's cost grows linearly with what a model or an upstream controls: each shape of
 `benches/src/scaling.rs` (many ghosts, long strings, wide and deep results to mask, ...) is counted at a size n
-and at 4 n (`scaling_counts`), and the check fails when 4 n costs more than the bound it prints (5x: linear work
+and at 4 n (`scaling_counts`), and the check fails when 4 n costs more than the bound it prints (6x: linear work
 is at most 4x, a quadratic walk 16x). No budget file: the ratio is the machine's own.
 
 Needs valgrind (Debian/Ubuntu: `apt install valgrind`).
@@ -167,17 +167,20 @@ def rewrite_budget(text: str, measured: dict[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# How many calls of each scaling shape and size are counted (one process each): their inputs are large, and
-# counts of large calls barely move between processes.
+# How many calls of each scaling shape and size are counted per process, and in how many processes (the lowest
+# count is taken): glibc's `malloc_consolidate` runs during the counted calls in some processes and not in others,
+# which moved one count by 13 % (`invalid_customers` at 4n: 1.44 M or 1.63 M).
 SCALING_RUNS = 2
+SCALING_ROUNDS = 2
 
 
 def scaling(binary: Path) -> list[str]:
-    """Counts each shape of `scaling_counts --list` at n and at 4 n; the failures (4 n over the bound times n)."""
+    """Counts each shape of `scaling_counts --list` at n and at 4 n (the lowest of its rounds); the failures (4 n
+    over the bound times n)."""
     listed = subprocess.run([str(binary), "--list"], check=True, capture_output=True, text=True).stdout.split("\n")
     bound = float(listed[0].split()[1])
     shapes = [(line.split()[0], int(line.split()[1])) for line in listed[1:] if line.strip()]
-    jobs = [(shape, size) for shape, n in shapes for size in (n, 4 * n)]
+    jobs = [(shape, size) for shape, n in shapes for size in (n, 4 * n) for _ in range(SCALING_ROUNDS)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counts = list(
             pool.map(
@@ -187,7 +190,9 @@ def scaling(binary: Path) -> list[str]:
                 jobs,
             )
         )
-    counted = dict(zip(jobs, counts))
+    counted: dict[tuple[str, int], int] = {}
+    for job, count in zip(jobs, counts):
+        counted[job] = min(count, counted.get(job, count))
     failed = []
     print(f"\n{'scaling shape':<20}{'n':>6}{'at n':>14}{'at 4n':>14}{'4n / n':>9}  (bound {bound:g}x)")
     for shape, n in shapes:
