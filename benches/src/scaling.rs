@@ -169,8 +169,5 @@ mod tests {
     #[test]
     fn every_shape_does_what_its_name_says() {
         check(&Workload::new());
-        for (shape, n) in SHAPES {
-            assert!(n > 0, "{shape}");
-        }
     }
 }
