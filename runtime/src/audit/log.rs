@@ -288,7 +288,7 @@ impl AuditLog {
     /// log of another store the record is written all the same, for the history, but no host reads it back.
     ///
     /// `grant_id` must be a grant id as the ledger issues them (32 lowercase hex characters), else nothing is
-    /// written ([`AuditError::Corrupt`] would mislead: this is [`AuditError::NotAGrant`]).
+    /// written and the answer is [`AuditError::NotAGrant`].
     pub fn append_revocation(
         &self,
         request: &RequestRecord,
