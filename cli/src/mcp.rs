@@ -174,6 +174,11 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     let allowed = AllowedFindings::from_policy(&policy);
     let observe = policy.mode() == PolicyMode::Observe;
     let mut approvals = InterruptApprovals::new(KeyRing::new(key), ledger, GRANT_TTL).with_clock(Arc::new(SystemClock));
+    if args.audit_file.is_some() {
+        // A request the gateway closes (its call cancelled, its answer lost) revokes a grant an operator issued
+        // meanwhile: recorded in the append-only file first, so every host writing it refuses that grant.
+        approvals = approvals.with_revocation_log(Arc::clone(&audit));
+    }
     if let Some(path) = &args.operators {
         let operators = Operators::load(path).map_err(|e| e.to_string())?;
         approvals = approvals.with_operators(operators);

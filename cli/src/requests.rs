@@ -139,7 +139,8 @@ pub(crate) fn approve(
 /// `airlock deny`: prints the resume value that refuses the call. With `revocations` (the hosts' append-only
 /// audit file and its key), an approved grant the denial revokes is recorded revoked in that file **before** the
 /// ledger's write, so a host writing the file refuses it even if the database's row is later set back to live;
-/// a grant issued between the two (another approver's) is recorded right after.
+/// a grant issued between the two (another approver's) is recorded right after
+/// ([`InterruptApprovals::with_revocation_log`]).
 pub(crate) fn deny(
     cli: &Cli,
     request_id: &str,
@@ -153,79 +154,19 @@ pub(crate) fn deny(
     let signer = DecisionSigner::Operator(&signing_key);
     // The file is opened (and its key checked) before anything is written.
     let log = revocations.map(|(path, source)| revocation_log(path, source)).transpose()?;
-    let ledger = storage.ledger()?;
-    let by = escape(signing_key.name()).into_owned();
-    let recorded = match &log {
-        Some(log) => record_revocation(log, &ledger, key, request_id, &by)?,
-        None => None,
-    };
-    let resume =
-        deny_request(Arc::clone(&ledger), key, request_id, Some(signer), "", reason).map_err(|e| match &recorded {
-            Some(grant_id) => format!(
-                "{e}. The audit file records grant `{grant_id}` revoked (written before the denial), so hosts writing \
-                 it refuse that grant"
-            ),
-            None => e,
-        })?;
-    if let Some(log) = &log {
-        // The grant the ledger revoked, if it is not the one recorded first: recorded now.
-        let entry = find(&*ledger, request_id).map_err(|e| {
-            format!("the request was denied, but which grant the denial revoked could not be read back: {e}")
-        })?;
-        if let RequestStatus::Denied(denial) = &entry.status
-            && let Some(revoked) = &denial.revoked_grant
-            && recorded.as_ref() != Some(revoked)
-        {
-            log.append_revocation(&entry.request, revoked, &by).map_err(|e| {
-                format!("the request was denied, but the revocation of grant `{revoked}` could not be recorded in the audit file: {e}")
-            })?;
-        }
-    }
+    let resume = deny_request(storage.ledger()?, key, request_id, Some(signer), "", reason, log)?;
     print_resume(cli, resume.as_value(), "denied");
     Ok(())
 }
 
 /// The hosts' append-only audit file, to record revocations in: it must exist, and a signed log needs its key.
-fn revocation_log(path: &Path, source: &AuditKeySource) -> Result<AuditLog, Failure> {
+fn revocation_log(path: &Path, source: &AuditKeySource) -> Result<Arc<AuditLog>, Failure> {
     let key = audit_key(source)?;
     let signed = key.is_some();
     let config = AuditConfig { key, ..AuditConfig::default() };
     let log = open_audit_file(path, config).map_err(|e| format!("{e}; nothing was denied"))?;
     ensure_signable_for(&log, signed, "revocation", "denied")?;
-    Ok(log)
-}
-
-/// Records the revocation of `request_id`'s grant, if it has one approved and unspent (the grant a denial
-/// revokes); returns its id. The request's seal is checked first, and the grant must be the sealed request's (its
-/// id and binding): a row the database's holder wrote or swapped records nothing. Failing, nothing was denied.
-fn record_revocation(
-    log: &AuditLog,
-    ledger: &Arc<dyn ApprovalLedger>,
-    key: &KeySource,
-    request_id: &str,
-    by: &str,
-) -> Result<Option<String>, Failure> {
-    let entry = find(&**ledger, request_id)?;
-    let RequestStatus::Granted(grant) = &entry.status else { return Ok(None) };
-    let sealed = approvals(Arc::clone(ledger), key, &entry.request.key_id, Duration::from_secs(60))?
-        .verify_request(&entry.request.interrupt)
-        .map_err(|e| format!("{e}; nothing was denied"))?;
-    let sealed_binding = sealed.as_value()[InterruptRequest::MEMBER]["binding"].as_str();
-    if grant.request_id != sealed.request_id() || sealed_binding != Some(grant.binding.as_str()) {
-        return Err(format!(
-            "the ledger's grant `{}` for request `{}` is not that request's (its id or binding differs): the \
-             database was changed; nothing was denied",
-            escape(&grant.grant_id),
-            escape(request_id)
-        ));
-    }
-    log.append_revocation(&entry.request, &grant.grant_id, by).map_err(|e| {
-        format!(
-            "the revocation of grant `{}` could not be recorded in the audit file: {e}; nothing was denied",
-            grant.grant_id
-        )
-    })?;
-    Ok(Some(grant.grant_id.clone()))
+    Ok(Arc::new(log))
 }
 
 /// `airlock spent`: the grants that admitted their call.
@@ -491,8 +432,8 @@ impl Approval {
 }
 
 /// Denies `request_id`, signed by `signer` (or, from a console without a key of its own, unsigned as
-/// `operator`), after checking its seal; `reason` reaches the model. Returns the resume value that refuses
-/// the call.
+/// `operator`), after checking its seal; `reason` reaches the model. With `revocations`, a grant the denial
+/// revokes is recorded there first. Returns the resume value that refuses the call.
 pub(crate) fn deny_request(
     ledger: Arc<dyn ApprovalLedger>,
     key: &KeySource,
@@ -500,9 +441,13 @@ pub(crate) fn deny_request(
     signer: Option<DecisionSigner<'_>>,
     operator: &str,
     reason: Option<&str>,
+    revocations: Option<Arc<AuditLog>>,
 ) -> Result<ResumeValue, Failure> {
     let entry = find(&*ledger, request_id)?;
-    let approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
+    let mut approvals = approvals(ledger, key, &entry.request.key_id, Duration::from_secs(60))?;
+    if let Some(log) = revocations {
+        approvals = approvals.with_revocation_log(log);
+    }
     match signer {
         Some(signer) => approvals.deny_signed(&entry.request.interrupt, signer, reason).wait(),
         None => approvals.deny(&entry.request.interrupt, operator, reason).wait(),

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::session::{Activity, Session};
 use super::{Console, Shared, blocking, now, pages, refusal, see_other};
-use crate::effects::ensure_signable;
+use crate::effects::{ensure_signable, ensure_signable_for};
 use crate::requests::{Approval, approve_request, deny_request, find};
 
 /// Why a form post was refused before anything was done.
@@ -115,7 +115,19 @@ pub(super) async fn deny(
             return Err(format!("request `{request_id}` is {}, not pending", entry.status.label(now())));
         }
         let signer = shared.attesting(&operator);
-        deny_request(Arc::clone(&shared.ledger), &shared.key, &request_id, signer, &operator, reason.as_deref())
+        // A grant issued meanwhile (another approver's) is revoked by the denial: recorded in the gateway's
+        // append-only audit file, if the console writes one, so the hosts writing it refuse the grant.
+        let revocations = match &shared.resolutions_file {
+            Some((path, config)) => {
+                let log = config.clone().and_then(|config| crate::effects::open_audit_file(path, config));
+                let log = log.map_err(|e| format!("{e}; nothing was denied"))?;
+                ensure_signable_for(&log, shared.audit_signed, "revocation", "denied")?;
+                Some(Arc::new(log))
+            }
+            None => None,
+        };
+        let ledger = Arc::clone(&shared.ledger);
+        deny_request(ledger, &shared.key, &request_id, signer, &operator, reason.as_deref(), revocations)
     })
     .await;
     match denied {

@@ -11,4 +11,5 @@ pub mod ledger_protocol;
 pub mod ledger_prune;
 pub mod ledger_redb;
 pub mod operator_signatures;
+pub mod revocation_log;
 pub mod store_decisions;

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use super::error::decision_ledger_error;
 use super::message::denied_resume;
+use super::revocation::{after_the_denial, on_a_thread, record_after, record_first};
 use super::{DecisionError, InterruptApprovals, ResumeValue};
+use crate::audit::AuditLog;
 use crate::clock::Clock;
 use crate::ledger::{ApprovalLedger, DenialRecord, LedgerError};
 use crate::store::closing::Closing;
@@ -44,6 +46,9 @@ impl InterruptApprovals {
     /// written again until it lands, for up to the closing patience
     /// ([`with_closing_patience`](Self::with_closing_patience)), and then reported as an error.
     ///
+    /// With a [revocation log](Self::with_revocation_log), a grant the closing revokes is recorded there
+    /// before the ledger's write, as a denial's is.
+    ///
     /// A request whose grant was already spent cannot be closed: its call was admitted
     /// ([`DecisionError::AlreadySpent`]).
     pub async fn close(
@@ -53,6 +58,15 @@ impl InterruptApprovals {
         reason: Option<&str>,
     ) -> Result<ResumeValue, DecisionError> {
         let denial = self.prepare_denial(interrupt, closed_by, reason)?;
+        // With a revocation log, the grant the closing revokes is recorded there first (`revocation`).
+        let recorded = match &self.revocations {
+            Some(log) => {
+                let binding = self.verify_request(interrupt)?.body.binding;
+                let (ledger, log, first) = (Arc::clone(&self.ledger), Arc::clone(log), denial.clone());
+                on_a_thread(move || record_first(&log, &*ledger, &binding, &first)).await?
+            }
+            None => None,
+        };
         let first = self.ledger.deny(denial.clone()).await;
         let denied = match first {
             Err(error) if worth_retrying(&error) => {
@@ -62,7 +76,12 @@ impl InterruptApprovals {
             }
             answered => answered,
         };
-        denied.map(|denial| denied_resume(&denial)).map_err(decision_ledger_error)
+        let denied = after_the_denial(recorded.as_deref(), denied.map_err(decision_ledger_error))?;
+        if let Some(log) = &self.revocations {
+            let (ledger, log, after) = (Arc::clone(&self.ledger), Arc::clone(log), denied.clone());
+            on_a_thread(move || record_after(&log, &*ledger, &after, recorded.as_deref())).await?;
+        }
+        Ok(denied_resume(&denied))
     }
 
     /// How long a closing denial ([`close`](Self::close), and the one that ends a request whose dispatch
@@ -80,6 +99,7 @@ impl InterruptApprovals {
             clock: Arc::clone(&self.clock),
             patience: self.closing_patience,
             request_id: Some(request_id.to_owned()),
+            revocations: self.revocations.clone(),
         }
     }
 }
@@ -91,6 +111,9 @@ pub(crate) struct IssuedRequest {
     clock: Arc<dyn Clock>,
     patience: Duration,
     request_id: Option<String>,
+    /// Where the grant the closing revokes is recorded, if it revokes one (issued in the instant between the
+    /// request's write and the dispatch's drop): after the denial, as a destructor cannot read the ledger first.
+    revocations: Option<Arc<AuditLog>>,
 }
 
 impl IssuedRequest {
@@ -122,6 +145,18 @@ impl Drop for IssuedRequest {
         };
         // Queued now, behind the request's own write; a destructor cannot wait, so the retries run on a
         // thread of their own, which reports if the denial never lands.
-        drop(closing(Arc::clone(&self.ledger), denial, self.patience).land_in_background());
+        let landing = closing(Arc::clone(&self.ledger), denial, self.patience).land_in_background();
+        if let Some(log) = self.revocations.take() {
+            let ledger = Arc::clone(&self.ledger);
+            drop(on_a_thread(move || {
+                // A closing that never lands is reported by its own thread.
+                let Ok(denied) = landing.wait() else { return Ok(()) };
+                let recorded = record_after(&log, &*ledger, &denied, None);
+                if let Err(error) = &recorded {
+                    tracing::error!(target: "agent_airlock", %error, "closing a dropped dispatch's request revoked a grant the revocation log does not record");
+                }
+                recorded
+            }));
+        }
     }
 }

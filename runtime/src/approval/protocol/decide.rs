@@ -237,11 +237,12 @@ impl InterruptApprovals {
         })))
     }
 
-    /// Records a human's no (the seal is checked first). An unspent grant of the request is revoked.
+    /// Records a human's no (the seal is checked first). An unspent grant of the request is revoked (and,
+    /// with a [revocation log](Self::with_revocation_log), recorded revoked there first).
     /// Returns the resume value that tells the call it was denied.
     pub fn deny(&self, interrupt: &Value, denied_by: &str, reason: Option<&str>) -> Reply<ResumeValue, DecisionError> {
         let denial = self.require_unsigned_allowed().and_then(|()| self.prepare_denial(interrupt, denied_by, reason));
-        self.record_denial(denial)
+        self.record_denial(interrupt, denial)
     }
 
     /// [`deny`](Self::deny), signed by `signer` (recorded with the denial, so who denied is attributable).
@@ -251,10 +252,23 @@ impl InterruptApprovals {
         signer: DecisionSigner<'_>,
         reason: Option<&str>,
     ) -> Reply<ResumeValue, DecisionError> {
-        self.record_denial(self.prepare_signed_denial(interrupt, signer, reason))
+        self.record_denial(interrupt, self.prepare_signed_denial(interrupt, signer, reason))
     }
 
-    fn record_denial(&self, denial: Result<DenialRecord, DecisionError>) -> Reply<ResumeValue, DecisionError> {
+    fn record_denial(
+        &self,
+        interrupt: &Value,
+        denial: Result<DenialRecord, DecisionError>,
+    ) -> Reply<ResumeValue, DecisionError> {
+        let denial = match (denial, &self.revocations) {
+            (Ok(denial), Some(log)) => {
+                return match self.verify_request(interrupt) {
+                    Ok(request) => self.revoke_and_deny(log, request.body.binding, denial),
+                    Err(error) => Reply::ready_or(Err(error), decision_writer_stopped),
+                };
+            }
+            (denial, _) => denial,
+        };
         match denial {
             Ok(denial) => self.ledger.deny(denial).then(
                 |denied| denied.map(|denied| denied_resume(&denied)).map_err(decision_ledger_error),

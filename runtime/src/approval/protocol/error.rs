@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::approval::display::DisplayError;
+use crate::audit::AuditError;
 use crate::canonical::CanonicalError;
 use crate::ledger::LedgerError;
 
@@ -149,6 +150,56 @@ pub enum DecisionError {
         grant_id: String,
         /// When.
         spent_at: Duration,
+    },
+    /// The ledger's entry for the request holds a grant that is not the request's (its id or binding differs
+    /// from the sealed request's): the database was changed. With a revocation log
+    /// ([`with_revocation_log`](super::InterruptApprovals::with_revocation_log)), nothing is recorded or denied.
+    #[error(
+        "the ledger's grant `{grant_id}` for request `{request_id}` is not that request's (its id or binding \
+         differs): the database was changed; nothing was denied"
+    )]
+    ForeignGrant {
+        /// The request denied.
+        request_id: String,
+        /// The grant its entry holds (cut short and escaped: it is the database's, not ours).
+        grant_id: String,
+    },
+    /// The revocation of the request's grant could not be recorded in the revocation log: nothing was denied.
+    #[error(
+        "the revocation of grant `{grant_id}` could not be recorded in the audit file: {source}; nothing was denied"
+    )]
+    RevocationNotRecorded {
+        /// The grant the denial would have revoked.
+        grant_id: String,
+        /// Why the record failed.
+        #[source]
+        source: AuditError,
+    },
+    /// The grant's revocation was recorded in the revocation log, then the ledger's denial failed: hosts
+    /// writing that log refuse the grant all the same (a call admitted in between leaves it spent).
+    #[error(
+        "{source}. The audit file records grant `{grant_id}` revoked (written before the denial), so hosts writing \
+         it refuse that grant"
+    )]
+    RevokedNotDenied {
+        /// The grant recorded revoked.
+        grant_id: String,
+        /// Why the denial failed.
+        #[source]
+        source: Box<DecisionError>,
+    },
+    /// The request was denied, but the grant its denial revoked (issued after the log was read, by another
+    /// approver) could not be recorded in the revocation log. The denial stands
+    /// ([`recorded_decision_blocking`](super::InterruptApprovals::recorded_decision_blocking) answers it).
+    #[error(
+        "the request was denied, but the revocation of grant `{grant_id}` could not be recorded in the audit file: \
+         {detail}"
+    )]
+    DeniedRevocationNotRecorded {
+        /// The grant the denial revoked.
+        grant_id: String,
+        /// Why the record failed.
+        detail: String,
     },
     /// The system random source failed.
     #[error("the system random source failed: {0}")]

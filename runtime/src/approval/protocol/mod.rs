@@ -34,6 +34,7 @@ mod key_ring;
 mod mac;
 mod message;
 mod request;
+mod revocation;
 mod sealed_arguments;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ pub use self::mac::{Binding, BindingInput};
 use self::message::RequestBody;
 pub use self::message::{Admission, CallSite, InterruptRequest, ResumeValue};
 use crate::approval::operators::{DecisionSignature, DecisionSubject, OperatorKey, Operators};
+use crate::audit::AuditLog;
 use crate::clock::{Clock, SystemClock};
 use crate::ledger::ApprovalLedger;
 pub use crate::store::closing::DEFAULT_CLOSING_PATIENCE;
@@ -72,6 +74,9 @@ pub struct InterruptApprovals {
     operators: Option<Arc<Operators>>,
     /// The grants spent through these approvals (and their clones) in this process.
     spent: Arc<admit::SpentGrants>,
+    /// Where a denial records the grant it revokes before the ledger's write
+    /// ([`with_revocation_log`](Self::with_revocation_log)).
+    revocations: Option<Arc<AuditLog>>,
 }
 
 /// Who signs a decision: an operator with their own key, or a console with its key, for the operator
@@ -146,6 +151,7 @@ impl InterruptApprovals {
             closing_patience: DEFAULT_CLOSING_PATIENCE,
             operators: None,
             spent: Arc::new(admit::SpentGrants::new(grant_ttl)),
+            revocations: None,
         }
     }
 
