@@ -320,6 +320,44 @@ fn a_denial_with_its_reason_reaches_the_model() {
     assert_eq!(denial.denied_by, "bob");
 }
 
+/// `--audit-file`: a denial in the console records in the gateway's append-only file the grant it revokes
+/// (one issued by another approver meanwhile; a pending request has none, so nothing is recorded); with a file
+/// that does not exist, nothing is denied.
+#[test]
+fn a_denial_with_the_gateways_audit_file_needs_the_file_and_records_no_grant_it_does_not_revoke() {
+    use agent_airlock::audit::{AuditEvent, AuditOutcome};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("airlock.redb");
+    let host = host(&db);
+    let id = REFUND.request_in(&host, 900, "moves money");
+    let deny = |console: &Console| {
+        let mut visitor = Visitor::new(console);
+        assert_eq!(visitor.sign_in("", console.token.as_deref().unwrap()), StatusCode::SEE_OTHER);
+        let (_, page) = visitor.get(&format!("/requests/{id}"));
+        let csrf = hidden(&page, "csrf");
+        let (status, page, _) = visitor.post(&format!("/requests/{id}/deny"), &[("csrf", &csrf), ("reason", "no")]);
+        (status, page)
+    };
+    let missing = dir.path().join("typo.log");
+    let console = Console::start(&db, &["--operator", "bob", "--audit-file", missing.to_str().unwrap()]);
+    let (status, page) = deny(&console);
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(page.contains("does not exist") && page.contains("nothing was denied"), "{page}");
+    assert!(matches!(status_of(&host, &id), RequestStatus::Pending), "nothing was denied");
+    assert!(!missing.exists(), "no new log was started");
+    drop(console);
+
+    let file = dir.path().join("audit.log");
+    let writer = AuditLog::open_append_only(&file, AuditConfig::default()).unwrap();
+    writer.append(AuditEvent::new("refund", "c1", AuditOutcome::Executed)).unwrap();
+    let console = Console::start(&db, &["--operator", "bob", "--audit-file", file.to_str().unwrap()]);
+    let (status, page) = deny(&console);
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let RequestStatus::Denied(denial) = status_of(&host, &id) else { panic!("not denied") };
+    assert_eq!((denial.denied_by.as_str(), denial.revoked_grant.as_deref()), ("bob", None));
+    assert_eq!(writer.records(1, 10).unwrap().len(), 1, "a pending request's denial records nothing");
+}
+
 #[test]
 fn posts_without_the_session_or_its_csrf_token_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
