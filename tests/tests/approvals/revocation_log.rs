@@ -33,6 +33,8 @@ struct Watching {
     seen_at_denial: Mutex<Vec<Vec<String>>>,
     /// Issue a grant for the request just before the next denial is written.
     grant_before_denial: AtomicBool,
+    /// Run this just before the next denial is written (a host admitting the grant's call).
+    before_denial: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     failing_denials: AtomicU32,
     /// Show the request's entry holding this status (another request's grant) at the next read.
     swapped: Mutex<Option<RequestStatus>>,
@@ -48,6 +50,7 @@ impl Watching {
             file: file.to_owned(),
             seen_at_denial: Mutex::new(Vec::new()),
             grant_before_denial: AtomicBool::new(false),
+            before_denial: Mutex::new(None),
             failing_denials: AtomicU32::new(0),
             swapped: Mutex::new(None),
             hold_records: false,
@@ -72,6 +75,9 @@ impl ApprovalLedger for Watching {
     }
     fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
         self.seen_at_denial.lock().unwrap().push(revocations(&self.file));
+        if let Some(before) = self.before_denial.lock().unwrap().take() {
+            before();
+        }
         if self.grant_before_denial.swap(false, Ordering::SeqCst) {
             let entry = self.inner.find_request(&denial.request_id).unwrap().unwrap();
             self.inner.grant(late_grant(&entry.request), START).wait().expect("another approver's grant");
@@ -319,6 +325,36 @@ fn a_grant_recorded_revoked_is_refused_by_the_hosts_even_if_the_denial_then_fail
     assert!(host.executions().lines().is_empty(), "the revoked call never ran");
 }
 
+/// The grant's call resumed on a host between the revocation's record and the ledger's denial: the host's
+/// admission spends the grant in the ledger, then finds the revocation before its own record and refuses the
+/// call; the denial then fails (the grant is spent), and says that the file records the grant revoked.
+#[test]
+fn a_call_resumed_between_the_revocations_record_and_the_denial_is_refused_and_the_denial_says_so() {
+    let host = Host::new(|_| {});
+    let (interrupt, grant_id) = host.approved();
+    let resume = host.approvals().approve(&interrupt, "alice").wait().unwrap().into_value();
+    let outcome = Arc::new(Mutex::new(None));
+    let (dispatcher, context) = (host.dispatcher(), context(host.executions(), "c1", Some(resume)));
+    let resumed = {
+        let outcome = Arc::clone(&outcome);
+        move || *outcome.lock().unwrap() = Some(block_on(dispatcher.dispatch(refund_call(500), &context)))
+    };
+    *host.ledger.before_denial.lock().unwrap() = Some(Box::new(resumed));
+    match host.approvals().deny(&interrupt, "bob", None).wait() {
+        Err(DecisionError::RevokedNotDenied { grant_id: recorded, source }) => {
+            assert_eq!(recorded, grant_id);
+            assert!(matches!(*source, DecisionError::AlreadySpent { .. }), "{source:?}");
+        }
+        other => panic!("expected the denial to find the grant spent, got {other:?}"),
+    }
+    let refused = outcome.lock().unwrap().take().expect("the call was resumed").expect_message();
+    assert_eq!(refused.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{refused:?}");
+    assert!(refused.content.contains("revoked"), "{refused:?}");
+    assert!(host.executions().lines().is_empty(), "the call never ran");
+    assert!(matches!(host.status(&interrupt), RequestStatus::Spent(_)), "the admission spent it in the ledger");
+    assert_eq!(revocations(&host.file), [revoked_by(&grant_id, "bob")]);
+}
+
 #[test]
 fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
     let host = Host::new(|_| {});
@@ -338,26 +374,26 @@ fn a_dropped_dispatchs_closing_records_a_grant_issued_meanwhile() {
     let dispatcher = host.dispatcher();
     let context = context(host.executions(), "c1", None);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let operator = {
-        let (ledger, approvals) = (Arc::clone(&host.ledger), host.approvals());
-        std::thread::spawn(move || {
-            // The operator reads the request from the ledger and approves it while the host waits.
-            let entry = loop {
-                match ledger.inner.list_requests().unwrap().pop() {
-                    Some(entry) => break entry,
-                    None => std::thread::sleep(Duration::from_millis(5)),
-                }
-            };
-            let resume = approvals.approve(&entry.request.interrupt, "alice").wait().unwrap().into_value();
-            resume["airlock_grant"]["grant_id"].as_str().unwrap().to_owned()
-        })
-    };
-    {
-        let dispatch = dispatcher.dispatch(refund_call(5_000), &context);
-        let waited = runtime.block_on(async { tokio::time::timeout(Duration::from_millis(500), dispatch).await });
-        assert!(waited.is_err(), "the dispatch waits for the held answer");
-    }
-    let grant_id = operator.join().unwrap();
+    let (approved, grant_issued) = tokio::sync::oneshot::channel::<String>();
+    let (ledger, approvals) = (Arc::clone(&host.ledger), host.approvals());
+    std::thread::spawn(move || {
+        // The operator reads the request from the ledger and approves it while the host waits.
+        let entry = loop {
+            match ledger.inner.list_requests().unwrap().pop() {
+                Some(entry) => break entry,
+                None => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let resume = approvals.approve(&entry.request.interrupt, "alice").wait().unwrap().into_value();
+        let _ = approved.send(resume["airlock_grant"]["grant_id"].as_str().unwrap().to_owned());
+    });
+    // The dispatch waits for the held answer; once the grant is issued, the client cancels (it is dropped).
+    let grant_id = runtime.block_on(async {
+        tokio::select! {
+            outcome = dispatcher.dispatch(refund_call(5_000), &context) => panic!("the dispatch waits: {outcome:?}"),
+            grant_id = grant_issued => grant_id.expect("the operator approves"),
+        }
+    });
     let request_id = host.ledger.inner.list_requests().unwrap()[0].request.request_id.clone();
     let recorded = eventually(Duration::from_secs(30), || !revocations(&host.file).is_empty());
     assert!(recorded, "the revoked grant was recorded");
