@@ -521,6 +521,10 @@ impl AuditStore for FileAuditStore {
     fn closed_before(&self, grant_id: &str, seq: u64) -> Option<Closed> {
         self.lock().spends.as_ref()?.closed_before(grant_id, seq)
     }
+
+    fn knows_closings(&self) -> bool {
+        self.lock().spends.is_some()
+    }
 }
 
 fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {

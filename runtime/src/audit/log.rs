@@ -279,6 +279,12 @@ impl AuditLog {
         self.writer.store.closed_before(grant_id, seq)
     }
 
+    /// Whether [`closed_before`](Self::closed_before) answers for this log (an append-only file): a spend
+    /// whose record it could not append cannot be checked against it.
+    pub(crate) fn knows_closings(&self) -> bool {
+        self.writer.store.knows_closings()
+    }
+
     /// Records that `revoked_by` revokes grant `grant_id` of `request`: a `refused` record (a human's no,
     /// [`RefusalKind::HumanDenied`]) of the request's tool, call and thread,
     /// detail `grant <id> revoked by <revoked_by>`. Written **before** the denial that revokes the grant in the

@@ -42,4 +42,10 @@ pub(super) trait AuditStore: Send + Sync {
     fn closed_before(&self, _grant_id: &str, _seq: u64) -> Option<Closed> {
         None
     }
+
+    /// Whether [`closed_before`](Self::closed_before) answers for this store: an admission that could not
+    /// append its record to it cannot be checked.
+    fn knows_closings(&self) -> bool {
+        false
+    }
 }

@@ -1,7 +1,8 @@
 //! Gate 7, admission: one durable write that spends a verified approval and reserves the call's effect
 //! key, all or nothing, after every gate that can still refuse. A refusal here leaves the grant live and
 //! gives the rate tokens back; but for a spend that landed and turned out to have spent another grant than
-//! the one verified, which leaves the grant spent and settles the reservation as not run.
+//! the one verified, or a grant a shared append-only audit file records spent or revoked before, or whose
+//! record that file could not take, which leaves the grant spent and settles the reservation as not run.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use super::dispatcher::{Dispatcher, Entry};
 use super::durable_write::{self, DurableWrite, NotDecided};
 use super::effect_guard::EffectGuard;
 use super::refusal::{self, Refused};
+use crate::approval::AdmitError;
 use crate::approval::protocol::PreparedAdmission;
 use crate::audit::{AuditOutcome, AuditReceipt, Closed};
 use crate::effect::{Reservation, Settle};
@@ -71,6 +73,7 @@ impl Dispatcher {
             // Its detail names the grant, once the write has spent it.
             entries.extend(call.record(AuditOutcome::Approved));
         }
+        let audited = self.audit.is_some() && !entries.is_empty();
         let decision = DurableWrite {
             now,
             spend: resumed.as_ref().map(|(prepared, _)| prepared.attempt().clone()),
@@ -94,16 +97,31 @@ impl Dispatcher {
             };
         };
         let rules = call.trail.rule.clone().unwrap_or_default();
-        let (spent, reservation, written) = match answer {
+        let (spent, reservation, written, unchecked) = match answer {
             Ok(Ok(decided)) => {
+                // The admission's record is what a shared append-only file is checked by: without it, whether
+                // the grant was spent or revoked before (its ledger row set back to live) cannot be told.
+                let unchecked = audited
+                    && decided.receipts.is_empty()
+                    && self.audit.as_ref().is_some_and(|log| log.knows_closings());
                 let spent = decided.spent.ok_or(LedgerError::WriterStopped);
                 let spent = spent.and_then(|spent| self.not_spent_before(spent, decided.receipts.last()));
-                (spent, decided.reservation, true)
+                (spent, decided.reservation, true, unchecked)
             }
             Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
-            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None, false),
+            Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None, false, false),
         };
-        match prepared.admitted(spent) {
+        let admitted = prepared.admitted(spent).and_then(|admission| match unchecked {
+            true => {
+                tracing::error!(
+                    target: "agent_airlock", grant_id = %admission.grant_id,
+                    "an approved call's admission could not be recorded in the append-only audit file; the call is refused"
+                );
+                Err(AdmitError::Unrecorded { grant_id: admission.grant_id })
+            }
+            false => Ok(admission),
+        });
+        match admitted {
             Ok(admission) => {
                 tracing::info!(
                     target: "agent_airlock",

@@ -355,6 +355,34 @@ fn a_call_resumed_between_the_revocations_record_and_the_denial_is_refused_and_t
     assert_eq!(revocations(&host.file), [revoked_by(&grant_id, "bob")]);
 }
 
+/// The file is the check of a revived grant: an approved call whose admission cannot be recorded in it (here the
+/// file was damaged behind the host's back, so every append fails) cannot be checked, and is refused; the grant
+/// stays spent, the call never runs. Before, the call ran unchecked.
+#[test]
+fn an_approved_call_whose_admission_the_shared_file_cannot_record_is_refused() {
+    let host = Host::new(|_| {});
+    let (interrupt, grant_id) = host.approved();
+    let resume = host.approvals().approve(&interrupt, "alice").wait().unwrap().into_value();
+    let dispatcher = host.dispatcher();
+    // Damage: the file's frames written again after it, the first with a byte changed (its checksum fails, and
+    // it is not a write cut short: whole frames follow it).
+    let mut bytes = std::fs::read(&host.file).unwrap();
+    let mut frames = bytes[16..].to_vec();
+    frames[20] ^= 1;
+    bytes.extend_from_slice(&frames);
+    std::fs::write(&host.file, &bytes).unwrap();
+
+    let context = context(host.executions(), "c1", Some(resume));
+    let refused = block_on(dispatcher.dispatch(refund_call(500), &context)).expect_message();
+    assert_eq!(refused.refusal.as_ref().map(|r| r.kind), Some(RefusalKind::ApprovalInvalid), "{refused:?}");
+    assert!(refused.content.contains("could not be recorded in the audit file"), "{refused:?}");
+    assert!(host.executions().lines().is_empty(), "the unchecked call never ran");
+    match host.status(&interrupt) {
+        RequestStatus::Spent(spent) => assert_eq!(spent.grant.grant_id, grant_id),
+        other => panic!("the grant stays spent, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
     let host = Host::new(|_| {});

@@ -312,6 +312,17 @@ pub enum AdmitError {
         /// The grant.
         grant_id: String,
     },
+    /// The grant was spent, but the admission's record could not be appended to the append-only audit file
+    /// that shows whether the grant was spent or revoked before (by another host, or an operator), so that
+    /// could not be checked: the call is refused, and the grant stays spent.
+    #[error(
+        "approval grant `{grant_id}` was spent, but its admission could not be recorded in the audit file that shows \
+         whether it was spent or revoked before, so the call is refused"
+    )]
+    Unrecorded {
+        /// The grant.
+        grant_id: String,
+    },
     /// The grant expired and the request was approved again: the newer approval is the one to use.
     #[error("approval grant `{grant_id}` expired and was replaced by grant `{by_grant}`")]
     Replaced {
