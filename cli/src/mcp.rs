@@ -303,8 +303,9 @@ async fn gateway(args: &GatewayArgs, prepared: Prepared) -> Result<(), String> {
     if observe {
         eprintln!("airlock mcp: OBSERVE MODE: the policy refuses nothing; what it would refuse is audited and logged");
     }
-    let routes =
-        McpApprovals::Routed(Box::new(RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver)));
+    let routed = RoutedApprovals::new(approvals, move |tool| policy.for_tool(tool).approver)
+        .with_poll_interval(Duration::from_millis(args.operator_poll_ms));
+    let routes = McpApprovals::Routed(Box::new(routed));
     match listen {
         Some((listener, auth)) => {
             let addr = listener.local_addr().map_err(|e| e.to_string())?;

@@ -62,6 +62,10 @@ pub(super) struct GatewayArgs {
     /// policy says `approver = "operator"`), in seconds.
     #[arg(long, default_value_t = 600)]
     pub(super) approval_timeout_secs: u64,
+    /// How often a call waiting for an operator's decision (`approver = "operator"`) looks for it in the store,
+    /// in milliseconds: each look is one read of the store (a PostgreSQL round trip with `--db postgres://…`).
+    #[arg(long, value_name = "MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) operator_poll_ms: u64,
     /// The operators file (`airlock operators add`): an approval counts only if it is signed by keys it
     /// lists, `approvals = N` counts distinct keys, and the approval key or write access to the store no
     /// longer approves. Every approval is then an operator's: a call routed to the client's human cannot
@@ -75,7 +79,9 @@ pub(super) struct GatewayArgs {
     /// The audit log in an append-only file of its own (created if missing): one write and one `fdatasync`
     /// per call's records instead of a redb commit, several times less of the gateway's own latency
     /// (BENCHMARKS.md §8). An escalated call's grant spend and its record are then two writes, not one
-    /// transaction: if the record cannot be written, the spend stands and the call runs (logged as an error).
+    /// transaction: if the record cannot be written, the spend stands and the call is refused (the record is
+    /// what a grant revived in the database is checked by), logged as an error; other calls run, their records
+    /// lost (logged). A request the gateway closes records the grant it revokes here first.
     /// Read it with `airlock audit verify --file PATH`; `airlock effects resolve --audit-file PATH` and the
     /// console append resolutions to it while the gateway runs (each append takes the file's lock for its
     /// write). A write cut short by a crash is cut off by the next append or start and kept beside it

@@ -125,8 +125,13 @@ impl Scratch {
 
 /// Starts the gateway for `store` and opens an MCP session with it on its stdio.
 fn start_session(scratch: &Scratch, venv: &Venv, store: &Store) -> StdioSession {
+    start_session_with(scratch, venv, store, &[])
+}
+
+/// [`start_session`] with more of the gateway's arguments.
+fn start_session_with(scratch: &Scratch, venv: &Venv, store: &Store, extra: &[&str]) -> StdioSession {
     let mut command = Command::new(AIRLOCK);
-    command.args(store.args()).args(["mcp", "--policy"]).arg(scratch.path("airlock.toml"));
+    command.args(store.args()).args(["mcp", "--policy"]).arg(scratch.path("airlock.toml")).args(extra);
     command.arg("--key-file").arg(scratch.path("approval.key"));
     command.arg("--operators").arg(scratch.path("operators.toml"));
     command.args(["--approval-timeout-secs", &APPROVAL_TIMEOUT_SECS.to_string()]);
@@ -272,6 +277,40 @@ fn operator_approvals(scratch: &Scratch, store: &Store) {
     let spent = spent.as_array().expect("a list");
     assert_eq!(spent.len(), 1, "{spent:?}");
     assert_eq!(spent[0]["tool"], "transfer");
+    session.close();
+}
+
+/// `--audit-file`: a request the gateway closes revokes a grant an operator issued meanwhile (here the client
+/// cancels after the operator approved, before the gateway looked at the ledger again), and the gateway records
+/// the revocation in its append-only audit file before the ledger's denial, so every host writing that file
+/// refuses the grant even if its row is later set back to live. The call never reaches the upstream.
+#[test]
+fn a_grant_revoked_by_a_request_the_gateway_closes_is_recorded_in_its_audit_file() {
+    use agent_airlock::audit::{AuditConfig, AuditLog};
+    let scratch = Scratch::new();
+    let store = scratch.redb_store();
+    let venv = venv();
+    let audit = scratch.path("audit.log");
+    // The gateway looks at the ledger once when the call starts to wait, then not for ten minutes.
+    let extra = ["--audit-file", audit.to_str().expect("UTF-8 path"), "--operator-poll-ms", "600000"];
+    let mut session = start_session_with(&scratch, &venv, &store, &extra);
+    session.call(1, "transfer", json!({"amount": 13, "to": "dave"}));
+    let request_id = pending_request(&store, &scratch, "transfer", &mut Vec::new());
+    // Well after that first look.
+    std::thread::sleep(Duration::from_secs(1));
+    approve(&store, &scratch, &request_id).expect("the operator approves");
+    session.cancel(1);
+    let status = closed_status(&store, &scratch, &request_id);
+    assert_eq!(status["status"], "denied", "the cancelled call's request was closed: {status}");
+    assert_eq!(status["decision"]["denied_by"], "agent-airlock", "{status}");
+    let grant_id = status["decision"]["revoked_grant"].as_str().expect("the closing revoked the operator's grant");
+    let records = AuditLog::read_append_only(&audit, AuditConfig::default()).unwrap().records(1, 100).unwrap();
+    let revocations: Vec<_> =
+        records.iter().filter(|record| record.detail.as_deref().is_some_and(|d| d.contains(" revoked by "))).collect();
+    assert_eq!(revocations.len(), 1, "{records:?}");
+    assert_eq!(revocations[0].detail.as_deref(), Some(format!("grant {grant_id} revoked by agent-airlock").as_str()));
+    assert_eq!(revocations[0].outcome.to_string(), "refused (human_denied)");
+    assert!(scratch.upstream_calls().is_empty(), "the call never reached the upstream");
     session.close();
 }
 
