@@ -297,6 +297,15 @@ fn another_requests_grant_shown_for_this_request_records_and_denies_nothing() {
     assert!(host.ledger.seen_at_denial.lock().unwrap().is_empty());
     assert!(matches!(host.status(&other), RequestStatus::Pending));
     assert!(revocations(&host.file).is_empty());
+
+    // The grant id is the database's: shown cut short and escaped, never echoed whole.
+    let RequestStatus::Granted(mut forged) = host.status(&approved) else { panic!("granted") };
+    forged.grant_id = format!("\u{202e}{}\n", "f".repeat(100_000));
+    *host.ledger.swapped.lock().unwrap() = Some(RequestStatus::Granted(forged));
+    let text = host.approvals().deny(&other, "bob", None).wait().unwrap_err().to_string();
+    assert!(text.contains("is not that request's") && text.len() < 2_000, "{}", &text[..text.len().min(300)]);
+    assert!(!text.contains('\u{202e}') && !text.contains('\n'), "{text}");
+    assert!(matches!(host.status(&other), RequestStatus::Pending));
 }
 
 /// The denial fails after the revocation was recorded: the ledger still shows the grant live (as a row set

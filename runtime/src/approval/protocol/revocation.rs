@@ -91,13 +91,10 @@ pub(super) fn record_first(
         .ok_or_else(|| DecisionError::UnknownRequest { request_id: request_id.clone() })?;
     let RequestStatus::Granted(grant) = &entry.status else { return Ok(None) };
     if grant.request_id != *request_id || grant.binding != binding {
-        return Err(DecisionError::ForeignGrant {
-            request_id: request_id.clone(),
-            grant_id: escape(fragment(&grant.grant_id).as_ref()).into_owned(),
-        });
+        return Err(DecisionError::ForeignGrant { request_id: request_id.clone(), grant_id: shown(&grant.grant_id) });
     }
     log.append_revocation(&entry.request, &grant.grant_id, &escape(&denial.denied_by))
-        .map_err(|source| DecisionError::RevocationNotRecorded { grant_id: grant.grant_id.clone(), source })?;
+        .map_err(|source| DecisionError::RevocationNotRecorded { grant_id: shown(&grant.grant_id), source })?;
     Ok(Some(grant.grant_id.clone()))
 }
 
@@ -127,10 +124,15 @@ pub(super) fn record_after(
     if recorded == Some(revoked.as_str()) {
         return Ok(());
     }
-    let unrecorded = |detail: String| DecisionError::DeniedRevocationNotRecorded { grant_id: revoked.clone(), detail };
+    let unrecorded = |detail: String| DecisionError::DeniedRevocationNotRecorded { grant_id: shown(revoked), detail };
     let entry = ledger.find_request(&denied.request_id).map_err(|error| unrecorded(error.to_string()))?;
     let entry = entry.ok_or_else(|| unrecorded("the request is no longer in the ledger".to_owned()))?;
     log.append_revocation(&entry.request, revoked, &escape(&denied.denied_by))
         .map(drop)
         .map_err(|error| unrecorded(error.to_string()))
+}
+
+/// A grant id as the ledger holds it, for an error: cut short and escaped (whoever holds the database wrote it).
+fn shown(grant_id: &str) -> String {
+    escape(fragment(grant_id).as_ref()).into_owned()
 }
