@@ -6,6 +6,18 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(future)
 }
 
+/// Polls `ready` until it holds, for at most `within`: for a write another thread or process lands.
+pub fn eventually(within: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    ready()
+}
+
 /// Opens `path` (created if missing) and holds an exclusive lock on it until the file is dropped: one
 /// provisioner (a venv, an npm install, a browser install) at a time across processes.
 pub fn exclusive_lock(path: &std::path::Path) -> Result<std::fs::File, String> {

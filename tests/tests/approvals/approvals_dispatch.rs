@@ -4,24 +4,20 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use agent_airlock::effect::{EffectError, EffectStore};
-use agent_airlock::ledger::{
-    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    PruneReport, RedbLedger, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
-};
+use agent_airlock::ledger::{ApprovalLedger, GrantRecord, LedgerError, RedbLedger, RequestStatus};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
     approval::{DecisionError, InterruptApprovals, KeyRing, RetiredKeys},
     keys::ApprovalKey,
 };
-use agent_airlock_tests::block_on;
-use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, KEY_ENV, SECRET_HEX, START, key_ring};
+use agent_airlock_tests::ledger_fixtures::{Faults, GRANT_TTL, KEY_ENV, SECRET_HEX, START, Wrapped, key_ring};
 use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher, refund_call};
+use agent_airlock_tests::{block_on, eventually};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -568,96 +564,11 @@ fn a_policy_condition_joins_the_request_and_its_resume_runs_once() {
     assert_eq!(host.executions(), 1);
 }
 
-/// A ledger on a real redb file whose writes a test can hold up or fail: record a request and keep the
-/// caller waiting for the answer (a client cancelling while the request is being written), or fail the
-/// next denials as a storage fault would.
-struct Interfering {
-    inner: Arc<RedbLedger>,
-    hold_records: bool,
-    held: Mutex<Vec<agent_airlock::ledger::LedgerReplySender<()>>>,
-    failing_denials: AtomicU32,
-    denials_tried: AtomicU32,
-}
-
-impl Interfering {
-    fn new(inner: Arc<RedbLedger>) -> Self {
-        Interfering {
-            inner,
-            hold_records: false,
-            held: Mutex::new(Vec::new()),
-            failing_denials: AtomicU32::new(0),
-            denials_tried: AtomicU32::new(0),
-        }
-    }
-}
-
-impl ApprovalLedger for Interfering {
-    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
-        let recorded = self.inner.record_request(request, max_pending);
-        if !self.hold_records {
-            return recorded;
-        }
-        // Durable before the caller hears of it, as with a reply lost in flight.
-        recorded.wait().expect("the request is recorded");
-        let (sender, reply) = LedgerReply::channel();
-        self.held.lock().unwrap().push(sender);
-        reply
-    }
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
-        self.inner.grant(grant, now)
-    }
-    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
-        self.denials_tried.fetch_add(1, Ordering::SeqCst);
-        let failing = self.failing_denials.load(Ordering::SeqCst);
-        if failing > 0 {
-            self.failing_denials.store(failing - 1, Ordering::SeqCst);
-            return LedgerReply::ready(Err(LedgerError::Storage(Arc::new(std::io::Error::other("disk unplugged")))));
-        }
-        self.inner.deny(denial)
-    }
-    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
-        self.inner.spend(attempt)
-    }
-    fn spend_and_reserve(
-        &self,
-        attempt: SpendAttempt,
-        claim: EffectClaim,
-    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
-        self.inner.spend_and_reserve(attempt, claim)
-    }
-    fn effects(&self) -> Arc<dyn EffectStore> {
-        self.inner.effects()
-    }
-    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
-        self.inner.find_request(request_id)
-    }
-    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
-        self.inner.list_requests()
-    }
-    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
-        self.inner.find_grant(grant_id)
-    }
-    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
-        self.inner.prune(cutoff, now)
-    }
-}
-
-/// Polls `ready` until it holds, for at most `within`: for a write another thread lands.
-fn eventually(within: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let started = std::time::Instant::now();
-    while started.elapsed() < within {
-        if ready() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    ready()
-}
-
 #[test]
 fn a_dispatch_dropped_before_its_interrupt_reaches_the_host_closes_its_request() {
     let host = Host::new();
-    let ledger = Arc::new(Interfering { hold_records: true, ..Interfering::new(Arc::clone(&host.ledger)) });
+    let hooks = Faults { hold_records: true, ..Faults::default() };
+    let ledger = Arc::new(Wrapped { inner: host.ledger.clone(), hooks });
     let dispatcher = dispatcher(Arc::clone(&ledger) as _, Arc::clone(&host.clock), Policy::new());
     let context = context(host.log(), "c1", None);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -699,8 +610,8 @@ fn a_dispatch_dropped_before_its_interrupt_reaches_the_host_closes_its_request()
 fn a_closing_denial_is_written_again_until_it_lands() {
     let host = Host::new();
     let interrupt = host.interrupt(refund_call(5));
-    let ledger = Arc::new(Interfering::new(Arc::clone(&host.ledger)));
-    ledger.failing_denials.store(3, Ordering::SeqCst);
+    let ledger = Arc::new(Wrapped { inner: host.ledger.clone(), hooks: Faults::default() });
+    ledger.hooks.failing_denials.store(3, Ordering::SeqCst);
     let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
         .with_clock(Arc::clone(&host.clock))
         .with_closing_patience(Duration::from_secs(30));
@@ -708,13 +619,13 @@ fn a_closing_denial_is_written_again_until_it_lands() {
     host.approve(&interrupt);
     let closed = block_on(approvals.close(&interrupt, "host", Some("the client cancelled")));
     assert!(closed.is_ok(), "{closed:?}");
-    assert_eq!(ledger.denials_tried.load(Ordering::SeqCst), 4, "three faults, then the write that landed");
+    assert_eq!(ledger.hooks.denials_tried.load(Ordering::SeqCst), 4, "three faults, then the write that landed");
     let requests = host.ledger.list_requests().unwrap();
     let RequestStatus::Denied(denial) = &requests[0].status else { panic!("{:?}", requests[0].status) };
     assert!(denial.revoked_grant.is_some(), "the unspent grant is revoked");
     // A plain denial is a human's answer: one fault is the human's error to see, not retried.
     let other = host.interrupt(refund_call(7));
-    ledger.failing_denials.store(1, Ordering::SeqCst);
+    ledger.hooks.failing_denials.store(1, Ordering::SeqCst);
     assert!(block_on(approvals.deny(&other, "alice", None)).is_err());
 }
 
@@ -722,8 +633,8 @@ fn a_closing_denial_is_written_again_until_it_lands() {
 fn a_closing_denial_that_never_lands_is_reported_after_its_patience() {
     let host = Host::new();
     let interrupt = host.interrupt(refund_call(5));
-    let ledger = Arc::new(Interfering::new(Arc::clone(&host.ledger)));
-    ledger.failing_denials.store(u32::MAX, Ordering::SeqCst);
+    let ledger = Arc::new(Wrapped { inner: host.ledger.clone(), hooks: Faults::default() });
+    ledger.hooks.failing_denials.store(u32::MAX, Ordering::SeqCst);
     let approvals = InterruptApprovals::new(key_ring(), Arc::clone(&ledger), GRANT_TTL)
         .with_clock(Arc::clone(&host.clock))
         .with_closing_patience(Duration::from_millis(300));
@@ -731,7 +642,7 @@ fn a_closing_denial_that_never_lands_is_reported_after_its_patience() {
     let closed = block_on(approvals.close(&interrupt, "host", None));
     assert!(matches!(closed, Err(DecisionError::Ledger(_))), "{closed:?}");
     assert!(started.elapsed() >= Duration::from_millis(300), "retried for its whole patience");
-    assert!(ledger.denials_tried.load(Ordering::SeqCst) >= 2, "written more than once");
+    assert!(ledger.hooks.denials_tried.load(Ordering::SeqCst) >= 2, "written more than once");
     // Nothing closed it: still pending, as the report says.
     assert!(matches!(host.ledger.list_requests().unwrap()[0].status, RequestStatus::Pending));
 }

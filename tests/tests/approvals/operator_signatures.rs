@@ -15,15 +15,17 @@ use agent_airlock::approval::operators::{
     Operators,
 };
 use agent_airlock::audit::{AuditConfig, AuditLog};
+use agent_airlock::effect::EffectError;
 use agent_airlock::ledger::{
-    ApprovalLedger, Approved, DenialRecord, GrantRecord, MemoryLedger, PostgresLedger, RedbLedger, RequestStatus,
+    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantRecord, LedgerReply, MemoryLedger, PostgresLedger,
+    RedbLedger, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
 };
 use agent_airlock::{
     ManualClock, Outcome, Policy, RefusalKind, Status,
     approval::{AdmitError, DecisionError, DecisionSigner, InterruptApprovals, InterruptRequest},
 };
 use agent_airlock_tests::block_on;
-use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, OwnedCall, START, key_ring};
+use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, LedgerHooks, OwnedCall, START, Wrapped, key_ring};
 use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher_audited, dispatcher_with, refund_call};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -520,77 +522,35 @@ fn rows_written_before_signatures_read_as_unsigned_and_signed_rows_keep_their_si
     assert_eq!(serde_json::from_str::<GrantRecord>(&text).unwrap(), signed);
 }
 
-/// A ledger whose spends answer with another grant than the one verified: what a database writer who swaps
-/// the grant's row between the host's verification and its spend leaves the host to find.
-struct SwappedOnSpend(MemoryLedger);
+/// Spends that answer with another grant than the one verified: what a database writer who swaps the grant's row
+/// between the host's verification and its spend leaves the host to find.
+struct SwappedOnSpend;
 
 impl SwappedOnSpend {
-    fn swapped(mut spent: agent_airlock::ledger::SpentRecord) -> agent_airlock::ledger::SpentRecord {
+    fn swapped(mut spent: SpentRecord) -> SpentRecord {
         spent.grant.approver = "mallory".to_owned();
         spent.grant.signatures.clear();
         spent
     }
 }
 
-impl ApprovalLedger for SwappedOnSpend {
-    fn record_request(
-        &self,
-        request: agent_airlock::ledger::RequestRecord,
-        max_pending: Option<u32>,
-    ) -> agent_airlock::ledger::LedgerReply<()> {
-        self.0.record_request(request, max_pending)
-    }
-    fn grant(&self, grant: GrantRecord, now: std::time::Duration) -> agent_airlock::ledger::LedgerReply<Approved> {
-        self.0.grant(grant, now)
-    }
-    fn deny(&self, denial: DenialRecord) -> agent_airlock::ledger::LedgerReply<DenialRecord> {
-        self.0.deny(denial)
-    }
-    fn spend(
-        &self,
-        attempt: agent_airlock::ledger::SpendAttempt,
-    ) -> agent_airlock::ledger::LedgerReply<agent_airlock::ledger::SpentRecord> {
-        agent_airlock::ledger::LedgerReply::ready(self.0.spend(attempt).wait().map(Self::swapped))
+impl LedgerHooks for SwappedOnSpend {
+    fn spend(&self, inner: &dyn ApprovalLedger, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
+        LedgerReply::ready(inner.spend(attempt).wait().map(Self::swapped))
     }
     fn spend_and_reserve(
         &self,
-        attempt: agent_airlock::ledger::SpendAttempt,
-        claim: agent_airlock::ledger::EffectClaim,
-    ) -> agent_airlock::ledger::LedgerReply<
-        Result<agent_airlock::ledger::SpendReserved, agent_airlock::effect::EffectError>,
-    > {
-        let answer = self.0.spend_and_reserve(attempt, claim).wait().map(|reserved| {
+        inner: &dyn ApprovalLedger,
+        attempt: SpendAttempt,
+        claim: EffectClaim,
+    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
+        let answer = inner.spend_and_reserve(attempt, claim).wait().map(|reserved| {
             reserved.map(|mut reserved| {
                 reserved.spent = Self::swapped(reserved.spent);
                 reserved
             })
         });
-        agent_airlock::ledger::LedgerReply::ready(answer)
-    }
-    fn effects(&self) -> Arc<dyn agent_airlock::effect::EffectStore> {
-        self.0.effects()
-    }
-    fn find_request(
-        &self,
-        request_id: &str,
-    ) -> Result<Option<agent_airlock::ledger::RequestEntry>, agent_airlock::ledger::LedgerError> {
-        self.0.find_request(request_id)
-    }
-    fn list_requests(&self) -> Result<Vec<agent_airlock::ledger::RequestEntry>, agent_airlock::ledger::LedgerError> {
-        self.0.list_requests()
-    }
-    fn find_grant(
-        &self,
-        grant_id: &str,
-    ) -> Result<Option<agent_airlock::ledger::GrantEntry>, agent_airlock::ledger::LedgerError> {
-        self.0.find_grant(grant_id)
-    }
-    fn prune(
-        &self,
-        cutoff: std::time::Duration,
-        now: std::time::Duration,
-    ) -> agent_airlock::ledger::LedgerReply<agent_airlock::ledger::PruneReport> {
-        self.0.prune(cutoff, now)
+        LedgerReply::ready(answer)
     }
 }
 
@@ -604,7 +564,8 @@ fn a_grant_swapped_between_its_verification_and_its_spend_runs_nothing_and_holds
     use agent_airlock::{Dispatcher, tool};
     use agent_airlock_tests::payments::{pay_call, pay_invoice};
 
-    let ledger: Arc<dyn ApprovalLedger> = Arc::new(SwappedOnSpend(MemoryLedger::new()));
+    let ledger: Arc<dyn ApprovalLedger> =
+        Arc::new(Wrapped { inner: Arc::new(MemoryLedger::new()), hooks: SwappedOnSpend });
     let host = Host::with(Arc::clone(&ledger));
     let (operators, keys) = operators(&["alice"]);
     let audit = Arc::new(AuditLog::in_memory(AuditConfig::default()));

@@ -1,8 +1,8 @@
 //! Denials and closings that record the grant they revoke in the hosts' append-only audit file before the
 //! ledger's write (`InterruptApprovals::with_revocation_log`): on a real redb ledger and a real audit file,
-//! with a ledger wrapper that looks at the file at the moment each denial reaches the ledger, and can issue
-//! a grant just before it (another approver's), fail it (a storage fault), or show a request another
-//! request's grant (the database changed).
+//! the ledger wrapped to look at the file the moment each denial reaches it, and to issue a grant just before
+//! (another approver's), fail it (a storage fault), or show a request another request's grant (the database
+//! changed).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -10,115 +10,76 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_airlock::audit::{AuditConfig, AuditLog, AuditRecord};
-use agent_airlock::effect::{EffectError, EffectStore};
 use agent_airlock::ledger::{
-    ApprovalLedger, Approved, DenialRecord, EffectClaim, GrantEntry, GrantRecord, LedgerError, LedgerReply,
-    PruneReport, RedbLedger, RequestEntry, RequestRecord, RequestStatus, SpendAttempt, SpendReserved, SpentRecord,
+    ApprovalLedger, DenialRecord, GrantRecord, LedgerError, LedgerReply, RedbLedger, RequestEntry, RequestRecord,
+    RequestStatus,
 };
 use agent_airlock::{
     Dispatcher, ManualClock, Outcome, Policy, RefusalKind,
     approval::{DecisionError, InterruptApprovals},
 };
-use agent_airlock_tests::block_on;
-use agent_airlock_tests::ledger_fixtures::{GRANT_TTL, START, key_ring};
+use agent_airlock_tests::ledger_fixtures::{Faults, GRANT_TTL, LedgerHooks, START, Wrapped, key_ring};
 use agent_airlock_tests::payments::{ExecutionLog, context, dispatcher_audited, refund_call};
+use agent_airlock_tests::{block_on, eventually};
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// A redb ledger whose denials a test watches and interferes with.
+/// What the tests change of a redb ledger: its denials watched and interfered with.
 struct Watching {
-    inner: Arc<RedbLedger>,
     file: PathBuf,
-    /// The revocations in the audit file when each denial reached this ledger.
+    /// The revocations in the audit file when each denial reached the ledger.
     seen_at_denial: Mutex<Vec<Vec<String>>>,
     /// Issue a grant for the request just before the next denial is written.
     grant_before_denial: AtomicBool,
     /// Run this just before the next denial is written (a host admitting the grant's call).
     before_denial: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    failing_denials: AtomicU32,
     /// Show the request's entry holding this status (another request's grant) at the next read.
     swapped: Mutex<Option<RequestStatus>>,
-    /// Hold back the answer to request writes (durable first): a client cancelling while it is written.
-    hold_records: bool,
-    held: Mutex<Vec<agent_airlock::ledger::LedgerReplySender<()>>>,
+    /// Request writes held back, denials failed.
+    faults: Faults,
 }
 
 impl Watching {
-    fn new(inner: Arc<RedbLedger>, file: &Path) -> Self {
+    fn new(file: &Path) -> Self {
         Watching {
-            inner,
             file: file.to_owned(),
             seen_at_denial: Mutex::new(Vec::new()),
             grant_before_denial: AtomicBool::new(false),
             before_denial: Mutex::new(None),
-            failing_denials: AtomicU32::new(0),
             swapped: Mutex::new(None),
-            hold_records: false,
-            held: Mutex::new(Vec::new()),
+            faults: Faults::default(),
         }
     }
 }
 
-impl ApprovalLedger for Watching {
-    fn record_request(&self, request: RequestRecord, max_pending: Option<u32>) -> LedgerReply<()> {
-        let recorded = self.inner.record_request(request, max_pending);
-        if !self.hold_records {
-            return recorded;
-        }
-        recorded.wait().expect("the request is recorded");
-        let (sender, reply) = LedgerReply::channel();
-        self.held.lock().unwrap().push(sender);
-        reply
+impl LedgerHooks for Watching {
+    fn record_request(
+        &self,
+        inner: &dyn ApprovalLedger,
+        request: RequestRecord,
+        max_pending: Option<u32>,
+    ) -> LedgerReply<()> {
+        self.faults.record_request(inner, request, max_pending)
     }
-    fn grant(&self, grant: GrantRecord, now: Duration) -> LedgerReply<Approved> {
-        self.inner.grant(grant, now)
-    }
-    fn deny(&self, denial: DenialRecord) -> LedgerReply<DenialRecord> {
+    fn deny(&self, inner: &dyn ApprovalLedger, denial: DenialRecord) -> LedgerReply<DenialRecord> {
         self.seen_at_denial.lock().unwrap().push(revocations(&self.file));
         if let Some(before) = self.before_denial.lock().unwrap().take() {
             before();
         }
         if self.grant_before_denial.swap(false, Ordering::SeqCst) {
-            let entry = self.inner.find_request(&denial.request_id).unwrap().unwrap();
-            self.inner.grant(late_grant(&entry.request), START).wait().expect("another approver's grant");
+            let entry = inner.find_request(&denial.request_id).unwrap().unwrap();
+            inner.grant(late_grant(&entry.request), START).wait().expect("another approver's grant");
         }
-        let failing = self.failing_denials.load(Ordering::SeqCst);
-        if failing > 0 {
-            self.failing_denials.store(failing - 1, Ordering::SeqCst);
-            return LedgerReply::ready(Err(LedgerError::Storage(Arc::new(std::io::Error::other("disk unplugged")))));
-        }
-        self.inner.deny(denial)
+        self.faults.deny(inner, denial)
     }
-    fn spend(&self, attempt: SpendAttempt) -> LedgerReply<SpentRecord> {
-        self.inner.spend(attempt)
-    }
-    fn spend_and_reserve(
-        &self,
-        attempt: SpendAttempt,
-        claim: EffectClaim,
-    ) -> LedgerReply<Result<SpendReserved, EffectError>> {
-        self.inner.spend_and_reserve(attempt, claim)
-    }
-    fn effects(&self) -> Arc<dyn EffectStore> {
-        self.inner.effects()
-    }
-    fn find_request(&self, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
-        let found = self.inner.find_request(request_id)?;
+    fn find_request(&self, inner: &dyn ApprovalLedger, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
+        let found = inner.find_request(request_id)?;
         Ok(found.map(|mut entry| {
             if let Some(status) = self.swapped.lock().unwrap().take() {
                 entry.status = status;
             }
             entry
         }))
-    }
-    fn list_requests(&self) -> Result<Vec<RequestEntry>, LedgerError> {
-        self.inner.list_requests()
-    }
-    fn find_grant(&self, grant_id: &str) -> Result<Option<GrantEntry>, LedgerError> {
-        self.inner.find_grant(grant_id)
-    }
-    fn prune(&self, cutoff: Duration, now: Duration) -> LedgerReply<PruneReport> {
-        self.inner.prune(cutoff, now)
     }
 }
 
@@ -153,7 +114,7 @@ fn revocations(file: &Path) -> Vec<String> {
 
 struct Host {
     dir: TempDir,
-    ledger: Arc<Watching>,
+    ledger: Arc<Wrapped<Watching>>,
     clock: Arc<ManualClock>,
     file: PathBuf,
     log: Arc<AuditLog>,
@@ -165,9 +126,10 @@ impl Host {
         let file = dir.path().join("audit.log");
         let log = Arc::new(AuditLog::open_append_only(&file, AuditConfig::default()).unwrap());
         let inner = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
-        let mut ledger = Watching::new(inner, &file);
-        configure(&mut ledger);
-        Host { dir, ledger: Arc::new(ledger), clock: Arc::new(ManualClock::new(START)), file, log }
+        let mut hooks = Watching::new(&file);
+        configure(&mut hooks);
+        let ledger = Arc::new(Wrapped { inner, hooks });
+        Host { dir, ledger, clock: Arc::new(ManualClock::new(START)), file, log }
     }
 
     /// The approvals of a host (or an operator's tool) recording revocations in the shared file.
@@ -218,7 +180,7 @@ fn a_denial_records_the_grant_it_revokes_before_the_ledgers_write() {
     let resume = host.approvals().deny(&interrupt, "bob", Some("not today")).wait().unwrap();
     assert!(!resume.is_approval());
     assert_eq!(
-        *host.ledger.seen_at_denial.lock().unwrap(),
+        *host.ledger.hooks.seen_at_denial.lock().unwrap(),
         vec![vec![revoked_by(&grant_id, "bob")]],
         "the revocation was in the file when the denial reached the ledger"
     );
@@ -251,10 +213,10 @@ fn a_denial_records_the_grant_it_revokes_before_the_ledgers_write() {
 fn a_grant_issued_while_the_denial_is_on_its_way_is_recorded_after_it() {
     let host = Host::new(|_| {});
     let interrupt = host.interrupt();
-    host.ledger.grant_before_denial.store(true, Ordering::SeqCst);
+    host.ledger.hooks.grant_before_denial.store(true, Ordering::SeqCst);
     // Pending when read: nothing to record first; carol's grant, issued before the denial lands, is revoked by it.
     block_on(host.approvals().deny(&interrupt, "bob", None)).unwrap();
-    assert_eq!(*host.ledger.seen_at_denial.lock().unwrap(), vec![Vec::<String>::new()]);
+    assert_eq!(*host.ledger.hooks.seen_at_denial.lock().unwrap(), vec![Vec::<String>::new()]);
     match host.status(&interrupt) {
         RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant.as_deref(), Some(LATE_GRANT)),
         other => panic!("expected a denial, got {other:?}"),
@@ -276,7 +238,7 @@ fn a_revocation_that_cannot_be_recorded_denies_nothing() {
         }
         other => panic!("expected the record to fail, got {other:?}"),
     }
-    assert!(host.ledger.seen_at_denial.lock().unwrap().is_empty(), "the ledger was not asked");
+    assert!(host.ledger.hooks.seen_at_denial.lock().unwrap().is_empty(), "the ledger was not asked");
     assert!(matches!(host.status(&interrupt), RequestStatus::Granted(_)), "nothing was denied");
     assert!(revocations(&host.file).is_empty());
 }
@@ -286,7 +248,7 @@ fn another_requests_grant_shown_for_this_request_records_and_denies_nothing() {
     let host = Host::new(|_| {});
     let (approved, _) = host.approved();
     let other = host.interrupt();
-    *host.ledger.swapped.lock().unwrap() = Some(host.status(&approved));
+    *host.ledger.hooks.swapped.lock().unwrap() = Some(host.status(&approved));
     match host.approvals().deny(&other, "bob", None).wait() {
         Err(error @ DecisionError::ForeignGrant { .. }) => {
             let text = error.to_string();
@@ -294,14 +256,14 @@ fn another_requests_grant_shown_for_this_request_records_and_denies_nothing() {
         }
         other => panic!("expected the swapped grant to be refused, got {other:?}"),
     }
-    assert!(host.ledger.seen_at_denial.lock().unwrap().is_empty());
+    assert!(host.ledger.hooks.seen_at_denial.lock().unwrap().is_empty());
     assert!(matches!(host.status(&other), RequestStatus::Pending));
     assert!(revocations(&host.file).is_empty());
 
     // The grant id is the database's: shown cut short and escaped, never echoed whole.
     let RequestStatus::Granted(mut forged) = host.status(&approved) else { panic!("granted") };
     forged.grant_id = format!("\u{202e}{}\n", "f".repeat(100_000));
-    *host.ledger.swapped.lock().unwrap() = Some(RequestStatus::Granted(forged));
+    *host.ledger.hooks.swapped.lock().unwrap() = Some(RequestStatus::Granted(forged));
     let text = host.approvals().deny(&other, "bob", None).wait().unwrap_err().to_string();
     assert!(text.contains("is not that request's") && text.len() < 2_000, "{}", &text[..text.len().min(300)]);
     assert!(!text.contains('\u{202e}') && !text.contains('\n'), "{text}");
@@ -312,7 +274,7 @@ fn another_requests_grant_shown_for_this_request_records_and_denies_nothing() {
 /// back to live would), and every host writing the file refuses it.
 #[test]
 fn a_grant_recorded_revoked_is_refused_by_the_hosts_even_if_the_denial_then_fails() {
-    let host = Host::new(|ledger| ledger.failing_denials = AtomicU32::new(1));
+    let host = Host::new(|ledger| ledger.faults.failing_denials = AtomicU32::new(1));
     let (interrupt, grant_id) = host.approved();
     let resume = host.approvals().approve(&interrupt, "alice").wait().unwrap().into_value();
     match host.approvals().deny(&interrupt, "bob", None).wait() {
@@ -348,7 +310,7 @@ fn a_call_resumed_between_the_revocations_record_and_the_denial_is_refused_and_t
         let outcome = Arc::clone(&outcome);
         move || *outcome.lock().unwrap() = Some(block_on(dispatcher.dispatch(refund_call(500), &context)))
     };
-    *host.ledger.before_denial.lock().unwrap() = Some(Box::new(resumed));
+    *host.ledger.hooks.before_denial.lock().unwrap() = Some(Box::new(resumed));
     match host.approvals().deny(&interrupt, "bob", None).wait() {
         Err(DecisionError::RevokedNotDenied { grant_id: recorded, source }) => {
             assert_eq!(recorded, grant_id);
@@ -398,7 +360,7 @@ fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
     let (interrupt, grant_id) = host.approved();
     let closed = block_on(host.approvals().close(&interrupt, "agent-airlock", Some("closed: the client cancelled")));
     assert!(!closed.unwrap().is_approval());
-    assert_eq!(*host.ledger.seen_at_denial.lock().unwrap(), vec![vec![revoked_by(&grant_id, "agent-airlock")]]);
+    assert_eq!(*host.ledger.hooks.seen_at_denial.lock().unwrap(), vec![vec![revoked_by(&grant_id, "agent-airlock")]]);
     assert!(matches!(host.status(&interrupt), RequestStatus::Denied(_)));
     assert_eq!(revocations(&host.file).len(), 1);
 }
@@ -407,7 +369,7 @@ fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
 /// that instant is revoked by the closing and recorded after it.
 #[test]
 fn a_dropped_dispatchs_closing_records_a_grant_issued_meanwhile() {
-    let host = Host::new(|ledger| ledger.hold_records = true);
+    let host = Host::new(|ledger| ledger.faults.hold_records = true);
     let dispatcher = host.dispatcher();
     let context = context(host.executions(), "c1", None);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -439,16 +401,4 @@ fn a_dropped_dispatchs_closing_records_a_grant_issued_meanwhile() {
         RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant.as_deref(), Some(grant_id.as_str())),
         other => panic!("expected the closing's denial, got {other:?}"),
     }
-}
-
-/// Polls `ready` until it holds, for at most `within`: for a write another thread lands.
-fn eventually(within: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let started = std::time::Instant::now();
-    while started.elapsed() < within {
-        if ready() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    ready()
 }
