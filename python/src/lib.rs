@@ -100,8 +100,18 @@ fn nested() -> bool {
 /// Where approvals, effects and audit records live.
 #[derive(Clone)]
 enum Store {
-    Redb { database: Arc<redb::Database>, ledger: Arc<RedbLedger>, effects: Arc<RedbEffectStore>, audit: Arc<AuditLog> },
-    Postgres { ledger: Arc<PostgresLedger>, audit: Arc<AuditLog> },
+    Redb {
+        database: Arc<redb::Database>,
+        ledger: Arc<RedbLedger>,
+        effects: Arc<RedbEffectStore>,
+        audit: Arc<AuditLog>,
+        /// Whether `audit` is an append-only file of its own (`audit_file`), which hosts sharing it read.
+        append_only: bool,
+    },
+    Postgres {
+        ledger: Arc<PostgresLedger>,
+        audit: Arc<AuditLog>,
+    },
 }
 
 impl Store {
@@ -122,6 +132,15 @@ impl Store {
     fn audit(&self) -> Arc<AuditLog> {
         match self {
             Store::Redb { audit, .. } | Store::Postgres { audit, .. } => Arc::clone(audit),
+        }
+    }
+
+    /// The append-only audit file the hosts share, if the audit log is one: where a denial records the grant
+    /// it revokes first.
+    fn revocation_log(&self) -> Option<Arc<AuditLog>> {
+        match self {
+            Store::Redb { audit, append_only: true, .. } => Some(Arc::clone(audit)),
+            _ => None,
         }
     }
 }
@@ -149,7 +168,8 @@ impl RedbApprovalLedger {
     /// With `audit_file`, the audit log is an append-only file of its own (created if missing; any number of
     /// processes may append to it, each append under the file's lock): each call's record is one write and
     /// `fdatasync` instead of a commit of `path`, and an approval's spend and its record are two writes
-    /// (`airlock audit verify --file`).
+    /// (`airlock audit verify --file`); a denial through `InterruptApprovals` on this ledger records the grant
+    /// it revokes in that file first, so every host writing it refuses the grant whatever the ledger says.
     #[new]
     #[pyo3(signature = (path, *, multi_process = false, wait_secs = 10.0, audit_key = None, audit_key_id = "audit-1", audit_file = None))]
     #[allow(clippy::too_many_arguments)]
@@ -175,7 +195,8 @@ impl RedbApprovalLedger {
                 Some(file) => AuditLog::open_append_only(file, config).map_err(|e| format!("audit_file: {e}"))?,
                 None => AuditLog::with_database(Arc::clone(&database), config).map_err(|e| e.to_string())?,
             };
-            Ok(Store::Redb { database, ledger: Arc::new(ledger), effects: Arc::new(effects), audit: Arc::new(audit) })
+            let (ledger, effects, audit) = (Arc::new(ledger), Arc::new(effects), Arc::new(audit));
+            Ok(Store::Redb { database, ledger, effects, audit, append_only: audit_file.is_some() })
         });
         let store = opened.map_err(|e| LedgerError::new_err(format!("{}: {e}", path.display())))?;
         Ok(RedbApprovalLedger { store })
@@ -463,6 +484,9 @@ impl InterruptApprovals {
         if let Some(path) = operators {
             let listed = py.detach(|| Operators::load(&path)).map_err(|e| ApprovalKeyError::new_err(e.to_string()))?;
             protocol = protocol.with_operators(listed);
+        }
+        if let Some(log) = store.revocation_log() {
+            protocol = protocol.with_revocation_log(log);
         }
         Ok(InterruptApprovals { protocol, approver })
     }

@@ -109,6 +109,23 @@ def test_a_denied_call_never_runs(ledger):
 
 
 
+def test_with_an_audit_file_a_denial_records_the_grant_it_revokes_there_first(tmp_path):
+    """`audit_file=`: denying an approved request writes the revocation to the hosts' append-only file before the
+    ledger's denial, so a host writing that file refuses the grant even if the ledger's row is set back to live."""
+    ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_file=str(tmp_path / "audit.log"))
+    approvals = InterruptApprovals(KEY, ledger, approver="alice")
+    app = guarded(ledger, approvals)
+    value = pause(app)
+    grant_id = approvals.approve(value)["airlock_grant"]["grant_id"]
+    denied = approvals.deny(value, reason="changed my mind")
+    revocations = [r for r in ledger.audit_records() if " revoked by " in (r.get("detail") or "")]
+    assert [r["detail"] for r in revocations] == [f"grant {grant_id} revoked by alice"], ledger.audit_records()
+    assert revocations[0]["outcome"]["kind"] == "refused", revocations[0]
+    out = app.invoke(Command(resume=denied), config("t1"))
+    assert tool_message(out).status == "error"
+    assert RAN == []
+
+
 PLAIN = ("drop_table", {"table": "t"}, "plain-1")
 ESCALATED = ("delete_file", {"path": "/tmp/x"}, "escalated-1")
 
