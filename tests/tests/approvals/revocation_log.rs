@@ -365,6 +365,25 @@ fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
     assert_eq!(revocations(&host.file).len(), 1);
 }
 
+/// A closing must land: one whose revocation cannot be recorded first (a handle that can only read the file)
+/// closes the request all the same, and says that the grant it revoked is not recorded.
+#[test]
+fn a_closing_whose_revocation_cannot_be_recorded_closes_the_request_all_the_same() {
+    let host = Host::new(|_| {});
+    let (interrupt, grant_id) = host.approved();
+    let read_only = Arc::new(AuditLog::read_append_only(&host.file, AuditConfig::default()).unwrap());
+    let approvals = host.approvals().with_revocation_log(read_only);
+    match block_on(approvals.close(&interrupt, "agent-airlock", Some("closed: the client cancelled"))) {
+        Err(DecisionError::DeniedRevocationNotRecorded { grant_id: revoked, .. }) => assert_eq!(revoked, grant_id),
+        other => panic!("expected the closing to land and report the record, got {other:?}"),
+    }
+    match host.status(&interrupt) {
+        RequestStatus::Denied(denial) => assert_eq!(denial.revoked_grant.as_deref(), Some(grant_id.as_str())),
+        other => panic!("the request is closed, got {other:?}"),
+    }
+    assert!(revocations(&host.file).is_empty());
+}
+
 /// A dispatch dropped while its request is being written closes the request; a grant an operator issued in
 /// that instant is revoked by the closing and recorded after it.
 #[test]

@@ -47,7 +47,9 @@ impl InterruptApprovals {
     /// ([`with_closing_patience`](Self::with_closing_patience)), and then reported as an error.
     ///
     /// With a [revocation log](Self::with_revocation_log), a grant the closing revokes is recorded there
-    /// before the ledger's write, as a denial's is.
+    /// before the ledger's write, as a denial's is; unlike a denial, a closing whose record fails still closes
+    /// the request (then records the grant if it can, else answers
+    /// [`DecisionError::DeniedRevocationNotRecorded`]).
     ///
     /// A request whose grant was already spent cannot be closed: its call was admitted
     /// ([`DecisionError::AlreadySpent`]).
@@ -58,12 +60,23 @@ impl InterruptApprovals {
         reason: Option<&str>,
     ) -> Result<ResumeValue, DecisionError> {
         let denial = self.prepare_denial(interrupt, closed_by, reason)?;
-        // With a revocation log, the grant the closing revokes is recorded there first (`revocation`).
+        // With a revocation log, the grant the closing revokes is recorded there first (`revocation`). A closing
+        // must land, so one whose record fails (the file, or the ledger's read) closes the request all the same,
+        // and the grant is recorded after the denial if it can be.
         let recorded = match &self.revocations {
             Some(log) => {
                 let binding = self.verify_request(interrupt)?.body.binding;
                 let (ledger, log, first) = (Arc::clone(&self.ledger), Arc::clone(log), denial.clone());
-                on_a_thread(move || record_first(&log, &*ledger, &binding, &first)).await?
+                match on_a_thread(move || record_first(&log, &*ledger, &binding, &first)).await {
+                    Ok(recorded) => recorded,
+                    Err(error) => {
+                        tracing::error!(
+                            target: "agent_airlock", request_id = %denial.request_id, %error,
+                            "a closing's revocation could not be recorded first; the request is closed all the same"
+                        );
+                        None
+                    }
+                }
             }
             None => None,
         };
