@@ -109,9 +109,10 @@ def test_a_denied_call_never_runs(ledger):
 
 
 
-def test_with_an_audit_file_a_denial_records_the_grant_it_revokes_there_first(tmp_path):
-    """`audit_file=`: denying an approved request writes the revocation to the hosts' append-only file before the
-    ledger's denial, so a host writing that file refuses the grant even if the ledger's row is set back to live."""
+def test_with_an_audit_file_a_denial_records_the_grant_it_revokes_in_that_file(tmp_path):
+    """`audit_file=`: denying an approved request writes the revocation to the hosts' append-only file (before the
+    ledger's denial: the Rust tests show the order), so a host writing that file refuses the grant even if the
+    ledger's row is set back to live."""
     ledger = RedbApprovalLedger(str(tmp_path / "airlock.redb"), audit_file=str(tmp_path / "audit.log"))
     approvals = InterruptApprovals(KEY, ledger, approver="alice")
     app = guarded(ledger, approvals)

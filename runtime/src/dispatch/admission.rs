@@ -111,15 +111,15 @@ impl Dispatcher {
             Ok(Err(NotDecided::Effect(err))) => return refused(call, refusal::effect(name, err, now)),
             Ok(Err(NotDecided::Spend(err))) | Err(err) => (Err(err), None, false, false),
         };
-        let admitted = prepared.admitted(spent).and_then(|admission| match unchecked {
-            true => {
-                tracing::error!(
-                    target: "agent_airlock", grant_id = %admission.grant_id,
-                    "an approved call's admission could not be recorded in the append-only audit file; the call is refused"
-                );
-                Err(AdmitError::Unrecorded { grant_id: admission.grant_id })
+        let admitted = prepared.admitted(spent).and_then(|admission| {
+            if !unchecked {
+                return Ok(admission);
             }
-            false => Ok(admission),
+            tracing::error!(
+                target: "agent_airlock", grant_id = %admission.grant_id,
+                "an approved call's admission could not be recorded in the append-only audit file; the call is refused"
+            );
+            Err(AdmitError::Unrecorded { grant_id: admission.grant_id })
         });
         match admitted {
             Ok(admission) => {

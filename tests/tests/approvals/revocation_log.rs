@@ -139,6 +139,12 @@ impl Host {
             .with_revocation_log(Arc::clone(&self.log))
     }
 
+    /// Approvals whose revocation log is a handle that can only read the shared file: every record fails.
+    fn approvals_that_cannot_record(&self) -> InterruptApprovals {
+        let read_only = AuditLog::read_append_only(&self.file, AuditConfig::default()).unwrap();
+        self.approvals().with_revocation_log(Arc::new(read_only))
+    }
+
     /// A host writing the shared file.
     fn dispatcher(&self) -> Dispatcher {
         dispatcher_audited(self.approvals(), Arc::clone(&self.clock), Policy::new(), Arc::clone(&self.log))
@@ -228,9 +234,7 @@ fn a_grant_issued_while_the_denial_is_on_its_way_is_recorded_after_it() {
 fn a_revocation_that_cannot_be_recorded_denies_nothing() {
     let host = Host::new(|_| {});
     let (interrupt, grant_id) = host.approved();
-    // A handle that can only read the file: its appends fail.
-    let read_only = Arc::new(AuditLog::read_append_only(&host.file, AuditConfig::default()).unwrap());
-    let approvals = host.approvals().with_revocation_log(read_only);
+    let approvals = host.approvals_that_cannot_record();
     match approvals.deny(&interrupt, "bob", None).wait() {
         Err(error @ DecisionError::RevocationNotRecorded { .. }) => {
             let text = error.to_string();
@@ -371,8 +375,7 @@ fn a_host_closing_a_request_records_the_grant_it_revokes_first() {
 fn a_closing_whose_revocation_cannot_be_recorded_closes_the_request_all_the_same() {
     let host = Host::new(|_| {});
     let (interrupt, grant_id) = host.approved();
-    let read_only = Arc::new(AuditLog::read_append_only(&host.file, AuditConfig::default()).unwrap());
-    let approvals = host.approvals().with_revocation_log(read_only);
+    let approvals = host.approvals_that_cannot_record();
     match block_on(approvals.close(&interrupt, "agent-airlock", Some("closed: the client cancelled"))) {
         Err(DecisionError::DeniedRevocationNotRecorded { grant_id: revoked, .. }) => assert_eq!(revoked, grant_id),
         other => panic!("expected the closing to land and report the record, got {other:?}"),

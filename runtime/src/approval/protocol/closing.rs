@@ -59,15 +59,14 @@ impl InterruptApprovals {
         closed_by: &str,
         reason: Option<&str>,
     ) -> Result<ResumeValue, DecisionError> {
-        let denial = self.prepare_denial(interrupt, closed_by, reason)?;
+        let (denial, request) = self.prepare_denial(interrupt, closed_by, reason)?;
         // With a revocation log, the grant the closing revokes is recorded there first (`revocation`). A closing
         // must land, so one whose record fails (the file, or the ledger's read) closes the request all the same,
         // and the grant is recorded after the denial if it can be.
         let recorded = match &self.revocations {
             Some(log) => {
-                let binding = self.verify_request(interrupt)?.body.binding;
                 let (ledger, log, first) = (Arc::clone(&self.ledger), Arc::clone(log), denial.clone());
-                match on_a_thread(move || record_first(&log, &*ledger, &binding, &first)).await {
+                match on_a_thread(move || record_first(&log, &*ledger, &request.binding, &first)).await {
                     Ok(recorded) => recorded,
                     Err(error) => {
                         tracing::error!(

@@ -242,7 +242,7 @@ impl InterruptApprovals {
     /// Returns the resume value that tells the call it was denied.
     pub fn deny(&self, interrupt: &Value, denied_by: &str, reason: Option<&str>) -> Reply<ResumeValue, DecisionError> {
         let denial = self.require_unsigned_allowed().and_then(|()| self.prepare_denial(interrupt, denied_by, reason));
-        self.record_denial(interrupt, denial)
+        self.record_denial(denial)
     }
 
     /// [`deny`](Self::deny), signed by `signer` (recorded with the denial, so who denied is attributable).
@@ -252,28 +252,21 @@ impl InterruptApprovals {
         signer: DecisionSigner<'_>,
         reason: Option<&str>,
     ) -> Reply<ResumeValue, DecisionError> {
-        self.record_denial(interrupt, self.prepare_signed_denial(interrupt, signer, reason))
+        self.record_denial(self.prepare_signed_denial(interrupt, signer, reason))
     }
 
     fn record_denial(
         &self,
-        interrupt: &Value,
-        denial: Result<DenialRecord, DecisionError>,
+        denial: Result<(DenialRecord, RequestBody), DecisionError>,
     ) -> Reply<ResumeValue, DecisionError> {
-        let denial = match (denial, &self.revocations) {
-            (Ok(denial), Some(log)) => {
-                return match self.verify_request(interrupt) {
-                    Ok(request) => self.revoke_and_deny(log, request.body.binding, denial),
-                    Err(error) => Reply::ready_or(Err(error), decision_writer_stopped),
-                };
-            }
-            (denial, _) => denial,
-        };
         match denial {
-            Ok(denial) => self.ledger.deny(denial).then(
-                |denied| denied.map(|denied| denied_resume(&denied)).map_err(decision_ledger_error),
-                decision_writer_stopped,
-            ),
+            Ok((denial, request)) => match &self.revocations {
+                Some(log) => self.revoke_and_deny(log, request.binding, denial),
+                None => self.ledger.deny(denial).then(
+                    |denied| denied.map(|denied| denied_resume(&denied)).map_err(decision_ledger_error),
+                    decision_writer_stopped,
+                ),
+            },
             Err(error) => Reply::ready_or(Err(error), decision_writer_stopped),
         }
     }
@@ -283,37 +276,38 @@ impl InterruptApprovals {
         interrupt: &Value,
         signer: DecisionSigner<'_>,
         reason: Option<&str>,
-    ) -> Result<DenialRecord, DecisionError> {
-        let mut denial = self.prepare_denial(interrupt, signer.name(), reason)?;
-        let request = self.verify_request(interrupt)?;
+    ) -> Result<(DenialRecord, RequestBody), DecisionError> {
+        let (mut denial, request) = self.prepare_denial(interrupt, signer.name(), reason)?;
         let subject = DecisionSubject {
             kind: DecisionKind::Deny,
-            request_id: &request.body.request_id,
-            binding: &request.body.binding,
-            approvals: request.body.approvals,
+            request_id: &request.request_id,
+            binding: &request.binding,
+            approvals: request.approvals,
         };
         denial.signature = Some(signer.sign(&subject, denial.denied_at, None)?);
-        Ok(denial)
+        Ok((denial, request))
     }
 
+    /// The denial of the request `interrupt` holds (its seal checked), and the sealed request.
     pub(super) fn prepare_denial(
         &self,
         interrupt: &Value,
         denied_by: &str,
         reason: Option<&str>,
-    ) -> Result<DenialRecord, DecisionError> {
+    ) -> Result<(DenialRecord, RequestBody), DecisionError> {
         let request = self.verify_request(interrupt)?;
         if denied_by.trim().is_empty() {
             return Err(DecisionError::MissingDecider);
         }
-        Ok(DenialRecord {
-            request_id: request.body.request_id,
+        let denial = DenialRecord {
+            request_id: request.body.request_id.clone(),
             denied_by: denied_by.to_owned(),
             reason: reason.map(str::to_owned),
             denied_at: self.clock.now(),
             revoked_grant: None,
             signature: None,
-        })
+        };
+        Ok((denial, request.body))
     }
 
     /// The decision recorded for a request (given as its interrupt value, seal checked first), by this

@@ -69,8 +69,8 @@ pub(super) fn on_a_thread<T: Send + 'static>(
     let (sender, reply) = Reply::channel_or(decision_writer_stopped);
     let spawned = std::thread::Builder::new().name("airlock-revocation".into()).spawn(move || sender.send(job()));
     if let Err(error) = spawned {
-        // The sender went with the closure: the reply answers "stopped", and nothing was written.
-        tracing::error!(target: "agent_airlock", %error, "cannot start a thread to record a revocation; nothing was denied");
+        // The sender went with the closure: the reply answers "stopped", and the job did not run.
+        tracing::error!(target: "agent_airlock", %error, "cannot start a thread to record a revocation");
     }
     reply
 }
