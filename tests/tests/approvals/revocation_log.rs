@@ -24,7 +24,8 @@ use agent_airlock_tests::{block_on, eventually};
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// What the tests change of a redb ledger: its denials watched and interfered with.
+/// What the tests change of a redb ledger (wrapped in [`Faults`] first, which hold request writes and fail
+/// denials): its denials watched and interfered with.
 struct Watching {
     file: PathBuf,
     /// The revocations in the audit file when each denial reached the ledger.
@@ -35,8 +36,6 @@ struct Watching {
     before_denial: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// Show the request's entry holding this status (another request's grant) at the next read.
     swapped: Mutex<Option<RequestStatus>>,
-    /// Request writes held back, denials failed.
-    faults: Faults,
 }
 
 impl Watching {
@@ -47,20 +46,11 @@ impl Watching {
             grant_before_denial: AtomicBool::new(false),
             before_denial: Mutex::new(None),
             swapped: Mutex::new(None),
-            faults: Faults::default(),
         }
     }
 }
 
 impl LedgerHooks for Watching {
-    fn record_request(
-        &self,
-        inner: &dyn ApprovalLedger,
-        request: RequestRecord,
-        max_pending: Option<u32>,
-    ) -> LedgerReply<()> {
-        self.faults.record_request(inner, request, max_pending)
-    }
     fn deny(&self, inner: &dyn ApprovalLedger, denial: DenialRecord) -> LedgerReply<DenialRecord> {
         self.seen_at_denial.lock().unwrap().push(revocations(&self.file));
         if let Some(before) = self.before_denial.lock().unwrap().take() {
@@ -70,7 +60,7 @@ impl LedgerHooks for Watching {
             let entry = inner.find_request(&denial.request_id).unwrap().unwrap();
             inner.grant(late_grant(&entry.request), START).wait().expect("another approver's grant");
         }
-        self.faults.deny(inner, denial)
+        inner.deny(denial)
     }
     fn find_request(&self, inner: &dyn ApprovalLedger, request_id: &str) -> Result<Option<RequestEntry>, LedgerError> {
         let found = inner.find_request(request_id)?;
@@ -121,14 +111,15 @@ struct Host {
 }
 
 impl Host {
-    fn new(configure: impl FnOnce(&mut Watching)) -> Self {
+    fn new(configure: impl FnOnce(&mut Faults)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("audit.log");
         let log = Arc::new(AuditLog::open_append_only(&file, AuditConfig::default()).unwrap());
-        let inner = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
-        let mut hooks = Watching::new(&file);
-        configure(&mut hooks);
-        let ledger = Arc::new(Wrapped { inner, hooks });
+        let redb = Arc::new(RedbLedger::open(dir.path().join("ledger.redb")).unwrap());
+        let mut faults = Faults::default();
+        configure(&mut faults);
+        let inner = Arc::new(Wrapped { inner: redb, hooks: faults });
+        let ledger = Arc::new(Wrapped { inner, hooks: Watching::new(&file) });
         Host { dir, ledger, clock: Arc::new(ManualClock::new(START)), file, log }
     }
 
@@ -278,7 +269,7 @@ fn another_requests_grant_shown_for_this_request_records_and_denies_nothing() {
 /// back to live would), and every host writing the file refuses it.
 #[test]
 fn a_grant_recorded_revoked_is_refused_by_the_hosts_even_if_the_denial_then_fails() {
-    let host = Host::new(|ledger| ledger.faults.failing_denials = AtomicU32::new(1));
+    let host = Host::new(|faults| faults.failing_denials = AtomicU32::new(1));
     let (interrupt, grant_id) = host.approved();
     let resume = host.approvals().approve(&interrupt, "alice").wait().unwrap().into_value();
     match host.approvals().deny(&interrupt, "bob", None).wait() {
@@ -391,7 +382,7 @@ fn a_closing_whose_revocation_cannot_be_recorded_closes_the_request_all_the_same
 /// that instant is revoked by the closing and recorded after it.
 #[test]
 fn a_dropped_dispatchs_closing_records_a_grant_issued_meanwhile() {
-    let host = Host::new(|ledger| ledger.faults.hold_records = true);
+    let host = Host::new(|faults| faults.hold_records = true);
     let dispatcher = host.dispatcher();
     let context = context(host.executions(), "c1", None);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
