@@ -14,6 +14,7 @@ use crate::tool::{ArgumentError, ArgumentErrors, Arguments, GhostPolicy, ParamSp
 
 mod given;
 pub(crate) mod nested;
+pub(crate) mod unique;
 
 pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange};
 

@@ -36,6 +36,7 @@ use crate::tool::{
 };
 
 mod references;
+mod unique_items;
 
 pub use references::{MAX_IN_PLACE_DEPTH, MAX_REFERENCE_CHAIN};
 
@@ -307,6 +308,7 @@ impl JsonToolBuilder {
         let compile = |schema: &Value| {
             jsonschema::options()
                 .offline()
+                .with_keyword("uniqueItems", unique_items::compile)
                 .build(schema)
                 .map_err(|err| JsonToolError::Invalid { tool: name.clone(), message: err.to_string() })
         };

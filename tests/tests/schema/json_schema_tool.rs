@@ -1260,3 +1260,164 @@ fn a_tool_with_thousands_of_required_parameters_is_made_and_refuses_in_bounds() 
     assert!(refused.content.contains("`p63` and 3936 more"), "{}", refused.content);
     assert!(refused.content.len() < 1_000, "{}", refused.content.len());
 }
+
+/// A tool whose `xs` must hold unique items, under `schema_uri` (none: the latest draft).
+fn unique_items_tool(schema_uri: Option<&str>) -> Dispatcher {
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "xs": {"type": "array", "uniqueItems": true},
+            "ys": {"$ref": "#/definitions/set"},
+            "zs": {"not": {"type": "array", "uniqueItems": true}},
+            "ws": {"if": {"type": "array"}, "then": {"uniqueItems": true}},
+        },
+        "definitions": {"set": {"type": "array", "items": {"type": "object"}, "uniqueItems": true}},
+    });
+    if let Some(uri) = schema_uri {
+        schema["$schema"] = json!(uri);
+    }
+    let tool = JsonTool::builder("t", "A tool of sets.", schema)
+        .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+        .expect("a valid definition");
+    Dispatcher::builder().tool(tool).build().expect("a dispatcher")
+}
+
+/// `uniqueItems` compares items as JSON Schema does (numbers by value, an object's members in any order) in every
+/// draft, wherever the keyword applies (through a `$ref`, under `not`), and the refusal names the first repeat.
+#[test]
+fn unique_items_compares_items_by_value_and_names_the_first_repeat() {
+    for uri in [
+        None,
+        Some("https://json-schema.org/draft/2020-12/schema"),
+        Some("http://json-schema.org/draft-07/schema#"),
+        Some("http://json-schema.org/draft-04/schema#"),
+    ] {
+        let dispatcher = unique_items_tool(uri);
+        let refused = |arguments: Value, expected: &str| {
+            let message = dispatch(&dispatcher, "t", arguments.clone());
+            assert_eq!(message.status, Status::Error, "{uri:?}: {arguments} was admitted");
+            assert!(message.content.contains(expected), "{uri:?}: {arguments}: {}", message.content);
+        };
+        // The screen reads `uniqueItems` where the schema says it of the array, and refuses first.
+        refused(json!({"xs": [1, 2, 1.0]}), "`xs` holds `1` more than once; its items must be unique");
+        refused(json!({"xs": ["a", "b", "c", "b", "a"]}), "`xs` holds `\"b\"` more than once");
+        refused(
+            json!({"ys": [{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}]}),
+            "`ys` holds `{\"a\":1,\"b\":[2]}` more than once",
+        );
+        refused(json!({"xs": [9_223_372_036_854_775_808_u64, 9_223_372_036_854_775_808.0_f64]}), "`xs` holds");
+        // The validator's keyword wherever else it applies (draft 4 has no `if`).
+        if uri != Some("http://json-schema.org/draft-04/schema#") {
+            refused(
+                json!({"ws": [1, 2, 1.0]}),
+                "`ws`: items 0 and 2 are equal; every item must differ (`uniqueItems`)",
+            );
+            refused(json!({"ws": [{"a": [[]]}, {"a": [[[]]]}, {"a": [[]]}]}), "`ws`: items 0 and 2 are equal");
+        }
+        refused(json!({"zs": [1, 2]}), "`zs`");
+        for admitted in [
+            json!({"zs": [1, 1.0]}),
+            json!({"ws": [[], [[]], [[], []], 9_223_372_036_854_775_808_u64, 9_223_372_036_854_775_809_u64]}),
+            json!({"xs": [[], [[]], [[], []], [[[]]], ["ab"], "ab", ["a", "b"], [["a"], ["b"]]]}),
+            json!({"xs": [9_223_372_036_854_775_808_u64, 9_223_372_036_854_775_809_u64, -9_007_199_254_740_993_i64,
+                         -9_007_199_254_740_992.0_f64, 0.1, 0.30000000000000004, 0.3]}),
+            json!({"ys": [{"a": 1, "b": 2}, {"a": 2, "b": 1}, {"a": 1}, {}]}),
+        ] {
+            let message = dispatch(&dispatcher, "t", admitted.clone());
+            assert_eq!(message.status, Status::Success, "{uri:?}: {admitted}: {}", message.content);
+        }
+    }
+}
+
+/// Items the validator's own `uniqueItems` hashed alike, all different: thousands of two-member objects whose
+/// integers past 2^53 round to one `f64` (1.5 s for 4,000 in a debug build, each compared with every one before
+/// it; a 16 MiB message holds 300,000), and arrays of empty arrays. Admitted and forwarded as sent; that it takes
+/// linear time is the instruction budget's scaling check (`json_unique_items`, BENCHMARKS.md §13).
+#[test]
+fn items_that_hash_alike_in_the_validator_are_admitted_as_sent() {
+    let (tool, received) = recording(
+        "sets",
+        json!({"type": "object", "properties": {
+            "ys": {"type": "array", "items": {"type": "object"}, "uniqueItems": true},
+            "xs": {"type": "array", "uniqueItems": true},
+        }}),
+    );
+    let dispatcher = Dispatcher::builder().tool(tool).build().expect("a dispatcher");
+    let big = |i: u64| json!(9_223_372_036_854_775_808_u64 + i);
+    let ys: Vec<Value> = (0..4_000).map(|i| json!({"a": big(i % 1_000), "b": big(i / 1_000)})).collect();
+    let xs: Vec<Value> = (0..64_u32)
+        .map(|bits| Value::Array((0..6).map(|b| if bits >> b & 1 == 1 { json!([[]]) } else { json!([]) }).collect()))
+        .collect();
+    let arguments = json!({"ys": ys, "xs": xs});
+    let message = dispatch(&dispatcher, "sets", arguments.clone());
+    assert_eq!(message.status, Status::Success, "{:.300}", message.content);
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), 1);
+    assert_eq!(Value::Object(received[0].arguments.clone()), arguments);
+}
+
+mod unique_items_agree {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use serde_json::{Map, Value, json};
+
+    use super::{dispatch, unique_items_tool};
+    use agent_airlock::Status;
+
+    /// Values that are equal in more than one spelling, or that hash alike in the validator's own check.
+    fn tricky() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            (0..3_i64).prop_map(|n| json!(n)),
+            (0..3_i64).prop_map(|n| json!(n as f64)),
+            Just(json!(-0.0)),
+            (0..3_u64).prop_map(|k| json!(9_223_372_036_854_775_808_u64 + k)),
+            Just(json!(9_223_372_036_854_775_808.0_f64)),
+            Just(json!(0.5)),
+            prop_oneof![Just("a"), Just("b"), Just("")].prop_map(|s| json!(s)),
+            any::<bool>().prop_map(Value::Bool),
+            Just(Value::Null),
+        ];
+        leaf.prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                // Members in either order: the same object written two ways.
+                (prop::collection::vec((prop_oneof![Just("a"), Just("b")], inner), 0..3), any::<bool>()).prop_map(
+                    |(mut members, reversed)| {
+                        if reversed {
+                            members.reverse();
+                        }
+                        Value::Object(members.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(agent_airlock_tests::proptest_cases(256)))]
+
+        /// The tool admits an array exactly when the `jsonschema` crate's own `uniqueItems` does (on arrays of up to
+        /// twelve items it compares every pair, with no hash).
+        #[test]
+        fn the_tool_and_the_validators_own_check_agree(items in prop::collection::vec(tricky(), 0..12)) {
+            let schema = json!({"type": "array", "uniqueItems": true});
+            let reference = jsonschema::validator_for(&schema).expect("a valid schema");
+            let expected = reference.is_valid(&Value::Array(items.clone()));
+            let message = dispatch(&unique_items_tool(None), "t", json!({"xs": items}));
+            prop_assert_eq!(message.status == Status::Success, expected, "{}", message.content);
+        }
+    }
+
+    /// The generated arrays hold repeats about as often as not, so the property above checks both verdicts.
+    #[test]
+    fn the_generated_arrays_are_unique_and_repeating_alike() {
+        let schema = json!({"type": "array", "uniqueItems": true});
+        let reference = jsonschema::validator_for(&schema).expect("a valid schema");
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = prop::collection::vec(tricky(), 0..12);
+        let unique = (0..400)
+            .filter(|_| reference.is_valid(&Value::Array(strategy.new_tree(&mut runner).unwrap().current())))
+            .count();
+        assert!((100..=300).contains(&unique), "{unique} of 400 arrays unique");
+    }
+}

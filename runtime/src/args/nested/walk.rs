@@ -2,14 +2,13 @@
 //! for repeats, integers held to the bounds the call's dialect states.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
 use super::compiled_schema::{CompiledSchema, Kind, Leaf, LeafId, NodeId, ROOT};
 use super::findings::{Duplicate, Ghost, OutOfRange, closest};
 use super::path::Path;
-use crate::args::MAX_LISTED;
+use crate::args::{MAX_LISTED, unique};
 use crate::dialect::Dialect;
 use crate::echo;
 
@@ -227,7 +226,7 @@ impl<'s> Walk<'s> {
         }
         if arrays.iter().all(|&c| schema.leaves[c].unique_items) {
             if self.collapse_repeats {
-                collapse_repeats(items);
+                unique::remove_repeats(items);
             } else {
                 self.check_unique(items, path);
             }
@@ -283,22 +282,12 @@ impl<'s> Walk<'s> {
         });
     }
 
-    /// Finds the first repeated item, comparing canonical JSON (so key order does not matter).
+    /// Finds the first repeated item ([`unique::first_repeat`]: numbers by value, members in any order).
     fn check_unique(&mut self, items: &[Value], path: &Path<'_>) {
-        let mut seen = HashSet::with_capacity(items.len());
-        for item in items {
+        if let Some((_, again)) = unique::first_repeat(items) {
+            let item = &items[again];
             let text = crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string());
-            if !seen.insert(text.clone()) {
-                self.duplicates.push(Duplicate { path: path.render(), item: echo::fragment(&text).into_owned() });
-                return;
-            }
+            self.duplicates.push(Duplicate { path: path.render(), item: echo::fragment(&text).into_owned() });
         }
     }
-}
-
-/// Removes every repeat of an earlier item (canonical JSON compared, so key order does not matter): a set
-/// holds each item once.
-fn collapse_repeats(items: &mut Vec<Value>) {
-    let mut seen = HashSet::with_capacity(items.len());
-    items.retain(|item| seen.insert(crate::canonical::to_canonical_string(item).unwrap_or_else(|_| item.to_string())));
 }
