@@ -46,10 +46,11 @@ PROFILE = "budget"
 
 def build() -> Path:
     subprocess.run(
-        # Without the benches' `stores` feature: only what the hot path needs is built (benches/Cargo.toml).
+        # Without the benches' `stores` feature: only what the hot path needs is built (benches/Cargo.toml), and
+        # the JSON Schema tools for the scaling check's `json_*` shapes.
         [
             "cargo", "build", "--profile", PROFILE, "--quiet", "-p", "agent-airlock-benches", "--no-default-features",
-            "--bin", "hot_path_counts", "--bin", "scaling_counts",
+            "--features", "json-tool", "--bin", "hot_path_counts", "--bin", "scaling_counts",
         ],
         cwd=ROOT,
         check=True,

@@ -15,7 +15,8 @@ use crate::hot_path::{Input, Workload, arguments};
 /// two processes was taken); a quadratic walk is 16.
 pub const LINEAR_BOUND: f64 = 6.0;
 
-/// Each shape, with its `n`: large enough that what grows with it outweighs the call's fixed costs.
+/// Each shape, with its `n`: large enough that what grows with it outweighs the call's fixed costs ([`shapes`]
+/// adds those of the JSON Schema tools).
 pub const SHAPES: [(&str, usize); 12] = [
     // Undeclared keys, `n` at the top level and `n` in the nested object, stripped.
     ("ghosts", 500),
@@ -43,6 +44,24 @@ pub const SHAPES: [(&str, usize); 12] = [
     // Arrays nested `n` deep around a secret, masked.
     ("mask_deep", 24),
 ];
+
+/// The shapes of a tool an upstream defines by its JSON Schema (the benches' feature `json-tool`, which the
+/// instruction budget builds with).
+#[cfg(feature = "json-tool")]
+const JSON_TOOL_SHAPES: [(&str, usize); 1] = [
+    // `n` distinct objects and `n` distinct arrays where the schema says `uniqueItems`, each family hashed alike by
+    // the `jsonschema` crate's own check (integers past 2^53 rounding to one `f64`; arrays of empty arrays), which
+    // compared each item with every one before it.
+    ("json_unique_items", 500),
+];
+#[cfg(not(feature = "json-tool"))]
+const JSON_TOOL_SHAPES: [(&str, usize); 0] = [];
+
+/// Every shape this build can run, with its `n`: [`SHAPES`], then the JSON Schema tools' with the feature
+/// `json-tool`.
+pub fn shapes() -> impl Iterator<Item = (&'static str, usize)> {
+    SHAPES.into_iter().chain(JSON_TOOL_SHAPES)
+}
 
 /// The input of `shape` at size `n`.
 pub fn input(shape: &str, n: usize) -> Input {
@@ -127,23 +146,83 @@ pub fn input(shape: &str, n: usize) -> Input {
             }
             Input::Value(value)
         }
-        other => panic!("unknown shape `{other}`, expected one of {:?}", SHAPES.map(|(shape, _)| shape)),
+        "json_unique_items" => {
+            let big = |i: usize| json!(9_223_372_036_854_775_808_u64 + (i % 1_000) as u64);
+            let objects: Vec<Value> = (0..n).map(|i| json!({"a": big(i), "b": big(i / 1_000)})).collect();
+            // Item `i` is the 16 lowest bits of `i` as `[]` (0) and `[[]]` (1): every item as long at any `n`.
+            let arrays: Vec<Value> = (0..n)
+                .map(|i| Value::Array((0..16).map(|b| if i >> b & 1 == 1 { json!([[]]) } else { json!([]) }).collect()))
+                .collect();
+            Input::Call(agent_airlock::ToolCall::new("call_abc123", "sets", json!({"ys": objects, "xs": arrays})))
+        }
+        other => {
+            panic!(
+                "unknown shape `{other}`, expected one of {:?}",
+                shapes().map(|(shape, _)| shape).collect::<Vec<_>>()
+            )
+        }
     }
 }
 
 /// Runs `shape` once on `input`: a masking shape masks it, the others are dispatched.
 pub fn run(workload: &Workload, shape: &str, input: Input) -> Value {
+    #[cfg(feature = "json-tool")]
+    if shape.starts_with("json_") {
+        let Input::Call(call) = input else { panic!("`{shape}` is a call") };
+        return Value::String(json_tool::dispatch(call).content);
+    }
     let case = if shape.starts_with("mask_") { "mask_2k" } else { "allowed" };
     workload.run(case, input)
+}
+
+/// Dispatches a call of `shape`: to the JSON Schema tools' dispatcher, or the workload's.
+fn dispatch(workload: &Workload, shape: &str, call: agent_airlock::ToolCall) -> agent_airlock::ToolMessage {
+    #[cfg(feature = "json-tool")]
+    if shape.starts_with("json_") {
+        return json_tool::dispatch(call);
+    }
+    let _ = shape;
+    workload.dispatch(call)
+}
+
+/// A dispatcher of one tool an upstream defines by its JSON Schema, `sets`.
+#[cfg(feature = "json-tool")]
+mod json_tool {
+    use std::sync::OnceLock;
+
+    use agent_airlock::json_tool::{JsonCall, JsonTool};
+    use agent_airlock::{CallContext, Dispatcher, ToolCall, ToolError, ToolMessage};
+    use serde_json::{Value, json};
+
+    use crate::run_ready;
+
+    fn dispatcher() -> &'static Dispatcher {
+        static DISPATCHER: OnceLock<Dispatcher> = OnceLock::new();
+        DISPATCHER.get_or_init(|| {
+            let schema = json!({"type": "object", "properties": {
+                "ys": {"type": "array", "items": {"type": "object"}, "uniqueItems": true},
+                "xs": {"type": "array", "uniqueItems": true},
+            }});
+            let tool = JsonTool::builder("sets", "Two sets.", schema)
+                .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+                .expect("a valid definition");
+            Dispatcher::builder().tool(tool).build().expect("one tool")
+        })
+    }
+
+    /// Dispatches `call` to `sets`.
+    pub(super) fn dispatch(call: ToolCall) -> ToolMessage {
+        run_ready(dispatcher().dispatch(call, &CallContext::new())).expect_message()
+    }
 }
 
 /// Checks once, at a small size, that each shape does what its name says, so a count never measures a broken
 /// case (a refusal where the call should run, masking that found nothing).
 pub fn check(workload: &Workload) {
-    for (shape, _) in SHAPES {
+    for (shape, _) in shapes() {
         let Input::Call(call) = input(shape, 4) else { continue };
-        let message = workload.dispatch(call);
-        let allowed = matches!(shape, "ghosts" | "tags" | "long_body" | "long_ghost_name");
+        let message = dispatch(workload, shape, call);
+        let allowed = matches!(shape, "ghosts" | "tags" | "long_body" | "long_ghost_name" | "json_unique_items");
         assert_eq!(message.status == agent_airlock::Status::Success, allowed, "{shape}: {message:?}");
         assert!(message.content.len() < 8 * 1024, "{shape}: a {}-byte message", message.content.len());
     }

@@ -6,18 +6,18 @@
 use std::hint::black_box;
 
 use agent_airlock_benches::hot_path::Workload;
-use agent_airlock_benches::scaling::{self, SHAPES};
+use agent_airlock_benches::scaling;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--list") {
         println!("bound {}", scaling::LINEAR_BOUND);
-        for (shape, n) in SHAPES {
+        for (shape, n) in scaling::shapes() {
             println!("{shape} {n}");
         }
         return;
     }
-    let shapes = SHAPES.map(|(shape, _)| shape);
+    let shapes: Vec<&str> = scaling::shapes().map(|(shape, _)| shape).collect();
     let usage = || -> ! {
         eprintln!("usage: scaling_counts SHAPE N RUNS  (SHAPE one of {shapes:?})");
         std::process::exit(2)
