@@ -31,7 +31,7 @@ struct UniqueItems {
 
 impl<'i> Keyword<'i> for UniqueItems {
     fn validate(&self, instance: &'i Value) -> Result<(), ValidationError<'i>> {
-        match self.enabled.then(|| instance.as_array().and_then(|items| first_repeat(items))).flatten() {
+        match self.repeat(instance) {
             None => Ok(()),
             Some((first, again)) => Err(ValidationError::custom(format!(
                 "items {first} and {again} are equal; every item must differ (`uniqueItems`)"
@@ -40,6 +40,16 @@ impl<'i> Keyword<'i> for UniqueItems {
     }
 
     fn is_valid(&self, instance: &'i Value) -> bool {
-        !self.enabled || instance.as_array().and_then(|items| first_repeat(items)).is_none()
+        self.repeat(instance).is_none()
+    }
+}
+
+impl UniqueItems {
+    /// The first repeated item of `instance` where this keyword checks it (an array, under `uniqueItems: true`).
+    fn repeat(&self, instance: &Value) -> Option<(usize, usize)> {
+        match instance {
+            Value::Array(items) if self.enabled => first_repeat(items),
+            _ => None,
+        }
     }
 }
