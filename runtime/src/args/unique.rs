@@ -32,10 +32,7 @@ pub(crate) fn remove_repeats(items: &mut Vec<Value>) {
     }
     let encoded = Encoded::new(items);
     let mut seen: HashSet<&[u8]> = HashSet::with_capacity(items.len());
-    let keep: Vec<bool> = encoded.items().map(|item| seen.insert(item)).collect();
-    drop(seen);
-    drop(encoded);
-    let mut keep = keep.into_iter();
+    let mut keep = encoded.items().map(|item| seen.insert(item)).collect::<Vec<bool>>().into_iter();
     items.retain(|_| keep.next().unwrap_or(true));
 }
 
