@@ -46,11 +46,12 @@ PROFILE = "budget"
 
 def build() -> Path:
     subprocess.run(
-        # Without the benches' `stores` feature: only what the hot path needs is built (benches/Cargo.toml), and
-        # the JSON Schema tools for the scaling check's `json_*` shapes.
+        # Without the benches' `stores` feature: only what the hot path needs is built (benches/Cargo.toml), the
+        # JSON Schema tools for the scaling check's `json_*` shapes, and callgrind's client request that starts
+        # the instrumentation after each binary's setup (`--instr-atstart=no` below).
         [
             "cargo", "build", "--profile", PROFILE, "--quiet", "-p", "agent-airlock-benches", "--no-default-features",
-            "--features", "json-tool", "--bin", "hot_path_counts", "--bin", "scaling_counts",
+            "--features", "json-tool,callgrind", "--bin", "hot_path_counts", "--bin", "scaling_counts",
         ],
         cwd=ROOT,
         check=True,
@@ -80,6 +81,10 @@ def instructions(binary: Path, case: str, runs: int, args: list[str] | None = No
             [
                 "valgrind",
                 "--tool=callgrind",
+                # Uninstrumented until the binary asks (`start_callgrind_instrumentation`, after its setup): each
+                # process spent ~5 s of CPU under callgrind, nearly all in the setup (the masker's patterns
+                # compiled, ~580 M instructions), and ~1.3 s uninstrumented. The counts are the same.
+                "--instr-atstart=no",
                 "--collect-atstart=no",
                 "--toggle-collect=*one_call*",
                 f"--callgrind-out-file={out}",
@@ -94,6 +99,13 @@ def instructions(binary: Path, case: str, runs: int, args: list[str] | None = No
         found = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.MULTILINE)
         if not found:
             sys.exit(f"error: no instruction total in callgrind's output for `{case}`")
+        if int(found.group(1)) == 0:
+            sys.exit(
+                f"error: callgrind counted no instruction of `{case}`: {binary.name} was built without callgrind's"
+                " client request, which starts its instrumentation (the benches' feature `callgrind` and valgrind's"
+                " C header <valgrind/callgrind.h>: Debian and Ubuntu ship it in `valgrind`, Fedora in"
+                " `valgrind-devel`; the build's warning says what failed)"
+            )
         consolidate = 0
         if shutil.which("callgrind_annotate") is not None:
             annotated = subprocess.run(
@@ -114,9 +126,9 @@ def per_call(binary: Path, rounds: int) -> dict[str, list[Count]]:
     check takes the lowest of its rounds and a new budget the highest of its own: a check passes in either
     mode, and a real growth of more than the tolerance over the high mode still fails.
 
-    The processes run two at a time (a count does not depend on what runs beside it): each spends ~4 s of CPU
-    under callgrind, nearly all of it in the setup before the counted calls (the masker's patterns compiled
-    on the first call), and CI waits for the budget at its end."""
+    The processes run two at a time (a count does not depend on what runs beside it): each spends ~1.3 s of
+    CPU under valgrind, nearly all of it in the setup before the counted calls (the masker's patterns compiled
+    on the first call, uninstrumented), and CI waits for the budget at its end."""
     jobs = [(case, round_) for case in CASES for round_ in range(rounds)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counts = list(pool.map(lambda job: instructions(binary, job[0], RUNS_OF.get(job[0], RUNS)), jobs))

@@ -207,3 +207,19 @@ pub fn seed_spend_tables(db: &redb::Database, count: u64) -> Vec<String> {
 
 pub mod hot_path;
 pub mod scaling;
+
+/// Starts callgrind's instrumentation, for the instruction budget's binaries run with `--instr-atstart=no`
+/// (`scripts/instruction_budget.py`): their setup runs uninstrumented, ~4x faster under valgrind, and only
+/// what follows this call can be counted. A no-op outside valgrind, and when built without the request (the
+/// feature `callgrind` off, or valgrind's header missing: build.rs), where a run with `--instr-atstart=no`
+/// counts nothing and the script says so.
+pub fn start_callgrind_instrumentation() {
+    #[cfg(airlock_callgrind)]
+    {
+        unsafe extern "C" {
+            // csrc/callgrind.c: `CALLGRIND_START_INSTRUMENTATION` from valgrind's header.
+            safe fn airlock_callgrind_start_instrumentation();
+        }
+        airlock_callgrind_start_instrumentation();
+    }
+}

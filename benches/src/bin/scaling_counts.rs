@@ -32,6 +32,8 @@ fn main() {
     // A first call outside the counted ones: lazily compiled patterns and the like are setup.
     black_box(scaling::run(&workload, shape, scaling::input(shape, n)));
     let inputs: Vec<_> = (0..runs).map(|_| scaling::input(shape, n)).collect();
+    // Callgrind instruments from here on (run with `--instr-atstart=no`): the setup above ran ~4x faster.
+    agent_airlock_benches::start_callgrind_instrumentation();
     for input in inputs {
         one_call(&workload, shape, input);
     }
