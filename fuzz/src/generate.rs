@@ -376,7 +376,7 @@ fn type_name(u: &mut Unstructured<'_>) -> Result<Value> {
     Ok(Value::String(name.to_owned()))
 }
 const PATTERNS: &[&str] = &["^a", "[a-z]+$", "\\d{3}", ".*", "(", "^(a|b)*$", "\\p{L}+"];
-const FORMATS: &[&str] = &["date-time", "date", "email", "uuid", "uri", "int32", "float", "bogus"];
+const FORMATS: &[&str] = &["date-time", "date", "email", "uuid", "uri", "int32", "float", "bogus", "regex"];
 const SCHEMAS: &[&str] = &[
     "https://json-schema.org/draft/2020-12/schema",
     "http://json-schema.org/draft-07/schema#",

@@ -36,6 +36,7 @@ use crate::tool::{
 };
 
 mod references;
+mod regex_format;
 mod unique_items;
 
 pub use references::{MAX_IN_PLACE_DEPTH, MAX_REFERENCE_CHAIN};
@@ -309,6 +310,8 @@ impl JsonToolBuilder {
             jsonschema::options()
                 .offline()
                 .with_keyword("uniqueItems", unique_items::compile)
+                // Drafts 4 to 7 assert `format`: the crate's own `regex` check is quadratic in group names.
+                .with_format("regex", regex_format::is_valid)
                 .build(schema)
                 .map_err(|err| JsonToolError::Invalid { tool: name.clone(), message: err.to_string() })
         };

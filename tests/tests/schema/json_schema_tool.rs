@@ -1356,6 +1356,64 @@ fn items_that_hash_alike_in_the_validator_are_admitted_as_sent() {
     assert_eq!(Value::Object(received[0].arguments.clone()), arguments);
 }
 
+/// `"format": "regex"` where the schema's draft asserts formats (4, 6 and 7: what zod-to-json-schema, behind the
+/// TypeScript MCP SDK, writes): a pattern is admitted or refused as the `jsonschema` crate's own check says, names
+/// and references included, and thousands of named groups are admitted as sent. That the check takes linear time
+/// is the instruction budget's scaling check (`json_regex_names`, BENCHMARKS.md §13): the crate's own compared
+/// each group's name with every name before it (64 KB of `(?<g1>a)(?<g2>a)…` took 208 ms in a debug build).
+#[test]
+fn a_regex_format_is_checked_as_the_validator_checks_it_and_many_names_are_admitted() {
+    for (uri, asserted) in [
+        (Some("http://json-schema.org/draft-07/schema#"), true),
+        (Some("http://json-schema.org/draft-04/schema#"), true),
+        (None, false),
+    ] {
+        let mut schema = json!({"type": "object", "properties": {
+            "pattern": {"type": "string", "format": "regex"},
+            "patterns": {"type": "array", "items": {"type": "string", "format": "regex"}},
+        }});
+        if let Some(uri) = uri {
+            schema["$schema"] = json!(uri);
+        }
+        let (tool, received) = recording("find", schema);
+        let dispatcher = Dispatcher::builder().tool(tool).build().expect("a dispatcher");
+        let sequential: String = (0..20_000).map(|i| format!("(?<g{i}>a)")).collect();
+        let nested = (0..5_000).map(|i| format!("(?<n{i}>a")).collect::<String>() + &")".repeat(5_000);
+        let references = format!("{sequential}{}", (0..20_000).map(|i| format!("\\k<g{i}>")).collect::<String>());
+        for admitted in [
+            json!({"pattern": "^(?<year>\\d{4})-(?<month>\\d{2})$"}),
+            json!({"pattern": "(?<a>x)|(?<a>y)"}),
+            json!({"pattern": sequential}),
+            json!({"patterns": [nested, references, "(?:(?<a>x)|(?<a>y))\\k<a>"]}),
+        ] {
+            let message = dispatch(&dispatcher, "find", admitted.clone());
+            assert_eq!(message.status, Status::Success, "{uri:?}: {:.200}", message.content);
+            let last = received.lock().unwrap().last().expect("forwarded").arguments.clone();
+            assert_eq!(Value::Object(last), admitted, "{uri:?}: forwarded as sent");
+        }
+        let clash = format!("{sequential}(?<g17>b)");
+        for invalid in [
+            json!({"pattern": "(?<a>x)(?<a>y)"}),
+            json!({"pattern": "(?<a>x)\\k<b>"}),
+            json!({"pattern": "(unclosed"}),
+            json!({"pattern": clash}),
+            json!({"patterns": ["a", "(?<a>x(?<a>y))"]}),
+        ] {
+            let before = received.lock().unwrap().len();
+            let message = dispatch(&dispatcher, "find", invalid.clone());
+            if asserted {
+                assert_eq!(message.status, Status::Error, "{uri:?}: {invalid:.200} was admitted");
+                assert!(message.content.contains("is not a \"regex\""), "{uri:?}: {:.300}", message.content);
+                assert!(message.content.len() < 4_096, "{uri:?}: a {}-byte refusal", message.content.len());
+                assert_eq!(received.lock().unwrap().len(), before, "{uri:?}: nothing forwarded");
+            } else {
+                // Draft 2020-12 (the default) reads `format` as an annotation, and so does the validator.
+                assert_eq!(message.status, Status::Success, "{uri:?}: {:.200}", message.content);
+            }
+        }
+    }
+}
+
 mod unique_items_agree {
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
