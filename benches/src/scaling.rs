@@ -48,11 +48,14 @@ pub const SHAPES: [(&str, usize); 12] = [
 /// The shapes of a tool an upstream defines by its JSON Schema (the benches' feature `json-tool`, which the
 /// instruction budget builds with).
 #[cfg(feature = "json-tool")]
-const JSON_TOOL_SHAPES: [(&str, usize); 1] = [
+const JSON_TOOL_SHAPES: [(&str, usize); 2] = [
     // `n` distinct objects and `n` distinct arrays where the schema says `uniqueItems`, each family hashed alike by
     // the `jsonschema` crate's own check (integers past 2^53 rounding to one `f64`; arrays of empty arrays), which
     // compared each item with every one before it.
     ("json_unique_items", 500),
+    // Patterns where a draft-7 schema says `"format": "regex"`: `n` named groups one after another and `n`
+    // references to them, and `n` nested; the crate's own check compared each name with every one before it.
+    ("json_regex_names", 500),
 ];
 #[cfg(not(feature = "json-tool"))]
 const JSON_TOOL_SHAPES: [(&str, usize); 0] = [];
@@ -155,6 +158,12 @@ pub fn input(shape: &str, n: usize) -> Input {
                 .collect();
             Input::Call(agent_airlock::ToolCall::new("call_abc123", "sets", json!({"ys": objects, "xs": arrays})))
         }
+        "json_regex_names" => {
+            let sequential: String = (0..n).map(|i| format!("(?<g{i}>a)")).collect();
+            let references: String = (0..n).map(|i| format!("\\k<g{i}>")).collect();
+            let nested = (0..n).map(|i| format!("(?<n{i}>a")).collect::<String>() + &")".repeat(n);
+            call("find", json!({"pattern": sequential + &references, "patterns": [nested]}))
+        }
         other => {
             panic!(
                 "unknown shape `{other}`, expected one of {:?}",
@@ -185,7 +194,7 @@ fn dispatch(workload: &Workload, shape: &str, call: agent_airlock::ToolCall) -> 
     workload.dispatch(call)
 }
 
-/// A dispatcher of one tool an upstream defines by its JSON Schema, `sets`.
+/// A dispatcher of the tools an upstream defines by their JSON Schemas: `sets` and `find`.
 #[cfg(feature = "json-tool")]
 mod json_tool {
     use std::sync::OnceLock;
@@ -199,18 +208,29 @@ mod json_tool {
     fn dispatcher() -> &'static Dispatcher {
         static DISPATCHER: OnceLock<Dispatcher> = OnceLock::new();
         DISPATCHER.get_or_init(|| {
-            let schema = json!({"type": "object", "properties": {
+            let tool = |name: &str, schema: Value| {
+                JsonTool::builder(name, "A tool an upstream defines.", schema)
+                    .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
+                    .expect("a valid definition")
+            };
+            let sets = json!({"type": "object", "properties": {
                 "ys": {"type": "array", "items": {"type": "object"}, "uniqueItems": true},
                 "xs": {"type": "array", "uniqueItems": true},
             }});
-            let tool = JsonTool::builder("sets", "Two sets.", schema)
-                .build(|_: JsonCall| async { Ok::<Value, ToolError>(json!("ok")) })
-                .expect("a valid definition");
-            Dispatcher::builder().tool(tool).build().expect("one tool")
+            // Draft 7 asserts `format` (the draft zod-to-json-schema writes, behind the TypeScript MCP SDK).
+            let find = json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "format": "regex"},
+                    "patterns": {"type": "array", "items": {"type": "string", "format": "regex"}},
+                },
+            });
+            Dispatcher::builder().tool(tool("sets", sets)).tool(tool("find", find)).build().expect("two tools")
         })
     }
 
-    /// Dispatches `call` to `sets`.
+    /// Dispatches `call` to its tool.
     pub(super) fn dispatch(call: ToolCall) -> ToolMessage {
         run_ready(dispatcher().dispatch(call, &CallContext::new())).expect_message()
     }
@@ -222,7 +242,10 @@ pub fn check(workload: &Workload) {
     for (shape, _) in shapes() {
         let Input::Call(call) = input(shape, 4) else { continue };
         let message = dispatch(workload, shape, call);
-        let allowed = matches!(shape, "ghosts" | "tags" | "long_body" | "long_ghost_name" | "json_unique_items");
+        let allowed = matches!(
+            shape,
+            "ghosts" | "tags" | "long_body" | "long_ghost_name" | "json_unique_items" | "json_regex_names"
+        );
         assert_eq!(message.status == agent_airlock::Status::Success, allowed, "{shape}: {message:?}");
         assert!(message.content.len() < 8 * 1024, "{shape}: a {}-byte message", message.content.len());
     }
