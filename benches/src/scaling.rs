@@ -48,7 +48,7 @@ pub const SHAPES: [(&str, usize); 12] = [
 /// The shapes of a tool an upstream defines by its JSON Schema (the benches' feature `json-tool`, which the
 /// instruction budget builds with).
 #[cfg(feature = "json-tool")]
-const JSON_TOOL_SHAPES: [(&str, usize); 2] = [
+const JSON_TOOL_SHAPES: [(&str, usize); 3] = [
     // `n` distinct objects and `n` distinct arrays where the schema says `uniqueItems`, each family hashed alike by
     // the `jsonschema` crate's own check (integers past 2^53 rounding to one `f64`; arrays of empty arrays), which
     // compared each item with every one before it.
@@ -56,6 +56,11 @@ const JSON_TOOL_SHAPES: [(&str, usize); 2] = [
     // Patterns where a draft-7 schema says `"format": "regex"`: `n` named groups one after another and `n`
     // references to them, and `n` nested; the crate's own check compared each name with every one before it.
     ("json_regex_names", 500),
+    // Long strings where a draft-7 schema names a format the crate checks by parsing (hostnames and e-mail of many
+    // labels, IRIs with dot segments, URIs with escapes, URI templates, JSON pointers, date-times and durations with
+    // long digit runs, IPv6, IDN hostnames and e-mail through UTS 46 and punycode):
+    // linear today (BENCHMARKS.md §13); kept so through the crate's upgrades.
+    ("json_formats", 500),
 ];
 #[cfg(not(feature = "json-tool"))]
 const JSON_TOOL_SHAPES: [(&str, usize); 0] = [];
@@ -164,6 +169,23 @@ pub fn input(shape: &str, n: usize) -> Input {
             let nested = (0..n).map(|i| format!("(?<n{i}>a")).collect::<String>() + &")".repeat(n);
             call("find", json!({"pattern": sequential + &references, "patterns": [nested]}))
         }
+        "json_formats" => call(
+            "formats",
+            json!({
+                "host": "a.".repeat(4 * n),
+                "mail": format!("{}a@b.c", "a.".repeat(4 * n)),
+                "link": format!("http://a/{}", "é/../".repeat(2 * n)),
+                "uri": format!("http://[::1]/{}", "%41/".repeat(2 * n)),
+                "idn_host": format!("{}a", "é.".repeat(4 * n)),
+                "idn_punycode": format!("xn--{}", "ab-".repeat(3 * n)),
+                "idn_mail": format!("\"{}\"@{}a", "é".repeat(2 * n), "xn--a.".repeat(n)),
+                "template": "{a}".repeat(3 * n),
+                "pointer": "/a~0".repeat(2 * n),
+                "when": format!("2020-01-01T00:00:00.{}Z", "1".repeat(8 * n)),
+                "span": format!("P{}D", "1".repeat(8 * n)),
+                "addr": "1:".repeat(4 * n),
+            }),
+        ),
         other => {
             panic!(
                 "unknown shape `{other}`, expected one of {:?}",
@@ -194,7 +216,7 @@ fn dispatch(workload: &Workload, shape: &str, call: agent_airlock::ToolCall) -> 
     workload.dispatch(call)
 }
 
-/// A dispatcher of the tools an upstream defines by their JSON Schemas: `sets` and `find`.
+/// A dispatcher of the tools an upstream defines by their JSON Schemas: `sets`, `find` and `formats`.
 #[cfg(feature = "json-tool")]
 mod json_tool {
     use std::sync::OnceLock;
@@ -226,7 +248,31 @@ mod json_tool {
                     "patterns": {"type": "array", "items": {"type": "string", "format": "regex"}},
                 },
             });
-            Dispatcher::builder().tool(tool("sets", sets)).tool(tool("find", find)).build().expect("two tools")
+            let format = |name: &str| json!({"type": "string", "format": name});
+            let formats = json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {
+                    "host": format("hostname"),
+                    "mail": format("email"),
+                    "link": format("iri-reference"),
+                    "uri": format("uri"),
+                    "idn_host": format("idn-hostname"),
+                    "idn_punycode": format("idn-hostname"),
+                    "idn_mail": format("idn-email"),
+                    "template": format("uri-template"),
+                    "pointer": format("json-pointer"),
+                    "when": format("date-time"),
+                    "span": format("duration"),
+                    "addr": format("ipv6"),
+                },
+            });
+            Dispatcher::builder()
+                .tool(tool("sets", sets))
+                .tool(tool("find", find))
+                .tool(tool("formats", formats))
+                .build()
+                .expect("three tools")
         })
     }
 

@@ -1414,6 +1414,46 @@ fn a_regex_format_is_checked_as_the_validator_checks_it_and_many_names_are_admit
     }
 }
 
+/// `idn-hostname` and `idn-email` are checked where the draft asserts formats, as a validator built with its
+/// defaults checks them (`jsonschema` was built without its `idna` feature, and an unknown format is ignored: any
+/// string passed). Under draft 2020-12 they stay annotations.
+#[test]
+fn idn_formats_are_checked_where_the_draft_asserts_formats() {
+    for (uri, asserted) in [(Some("http://json-schema.org/draft-07/schema#"), true), (None, false)] {
+        let mut schema = json!({"type": "object", "properties": {
+            "host": {"type": "string", "format": "idn-hostname"},
+            "mail": {"type": "string", "format": "idn-email"},
+        }});
+        if let Some(uri) = uri {
+            schema["$schema"] = json!(uri);
+        }
+        let (tool, _received) = recording("reach", schema);
+        let dispatcher = Dispatcher::builder().tool(tool).build().expect("a dispatcher");
+        for admitted in [
+            json!({"host": "bücher.example", "mail": "jörg@bücher.example"}),
+            json!({"host": "xn--bcher-kva.example", "mail": "用户@例子.广告"}),
+        ] {
+            let message = dispatch(&dispatcher, "reach", admitted.clone());
+            assert_eq!(message.status, Status::Success, "{uri:?}: {admitted}: {}", message.content);
+        }
+        for invalid in [
+            json!({"host": "-bücher-.example"}),
+            json!({"host": "xn--a.example"}),
+            json!({"host": "bü cher.example"}),
+            json!({"mail": "jörg@-bücher-.example"}),
+            json!({"mail": "no-at-sign"}),
+        ] {
+            let message = dispatch(&dispatcher, "reach", invalid.clone());
+            if asserted {
+                assert_eq!(message.status, Status::Error, "{uri:?}: {invalid} was admitted");
+                assert!(message.content.contains("is not a \"idn-"), "{uri:?}: {}", message.content);
+            } else {
+                assert_eq!(message.status, Status::Success, "{uri:?}: {invalid}: {}", message.content);
+            }
+        }
+    }
+}
+
 mod unique_items_agree {
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
