@@ -15,7 +15,7 @@
 //! escape is a backslash and the next character (what a longer escape goes on with cannot be a bracket, a paren
 //! or a bar in a valid pattern), a class runs to its first unescaped `]`, `(?<=` and `(?<!` are lookbehinds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Up to this many `(?<` and `\k<` in a pattern, the crate's check runs on it as it is: at most this many
 /// comparisons per name, so linear in the pattern's length.
@@ -118,8 +118,7 @@ fn without_names(pattern: &str) -> Option<String> {
             _ => rest.push(c),
         }
     }
-    let declared: HashSet<&str> = last_of.keys().map(String::as_str).collect();
-    referenced.iter().all(|name| declared.contains(name.as_str())).then_some(rest)
+    referenced.iter().all(|name| last_of.contains_key(name)).then_some(rest)
 }
 
 /// The pattern read a character at a time.

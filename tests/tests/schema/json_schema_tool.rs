@@ -1375,6 +1375,18 @@ fn a_regex_format_is_checked_as_the_validator_checks_it_and_many_names_are_admit
         if let Some(uri) = uri {
             schema["$schema"] = json!(uri);
         }
+        // The crate's own validator, its own `regex` check: the verdict on every short call (on the long ones
+        // below it takes seconds, the quadratic this test is about).
+        let reference = jsonschema::validator_for(&schema).expect("a valid schema");
+        let agrees = |arguments: &Value, message: &ToolMessage| {
+            if arguments.to_string().len() < 1_024 {
+                assert_eq!(
+                    message.status == Status::Success,
+                    reference.is_valid(arguments),
+                    "{uri:?}: {arguments} judged unlike the validator"
+                );
+            }
+        };
         let (tool, received) = recording("find", schema);
         let dispatcher = Dispatcher::builder().tool(tool).build().expect("a dispatcher");
         let sequential: String = (0..20_000).map(|i| format!("(?<g{i}>a)")).collect();
@@ -1388,6 +1400,7 @@ fn a_regex_format_is_checked_as_the_validator_checks_it_and_many_names_are_admit
         ] {
             let message = dispatch(&dispatcher, "find", admitted.clone());
             assert_eq!(message.status, Status::Success, "{uri:?}: {:.200}", message.content);
+            agrees(&admitted, &message);
             let last = received.lock().unwrap().last().expect("forwarded").arguments.clone();
             assert_eq!(Value::Object(last), admitted, "{uri:?}: forwarded as sent");
         }
@@ -1401,6 +1414,7 @@ fn a_regex_format_is_checked_as_the_validator_checks_it_and_many_names_are_admit
         ] {
             let before = received.lock().unwrap().len();
             let message = dispatch(&dispatcher, "find", invalid.clone());
+            agrees(&invalid, &message);
             if asserted {
                 assert_eq!(message.status, Status::Error, "{uri:?}: {invalid:.200} was admitted");
                 assert!(message.content.contains("is not a \"regex\""), "{uri:?}: {:.300}", message.content);
