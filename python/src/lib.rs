@@ -25,7 +25,9 @@ use agent_airlock::keys::ApprovalKey;
 use agent_airlock::keys::AuditKey;
 use agent_airlock::ledger::{ApprovalLedger, PostgresLedger, RedbLedger, RequestRecord};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions, open_database};
-use agent_airlock::{CallContext, Dispatcher, Outcome, Policy, RefusalKind, Status, ToolCall, ToolError};
+use agent_airlock::{
+    CallContext, Dispatcher, IncomingCall, Outcome, Policy, RefusalKind, Status, ToolCall, ToolCallText, ToolError,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::intern;
@@ -847,19 +849,20 @@ impl ToolGuard {
             context = context.with_resume(resume_value(py, resume)?);
         }
         let mut unreadable = None;
-        let (call, given) = match arguments.cast::<PyString>() {
-            Ok(text) => (ToolCall::from_json_text(tool_call_id.clone(), self.name.clone(), text.to_str()?), None),
+        let (call, given): (IncomingCall, _) = match arguments.cast::<PyString>() {
+            // Parsed by the dispatcher only if a gate reads it: a denied tool's call is refused unread.
+            Ok(text) => (ToolCallText::new(tool_call_id.clone(), self.name.clone(), text.to_str()?).into(), None),
             Err(_) => match to_value(arguments, 0, BeyondI64::Refused) {
                 Ok(value) => {
                     let given = (arguments.clone().unbind(), value.clone());
-                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), value), Some(given))
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), value).into(), Some(given))
                 }
                 // As for JSON text that does not parse: a string, which the dispatcher refuses (and records);
                 // the refusal then says why the arguments could not be read.
                 Err(error) => {
                     let why = error.value(py).to_string();
                     unreadable = Some(why.clone());
-                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)), None)
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)).into(), None)
                 }
             },
         };

@@ -384,7 +384,9 @@ pub use agent_airlock_macros::tool;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CallContext, State, Store, ToolCallId};
 pub use dispatch::{BuildError, Dispatcher, DispatcherBuilder};
-pub use message::{HostCommand, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolMessage};
+pub use message::{
+    HostCommand, IncomingCall, Outcome, Refusal, RefusalKind, Status, ToolCall, ToolCallText, ToolMessage,
+};
 pub use policy::builder::PolicyBuilder;
 pub use policy::policy::{Policy, PolicyError, ToolPolicy};
 pub use rate::{LocalRateBuckets, Rate, RateParseError, RateScope};

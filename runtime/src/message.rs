@@ -23,12 +23,98 @@ impl ToolCall {
         ToolCall { id: id.into(), name: name.into(), arguments }
     }
 
-    /// A call whose arguments arrive as JSON text (OpenAI's `function.arguments`). Text that is not JSON
-    /// becomes a string value, which the dispatcher refuses with a message the model can act on.
+    /// A call whose arguments arrive as JSON text (OpenAI's `function.arguments`), parsed now. Text that is not
+    /// JSON becomes a string value, which the dispatcher refuses with a message the model can act on.
+    ///
+    /// To have the dispatcher parse the text only if a gate reads it, dispatch a [`ToolCallText`] instead.
     pub fn from_json_text(id: impl Into<String>, name: impl Into<String>, arguments: &str) -> Self {
         let arguments = serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()));
         Self::new(id, name, arguments)
     }
+}
+
+/// A tool call whose arguments are still the model's JSON text, as OpenAI's `function.arguments` and hosts
+/// that pass JSON along unparsed hold them. [`Dispatcher::dispatch`](crate::Dispatcher::dispatch) parses the
+/// text only once a gate reads the arguments: a call to an unknown tool, or one the policy denies by its name
+/// or its caller, is refused without the text being read, however large or deeply nested it is.
+///
+/// Past those gates it is the call [`ToolCall::from_json_text`] makes: text that is not JSON (or nests deeper
+/// than the parser's limit) becomes a string value, which the dispatcher refuses with a message the model can
+/// act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallText {
+    /// The model's id for the call; the answer carries it back.
+    pub id: String,
+    /// The tool the model asked for.
+    pub name: String,
+    /// The arguments as the model wrote them: must be a JSON object.
+    pub arguments: String,
+}
+
+impl ToolCallText {
+    /// A call whose arguments are JSON text, to be parsed if a gate reads them.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCallText { id: id.into(), name: name.into(), arguments: arguments.into() }
+    }
+}
+
+impl From<ToolCallText> for ToolCall {
+    /// Parses the arguments now, as [`ToolCall::from_json_text`] does.
+    fn from(call: ToolCallText) -> Self {
+        ToolCall::new(call.id, call.name, parse_arguments(call.arguments))
+    }
+}
+
+/// What [`Dispatcher::dispatch`](crate::Dispatcher::dispatch) takes: a [`ToolCall`] with its arguments parsed,
+/// or a [`ToolCallText`] with them still text. Made with `From`; callers pass either call as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncomingCall {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) arguments: IncomingArguments,
+}
+
+/// An incoming call's arguments: parsed by the host, or text the dispatcher parses once a gate reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum IncomingArguments {
+    Parsed(Value),
+    Text(String),
+}
+
+impl IncomingArguments {
+    /// The arguments as a value, parsing text now ([`parse_arguments`]).
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            IncomingArguments::Parsed(value) => value,
+            IncomingArguments::Text(text) => parse_arguments(text),
+        }
+    }
+
+    /// Drops the arguments unread, a deep value without recursing ([`crate::args::discard`]).
+    pub(crate) fn discard(self) {
+        match self {
+            IncomingArguments::Parsed(value) => crate::args::discard(value),
+            IncomingArguments::Text(text) => drop(text),
+        }
+    }
+}
+
+impl From<ToolCall> for IncomingCall {
+    fn from(call: ToolCall) -> Self {
+        IncomingCall { id: call.id, name: call.name, arguments: IncomingArguments::Parsed(call.arguments) }
+    }
+}
+
+impl From<ToolCallText> for IncomingCall {
+    fn from(call: ToolCallText) -> Self {
+        IncomingCall { id: call.id, name: call.name, arguments: IncomingArguments::Text(call.arguments) }
+    }
+}
+
+/// JSON text parsed as a call's arguments; text that does not parse is kept whole as a string value, which
+/// gate 3 refuses (a call's arguments must be an object), as [`ToolCall::from_json_text`] does.
+fn parse_arguments(text: String) -> Value {
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
 }
 
 /// The answer to a tool call, for the model.

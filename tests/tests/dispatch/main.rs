@@ -10,4 +10,5 @@ pub mod fuzz_regressions;
 pub mod otel_export;
 pub mod policy_file;
 pub mod shared_rates;
+pub mod text_calls;
 pub mod tracing_events;
