@@ -8,12 +8,16 @@
 //! refused for two invalid fields, denied by policy; plus masking a 2 KB JSON result that holds secrets,
 //! and the floor: parsing the same arguments straight into the typed struct, as a host without a guard does.
 //! One more case keeps masking linear on the adversarial text the fuzzer found (`mask_begin_lines`).
+//!
+//! The `_text` cases take the same arguments as JSON text, as OpenAI's `function.arguments` carries them: the
+//! floor parses the text straight into the typed struct, the dispatcher gets a [`ToolCallText`] (parsed only
+//! once a gate reads the arguments: never for the denied call).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use agent_airlock::mask::{MaskSet, Masker};
-use agent_airlock::{CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, airlock_tool, tool};
+use agent_airlock::{CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolCallText, airlock_tool, tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -153,8 +157,19 @@ pub fn result_2k() -> Value {
 }
 
 /// The cases, by the name the bench, the harness and the budget use.
-pub const CASES: [&str; 8] =
-    ["direct_parse", "allowed", "ghosts_stripped", "invalid", "denied", "mask_2k", "mask_begin_lines", "ghosts_many"];
+pub const CASES: [&str; 11] = [
+    "direct_parse",
+    "allowed",
+    "ghosts_stripped",
+    "invalid",
+    "denied",
+    "mask_2k",
+    "mask_begin_lines",
+    "ghosts_many",
+    "direct_parse_text",
+    "allowed_text",
+    "denied_text",
+];
 
 /// How many undeclared keys `ghosts_many` sends at each of its two levels.
 pub const MANY_GHOSTS: usize = 2_000;
@@ -214,8 +229,12 @@ impl Workload {
     /// The input of `case`, prepared outside any measurement (a dispatch consumes its call).
     pub fn input(&self, case: &str) -> Input {
         let call = |name: &str, arguments: Value| Input::Call(ToolCall::new("call_abc123", name, arguments));
+        let text = |name: &str| Input::CallText(ToolCallText::new("call_abc123", name, arguments().to_string()));
         match case {
             "direct_parse" => Input::Value(arguments()),
+            "direct_parse_text" => Input::Text(arguments().to_string()),
+            "allowed_text" => text("file_ticket"),
+            "denied_text" => text("admin_file_ticket"),
             "allowed" => call("file_ticket", arguments()),
             "ghosts_stripped" => call("file_ticket", arguments_with_ghosts()),
             "ghosts_many" => call("file_ticket", arguments_with_many_ghosts()),
@@ -234,11 +253,19 @@ impl Workload {
                 let a: TicketArguments = serde_json::from_value(arguments).expect("the arguments parse");
                 Value::String(the_ticket(a.title, a.body, a.priority, a.urgent, a.customer, a.tags, a.assignee, a.due))
             }
+            ("direct_parse_text", Input::Text(text)) => {
+                let a: TicketArguments = serde_json::from_str(&text).expect("the arguments parse");
+                Value::String(the_ticket(a.title, a.body, a.priority, a.urgent, a.customer, a.tags, a.assignee, a.due))
+            }
             ("mask_2k" | "mask_begin_lines", Input::Value(mut result)) => {
                 self.masker.mask_value(&mut result, MaskSet::SECRETS | MaskSet::PII);
                 result
             }
             (_, Input::Call(call)) => {
+                let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+                Value::String(message.content)
+            }
+            (_, Input::CallText(call)) => {
                 let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
                 Value::String(message.content)
             }
@@ -269,11 +296,21 @@ impl Workload {
             let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
             assert_eq!(message.status, Status::Error, "{case}: {message:?}");
         }
+        // The text cases answer as their parsed twins do, word for word.
+        for (case, twin) in [("allowed_text", "allowed"), ("denied_text", "denied")] {
+            let (Input::CallText(call), Input::Call(parsed)) = (self.input(case), self.input(twin)) else {
+                unreachable!()
+            };
+            let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+            let expected = run_ready(self.dispatcher.dispatch(parsed, &self.context)).expect_message();
+            assert_eq!(message, expected, "{case}");
+        }
         let masked = self.run("mask_begin_lines", self.input("mask_begin_lines")).to_string();
         assert!(masked.starts_with("\"[PRIVATE_KEY]\\n-----BEGIN PRIVATE KEY-----gres"), "{masked:.80}");
         let masked = self.run("mask_2k", self.input("mask_2k")).to_string();
         assert!(!masked.contains("AKIA4HK2Q7ZLMX9RT3WB") && !masked.contains("user0@example.com"), "{masked}");
         black_box(self.run("direct_parse", self.input("direct_parse")));
+        black_box(self.run("direct_parse_text", self.input("direct_parse_text")));
     }
 }
 
@@ -281,6 +318,10 @@ impl Workload {
 pub enum Input {
     /// A model's tool call.
     Call(ToolCall),
+    /// A model's tool call with its arguments as JSON text.
+    CallText(ToolCallText),
     /// Arguments to parse, or a result to mask.
     Value(Value),
+    /// Arguments to parse from JSON text.
+    Text(String),
 }
