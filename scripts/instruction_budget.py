@@ -30,19 +30,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = ROOT / "benches" / "instruction_budget.toml"
-CASES = [
-    "direct_parse",
-    "allowed",
-    "ghosts_stripped",
-    "invalid",
-    "denied",
-    "mask_2k",
-    "mask_begin_lines",
-    "ghosts_many",
-    "direct_parse_text",
-    "allowed_text",
-    "denied_text",
-]
 # The floors: serde's own cost of parsing the arguments into the typed struct, from a value and from JSON text.
 # Each case is read against the floor of its input (the `_text` cases take the arguments as text); reported,
 # never held to a budget.
@@ -145,10 +132,12 @@ def per_call(binary: Path, rounds: int) -> dict[str, list[Count]]:
     The processes run two at a time (a count does not depend on what runs beside it): each spends ~1.3 s of
     CPU under valgrind, nearly all of it in the setup before the counted calls (the masker's patterns compiled
     on the first call, uninstrumented), and CI waits for the budget at its end."""
-    jobs = [(case, round_) for case in CASES for round_ in range(rounds)]
+    # The cases are the binary's own (`hot_path::CASES`), so the two lists cannot drift apart.
+    cases = subprocess.run([str(binary), "--cases"], check=True, capture_output=True, text=True).stdout.split()
+    jobs = [(case, round_) for case in cases for round_ in range(rounds)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counts = list(pool.map(lambda job: instructions(binary, job[0], RUNS_OF.get(job[0], RUNS)), jobs))
-    counted: dict[str, list[Count]] = {case: [] for case in CASES}
+    counted: dict[str, list[Count]] = {case: [] for case in cases}
     for (case, _), count in zip(jobs, counts):
         counted[case].append(count)
     return counted

@@ -1,6 +1,7 @@
 //! Runs one hot-path case a given number of times, for an instruction count under callgrind:
 //! `hot_path_counts CASE RUNS PREPARED`. It prepares `PREPARED` inputs and runs the first `RUNS` of them,
 //! each in `one_call`, the only function callgrind is told to count (`scripts/instruction_budget.py`).
+//! `hot_path_counts --cases` lists the cases, one a line: the script counts each.
 
 use std::hint::black_box;
 
@@ -8,6 +9,10 @@ use agent_airlock_benches::hot_path::{CASES, Input, Workload};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--cases") {
+        CASES.iter().for_each(|case| println!("{case}"));
+        return;
+    }
     let usage = || -> ! {
         eprintln!("usage: hot_path_counts CASE RUNS PREPARED  (CASE one of {CASES:?}; RUNS <= PREPARED)");
         std::process::exit(2)
