@@ -15,7 +15,7 @@ use std::time::Duration;
 use agent_airlock::ledger::MemoryLedger;
 use agent_airlock::mask::{MaskConfig, MaskSet, MaskStrategy, Masker};
 use agent_airlock::{
-    CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolMessage, airlock_tool,
+    CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolCallText, ToolMessage, airlock_tool,
     approval::{AdmitError, BindingInput, DecisionError, InterruptApprovals, InterruptRequest, KeyRing},
     keys::ApprovalKey,
     tool,
@@ -381,11 +381,21 @@ pub fn check_arguments(index: usize, arguments: Value) {
 }
 
 /// Raw bytes: the first picks the tool, the rest is JSON text (text that is not JSON is refused by the
-/// host's parser, which is not ours to test, except through [`ToolCall::from_json_text`]).
+/// host's parser, which is not ours to test, except through [`ToolCall::from_json_text`]). As text, the call
+/// is answered word for word as the call parsed first: a [`ToolCallText`] is parsed only once a gate reads it.
 pub fn check_argument_bytes(data: &[u8]) {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
+    if let Ok(text) = std::str::from_utf8(rest) {
+        let (tool, _) = TOOLS[usize::from(selector) % TOOLS.len()];
+        let context = CallContext::new();
+        let parsed = block_on(dispatcher().dispatch(ToolCall::from_json_text("call_fuzz", tool, text), &context))
+            .expect_message();
+        let lazy =
+            block_on(dispatcher().dispatch(ToolCallText::new("call_fuzz", tool, text), &context)).expect_message();
+        assert_eq!(lazy, parsed, "`{tool}`: the text call is answered otherwise than the call parsed first");
+    }
     if let Ok(arguments) = serde_json::from_slice::<Value>(rest) {
         check_arguments(usize::from(selector), arguments);
     } else if let Ok(text) = std::str::from_utf8(rest) {
