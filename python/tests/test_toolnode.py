@@ -360,6 +360,30 @@ def test_tool_guard_passes_dicts_across_the_ffi_without_json_text():
     assert out["status"] == "success" and "class 'object'" in out["content"], out
 
 
+def test_a_denied_guard_refuses_whatever_the_arguments_are():
+    """A tool the policy denies is refused before any gate reads its arguments, so the guard neither converts a
+    dict nor parses text for it: every form of arguments, readable or not, gets the same refusal, and the
+    callback never runs."""
+    from airlock_rs import ToolGuard
+
+    schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
+    guard = ToolGuard("drop_table", "d", schema, SecurityPolicy(denied_tools=["drop_*"]))
+    ran = []
+    deep: dict = {}
+    inner = deep
+    for _ in range(500):
+        inner["q"] = {}
+        inner = inner["q"]
+    outs = [
+        guard.dispatch("c", arguments, ran.append)
+        for arguments in ({"q": "x"}, {"q": float("nan")}, deep, '{"q": "x"}', '{"q": ', "", object())
+    ]
+    assert ran == [], "a denied call never runs"
+    assert all(out == outs[0] for out in outs), outs
+    assert outs[0]["status"] == "error" and outs[0]["refusal"]["kind"] == "denied", outs[0]
+    assert "drop_table" in outs[0]["content"], outs[0]
+
+
 def test_the_cheap_request_copy_is_what_override_makes():
     """The wrapper copies a request with the admitted arguments without `ToolCallRequest.override` (which
     costs a `dataclasses.replace` through a warning-checking `__setattr__`): the copy must equal what

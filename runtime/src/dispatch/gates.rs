@@ -62,6 +62,13 @@ impl Rules {
         Ok(())
     }
 
+    /// Gate 2 whole: the deny globs on the name, then the deny rules on who calls. Neither reads the arguments
+    /// ([`Dispatcher::refuses_before_arguments`] asks this too).
+    #[inline]
+    pub(super) fn before_arguments(&self, name: &str, identity: Option<&Identity>) -> Result<(), Refused> {
+        self.denial(name).and_then(|()| self.caller_denial(name, identity))
+    }
+
     /// Gate 3: how undeclared keys are screened, the author's mode or the policy's `block`.
     #[inline]
     pub(super) fn ghosts(&self, spec: &ToolSpec) -> GhostPolicy {

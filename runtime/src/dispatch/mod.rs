@@ -102,6 +102,17 @@ impl Dispatcher {
         entry.enforced.caller_denial(tool, context.identity()).is_err()
     }
 
+    /// Whether a call of `tool` by this caller is refused before any gate reads its arguments: the tool is
+    /// unknown, a deny glob names it, or one of its deny rules on who calls applies to this caller (failing
+    /// closed without an identity). Such a call's arguments are dropped unread, so a host holding them in a
+    /// form of its own (a Python dict) need not convert them: dispatching the call with any arguments (an
+    /// empty [`ToolCallText`](crate::ToolCallText)) gives the same refusal and audit record. A call this answers
+    /// `false` for may still be refused by a later gate.
+    pub fn refuses_before_arguments(&self, tool: &str, context: &CallContext) -> bool {
+        let Some(entry) = self.tools.get(tool) else { return true };
+        entry.enforced.before_arguments(tool, context.identity()).is_err()
+    }
+
     /// [`offered_tools`](Self::offered_tools) in `dialect`'s request shape (see
     /// [`ToolDefinition::to_dialect`]): every tool the dialect can express, and why each other one cannot.
     pub fn offered_tools_in(&self, dialect: Dialect) -> DialectOffer {
@@ -220,8 +231,7 @@ impl Dispatcher {
         // 2. Policy on the registered name, and its deny rules on who calls (they need no arguments, so a
         //    caller the tool is hidden from learns nothing of them). Deny beats everything, approvals included.
         call.observe(observed.denial(name));
-        if let Err(refused) = enforced.denial(name).and_then(|()| enforced.caller_denial(name, call.context.identity()))
-        {
+        if let Err(refused) = enforced.before_arguments(name, call.context.identity()) {
             arguments.discard();
             return Err((refused, Vec::new()));
         }

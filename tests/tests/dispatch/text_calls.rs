@@ -1,7 +1,8 @@
 //! A call whose arguments are JSON text ([`ToolCallText`]) is the call [`ToolCall::from_json_text`] makes of
 //! it, word for word and record for record, except that the text is parsed only once a gate reads the
 //! arguments: an unknown tool, a tool the policy denies by name and one denied to its caller are refused
-//! without the text being read, however large it is (counted by this binary's allocator).
+//! without the text being read, however large it is (counted by this binary's allocator); and
+//! [`Dispatcher::refuses_before_arguments`] says which calls those are.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -184,7 +185,13 @@ proptest! {
         let parsed_record = only_record_from(&log, 1);
         let lazy = message(block_on(dispatcher.dispatch(ToolCallText::new("c1", name, text.clone()), &cx)));
         prop_assert_eq!(&lazy, &parsed, "{}", text);
-        prop_assert_eq!(only_record_from(&log, 2), parsed_record, "{}", text);
+        prop_assert_eq!(only_record_from(&log, 2), parsed_record.clone(), "{}", text);
+        // What `refuses_before_arguments` answers yes for is refused alike whatever the arguments are.
+        if dispatcher.refuses_before_arguments(name, &cx) {
+            let unread = message(block_on(dispatcher.dispatch(ToolCallText::new("c1", name, ""), &cx)));
+            prop_assert_eq!(&unread, &parsed, "{}", text);
+            prop_assert_eq!(only_record_from(&log, 3), parsed_record, "{}", text);
+        }
         // And `From` parses as `from_json_text` does.
         prop_assert_eq!(ToolCall::from(ToolCallText::new("c1", name, text.clone())), ToolCall::from_json_text("c1", name, &text));
     }
@@ -219,6 +226,17 @@ fn text_calls_reach_every_outcome() {
     assert!(large.content.contains("too large"), "{}", large.content);
     assert_eq!(call("transfer", r#"{"amount": 50}"#, true).content, "50");
     assert_eq!(kind(&call("nope", "{}", true)), Some(RefusalKind::UnknownTool));
+    // Which of them are refused before any gate reads the arguments.
+    for (name, member, unread) in [
+        ("nope", true, true),
+        ("admin_purge", true, true),
+        ("transfer", false, true),
+        ("transfer", true, false),
+        ("lookup", false, false),
+    ] {
+        assert_eq!(dispatcher.refuses_before_arguments(name, &context(member)), unread, "{name}, member {member}");
+    }
+    assert!(dispatcher.refuses_before_arguments("transfer", &CallContext::new()), "no identity: fails closed");
     // Each call was recorded, the allowed ones with the arguments as admitted.
     let records = log.records(1, usize::MAX).unwrap();
     assert_eq!(records.len(), 10);
