@@ -131,8 +131,8 @@ impl Dispatcher {
     /// The future returned is the dispatch's own, not one wrapped around it: a future is moved whole into
     /// each one that awaits it, and this one is about 1.9 KB.
     ///
-    /// `call` is a [`ToolCall`](crate::ToolCall), or a [`ToolCallText`](crate::ToolCallText) whose JSON text is parsed only
-    /// once a gate reads the arguments (an unknown or denied tool never reads them).
+    /// `call` is a [`ToolCall`](crate::ToolCall), or a [`ToolCallText`](crate::ToolCallText) whose JSON text is
+    /// parsed only once a gate reads the arguments (an unknown or denied tool never reads them).
     pub fn dispatch(&self, call: impl Into<IncomingCall>, context: &CallContext) -> impl Future<Output = Outcome> {
         self.dispatch_escalating_to(call.into(), context, Reviewer::Configured)
     }

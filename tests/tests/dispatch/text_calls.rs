@@ -193,7 +193,8 @@ proptest! {
             prop_assert_eq!(only_record_from(&log, 3), parsed_record, "{}", text);
         }
         // And `From` parses as `from_json_text` does.
-        prop_assert_eq!(ToolCall::from(ToolCallText::new("c1", name, text.clone())), ToolCall::from_json_text("c1", name, &text));
+        let converted = ToolCall::from(ToolCallText::new("c1", name, text.clone()));
+        prop_assert_eq!(converted, ToolCall::from_json_text("c1", name, &text));
     }
 }
 
