@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_airlock::ledger::{ApprovalLedger, GrantRecord, LedgerError, RedbLedger, RequestStatus};
 use agent_airlock::store::{ProcessSharing, RedbOpenOptions};
 use agent_airlock::{
-    ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolMessage,
+    IncomingCall, ManualClock, Outcome, Policy, RefusalKind, Status, ToolCall, ToolCallText, ToolMessage,
     approval::{DecisionError, InterruptApprovals, KeyRing, RetiredKeys},
     keys::ApprovalKey,
 };
@@ -46,17 +46,23 @@ impl Host {
         InterruptApprovals::new(key_ring(), Arc::clone(&self.ledger), GRANT_TTL).with_clock(Arc::clone(&self.clock))
     }
 
-    fn dispatch_with(&self, policy: Policy, call: ToolCall, checkpoint: &str, resume: Option<Value>) -> Outcome {
+    fn dispatch_with(
+        &self,
+        policy: Policy,
+        call: impl Into<IncomingCall>,
+        checkpoint: &str,
+        resume: Option<Value>,
+    ) -> Outcome {
         let dispatcher = dispatcher(Arc::clone(&self.ledger) as _, Arc::clone(&self.clock), policy);
         block_on(dispatcher.dispatch(call, &context(self.log(), checkpoint, resume)))
     }
 
-    fn dispatch(&self, call: ToolCall, checkpoint: &str, resume: Option<Value>) -> Outcome {
+    fn dispatch(&self, call: impl Into<IncomingCall>, checkpoint: &str, resume: Option<Value>) -> Outcome {
         self.dispatch_with(Policy::new(), call, checkpoint, resume)
     }
 
     /// First pass: the interrupt value the host stores.
-    fn interrupt(&self, call: ToolCall) -> Value {
+    fn interrupt(&self, call: impl Into<IncomingCall>) -> Value {
         match self.dispatch(call, "c1", None) {
             Outcome::Interrupt { request, tool_call_id } => {
                 assert_eq!(tool_call_id, "call_1");
@@ -285,6 +291,43 @@ fn approval_for_arguments_a_does_not_admit_arguments_b() {
     assert_eq!(host.executions(), 0);
     // The grant for A stays usable.
     assert_eq!(executed(host.dispatch(refund_call(500), "c1", Some(resume))).content, "refunded 500 on pi_1");
+}
+
+/// A call whose arguments arrive as JSON text interrupts and resumes as the parsed call does: its grant is bound
+/// to the arguments the text parses to (key order and blanks are the text's, not the binding's), another amount
+/// spelled as text admits nothing, text that does not parse is refused before the grant is touched, and the
+/// grant runs the call once.
+#[test]
+fn a_text_call_interrupts_and_resumes_bound_to_the_arguments_it_parses_to() {
+    let host = Host::new();
+    let text = |arguments: &str| ToolCallText::new("call_1", "refund", arguments);
+    let interrupt = host.interrupt(text(r#"{"payment_id": "pi_1", "amount": 500}"#));
+    let opened = host.approvals().verify_request(&interrupt).unwrap();
+    assert_eq!(Value::Object(opened.arguments().clone()), json!({"payment_id": "pi_1", "amount": 500}));
+    // The parsed call's request binds the same call.
+    let parsed = host.interrupt(refund_call(500));
+    assert_eq!(parsed["airlock_approval"]["binding"], interrupt["airlock_approval"]["binding"]);
+    let resume = host.approve(&interrupt);
+
+    let refused = host.dispatch(text(r#"{"payment_id": "pi_1", "amount": 50000}"#), "c1", Some(resume.clone()));
+    assert_eq!(kind(refused), Some(RefusalKind::ApprovalInvalid));
+    for unreadable in [r#"{"payment_id": "pi_1", "amount": 500"#, "", r#"{"payment_id": "pi_1", "amount": "500"}"#] {
+        let message = host.dispatch(text(unreadable), "c1", Some(resume.clone())).expect_message();
+        assert!(
+            matches!(
+                message.refusal.as_ref().map(|r| r.kind),
+                Some(RefusalKind::MalformedArguments | RefusalKind::InvalidArguments)
+            ),
+            "{unreadable:?}: {message:?}"
+        );
+    }
+    assert_eq!(host.executions(), 0);
+
+    // Reordered and spaced otherwise, the same arguments: the grant runs it, once.
+    let same = text("{ \"amount\" : 500 ,\n \"payment_id\":\"pi_1\" }");
+    assert_eq!(executed(host.dispatch(same.clone(), "c1", Some(resume.clone()))).content, "refunded 500 on pi_1");
+    assert_eq!(kind(host.dispatch(same, "c1", Some(resume))), Some(RefusalKind::ApprovalInvalid));
+    assert_eq!(host.executions(), 1);
 }
 
 #[test]
