@@ -849,28 +849,27 @@ impl ToolGuard {
             context = context.with_resume(resume_value(py, resume)?);
         }
         let mut unreadable = None;
-        let (call, given): (IncomingCall, _) = if self.dispatcher.refuses_before_arguments(&self.name, &context) {
-            // Denied before any gate reads the arguments: neither converted nor parsed (the refusal and its
-            // record are the same whatever they are).
-            (ToolCallText::new(tool_call_id.clone(), self.name.clone(), String::new()).into(), None)
-        } else {
-            match arguments.cast::<PyString>() {
-                // JSON text: parsed by the dispatcher at the first gate that reads the arguments.
-                Ok(text) => (ToolCallText::new(tool_call_id.clone(), self.name.clone(), text.to_str()?).into(), None),
-                Err(_) => match to_value(arguments, 0, BeyondI64::Refused) {
-                    Ok(value) => {
-                        let given = (arguments.clone().unbind(), value.clone());
-                        (ToolCall::new(tool_call_id.clone(), self.name.clone(), value).into(), Some(given))
-                    }
-                    // As for JSON text that does not parse: a string, which the dispatcher refuses (and records);
-                    // the refusal then says why the arguments could not be read.
-                    Err(error) => {
-                        let why = error.value(py).to_string();
-                        unreadable = Some(why.clone());
-                        (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)).into(), None)
-                    }
-                },
+        let (call, given): (IncomingCall, _) = match arguments.cast::<PyString>() {
+            // JSON text: parsed by the dispatcher at the first gate that reads the arguments, if any does.
+            Ok(text) => (ToolCallText::new(tool_call_id.clone(), self.name.clone(), text.to_str()?).into(), None),
+            // Objects refused before any gate reads them are not converted: the refusal and its record are the
+            // same whatever the arguments are.
+            Err(_) if self.dispatcher.refuses_before_arguments(&self.name, &context) => {
+                (ToolCallText::new(tool_call_id.clone(), self.name.clone(), String::new()).into(), None)
             }
+            Err(_) => match to_value(arguments, 0, BeyondI64::Refused) {
+                Ok(value) => {
+                    let given = (arguments.clone().unbind(), value.clone());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), value).into(), Some(given))
+                }
+                // As for JSON text that does not parse: a string, which the dispatcher refuses (and records);
+                // the refusal then says why the arguments could not be read.
+                Err(error) => {
+                    let why = error.value(py).to_string();
+                    unreadable = Some(why.clone());
+                    (ToolCall::new(tool_call_id.clone(), self.name.clone(), Value::String(why)).into(), None)
+                }
+            },
         };
         self.lock().entry(tool_call_id.clone()).or_default().push(InFlight { callback: execute, given });
         let outcome = if self.waits || nested() {

@@ -361,9 +361,9 @@ def test_tool_guard_passes_dicts_across_the_ffi_without_json_text():
 
 
 def test_a_denied_guard_refuses_whatever_the_arguments_are():
-    """A tool the policy denies is refused before any gate reads its arguments, so the guard neither converts a
-    dict nor parses text for it: every form of arguments, readable or not, gets the same refusal, and the
-    callback never runs."""
+    """A tool the policy denies is refused before any gate reads its arguments (the guard then neither converts a
+    dict nor has text parsed; the Rust tests count what such a refusal reads): every form of arguments, readable
+    or not, gets the same refusal, and the callback never runs."""
     from airlock_rs import ToolGuard
 
     schema = json.dumps({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
