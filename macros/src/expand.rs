@@ -321,6 +321,49 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
             }
         }
     };
+    // The same call prepared from each argument's JSON text (`Tool::prepare_text`), for a tool without an
+    // effect template (the dispatcher reads texts only where nothing after gate 4 reads the arguments): any
+    // value that fails gives up, and the dispatcher takes `prepare`'s path, which words the errors.
+    let texts = syn::Ident::new("__airlock_texts", Span::mixed_site());
+    let prepare_text = if attrs.effect.is_some() {
+        quote!()
+    } else {
+        let mut visible_at = 0_usize;
+        let extract_text = params.iter().zip(&locals).map(|(p, local)| {
+            let ty = &p.ty;
+            if p.injected {
+                let key = param_key(&p.ident);
+                let inject = quote_spanned!(ty.span()=> #private::inject::<#ty>);
+                quote!(let #local = #inject(#invocation, #key, &mut #errors)?;)
+            } else {
+                let visible = visible_param(ty);
+                let at = visible_at;
+                visible_at += 1;
+                quote!(let #local = (#visible.text)(#texts.get(#at))?;)
+            }
+        });
+        let errors_local = if params.iter().any(|p| p.injected) {
+            quote!(let mut #errors = #private::ArgumentErrors::new();)
+        } else {
+            quote!()
+        };
+        quote! {
+            fn prepares_text(&self) -> bool {
+                true
+            }
+
+            #[allow(unused_variables)]
+            fn prepare_text(
+                &self,
+                #texts: &#private::ArgumentTexts<'_>,
+                #invocation: &#private::Invocation<'_>,
+            ) -> ::core::option::Option<#private::Prepared> {
+                #errors_local
+                #(#extract_text)*
+                ::core::option::Option::Some(#private::Prepared::new(#run))
+            }
+        }
+    };
     let (effect_item, effect_option) = if attrs.effect.is_some() {
         (
             quote!(const #effect_const: #private::EffectTemplate = #effect;),
@@ -365,6 +408,8 @@ fn generate(tool: &Checked<'_>) -> TokenStream {
                 ) -> ::core::result::Result<#private::Prepared, #private::ArgumentErrors> {
                     #body
                 }
+
+                #prepare_text
             }
         };
     }

@@ -16,7 +16,7 @@ mod given;
 pub(crate) mod nested;
 pub(crate) mod unique;
 
-pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange};
+pub(crate) use nested::{CompiledSchema, Duplicate, Ghost, OutOfRange, argument_texts};
 
 pub(crate) use crate::tool::MAX_ARGUMENT_DEPTH;
 
@@ -318,7 +318,7 @@ pub(crate) fn slots<'a, const N: usize>(
 
 /// The position of the parameter named `key`, sent at `at`: looked for there first.
 #[inline(always)]
-fn position(params: &[ParamSpec], at: usize, key: &str) -> Option<usize> {
+pub(crate) fn position(params: &[ParamSpec], at: usize, key: &str) -> Option<usize> {
     match params.get(at) {
         Some(param) if same_name(param.name(), key) => Some(at),
         _ => params.iter().position(|param| param.name() == key),

@@ -18,7 +18,7 @@ use crate::message::HostCommand;
 use crate::tool::ArgumentError;
 pub use crate::tool::ArgumentErrors;
 use crate::tool::PreparedCall;
-pub use crate::tool::{Arguments, Prepared};
+pub use crate::tool::{ArgumentTexts, Arguments, Prepared};
 use crate::tool::{ToolError, ToolOutput};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
@@ -39,10 +39,17 @@ pub struct VisibleParam<T> {
     pub schema: fn(&mut SchemaGenerator) -> Schema,
     pub accepts_null: fn() -> bool,
     pub argument: fn(Option<ArgumentSlot<'_>>, &str, &mut ArgumentErrors) -> Option<T>,
+    /// The value from its JSON text (`Tool::prepare_text`).
+    pub text: fn(Option<&str>) -> Option<T>,
 }
 
 pub const fn visible_param<T: ToolArgument>() -> VisibleParam<T> {
-    VisibleParam { schema: param_schema::<T>, accepts_null: accepts_null::<T>, argument: argument::<T> }
+    VisibleParam {
+        schema: param_schema::<T>,
+        accepts_null: accepts_null::<T>,
+        argument: argument::<T>,
+        text: argument_text::<T>,
+    }
 }
 
 fn param_schema<T: ToolArgument>(generator: &mut SchemaGenerator) -> Schema {
@@ -55,6 +62,15 @@ fn accepts_null<T: ToolArgument>() -> bool {
 
 pub fn argument<T: ToolArgument>(value: Option<ArgumentSlot<'_>>, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     crate::args::argument_value(value, key, errors)
+}
+
+/// The value of one argument from its JSON text, strictly; one not sent is deserialized from `null`, as
+/// [`argument`] does. `None` on any error: the dispatcher then takes the arguments' map path, which words it.
+pub fn argument_text<T: ToolArgument>(text: Option<&str>) -> Option<T> {
+    match text {
+        Some(text) => serde_json::from_str(text).ok(),
+        None => T::deserialize(&serde_json::Value::Null).ok(),
+    }
 }
 
 /// The value sent for each of `params`, at its position: one pass over the arguments, each value given by

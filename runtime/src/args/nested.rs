@@ -16,10 +16,12 @@
 mod compiled_schema;
 mod findings;
 mod path;
+mod text;
 mod walk;
 
 pub(crate) use compiled_schema::CompiledSchema;
 pub(crate) use findings::{Duplicate, Ghost, OutOfRange, closest};
+pub(crate) use text::argument_texts;
 pub(crate) use walk::Walk;
 
 #[cfg(test)]

@@ -276,11 +276,13 @@ impl DispatcherBuilder {
             let name = spec.name().to_owned();
             order.push(name.clone());
             let keeps_arguments = Entry::reads_arguments_after_gate_4(&*tool, &enforced, &observed);
+            let screen = crate::args::CompiledSchema::compile(&definition.input_schema);
+            let reads_text = !keeps_arguments && tool.prepares_text() && screen.reads_text(tool.spec().params());
             tools.insert(
                 name,
                 Entry {
                     tool,
-                    screen: crate::args::CompiledSchema::compile(&definition.input_schema),
+                    screen,
                     expected: super::argument_refusal::ExpectedPhrases::of(&definition.input_schema),
                     definition,
                     approvals: decision.approvals,
@@ -288,6 +290,7 @@ impl DispatcherBuilder {
                     enforced,
                     observed,
                     keeps_arguments,
+                    reads_text,
                 },
             );
         }

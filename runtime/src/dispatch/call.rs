@@ -30,6 +30,13 @@ impl Call<'_> {
         self.audit.map(|log| self.trail.entry(log, self.name, self.id, self.context, outcome))
     }
 
+    /// Whether the call's dialect holds integers to bounds a float holds exactly (which gate 3's screen checks
+    /// on the parsed map).
+    #[inline]
+    pub(super) fn float_bounds(&self) -> bool {
+        self.context.dialect().is_some_and(crate::dialect::Dialect::float_bounds)
+    }
+
     /// Gate 3's result noted: the keys it stripped traced, the arguments it admitted kept for the call's
     /// audit records (copied only when there is an audit log).
     #[inline]

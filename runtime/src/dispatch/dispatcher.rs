@@ -59,6 +59,10 @@ pub(super) struct Entry {
     /// Whether a gate after gate 4 reads the call's arguments (see [`Entry::keeps_arguments`]), derived once
     /// at build from the three fields that decide it.
     pub(super) keeps_arguments: bool,
+    /// Whether a call whose arguments come as JSON text can skip building their map: nothing after gate 4
+    /// reads them, the tool prepares from texts ([`Tool::prepare_text`]) and its schema's root is one closed
+    /// object ([`args::argument_texts`]).
+    pub(super) reads_text: bool,
 }
 
 /// One set of a tool's rules, as the gates read it. A tool has two: the ones enforced and the ones only

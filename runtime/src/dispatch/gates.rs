@@ -17,7 +17,7 @@ use crate::policy::ConditionAction;
 use crate::policy::condition::Evaluation;
 use crate::store::SharedRateBuckets;
 use crate::store::rate_buckets::{SharedBucket, SharedRefusal};
-use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, PreparedCall, Tool, ToolSpec};
+use crate::tool::{ArgumentErrors, Arguments, GhostPolicy, Prepared, PreparedCall, Tool, ToolSpec};
 
 impl Rules {
     /// Whether a call may be escalated: by an escalation rule (the author's `escalate`, a policy glob), or by
@@ -202,6 +202,18 @@ impl Entry {
             None => self.enforced.effect_key(&arguments),
         };
         Ok((prepared, effect_key, Some(arguments)))
+    }
+
+    /// Gates 3 and 4 read off the arguments' JSON text, for a tool that [`reads_text`](Entry::reads_text): the
+    /// call prepared from each parameter's text when the screen would admit the arguments unchanged and every
+    /// value deserializes; `None` otherwise, and the call takes the parsed map's path (which refuses, strips
+    /// or words what failed), as if this had not been tried.
+    #[inline]
+    pub(super) fn prepare_text(&self, call: &Call<'_>, text: &str) -> Option<(PreparedCall, Option<String>)> {
+        let spec = self.tool.spec();
+        let texts = crate::args::argument_texts(text, spec.params(), &self.screen)?;
+        let invocation = Invocation { context: call.context, tool_call_id: call.id, tool: spec.name() };
+        self.tool.prepare_text(&texts, &invocation).map(Prepared::into_parts)
     }
 
     /// The tool's `prepare`, its errors worded as gate 4's refusal.

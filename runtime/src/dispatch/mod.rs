@@ -236,24 +236,48 @@ impl Dispatcher {
             return Err((refused, Vec::new()));
         }
 
-        // The first gate that reads the arguments: JSON text is parsed here, never for a call refused above.
-        let arguments = arguments.into_value();
+        // Gates 3 and 4 straight from JSON text, where nothing after gate 4 reads the arguments and no audit
+        // record keeps them: the tool deserializes each parameter from its text when the screen would admit the
+        // arguments unchanged; any other call (and this one, should a value not deserialize) goes the parsed
+        // map's way below, as if this had not been tried.
+        let from_text = match &arguments {
+            IncomingArguments::Text(text) if entry.reads_text && call.audit.is_none() && !call.float_bounds() => {
+                entry.prepare_text(call, text)
+            }
+            _ => None,
+        };
+        let (prepared, effect_key, kept, stripped) = match from_text {
+            Some((prepared, effect_key)) => {
+                arguments.discard();
+                (prepared, effect_key, None, Vec::new())
+            }
+            None => {
+                // The first gate that reads the arguments: JSON text is parsed here, never for a call refused
+                // above.
+                let arguments = arguments.into_value();
 
-        // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
-        // Taken apart where it is matched, so the screened whole is not kept in the future beside its parts.
-        let args::Screened { arguments, stripped } =
-            match args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect()) {
-                Ok(screened) => screened,
-                Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
-            };
-        call.screened(&arguments, &stripped);
+                // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
+                // Taken apart where it is matched, so the screened whole is not kept in the future beside its
+                // parts.
+                let screened =
+                    args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect());
+                let args::Screened { arguments, stripped } = match screened {
+                    Ok(screened) => screened,
+                    Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
+                };
+                call.screened(&arguments, &stripped);
+                call.observe(observed.ghosts_blocked(name, &stripped));
+
+                // 4. Validation and injection: the future is built but not polled. The arguments come back only
+                //    if a later gate reads them (an effect template, an argument condition, an escalation);
+                //    otherwise the tool has moved their values out, and nothing below reads them.
+                match entry.prepare(call, arguments, &stripped) {
+                    Ok((prepared, effect_key, kept)) => (prepared, effect_key, kept, stripped),
+                    Err(refused) => return Err((refused, stripped)),
+                }
+            }
+        };
         let with_stripped = |refused: Refused| (refused, stripped.clone());
-        call.observe(observed.ghosts_blocked(name, &stripped));
-
-        // 4. Validation and injection: the future is built but not polled. The arguments come back only if a
-        //    later gate reads them (an effect template, an argument condition, an escalation); otherwise the
-        //    tool has moved their values out, and nothing below reads them.
-        let (prepared, effect_key, kept) = entry.prepare(call, arguments, &stripped).map_err(with_stripped)?;
         let arguments = kept.as_ref().unwrap_or(&NO_ARGUMENTS);
         if let Some(key) = observed.effect_key(arguments) {
             call.observe(self.effect_refusal(name, &key));

@@ -8,6 +8,44 @@ pub const MAX_ARGUMENT_DEPTH: usize = 64;
 /// The arguments of one call: a JSON object, after ghost stripping.
 pub type Arguments = serde_json::Map<String, Value>;
 
+/// The most declared parameters a tool may have for the dispatcher to hand it [`ArgumentTexts`].
+pub(crate) const MAX_TEXT_PARAMS: usize = 32;
+
+/// The JSON text of each declared parameter's value in one call, by the parameter's position among the
+/// spec's [`params`](crate::tool::ToolSpec::params): what [`Tool::prepare_text`](crate::tool::Tool::prepare_text)
+/// reads. The dispatcher builds it only from arguments sent as JSON text that gate 3's screen would admit
+/// unchanged (every key declared at every depth the schema closes, no repeated key at the top level, no
+/// top-level `null`, no set, nothing too deep), so the texts are exactly the values the screened map would
+/// hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ArgumentTexts<'t> {
+    texts: [Option<&'t str>; MAX_TEXT_PARAMS],
+}
+
+impl<'t> ArgumentTexts<'t> {
+    /// No parameter's value sent.
+    pub(crate) fn new() -> Self {
+        ArgumentTexts { texts: [None; MAX_TEXT_PARAMS] }
+    }
+
+    /// Sets the text of the parameter at `position`; `false` if it was set already (a key sent twice).
+    pub(crate) fn set(&mut self, position: usize, text: &'t str) -> bool {
+        match self.texts.get_mut(position) {
+            Some(slot @ None) => {
+                *slot = Some(text);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The JSON text of the value sent for the parameter at `position` (one complete JSON value, as the
+    /// model wrote it); `None` when it was not sent.
+    pub fn get(&self, position: usize) -> Option<&'t str> {
+        self.texts.get(position).copied().flatten()
+    }
+}
+
 /// Every problem found while preparing a call's arguments and injected values.
 #[derive(Debug, Default)]
 pub struct ArgumentErrors {

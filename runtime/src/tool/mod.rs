@@ -21,7 +21,8 @@ mod effect_key;
 pub(crate) mod error;
 mod spec;
 
-pub use arguments::{ArgumentError, ArgumentErrors, Arguments, MAX_ARGUMENT_DEPTH};
+pub(crate) use arguments::MAX_TEXT_PARAMS;
+pub use arguments::{ArgumentError, ArgumentErrors, ArgumentTexts, Arguments, MAX_ARGUMENT_DEPTH};
 pub(crate) use effect_key::render_effect_key;
 pub use effect_key::{EffectKeyError, EffectSegment, EffectTemplate};
 pub(crate) use error::ToolError;
@@ -94,6 +95,26 @@ pub trait Tool: Send + Sync + 'static {
     /// copying them; [`Cow::Borrowed`] otherwise. A tool that only reads them reads either through `Deref`
     /// (`arguments.get("id")`); [`Cow::into_owned`] copies only a borrowed map.
     fn prepare(&self, arguments: Cow<'_, Arguments>, invocation: &Invocation<'_>) -> Result<Prepared, ArgumentErrors>;
+
+    /// Whether the tool implements [`prepare_text`](Self::prepare_text). `#[airlock_tool]` says yes for a
+    /// tool without an effect template.
+    fn prepares_text(&self) -> bool {
+        false
+    }
+
+    /// Deserializes every model-visible argument from its JSON text, as the model sent it, and extracts
+    /// every injected value; `None` when any of them fails (or the tool does not read texts), and the
+    /// dispatcher then parses the arguments and calls [`prepare`](Self::prepare), which says what failed.
+    /// The dispatcher asks only for a call whose arguments came as text, that gate 3's screen would admit
+    /// unchanged, and that no later gate reads (see [`ArgumentTexts`]); it saves building a JSON map only to
+    /// take it apart.
+    ///
+    /// The contract: it succeeds only where `prepare`, given the map those texts parse to, would, and
+    /// prepares the same call. A parameter not sent is deserialized from `null`, as `prepare` does.
+    fn prepare_text(&self, texts: &ArgumentTexts<'_>, invocation: &Invocation<'_>) -> Option<Prepared> {
+        let _ = (texts, invocation);
+        None
+    }
 }
 
 /// What a tool produced.

@@ -11,4 +11,5 @@ pub mod otel_export;
 pub mod policy_file;
 pub mod shared_rates;
 pub mod text_calls;
+pub mod text_prepared;
 pub mod tracing_events;
