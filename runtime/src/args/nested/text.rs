@@ -2,9 +2,15 @@
 //! top-level value's text found and checked against the compiled schema without building a JSON map, so the
 //! tool can deserialize its parameters straight from the text ([`Tool::prepare_text`]).
 //!
+//! Every byte of the text is read as strictly as parsing it into a map would read it: a value's text found
+//! by skipping it (which does not decode a string's escapes or a number's value) is read whole again here
+//! unless what was skipped needs no more (see `TopLevel`), so a text the map's parse refuses is never
+//! admitted because a tool's type ignores the part of it that is not JSON.
+//!
 //! It answers only "the screen would admit these arguments as they are"; anything else (a ghost at any depth
 //! the schema closes, a key sent twice at the top level, a top-level `null`, a set, a union of object or
-//! array alternatives, an integer too large for a 64-bit one, nesting past [`MAX_ARGUMENT_DEPTH`], an
+//! array alternatives, an integer too large for a 64-bit one or `-0` (which serde_json reads as floats, and
+//! a 128-bit integer type read from the text would not), nesting past [`MAX_ARGUMENT_DEPTH`], an
 //! escaped key, text that is not one JSON object) is `None`, and the dispatcher screens the parsed map as
 //! before, which words the refusal or strips. So it can be stricter than the screen, never looser.
 //!
@@ -86,9 +92,13 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
             match value.as_bytes().first() {
                 // `null` counts as absent: the screen drops it (or keeps it), which is its business.
                 Some(b'n') | None => return Err(not_here()),
-                Some(b'"' | b't' | b'f') => {}
-                // A number of up to 18 characters: no integer that long reaches 2^63.
-                Some(b'-' | b'0'..=b'9') if value.len() <= 18 => {}
+                // What the text was checked for as it was read: `true`, `false`, a string without escapes, a
+                // plain integer of up to 18 characters (none that long reaches 2^63) other than `-0`.
+                Some(b't' | b'f') => {}
+                Some(b'"') if !value.contains('\\') => {}
+                Some(b'-' | b'0'..=b'9') if plain_integer(value) => {}
+                // Anything else is read whole: a container against its schema, a string's escapes decoded (a
+                // lone surrogate is not JSON), a number's value (`1e400` is out of range) and size.
                 Some(_) => screen(value, self.schema, Some(property.schema))?,
             }
             if !texts.set(position, value) {
@@ -98,6 +108,13 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
         }
         Ok(texts)
     }
+}
+
+/// Whether a number's text (as serde_json found it) is an integer it reads as one of 64 bits: digits, a
+/// leading `-`, at most 18 characters, not `-0`.
+fn plain_integer(number: &str) -> bool {
+    let digits = number.strip_prefix('-').unwrap_or(number);
+    number.len() <= 18 && digits.bytes().all(|b| b.is_ascii_digit()) && !(digits == "0" && number.starts_with('-'))
 }
 
 /// Screens one top-level value's text (an object, an array or a number) against the place `node`.
@@ -165,7 +182,9 @@ impl<'de> Visitor<'de> for Screen<'_> {
     }
 
     fn visit_f64<E: de::Error>(self, value: f64) -> Result<(), E> {
-        if value.abs() >= BEYOND_64_BITS {
+        // serde_json reads `-0` as the float -0.0 (keeping its sign) where a 128-bit integer read from the
+        // text is 0; and an integer past 64 bits as a float where such a one holds it.
+        if value.abs() >= BEYOND_64_BITS || (value == 0.0 && value.is_sign_negative()) {
             return Err(not_here());
         }
         self.scalar()
