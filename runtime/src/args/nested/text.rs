@@ -95,7 +95,7 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
                 // What the text was checked for as it was read: `true`, `false`, a string without escapes, a
                 // plain integer of up to 18 characters (none that long reaches 2^63) other than `-0`.
                 Some(b't' | b'f') => {}
-                Some(b'"') if !value.contains('\\') => {}
+                Some(b'"') if memchr::memchr(b'\\', value.as_bytes()).is_none() => {}
                 Some(b'-' | b'0'..=b'9') if plain_integer(value) => {}
                 // Anything else is read whole: a container against its schema, a string's escapes decoded (a
                 // lone surrogate is not JSON), a number's value (`1e400` is out of range) and size.
