@@ -8,11 +8,15 @@ use std::time::Duration;
 use super::argument_refusal;
 use super::call::Call;
 use super::dispatcher::{Dispatcher, Entry, Rules};
+use serde_json::Value;
+
+use super::Refusing;
 use super::refusal::{self, Refused};
 use crate::approval::EscalationReason;
+use crate::args;
 use crate::context::Invocation;
 use crate::identity::Identity;
-use crate::message::RefusalKind;
+use crate::message::{IncomingArguments, RefusalKind};
 use crate::policy::ConditionAction;
 use crate::policy::condition::Evaluation;
 use crate::store::SharedRateBuckets;
@@ -164,6 +168,15 @@ impl Rules {
     }
 }
 
+/// A call past gates 3 and 4: its future built (not polled), its effect key, the arguments when a later gate
+/// reads them, and the keys stripped.
+pub(super) struct Admitted {
+    pub(super) prepared: PreparedCall,
+    pub(super) effect_key: Option<String>,
+    pub(super) kept: Option<Arguments>,
+    pub(super) stripped: Vec<String>,
+}
+
 impl Entry {
     /// Whether a gate after gate 4 reads the call's arguments: the tool's effect template (rendered from them
     /// when the tool gives no key of its own), or either set of rules' (see [`Rules::reads_arguments`]).
@@ -204,16 +217,47 @@ impl Entry {
         Ok((prepared, effect_key, Some(arguments)))
     }
 
-    /// Gates 3 and 4 read off the arguments' JSON text, for a tool that [`reads_text`](Entry::reads_text): the
-    /// call prepared from each parameter's text when the screen would admit the arguments unchanged and every
-    /// value deserializes; `None` otherwise, and the call takes the parsed map's path (which refuses, strips
-    /// or words what failed), as if this had not been tried.
+    /// Gates 3 and 4 read off the arguments' JSON text: the call prepared from each parameter's text, for a
+    /// tool that [`reads_text`](Entry::reads_text), a call with no audit record to keep its arguments and no
+    /// dialect whose SDK holds integer bounds as floats (the screen checks those on the map), when the screen
+    /// would admit the arguments unchanged and every value deserializes. `None` otherwise: the call takes the
+    /// map's way ([`screen_and_prepare`](Self::screen_and_prepare)), which refuses, strips or words what
+    /// failed, as if this had not been tried.
     #[inline]
-    pub(super) fn prepare_text(&self, call: &Call<'_>, text: &str) -> Option<(PreparedCall, Option<String>)> {
+    pub(super) fn prepare_text(
+        &self,
+        call: &Call<'_>,
+        arguments: &IncomingArguments,
+    ) -> Option<(PreparedCall, Option<String>)> {
+        let IncomingArguments::Text(text) = arguments else { return None };
+        if !self.reads_text || call.audit.is_some() || call.float_bounds() {
+            return None;
+        }
         let spec = self.tool.spec();
         let texts = crate::args::argument_texts(text, spec.params(), &self.screen)?;
         let invocation = Invocation { context: call.context, tool_call_id: call.id, tool: spec.name() };
         self.tool.prepare_text(&texts, &invocation).map(Prepared::into_parts)
+    }
+
+    /// Gates 3 and 4 on the parsed arguments: ghosts stripped and reported, or refused (the author's `block`, or
+    /// the policy's); then validation and injection, the tool's future built but not polled. The arguments
+    /// come back only if a later gate reads them (an effect template, an argument condition, an escalation);
+    /// otherwise the tool has moved their values out, and nothing after reads them.
+    #[inline]
+    pub(super) fn screen_and_prepare(&self, call: &mut Call<'_>, arguments: Value) -> Result<Admitted, Refusing> {
+        let (name, spec) = (call.name, self.tool.spec());
+        let screened = args::screen(arguments, spec, &self.screen, self.enforced.ghosts(spec), call.context.dialect());
+        // Taken apart where it is matched, so the screened whole is not kept beside its parts.
+        let args::Screened { arguments, stripped } = match screened {
+            Ok(screened) => screened,
+            Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
+        };
+        call.screened(&arguments, &stripped);
+        call.observe(self.observed.ghosts_blocked(name, &stripped));
+        match self.prepare(call, arguments, &stripped) {
+            Ok((prepared, effect_key, kept)) => Ok(Admitted { prepared, effect_key, kept, stripped }),
+            Err(refused) => Err((refused, stripped)),
+        }
     }
 
     /// The tool's `prepare`, its errors worded as gate 4's refusal.

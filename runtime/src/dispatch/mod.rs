@@ -40,10 +40,10 @@ use self::call::Call;
 pub use self::dispatcher::Dispatcher;
 use self::effect_guard::EffectGuard;
 use self::escalation::{Cleared, Reviewer};
+use self::gates::Admitted;
 use self::refusal::Refused;
 use self::trail::{Trail, audit_outcome_of};
 use crate::approval::Approver;
-use crate::args;
 use crate::audit::AuditOutcome;
 use crate::clock::Clock;
 use crate::context::CallContext;
@@ -226,7 +226,7 @@ impl Dispatcher {
             arguments.discard();
             return Err((refusal::unknown_tool(name), Vec::new()));
         };
-        let (spec, enforced, observed) = (entry.tool.spec(), &entry.enforced, &entry.observed);
+        let (enforced, observed) = (&entry.enforced, &entry.observed);
 
         // 2. Policy on the registered name, and its deny rules on who calls (they need no arguments, so a
         //    caller the tool is hidden from learns nothing of them). Deny beats everything, approvals included.
@@ -236,46 +236,16 @@ impl Dispatcher {
             return Err((refused, Vec::new()));
         }
 
-        // Gates 3 and 4 straight from JSON text, where nothing after gate 4 reads the arguments and no audit
-        // record keeps them: the tool deserializes each parameter from its text when the screen would admit the
-        // arguments unchanged; any other call (and this one, should a value not deserialize) goes the parsed
-        // map's way below, as if this had not been tried.
-        let from_text = match &arguments {
-            IncomingArguments::Text(text) if entry.reads_text && call.audit.is_none() && !call.float_bounds() => {
-                entry.prepare_text(call, text)
-            }
-            _ => None,
-        };
-        let (prepared, effect_key, kept, stripped) = match from_text {
+        // 3 and 4, straight from JSON text where they can be: the tool deserializes each parameter from its text
+        //    when the screen would admit the arguments unchanged (see `Entry::prepare_text`). Any other call
+        //    takes the map's way: parsed here (the first gate that reads the arguments, so a call refused above
+        //    never is), its ghosts stripped or refused, then validated and its values extracted.
+        let Admitted { prepared, effect_key, kept, stripped } = match entry.prepare_text(call, &arguments) {
             Some((prepared, effect_key)) => {
                 arguments.discard();
-                (prepared, effect_key, None, Vec::new())
+                Admitted { prepared, effect_key, kept: None, stripped: Vec::new() }
             }
-            None => {
-                // The first gate that reads the arguments: JSON text is parsed here, never for a call refused
-                // above.
-                let arguments = arguments.into_value();
-
-                // 3. Ghost arguments: stripped and reported, or refused (the author's `block`, or the policy's).
-                // Taken apart where it is matched, so the screened whole is not kept in the future beside its
-                // parts.
-                let screened =
-                    args::screen(arguments, spec, &entry.screen, enforced.ghosts(spec), call.context.dialect());
-                let args::Screened { arguments, stripped } = match screened {
-                    Ok(screened) => screened,
-                    Err(err) => return Err((refusal::screening(name, spec, err), Vec::new())),
-                };
-                call.screened(&arguments, &stripped);
-                call.observe(observed.ghosts_blocked(name, &stripped));
-
-                // 4. Validation and injection: the future is built but not polled. The arguments come back only
-                //    if a later gate reads them (an effect template, an argument condition, an escalation);
-                //    otherwise the tool has moved their values out, and nothing below reads them.
-                match entry.prepare(call, arguments, &stripped) {
-                    Ok((prepared, effect_key, kept)) => (prepared, effect_key, kept, stripped),
-                    Err(refused) => return Err((refused, stripped)),
-                }
-            }
+            None => entry.screen_and_prepare(call, arguments.into_value())?,
         };
         let with_stripped = |refused: Refused| (refused, stripped.clone());
         let arguments = kept.as_ref().unwrap_or(&NO_ARGUMENTS);

@@ -516,6 +516,17 @@ fn a_call_the_text_path_does_not_admit_as_it_is_takes_the_maps_way() {
         r#""n" -3 Some(7) Some(0.5) Some(true) Some(Address { street: "s", zip: None }) Some(Loose { note: "x", level: None }) Some(["a", "a"]) None Some(18446744073709551615) Some(-9223372036854775808) Some(Object {"any": Array [Number(1), Object {"thing": Null}]}) Some(Green) None Some({"a": 1}) None None None None None None c"#
     );
 
+    // Each value's text found between the keys around it, whatever blanks surround the punctuation.
+    for text in [
+        "{\"name\":\"n\",\"offset\":1,\"tags\":[\"a\"]}",
+        "\r\n\t{ \"name\"\t:\n\"n\" \r,\n\t\"offset\" :-1 , \"tags\" : [ \"a\" ]\n\t}\r\n ",
+        "{\"tags\":[\"a\"],\"offset\":1,\"name\":\"n\"}",
+    ] {
+        let (n, message) = record(text);
+        assert_eq!((n, message.status), (1, Status::Success), "{text:?}: {message:?}");
+        assert!(message.content.starts_with(r#""n" "#) && message.content.contains(r#"Some(["a"])"#), "{message:?}");
+    }
+
     // Escapes decoded, anything a type skips read all the same.
     let (n, message) =
         record(r#"{"name": "a\"b\u00e9\ud83d\ude00", "offset": 1, "ignored": {"a": [1, "x\n", 2.5e3]}}"#);

@@ -2,10 +2,9 @@
 //! top-level value's text found and checked against the compiled schema without building a JSON map, so the
 //! tool can deserialize its parameters straight from the text ([`Tool::prepare_text`]).
 //!
-//! Every byte of the text is read as strictly as parsing it into a map would read it: a value's text found
-//! by skipping it (which does not decode a string's escapes or a number's value) is read whole again here
-//! unless what was skipped needs no more (see `TopLevel`), so a text the map's parse refuses is never
-//! admitted because a tool's type ignores the part of it that is not JSON.
+//! Every value is read as strictly as parsing the text into a map would read it (a string's escapes decoded,
+//! a number's value computed), whatever the tool's type then does with it, so a text the map's parse refuses
+//! is never admitted because a type skips the part of it that is not JSON.
 //!
 //! It answers only "the screen would admit these arguments as they are"; anything else (a ghost at any depth
 //! the schema closes, a key sent twice at the top level, a top-level `null`, a set, a union of object or
@@ -19,7 +18,6 @@
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer as _, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 
 use super::compiled_schema::{CompiledSchema, Kind, Leaf, NodeId, ROOT};
 use crate::args::MAX_ARGUMENT_DEPTH;
@@ -47,6 +45,12 @@ impl CompiledSchema {
 
 /// The text of each of `params`' values in `text`, when gate 3's screen against `schema` would admit the
 /// arguments `text` parses to unchanged (see the module's documentation); `None` otherwise.
+///
+/// One pass: each value is read by the screen as the parser reaches it, and where its text lies is told by
+/// the keys around it. A key without escapes is borrowed from `text`, so it says where it is: the value after
+/// it starts past its closing quote, blanks and colon, and ends before the blanks and comma in front of the
+/// next key's opening quote (the last value, before the blanks and closing brace ending the text). The parser
+/// has checked that everything between is exactly that punctuation, so the text found is the value's.
 pub(crate) fn argument_texts<'t>(
     text: &'t str,
     params: &[ParamSpec],
@@ -56,10 +60,38 @@ pub(crate) fn argument_texts<'t>(
         return None;
     }
     let root = schema.only_object(ROOT)?;
+    let mut top = TopLevel { schema, root, params, text, texts: ArgumentTexts::new(), open: None };
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let texts = deserializer.deserialize_map(TopLevel { schema, root, params }).ok()?;
+    deserializer.deserialize_map(&mut top).ok()?;
     deserializer.end().ok()?;
-    Some(texts)
+    // The last value ends before the closing brace, the last byte of the text but blanks.
+    if let Some(open) = top.open.take() {
+        let brace = blanks_before(text.as_bytes(), text.len()).checked_sub(1)?;
+        (text.as_bytes()[brace] == b'}').then_some(())?;
+        top.close(open, brace, false)?;
+    }
+    Some(top.texts)
+}
+
+/// Whether `byte` is one of JSON's blanks, which may surround every value and punctuation mark.
+fn blank(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Where the blanks right before `end` in `bytes` start.
+fn blanks_before(bytes: &[u8], mut end: usize) -> usize {
+    while end > 0 && blank(bytes[end - 1]) {
+        end -= 1;
+    }
+    end
+}
+
+/// Where the blanks from `start` in `bytes` end.
+fn blanks_after(bytes: &[u8], mut start: usize) -> usize {
+    while start < bytes.len() && blank(bytes[start]) {
+        start += 1;
+    }
+    start
 }
 
 /// Refuses to read on: the arguments are left to the screen of the parsed map. Its text is never shown.
@@ -67,60 +99,74 @@ fn not_here<E: de::Error>() -> E {
     E::custom("left to the screen")
 }
 
-/// The top-level object: each key a declared parameter, sent once, its value's text kept and screened.
-struct TopLevel<'s> {
+/// The top-level object: each key a declared parameter, sent once, its value screened and its text kept.
+struct TopLevel<'s, 'de> {
     schema: &'s CompiledSchema,
     root: &'s Leaf,
     params: &'s [ParamSpec],
+    text: &'de str,
+    texts: ArgumentTexts<'de>,
+    /// The value read last, whose end is known only at the next key or the text's end: its parameter's
+    /// position and where its text starts.
+    open: Option<(usize, usize)>,
 }
 
-impl<'de> Visitor<'de> for TopLevel<'_> {
-    type Value = ArgumentTexts<'de>;
+impl<'de> TopLevel<'_, 'de> {
+    /// Where the borrowed `key` starts in the text, checked: inside it, between quotes.
+    fn key_at(&self, key: &str) -> Option<usize> {
+        let at = (key.as_ptr() as usize).checked_sub(self.text.as_ptr() as usize)?;
+        let bytes = self.text.as_bytes();
+        let quoted = at >= 1 && bytes.get(at - 1) == Some(&b'"') && bytes.get(at + key.len()) == Some(&b'"');
+        quoted.then_some(at)
+    }
+
+    /// Keeps the text of the value `open` found, which ends before `end` (and, unless it is the last, before
+    /// the comma there).
+    fn close(&mut self, (position, start): (usize, usize), end: usize, comma: bool) -> Option<()> {
+        let bytes = self.text.as_bytes();
+        let mut end = blanks_before(bytes, end);
+        if comma {
+            (end > 0 && bytes[end - 1] == b',').then_some(())?;
+            end = blanks_before(bytes, end - 1);
+        }
+        let value = self.text.get(start..end).filter(|value| !value.is_empty())?;
+        self.texts.set(position, value).then_some(())
+    }
+}
+
+impl<'de> Visitor<'de> for &mut TopLevel<'_, 'de> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut texts = ArgumentTexts::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut at = 0;
         while let Some(key) = map.next_key::<&'de str>()? {
+            let key_at = self.key_at(key).ok_or_else(not_here)?;
+            if let Some(open) = self.open.take() {
+                self.close(open, key_at - 1, true).ok_or_else(not_here)?;
+            }
             let property = self.root.property(key, at).ok_or_else(not_here)?;
             let position = crate::args::position(self.params, at, key).ok_or_else(not_here)?;
-            let value: &'de RawValue = map.next_value()?;
-            let value = value.get();
-            match value.as_bytes().first() {
-                // `null` counts as absent: the screen drops it (or keeps it), which is its business.
-                Some(b'n') | None => return Err(not_here()),
-                // What the text was checked for as it was read: `true`, `false`, a string without escapes, a
-                // plain integer of up to 18 characters (none that long reaches 2^63) other than `-0`.
-                Some(b't' | b'f') => {}
-                Some(b'"') if memchr::memchr(b'\\', value.as_bytes()).is_none() => {}
-                Some(b'-' | b'0'..=b'9') if plain_integer(value) => {}
-                // Anything else is read whole: a container against its schema, a string's escapes decoded (a
-                // lone surrogate is not JSON), a number's value (`1e400` is out of range) and size.
-                Some(_) => screen(value, self.schema, Some(property.schema))?,
-            }
-            if !texts.set(position, value) {
+            // The value starts past the key's closing quote, the colon and the blanks around it.
+            let bytes = self.text.as_bytes();
+            let colon = blanks_after(bytes, key_at + key.len() + 1);
+            if bytes.get(colon) != Some(&b':') {
                 return Err(not_here());
             }
+            let start = blanks_after(bytes, colon + 1);
+            // `null` counts as absent: the screen drops it (or keeps it), which is its business.
+            if bytes.get(start) == Some(&b'n') {
+                return Err(not_here());
+            }
+            map.next_value_seed(Screen { schema: self.schema, node: Some(property.schema), depth: 1 })?;
+            self.open = Some((position, start));
             at += 1;
         }
-        Ok(texts)
+        Ok(())
     }
-}
-
-/// Whether a number's text (as serde_json found it) is an integer it reads as one of 64 bits: digits, a
-/// leading `-`, at most 18 characters, not `-0`.
-fn plain_integer(number: &str) -> bool {
-    let digits = number.strip_prefix('-').unwrap_or(number);
-    number.len() <= 18 && digits.bytes().all(|b| b.is_ascii_digit()) && !(digits == "0" && number.starts_with('-'))
-}
-
-/// Screens one top-level value's text (an object, an array or a number) against the place `node`.
-fn screen<E: de::Error>(text: &str, schema: &CompiledSchema, node: Option<NodeId>) -> Result<(), E> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    Screen { schema, node, depth: 1 }.deserialize(&mut deserializer).map_err(|_| not_here())
 }
 
 /// One value at `depth` (a top-level value is at 1) against the place `node`; `None`: a place nothing below
