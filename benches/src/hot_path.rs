@@ -274,7 +274,7 @@ impl Workload {
     }
 
     /// Dispatches `call`: its message.
-    pub fn dispatch(&self, call: ToolCall) -> agent_airlock::ToolMessage {
+    pub fn dispatch(&self, call: impl Into<agent_airlock::IncomingCall>) -> agent_airlock::ToolMessage {
         run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message()
     }
 

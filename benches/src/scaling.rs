@@ -17,7 +17,7 @@ pub const LINEAR_BOUND: f64 = 6.0;
 
 /// Each shape, with its `n`: large enough that what grows with it outweighs the call's fixed costs ([`shapes`]
 /// adds those of the JSON Schema tools).
-pub const SHAPES: [(&str, usize); 12] = [
+pub const SHAPES: [(&str, usize); 15] = [
     // Undeclared keys, `n` at the top level and `n` in the nested object, stripped.
     ("ghosts", 500),
     // `n` tags, every one valid.
@@ -34,6 +34,13 @@ pub const SHAPES: [(&str, usize); 12] = [
     ("long_unknown_tool", 16),
     // An undeclared key `n` KiB long: stripped and named, cut, in the message.
     ("long_ghost_name", 16),
+    // The allowed call's arguments as JSON text (`ToolCallText`), read straight from the text: `n` tags, and a
+    // body of `n` KiB.
+    ("tags_text", 500),
+    ("long_body_text", 16),
+    // As text, `n` undeclared keys at the top level and `n` in the nested object: the text path gives up at
+    // the first, and the parsed map's way strips them.
+    ("ghosts_text", 500),
     // `n` KiB of text built from the shapes that once made masking quadratic (BEGIN lines with no END, runs of
     // token prefixes, labels overtaken by e-mails, base64 and capitals-and-dashes runs), masked.
     ("mask_text", 16),
@@ -104,6 +111,11 @@ pub fn input(shape: &str, n: usize) -> Input {
             let mut arguments = arguments();
             arguments["body"] = json!(kib("The refund of 2024-05-02 has not reached the card; the bank says. "));
             call("file_ticket", arguments)
+        }
+        "tags_text" | "long_body_text" | "ghosts_text" => {
+            let Input::Call(call) = input(shape.trim_end_matches("_text"), n) else { unreachable!() };
+            let text = call.arguments.to_string();
+            Input::CallText(agent_airlock::ToolCallText::new(call.id, call.name, text))
         }
         "long_wrong_type" => {
             let mut arguments = arguments();
@@ -286,11 +298,22 @@ mod json_tool {
 /// case (a refusal where the call should run, masking that found nothing).
 pub fn check(workload: &Workload) {
     for (shape, _) in shapes() {
-        let Input::Call(call) = input(shape, 4) else { continue };
-        let message = dispatch(workload, shape, call);
+        let message = match input(shape, 4) {
+            Input::Call(call) => dispatch(workload, shape, call),
+            Input::CallText(call) => workload.dispatch(call),
+            _ => continue,
+        };
         let allowed = matches!(
             shape,
-            "ghosts" | "tags" | "long_body" | "long_ghost_name" | "json_unique_items" | "json_regex_names"
+            "ghosts"
+                | "tags"
+                | "long_body"
+                | "long_ghost_name"
+                | "json_unique_items"
+                | "json_regex_names"
+                | "tags_text"
+                | "long_body_text"
+                | "ghosts_text"
         );
         assert_eq!(message.status == agent_airlock::Status::Success, allowed, "{shape}: {message:?}");
         assert!(message.content.len() < 8 * 1024, "{shape}: a {}-byte message", message.content.len());
