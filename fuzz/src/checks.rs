@@ -219,6 +219,9 @@ fn collections(
     /// Addresses by name.
     places: Option<BTreeMap<String, Address>>,
 ) -> Value {
+    // The hash map written back in key order: its own order differs between two maps of the same keys, so two
+    // calls given the same arguments would answer in different words.
+    let counts = counts.map(|counts| counts.into_iter().collect::<BTreeMap<_, _>>());
     json!({"labels": labels, "counts": counts, "unique": unique, "matrix": matrix, "pairs": pairs, "places": places})
 }
 
