@@ -106,8 +106,8 @@ pub trait Tool: Send + Sync + 'static {
     /// every injected value; `None` when any of them fails (or the tool does not read texts), and the
     /// dispatcher then parses the arguments and calls [`prepare`](Self::prepare), which says what failed.
     /// The dispatcher asks only for a call whose arguments came as text, that gate 3's screen would admit
-    /// unchanged, and that no later gate reads (see [`ArgumentTexts`]); it saves building a JSON map only to
-    /// take it apart.
+    /// unchanged, that no later gate reads and no audit log keeps (see [`ArgumentTexts`]); it saves building
+    /// a JSON map only to take it apart.
     ///
     /// The contract: it succeeds only where `prepare`, given the map those texts parse to, would, and
     /// prepares the same call. A parameter not sent is deserialized from `null`, as `prepare` does.

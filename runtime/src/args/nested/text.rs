@@ -56,10 +56,9 @@ pub(crate) fn argument_texts<'t>(
     params: &[ParamSpec],
     schema: &CompiledSchema,
 ) -> Option<ArgumentTexts<'t>> {
-    if !schema.reads_text(params) {
-        return None;
-    }
-    let root = schema.only_object(ROOT)?;
+    // (The dispatcher asks only for a tool whose schema `reads_text`; a root that is not one closed object, or
+    // a parameter past the texts' room, still leaves it here.)
+    let root = schema.only_object(ROOT).filter(|root| root.closed)?;
     let mut top = TopLevel { schema, root, params, text, texts: ArgumentTexts::new(), open: None };
     let mut deserializer = serde_json::Deserializer::from_str(text);
     deserializer.deserialize_map(&mut top).ok()?;
