@@ -277,7 +277,11 @@ impl DispatcherBuilder {
             order.push(name.clone());
             let keeps_arguments = Entry::reads_arguments_after_gate_4(&*tool, &enforced, &observed);
             let screen = crate::args::CompiledSchema::compile(&definition.input_schema);
-            let reads_text = !keeps_arguments && tool.prepares_text() && screen.reads_text(tool.spec().params());
+            // No audit log either: its records keep the admitted arguments, which only the map's way builds.
+            let reads_text = !keeps_arguments
+                && self.audit.is_none()
+                && tool.prepares_text()
+                && screen.reads_text(tool.spec().params());
             tools.insert(
                 name,
                 Entry {

@@ -60,7 +60,7 @@ pub(super) struct Entry {
     /// at build from the three fields that decide it.
     pub(super) keeps_arguments: bool,
     /// Whether a call whose arguments come as JSON text can skip building their map: nothing after gate 4
-    /// reads them, the tool prepares from texts ([`Tool::prepare_text`]) and its schema's root is one closed
+    /// reads them, no audit log keeps them, the tool prepares from texts ([`Tool::prepare_text`]) and its schema's root is one closed
     /// object ([`args::argument_texts`]).
     pub(super) reads_text: bool,
 }

@@ -218,8 +218,8 @@ impl Entry {
     }
 
     /// Gates 3 and 4 read off the arguments' JSON text: the call prepared from each parameter's text, for a
-    /// tool that [`reads_text`](Entry::reads_text), a call with no audit record to keep its arguments and no
-    /// dialect whose SDK holds integer bounds as floats (the screen checks those on the map), when the screen
+    /// tool that [`reads_text`](Entry::reads_text) (which a dispatcher with an audit log never does) and a call
+    /// in no dialect whose SDK holds integer bounds as floats (the screen checks those on the map), when the screen
     /// would admit the arguments unchanged and every value deserializes. `None` otherwise: the call takes the
     /// map's way ([`screen_and_prepare`](Self::screen_and_prepare)), which refuses, strips or words what
     /// failed, as if this had not been tried.
@@ -230,7 +230,7 @@ impl Entry {
         arguments: &IncomingArguments,
     ) -> Option<(PreparedCall, Option<String>)> {
         let IncomingArguments::Text(text) = arguments else { return None };
-        if !self.reads_text || call.audit.is_some() || call.float_bounds() {
+        if !self.reads_text || call.float_bounds() {
             return None;
         }
         let spec = self.tool.spec();
