@@ -7,7 +7,9 @@
 //! Each case is one dispatch the model can cause: allowed, allowed with two undeclared keys stripped,
 //! refused for two invalid fields, denied by policy; plus masking a 2 KB JSON result that holds secrets,
 //! and the floor: parsing the same arguments straight into the typed struct, as a host without a guard does.
-//! One more case keeps masking linear on the adversarial text the fuzzer found (`mask_begin_lines`).
+//! One more case keeps masking linear on the adversarial text the fuzzer found (`mask_begin_lines`). Two more
+//! take the gates a plain call skips, on a dispatcher of their own: `rate_limited` (refused at gate 6, its
+//! bucket spent) and `approved` (escalated, approved by an in-process approver, then run).
 //!
 //! The `_text` cases take the same arguments as JSON text, as OpenAI's `function.arguments` carries them: the
 //! floor parses the text straight into the typed struct, the dispatcher gets a [`ToolCallText`] (parsed only
@@ -16,6 +18,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use agent_airlock::approval::{ApprovalRequest, Decision};
 use agent_airlock::mask::{MaskSet, Masker};
 use agent_airlock::{CallContext, Dispatcher, ManualClock, Policy, Status, ToolCall, ToolCallText, airlock_tool, tool};
 use schemars::JsonSchema;
@@ -99,6 +102,55 @@ fn the_ticket(
     format!("ticket {priority}/{urgent}/{size}/{assignee}")
 }
 
+/// The same tool rate limited to one call a day: the workload spends the call, so every call counted is refused
+/// at gate 6.
+#[airlock_tool(name = "limited_file_ticket", rate = "1/day")]
+#[allow(clippy::too_many_arguments)]
+pub fn limited_file_ticket(
+    /// One-line summary.
+    title: String,
+    /// What happened.
+    body: String,
+    /// 1 (highest) to 5.
+    priority: u32,
+    /// Page the on-call engineer.
+    urgent: bool,
+    /// Who the ticket is for.
+    customer: Customer,
+    /// Labels.
+    tags: Vec<String>,
+    /// Who should take it.
+    assignee: Option<String>,
+    /// Due date, ISO 8601.
+    due: String,
+) -> String {
+    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
+}
+
+/// The same tool escalated to a human: the workload's approver (in process, no ledger) approves at once.
+#[airlock_tool(name = "escalated_file_ticket", escalate = "files a ticket")]
+#[allow(clippy::too_many_arguments)]
+pub fn escalated_file_ticket(
+    /// One-line summary.
+    title: String,
+    /// What happened.
+    body: String,
+    /// 1 (highest) to 5.
+    priority: u32,
+    /// Page the on-call engineer.
+    urgent: bool,
+    /// Who the ticket is for.
+    customer: Customer,
+    /// Labels.
+    tags: Vec<String>,
+    /// Who should take it.
+    assignee: Option<String>,
+    /// Due date, ISO 8601.
+    due: String,
+) -> String {
+    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
+}
+
 /// Same tool under a name the policy denies.
 #[airlock_tool(name = "admin_file_ticket")]
 pub fn admin_file_ticket(
@@ -157,7 +209,7 @@ pub fn result_2k() -> Value {
 }
 
 /// The cases, by the name the bench, the harness and the budget use.
-pub const CASES: [&str; 11] = [
+pub const CASES: [&str; 13] = [
     "direct_parse",
     "allowed",
     "ghosts_stripped",
@@ -169,6 +221,8 @@ pub const CASES: [&str; 11] = [
     "direct_parse_text",
     "allowed_text",
     "denied_text",
+    "rate_limited",
+    "approved",
 ];
 
 /// How many undeclared keys `ghosts_many` sends at each of its two levels.
@@ -203,6 +257,8 @@ pub fn begin_lines() -> Value {
 /// Everything a case needs, built once.
 pub struct Workload {
     dispatcher: Dispatcher,
+    /// The rate-limited and escalated tools, with an approver that approves.
+    gated: Dispatcher,
     context: CallContext,
     masker: Masker,
 }
@@ -223,7 +279,24 @@ impl Workload {
             .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
             .build()
             .expect("distinct names");
-        Workload { dispatcher, context: CallContext::new().with_thread("bench"), masker: Masker::default() }
+        // The gates a plain call skips, on a dispatcher of their own so the other cases count as they always did.
+        let gated = Dispatcher::builder()
+            .tool(tool!(limited_file_ticket))
+            .tool(tool!(escalated_file_ticket))
+            .approver(|_: ApprovalRequest| async { Decision::Approve })
+            .clock(ManualClock::new(Duration::from_secs(1_700_000_000)))
+            .build()
+            .expect("distinct names");
+        let context = CallContext::new().with_thread("bench");
+        // The limited tool's one call a day is spent here: every call after it is refused (the clock stands still).
+        let spent = ToolCall::new("call_abc123", "limited_file_ticket", arguments());
+        assert_eq!(run_ready(gated.dispatch(spent, &context)).expect_message().status, Status::Success);
+        Workload { dispatcher, gated, context, masker: Masker::default() }
+    }
+
+    /// The dispatcher `case` is dispatched by.
+    fn dispatcher(&self, case: &str) -> &Dispatcher {
+        if matches!(case, "rate_limited" | "approved") { &self.gated } else { &self.dispatcher }
     }
 
     /// The input of `case`, prepared outside any measurement (a dispatch consumes its call).
@@ -240,6 +313,8 @@ impl Workload {
             "ghosts_many" => call("file_ticket", arguments_with_many_ghosts()),
             "invalid" => call("file_ticket", invalid_arguments()),
             "denied" => call("admin_file_ticket", arguments()),
+            "rate_limited" => call("limited_file_ticket", arguments()),
+            "approved" => call("escalated_file_ticket", arguments()),
             "mask_2k" => Input::Value(result_2k()),
             "mask_begin_lines" => Input::Value(begin_lines()),
             other => panic!("unknown case `{other}`, expected one of {CASES:?}"),
@@ -261,8 +336,8 @@ impl Workload {
                 self.masker.mask_value(&mut result, MaskSet::SECRETS | MaskSet::PII);
                 result
             }
-            (_, Input::Call(call)) => {
-                let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
+            (case, Input::Call(call)) => {
+                let message = run_ready(self.dispatcher(case).dispatch(call, &self.context)).expect_message();
                 Value::String(message.content)
             }
             (_, Input::CallText(call)) => {
@@ -296,6 +371,17 @@ impl Workload {
             let message = run_ready(self.dispatcher.dispatch(call, &self.context)).expect_message();
             assert_eq!(message.status, Status::Error, "{case}: {message:?}");
         }
+        // Refused at gate 6, its bucket spent; approved at gate 5, then run as the allowed call is.
+        let Input::Call(call) = self.input("rate_limited") else { unreachable!() };
+        let message = run_ready(self.gated.dispatch(call, &self.context)).expect_message();
+        let kind = message.refusal.as_ref().map(|refusal| refusal.kind);
+        assert_eq!(kind, Some(agent_airlock::RefusalKind::RateLimited), "rate_limited: {message:?}");
+        let (Input::Call(call), Input::Call(twin)) = (self.input("approved"), self.input("allowed")) else {
+            unreachable!()
+        };
+        let message = run_ready(self.gated.dispatch(call, &self.context)).expect_message();
+        let expected = run_ready(self.dispatcher.dispatch(twin, &self.context)).expect_message();
+        assert_eq!((message.status, &message.content), (Status::Success, &expected.content), "approved: {message:?}");
         // The text cases answer as their parsed twins do, word for word.
         for (case, twin) in [("allowed_text", "allowed"), ("denied_text", "denied")] {
             let (Input::CallText(call), Input::Call(parsed)) = (self.input(case), self.input(twin)) else {
