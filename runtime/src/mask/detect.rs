@@ -229,7 +229,9 @@ impl ValueAt {
                 return (colon + 1 < at).then_some((start + colon + 1, start + at));
             }
             ValueAt::AfterSeparator => {
-                let separator = matched.iter().position(|&b| matches!(b, b':' | b'=' | b','))?;
+                // A key holds none of these, so the first is the operator's (a `>` only an element's: `=>` starts
+                // with its `=`).
+                let separator = matched.iter().position(|&b| matches!(b, b':' | b'=' | b',' | b'>'))?;
                 // The rest of the operator: `::=`, `:=`, `=>`.
                 let operator = match matched[separator] {
                     b':' => {
@@ -240,7 +242,13 @@ impl ValueAt {
                     _ => 1,
                 };
                 let after = separator + operator;
-                after + matched[after..].iter().take_while(|&&b| b == b' ' || b == b'\t').count()
+                // An element's value may start on the next line.
+                let element = matched[separator] == b'>';
+                after
+                    + matched[after..]
+                        .iter()
+                        .take_while(|&&b| b == b' ' || b == b'\t' || (element && (b == b'\r' || b == b'\n')))
+                        .count()
             }
         };
         (offset < matched.len()).then_some((start + offset, end))
@@ -365,8 +373,10 @@ static PATTERNS: &[PatternSpec] = &[
             r"|b64|base64|hex|raw|enc|str)){0,3})",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
-            // `System.setProperty("API_TOKEN", "…")`.
-            r#"(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*"#,
+            // `System.setProperty("API_TOKEN", "…")`; or an XML element's `>`, the value on its line or on the next
+            // (`<accessToken>\n    …\n</accessToken>`), which `verify_secret_value` holds to an element: `<` before
+            // the name, `</` after the value (so `List<Token> tokens` is no label).
+            r#"(?:(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*|>[ \t\r\n]*)"#,
             // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match is its first
             // character: `verify_secret_value` reads the rest by bytes ([`bare_value_end`]). Unbounded, every search
             // from a label whose value ran on to the end of the text read it to there, and a text of such labels,
@@ -1444,6 +1454,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let value = &c.text[start..end];
     let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
+    let element = is_element_label(label);
     // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
     let own_tag = c.before(1) == Some(b'[')
         && bytes.get(end) == Some(&b']')
@@ -1470,8 +1481,9 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
             && bytes[label_end - 1] == b':'
             && c.before(1).is_some_and(|b| b.is_ascii_lowercase())
             && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':' | b'_')))
-        // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`.
-        || (!quoted && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
+        // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`. (An element's value ends
+        // at its end tag, which is read below.)
+        || (!quoted && !element && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
     if rejected {
@@ -1481,11 +1493,45 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         // A bare value longer than `BARE_VALUE_READ` characters: judged by its first ones (above),
         // masked to its end.
         end += bytes[end..c.limit].iter().position(|&b| !is_bare_value_byte(b)).unwrap_or(c.limit - end);
-        if bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
+        if !element && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')) {
             return Verdict::RejectThrough(label_end);
         }
     }
+    // `>` is an operator only between an element's tags: `<accessToken>…</accessToken>`, never `List<Token> tokens`
+    // or `$token>file`.
+    if element && !(opens_an_element(c) && closes_an_element(bytes, end + usize::from(quoted))) {
+        return Verdict::RejectThrough(label_end);
+    }
     c.found_span(start, end)
+}
+
+/// Whether a labelled value's label (from the match's start to the value's) ends in an XML element's `>`, the
+/// operator the labelled-value pattern reads right after a secret's name, rather than in logstash's `=>`.
+fn is_element_label(label: &str) -> bool {
+    let label = label.trim_end_matches([' ', '\t', '\r', '\n']).as_bytes();
+    label.ends_with(b">") && !label.ends_with(b"=>")
+}
+
+/// How far back from a labelled value's match [`opens_an_element`] looks for the `<` of the element's name.
+const ELEMENT_NAME_READ: usize = 128;
+
+/// Whether the candidate's name ends an element's name that starts right after its `<` (`<accessToken>`,
+/// `<db:password>`). Read through [`Candidate::before`], so a finding right before it reads as its replacement
+/// would.
+fn opens_an_element(c: &Candidate<'_>) -> bool {
+    let name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-');
+    let mut back = 1;
+    while back <= ELEMENT_NAME_READ && c.before(back).is_some_and(name) {
+        back += 1;
+    }
+    c.before(back) == Some(b'<')
+}
+
+/// Whether the value ending at `end` is followed, past blanks and line ends, by an end tag's `</`.
+fn closes_an_element(bytes: &[u8], end: usize) -> bool {
+    let rest = bytes.get(end..).unwrap_or_default();
+    let blanks = rest.iter().take_while(|&&b| matches!(b, b' ' | b'\t' | b'\r' | b'\n')).count();
+    rest[blanks..].starts_with(b"</")
 }
 
 /// Asserts that the labelled-value pattern reads past exactly `qualifiers` after a secret's name, in that order.
@@ -2146,6 +2192,46 @@ mod tests {
     }
 
     #[test]
+    fn an_xml_elements_value_is_a_labelled_value_between_its_tags() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        let secret = "WO.tLDXVAFaOBhZTzNMrktsSHdSaA2Yjx-fR0UR6TSyTfsNrhM9rnEc";
+        let long = "k7Q".repeat(40); // past what a bare value is judged by: masked to its end all the same
+        for (before, value, after) in [
+            ("<accessToken>", secret, "</accessToken>"),
+            ("<accessToken>\n    ", secret, "\n</accessToken>"),
+            ("<config>\r\n  <db_password>\r\n\t", "Zx81!kq", "\r\n  </db_password>\n</config>"),
+            ("<db:password>", "Zx81!kq", "</db:password>"),
+            ("<api-key>", "\"Zx81kq1234\"", "</api-key>"),
+            ("x <SECRET_KEY_BASE> ", "a3f9e2b1c4d5", " </SECRET_KEY_BASE>"),
+            ("<token>", &long, "</token>"),
+        ] {
+            let text = format!("{before}{value}{after}");
+            let mut found = Vec::new();
+            scanner.scan(&text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
+            let expected = value.trim_matches('"');
+            assert_eq!(found, [(MaskKind::SecretValue, expected)], "{text:?}");
+        }
+        // `>` is no operator outside an element: a generic type, a redirection, an element left open, a tag in a
+        // value's place; and the value's own checks hold (placeholders, a value naming its key).
+        for text in [
+            "List<Token> tokens = new ArrayList<>();",
+            "Map<String, Secret>secretsByName</code>",
+            "echo $token>file.txt",
+            "cat token>out.txt </p>",
+            "<token>Zx81kq1234",
+            "<token>Zx81kq1234 <b>bold</b>",
+            "<token><value>Zx81kq1234</value></token>",
+            "<password>********</password>",
+            "<access_token>ACCESS_TOKEN</access_token>",
+            "<secret>false</secret>",
+        ] {
+            let mut found = Vec::new();
+            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
+            assert_eq!(found, [], "{text:?}");
+        }
+    }
+
+    #[test]
     fn the_bare_value_reading_is_the_patterns() {
         let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
         let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
@@ -2380,6 +2466,9 @@ mod tests {
         "GB82WEST1234",
         "{\"text\":\"",
         "hooks.slack.com/services/T",
+        "<accessToken>",
+        "</",
+        ">\n",
     ];
 
     proptest::proptest! {
