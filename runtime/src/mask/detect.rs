@@ -241,7 +241,14 @@ impl ValueAt {
                     b'=' => 1 + usize::from(matched.get(separator + 1) == Some(&b'>')),
                     _ => 1,
                 };
-                let after = separator + operator;
+                let mut after = separator + operator;
+                // A name/value pair's value follows its `value` key: `"DB_PASSWORD", "value": "…"`.
+                if matched[separator] == b',' {
+                    let key = after + matched[after..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+                    if let Some(colon) = pair_value_key(&matched[key..]) {
+                        after = key + colon + 1;
+                    }
+                }
                 // An element's value may start on the next line.
                 let element = matched[separator] == b'>';
                 after
@@ -253,6 +260,17 @@ impl ValueAt {
         };
         (offset < matched.len()).then_some((start + offset, end))
     }
+}
+
+/// Where the `:` after a quoted `value` key at the start of `bytes` is (`"value":`, `'Value' :`), in a name/value
+/// pair written as text; `None` when `bytes` starts otherwise.
+fn pair_value_key(bytes: &[u8]) -> Option<usize> {
+    let quote = *bytes.first().filter(|&&b| b == b'"' || b == b'\'')?;
+    let word = bytes.get(1..6).filter(|word| word.eq_ignore_ascii_case(b"value"))?;
+    debug_assert_eq!(word.len(), 5);
+    (bytes.get(6) == Some(&quote)).then_some(())?;
+    let blanks = bytes[7..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    (bytes.get(7 + blanks) == Some(&b':')).then_some(7 + blanks)
 }
 
 /// Leftmost-first: at one position, the earlier pattern wins.
@@ -373,10 +391,15 @@ static PATTERNS: &[PatternSpec] = &[
             r"|b64|base64|hex|raw|enc|str)){0,3})",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
-            // `System.setProperty("API_TOKEN", "…")`; or an XML element's `>`, the value on its line or on the next
+            // `System.setProperty("API_TOKEN", "…")` (but first a JSON name/value pair written as text,
+            // `{"name": "DB_PASSWORD", "value": "…"}`, whose value follows the `value` key), or an XML attribute and
+            // the `value` attribute after it, as in `<property name="db.password" value="…"/>` and
+            // `<add key="DbPassword" value="…"/>`; or an XML element's `>`, the value on its line or on the next
             // (`<accessToken>\n    …\n</accessToken>`), which `verify_secret_value` holds to an element: `<` before
             // the name, `</` after the value (so `List<Token> tokens` is no label).
-            r#"(?:(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)|["'][ \t]*,)[ \t]*|>[ \t\r\n]*)"#,
+            r#"(?:(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
+            r#"|["'][ \t]*,[ \t]*["'](?i-u:value)["'][ \t]*:|["'][ \t]*,|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
+            r#"|>[ \t\r\n]*)"#,
             // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match is its first
             // character: `verify_secret_value` reads the rest by bytes ([`bare_value_end`]). Unbounded, every search
             // from a label whose value ran on to the end of the text read it to there, and a text of such labels,
@@ -1484,6 +1507,11 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`. (An element's value ends
         // at its end tag, which is read below.)
         || (!quoted && !element && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
+        // A pair's key after its name, not its value (`"DB_PASSWORD", "value": ""`, whose empty value the pattern's
+        // pair form does not read): the quoted text after the name's comma is followed by a `:`.
+        || (quoted
+            && label.trim_end_matches([' ', '\t']).ends_with(',')
+            && bytes[end + 1..].iter().find(|&&b| b != b' ' && b != b'\t') == Some(&b':'))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
     if rejected {
@@ -2232,6 +2260,40 @@ mod tests {
     }
 
     #[test]
+    fn a_name_value_pair_in_text_masks_its_value_not_its_value_key() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, value) in [
+            (r#"{"name": "DB_PASSWORD", "value": "hunter2x"}"#, "hunter2x"),
+            (r#"{"name":"password","value":"hunter2x"}"#, "hunter2x"),
+            (r#"{"Name": "ApiKey", "Value" : "Zx81kq1234Ab"}"#, "Zx81kq1234Ab"),
+            ("{'key': 'GITHUB_TOKEN', 'value': 'abcdefgh12345'}", "abcdefgh12345"),
+            (r#"<property name="db.password" value="s3cr3tPa55"/>"#, "s3cr3tPa55"),
+            (r#"<add key="DbPassword" value="hunter2!x"/>"#, "hunter2!x"),
+            ("<add key='ApiToken'  Value = 'Zx81kq1234Ab' />", "Zx81kq1234Ab"),
+            // `System.setProperty`'s shape is still read.
+            (r#"System.setProperty("API_TOKEN", "fpdl3lm9nxj7h2mb4");"#, "fpdl3lm9nxj7h2mb4"),
+            (r#"["password", "hunter2x"]"#, "hunter2x"),
+        ] {
+            let mut found = Vec::new();
+            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
+            assert_eq!(found, [(MaskKind::SecretValue, value)], "{text:?}");
+        }
+        // No value, or none to mask: and never the `value` key in its place.
+        for text in [
+            r#"{"name": "DB_PASSWORD", "value": ""}"#,
+            r#"{"name": "DB_PASSWORD", "value": "********"}"#,
+            r#"<input type="password" value="">"#,
+            r#"<input type="password" value="********">"#,
+            r#"<add key="PasswordLength" value="12"/>"#,
+            r#"<property name="password" value="${db.password}"/>"#,
+        ] {
+            let mut found = Vec::new();
+            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
+            assert_eq!(found, [], "{text:?}");
+        }
+    }
+
+    #[test]
     fn the_bare_value_reading_is_the_patterns() {
         let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
         let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
@@ -2469,6 +2531,8 @@ mod tests {
         "<accessToken>",
         "</",
         ">\n",
+        "\", \"value\": ",
+        "\" value=",
     ];
 
     proptest::proptest! {
