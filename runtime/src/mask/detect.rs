@@ -392,13 +392,15 @@ static PATTERNS: &[PatternSpec] = &[
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
             // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")` (but first a JSON name/value pair written as text,
-            // `{"name": "DB_PASSWORD", "value": "…"}`, whose value follows the `value` key), or an XML attribute and
+            // `{"name": "DB_PASSWORD", "value": "…"}`, whose value follows the `value` key, or a YAML one,
+            // `- name: DB_PASSWORD⏎  value: …`, held by `verify_secret_value` to a `name:` line), or an XML attribute and
             // the `value` attribute after it, as in `<property name="db.password" value="…"/>` and
             // `<add key="DbPassword" value="…"/>`; or an XML element's `>`, the value on its line or on the next
             // (`<accessToken>\n    …\n</accessToken>`), which `verify_secret_value` holds to an element: `<` before
             // the name, `</` after the value (so `List<Token> tokens` is no label).
             r#"(?:(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
-            r#"|["'][ \t]*,[ \t]*["'](?i-u:value)["'][ \t]*:|["'][ \t]*,|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
+            r#"|["'][ \t]*,[ \t]*["'](?i-u:value)["'][ \t]*:|["']?[ \t]*\r?\n[ \t]*(?i-u:value)[ \t]*:"#,
+            r#"|["'][ \t]*,|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
             r#"|>[ \t\r\n]*)"#,
             // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match is its first
             // character: `verify_secret_value` reads the rest by bytes ([`bare_value_end`]). Unbounded, every search
@@ -1530,6 +1532,11 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     if element && !(opens_an_element(c) && closes_an_element(bytes, end + usize::from(quoted))) {
         return Verdict::RejectThrough(label_end);
     }
+    // A label across a line end is a YAML pair's (`- name: DB_PASSWORD⏎    value: …`): its name must be a `name:`
+    // or `key:` line's value, not the last word of any line before a `value:` one.
+    if !element && label.contains('\n') && !names_a_yaml_pair(c) {
+        return Verdict::RejectThrough(label_end);
+    }
     c.found_span(start, end)
 }
 
@@ -1538,6 +1545,34 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
 fn is_element_label(label: &str) -> bool {
     let label = label.trim_end_matches([' ', '\t', '\r', '\n']).as_bytes();
     label.ends_with(b">") && !label.ends_with(b"=>")
+}
+
+/// How far back from a labelled value's match [`names_a_yaml_pair`] reads its line.
+const PAIR_LINE_READ: usize = 128;
+
+/// Whether the candidate's line, before its name, is a YAML pair's `name:` or `key:` (`  - name: `, `key: "`,
+/// any case). Read through [`Candidate::before`], so a finding before it reads as its replacement would.
+fn names_a_yaml_pair(c: &Candidate<'_>) -> bool {
+    let mut line = Vec::new();
+    let mut back = 1;
+    while let Some(b) = c.before(back).filter(|&b| b != b'\n') {
+        if back > PAIR_LINE_READ {
+            return false;
+        }
+        line.push(b);
+        back += 1;
+    }
+    line.reverse();
+    let rest = line.trim_ascii_start();
+    let rest = rest.strip_prefix(b"-").map_or(rest, |item| item.trim_ascii_start());
+    let Some(rest) = [&b"name"[..], b"key"].iter().find_map(|word| {
+        rest.get(..word.len()).filter(|head| head.eq_ignore_ascii_case(word)).map(|_| &rest[word.len()..])
+    }) else {
+        return false;
+    };
+    let Some(rest) = rest.trim_ascii_start().strip_prefix(b":") else { return false };
+    let rest = rest.trim_ascii_start();
+    rest.is_empty() || rest == b"\"" || rest == b"'"
 }
 
 /// How far back from a labelled value's match [`opens_an_element`] looks for the `<` of the element's name.
@@ -2273,6 +2308,10 @@ mod tests {
             // `System.setProperty`'s shape is still read.
             (r#"System.setProperty("API_TOKEN", "fpdl3lm9nxj7h2mb4");"#, "fpdl3lm9nxj7h2mb4"),
             (r#"["password", "hunter2x"]"#, "hunter2x"),
+            // A YAML pair, as in a Kubernetes container's `env`.
+            ("env:\n  - name: DB_PASSWORD\n    value: hunter2x\n", "hunter2x"),
+            ("- Name: \"API_TOKEN\"\r\n  Value: \"Zx81kq1234Ab\"", "Zx81kq1234Ab"),
+            ("- key: GITHUB_TOKEN\n  value: 'ghx_abc123XYZ'", "ghx_abc123XYZ"),
         ] {
             let mut found = Vec::new();
             scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
@@ -2286,6 +2325,10 @@ mod tests {
             r#"<input type="password" value="********">"#,
             r#"<add key="PasswordLength" value="12"/>"#,
             r#"<property name="password" value="${db.password}"/>"#,
+            "description: the password\nvalue: hunter2x",
+            "- name: password_length\n  value: \"12\"",
+            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: password}",
+            "- name: DB_PASSWORD\n  value: \"\"",
         ] {
             let mut found = Vec::new();
             scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
@@ -2533,6 +2576,8 @@ mod tests {
         ">\n",
         "\", \"value\": ",
         "\" value=",
+        "- name: ",
+        "\n  value: ",
     ];
 
     proptest::proptest! {
