@@ -390,7 +390,8 @@ static PATTERNS: &[PatternSpec] = &[
             r"(?:[._-]?(?:[0-9]+|v[0-9]+|old|new|prev|previous|curr|prod|stg|dev|test|uat|tmp|temp|confirm|base|hash",
             r"|b64|base64|hex|raw|enc|str)){0,3})",
             // The operator: `:` and `=`, make's `:=`, `::=`, `:::=`, `?=`, `+=`, PHP's `.=`, logstash's `=>`, after
-            // an optional type (Go's `var apiToken string = "…"`); or a quoted name and a comma, as in
+            // an optional type (Go's `var apiToken string = "…"`) or a string index's `"]` (`os.environ["API_TOKEN"]
+            // = "…"`, PHP's `$db['default']['password'] = '…'`); or a quoted name and a comma, as in
             // `System.setProperty("API_TOKEN", "…")` (but first a JSON name/value pair written as text,
             // `{"name": "DB_PASSWORD", "value": "…"}`, whose value follows the `value` key, or a YAML one,
             // `- name: DB_PASSWORD⏎  value: …`, held by `verify_secret_value` to a `name:` line), or an XML attribute and
@@ -398,7 +399,7 @@ static PATTERNS: &[PatternSpec] = &[
             // `<add key="DbPassword" value="…"/>`; or an XML element's `>`, the value on its line or on the next
             // (`<accessToken>\n    …\n</accessToken>`), which `verify_secret_value` holds to an element: `<` before
             // the name, `</` after the value (so `List<Token> tokens` is no label).
-            r#"(?:(?:["']?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
+            r#"(?:(?:(?:["']\]?)?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
             r#"|["'][ \t]*,[ \t]*["'](?i-u:value)["'][ \t]*:|["']?[ \t]*\r?\n[ \t]*(?i-u:value)[ \t]*:"#,
             r#"|["'][ \t]*,|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
             r#"|>[ \t\r\n]*)"#,
@@ -2295,7 +2296,7 @@ mod tests {
     }
 
     #[test]
-    fn a_name_value_pair_in_text_masks_its_value_not_its_value_key() {
+    fn a_pair_or_an_index_in_text_masks_its_value_not_its_value_key() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
         for (text, value) in [
             (r#"{"name": "DB_PASSWORD", "value": "hunter2x"}"#, "hunter2x"),
@@ -2308,6 +2309,10 @@ mod tests {
             // `System.setProperty`'s shape is still read.
             (r#"System.setProperty("API_TOKEN", "fpdl3lm9nxj7h2mb4");"#, "fpdl3lm9nxj7h2mb4"),
             (r#"["password", "hunter2x"]"#, "hunter2x"),
+            // A string index assigned.
+            (r#"os.environ["DB_PASSWORD"] = "Hunter2xyz""#, "Hunter2xyz"),
+            ("$db['default']['password'] = 's3cr3tPa55';", "s3cr3tPa55"),
+            (r#"process.env["API_TOKEN"]="Zx81kq1234Ab";"#, "Zx81kq1234Ab"),
             // A YAML pair, as in a Kubernetes container's `env`.
             ("env:\n  - name: DB_PASSWORD\n    value: hunter2x\n", "hunter2x"),
             ("- Name: \"API_TOKEN\"\r\n  Value: \"Zx81kq1234Ab\"", "Zx81kq1234Ab"),
@@ -2329,6 +2334,8 @@ mod tests {
             "- name: password_length\n  value: \"12\"",
             "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: password}",
             "- name: DB_PASSWORD\n  value: \"\"",
+            r#"os.environ["DB_PASSWORD"] = os.getenv("FALLBACK")"#,
+            "seen[token] = True",
         ] {
             let mut found = Vec::new();
             scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
@@ -2578,6 +2585,7 @@ mod tests {
         "\" value=",
         "- name: ",
         "\n  value: ",
+        "\"] = ",
     ];
 
     proptest::proptest! {
