@@ -61,29 +61,53 @@ pub struct TicketArguments {
     pub due: String,
 }
 
-/// File a support ticket.
-#[airlock_tool]
-#[allow(clippy::too_many_arguments)] // The point of the workload: eight parameters of five kinds.
-pub fn file_ticket(
-    /// One-line summary.
-    title: String,
-    /// What happened.
-    body: String,
-    /// 1 (highest) to 5.
-    priority: u32,
-    /// Page the on-call engineer.
-    urgent: bool,
-    /// Who the ticket is for.
-    customer: Customer,
-    /// Labels.
-    tags: Vec<String>,
-    /// Who should take it.
-    assignee: Option<String>,
-    /// Due date, ISO 8601.
-    due: String,
-) -> String {
-    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
+/// The ticket tool with the attributes given: its eight parameters of five kinds are the point of the workload,
+/// and the gated cases call the same tool under other names, rate limited or escalated.
+macro_rules! ticket_tool {
+    ($(#[$attribute:meta])* $name:ident) => {
+        $(#[$attribute])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            /// One-line summary.
+            title: String,
+            /// What happened.
+            body: String,
+            /// 1 (highest) to 5.
+            priority: u32,
+            /// Page the on-call engineer.
+            urgent: bool,
+            /// Who the ticket is for.
+            customer: Customer,
+            /// Labels.
+            tags: Vec<String>,
+            /// Who should take it.
+            assignee: Option<String>,
+            /// Due date, ISO 8601.
+            due: String,
+        ) -> String {
+            the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
+        }
+    };
 }
+
+ticket_tool!(
+    /// File a support ticket.
+    #[airlock_tool]
+    file_ticket
+);
+
+ticket_tool!(
+    /// The same tool rate limited to one call a day: the workload spends the call, so every call counted is
+    /// refused at gate 6.
+    #[airlock_tool(name = "limited_file_ticket", rate = "1/day")]
+    limited_file_ticket
+);
+
+ticket_tool!(
+    /// The same tool escalated to a human: the workload's approver (in process, no ledger) approves at once.
+    #[airlock_tool(name = "escalated_file_ticket", escalate = "files a ticket")]
+    escalated_file_ticket
+);
 
 /// The tool's body, shared with the floor so both do the same work after parsing.
 #[allow(clippy::too_many_arguments)]
@@ -100,55 +124,6 @@ fn the_ticket(
     let size = title.len() + body.len() + customer.id.len() + tags.len() + due.len();
     let assignee = assignee.map_or(0, |a| a.len());
     format!("ticket {priority}/{urgent}/{size}/{assignee}")
-}
-
-/// The same tool rate limited to one call a day: the workload spends the call, so every call counted is refused
-/// at gate 6.
-#[airlock_tool(name = "limited_file_ticket", rate = "1/day")]
-#[allow(clippy::too_many_arguments)]
-pub fn limited_file_ticket(
-    /// One-line summary.
-    title: String,
-    /// What happened.
-    body: String,
-    /// 1 (highest) to 5.
-    priority: u32,
-    /// Page the on-call engineer.
-    urgent: bool,
-    /// Who the ticket is for.
-    customer: Customer,
-    /// Labels.
-    tags: Vec<String>,
-    /// Who should take it.
-    assignee: Option<String>,
-    /// Due date, ISO 8601.
-    due: String,
-) -> String {
-    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
-}
-
-/// The same tool escalated to a human: the workload's approver (in process, no ledger) approves at once.
-#[airlock_tool(name = "escalated_file_ticket", escalate = "files a ticket")]
-#[allow(clippy::too_many_arguments)]
-pub fn escalated_file_ticket(
-    /// One-line summary.
-    title: String,
-    /// What happened.
-    body: String,
-    /// 1 (highest) to 5.
-    priority: u32,
-    /// Page the on-call engineer.
-    urgent: bool,
-    /// Who the ticket is for.
-    customer: Customer,
-    /// Labels.
-    tags: Vec<String>,
-    /// Who should take it.
-    assignee: Option<String>,
-    /// Due date, ISO 8601.
-    due: String,
-) -> String {
-    the_ticket(title, body, priority, urgent, customer, tags, assignee, due)
 }
 
 /// Same tool under a name the policy denies.
