@@ -266,8 +266,7 @@ impl ValueAt {
 /// pair written as text; `None` when `bytes` starts otherwise.
 fn pair_value_key(bytes: &[u8]) -> Option<usize> {
     let quote = *bytes.first().filter(|&&b| b == b'"' || b == b'\'')?;
-    let word = bytes.get(1..6).filter(|word| word.eq_ignore_ascii_case(b"value"))?;
-    debug_assert_eq!(word.len(), 5);
+    bytes.get(1..6).filter(|word| word.eq_ignore_ascii_case(b"value"))?;
     (bytes.get(6) == Some(&quote)).then_some(())?;
     let blanks = bytes[7..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
     (bytes.get(7 + blanks) == Some(&b':')).then_some(7 + blanks)
@@ -1514,7 +1513,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         // pair form does not read): the quoted text after the name's comma is followed by a `:`.
         || (quoted
             && label.trim_end_matches([' ', '\t']).ends_with(',')
-            && bytes[end + 1..].iter().find(|&&b| b != b' ' && b != b'\t') == Some(&b':'))
+            && bytes.get(end + 1..).unwrap_or_default().iter().find(|&&b| b != b' ' && b != b'\t') == Some(&b':'))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
     if rejected {
