@@ -231,6 +231,15 @@ pub(crate) fn argument_value<T: DeserializeOwned>(
     tracked(value, key, errors)
 }
 
+/// A top-level argument sent as a JSON string without escapes, from the text between its quotes: given to the
+/// parameter's type as [`argument_value`] gives a string the map holds, so it reads the same value the same way
+/// (`Tool::prepare_text`, whose call must be the one the map's way prepares). `None` when it does not deserialize.
+pub(crate) fn plain_string_argument<T: DeserializeOwned>(unquoted: &str) -> Option<T> {
+    let mut value = Value::String(unquoted.to_owned());
+    let track = given::Track::default();
+    T::deserialize(given::Given { value: &mut value, chain: &given::Chain::Root, track: &track }).ok()
+}
+
 /// A value given up, deserialized in place (see [`argument_value`]).
 fn given_value<T: DeserializeOwned>(value: &mut Value, key: &str, errors: &mut ArgumentErrors) -> Option<T> {
     let track = given::Track::default();

@@ -66,11 +66,24 @@ pub fn argument<T: ToolArgument>(value: Option<ArgumentSlot<'_>>, key: &str, err
 
 /// The value of one argument from its JSON text, strictly; one not sent is deserialized from `null`, as
 /// [`argument`] does. `None` on any error: the dispatcher then takes the arguments' map path, which words it.
+///
+/// A string without escapes is not parsed again: the text between its quotes is the string, given to the type
+/// as the map's walk gives a string it holds (`args::plain_string_argument`).
 pub fn argument_text<T: ToolArgument>(text: Option<&str>) -> Option<T> {
     match text {
-        Some(text) => serde_json::from_str(text).ok(),
+        Some(text) => match plain_string(text) {
+            Some(unquoted) => crate::args::plain_string_argument(unquoted),
+            None => serde_json::from_str(text).ok(),
+        },
         None => T::deserialize(&serde_json::Value::Null).ok(),
     }
+}
+
+/// The text between the quotes of `text`, a whole JSON value as the screen read it, when it is a string without
+/// escapes (so that text is the string itself).
+fn plain_string(text: &str) -> Option<&str> {
+    let unquoted = text.strip_prefix('"')?.strip_suffix('"')?;
+    (!unquoted.as_bytes().contains(&b'\\')).then_some(unquoted)
 }
 
 /// The value sent for each of `params`, at its position: one pass over the arguments, each value given by
