@@ -2254,6 +2254,13 @@ mod tests {
         }
     }
 
+    /// What a scan of `text` for secrets finds: each finding's kind and text.
+    fn secrets_in<'t>(scanner: &Scanner, text: &'t str) -> Vec<(MaskKind, &'t str)> {
+        let mut found = Vec::new();
+        scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
+        found
+    }
+
     #[test]
     fn an_xml_elements_value_is_a_labelled_value_between_its_tags() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
@@ -2269,10 +2276,7 @@ mod tests {
             ("<token>", &long, "</token>"),
         ] {
             let text = format!("{before}{value}{after}");
-            let mut found = Vec::new();
-            scanner.scan(&text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
-            let expected = value.trim_matches('"');
-            assert_eq!(found, [(MaskKind::SecretValue, expected)], "{text:?}");
+            assert_eq!(secrets_in(&scanner, &text), [(MaskKind::SecretValue, value.trim_matches('"'))], "{text:?}");
         }
         // `>` is no operator outside an element: a generic type, a redirection, an element left open, a tag in a
         // value's place; and the value's own checks hold (placeholders, a value naming its key).
@@ -2288,9 +2292,7 @@ mod tests {
             "<access_token>ACCESS_TOKEN</access_token>",
             "<secret>false</secret>",
         ] {
-            let mut found = Vec::new();
-            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
-            assert_eq!(found, [], "{text:?}");
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
         }
     }
 
@@ -2317,9 +2319,7 @@ mod tests {
             ("- Name: \"API_TOKEN\"\r\n  Value: \"Zx81kq1234Ab\"", "Zx81kq1234Ab"),
             ("- key: GITHUB_TOKEN\n  value: 'ghx_abc123XYZ'", "ghx_abc123XYZ"),
         ] {
-            let mut found = Vec::new();
-            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
-            assert_eq!(found, [(MaskKind::SecretValue, value)], "{text:?}");
+            assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
         // No value, or none to mask: and never the `value` key in its place.
         for text in [
@@ -2336,9 +2336,7 @@ mod tests {
             r#"os.environ["DB_PASSWORD"] = os.getenv("FALLBACK")"#,
             "seen[token] = True",
         ] {
-            let mut found = Vec::new();
-            scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
-            assert_eq!(found, [], "{text:?}");
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
         }
     }
 
