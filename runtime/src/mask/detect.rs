@@ -13,6 +13,7 @@
 //! (`(?-u:\b)`, `(?i-u)`, ASCII blanks in negated classes): Unicode word boundaries make the lazy DFA give
 //! up on non-ASCII text, and Unicode classes multiply its byte classes (a quarter slower, measured).
 
+use std::cell::Cell;
 use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 
 use agent_airlock_grammar::{MaskKind, MaskSet};
@@ -61,6 +62,9 @@ struct Candidate<'t> {
     /// value, [`bare_value_end`]) stops there, as the match did. A label's own scan ([`Scanner::scan_range`])
     /// searches up to the finding whose label it is, and a value read past that end would overlap it.
     limit: usize,
+    /// How far a verifier read past the match, if it did (a name/value pair's members, [`value_member_at`]): a
+    /// refusal's reach.
+    looked: Cell<usize>,
 }
 
 impl Candidate<'_> {
@@ -242,19 +246,27 @@ impl ValueAt {
                     _ => 1,
                 };
                 let mut after = separator + operator;
+                let blank = |b: &&u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
                 // A name/value pair's value follows its `value` key: `"DB_PASSWORD", "value": "…"`.
                 if matched[separator] == b',' {
-                    let key = after + matched[after..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+                    let key = after + matched[after..].iter().take_while(blank).count();
                     if let Some(colon) = pair_value_key(&matched[key..]) {
                         after = key + colon + 1;
                     }
                 }
-                // An element's value may start on the next line.
-                let element = matched[separator] == b'>';
+                // A secret's key holding an object: the next member's key, `"db_password": {"sensitive": …`.
+                let blanks = after + matched[after..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+                let object = matched[separator] == b':' && matched.get(blanks) == Some(&b'{');
+                if object {
+                    after = blanks + 1;
+                }
+                // An element's value may start on the next line; after a pair's comma or an object's `{`, the next
+                // member may too.
+                let lines = matches!(matched[separator], b'>' | b',') || object;
                 after
                     + matched[after..]
                         .iter()
-                        .take_while(|&&b| b == b' ' || b == b'\t' || (element && (b == b'\r' || b == b'\n')))
+                        .take_while(|&&b| b == b' ' || b == b'\t' || (lines && (b == b'\r' || b == b'\n')))
                         .count()
             }
         };
@@ -397,10 +409,16 @@ static PATTERNS: &[PatternSpec] = &[
             // the `value` attribute after it, as in `<property name="db.password" value="…"/>` and
             // `<add key="DbPassword" value="…"/>`; or an XML element's `>`, the value on its line or on the next
             // (`<accessToken>\n    …\n</accessToken>`), which `verify_secret_value` holds to an element: `<` before
-            // the name, `</` after the value (so `List<Token> tokens` is no label).
-            r#"(?:(?:(?:["']\]?)?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
-            r#"|["'][ \t]*,[ \t]*["'](?i-u:value)["'][ \t]*:|["']?[ \t]*\r?\n[ \t]*(?i-u:value)[ \t]*:"#,
-            r#"|["'][ \t]*,|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
+            // the name, `</` after the value (so `List<Token> tokens` is no label). A JSON pair's comma may end its
+            // line (`kubectl … -o json`), and other members may come before its `value` (AWS SSM's `"Name":
+            // "/prod/db/password", "Type": "SecureString", "Value": "…"`); a secret's key may hold an object whose
+            // `value` member is the secret (Terraform's `"db_password": {"sensitive": true, "value": "…"}`): the
+            // pattern reads the next member's key as the value, and `verify_secret_value` reads on to the value member
+            // ([`value_member_at`]). A key and its value may be escaped quotes, JSON inside a JSON string
+            // (`"SecretString": "{\"password\":\"…\"}"`).
+            r#"(?:(?:(?:\\?["']\]?)?(?:[ \t]+(?:string|String|str))?[ \t]*(?::{1,3}=?|[?+.]?=>?)"#,
+            r#"|["'][ \t]*,[ \t\r\n]*["'](?i-u:value)["'][ \t]*:|["']?[ \t]*\r?\n[ \t]*(?i-u:value)[ \t]*:"#,
+            r#"|["'][ \t]*,[ \t\r\n]*|["'][ \t]*:[ \t]*\{[ \t\r\n]*|["'][ \t]+(?i-u:value)[ \t]*=)[ \t]*"#,
             r#"|>[ \t\r\n]*)"#,
             // The value: double-quoted (with escapes), single-quoted, or bare. A bare value's match is its first
             // character: `verify_secret_value` reads the rest by bytes ([`bare_value_end`]). Unbounded, every search
@@ -408,7 +426,7 @@ static PATTERNS: &[PatternSpec] = &[
             // each overtaken by an earlier finding (`user:pass@a@2x.pngtoken=` over and over), was masked in time
             // quadratic in its length (32 KiB 1.2 G instructions); read to 64 characters, each search still read
             // 64 bytes past its label (a third of that text's instructions).
-            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
+            r#"(?:\\"[^"\\\r\n]+\\"|"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
         ),
         value: ValueAt::AfterSeparator,
         verify: verify_secret_value,
@@ -1023,7 +1041,16 @@ impl Scanner {
         let value = spec.value.locate(text, m.start(), m.end());
         let floor = state.floor;
         let limit = to.max(m.end());
-        let candidate = Candidate { text, kind: spec.kind, start: m.start(), end: m.end(), value, floor, limit };
+        let candidate = Candidate {
+            text,
+            kind: spec.kind,
+            start: m.start(),
+            end: m.end(),
+            value,
+            floor,
+            limit,
+            looked: Cell::new(0),
+        };
         let verdict = (spec.verify)(&candidate);
         debug_assert!(
             !matches!(verdict, Verdict::Found(finding) if finding.end > limit),
@@ -1034,7 +1061,8 @@ impl Scanner {
             let looked_to = match (spec.kind, value) {
                 (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end, limit),
                 _ => m.end(),
-            };
+            }
+            .max(candidate.looked.get());
             state.reach = state.reach.max(looked_to + LOOKAHEAD);
         }
         if matches!(verdict, Verdict::Reject)
@@ -1092,6 +1120,7 @@ impl Scanner {
                     value: None,
                     floor,
                     limit: finding.end,
+                    looked: Cell::new(0),
                 })
             {
                 return key;
@@ -1469,15 +1498,36 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let Some((mut start, mut end)) = c.value else { return Verdict::Reject };
     let label_end = start;
     let bytes = c.text.as_bytes();
-    let quoted = matches!(bytes[start], b'"' | b'\'');
+    let label = &c.text[c.start..label_end];
+    // A JSON pair's comma or an object's `{` after the name (a key holds neither).
+    let json = label.bytes().any(|b| b == b',' || b == b'{');
+    // The quoted text the pattern read after them is the next member's key, not the value, when a `:` follows it:
+    // the value is the value member's, further on (`"name": "DB_PASSWORD", "type": "…", "value": "…"`).
+    let member = json && matches!(bytes[start], b'"' | b'\'') && followed_by_colon(bytes, end);
+    if member {
+        let (found, looked) = value_member_at(bytes, start, c.limit);
+        c.looked.set(looked);
+        let object = label.trim_end_matches([' ', '\t', '\r', '\n']).ends_with('{');
+        // After a comma, the name must be a name member's value (`"name": "…PASSWORD"`): `"title": "Change password",
+        // "value": "Submit"` names nothing. After a `{`, it was the object's key.
+        match found {
+            Some((value_start, value_end)) if object || names_a_pair_member(c) => {
+                (start, end) = (value_start, value_end);
+            }
+            _ => return Verdict::RejectThrough(label_end),
+        }
+    }
+    // A JSON string inside a JSON string escapes its quotes: `{\"password\":\"…\"}`.
+    let escaped = bytes[start] == b'\\' && bytes.get(start + 1) == Some(&b'"') && end - start > 1;
+    let quoted = escaped || matches!(bytes[start], b'"' | b'\'');
+    let quote = if escaped { 2 } else { usize::from(quoted) };
     if quoted {
-        start += 1;
-        end -= 1;
+        start += quote;
+        end -= quote;
     } else {
         end = bare_value_end(bytes, start, end, c.limit);
     }
     let value = &c.text[start..end];
-    let label = &c.text[c.start..c.value.map_or(start, |(s, _)| s)];
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
     let element = is_element_label(label);
     // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
@@ -1494,6 +1544,9 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         || names_a_public_token(label)
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
+        // An escaped key's value opens with an escaped quote (`\"password\":\"…\"`): a `\` alone is that quote, read
+        // as a bare value where the escaped value is not (the label's own scan, up to the value; an empty one).
+        || (!quoted && value == "\\" && label.contains("\\\""))
         // The value names its own key: `access_token=ACCESS_TOKEN`, `password: PASSWORD`.
         || (value.len() >= 4
             && value.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
@@ -1509,11 +1562,6 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         // A template or a call, not a value: `${VAULT_SECRET}`, `getenv("DB_PASSWORD")`. (An element's value ends
         // at its end tag, which is read below.)
         || (!quoted && !element && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
-        // A pair's key after its name, not its value (`"DB_PASSWORD", "value": ""`, whose empty value the pattern's
-        // pair form does not read): the quoted text after the name's comma is followed by a `:`.
-        || (quoted
-            && label.trim_end_matches([' ', '\t']).ends_with(',')
-            && bytes.get(end + 1..).unwrap_or_default().iter().find(|&&b| b != b' ' && b != b'\t') == Some(&b':'))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
         || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
     if rejected {
@@ -1529,12 +1577,14 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     }
     // `>` is an operator only between an element's tags: `<accessToken>…</accessToken>`, never `List<Token> tokens`
     // or `$token>file`.
-    if element && !(opens_an_element(c) && closes_an_element(bytes, end + usize::from(quoted))) {
+    if element && !(opens_an_element(c) && closes_an_element(bytes, end + quote)) {
         return Verdict::RejectThrough(label_end);
     }
-    // A label across a line end is a YAML pair's (`- name: DB_PASSWORD⏎    value: …`): its name must be a `name:`
-    // or `key:` line's value, not the last word of any line before a `value:` one.
-    if !element && label.contains('\n') && !names_a_yaml_pair(c) {
+    // A label across a line end is a JSON pair's, its comma ending the name's line (`"DB_PASSWORD",⏎  "value":
+    // "…"`), or a YAML pair's (`- name: DB_PASSWORD⏎    value: …`): a YAML pair's name must be a `name:` or `key:`
+    // line's value, not the last word of any line before a `value:` one.
+    let json_pair = member || (json && label.trim_end_matches([' ', '\t']).ends_with(':'));
+    if !element && label.contains('\n') && !json_pair && !names_a_yaml_pair(c) {
         return Verdict::RejectThrough(label_end);
     }
     c.found_span(start, end)
@@ -1545,6 +1595,139 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
 fn is_element_label(label: &str) -> bool {
     let label = label.trim_end_matches([' ', '\t', '\r', '\n']).as_bytes();
     label.ends_with(b">") && !label.ends_with(b"=>")
+}
+
+/// Whether the quoted text ending at `end` is a key: a `:` follows it, after blanks.
+fn followed_by_colon(bytes: &[u8], end: usize) -> bool {
+    bytes.get(end..).unwrap_or_default().iter().find(|&&b| b != b' ' && b != b'\t') == Some(&b':')
+}
+
+/// How far past a JSON pair's name, or past a secret's key's `{`, [`value_member_at`] reads for the value member.
+const MEMBERS_READ: usize = 256;
+
+/// How many members before the value member [`value_member_at`] reads past.
+const MEMBERS_PASSED: usize = 4;
+
+/// In a JSON object written as text, from the quoted key at `at` (a member after a name member, or an object's
+/// first), the span of the value member's string, quotes included (`"value": "…"`, `'Value': '…'`,
+/// `"ParameterValue": "…"`, [`super::json::is_value_member`]), read past at most [`MEMBERS_PASSED`] other members
+/// whose values are strings or scalars (`"type": "SecureString",`, `"sensitive": true,`), on one line or on
+/// several, within [`MEMBERS_READ`] bytes and before `limit`. `None` when the object ends first, a member holds an
+/// object or an array, or the value member's value is no string. Also where the reading stopped.
+fn value_member_at(bytes: &[u8], at: usize, limit: usize) -> (Option<(usize, usize)>, usize) {
+    let end = limit.min(bytes.len()).min(at + MEMBERS_READ);
+    let skip = |mut pos: usize, lines: bool| {
+        while pos < end && (bytes[pos] == b' ' || bytes[pos] == b'\t' || (lines && matches!(bytes[pos], b'\r' | b'\n')))
+        {
+            pos += 1;
+        }
+        pos
+    };
+    let mut pos = at;
+    for _ in 0..=MEMBERS_PASSED {
+        let Some(key_end) = quoted_end(bytes, pos, end, false) else { return (None, pos) };
+        let key = &bytes[pos + 1..key_end - 1];
+        pos = skip(key_end, false);
+        if pos >= end || bytes[pos] != b':' {
+            return (None, pos);
+        }
+        pos = skip(pos + 1, false);
+        if std::str::from_utf8(key).is_ok_and(super::json::is_value_member) {
+            return match quoted_end(bytes, pos, end, true) {
+                Some(value_end) => (Some((pos, value_end)), value_end),
+                None => (None, pos),
+            };
+        }
+        // Another member's value: a string, or a number, `true`, `false`, `null`.
+        pos = match quoted_end(bytes, pos, end, true) {
+            Some(value_end) => value_end,
+            None => {
+                let scalar = bytes[pos..end]
+                    .iter()
+                    .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+                    .count();
+                if scalar == 0 {
+                    return (None, pos);
+                }
+                pos + scalar
+            }
+        };
+        pos = skip(pos, true);
+        if pos >= end || bytes[pos] != b',' {
+            return (None, pos);
+        }
+        pos = skip(pos + 1, true);
+    }
+    (None, pos)
+}
+
+/// Where the string quoted at `at` (`"` or `'`) ends, past its closing quote, if it closes on its line before
+/// `end`; a backslash escapes the byte after it only if `escapes` (a key is read without them).
+fn quoted_end(bytes: &[u8], at: usize, end: usize, escapes: bool) -> Option<usize> {
+    let quote = *bytes.get(at).filter(|&&b| b == b'"' || b == b'\'')?;
+    let mut pos = at + 1;
+    while pos < end {
+        match bytes[pos] {
+            b if b == quote => return Some(pos + 1),
+            b'\r' | b'\n' => return None,
+            b'\\' if !escapes => return None,
+            b'\\' => pos += 2,
+            _ => pos += 1,
+        }
+    }
+    None
+}
+
+/// How far back from a pair's name [`names_a_pair_member`] reads.
+const PAIR_NAME_READ: usize = 128;
+
+/// Whether the candidate's name ends the string value of a name member (`"name": "DB_PASSWORD"`, `'Key':
+/// 'api_key'`, `"Name": "/prod/db/password"`, [`super::json::is_name_member`]), quoted alike. Read through
+/// [`Candidate::before`], so a finding before it reads as its replacement would.
+fn names_a_pair_member(c: &Candidate<'_>) -> bool {
+    // The quote that closes the name, in the label.
+    let Some(quote) = c.text[c.start..].bytes().find(|&b| b == b'"' || b == b'\'') else { return false };
+    let mut back = 1;
+    // The name's string, back to its opening quote.
+    loop {
+        match c.before(back) {
+            Some(b) if b == quote => break,
+            Some(b'\r' | b'\n' | b'\\' | b'"' | b'\'') | None => return false,
+            Some(_) if back < PAIR_NAME_READ => back += 1,
+            Some(_) => return false,
+        }
+    }
+    back += 1;
+    while matches!(c.before(back), Some(b' ' | b'\t')) {
+        back += 1;
+    }
+    if c.before(back) != Some(b':') {
+        return false;
+    }
+    back += 1;
+    while matches!(c.before(back), Some(b' ' | b'\t')) {
+        back += 1;
+    }
+    if c.before(back) != Some(quote) {
+        return false;
+    }
+    // The member's key, read backwards.
+    let mut key = [0u8; 32];
+    let mut len = 0;
+    loop {
+        back += 1;
+        match c.before(back) {
+            Some(b) if b == quote => break,
+            Some(b) if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' => {
+                let Some(slot) = key.get_mut(len) else { return false };
+                *slot = b;
+                len += 1;
+            }
+            _ => return false,
+        }
+    }
+    key[..len].reverse();
+    std::str::from_utf8(&key[..len]).is_ok_and(super::json::is_name_member)
 }
 
 /// How far back from a labelled value's match [`names_a_yaml_pair`] reads its line.
@@ -2318,6 +2501,23 @@ mod tests {
             ("env:\n  - name: DB_PASSWORD\n    value: hunter2x\n", "hunter2x"),
             ("- Name: \"API_TOKEN\"\r\n  Value: \"Zx81kq1234Ab\"", "Zx81kq1234Ab"),
             ("- key: GITHUB_TOKEN\n  value: 'ghx_abc123XYZ'", "ghx_abc123XYZ"),
+            // JSON printed with a member a line (`kubectl get pod -o json`).
+            ("{\n    \"name\": \"DB_PASSWORD\",\n    \"value\": \"hunter2x\"\n}", "hunter2x"),
+            ("{\r\n  \"name\": \"DB_PASSWORD\",\r\n  \"value\": \"hunter2x\"\r\n}", "hunter2x"),
+            // Other members before the value (AWS SSM, CloudFormation, a Python dict), on one line or several.
+            (r#"{"Name": "/prod/db/password", "Type": "SecureString", "Value": "hunter2x", "Version": 1}"#, "hunter2x"),
+            (
+                "{\n  \"Parameter\": {\n    \"Name\": \"/prod/api/token\",\n    \"Type\": \"SecureString\",\n    \"Value\": \"Zx81kq1234Ab\"\n  }\n}",
+                "Zx81kq1234Ab",
+            ),
+            (r#"{"ParameterKey": "DbPassword", "ParameterValue": "hunter2!x"}"#, "hunter2!x"),
+            ("{'key': 'API_TOKEN', 'type': 'str', 'secret': True, 'value': 'Zx81kq1234Ab'}", "Zx81kq1234Ab"),
+            (r#"{"name":"api_key","type":"string","version":-1.5e3,"enabled":null,"value":"Zx\"81kq"}"#, r#"Zx\"81kq"#),
+            // An object under a secret's key, its value member the secret (`terraform output -json`).
+            (r#"{"db_password": {"sensitive": true, "type": "string", "value": "hunter2x"}}"#, "hunter2x"),
+            ("\"api_token\": {\n    \"value\": \"Zx81kq1234Ab\",\n    \"sensitive\": true\n}", "Zx81kq1234Ab"),
+            // JSON inside a JSON string (AWS Secrets Manager's `SecretString`).
+            (r#"{"SecretString": "{\"username\":\"admin\",\"password\":\"hunter2x\"}"}"#, "hunter2x"),
         ] {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
@@ -2335,6 +2535,19 @@ mod tests {
             "- name: DB_PASSWORD\n  value: \"\"",
             r#"os.environ["DB_PASSWORD"] = os.getenv("FALLBACK")"#,
             "seen[token] = True",
+            // No name member before the name, no value member, or none that is a string.
+            r#"{"title": "Change password", "type": "button", "value": "Submit"}"#,
+            r#"{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}"#,
+            "{\n  \"name\": \"DB_PASSWORD\",\n  \"valueFrom\": {\n    \"secretKeyRef\": {}\n  }\n}",
+            r#"{"name": "DB_PASSWORD", "type": "string", "value": ""}"#,
+            r#"{"name": "DB_PASSWORD", "type": "string", "value": null}"#,
+            r#"{"name": "DB_PASSWORD", "tags": ["a"], "value": "hunter2x"}"#,
+            r#"{"name": "DB_PASSWORD", "a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "value": "hunter2x"}"#,
+            r#"{"name": "DB_PASSWORD", "type": "string"}, {"value": "hunter2x"}"#,
+            r#"{"password": {"type": "string", "minLength": 12}}"#,
+            r#"{"password": {"type": "integer", "value": 12}}"#,
+            "getenv(\"API_TOKEN\",\n    fallback)",
+            r#"{\"password\":\"\"}"#,
         ] {
             assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
         }
@@ -2583,6 +2796,11 @@ mod tests {
         "- name: ",
         "\n  value: ",
         "\"] = ",
+        "\"Name\": \"",
+        "\", \"type\": \"SecureString\",\n  ",
+        ",\n    \"value\": \"",
+        "\": {\"sensitive\": true, ",
+        "\\\"password\\\":\\\"",
     ];
 
     proptest::proptest! {

@@ -328,6 +328,12 @@ const NAME_MEMBERS: &[&str] = &["name", "key", "parametername", "parameterkey", 
 /// Members that hold the value a name member names.
 const VALUE_MEMBERS: &[&str] = &["value", "parametervalue", "variablevalue"];
 
+/// Whether `key` is a member that names its sibling (`name`, `Key`, `ParameterKey`).
+pub(crate) fn is_name_member(key: &str) -> bool {
+    let mut buffer = [0u8; MAX_KEY_LEN];
+    normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.iter().any(|member| member.as_bytes() == key))
+}
+
 /// Whether `key` is a member that holds the value its sibling names (`value`, `Value`, `ParameterValue`).
 pub(crate) fn is_value_member(key: &str) -> bool {
     // Every one of them ends in `value`.
@@ -347,10 +353,7 @@ pub(crate) fn pair_hint(fields: &serde_json::Map<String, serde_json::Value>) -> 
     }
     let mut hint = KeyHint::None;
     for (key, field) in fields {
-        let mut buffer = [0u8; MAX_KEY_LEN];
-        let names_a_sibling =
-            normalised(key, &mut buffer).is_some_and(|key| NAME_MEMBERS.iter().any(|member| member.as_bytes() == key));
-        if let (true, Some(name)) = (names_a_sibling, field.as_str()) {
+        if let (true, Some(name)) = (is_name_member(key), field.as_str()) {
             match KeyHint::of_member(name) {
                 KeyHint::Secret => return KeyHint::Secret,
                 KeyHint::None => {}

@@ -173,7 +173,8 @@ impl Masker {
     /// (or, under a key such as `phone`, `ssn`, `password`, a phone, SSN or secret) becomes the masking
     /// string, other numbers stay numbers. A string under a secret-naming key (`password`, `api_key`,
     /// `client_secret`, `access_token`, …) is masked whole, and so is the value of a name/value pair whose
-    /// name names a secret (`{"name": "DB_PASSWORD", "value": "…"}`, `{"Key": "api_key", "Value": "…"}`).
+    /// name names a secret (`{"name": "DB_PASSWORD", "value": "…"}`, `{"Key": "api_key", "Value": "…"}`) and the
+    /// value member of an object under a secret's key (`{"db_password": {"sensitive": true, "value": "…"}}`).
     ///
     /// Object keys are masked as text too. A masked key that equals another key of its object gets the
     /// first free suffix `#2`, `#3`, … (`{"[EMAIL]": …, "[EMAIL]#2": …}`), so no member is dropped.
@@ -248,8 +249,10 @@ impl Masker {
                         break;
                     }
                     self.mask_keys(&scanner, only, fields, &mut report);
-                    // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling.
-                    let pair = json::pair_hint(fields);
+                    // `{"name": "DB_PASSWORD", "value": "…"}`: the name marks its sibling. An object under a secret's
+                    // key holds the secret in its value member (Terraform's `"db_password": {"sensitive": true,
+                    // "value": "…"}`).
+                    let pair = if hint == KeyHint::Secret { KeyHint::Secret } else { json::pair_hint(fields) };
                     pending.extend(fields.iter_mut().map(|(key, field)| {
                         let hint = match member_hints.of_member(key) {
                             KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,

@@ -277,3 +277,27 @@ fn overlapping_findings_are_merged_into_one_covering_both() {
         [finding(MaskKind::SecretValue, 135, 200), finding(MaskKind::Phone, 200, 210)]
     );
 }
+
+/// An object under a secret's key holds the secret in its value member (`terraform output -json`), in an array of
+/// them too; the object's other members and an object under any other key are left as they are.
+#[test]
+fn the_value_member_of_an_object_under_a_secrets_key_is_masked() {
+    let mut value = serde_json::json!({
+        "db_password": {"sensitive": true, "type": "string", "value": "hunter2x"},
+        "api_token": [{"value": "Zx81kq1234Ab", "expires": "2027-01-01"}],
+        "pin_secret": {"value": 4821},
+        "region": {"sensitive": false, "type": "string", "value": "eu-west-1"},
+        "password_policy": {"min_length": 12, "value": "strict"},
+    });
+    Masker::default().mask_value(&mut value, MaskSet::SECRETS);
+    assert_eq!(
+        value,
+        serde_json::json!({
+            "db_password": {"sensitive": true, "type": "string", "value": "[SECRET_VALUE]"},
+            "api_token": [{"value": "[SECRET_VALUE]", "expires": "2027-01-01"}],
+            "pin_secret": {"value": "[SECRET_VALUE]"},
+            "region": {"sensitive": false, "type": "string", "value": "eu-west-1"},
+            "password_policy": {"min_length": 12, "value": "strict"},
+        })
+    );
+}
