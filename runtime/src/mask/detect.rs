@@ -215,6 +215,8 @@ enum ValueAt {
     UrlPassword,
     /// After the first `:` or `=` and the blanks after it: `password = VALUE`.
     AfterSeparator,
+    /// After the first blanks: `--password VALUE`.
+    AfterBlanks,
 }
 
 impl ValueAt {
@@ -231,6 +233,10 @@ impl ValueAt {
                 let colon = authority + matched[authority..].iter().position(|&b| b == b':')?;
                 let at = matched.iter().rposition(|&b| b == b'@')?;
                 return (colon + 1 < at).then_some((start + colon + 1, start + at));
+            }
+            ValueAt::AfterBlanks => {
+                let blank = matched.iter().position(|&b| b == b' ' || b == b'\t')?;
+                blank + matched[blank..].iter().take_while(|&&b| b == b' ' || b == b'\t').count()
             }
             ValueAt::AfterSeparator => {
                 // A key holds none of these, so the first is the operator's (a `>` only an element's: `=>` starts
@@ -430,6 +436,18 @@ static PATTERNS: &[PatternSpec] = &[
         ),
         value: ValueAt::AfterSeparator,
         verify: verify_secret_value,
+    },
+    PatternSpec {
+        // A command line's flag and its value after a blank (`mysql --password hunter2`, `--api-token …`, as `ps`
+        // and shell histories show them), held by `verify_flag_value` to a flag that is a word of its own.
+        kind: MaskKind::SecretValue,
+        regex: concat!(
+            r"(?i-u:--(?:[A-Za-z0-9]+[_-]){0,4}(?:password|passwd|passphrase|secret|token",
+            r"|(?:api|access|private|secret|signing|encryption|master)[_-]?key|credentials?))[ \t]+",
+            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
+        ),
+        value: ValueAt::AfterBlanks,
+        verify: verify_flag_value,
     },
     PatternSpec {
         kind: MaskKind::Iban,
@@ -1518,7 +1536,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         }
     }
     // A JSON string inside a JSON string escapes its quotes: `{\"password\":\"…\"}`.
-    let escaped = bytes[start] == b'\\' && bytes.get(start + 1) == Some(&b'"') && end - start > 1;
+    let escaped = in_escaped_quotes(&bytes[start..end]);
     let quoted = escaped || matches!(bytes[start], b'"' | b'\'');
     let quote = if escaped { 2 } else { usize::from(quoted) };
     if quoted {
@@ -1588,6 +1606,22 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         return Verdict::RejectThrough(label_end);
     }
     c.found_span(start, end)
+}
+
+/// A flag's value (`--password hunter2`), the flag a word of its own (a blank or a quote before it, read through
+/// [`Candidate::before`]), judged then as any labelled value is (placeholders, `--password PASSWORD`,
+/// `--next-token …`, `${…}`); not the next flag (`--token --verbose`), a variable (`--password $DB_PASSWORD`,
+/// `%DB_PASSWORD%`), or the argument after a switch that turns one off (`psql --no-password mydb`).
+fn verify_flag_value(c: &Candidate<'_>) -> Verdict {
+    let Some((start, _)) = c.value else { return Verdict::Reject };
+    let word = c.before(1).is_none_or(|b| b.is_ascii_whitespace() || matches!(b, b'"' | b'\''));
+    let switch =
+        c.bytes().get(2..5).is_some_and(|head| head.eq_ignore_ascii_case(b"no-") || head.eq_ignore_ascii_case(b"no_"));
+    if word && !switch && !matches!(c.text.as_bytes()[start], b'-' | b'$' | b'%') {
+        verify_secret_value(c)
+    } else {
+        Verdict::RejectThrough(start)
+    }
 }
 
 /// Whether a labelled value's label (from the match's start to the value's) ends in an XML element's `>`, the
@@ -1692,7 +1726,9 @@ fn names_a_pair_member(c: &Candidate<'_>) -> bool {
     loop {
         match c.before(back) {
             Some(b) if b == quote => break,
-            Some(b'\r' | b'\n' | b'\\' | b'"' | b'\'') | None => return false,
+            // A `]` may be a finding's tag, or the text before the last finding, which reads as its `]`
+            // ([`Candidate::before`]): the same verdict either way.
+            Some(b'\r' | b'\n' | b'\\' | b'"' | b'\'' | b']') | None => return false,
             Some(_) if back < PAIR_NAME_READ => back += 1,
             Some(_) => return false,
         }
@@ -1791,13 +1827,20 @@ pub(crate) fn assert_the_labelled_value_pattern_lists(qualifiers: &[&str]) {
 /// How many characters of a bare labelled value are read to judge it ([`bare_value_end`]).
 const BARE_VALUE_READ: usize = 64;
 
-/// Where the labelled value matched at `start..end` ends as it is judged: a quoted value where its match does; a
+/// Whether a labelled value's match is a value in escaped quotes, `\"…\"` (JSON inside a JSON string), rather than
+/// the bare `\` the pattern reads where no such value closes.
+fn in_escaped_quotes(value: &[u8]) -> bool {
+    value.len() >= 4 && value.starts_with(b"\\\"") && value.ends_with(b"\\\"")
+}
+
+/// Where the labelled value matched at `start..end` ends as it is judged: a quoted value (or one in escaped quotes,
+/// [`in_escaped_quotes`]) where its match does; a
 /// bare one, whose match is its first character ([`PATTERNS`]' `SecretValue`), after its run of bare value bytes
 /// ([`is_bare_value_byte`]) or its first [`BARE_VALUE_READ`] characters, whichever ends first, and by `limit`,
 /// the end of the search that found it ([`Candidate::limit`]), where the pattern reading the value stopped. A
 /// value longer than that is masked to its end, or to `limit` ([`verify_secret_value`]).
 fn bare_value_end(bytes: &[u8], start: usize, end: usize, limit: usize) -> usize {
-    if matches!(bytes[start], b'"' | b'\'') {
+    if matches!(bytes[start], b'"' | b'\'') || in_escaped_quotes(&bytes[start..end]) {
         return end;
     }
     // `BARE_VALUE_READ` characters fit in four times as many bytes.
@@ -2554,6 +2597,38 @@ mod tests {
     }
 
     #[test]
+    fn a_flags_value_after_a_blank_is_a_labelled_value() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, value) in [
+            ("mysql -u root --password hunter2x -h db", "hunter2x"),
+            ("root  4711  mysqldump --user=root --password  'S3cr3t pass' shop", "S3cr3t pass"),
+            ("kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef", "abcdef.0123456789abcdef"),
+            ("cli --API-KEY Zx81kq1234Ab\n", "Zx81kq1234Ab"),
+            // An argument list (`/proc/…/cmdline` as JSON): the pair's shape.
+            (r#"["mysql", "--db-password", "hunter2x"]"#, "hunter2x"),
+            ("$ vault login --client-secret\tZx81kq1234Ab", "Zx81kq1234Ab"),
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
+        }
+        for text in [
+            "psql --no-password mydb",
+            "docker login --password-stdin < token.txt",
+            "cli --token-file ~/.token",
+            "cli --token --verbose",
+            "cli --password $DB_PASSWORD",
+            "cli --password %DB_PASSWORD%",
+            "cli --password ${DB_PASSWORD}",
+            "cli --password PASSWORD",
+            "cli --password <password>",
+            "cli --next-token abcdef123",
+            "x--password hunter2x",
+            "the password is hunter2x",
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
+        }
+    }
+
+    #[test]
     fn the_bare_value_reading_is_the_patterns() {
         let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
         let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
@@ -2801,6 +2876,8 @@ mod tests {
         ",\n    \"value\": \"",
         "\": {\"sensitive\": true, ",
         "\\\"password\\\":\\\"",
+        "--password ",
+        "--no-token ",
     ];
 
     proptest::proptest! {
@@ -2870,8 +2947,12 @@ mod tests {
                 assert!(may, "{:?} can match a tag's bracket: {}", spec.kind, spec.regex);
             }
         }
-        // The walk sees them: each of the three is found.
-        assert_eq!(admitting, [MaskKind::PrivateKey, MaskKind::ConnectionPassword, MaskKind::SecretValue]);
+        // The walk sees them: each of the three kinds is found (both labelled-value patterns: their quoted values
+        // are read alike).
+        assert_eq!(
+            admitting,
+            [MaskKind::PrivateKey, MaskKind::ConnectionPassword, MaskKind::SecretValue, MaskKind::SecretValue]
+        );
     }
 
     #[test]

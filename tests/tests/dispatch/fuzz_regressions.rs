@@ -673,3 +673,25 @@ fn a_card_number_glued_to_a_provider_secret_is_masked_in_one_masking() {
         assert!(masker().mask_value(&mut value, all).is_empty(), "masked twice: {value}");
     }
 }
+
+// crash-374a49d6… (session 62's `masking` run, after the labelled-value pattern learned values in escaped quotes,
+// `\"password\":\"…\"`): an escaped value holding a provider secret whose text reads as a placeholder
+// (`ghp_0123456789abcdefghijklmnopqrstuvwxyzAB`, the alphabet) was refused, and the refusal's reach was taken as a
+// bare value's (the `\` alone), so the secret's tag was never read through: masked again, the value (now without
+// the alphabet) was found. A value in escaped quotes is now judged, and reaches, to its closing `\"`, as a quoted
+// one (`bare_value_end`).
+
+#[test]
+fn an_escaped_value_refused_for_a_secret_inside_it_is_masked_in_one_masking() {
+    replay_masking_case("crash-374a49d6a3b26e49104b22b3167e878be29d4240");
+    let all = agent_airlock::mask::MaskSet::ALL;
+    for text in [
+        r#"x \"password\":\"%example.com; ghp_0123456789abcdefghijklmnopqrstuvwxyzAB 4111\"password"#,
+        r#"{"SecretString": "{\"password\":\"a ghp_0123456789abcdefghijklmnopqrstuvwxyzAB b\"}"}"#,
+    ] {
+        let once = masker().mask_text(text, all).into_owned();
+        assert!(once.contains(r#"\"password\":\"[SECRET_VALUE]\""#), "{text:?} -> {once:?}");
+        assert_eq!(masker().mask_text(&once, all), once, "{text:?}");
+        assert_eq!(once, checks::reference_mask_text(&masker(), text, all));
+    }
+}
