@@ -319,6 +319,14 @@ static PATTERNS: &[PatternSpec] = &[
         verify: verify_basic,
     },
     PatternSpec {
+        // Basic credentials under a key of their own: Docker's `config.json` (`"auth": "<base64 of user:password>"`)
+        // and npm's `_auth=`; held by `verify_basic_credentials` to base64 of `user:password`.
+        kind: MaskKind::BearerToken,
+        regex: r#"(?i-u:(?:\b|_)auth)["']?[ \t]*[:=][ \t]*["']?(?:[A-Za-z0-9+/]{8,}={0,2})"#,
+        value: ValueAt::AfterSeparator,
+        verify: verify_basic_credentials,
+    },
+    PatternSpec {
         kind: MaskKind::BearerToken,
         regex: r"(?i-u:\bbearer)[ \t]+(?:[A-Za-z0-9._~+/-]{16,}=*)",
         value: ValueAt::AfterLastBlank,
@@ -1414,6 +1422,18 @@ fn verify_basic(c: &Candidate<'_>) -> Verdict {
     match validate::decode_base64(&c.text.as_bytes()[start..end]) {
         Some(decoded) if decoded.contains(&b':') => c.found_span(start, end),
         _ => Verdict::Reject,
+    }
+}
+
+fn verify_basic_credentials(c: &Candidate<'_>) -> Verdict {
+    let Some((start, end)) = c.value else { return Verdict::Reject };
+    let start = start + usize::from(matches!(c.text.as_bytes()[start], b'"' | b'\''));
+    // The whole run of base64: a longer word is no credentials.
+    let whole = c.after(0).is_none_or(|b| !b.is_ascii_alphanumeric() && !matches!(b, b'+' | b'/' | b'='));
+    if whole && validate::is_basic_credentials(&c.text.as_bytes()[start..end]) {
+        c.found_span(start, end)
+    } else {
+        Verdict::Reject
     }
 }
 
@@ -2597,6 +2617,37 @@ mod tests {
     }
 
     #[test]
+    fn basic_credentials_under_a_key_of_their_own_are_found() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        // `alice:hunter2xQ9`, `bob:p:a ss`.
+        let (alice, bob) = ("YWxpY2U6aHVudGVyMnhROQ==", "Ym9iOnA6YSBzcw==");
+        for text in [
+            format!(r#"{{"auths": {{"https://index.docker.io/v1/": {{"auth": "{alice}"}}}}}}"#),
+            format!("{{\n  \"auths\": {{\n    \"ghcr.io\": {{\n      \"auth\": \"{bob}\"\n    }}\n  }}\n}}"),
+            format!("//registry.npmjs.org/:_auth={alice}\nemail=me@example.com"),
+            format!("AUTH = '{alice}'"),
+        ] {
+            let found = secrets_in(&scanner, &text);
+            assert_eq!(found.len(), 1, "{text:?}: {found:?}");
+            assert_eq!(found[0].0, MaskKind::BearerToken);
+            assert!([alice, bob].contains(&found[0].1), "{text:?}: {found:?}");
+        }
+        for text in [
+            // Not `user:password` once decoded, not padded base64, or no key of its own.
+            r#""auth": "c29tZXRoaW5nIGVsc2U=""#,
+            r#""auth": "YWxpY2U6""#,
+            r#""auth": "OnBhc3N3b3Jk""#,
+            r#""auth": "YWxpY2U6aHVudGVyMnhROQ""#,
+            r#""auth": "oauth2-bearer""#,
+            r#""oauth": "YWxpY2U6aHVudGVyMnhROQ==""#,
+            r#""author": "YWxpY2U6aHVudGVyMnhROQ==""#,
+            r#""auth": "YWxpY2U6aHVudGVyMnhROQ==Zm9v""#,
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
+        }
+    }
+
+    #[test]
     fn a_flags_value_after_a_blank_is_a_labelled_value() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
         for (text, value) in [
@@ -2878,6 +2929,8 @@ mod tests {
         "\\\"password\\\":\\\"",
         "--password ",
         "--no-token ",
+        "\"auth\": \"",
+        "YWxpY2U6aHVudGVyMnhROQ==",
     ];
 
     proptest::proptest! {

@@ -11,6 +11,8 @@ pub(crate) enum KeyHint {
     Phone,
     Ssn,
     Card,
+    /// Basic credentials if the value is base64 of `user:password` (Docker's `"auth"`, npm's `_auth`).
+    Basic,
 }
 
 /// Longest key looked at, in letters and digits; a longer key announces nothing.
@@ -183,6 +185,9 @@ impl KeyHint {
         if ends(CARD_SUFFIXES) || is(CARD_NAMES) {
             return KeyHint::Card;
         }
+        if is(BASIC_NAMES) {
+            return KeyHint::Basic;
+        }
         KeyHint::None
     }
 }
@@ -248,6 +253,8 @@ const SSN_SUFFIXES: &[&str] = &["ssn", "ssns", "socialsecuritynumber", "socialse
 const SSN_NAMES: &[&str] = &["socialsecurity"];
 const CARD_SUFFIXES: &[&str] = &["cardnumber", "cardnumbers", "cardno", "creditcard", "debitcard"];
 const CARD_NAMES: &[&str] = &["pan", "ccnumber", "primaryaccountnumber"];
+/// Whole keys whose value may be Basic credentials ([`KeyHint::Basic`]).
+const BASIC_NAMES: &[&str] = &["auth"];
 
 /// The last three bytes of every word and name a hint is read from, and of every qualifier a secret's name may
 /// be followed by, sorted: a normalised key ending in none of them (nor in a digit) gives no hint whatever else
@@ -268,6 +275,7 @@ static HINT_TAILS: LazyLock<Vec<u32>> = LazyLock::new(|| {
         SSN_NAMES,
         CARD_SUFFIXES,
         CARD_NAMES,
+        BASIC_NAMES,
         SECRET_QUALIFIERS,
     ]
     .into_iter()

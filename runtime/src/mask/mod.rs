@@ -418,6 +418,17 @@ impl Masker {
         }
         let kind = match hint {
             KeyHint::None => return self.mask_str_with(scanner, set, text, report),
+            // Docker's `"auth"`: Basic credentials when it is base64 of `user:password`, as text reads them.
+            KeyHint::Basic => {
+                let kind = MaskKind::BearerToken;
+                if set.contains_kind(kind) && validate::is_basic_credentials(text.trim().as_bytes()) {
+                    let mut out = String::new();
+                    self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
+                    report.record(kind);
+                    return Some(out);
+                }
+                return self.mask_str_with(scanner, set, text, report);
+            }
             KeyHint::Secret => MaskKind::SecretValue,
             KeyHint::Phone => MaskKind::Phone,
             KeyHint::Ssn => MaskKind::UsSsn,

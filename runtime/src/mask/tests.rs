@@ -301,3 +301,29 @@ fn the_value_member_of_an_object_under_a_secrets_key_is_masked() {
         })
     );
 }
+
+/// Docker's `config.json` parsed: an `"auth"` that is base64 of `user:password` is masked whole; one that is not is
+/// masked as any text.
+#[test]
+fn basic_credentials_under_an_auth_key_are_masked_in_a_parsed_result() {
+    let mut value = serde_json::json!({
+        "auths": {
+            "https://index.docker.io/v1/": {"auth": "YWxpY2U6aHVudGVyMnhROQ=="},
+            "ghcr.io": {"auth": "oauth2"},
+        },
+        "env": [{"name": "AUTH", "value": "Ym9iOnA6YSBzcw=="}],
+        "auth": {"type": "basic"},
+    });
+    Masker::default().mask_value(&mut value, MaskSet::SECRETS);
+    assert_eq!(
+        value,
+        serde_json::json!({
+            "auths": {
+                "https://index.docker.io/v1/": {"auth": "[BEARER_TOKEN]"},
+                "ghcr.io": {"auth": "oauth2"},
+            },
+            "env": [{"name": "AUTH", "value": "[BEARER_TOKEN]"}],
+            "auth": {"type": "basic"},
+        })
+    );
+}

@@ -215,6 +215,21 @@ pub(crate) fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Whether `text` is HTTP Basic credentials as Docker's `config.json` (`"auth"`) and npm's `_auth` keep them: padded
+/// base64 of `user:password`, both parts non-empty, no control character, no blank in the user.
+pub(crate) fn is_basic_credentials(text: &[u8]) -> bool {
+    if text.len() < 8 || !text.len().is_multiple_of(4) {
+        return false;
+    }
+    let Some(decoded) = decode_base64(text) else { return false };
+    let Ok(decoded) = std::str::from_utf8(&decoded) else { return false };
+    let Some((user, password)) = decoded.split_once(':') else { return false };
+    !user.is_empty()
+        && !password.is_empty()
+        && !decoded.chars().any(char::is_control)
+        && !user.chars().any(char::is_whitespace)
+}
+
 /// Whether a JWT's first segment decodes to a JSON object naming an algorithm, as every JOSE header does.
 pub(crate) fn jwt_header_plausible(segment: &[u8]) -> bool {
     if segment.len() > 4096 {
