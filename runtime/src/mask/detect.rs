@@ -823,7 +823,11 @@ impl Scanner {
                     // A value found after its label (`password=`, `Bearer `): the label was matched as part of
                     // the pattern, so look inside it too (`details.eyJ…w5c.is_secret: x` holds a JWT).
                     if finding.start > start && depth < 2 {
-                        self.scan_range(text, start, finding.start, finding.start, only, depth + 1, state, on_finding);
+                        // Up to the value's opening quote, where no match starts or ends: the `\` of an escaped one
+                        // (`\"password\":\"…\"`) reads as a bare value, whose refusal reached into the value and
+                        // had the whole text scanned again.
+                        let label_end = finding.start - opening_quote(bytes, start, finding.start);
+                        self.scan_range(text, start, label_end, label_end, only, depth + 1, state, on_finding);
                     }
                     let finding = self.reclassify(text, finding, only, state.floor);
                     if finding.start < state.reach {
@@ -1846,6 +1850,12 @@ pub(crate) fn assert_the_labelled_value_pattern_lists(qualifiers: &[&str]) {
 
 /// How many characters of a bare labelled value are read to judge it ([`bare_value_end`]).
 const BARE_VALUE_READ: usize = 64;
+
+/// How many bytes before `at` (and after `from`) are a quote opening a value there: `"`, `'`, or an escaped `\"`.
+fn opening_quote(bytes: &[u8], from: usize, at: usize) -> usize {
+    let before = &bytes[from..at];
+    if before.ends_with(b"\\\"") { 2 } else { usize::from(before.ends_with(b"\"") || before.ends_with(b"'")) }
+}
 
 /// Whether a labelled value's match is a value in escaped quotes, `\"…\"` (JSON inside a JSON string), rather than
 /// the bare `\` the pattern reads where no such value closes.
