@@ -1683,7 +1683,10 @@ fn value_member_at(bytes: &[u8], at: usize, limit: usize) -> (Option<(usize, usi
     };
     let mut pos = at;
     for _ in 0..=MEMBERS_PASSED {
-        let Some(key_end) = quoted_end(bytes, pos, end, false) else { return (None, pos) };
+        let key_end = match quoted_end(bytes, pos, end, false) {
+            Ok(key_end) => key_end,
+            Err(stopped) => return (None, stopped),
+        };
         let key = &bytes[pos + 1..key_end - 1];
         pos = skip(key_end, false);
         if pos >= end || bytes[pos] != b':' {
@@ -1692,14 +1695,15 @@ fn value_member_at(bytes: &[u8], at: usize, limit: usize) -> (Option<(usize, usi
         pos = skip(pos + 1, false);
         if std::str::from_utf8(key).is_ok_and(super::json::is_value_member) {
             return match quoted_end(bytes, pos, end, true) {
-                Some(value_end) => (Some((pos, value_end)), value_end),
-                None => (None, pos),
+                Ok(value_end) => (Some((pos, value_end)), value_end),
+                Err(stopped) => (None, stopped),
             };
         }
         // Another member's value: a string, or a number, `true`, `false`, `null`.
         pos = match quoted_end(bytes, pos, end, true) {
-            Some(value_end) => value_end,
-            None => {
+            Ok(value_end) => value_end,
+            Err(stopped) if stopped > pos => return (None, stopped),
+            Err(_) => {
                 let scalar = bytes[pos..end]
                     .iter()
                     .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
@@ -1720,20 +1724,21 @@ fn value_member_at(bytes: &[u8], at: usize, limit: usize) -> (Option<(usize, usi
 }
 
 /// Where the string quoted at `at` (`"` or `'`) ends, past its closing quote, if it closes on its line before
-/// `end`; a backslash escapes the byte after it only if `escapes` (a key is read without them).
-fn quoted_end(bytes: &[u8], at: usize, end: usize, escapes: bool) -> Option<usize> {
-    let quote = *bytes.get(at).filter(|&&b| b == b'"' || b == b'\'')?;
+/// `end`; a backslash escapes the byte after it only if `escapes` (a key is read without them). Otherwise where
+/// the reading stopped: `at` itself when no quote opens there.
+fn quoted_end(bytes: &[u8], at: usize, end: usize, escapes: bool) -> Result<usize, usize> {
+    let Some(&quote) = bytes.get(at).filter(|&&b| b == b'"' || b == b'\'') else { return Err(at) };
     let mut pos = at + 1;
     while pos < end {
         match bytes[pos] {
-            b if b == quote => return Some(pos + 1),
-            b'\r' | b'\n' => return None,
-            b'\\' if !escapes => return None,
+            b if b == quote => return Ok(pos + 1),
+            b'\r' | b'\n' => return Err(pos),
+            b'\\' if !escapes => return Err(pos),
             b'\\' => pos += 2,
             _ => pos += 1,
         }
     }
-    None
+    Err(pos)
 }
 
 /// How far back from a pair's name [`names_a_pair_member`] reads.
