@@ -1584,6 +1584,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         && c.text[start..end].chars().count() == BARE_VALUE_READ;
     let rejected = own_tag
         || names_a_public_token(label)
+        || in_an_arn(c)
         || is_mask_or_placeholder(value)
         || value.starts_with(['=', ':'])
         // An escaped key's value opens with an escaped quote (`\"password\":\"…\"`): a `\` alone is that quote, read
@@ -1653,6 +1654,29 @@ fn verify_flag_value(c: &Candidate<'_>) -> Verdict {
 fn is_element_label(label: &str) -> bool {
     let label = label.trim_end_matches([' ', '\t', '\r', '\n']).as_bytes();
     label.ends_with(b">") && !label.ends_with(b"=>")
+}
+
+/// How far back from a labelled value [`in_an_arn`] reads for the ARN's start.
+const ARN_READ: usize = 128;
+
+/// Whether the candidate is a segment of an Amazon Resource Name, `arn:aws:secretsmanager:…:secret:prod/db-Ab12Cd`:
+/// a resource type and its name, not a label and a value (the name is what a model needs to ask for the secret).
+/// The word it sits in, read back through [`Candidate::before`] to a blank or a quote, starts with `arn:`.
+fn in_an_arn(c: &Candidate<'_>) -> bool {
+    if c.before(1) != Some(b':') {
+        return false;
+    }
+    let mut word = [0u8; 4];
+    let mut back = 1;
+    while let Some(b) = c.before(back).filter(|b| !b.is_ascii_whitespace() && !matches!(b, b'"' | b'\'' | b']')) {
+        if back > ARN_READ {
+            return false;
+        }
+        word.rotate_right(1);
+        word[0] = b;
+        back += 1;
+    }
+    word.eq_ignore_ascii_case(b"arn:")
 }
 
 /// Whether the quoted text ending at `end` is a key: a `:` follows it, after blanks.
@@ -2659,6 +2683,21 @@ mod tests {
             r#""auth": "YWxpY2U6aHVudGVyMnhROQ==Zm9v""#,
         ] {
             assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn an_arns_resource_type_is_no_label() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for text in [
+            r#"{"ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-Ab12Cd", "Name": "prod/db"}"#,
+            "see arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:app/token-Zx81kq",
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
+        }
+        // A label glued after a colon elsewhere is still one.
+        for (text, value) in [("db:password:hunter2x", "hunter2x"), ("urn:x:secret:Zx81kq1234Ab", "Zx81kq1234Ab")] {
+            assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
     }
 
