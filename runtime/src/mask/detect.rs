@@ -405,7 +405,7 @@ static PATTERNS: &[PatternSpec] = &[
             // ending in a secret's name; at most eight before the name, so that a search starting in a long
             // dotted name (`a.b.c.…`) does not run on to its end (quadratic in its length).
             r"(?i-u:(?:[A-Za-z_][A-Za-z0-9_]*[._-]){0,8}",
-            r"(?:password|passwd|passphrase|secret|token|(?:api|access|private|secret|signing|encryption|master)[_-]?key",
+            r"(?:password|passwd|passphrase|secret|token|(?:api|access|account|private|secret|signing|encryption|master)[_-]?key",
             r"|credentials?",
             // agent-airlock's own (`json::PRODUCT_SECRET_NAMES`, kept in step by a test there). Every name here
             // holds one of `screen::SECRET_NAME_WORDS`: a text holding none is scanned without this pattern.
@@ -451,7 +451,7 @@ static PATTERNS: &[PatternSpec] = &[
         kind: MaskKind::SecretValue,
         regex: concat!(
             r"(?i-u:--(?:[A-Za-z0-9]+[_-]){0,4}(?:password|passwd|passphrase|secret|token",
-            r"|(?:api|access|private|secret|signing|encryption|master)[_-]?key|credentials?))[ \t]+",
+            r"|(?:api|access|account|private|secret|signing|encryption|master)[_-]?key|credentials?))[ \t]+",
             r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
         ),
         value: ValueAt::AfterBlanks,
@@ -2684,6 +2684,20 @@ mod tests {
         ] {
             assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
         }
+    }
+
+    #[test]
+    fn an_azure_storage_account_key_is_a_labelled_value() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        let key = "Zk29xQpL3mNvZk29xQpL3mNvZk29xQpL3mNvZk29xQpL3mNvZk29xQpL3mNvZk29xQpL3mNv1234==";
+        for text in [
+            format!("DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={key};EndpointSuffix=core.windows.net"),
+            format!("az storage blob list --account-name acme --account-key {key}"),
+            format!("AZURE_STORAGE_ACCOUNT_KEY=\"{key}\""),
+        ] {
+            assert_eq!(secrets_in(&scanner, &text), [(MaskKind::SecretValue, key)], "{text:?}");
+        }
+        assert_eq!(super::super::json::KeyHint::of_key("AccountKey"), super::super::json::KeyHint::Secret);
     }
 
     #[test]

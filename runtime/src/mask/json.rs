@@ -48,6 +48,7 @@ const SECRET_SUFFIXES: &[&str] = &[
     "signingkey",
     "encryptionkey",
     "masterkey",
+    "accountkey",
     "credential",
     "credentials",
 ];
