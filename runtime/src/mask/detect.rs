@@ -333,6 +333,18 @@ static PATTERNS: &[PatternSpec] = &[
         verify: verify_bearer,
     },
     PatternSpec {
+        // An `Authorization` header's credentials in the other schemes APIs use: GitHub's `token`, Elastic's and
+        // others' `ApiKey`, Okta's `SSWS`, GoDaddy's `sso-key KEY:SECRET`, Discord's `Bot`, `Key`; judged as a
+        // bearer token is.
+        kind: MaskKind::BearerToken,
+        regex: concat!(
+            r#"(?i-u:\bauthorization)["']?[ \t]*[:=][ \t]*["']?"#,
+            r"(?i-u:token|api-?key|ssws|sso-key|bot|key)[ \t]+(?:[A-Za-z0-9._~+/:-]{16,}=*)",
+        ),
+        value: ValueAt::AfterLastBlank,
+        verify: verify_bearer,
+    },
+    PatternSpec {
         kind: MaskKind::Jwt,
         regex: r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*",
         value: ValueAt::Whole,
@@ -2681,6 +2693,32 @@ mod tests {
             r#""oauth": "YWxpY2U6aHVudGVyMnhROQ==""#,
             r#""author": "YWxpY2U6aHVudGVyMnhROQ==""#,
             r#""auth": "YWxpY2U6aHVudGVyMnhROQ==Zm9v""#,
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn an_authorization_headers_credentials_are_found_in_every_scheme() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        let token = "Zk29xQpL3mNv12abCdEf";
+        for scheme in ["token", "Token", "ApiKey", "API-Key", "SSWS", "sso-key", "Bot", "Key"] {
+            for text in [
+                format!("Authorization: {scheme} {token}"),
+                format!(r#"{{"Authorization": "{scheme} {token}"}}"#),
+                format!("curl -H 'authorization: {scheme}  {token}' https://api.example.com"),
+            ] {
+                assert_eq!(secrets_in(&scanner, &text), [(MaskKind::BearerToken, token)], "{text:?}");
+            }
+        }
+        let pair = "sso-key Zk29xQpL3mNv:12abCdEfGh34";
+        assert_eq!(secrets_in(&scanner, &format!("Authorization: {pair}")), [(MaskKind::BearerToken, &pair[8..])]);
+        for text in [
+            "Authorization: token required for this endpoint",
+            "Authorization: token <YOUR_TOKEN_HERE_PLEASE>",
+            "Authorization: token xxxxxxxxxxxxxxxxxxxx",
+            "Authorization: Key abcdefghijklmnop",
+            "authorization: tokens are issued by the admin console",
         ] {
             assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
         }
