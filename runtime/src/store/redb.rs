@@ -477,19 +477,25 @@ pub(crate) struct RedbWriter {
     on_caller_when_idle: AtomicBool,
 }
 
-/// The live writers, by database: stores opened on one `Arc<Database>` find the same writer.
-static WRITERS: Mutex<Vec<Weak<RedbWriter>>> = Mutex::new(Vec::new());
+/// The live writers, by their database's address: stores opened on one `Arc<Database>` find the same writer.
+///
+/// Found by address, only the match upgraded: upgrading every live writer to compare its database held, for a
+/// moment, another database's writer, and when its owner dropped the last other reference meanwhile, that writer
+/// and its database (and the file's lock) went on living until the lookup let go: a store reopened at once could
+/// find the file still open (`AlreadyOpen`: `audit_tamper::an_altered_anchor_is_refused` failed so once in CI on
+/// 12-07, the only path found by which a database outlives its last store; a stress test did not reproduce it).
+static WRITERS: Mutex<Vec<(usize, Weak<RedbWriter>)>> = Mutex::new(Vec::new());
 
 impl RedbWriter {
     /// The writer of `database`, started if it has none yet.
     pub(crate) fn for_database(database: &Arc<Database>) -> Result<Arc<RedbWriter>, std::io::Error> {
         // Nothing under this lock can panic halfway: a poisoned list is whole.
         let mut writers = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
-        writers.retain(|writer| writer.strong_count() > 0);
-        // A live writer holds its database, so a matching address is this very database.
-        if let Some(writer) =
-            writers.iter().filter_map(Weak::upgrade).find(|writer| Arc::ptr_eq(&writer.database, database))
-        {
+        writers.retain(|(_, writer)| writer.strong_count() > 0);
+        // A live writer holds its database, so a matching address is this very database, which the caller holds
+        // too: upgrading its writer can never keep a database alive that the caller is done with.
+        let address = Arc::as_ptr(database) as usize;
+        if let Some(writer) = writers.iter().filter(|(at, _)| *at == address).find_map(|(_, writer)| writer.upgrade()) {
             return Ok(writer);
         }
         let (jobs, queue) = mpsc::channel();
@@ -514,7 +520,7 @@ impl RedbWriter {
             committing,
             on_caller_when_idle: AtomicBool::new(false),
         });
-        writers.push(Arc::downgrade(&writer));
+        writers.push((address, Arc::downgrade(&writer)));
         Ok(writer)
     }
 
