@@ -2552,6 +2552,13 @@ mod tests {
     }
 
     /// What a scan of `text` for secrets finds: each finding's kind and text.
+    /// Asserts that `scanner` finds no secret in any of `texts`.
+    fn assert_none_in(scanner: &Scanner, texts: &[&str]) {
+        for text in texts {
+            assert_eq!(secrets_in(scanner, text), [], "{text:?}");
+        }
+    }
+
     fn secrets_in<'t>(scanner: &Scanner, text: &'t str) -> Vec<(MaskKind, &'t str)> {
         let mut found = Vec::new();
         scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
@@ -2577,20 +2584,21 @@ mod tests {
         }
         // `>` is no operator outside an element: a generic type, a redirection, an element left open, a tag in a
         // value's place; and the value's own checks hold (placeholders, a value naming its key).
-        for text in [
-            "List<Token> tokens = new ArrayList<>();",
-            "Map<String, Secret>secretsByName</code>",
-            "echo $token>file.txt",
-            "cat token>out.txt </p>",
-            "<token>Zx81kq1234",
-            "<token>Zx81kq1234 <b>bold</b>",
-            "<token><value>Zx81kq1234</value></token>",
-            "<password>********</password>",
-            "<access_token>ACCESS_TOKEN</access_token>",
-            "<secret>false</secret>",
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                "List<Token> tokens = new ArrayList<>();",
+                "Map<String, Secret>secretsByName</code>",
+                "echo $token>file.txt",
+                "cat token>out.txt </p>",
+                "<token>Zx81kq1234",
+                "<token>Zx81kq1234 <b>bold</b>",
+                "<token><value>Zx81kq1234</value></token>",
+                "<password>********</password>",
+                "<access_token>ACCESS_TOKEN</access_token>",
+                "<secret>false</secret>",
+            ],
+        );
     }
 
     #[test]
@@ -2636,35 +2644,36 @@ mod tests {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
         // No value, or none to mask: and never the `value` key in its place.
-        for text in [
-            r#"{"name": "DB_PASSWORD", "value": ""}"#,
-            r#"{"name": "DB_PASSWORD", "value": "********"}"#,
-            r#"<input type="password" value="">"#,
-            r#"<input type="password" value="********">"#,
-            r#"<add key="PasswordLength" value="12"/>"#,
-            r#"<property name="password" value="${db.password}"/>"#,
-            "description: the password\nvalue: hunter2x",
-            "- name: password_length\n  value: \"12\"",
-            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: password}",
-            "- name: DB_PASSWORD\n  value: \"\"",
-            r#"os.environ["DB_PASSWORD"] = os.getenv("FALLBACK")"#,
-            "seen[token] = True",
-            // No name member before the name, no value member, or none that is a string.
-            r#"{"title": "Change password", "type": "button", "value": "Submit"}"#,
-            r#"{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}"#,
-            "{\n  \"name\": \"DB_PASSWORD\",\n  \"valueFrom\": {\n    \"secretKeyRef\": {}\n  }\n}",
-            r#"{"name": "DB_PASSWORD", "type": "string", "value": ""}"#,
-            r#"{"name": "DB_PASSWORD", "type": "string", "value": null}"#,
-            r#"{"name": "DB_PASSWORD", "tags": ["a"], "value": "hunter2x"}"#,
-            r#"{"name": "DB_PASSWORD", "a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "value": "hunter2x"}"#,
-            r#"{"name": "DB_PASSWORD", "type": "string"}, {"value": "hunter2x"}"#,
-            r#"{"password": {"type": "string", "minLength": 12}}"#,
-            r#"{"password": {"type": "integer", "value": 12}}"#,
-            "getenv(\"API_TOKEN\",\n    fallback)",
-            r#"{\"password\":\"\"}"#,
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                r#"{"name": "DB_PASSWORD", "value": ""}"#,
+                r#"{"name": "DB_PASSWORD", "value": "********"}"#,
+                r#"<input type="password" value="">"#,
+                r#"<input type="password" value="********">"#,
+                r#"<add key="PasswordLength" value="12"/>"#,
+                r#"<property name="password" value="${db.password}"/>"#,
+                "description: the password\nvalue: hunter2x",
+                "- name: password_length\n  value: \"12\"",
+                "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: password}",
+                "- name: DB_PASSWORD\n  value: \"\"",
+                r#"os.environ["DB_PASSWORD"] = os.getenv("FALLBACK")"#,
+                "seen[token] = True",
+                // No name member before the name, no value member, or none that is a string.
+                r#"{"title": "Change password", "type": "button", "value": "Submit"}"#,
+                r#"{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}"#,
+                "{\n  \"name\": \"DB_PASSWORD\",\n  \"valueFrom\": {\n    \"secretKeyRef\": {}\n  }\n}",
+                r#"{"name": "DB_PASSWORD", "type": "string", "value": ""}"#,
+                r#"{"name": "DB_PASSWORD", "type": "string", "value": null}"#,
+                r#"{"name": "DB_PASSWORD", "tags": ["a"], "value": "hunter2x"}"#,
+                r#"{"name": "DB_PASSWORD", "a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "value": "hunter2x"}"#,
+                r#"{"name": "DB_PASSWORD", "type": "string"}, {"value": "hunter2x"}"#,
+                r#"{"password": {"type": "string", "minLength": 12}}"#,
+                r#"{"password": {"type": "integer", "value": 12}}"#,
+                "getenv(\"API_TOKEN\",\n    fallback)",
+                r#"{\"password\":\"\"}"#,
+            ],
+        );
     }
 
     #[test]
@@ -2683,19 +2692,20 @@ mod tests {
             assert_eq!(found[0].0, MaskKind::BearerToken);
             assert!([alice, bob].contains(&found[0].1), "{text:?}: {found:?}");
         }
-        for text in [
-            // Not `user:password` once decoded, not padded base64, or no key of its own.
-            r#""auth": "c29tZXRoaW5nIGVsc2U=""#,
-            r#""auth": "YWxpY2U6""#,
-            r#""auth": "OnBhc3N3b3Jk""#,
-            r#""auth": "YWxpY2U6aHVudGVyMnhROQ""#,
-            r#""auth": "oauth2-bearer""#,
-            r#""oauth": "YWxpY2U6aHVudGVyMnhROQ==""#,
-            r#""author": "YWxpY2U6aHVudGVyMnhROQ==""#,
-            r#""auth": "YWxpY2U6aHVudGVyMnhROQ==Zm9v""#,
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                // Not `user:password` once decoded, not padded base64, or no key of its own.
+                r#""auth": "c29tZXRoaW5nIGVsc2U=""#,
+                r#""auth": "YWxpY2U6""#,
+                r#""auth": "OnBhc3N3b3Jk""#,
+                r#""auth": "YWxpY2U6aHVudGVyMnhROQ""#,
+                r#""auth": "oauth2-bearer""#,
+                r#""oauth": "YWxpY2U6aHVudGVyMnhROQ==""#,
+                r#""author": "YWxpY2U6aHVudGVyMnhROQ==""#,
+                r#""auth": "YWxpY2U6aHVudGVyMnhROQ==Zm9v""#,
+            ],
+        );
     }
 
     #[test]
@@ -2713,15 +2723,16 @@ mod tests {
         }
         let pair = "sso-key Zk29xQpL3mNv:12abCdEfGh34";
         assert_eq!(secrets_in(&scanner, &format!("Authorization: {pair}")), [(MaskKind::BearerToken, &pair[8..])]);
-        for text in [
-            "Authorization: token required for this endpoint",
-            "Authorization: token <YOUR_TOKEN_HERE_PLEASE>",
-            "Authorization: token xxxxxxxxxxxxxxxxxxxx",
-            "Authorization: Key abcdefghijklmnop",
-            "authorization: tokens are issued by the admin console",
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                "Authorization: token required for this endpoint",
+                "Authorization: token <YOUR_TOKEN_HERE_PLEASE>",
+                "Authorization: token xxxxxxxxxxxxxxxxxxxx",
+                "Authorization: Key abcdefghijklmnop",
+                "authorization: tokens are issued by the admin console",
+            ],
+        );
     }
 
     #[test]
@@ -2741,12 +2752,13 @@ mod tests {
     #[test]
     fn an_arns_resource_type_is_no_label() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
-        for text in [
-            r#"{"ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-Ab12Cd", "Name": "prod/db"}"#,
-            "see arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:app/token-Zx81kq",
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                r#"{"ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-Ab12Cd", "Name": "prod/db"}"#,
+                "see arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:app/token-Zx81kq",
+            ],
+        );
         // A label glued after a colon elsewhere is still one.
         for (text, value) in [("db:password:hunter2x", "hunter2x"), ("urn:x:secret:Zx81kq1234Ab", "Zx81kq1234Ab")] {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
@@ -2767,22 +2779,23 @@ mod tests {
         ] {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
-        for text in [
-            "psql --no-password mydb",
-            "docker login --password-stdin < token.txt",
-            "cli --token-file ~/.token",
-            "cli --token --verbose",
-            "cli --password $DB_PASSWORD",
-            "cli --password %DB_PASSWORD%",
-            "cli --password ${DB_PASSWORD}",
-            "cli --password PASSWORD",
-            "cli --password <password>",
-            "cli --next-token abcdef123",
-            "x--password hunter2x",
-            "the password is hunter2x",
-        ] {
-            assert_eq!(secrets_in(&scanner, text), [], "{text:?}");
-        }
+        assert_none_in(
+            &scanner,
+            &[
+                "psql --no-password mydb",
+                "docker login --password-stdin < token.txt",
+                "cli --token-file ~/.token",
+                "cli --token --verbose",
+                "cli --password $DB_PASSWORD",
+                "cli --password %DB_PASSWORD%",
+                "cli --password ${DB_PASSWORD}",
+                "cli --password PASSWORD",
+                "cli --password <password>",
+                "cli --next-token abcdef123",
+                "x--password hunter2x",
+                "the password is hunter2x",
+            ],
+        );
     }
 
     #[test]

@@ -404,6 +404,14 @@ impl Masker {
         strategy::render(strategy, finding.kind, &text[finding.start..finding.end], finding.keep_prefix, out);
     }
 
+    /// `text` masked whole as one finding of `kind`, recorded in `report`.
+    fn masked_whole(&self, text: &str, kind: MaskKind, report: &mut MaskReport) -> String {
+        let mut out = String::new();
+        self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
+        report.record(kind);
+        out
+    }
+
     /// Masks one JSON leaf under the hint its key gives.
     fn mask_leaf(
         &self,
@@ -422,10 +430,7 @@ impl Masker {
             KeyHint::Basic => {
                 let kind = MaskKind::BearerToken;
                 if set.contains_kind(kind) && validate::is_basic_credentials(text.trim().as_bytes()) {
-                    let mut out = String::new();
-                    self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
-                    report.record(kind);
-                    return Some(out);
+                    return Some(self.masked_whole(text, kind, report));
                 }
                 return self.mask_str_with(scanner, set, text, report);
             }
@@ -444,19 +449,13 @@ impl Masker {
             {
                 return self.mask_str_with(scanner, set, text, report);
             }
-            let mut out = String::new();
-            self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
-            report.record(kind);
-            return Some(out);
+            return Some(self.masked_whole(text, kind, report));
         }
         if let Some(masked) = self.mask_str_with(scanner, set, text, report) {
             return Some(masked);
         }
         if set.contains_kind(kind) && labelled_value_is(kind, trimmed) {
-            let mut out = String::new();
-            self.render(text, Finding { kind, start: 0, end: text.len(), keep_prefix: 0 }, &mut out);
-            report.record(kind);
-            return Some(out);
+            return Some(self.masked_whole(text, kind, report));
         }
         None
     }
