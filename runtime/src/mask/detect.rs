@@ -40,6 +40,9 @@ enum Verdict {
     /// never its value: a value refused as a whole (a placeholder, text elided with `...`) may still hold
     /// another secret (`token="see ... GB82WEST12345698765432"`).
     RejectThrough(usize),
+    /// A cookie list (`Cookie: sid=…; csrftoken=…`, from its first cookie's name to its last value's end): each of its
+    /// values that is no placeholder is a finding ([`next_cookie`], [`is_real_cookie_value`]), the names kept.
+    Cookies(Finding),
     /// Nothing of this candidate's kind starts before this offset, but the other kinds are still looked for
     /// inside the match: a refused e-mail (`AKIA…@2x.png`) or URL (`db://u:****AKIA…@host`) must not hide
     /// a secret glued inside it. Searching the same pattern again from each position inside would cost
@@ -470,6 +473,39 @@ static PATTERNS: &[PatternSpec] = &[
         verify: verify_flag_value,
     },
     PatternSpec {
+        // An HTTP `Cookie` header's cookies (`Cookie: sid=…; csrftoken=…`, as curl's `-H`, a proxy's log or a HAR
+        // dump shows them; `"Cookie": "…"` written as text; JavaScript's `document.cookie = "…"`): each is a
+        // session's credential, so the whole list is masked. A `Set-Cookie` header's cookie value (its attributes
+        // after it kept). The match ends at the first cookie's `=`: `verify_cookie` reads the cookies by bytes.
+        kind: MaskKind::SecretValue,
+        regex: concat!(
+            r#"(?i-u:\b(?:set[_-]?)?cookie)["']?[ \t]*[:=][ \t]*["']?"#,
+            r"[!#$%&*+.^_`|~0-9A-Za-z-]+=",
+        ),
+        value: ValueAt::AfterSeparator,
+        verify: verify_cookie,
+    },
+    PatternSpec {
+        // A `.netrc` entry's password (`machine api.example.com login alice password …`, on one line or several;
+        // curl, git, ftp, pip and Heroku's CLI read them), and the `default` entry's: its `login` (an `account` or
+        // `port` beside it) between the machine and the password. The match ends at the password's first byte:
+        // `verify_netrc` reads the rest to its blank.
+        kind: MaskKind::SecretValue,
+        //
+        // Its words hold no `[` or `]`: an e-mail found in the login (`login [EMAIL] password …`) ends the match in
+        // the masked text, as the blanks a finding held (`login +1 415 555 2671`) ended it in the text
+        // (`mask::tag_may_let_a_match_through`).
+        regex: concat!(
+            r"(?:(?i-u:\bmachine)[ \t]+[^ \t\r\n\[\]]+|(?i-u:\bdefault))",
+            r"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]]+)?",
+            r"[ \t\r\n]+(?i-u:login)[ \t]+[^ \t\r\n\[\]]+",
+            r"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]]+)?",
+            r"[ \t\r\n]+(?i-u:password)[ \t]+[^ \t\r\n\[\]]",
+        ),
+        value: ValueAt::AfterLastBlank,
+        verify: verify_netrc,
+    },
+    PatternSpec {
         kind: MaskKind::Iban,
         regex: r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
         value: ValueAt::Whole,
@@ -831,23 +867,19 @@ impl Scanner {
                 verdict = self.retry_at(text, m, to, only, state);
             }
             pos = match verdict {
-                Verdict::Found(finding) => {
-                    // A value found after its label (`password=`, `Bearer `): the label was matched as part of
-                    // the pattern, so look inside it too (`details.eyJ…w5c.is_secret: x` holds a JWT).
-                    if finding.start > start && depth < 2 {
-                        // Up to the value's opening quote, where no match starts or ends: the `\` of an escaped one
-                        // (`\"password\":\"…\"`) reads as a bare value, whose refusal reached into the value and
-                        // had the whole text scanned again.
-                        let label_end = finding.start - opening_quote(bytes, start, finding.start);
-                        self.scan_range(text, start, label_end, label_end, only, depth + 1, state, on_finding);
+                Verdict::Found(finding) => self.take(text, start, finding, only, depth, state, on_finding),
+                Verdict::Cookies(list) => {
+                    // Each value after its name, which is looked inside as a label is.
+                    let (mut at, mut label) = (list.start, start);
+                    while let Some((value_start, value_end)) = next_cookie(bytes, at, list.end) {
+                        if is_real_cookie_value(bytes, value_start, value_end) {
+                            let value = Finding { start: value_start, end: value_end, ..list };
+                            label = self.take(text, label, value, only, depth, state, on_finding);
+                        }
+                        let Some(next) = after_cookie(bytes, value_end, list.end) else { break };
+                        at = next;
                     }
-                    let finding = self.reclassify(text, finding, only, state.floor);
-                    if finding.start < state.reach {
-                        state.settled = false;
-                    }
-                    state.floor = finding.end;
-                    on_finding(finding);
-                    finding.end
+                    list.end
                 }
                 Verdict::RejectThrough(through) => through.max(next_start(bytes, start)),
                 Verdict::RejectKindThrough(through) => {
@@ -871,6 +903,37 @@ impl Scanner {
             };
         }
         pos
+    }
+
+    /// Reports `finding`, a match's (starting at `start`) after the label scanned first when the value follows one:
+    /// returns where it ends.
+    #[allow(clippy::too_many_arguments)] // `scan_range`'s, passed on
+    fn take(
+        &self,
+        text: &str,
+        start: usize,
+        finding: Finding,
+        only: MaskSet,
+        depth: usize,
+        state: &mut ScanState,
+        on_finding: &mut dyn FnMut(Finding),
+    ) -> usize {
+        // A value found after its label (`password=`, `Bearer `): the label was matched as part of the pattern, so
+        // look inside it too (`details.eyJ…w5c.is_secret: x` holds a JWT).
+        if finding.start > start && depth < 2 {
+            // Up to the value's opening quote, where no match starts or ends: the `\` of an escaped one
+            // (`\"password\":\"…\"`) reads as a bare value, whose refusal reached into the value and had the whole
+            // text scanned again.
+            let label_end = finding.start - opening_quote(text.as_bytes(), start, finding.start);
+            self.scan_range(text, start, label_end, label_end, only, depth + 1, state, on_finding);
+        }
+        let finding = self.reclassify(text, finding, only, state.floor);
+        if finding.start < state.reach {
+            state.settled = false;
+        }
+        state.floor = finding.end;
+        on_finding(finding);
+        finding.end
     }
 
     /// The match the scan takes next from `pos`: the leftmost in `text[pos..to]` ([`Scanner::leftmost`]), but
@@ -1095,10 +1158,10 @@ impl Scanner {
         };
         let verdict = (spec.verify)(&candidate);
         debug_assert!(
-            !matches!(verdict, Verdict::Found(finding) if finding.end > limit),
+            !matches!(verdict, Verdict::Found(finding) | Verdict::Cookies(finding) if finding.end > limit),
             "a finding past the search's end: {verdict:?}, search to {limit}"
         );
-        if !matches!(verdict, Verdict::Found(_)) {
+        if !matches!(verdict, Verdict::Found(_) | Verdict::Cookies(_)) {
             // A bare labelled value is judged by more than its match holds (its first character).
             let looked_to = match (spec.kind, value) {
                 (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end, limit),
@@ -1658,6 +1721,106 @@ fn verify_flag_value(c: &Candidate<'_>) -> Verdict {
         verify_secret_value(c)
     } else {
         Verdict::RejectThrough(start)
+    }
+}
+
+/// Whether `byte` can be in a cookie's name: an HTTP token's bytes (RFC 6265's `cookie-name`), but `'`, which
+/// closes a header quoted on a command line (`-H 'Cookie: sid=…'`).
+fn is_cookie_name_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&*+-.^_`|~".contains(&byte)
+}
+
+/// Whether `byte` can be in a cookie's value: RFC 6265's `cookie-octet` (no blank, control, `"`, `,`, `;` or `\\`),
+/// and any byte of a character past ASCII (servers write them), but `'` (as in [`is_cookie_name_byte`]).
+fn is_cookie_value_byte(byte: u8) -> bool {
+    byte > b' ' && byte != 0x7F && !matches!(byte, b'"' | b',' | b';' | b'\\' | b'\'')
+}
+
+/// The value of the cookie whose name starts at `at` (`name=value`), read to `limit` at most; `None` where no `name=`
+/// starts. A quoted value is whole or empty: closed on its line, with no `\\` (servers quote blanks and commas; and a
+/// finding inside it, `token="a b"` found as a labelled value, leaves a tag that is a cookie's bytes: the list reads
+/// on past it in the text as in the masked text, `token="[SECRET_VALUE]"; sid=…`).
+fn next_cookie(bytes: &[u8], at: usize, limit: usize) -> Option<(usize, usize)> {
+    let limit = limit.min(bytes.len());
+    let name_end = at + bytes.get(at..limit)?.iter().take_while(|&&b| is_cookie_name_byte(b)).count();
+    if name_end == at || name_end >= limit || bytes[name_end] != b'=' {
+        return None;
+    }
+    let start = name_end + 1;
+    let end = if start < limit && bytes[start] == b'"' {
+        match bytes[start + 1..limit].iter().position(|&b| matches!(b, b'"' | b'\\' | b'\r' | b'\n')) {
+            Some(close) if bytes[start + 1 + close] == b'"' => start + close + 2,
+            _ => start,
+        }
+    } else {
+        start + bytes[start..limit].iter().take_while(|&&b| is_cookie_value_byte(b)).count()
+    };
+    Some((start, end))
+}
+
+/// Where the next cookie of a list starts after a value ending at `end`: past its `;` and blanks.
+fn after_cookie(bytes: &[u8], end: usize, limit: usize) -> Option<usize> {
+    let limit = limit.min(bytes.len());
+    (end < limit && bytes[end] == b';')
+        .then(|| end + 1 + bytes[end + 1..limit].iter().take_while(|&&b| b == b' ' || b == b'\t').count())
+}
+
+/// Whether the cookie value `bytes[start..end]` is one to mask: not empty, not a placeholder or a mask (`<session
+/// id>`, cut at its blank, `${SESSION}`, `[SECRET_VALUE]`), judged by its first [`BARE_VALUE_READ`] bytes (a longer
+/// one is masked whole).
+fn is_real_cookie_value(bytes: &[u8], start: usize, end: usize) -> bool {
+    let quoted = end - start >= 2 && bytes[start] == b'"';
+    let (start, end) = if quoted { (start + 1, end - 1) } else { (start, end) };
+    let judged = String::from_utf8_lossy(&bytes[start..end.min(start + BARE_VALUE_READ)]);
+    end > start && !judged.starts_with('<') && !is_mask_or_placeholder(&judged)
+}
+
+/// A `Cookie` header's cookies (`Cookie: sid=[SECRET_VALUE]; csrftoken=[SECRET_VALUE]`, each value a finding, their
+/// names kept: which cookie is a session's is not known), and a `Set-Cookie` header's one cookie (its attributes
+/// after it kept: `Set-Cookie: sid=[SECRET_VALUE]; Path=/; HttpOnly`). The cookies are read by bytes from the match's
+/// first name ([`next_cookie`]: `name=value` joined by `;` and blanks) to the search's end ([`Candidate::limit`]).
+/// Refused: a list with no value to mask ([`is_real_cookie_value`]: `Cookie: a=; b=`, `Set-Cookie: sid=${SESSION}`).
+fn verify_cookie(c: &Candidate<'_>) -> Verdict {
+    let Some((first, _)) = c.value else { return Verdict::Reject };
+    let bytes = c.text.as_bytes();
+    let first = first + usize::from(matches!(bytes[first], b'"' | b'\''));
+    let set = c.bytes().first().is_some_and(|b| b.eq_ignore_ascii_case(&b's'));
+    let (mut at, mut end, mut real) = (first, first, false);
+    while let Some((value_start, value_end)) = next_cookie(bytes, at, c.limit) {
+        real |= is_real_cookie_value(bytes, value_start, value_end);
+        end = value_end;
+        match after_cookie(bytes, value_end, c.limit) {
+            Some(next) if !set => at = next,
+            _ => break,
+        }
+    }
+    c.looked.set(end);
+    if real {
+        Verdict::Cookies(Finding { kind: c.kind, start: first, end, keep_prefix: 0 })
+    } else {
+        Verdict::RejectThrough(first)
+    }
+}
+
+/// How far [`verify_netrc`] reads a password for its verdict; a longer one is masked to its end.
+const NETRC_PASSWORD_READ: usize = 256;
+
+/// A `.netrc` entry's password: the run of bytes up to a blank, or to the search's end ([`Candidate::limit`]).
+/// Refused: a placeholder or a mask (`password <token>`, `password [SECRET_VALUE]`, `password $TOKEN`), and a password
+/// of letters only (`machine room login screen password field` in prose; every finding holds a byte other than a
+/// letter, or a capital `A`, which [`cannot_hold_a_finding`] relies on).
+fn verify_netrc(c: &Candidate<'_>) -> Verdict {
+    let Some((start, _)) = c.value else { return Verdict::Reject };
+    let bytes = c.text.as_bytes();
+    let limit = c.limit.min(bytes.len());
+    let end = start + bytes[start..limit].iter().take_while(|b| !b.is_ascii_whitespace()).count();
+    let judged_end = (start + NETRC_PASSWORD_READ).min(end);
+    c.looked.set(judged_end);
+    let judged = String::from_utf8_lossy(&bytes[start..judged_end]);
+    if judged.bytes().all(|b| b.is_ascii_alphabetic()) || is_mask_or_placeholder(&judged) {
+        Verdict::RejectThrough(start)
+    } else {
+        c.found_span(start, end)
     }
 }
 
@@ -2551,7 +2714,6 @@ mod tests {
         }
     }
 
-    /// What a scan of `text` for secrets finds: each finding's kind and text.
     /// Asserts that `scanner` finds no secret in any of `texts`.
     fn assert_none_in(scanner: &Scanner, texts: &[&str]) {
         for text in texts {
@@ -2559,6 +2721,7 @@ mod tests {
         }
     }
 
+    /// What a scan of `text` for secrets finds: each finding's kind and text.
     fn secrets_in<'t>(scanner: &Scanner, text: &'t str) -> Vec<(MaskKind, &'t str)> {
         let mut found = Vec::new();
         scanner.scan(text, MaskSet::SECRETS, |f| found.push((f.kind, &text[f.start..f.end])));
@@ -2799,6 +2962,89 @@ mod tests {
     }
 
     #[test]
+    fn a_cookie_headers_cookies_are_masked_and_a_set_cookie_headers_value() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, values) in [
+            ("Cookie: sessionid=8f3k2j1h9g; csrftoken=Zx81kq1234Ab", &["8f3k2j1h9g", "Zx81kq1234Ab"][..]),
+            ("curl -H 'Cookie: sid=abc123' https://x.test", &["abc123"]),
+            ("cookie:theme=dark;  _ga=GA1.2.3\r\nAccept: */*", &["dark", "GA1.2.3"]),
+            (r#"{"Cookie": "JSESSIONID=A1B2C3D4E5; lang=en"}"#, &["A1B2C3D4E5", "en"]),
+            (r#"document.cookie = "token=Zx81kq1234Ab; path=/";"#, &["Zx81kq1234Ab", "/"]),
+            ("Cookie: sid=\"q9w8e7r6\"; a=1", &["\"q9w8e7r6\"", "1"]),
+            ("Cookie: a=; sid=q9w8e7r6; b=<id>; c=${C}", &["q9w8e7r6"]),
+            (r#"Cookie: token="a b, c"; sid=q9w8e7r6"#, &["\"a b, c\"", "q9w8e7r6"]),
+            ("Set-Cookie: sessionid=8f3k2j1h9g; Path=/; HttpOnly; Secure", &["8f3k2j1h9g"]),
+            ("set-cookie:__Host-sid=q9w8e7r6;Max-Age=3600", &["q9w8e7r6"]),
+            ("< Set-Cookie: sid=\"q9w8e7r6\"; Path=/", &["\"q9w8e7r6\""]),
+            ("Set-Cookie: sid=d\u{e9}j\u{e0}-vu; Path=/", &["d\u{e9}j\u{e0}-vu"]),
+        ] {
+            let found: Vec<(MaskKind, &str)> = values.iter().map(|value| (MaskKind::SecretValue, *value)).collect();
+            assert_eq!(secrets_in(&scanner, text), found, "{text:?}");
+        }
+        // A value that is a provider's key is found as that key, and a label scanned inside the names.
+        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiI0MiJ9.pTyGJMuHbEL31IeL2HPcHyGcFRl1SPnXNYvMIHa_2o7";
+        let text = format!("Cookie: session=4f2a; jwt={jwt}; gh=ghp_0123456789abcdefghijABCDEFGHIJ012345");
+        assert_eq!(
+            secrets_in(&scanner, &text),
+            [
+                (MaskKind::SecretValue, "4f2a"),
+                (MaskKind::Jwt, jwt),
+                (MaskKind::GitHubToken, "ghp_0123456789abcdefghijABCDEFGHIJ012345")
+            ]
+        );
+        assert_none_in(
+            &scanner,
+            &[
+                "Cookie: chocolate chip, oatmeal",
+                "cookie consent: accepted",
+                "Cookie: a=; b=",
+                "Cookie: sid=<session id>; csrf=${CSRF}",
+                "Cookie: sid=[SECRET_VALUE]; csrf=[SECRET_VALUE:3f2a9c1b]",
+                "Set-Cookie: sid=[SECRET_VALUE]; Path=/",
+                r#"Cookie: token="[SECRET_VALUE]"; sid="""#,
+                "Set-Cookie: sid=; expires=Thu, 01 Jan 1970 00:00:00 GMT",
+                "Set-Cookie: sid=<session id>; Path=/",
+                "Set-Cookie: sid=${SESSION}; Path=/",
+                "fortunecookie: a=b",
+                "the cookie's = sign",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_netrc_entrys_password_is_masked() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, value) in [
+            ("machine api.heroku.com login me@example.com password c4cd94da15ea0544802c2cfd5ec4ead324327430", "c4cd94da15ea0544802c2cfd5ec4ead324327430"),
+            ("machine github.com\n  login octocat\n  password s3cr3t-Pass\n", "s3cr3t-Pass"),
+            ("machine ftp.x.test\r\n\tlogin anna\r\n\tpassword \"x y\"z9", "\"x"),
+            ("machine db.test port 5432 login app account ops password Zx81kq1234Ab", "Zx81kq1234Ab"),
+            ("default login anonymous password guest@x.test", "guest@x.test"),
+            ("machine a.test login u password p4ss machine b.test login v password Q7;w", "p4ss"),
+        ] {
+            let found = secrets_in(&scanner, text);
+            assert!(found.contains(&(MaskKind::SecretValue, value)), "{text:?}: {found:?}");
+        }
+        // The e-mail of the login is the login's: not masked as the password, and found by the e-mail pattern.
+        let text = "machine api.heroku.com login me@example.com password c4cd94da15ea";
+        let mut found = Vec::new();
+        Scanner::build(MaskSet::ALL).unwrap().scan(text, MaskSet::ALL, |f| found.push((f.kind, &text[f.start..f.end])));
+        assert_eq!(found, [(MaskKind::Email, "me@example.com"), (MaskKind::SecretValue, "c4cd94da15ea")]);
+        assert_none_in(
+            &scanner,
+            &[
+                "machine room login screen password field",
+                "machine x.test login u password [SECRET_VALUE]",
+                "machine x.test login u password <token>",
+                "machine x.test login u password $NETRC_PASSWORD",
+                "machine x.test password p4ss",
+                "the machine's login password is set",
+                "defaultlogin u password p4ss",
+            ],
+        );
+    }
+
+    #[test]
     fn the_bare_value_reading_is_the_patterns() {
         let spec = PATTERNS.iter().find(|spec| spec.kind == MaskKind::SecretValue).unwrap();
         let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
@@ -2873,10 +3119,11 @@ mod tests {
     /// pattern read its first 64 characters.
     fn patterns_reading_bare_values() -> &'static [PatternSpec] {
         patterns_then(|spec| {
-            (spec.kind == MaskKind::SecretValue).then(|| {
-                let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
-                let now = format!("|{class})");
-                assert!(spec.regex.ends_with(&now), "{}", spec.regex);
+            let class = r#"[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]]"#;
+            let now = format!("|{class})");
+            // The patterns whose bare value `bare_value_end` reads (not a cookie's or a `.netrc` password's, which
+            // their verifiers read; `the_bare_value_reading_is_the_patterns` holds the first to the class).
+            (spec.kind == MaskKind::SecretValue && spec.regex.ends_with(&now)).then(|| {
                 let head = &spec.regex[..spec.regex.len() - now.len()];
                 format!("{head}|{class}{{1,{BARE_VALUE_READ}}})")
             })
