@@ -478,10 +478,7 @@ static PATTERNS: &[PatternSpec] = &[
         // session's credential, so the whole list is masked. A `Set-Cookie` header's cookie value (its attributes
         // after it kept). The match ends at the first cookie's `=`: `verify_cookie` reads the cookies by bytes.
         kind: MaskKind::SecretValue,
-        regex: concat!(
-            r#"(?i-u:\b(?:set[_-]?)?cookie)["']?[ \t]*[:=][ \t]*["']?"#,
-            r"[!#$%&*+.^_`|~0-9A-Za-z-]+=",
-        ),
+        regex: concat!(r#"(?i-u:\b(?:set[_-]?)?cookie)["']?[ \t]*[:=][ \t]*["']?"#, r"[!#$%&*+.^_`|~0-9A-Za-z-]+=",),
         value: ValueAt::AfterSeparator,
         verify: verify_cookie,
     },
@@ -3015,7 +3012,10 @@ mod tests {
     fn a_netrc_entrys_password_is_masked() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
         for (text, value) in [
-            ("machine api.heroku.com login me@example.com password c4cd94da15ea0544802c2cfd5ec4ead324327430", "c4cd94da15ea0544802c2cfd5ec4ead324327430"),
+            (
+                "machine api.heroku.com login me@example.com password c4cd94da15ea0544802c2cfd5ec4ead324327430",
+                "c4cd94da15ea0544802c2cfd5ec4ead324327430",
+            ),
             ("machine github.com\n  login octocat\n  password s3cr3t-Pass\n", "s3cr3t-Pass"),
             ("machine ftp.x.test\r\n\tlogin anna\r\n\tpassword \"x y\"z9", "\"x"),
             ("machine db.test port 5432 login app account ops password Zx81kq1234Ab", "Zx81kq1234Ab"),
@@ -3297,6 +3297,15 @@ mod tests {
         "--no-token ",
         "\"auth\": \"",
         "YWxpY2U6aHVudGVyMnhROQ==",
+        "Cookie: ",
+        "Set-Cookie: ",
+        "sid=",
+        "; a=",
+        "=\"",
+        "machine ",
+        " login ",
+        " password ",
+        "default",
     ];
 
     proptest::proptest! {

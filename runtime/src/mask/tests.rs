@@ -191,6 +191,10 @@ const RESCAN_PIECES: &[&str] = &[
     "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END RSA PRIVATE KEY-----",
     "[PHONE]",
     "x",
+    "Cookie: sid=",
+    "; b=",
+    "machine h login ",
+    " password ",
 ];
 
 /// Texts glued from up to `most` pieces, each one of `pieces` (`weight` times in `weight + 1`) or a run of

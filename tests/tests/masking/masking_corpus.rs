@@ -780,3 +780,26 @@ proptest! {
         prop_assert_eq!(masker.mask_text(&text, MaskSet::ALL), reference_mask(&masker, &text, MaskSet::ALL));
     }
 }
+
+/// A `.netrc` entry whose login holds a finding with blanks (a phone number) is no entry in the text (the blank
+/// ends the login), and must be none in the masked text either, where the tag holds no blank: the entry's words
+/// hold no `[` or `]`. A cookie list read past a quoted value holding a finding reads on in both alike.
+#[test]
+fn a_tag_inside_a_netrc_entry_or_a_cookie_list_lets_no_new_match_through() {
+    let masker = Masker::default();
+    for text in [
+        "machine h.example login +1 415 555 2671 password p4ss-w0rd",
+        "machine h.example login me@example.com password p4ss-w0rd",
+        r#"Cookie: token="a b c"; sid=q9w8e7r6"#,
+        r#"Cookie: session="hunter2 token=Zx81kq1234Ab"; sid=q9w8e7r6"#,
+        "Cookie: a=+1 415 555 2671; sid=q9w8e7r6",
+    ] {
+        let once = masker.mask_text(text, MaskSet::ALL);
+        assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
+        assert!(!once.contains("q9w8e7r6") || text.starts_with("Cookie: a=+1"), "{text:?} → {once:?}");
+    }
+    assert_eq!(
+        masker.mask_text("machine h.example login +1 415 555 2671 password p4ss-w0rd", MaskSet::ALL),
+        "machine h.example login [PHONE] password p4ss-w0rd"
+    );
+}
