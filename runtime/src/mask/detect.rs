@@ -473,12 +473,17 @@ static PATTERNS: &[PatternSpec] = &[
         verify: verify_flag_value,
     },
     PatternSpec {
-        // An HTTP `Cookie` header's cookies (`Cookie: sid=…; csrftoken=…`, as curl's `-H`, a proxy's log or a HAR
-        // dump shows them; `"Cookie": "…"` written as text; JavaScript's `document.cookie = "…"`): each is a
-        // session's credential, so the whole list is masked. A `Set-Cookie` header's cookie value (its attributes
-        // after it kept). The match ends at the first cookie's `=`: `verify_cookie` reads the cookies by bytes.
+        // An HTTP `Cookie` header's cookies (`Cookie: sid=…; csrftoken=…`, as curl's `-H` or a proxy's log shows
+        // them; `"Cookie": "…"` written as text, a HAR file's `{"name": "Cookie", "value": "…"}`; JavaScript's
+        // `document.cookie = "…"`), each value a session's credential, and a `Set-Cookie` header's cookie value
+        // (its attributes after it kept). The match ends at the first cookie's `=`: `verify_cookie` reads the cookies
+        // by bytes.
         kind: MaskKind::SecretValue,
-        regex: concat!(r#"(?i-u:\b(?:set[_-]?)?cookie)["']?[ \t]*[:=][ \t]*["']?"#, r"[!#$%&*+.^_`|~0-9A-Za-z-]+=",),
+        regex: concat!(
+            r#"(?i-u:\b(?:set[_-]?)?cookie)["']?[ \t]*"#,
+            r#"(?:[:=]|,[ \t\r\n]*["'](?i-u:value)["'][ \t]*:)[ \t]*["']?"#,
+            r"[!#$%&*+.^_`|~0-9A-Za-z-]+=",
+        ),
         value: ValueAt::AfterSeparator,
         verify: verify_cookie,
     },
@@ -2974,6 +2979,9 @@ mod tests {
             ("set-cookie:__Host-sid=q9w8e7r6;Max-Age=3600", &["q9w8e7r6"]),
             ("< Set-Cookie: sid=\"q9w8e7r6\"; Path=/", &["\"q9w8e7r6\""]),
             ("Set-Cookie: sid=d\u{e9}j\u{e0}-vu; Path=/", &["d\u{e9}j\u{e0}-vu"]),
+            // A HAR file's headers written as text.
+            (r#"{"name": "Cookie", "value": "sid=q9w8e7r6; lang=en"}"#, &["q9w8e7r6", "en"]),
+            ("{\"name\": \"set-cookie\",\n  \"value\": \"sid=q9w8e7r6; Path=/\"}", &["q9w8e7r6"]),
         ] {
             let found: Vec<(MaskKind, &str)> = values.iter().map(|value| (MaskKind::SecretValue, *value)).collect();
             assert_eq!(secrets_in(&scanner, text), found, "{text:?}");
