@@ -220,6 +220,9 @@ enum ValueAt {
     AfterSeparator,
     /// After the first blanks: `--password VALUE`.
     AfterBlanks,
+    /// The value a match ends with: a quoted string from its opening quote, else its last character (a bare value's
+    /// first, read on by its verifier): `sshpass -p VALUE`, `mysql -u root -pVALUE`.
+    Trailing,
 }
 
 impl ValueAt {
@@ -241,6 +244,7 @@ impl ValueAt {
                 let blank = matched.iter().position(|&b| b == b' ' || b == b'\t')?;
                 blank + matched[blank..].iter().take_while(|&&b| b == b' ' || b == b'\t').count()
             }
+            ValueAt::Trailing => trailing_value(matched)?,
             ValueAt::AfterSeparator => {
                 // A key holds none of these, so the first is the operator's (a `>` only an element's: `=>` starts
                 // with its `=`).
@@ -280,6 +284,29 @@ impl ValueAt {
             }
         };
         (offset < matched.len()).then_some((start + offset, end))
+    }
+}
+
+/// Where the value that ends `matched` starts ([`ValueAt::Trailing`]): a `'…'` string (no `'` inside) at its opening
+/// quote, a `"…"` one (escapes inside) at the `"` before which no unescaped one stands, else the last character.
+fn trailing_value(matched: &[u8]) -> Option<usize> {
+    let (&last, body) = matched.split_last()?;
+    match last {
+        b'\'' => body.iter().rposition(|&b| b == b'\''),
+        b'"' => {
+            // The opening quote: the last `"` not escaped (an even number of `\\` before it).
+            let mut at = body.len();
+            while let Some(quote) = body[..at].iter().rposition(|&b| b == b'"') {
+                let escapes = body[..quote].iter().rev().take_while(|&&b| b == b'\\').count();
+                if escapes % 2 == 0 {
+                    return Some(quote);
+                }
+                at = quote;
+            }
+            None
+        }
+        // A character starts at every byte but a UTF-8 continuation byte.
+        _ => matched.iter().rposition(|&b| b & 0xC0 != 0x80),
     }
 }
 
@@ -471,6 +498,25 @@ static PATTERNS: &[PatternSpec] = &[
         ),
         value: ValueAt::AfterBlanks,
         verify: verify_flag_value,
+    },
+    PatternSpec {
+        // A command's password given by a one-letter flag, as `ps`, shell histories and CI logs show them: the MySQL
+        // and MariaDB clients' `-pVALUE` (glued: `-p` alone asks for it), `sshpass -p`, `redis-cli -a`, the MongoDB
+        // tools' `-p`, the OpenLDAP tools' `-w`; the flag within twelve words of the command, on its line, before a
+        // `|`, `;` or `&`. Held by `verify_command_value` (a variable, `-p $PW`, and placeholders left). Its words
+        // hold no `[` or `]`, as a `.netrc` entry's (below).
+        kind: MaskKind::SecretValue,
+        regex: concat!(
+            r"(?:(?i-u:\b(?:mysql(?:dump|admin|import|check|show|slap)?|mariadb(?:-dump|-admin|-import|-check)?))",
+            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p",
+            r"|(?i-u:\b(?:sshpass|mongo(?:sh|dump|restore|export|import)?))(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p[ \t]+",
+            r"|(?i-u:\bredis-cli)(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-a[ \t]+",
+            r"|(?i-u:\bldap(?:search|add|modify|delete|whoami|passwd|compare|modrdn))",
+            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-w[ \t]+)",
+            r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
+        ),
+        value: ValueAt::Trailing,
+        verify: verify_command_value,
     },
     PatternSpec {
         // An HTTP `Cookie` header's cookies (`Cookie: sid=…; csrftoken=…`, as curl's `-H` or a proxy's log shows
@@ -1826,6 +1872,23 @@ fn verify_netrc(c: &Candidate<'_>) -> Verdict {
     }
 }
 
+/// A command's password after its one-letter flag (`mysql -u root -pVALUE`, `sshpass -p VALUE`), judged as any
+/// labelled value is (placeholders, `-p PASSWORD`, `${…}`); not a variable (`-p $DB_PASSWORD`, `%DB_PASSWORD%`) or
+/// the next flag (`sshpass -p -e`). Which tool takes which letter is the pattern's: `-a` is `redis-cli`'s password
+/// (its `-p` a port), `-w` the LDAP tools' (`-W` asks for it), `-p` the others' (`-P` is MySQL's port).
+fn verify_command_value(c: &Candidate<'_>) -> Verdict {
+    let Some((start, _)) = c.value else { return Verdict::Reject };
+    let bytes = c.text.as_bytes();
+    // A variable's name written in (`-pPASSWORD`, `-p MYSQL_PWD`): capitals, digits and `_` naming a password.
+    let word = &bytes[start..start + bytes[start..].iter().take_while(|b| is_bare_value_byte(**b)).count()];
+    let named = word.iter().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+        && [&b"PASS"[..], b"PWD", b"SECRET"].iter().any(|name| word.windows(name.len()).any(|w| w == *name));
+    if named || matches!(bytes[start], b'-' | b'$' | b'%') {
+        return Verdict::RejectThrough(start);
+    }
+    verify_secret_value(c)
+}
+
 /// Whether a labelled value's label (from the match's start to the value's) ends in an XML element's `>`, the
 /// operator the labelled-value pattern reads right after a secret's name, rather than in logstash's `=>`.
 fn is_element_label(label: &str) -> bool {
@@ -2964,6 +3027,43 @@ mod tests {
     }
 
     #[test]
+    fn a_commands_one_letter_password_flag_is_a_labelled_value() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, value) in [
+            ("mysql -u root -pS3cretPass9 shop", "S3cretPass9"),
+            ("$ mysqldump --single-transaction -h db.internal -u app -p'S3cret pass' shop > x.sql", "S3cret pass"),
+            ("root 4711 /usr/bin/mariadb -uapp -pS3cretPass9 -e 'select 1'", "S3cretPass9"),
+            ("sshpass -p 'S3cretPass9' ssh deploy@10.0.0.5", "S3cretPass9"),
+            ("sshpass -p S3cretPass9 scp a b", "S3cretPass9"),
+            ("redis-cli -h cache -p 6379 -a S3cretPass9 ping", "S3cretPass9"),
+            ("mongosh --host db -u admin -p \"S3cret\\\"Pass9\" admin", "S3cret\\\"Pass9"),
+            ("ldapsearch -x -D cn=admin,dc=example,dc=org -w S3cretPass9 -b dc=example,dc=org", "S3cretPass9"),
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
+        }
+        assert_none_in(
+            &scanner,
+            &[
+                "mysql -u root -p shop",
+                "mysql -u root -P 3306 -p",
+                "mysql -u root -p$MYSQL_PWD shop",
+                "mysql -u root -p${MYSQL_PWD} shop",
+                "mysql -u root -pPASSWORD shop",
+                "sshpass -p $SSHPASS ssh host",
+                "sshpass -e ssh host",
+                "redis-cli -h cache -p 6379 ping",
+                "ldapsearch -x -W -b dc=example,dc=org",
+                "mysql is fine; cp -p a b",
+                "mysql -u root | grep -p x",
+                "mysql-workbench -pS3cretPass9",
+                "a b c d e f g h i j k l m mysql",
+                "mysql -u root -p MYSQL_PWD",
+                "mysql -e [SECRET_VALUE] -pS3cretPass9",
+            ],
+        );
+    }
+
+    #[test]
     fn a_cookie_headers_cookies_are_masked_and_a_set_cookie_headers_value() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
         for (text, values) in [
@@ -3311,6 +3411,10 @@ mod tests {
         "; a=",
         "=\"",
         "machine ",
+        "mysql ",
+        "sshpass",
+        " -p",
+        " -p ",
         " login ",
         " password ",
         "default",
@@ -3383,11 +3487,17 @@ mod tests {
                 assert!(may, "{:?} can match a tag's bracket: {}", spec.kind, spec.regex);
             }
         }
-        // The walk sees them: each of the three kinds is found (both labelled-value patterns: their quoted values
-        // are read alike).
+        // The walk sees them: each of the three kinds is found (the three labelled-value patterns that end in a
+        // value: their quoted values are read alike).
         assert_eq!(
             admitting,
-            [MaskKind::PrivateKey, MaskKind::ConnectionPassword, MaskKind::SecretValue, MaskKind::SecretValue]
+            [
+                MaskKind::PrivateKey,
+                MaskKind::ConnectionPassword,
+                MaskKind::SecretValue,
+                MaskKind::SecretValue,
+                MaskKind::SecretValue
+            ]
         );
     }
 

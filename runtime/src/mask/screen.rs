@@ -20,10 +20,23 @@ pub(crate) fn holds_a_scheme_separator(text: &str) -> bool {
 /// The words, any ASCII case, of which every labelled secret's name holds one: the names the pattern ends a key
 /// with are `password`, `passwd`, `passphrase` (`pass`), `secret`, `token`, `api[_-]?key`, `access[_-]?key`,
 /// `private[_-]?key` (`key`), `credential(s)` and agent-airlock's own `airlock_…` names (`detect::PATTERNS`); a
-/// `Cookie` header's cookies follow `cookie`, a `.netrc` entry's password `password`.
+/// `Cookie` header's cookies follow `cookie`, a `.netrc` entry's password `password`, a command's one-letter password
+/// flag its name (`mysql`, `mariadb`, `sshpass`, `redis-cli`, `mongo…`, `ldap…`).
 /// The provider rules' keyword pass looks for them too, so knowing costs no extra pass over the text.
-pub(crate) const SECRET_NAME_WORDS: [&[u8]; 7] =
-    [b"pass", b"secret", b"token", b"key", b"credential", b"airlock_", b"cookie"];
+pub(crate) const SECRET_NAME_WORDS: [&[u8]; 12] = [
+    b"pass",
+    b"secret",
+    b"token",
+    b"key",
+    b"credential",
+    b"airlock_",
+    b"cookie",
+    b"mysql",
+    b"mariadb",
+    b"redis-cli",
+    b"mongo",
+    b"ldap",
+];
 
 /// `only` without the labelled secrets when the text names none (it holds none of [`SECRET_NAME_WORDS`]). For
 /// the first scan of a text only: the scans of a text with its findings replaced by tags must keep them, since a

@@ -194,6 +194,8 @@ const RESCAN_PIECES: &[&str] = &[
     "Cookie: sid=",
     "; b=",
     "machine h login ",
+    "mysql -u ",
+    " -p",
     " password ",
 ];
 

@@ -783,9 +783,10 @@ proptest! {
 
 /// A `.netrc` entry whose login holds a finding with blanks (a phone number) is no entry in the text (the blank
 /// ends the login), and must be none in the masked text either, where the tag holds no blank: the entry's words
-/// hold no `[` or `]`. A cookie list read past a quoted value holding a finding reads on in both alike.
+/// hold no `[` or `]`, nor do the words between a command and its password flag (`mysql … -pVALUE`). A cookie list
+/// read past a quoted value holding a finding reads on in both alike.
 #[test]
-fn a_tag_inside_a_netrc_entry_or_a_cookie_list_lets_no_new_match_through() {
+fn a_tag_inside_a_netrc_entry_a_command_or_a_cookie_list_lets_no_new_match_through() {
     let masker = Masker::default();
     for text in [
         "machine h.example login +1 415 555 2671 password p4ss-w0rd",
@@ -793,6 +794,8 @@ fn a_tag_inside_a_netrc_entry_or_a_cookie_list_lets_no_new_match_through() {
         r#"Cookie: token="a b c"; sid=q9w8e7r6"#,
         r#"Cookie: session="hunter2 token=Zx81kq1234Ab"; sid=q9w8e7r6"#,
         "Cookie: a=+1 415 555 2671; sid=q9w8e7r6",
+        // Twelve words between the command and its flag once the phone number is one tag; fifteen before.
+        "mysql a b c d e f g h i j k +1 415 555 2671 -pS3cretPass9",
     ] {
         let once = masker.mask_text(text, MaskSet::ALL);
         assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
