@@ -2375,7 +2375,23 @@ fn verify_email(c: &Candidate<'_>) -> Verdict {
     if is_file_extension(tld) || local == b"git" || in_url {
         return Verdict::RejectKindThrough(c.end);
     }
+    // A match starting after a word byte or one its local part could have started with began inside a run of local
+    // part bytes too long for the pattern (64 characters at most): the whole run is masked with it. Its tail alone
+    // split the run with a tag, and what stood before could end as an address in the masked text
+    // (`a@b.comjjj…jx@c.com` → `a@b.comjjj[EMAIL]`, where `a@b.comjjj` is one), which masking again found.
+    if c.before(1).is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80) {
+        let mut back = 1;
+        while c.before(back + 1).is_some_and(is_local_part_byte) {
+            back += 1;
+        }
+        return c.found_span(c.start - back, c.end);
+    }
     c.found(0)
+}
+
+/// Whether `byte` can be in an e-mail's local part ([`PATTERNS`]' e-mail pattern: any byte of a character past ASCII).
+fn is_local_part_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'%' | b'+' | b'-') || byte >= 0x80
 }
 
 /// Words after which a dotted quad is a version, not an address.
@@ -3411,6 +3427,8 @@ mod tests {
         "; a=",
         "=\"",
         "machine ",
+        "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj",
+        "x@mle.com",
         "mysql ",
         "sshpass",
         " -p",
