@@ -1825,14 +1825,16 @@ fn is_real_cookie_value(bytes: &[u8], start: usize, end: usize) -> bool {
 
 /// A `Cookie` header's cookies (`Cookie: sid=[SECRET_VALUE]; csrftoken=[SECRET_VALUE]`, each value a finding, their
 /// names kept: which cookie is a session's is not known), and a `Set-Cookie` header's one cookie (its attributes
-/// after it kept: `Set-Cookie: sid=[SECRET_VALUE]; Path=/; HttpOnly`). The cookies are read by bytes from the match's
+/// after it kept: `Set-Cookie: sid=[SECRET_VALUE]; Path=/; HttpOnly`), as `document.cookie = "…"`'s. The cookies are read by bytes from the match's
 /// first name ([`next_cookie`]: `name=value` joined by `;` and blanks) to the search's end ([`Candidate::limit`]).
 /// Refused: a list with no value to mask ([`is_real_cookie_value`]: `Cookie: a=; b=`, `Set-Cookie: sid=${SESSION}`).
 fn verify_cookie(c: &Candidate<'_>) -> Verdict {
     let Some((first, _)) = c.value else { return Verdict::Reject };
     let bytes = c.text.as_bytes();
     let first = first + usize::from(matches!(bytes[first], b'"' | b'\''));
-    let set = c.bytes().first().is_some_and(|b| b.eq_ignore_ascii_case(&b's'));
+    // One cookie and its attributes: a `Set-Cookie` header, and what JavaScript assigns to `document.cookie`.
+    let set =
+        c.bytes().first().is_some_and(|b| b.eq_ignore_ascii_case(&b's')) || c.since_floor().ends_with("document.");
     let (mut at, mut end, mut real) = (first, first, false);
     while let Some((value_start, value_end)) = next_cookie(bytes, at, c.limit) {
         real |= is_real_cookie_value(bytes, value_start, value_end);
@@ -3087,7 +3089,7 @@ mod tests {
             ("curl -H 'Cookie: sid=abc123' https://x.test", &["abc123"]),
             ("cookie:theme=dark;  _ga=GA1.2.3\r\nAccept: */*", &["dark", "GA1.2.3"]),
             (r#"{"Cookie": "JSESSIONID=A1B2C3D4E5; lang=en"}"#, &["A1B2C3D4E5", "en"]),
-            (r#"document.cookie = "token=Zx81kq1234Ab; path=/";"#, &["Zx81kq1234Ab", "/"]),
+            (r#"document.cookie = "token=Zx81kq1234Ab; path=/";"#, &["Zx81kq1234Ab"]),
             ("Cookie: sid=\"q9w8e7r6\"; a=1", &["\"q9w8e7r6\"", "1"]),
             ("Cookie: a=; sid=q9w8e7r6; b=<id>; c=${C}", &["q9w8e7r6"]),
             (r#"Cookie: token="a b, c"; sid=q9w8e7r6"#, &["\"a b, c\"", "q9w8e7r6"]),
