@@ -13,6 +13,9 @@ pub(crate) enum KeyHint {
     Card,
     /// Basic credentials if the value is base64 of `user:password` (Docker's `"auth"`, npm's `_auth`).
     Basic,
+    /// Every member of the object under this key is a secret: a Kubernetes Secret's `data` and `stringData`
+    /// ([`is_kubernetes_secret`]); any other value under it is one.
+    SecretMembers,
 }
 
 /// Longest key looked at, in letters and digits; a longer key announces nothing.
@@ -336,6 +339,17 @@ const NAME_MEMBERS: &[&str] = &["name", "key", "parametername", "parameterkey", 
 
 /// Members that hold the value a name member names.
 const VALUE_MEMBERS: &[&str] = &["value", "parametervalue", "variablevalue"];
+
+/// Whether `fields` are a Kubernetes Secret's (`kubectl get secret -o json`, the API's objects as a client returns
+/// them): `"apiVersion": "v1"` and `"kind": "Secret"`. Every value under its `data` (base64) and `stringData` members
+/// is a secret whatever its key (`url`, `config.json`, `tls.key`), as `kubectl` itself hides them in `describe`.
+pub(crate) fn is_kubernetes_secret(fields: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let string = |key: &str| fields.get(key).and_then(serde_json::Value::as_str);
+    string("kind") == Some("Secret") && string("apiVersion") == Some("v1")
+}
+
+/// Members of a Kubernetes Secret ([`is_kubernetes_secret`]) whose members are all secrets.
+pub(crate) const KUBERNETES_SECRET_MEMBERS: [&str; 2] = ["data", "stringData"];
 
 /// Whether `key` is a member that names its sibling (`name`, `Key`, `ParameterKey`).
 pub(crate) fn is_name_member(key: &str) -> bool {

@@ -231,6 +231,7 @@ impl Masker {
                     }
                 }
                 Value::Number(number) => {
+                    let hint = if hint == KeyHint::SecretMembers { KeyHint::Secret } else { hint };
                     let worth_a_look = hint != KeyHint::None || number.as_u64().is_some_and(|n| n >= 10u64.pow(12));
                     if worth_a_look && (hint == KeyHint::Secret || number.is_u64() || number.is_i64()) {
                         let rendered = number.to_string();
@@ -253,8 +254,14 @@ impl Masker {
                     // key holds the secret in its value member (Terraform's `"db_password": {"sensitive": true,
                     // "value": "…"}`).
                     let pair = if hint == KeyHint::Secret { KeyHint::Secret } else { json::pair_hint(fields) };
+                    // A Kubernetes Secret's `data` and `stringData`: every member a secret, whatever its key.
+                    let secret = json::is_kubernetes_secret(fields);
                     pending.extend(fields.iter_mut().map(|(key, field)| {
                         let hint = match member_hints.of_member(key) {
+                            _ if hint == KeyHint::SecretMembers => KeyHint::Secret,
+                            _ if secret && json::KUBERNETES_SECRET_MEMBERS.contains(&key.as_str()) => {
+                                KeyHint::SecretMembers
+                            }
                             KeyHint::None if pair != KeyHint::None && json::is_value_member(key) => pair,
                             hint => hint,
                         };
@@ -434,7 +441,7 @@ impl Masker {
                 }
                 return self.mask_str_with(scanner, set, text, report);
             }
-            KeyHint::Secret => MaskKind::SecretValue,
+            KeyHint::Secret | KeyHint::SecretMembers => MaskKind::SecretValue,
             KeyHint::Phone => MaskKind::Phone,
             KeyHint::Ssn => MaskKind::UsSsn,
             KeyHint::Card => MaskKind::PaymentCard,

@@ -333,3 +333,35 @@ fn basic_credentials_under_an_auth_key_are_masked_in_a_parsed_result() {
         })
     );
 }
+
+/// A Kubernetes Secret as `kubectl get secret -o json` or a client returns it: every value under `data` and
+/// `stringData` is masked whatever its key; a ConfigMap's `data`, another kind's, a Secret of another API group
+/// and the Secret's metadata are not.
+#[test]
+fn a_kubernetes_secrets_data_is_masked_whatever_its_keys() {
+    let secret = |kind: &str, api: &str| {
+        serde_json::json!({
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {"name": "db", "namespace": "shop", "uid": "5b1c9f2e"},
+            "type": "Opaque",
+            "data": {"url": "cG9zdGdyZXM6Ly9kYg==", "port": 5432, "tls.crt": "LS0tLS1CRUdJTg=="},
+            "stringData": {"config.yaml": "level: info"},
+        })
+    };
+    let mut list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [secret("Secret", "v1")]});
+    let report = Masker::default().mask_value(&mut list, MaskSet::SECRETS);
+    assert_eq!(report.count(MaskKind::SecretValue), 4);
+    let masked = &list["items"][0];
+    for (member, key) in [("data", "url"), ("data", "port"), ("data", "tls.crt"), ("stringData", "config.yaml")] {
+        assert_eq!(masked[member][key], "[SECRET_VALUE]", "{member}.{key}");
+    }
+    assert_eq!(masked["metadata"], secret("Secret", "v1")["metadata"]);
+    assert_eq!(masked["type"], "Opaque");
+    assert!(Masker::default().mask_value(&mut list, MaskSet::SECRETS).is_empty(), "masked twice: {list}");
+    for (kind, api) in [("ConfigMap", "v1"), ("Secret", "bitnami.com/v1alpha1"), ("Deployment", "apps/v1")] {
+        let mut value = secret(kind, api);
+        let report = Masker::default().mask_value(&mut value, MaskSet::SECRETS);
+        assert!(report.is_empty(), "{kind} {api}: {value}");
+    }
+}
