@@ -509,7 +509,8 @@ static PATTERNS: &[PatternSpec] = &[
         regex: concat!(
             r"(?:(?i-u:\b(?:mysql(?:dump|admin|import|check|show|slap)?|mariadb(?:-dump|-admin|-import|-check)?))",
             r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p",
-            r"|(?i-u:\b(?:sshpass|mongo(?:sh|dump|restore|export|import)?))(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p[ \t]+",
+            r"|(?i-u:\b(?:sshpass|mongo(?:sh|dump|restore|export|import)?))",
+            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p[ \t]+",
             r"|(?i-u:\bredis-cli)(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-a[ \t]+",
             r"|(?i-u:\bldap(?:search|add|modify|delete|whoami|passwd|compare|modrdn))",
             r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-w[ \t]+)",
@@ -537,12 +538,10 @@ static PATTERNS: &[PatternSpec] = &[
         // A `.netrc` entry's password (`machine api.example.com login alice password …`, on one line or several;
         // curl, git, ftp, pip and Heroku's CLI read them), and the `default` entry's: its `login` (an `account` or
         // `port` beside it) between the machine and the password. The match ends at the password's first byte:
-        // `verify_netrc` reads the rest to its blank.
+        // `verify_netrc` reads the rest to its blank. Its words hold no `[` or `]`: an e-mail found in the login
+        // (`login [EMAIL] password …`) ends the match in the masked text, as the blanks a finding held (`login +1 415
+        // 555 2671`) ended it in the text (`mask::tag_may_let_a_match_through`).
         kind: MaskKind::SecretValue,
-        //
-        // Its words hold no `[` or `]`: an e-mail found in the login (`login [EMAIL] password …`) ends the match in
-        // the masked text, as the blanks a finding held (`login +1 415 555 2671`) ended it in the text
-        // (`mask::tag_may_let_a_match_through`).
         regex: concat!(
             r"(?:(?i-u:\bmachine)[ \t]+[^ \t\r\n\[\]]+|(?i-u:\bdefault))",
             r"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]]+)?",
@@ -1825,8 +1824,9 @@ fn is_real_cookie_value(bytes: &[u8], start: usize, end: usize) -> bool {
 
 /// A `Cookie` header's cookies (`Cookie: sid=[SECRET_VALUE]; csrftoken=[SECRET_VALUE]`, each value a finding, their
 /// names kept: which cookie is a session's is not known), and a `Set-Cookie` header's one cookie (its attributes
-/// after it kept: `Set-Cookie: sid=[SECRET_VALUE]; Path=/; HttpOnly`), as `document.cookie = "…"`'s. The cookies are read by bytes from the match's
-/// first name ([`next_cookie`]: `name=value` joined by `;` and blanks) to the search's end ([`Candidate::limit`]).
+/// after it kept: `Set-Cookie: sid=[SECRET_VALUE]; Path=/; HttpOnly`), as `document.cookie = "…"`'s. The cookies are
+/// read by bytes from the match's first name ([`next_cookie`]: `name=value` joined by `;` and blanks) to the search's
+/// end ([`Candidate::limit`]).
 /// Refused: a list with no value to mask ([`is_real_cookie_value`]: `Cookie: a=; b=`, `Set-Cookie: sid=${SESSION}`).
 fn verify_cookie(c: &Candidate<'_>) -> Verdict {
     let Some((first, _)) = c.value else { return Verdict::Reject };
