@@ -40,9 +40,9 @@ enum Verdict {
     /// never its value: a value refused as a whole (a placeholder, text elided with `...`) may still hold
     /// another secret (`token="see ... GB82WEST12345698765432"`).
     RejectThrough(usize),
-    /// A cookie list (`Cookie: sid=…; csrftoken=…`, from its first cookie's name to its last value's end): each of its
-    /// values that is no placeholder is a finding ([`next_cookie`], [`is_real_cookie_value`]), the names kept.
-    Cookies(Finding),
+    /// Several values of one match, in order, none overlapping, the text between them kept: a cookie list's
+    /// (`Cookie: sid=…; csrftoken=…`, [`verify_cookie`]), a Kubernetes Secret's data ([`verify_secret_data`]).
+    Values(Vec<Finding>),
     /// Nothing of this candidate's kind starts before this offset, but the other kinds are still looked for
     /// inside the match: a refused e-mail (`AKIA…@2x.png`) or URL (`db://u:****AKIA…@host`) must not hide
     /// a secret glued inside it. Searching the same pattern again from each position inside would cost
@@ -915,19 +915,10 @@ impl Scanner {
             }
             pos = match verdict {
                 Verdict::Found(finding) => self.take(text, start, finding, only, depth, state, on_finding),
-                Verdict::Cookies(list) => {
-                    // Each value after its name, which is looked inside as a label is.
-                    let (mut at, mut label) = (list.start, start);
-                    while let Some((value_start, value_end)) = next_cookie(bytes, at, list.end) {
-                        if is_real_cookie_value(bytes, value_start, value_end) {
-                            let value = Finding { start: value_start, end: value_end, ..list };
-                            label = self.take(text, label, value, only, depth, state, on_finding);
-                        }
-                        let Some(next) = after_cookie(bytes, value_end, list.end) else { break };
-                        at = next;
-                    }
-                    list.end
-                }
+                // Each value after the text before it, which is looked inside as a label is.
+                Verdict::Values(values) => values
+                    .into_iter()
+                    .fold(start, |label, value| self.take(text, label, value, only, depth, state, on_finding)),
                 Verdict::RejectThrough(through) => through.max(next_start(bytes, start)),
                 Verdict::RejectKindThrough(through) => {
                     let skip = through.max(next_start(bytes, start));
@@ -1205,10 +1196,11 @@ impl Scanner {
         };
         let verdict = (spec.verify)(&candidate);
         debug_assert!(
-            !matches!(verdict, Verdict::Found(finding) | Verdict::Cookies(finding) if finding.end > limit),
+            !matches!(&verdict, Verdict::Found(finding) if finding.end > limit)
+                && !matches!(&verdict, Verdict::Values(values) if values.last().is_some_and(|last| last.end > limit)),
             "a finding past the search's end: {verdict:?}, search to {limit}"
         );
-        if !matches!(verdict, Verdict::Found(_) | Verdict::Cookies(_)) {
+        if !matches!(verdict, Verdict::Found(_) | Verdict::Values(_)) {
             // A bare labelled value is judged by more than its match holds (its first character).
             let looked_to = match (spec.kind, value) {
                 (MaskKind::SecretValue, Some((start, end))) => bare_value_end(text.as_bytes(), start, end, limit),
@@ -1835,9 +1827,11 @@ fn verify_cookie(c: &Candidate<'_>) -> Verdict {
     // One cookie and its attributes: a `Set-Cookie` header, and what JavaScript assigns to `document.cookie`.
     let set =
         c.bytes().first().is_some_and(|b| b.eq_ignore_ascii_case(&b's')) || c.since_floor().ends_with("document.");
-    let (mut at, mut end, mut real) = (first, first, false);
+    let (mut at, mut end, mut values) = (first, first, Vec::new());
     while let Some((value_start, value_end)) = next_cookie(bytes, at, c.limit) {
-        real |= is_real_cookie_value(bytes, value_start, value_end);
+        if is_real_cookie_value(bytes, value_start, value_end) {
+            values.push(Finding { kind: c.kind, start: value_start, end: value_end, keep_prefix: 0 });
+        }
         end = value_end;
         match after_cookie(bytes, value_end, c.limit) {
             Some(next) if !set => at = next,
@@ -1845,11 +1839,7 @@ fn verify_cookie(c: &Candidate<'_>) -> Verdict {
         }
     }
     c.looked.set(end);
-    if real {
-        Verdict::Cookies(Finding { kind: c.kind, start: first, end, keep_prefix: 0 })
-    } else {
-        Verdict::RejectThrough(first)
-    }
+    if values.is_empty() { Verdict::RejectThrough(first) } else { Verdict::Values(values) }
 }
 
 /// How far [`verify_netrc`] reads a password for its verdict; a longer one is masked to its end.
