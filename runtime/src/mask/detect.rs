@@ -520,6 +520,19 @@ static PATTERNS: &[PatternSpec] = &[
         verify: verify_command_value,
     },
     PatternSpec {
+        // A Kubernetes Secret's `data` or `stringData` written as text, YAML (`kubectl get secret -o yaml`, a
+        // manifest) or JSON (`-o json`): the line or the member that opens it; `verify_secret_data` reads its members
+        // and holds them to an object whose `kind` is `Secret` (after the block, as `kubectl` sorts the keys, or
+        // before it, as manifests are written).
+        kind: MaskKind::SecretValue,
+        regex: concat!(
+            r"(?:\A|\n)[ \t]*(?:-[ \t]+)?(?:data|stringData):[ \t]*\r?\n",
+            r#"|"(?:data|stringData)"[ \t]*:[ \t]*\{"#,
+        ),
+        value: ValueAt::Whole,
+        verify: verify_secret_data,
+    },
+    PatternSpec {
         // An HTTP `Cookie` header's cookies (`Cookie: sid=…; csrftoken=…`, as curl's `-H` or a proxy's log shows
         // them; `"Cookie": "…"` written as text, a HAR file's `{"name": "Cookie", "value": "…"}`; JavaScript's
         // `document.cookie = "…"`), each value a session's credential, and a `Set-Cookie` header's cookie value
@@ -1842,6 +1855,232 @@ fn verify_cookie(c: &Candidate<'_>) -> Verdict {
     if values.is_empty() { Verdict::RejectThrough(first) } else { Verdict::Values(values) }
 }
 
+/// How many lines after a Kubernetes Secret's data block, and before it, [`verify_secret_data`] reads for its `kind`.
+const SECRET_KIND_LINES: (usize, usize) = (8, 32);
+
+/// How many bytes before a Kubernetes Secret's data block [`verify_secret_data`] reads for its `kind`; after a JSON
+/// block, up to the next `{` or `}`.
+const SECRET_KIND_READ: usize = 4096;
+
+/// A Kubernetes Secret's data written as text: every value of the block the match opens (`data:` and its members a
+/// line each, or `"data": {` and its string members), each a finding, the keys kept (`url: [SECRET_VALUE]`), when
+/// the object is a Secret: a `kind: Secret` (`"kind": "Secret"`) beside the block, after it (within
+/// [`SECRET_KIND_LINES`] lines, or the JSON object's next members) or before it (within as many lines and
+/// [`SECRET_KIND_READ`] bytes, back to the last finding: [`Candidate::since_floor`]). A ConfigMap's `data` is left.
+/// Each member line is read by one candidate only (a block ends at the first line that is not a member at the
+/// first member's indentation, a nested block's lines being deeper), so a text of blocks is read in linear time.
+fn verify_secret_data(c: &Candidate<'_>) -> Verdict {
+    let bytes = c.text.as_bytes();
+    let limit = c.limit.min(bytes.len());
+    let json = c.bytes().last() == Some(&b'{');
+    let found = if json { json_secret_data(c, bytes, limit) } else { yaml_secret_data(c, bytes, limit) };
+    match found {
+        Some(values) if !values.is_empty() => Verdict::Values(values),
+        _ => Verdict::RejectThrough(c.end),
+    }
+}
+
+/// A YAML line read for its key: the column the key starts at (past the indentation and a list item's `- `), whether
+/// a list item starts on it (a new object), and the text from the key to the line's end (`\r`, trailing blanks off).
+fn yaml_key_line(line: &[u8]) -> (usize, bool, &[u8]) {
+    let mut column = line.iter().take_while(|&&b| b == b' ').count();
+    let item = line.get(column) == Some(&b'-') && line.get(column + 1).is_some_and(|&b| b == b' ' || b == b'\t');
+    if item {
+        column += 1 + line[column + 1..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    }
+    let rest = &line[column..];
+    let kept = rest.len() - rest.iter().rev().take_while(|&&b| matches!(b, b' ' | b'\t' | b'\r')).count();
+    (column, item, &rest[..kept])
+}
+
+/// The text [`verify_secret_data`] reads before a data block starting at `at` for its object's `kind`: at most
+/// [`SECRET_KIND_READ`] bytes, back to the last finding, and to the last `]` before that. A finding before the block
+/// reads as its tag's `]` ([`Candidate::floor`]), and the tag, masked, is text: the reading stops at it in both.
+fn before_secret_data<'t>(c: &Candidate<'t>, at: usize) -> &'t [u8] {
+    let region = &c.text.as_bytes()[c.floor.min(at).max(at.saturating_sub(SECRET_KIND_READ))..at];
+    region.iter().rposition(|&b| b == MASKED).map_or(region, |close| &region[close + 1..])
+}
+
+/// What a YAML key line says of its object's kind: `Some(true)` for `kind: Secret` (the value maybe quoted),
+/// `Some(false)` for another `kind:`, `None` for another key.
+fn yaml_kind(key_line: &[u8]) -> Option<bool> {
+    let value = key_line.strip_prefix(b"kind:")?;
+    let value = &value[value.iter().take_while(|&&b| b == b' ' || b == b'\t').count()..];
+    Some(matches!(value, b"Secret" | b"\"Secret\"" | b"'Secret'"))
+}
+
+/// The values of the YAML data block whose header line the match is ([`verify_secret_data`]); `None` when the object
+/// is no Secret. How far it read is the candidate's reach.
+fn yaml_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec<Finding>> {
+    let line_start = c.start + usize::from(bytes[c.start] == b'\n');
+    let (column, _, _) = yaml_key_line(&bytes[line_start..c.end]);
+    // The members: `key: value` lines at one indentation deeper than the header.
+    let (mut at, mut depth, mut values) = (c.end, None, Vec::new());
+    while at < limit {
+        let line_end = at + bytes[at..limit].iter().position(|&b| b == b'\n').unwrap_or(limit - at);
+        let line = &bytes[at..line_end];
+        let indent = line.iter().take_while(|&&b| b == b' ').count();
+        if indent <= column || *depth.get_or_insert(indent) != indent {
+            break;
+        }
+        // `key: value` on the line; a block scalar (`|`, `>`) or a nested map ends the block.
+        let rest = &line[indent..];
+        let Some(colon) = rest.windows(2).position(|pair| pair[0] == b':' && matches!(pair[1], b' ' | b'\t')) else {
+            break;
+        };
+        let value_at = indent + colon + 2;
+        let value_at = value_at + line[value_at..].iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+        let value_end = line.len() - line.iter().rev().take_while(|&&b| matches!(b, b' ' | b'\t' | b'\r')).count();
+        let (mut start, mut end) = (value_at, value_end.max(value_at));
+        if end - start >= 2 && matches!(line[start], b'"' | b'\'') && line[end - 1] == line[start] {
+            (start, end) = (start + 1, end - 1);
+        }
+        if start == end || matches!(line[start], b'|' | b'>' | b'#') {
+            break;
+        }
+        let value = String::from_utf8_lossy(&line[start..end.min(start + BARE_VALUE_READ)]);
+        if !value.starts_with('<') && !is_mask_or_placeholder(&value) {
+            values.push(Finding { kind: c.kind, start: at + start, end: at + end, keep_prefix: 0 });
+        }
+        at = line_end + 1;
+    }
+    let block_end = at.min(limit);
+    // The object's `kind:` (at the header's column): in the lines after the block, up to a shallower line or the
+    // next list item (another object), else in those before the header, back to the last finding.
+    let mut looked = block_end;
+    let mut after = block_end;
+    let mut kind = None;
+    for _ in 0..SECRET_KIND_LINES.0 {
+        if after >= limit {
+            break;
+        }
+        let line_end = after + bytes[after..limit].iter().position(|&b| b == b'\n').unwrap_or(limit - after);
+        let (key_column, item, key_line) = yaml_key_line(&bytes[after..line_end]);
+        looked = line_end;
+        if key_column < column || item || key_line.starts_with(b"---") {
+            break;
+        }
+        if key_column == column
+            && let Some(secret) = yaml_kind(key_line)
+        {
+            kind = Some(secret);
+            break;
+        }
+        after = line_end + 1;
+    }
+    c.looked.set(looked);
+    if kind.is_none() {
+        let region = before_secret_data(c, line_start);
+        // The first line of the region is whole only if a line starts there.
+        let whole_first = region.len() == line_start || bytes.get(line_start - region.len() - 1) == Some(&b'\n');
+        let mut lines = region.strip_suffix(b"\n").unwrap_or(region).rsplit(|&b| b == b'\n').peekable();
+        for _ in 0..SECRET_KIND_LINES.1 {
+            let Some(line) = lines.next() else { break };
+            if lines.peek().is_none() && !whole_first {
+                break;
+            }
+            let (key_column, item, key_line) = yaml_key_line(line);
+            // A shallower line, or the start of the YAML document.
+            if key_column < column || key_line.starts_with(b"---") {
+                break;
+            }
+            if key_column == column
+                && let Some(secret) = yaml_kind(key_line)
+            {
+                kind = Some(secret);
+                break;
+            }
+            // The object's first line: nothing before it is this object's.
+            if item && key_column == column {
+                break;
+            }
+        }
+    }
+    (kind == Some(true)).then_some(values)
+}
+
+/// The values of the JSON data object whose opening member the match is ([`verify_secret_data`]): its string
+/// members' values, inside their quotes; `None` when it holds anything else or the object is no Secret.
+fn json_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec<Finding>> {
+    let blanks = |at: usize| at + bytes[at..limit].iter().take_while(|b| b.is_ascii_whitespace()).count();
+    let (mut at, mut values) = (blanks(c.end), Vec::new());
+    let block_end = loop {
+        if bytes.get(at) == Some(&b'}') {
+            break at + 1;
+        }
+        let looked = |at: usize| {
+            c.looked.set(at);
+            None
+        };
+        let Ok(key_end) = quoted_end(bytes, at, limit, true) else { return looked(at) };
+        at = blanks(key_end);
+        if bytes.get(at) != Some(&b':') {
+            return looked(at);
+        }
+        at = blanks(at + 1);
+        let Ok(value_end) = quoted_end(bytes, at, limit, true) else { return looked(at) };
+        let (start, end) = (at + 1, value_end - 1);
+        let value = String::from_utf8_lossy(&bytes[start..end.min(start + BARE_VALUE_READ)]);
+        if start < end && !value.starts_with('<') && !is_mask_or_placeholder(&value) {
+            values.push(Finding { kind: c.kind, start, end, keep_prefix: 0 });
+        }
+        at = blanks(value_end);
+        match bytes.get(at) {
+            Some(b',') => at = blanks(at + 1),
+            Some(b'}') => {}
+            _ => return looked(at),
+        }
+    };
+    // The object's `"kind"`: among its next members (up to a `{` or `}`), else among those before the block, from
+    // where the object opens (the `{` no `}` closes, read back), back to the last finding.
+    let next = &bytes[block_end..limit.min(block_end + SECRET_KIND_READ)];
+    let next = &next[..next.iter().position(|&b| b == b'{' || b == b'}').unwrap_or(next.len())];
+    c.looked.set(block_end + next.len());
+    let kind = json_kind(next).or_else(|| {
+        let before = before_secret_data(c, c.start);
+        let mut depth = 0usize;
+        let opens = before.iter().rposition(|&b| match b {
+            b'}' => {
+                depth += 1;
+                false
+            }
+            b'{' if depth == 0 => true,
+            b'{' => {
+                depth -= 1;
+                false
+            }
+            _ => false,
+        })?;
+        // Its own members only: the nested objects (`metadata`) skipped.
+        let (mut depth, mut own) = (0usize, Vec::new());
+        for &b in &before[opens + 1..] {
+            match b {
+                b'{' => depth += 1,
+                b'}' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => own.push(b),
+                _ => {}
+            }
+        }
+        json_kind(&own)
+    });
+    (kind == Some(true)).then_some(values)
+}
+
+/// What the first `"kind"` member in `bytes` says: `Some(true)` for `"Secret"`, `Some(false)` for another kind.
+fn json_kind(bytes: &[u8]) -> Option<bool> {
+    let mut from = 0;
+    while let Some(at) = find_bytes(&bytes[from..], b"\"kind\"") {
+        let rest = &bytes[from + at + 6..];
+        let rest = &rest[rest.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
+        if let Some(value) = rest.strip_prefix(b":") {
+            let value = &value[value.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
+            return Some(value.starts_with(b"\"Secret\""));
+        }
+        from += at + 6;
+    }
+    None
+}
+
 /// How far [`verify_netrc`] reads a password for its verdict; a longer one is masked to its end.
 const NETRC_PASSWORD_READ: usize = 256;
 
@@ -3072,6 +3311,48 @@ mod tests {
     }
 
     #[test]
+    fn a_kubernetes_secrets_data_written_as_text_is_masked_whatever_its_keys() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        let yaml = "apiVersion: v1\ndata:\n  password: aHVudGVyMg==\n  url: cG9zdGdyZXM6Ly9kYg==\nkind: Secret\n\
+                    metadata:\n  name: db\ntype: Opaque\n";
+        let manifest = "apiVersion: v1\nkind: \"Secret\"\nmetadata:\n  name: db\n  labels:\n    app: shop\n\
+                        stringData:\n  config.yaml: 'level: info'\n  port: \"5432\"\r\n";
+        let list = "apiVersion: v1\nitems:\n- apiVersion: v1\n  data:\n    token: ZXlKaGJH\n  kind: Secret\n\
+                    - apiVersion: v1\n  data:\n    mode: ZGV2\n  kind: ConfigMap\n- data:\n    tls.key: TFMwdExT\n  \
+                    kind: Secret\nkind: List\n";
+        let json = "{\n    \"apiVersion\": \"v1\",\n    \"data\": {\n        \"password\": \"aHVudGVyMg==\",\n        \
+                    \"url\": \"cG9zdGdyZXM6Ly9kYg==\"\n    },\n    \"kind\": \"Secret\",\n    \"metadata\": {}\n}";
+        let compact =
+            r#"{"kind":"Secret","metadata":{"name":"db","labels":{"a":"b"}},"data":{"url":"cG9zdGdyZXM6Ly9kYg=="}}"#;
+        let json_list = r#"[{"apiVersion":"v1","data":{"a":"c2VjcmV0"},"kind":"Secret"},{"apiVersion":"v1","data":{"b":"ZGV2"},"kind":"ConfigMap"}]"#;
+        for (text, values) in [
+            (yaml, &["aHVudGVyMg==", "cG9zdGdyZXM6Ly9kYg=="][..]),
+            (manifest, &["level: info", "5432"]),
+            (list, &["ZXlKaGJH", "TFMwdExT"]),
+            (json, &["aHVudGVyMg==", "cG9zdGdyZXM6Ly9kYg=="]),
+            (compact, &["cG9zdGdyZXM6Ly9kYg=="]),
+            (json_list, &["c2VjcmV0"]),
+        ] {
+            let found: Vec<(MaskKind, &str)> = values.iter().map(|value| (MaskKind::SecretValue, *value)).collect();
+            assert_eq!(secrets_in(&scanner, text), found, "{text:?}");
+        }
+        assert_none_in(
+            &scanner,
+            &[
+                "apiVersion: v1\ndata:\n  url: cG9zdGdyZXM6Ly9kYg==\nkind: ConfigMap\n",
+                "data:\n  url: cG9zdGdyZXM6Ly9kYg==\n",
+                "kind: Secret\n---\nkind: ConfigMap\ndata:\n  url: cG9zdGdyZXM6Ly9kYg==\n",
+                "kind: Secret\n---\ndata:\n  url: cG9zdGdyZXM6Ly9kYg==\n",
+                "apiVersion: v1\ndata:\n  url: [SECRET_VALUE]\n  port: <port>\nkind: Secret\n",
+                "spec:\n  data:\n    url: cG9zdGdyZXM6Ly9kYg==\nkind: Secret\n",
+                r#"{"kind":"ConfigMap","data":{"url":"cG9zdGdyZXM6Ly9kYg=="}}"#,
+                r#"{"data":{"url":"cG9zdGdyZXM6Ly9kYg=="},"kind":"ConfigMap"}"#,
+                r#"{"data":{"url":"[SECRET_VALUE]"},"kind":"Secret"}"#,
+            ],
+        );
+    }
+
+    #[test]
     fn a_cookie_headers_cookies_are_masked_and_a_set_cookie_headers_value() {
         let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
         for (text, values) in [
@@ -3418,6 +3699,13 @@ mod tests {
         "sid=",
         "; a=",
         "=\"",
+        "\ndata:\n",
+        "  a: c2VjcmV0\n",
+        "    ",
+        "kind: Secret\n",
+        "- ",
+        "\"data\": {",
+        "\"kind\": \"Secret\"",
         "machine ",
         "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj",
         "x@mle.com",

@@ -195,6 +195,9 @@ const RESCAN_PIECES: &[&str] = &[
     "; b=",
     "machine h login ",
     "mysql -u ",
+    "\ndata:\n  a: ",
+    "\nkind: Secret\n",
+    "\"data\": {\"a\": \"",
     " -p",
     " password ",
 ];

@@ -520,6 +520,8 @@ fn fragment() -> impl Strategy<Value = String> {
             "; ",
             "machine h.io login ",
             " password ",
+            "\ndata:\n  url: ",
+            "\nkind: Secret\n",
             "phone ",
             "SSN ",
             "4111",
