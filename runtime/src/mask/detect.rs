@@ -1864,9 +1864,9 @@ const SECRET_KIND_READ: usize = 4096;
 
 /// A Kubernetes Secret's data written as text: every value of the block the match opens (`data:` and its members a
 /// line each, or `"data": {` and its string members), each a finding, the keys kept (`url: [SECRET_VALUE]`), when
-/// the object is a Secret: a `kind: Secret` (`"kind": "Secret"`) beside the block, after it (within
-/// [`SECRET_KIND_LINES`] lines, or the JSON object's next members) or before it (within as many lines and
-/// [`SECRET_KIND_READ`] bytes, back to the last finding: [`Candidate::since_floor`]). A ConfigMap's `data` is left.
+/// the object is a Secret: a `kind: Secret` beside the YAML block, after it or before it (within [`SECRET_KIND_LINES`]
+/// lines and [`SECRET_KIND_READ`] bytes), a `"kind": "Secret"` among the JSON object's members after the block. A
+/// ConfigMap's `data` is left.
 /// Each member line is read by one candidate only (a block ends at the first line that is not a member at the
 /// first member's indentation, a nested block's lines being deeper), so a text of blocks is read in linear time.
 fn verify_secret_data(c: &Candidate<'_>) -> Verdict {
@@ -1891,14 +1891,6 @@ fn yaml_key_line(line: &[u8]) -> (usize, bool, &[u8]) {
     let rest = &line[column..];
     let kept = rest.len() - rest.iter().rev().take_while(|&&b| matches!(b, b' ' | b'\t' | b'\r')).count();
     (column, item, &rest[..kept])
-}
-
-/// The text [`verify_secret_data`] reads before a data block starting at `at` for its object's `kind`: at most
-/// [`SECRET_KIND_READ`] bytes, back to the last finding, and to the last `]` before that. A finding before the block
-/// reads as its tag's `]` ([`Candidate::floor`]), and the tag, masked, is text: the reading stops at it in both.
-fn before_secret_data<'t>(c: &Candidate<'t>, at: usize) -> &'t [u8] {
-    let region = &c.text.as_bytes()[c.floor.min(at).max(at.saturating_sub(SECRET_KIND_READ))..at];
-    region.iter().rposition(|&b| b == MASKED).map_or(region, |close| &region[close + 1..])
 }
 
 /// What a YAML key line says of its object's kind: `Some(true)` for `kind: Secret` (the value maybe quoted),
@@ -1970,7 +1962,12 @@ fn yaml_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec
     }
     c.looked.set(looked);
     if kind.is_none() {
-        let region = before_secret_data(c, line_start);
+        // The text itself, not as the findings before it would be masked ([`Candidate::before`]): what is read of it
+        // is where its lines start and their `kind:` lines, which a finding's tag leaves as they are (a tag holds no
+        // line break, and a finding holding one has the masked text scanned again: `tag_may_let_a_match_through`).
+        // Cut at the last finding, a manifest's `kind: Secret` before an annotation holding an e-mail would be out
+        // of sight in the text and in sight in the masked text.
+        let region = &bytes[line_start.saturating_sub(SECRET_KIND_READ)..line_start];
         // The first line of the region is whole only if a line starts there.
         let whole_first = region.len() == line_start || bytes.get(line_start - region.len() - 1) == Some(&b'\n');
         let mut lines = region.strip_suffix(b"\n").unwrap_or(region).rsplit(|&b| b == b'\n').peekable();
@@ -2031,39 +2028,13 @@ fn json_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec
             _ => return looked(at),
         }
     };
-    // The object's `"kind"`: among its next members (up to a `{` or `}`), else among those before the block, from
-    // where the object opens (the `{` no `}` closes, read back), back to the last finding.
+    // The object's `"kind"` among its next members (up to a `{` or `}`), where `kubectl` writes it (its keys sorted).
+    // Not before the block, as a manifest may hold it: read back, the object's members are told from its nested
+    // objects' by braces, which a masked value may hold (`"password": "a{b"`) and its tag not.
     let next = &bytes[block_end..limit.min(block_end + SECRET_KIND_READ)];
     let next = &next[..next.iter().position(|&b| b == b'{' || b == b'}').unwrap_or(next.len())];
     c.looked.set(block_end + next.len());
-    let kind = json_kind(next).or_else(|| {
-        let before = before_secret_data(c, c.start);
-        let mut depth = 0usize;
-        let opens = before.iter().rposition(|&b| match b {
-            b'}' => {
-                depth += 1;
-                false
-            }
-            b'{' if depth == 0 => true,
-            b'{' => {
-                depth -= 1;
-                false
-            }
-            _ => false,
-        })?;
-        // Its own members only: the nested objects (`metadata`) skipped.
-        let (mut depth, mut own) = (0usize, Vec::new());
-        for &b in &before[opens + 1..] {
-            match b {
-                b'{' => depth += 1,
-                b'}' => depth = depth.saturating_sub(1),
-                _ if depth == 0 => own.push(b),
-                _ => {}
-            }
-        }
-        json_kind(&own)
-    });
-    (kind == Some(true)).then_some(values)
+    (json_kind(next) == Some(true)).then_some(values)
 }
 
 /// What the first `"kind"` member in `bytes` says: `Some(true)` for `"Secret"`, `Some(false)` for another kind.
@@ -3322,8 +3293,7 @@ mod tests {
                     kind: Secret\nkind: List\n";
         let json = "{\n    \"apiVersion\": \"v1\",\n    \"data\": {\n        \"password\": \"aHVudGVyMg==\",\n        \
                     \"url\": \"cG9zdGdyZXM6Ly9kYg==\"\n    },\n    \"kind\": \"Secret\",\n    \"metadata\": {}\n}";
-        let compact =
-            r#"{"kind":"Secret","metadata":{"name":"db","labels":{"a":"b"}},"data":{"url":"cG9zdGdyZXM6Ly9kYg=="}}"#;
+        let compact = r#"{"apiVersion":"v1","data":{"url":"cG9zdGdyZXM6Ly9kYg=="},"kind":"Secret","metadata":{}}"#;
         let json_list = r#"[{"apiVersion":"v1","data":{"a":"c2VjcmV0"},"kind":"Secret"},{"apiVersion":"v1","data":{"b":"ZGV2"},"kind":"ConfigMap"}]"#;
         for (text, values) in [
             (yaml, &["aHVudGVyMg==", "cG9zdGdyZXM6Ly9kYg=="][..]),
@@ -3348,6 +3318,8 @@ mod tests {
                 r#"{"kind":"ConfigMap","data":{"url":"cG9zdGdyZXM6Ly9kYg=="}}"#,
                 r#"{"data":{"url":"cG9zdGdyZXM6Ly9kYg=="},"kind":"ConfigMap"}"#,
                 r#"{"data":{"url":"[SECRET_VALUE]"},"kind":"Secret"}"#,
+                // A manifest's order, `kind` first: not read back in JSON.
+                r#"{"kind":"Secret","metadata":{"name":"db"},"data":{"url":"cG9zdGdyZXM6Ly9kYg=="}}"#,
             ],
         );
     }

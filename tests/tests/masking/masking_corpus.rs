@@ -808,3 +808,22 @@ fn a_tag_inside_a_netrc_entry_a_command_or_a_cookie_list_lets_no_new_match_throu
         "machine h.example login [PHONE] password p4ss-w0rd"
     );
 }
+
+/// A Kubernetes Secret's manifest written as text: its `kind: Secret` line is read before the data block whatever
+/// the findings between them (an e-mail in an annotation), in the text as in the masked text.
+#[test]
+fn a_kubernetes_secret_manifests_data_is_masked_past_a_finding_before_it() {
+    let masker = Masker::default();
+    let manifest = "apiVersion: v1\nkind: Secret\nmetadata:\n  annotations:\n    owner: jane@example.com\n\
+                    data:\n  url: cG9zdGdyZXM6Ly9kYg==\n";
+    let once = masker.mask_text(manifest, MaskSet::ALL);
+    assert_eq!(
+        once,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  annotations:\n    owner: [EMAIL]\ndata:\n  url: [SECRET_VALUE]\n"
+    );
+    for text in [manifest, "\nkind: Secret\n+1 555-0100\ndata:\n  a: db://x", "kind: Secret\ndata:\n  a: +1 555-0100\n"]
+    {
+        let once = masker.mask_text(text, MaskSet::ALL);
+        assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
+    }
+}
