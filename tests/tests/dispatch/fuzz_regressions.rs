@@ -727,3 +727,15 @@ fn an_address_in_a_run_too_long_for_a_local_part_is_masked_with_the_run() {
         assert_eq!(once, checks::reference_mask_text(&masker(), &text, all));
     }
 }
+
+// crash-c0a7fa8a… (session 63's fourth `masking` run, `secrets`; `7215de9` did the same): text holding `kind:
+// Secret`, `data:` and two `passwd: …` values was not masked idempotently. gitleaks' `kubernetes-secret-yaml` rule
+// (a window of 2 KiB around each `secret`, `kind: secret` and `data:` within 100 to 200 characters of each other,
+// either order) matched around the first value in the text and around the second only once the first was masked (a
+// tag is shorter than what it replaces). The rule is left out now (`providers::LEFT_OUT`): gitleaks runs it on
+// `.yaml` files only, and a Secret's data is read by a pattern of ours (`verify_secret_data`).
+
+#[test]
+fn text_holding_a_secrets_kind_and_data_lines_is_masked_in_one_masking() {
+    replay_masking_case("crash-c0a7fa8aef21de59cd50e3993dbfeb9f3136064f");
+}
