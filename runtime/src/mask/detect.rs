@@ -2069,8 +2069,9 @@ fn verify_netrc(c: &Candidate<'_>) -> Verdict {
     let judged_end = (start + NETRC_PASSWORD_READ).min(end);
     c.looked.set(judged_end);
     let judged = String::from_utf8_lossy(&bytes[start..judged_end]);
+    // Refused, only the entry's match is: its machine and login are scanned as any text is (an e-mail).
     if judged.bytes().all(|b| b.is_ascii_alphabetic()) || is_mask_or_placeholder(&judged) {
-        Verdict::RejectThrough(start)
+        Verdict::Reject
     } else {
         c.found_span(start, end)
     }
@@ -2087,10 +2088,15 @@ fn verify_command_value(c: &Candidate<'_>) -> Verdict {
     let word = &bytes[start..start + bytes[start..].iter().take_while(|b| is_bare_value_byte(**b)).count()];
     let named = word.iter().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
         && [&b"PASS"[..], b"PWD", b"SECRET"].iter().any(|name| word.windows(name.len()).any(|w| w == *name));
+    // Refused, only the command's match is: its words (up to twelve, any text) are scanned as any text is, not
+    // skipped as a label's are.
     if named || matches!(bytes[start], b'-' | b'$' | b'%') {
-        return Verdict::RejectThrough(start);
+        return Verdict::Reject;
     }
-    verify_secret_value(c)
+    match verify_secret_value(c) {
+        found @ Verdict::Found(_) => found,
+        _ => Verdict::Reject,
+    }
 }
 
 /// Whether a labelled value's label (from the match's start to the value's) ends in an XML element's `>`, the

@@ -739,3 +739,14 @@ fn an_address_in_a_run_too_long_for_a_local_part_is_masked_with_the_run() {
 fn text_holding_a_secrets_kind_and_data_lines_is_masked_in_one_masking() {
     replay_masking_case("crash-c0a7fa8aef21de59cd50e3993dbfeb9f3136064f");
 }
+
+// crash-09f3e0c0… (session 63's fifth `masking` run, `secrets`): an `ldapsearch` match ran over its twelve words, a
+// `password=AKIA` and a JWT among them, to a `-w XXXXXXXXXX` (a placeholder), and its refusal skipped everything
+// before the value, as a label's refusal does: the `password=` value was passed over. In the masked text the JWT's tag
+// (a `[`) ended the match before the flag, so the value was found there: not idempotent. A refused command or
+// `.netrc` entry now skips nothing (`Verdict::Reject`): its words are scanned as any text is.
+
+#[test]
+fn a_refused_commands_words_are_scanned_as_any_text() {
+    replay_masking_case("crash-09f3e0c0e6c7a26cb05f3ac30c054f5b0758f587");
+}

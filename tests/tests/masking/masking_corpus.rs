@@ -827,3 +827,24 @@ fn a_kubernetes_secret_manifests_data_is_masked_past_a_finding_before_it() {
         assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
     }
 }
+
+/// A `.netrc` entry or a command whose password is refused (a placeholder, a variable) has its other words masked as
+/// any text is: a refusal skips no more than the match's first word (found by the fuzzer: an `ldapsearch` match
+/// running over twelve words to a placeholder's `-w` had a `password=` value and a JWT among them passed over).
+#[test]
+fn a_refused_netrc_entry_or_command_still_has_its_words_masked() {
+    let masker = Masker::default();
+    for (text, masked) in [
+        ("machine h.example login me@example.com password <token>", "machine h.example login [EMAIL] password <token>"),
+        ("ldapsearch -D admin@example.com -w $LDAP_PW -b dc=x", "ldapsearch -D [EMAIL] -w $LDAP_PW -b dc=x"),
+        ("mysql -u root password=Zx81kq1234Ab -p$MYSQL_PWD", "mysql -u root password=[SECRET_VALUE] -p$MYSQL_PWD"),
+        (
+            "ldapsearch -x password=Zx81kq1234Ab x y -w XXXXXXXXXX",
+            "ldapsearch -x password=[SECRET_VALUE] x y -w XXXXXXXXXX",
+        ),
+    ] {
+        let once = masker.mask_text(text, MaskSet::ALL);
+        assert_eq!(once, masked, "{text:?}");
+        assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
+    }
+}
