@@ -1819,14 +1819,19 @@ fn after_cookie(bytes: &[u8], end: usize, limit: usize) -> Option<usize> {
         .then(|| end + 1 + bytes[end + 1..limit].iter().take_while(|&&b| b == b' ' || b == b'\t').count())
 }
 
-/// Whether the cookie value `bytes[start..end]` is one to mask: not empty, not a placeholder or a mask (`<session
-/// id>`, cut at its blank, `${SESSION}`, `[SECRET_VALUE]`), judged by its first [`BARE_VALUE_READ`] bytes (a longer
-/// one is masked whole).
+/// Whether a value read by bytes (a cookie's, a Kubernetes Secret's data member's) is one to mask: not empty, not a
+/// placeholder or a mask (`<session id>`, cut at its blank, `${SESSION}`, `[SECRET_VALUE]`), judged by its first
+/// [`BARE_VALUE_READ`] bytes (a longer one is masked whole).
+fn is_real_value(value: &[u8]) -> bool {
+    let judged = String::from_utf8_lossy(&value[..value.len().min(BARE_VALUE_READ)]);
+    !value.is_empty() && !judged.starts_with('<') && !is_mask_or_placeholder(&judged)
+}
+
+/// [`is_real_value`] of the cookie value `bytes[start..end]`, inside its quotes if it has them.
 fn is_real_cookie_value(bytes: &[u8], start: usize, end: usize) -> bool {
     let quoted = end - start >= 2 && bytes[start] == b'"';
     let (start, end) = if quoted { (start + 1, end - 1) } else { (start, end) };
-    let judged = String::from_utf8_lossy(&bytes[start..end.min(start + BARE_VALUE_READ)]);
-    end > start && !judged.starts_with('<') && !is_mask_or_placeholder(&judged)
+    is_real_value(&bytes[start..end])
 }
 
 /// A `Cookie` header's cookies (`Cookie: sid=[SECRET_VALUE]; csrftoken=[SECRET_VALUE]`, each value a finding, their
@@ -1932,8 +1937,7 @@ fn yaml_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec
         if start == end || matches!(line[start], b'|' | b'>' | b'#') {
             break;
         }
-        let value = String::from_utf8_lossy(&line[start..end.min(start + BARE_VALUE_READ)]);
-        if !value.starts_with('<') && !is_mask_or_placeholder(&value) {
+        if is_real_value(&line[start..end]) {
             values.push(Finding { kind: c.kind, start: at + start, end: at + end, keep_prefix: 0 });
         }
         at = line_end + 1;
@@ -2019,8 +2023,7 @@ fn json_secret_data(c: &Candidate<'_>, bytes: &[u8], limit: usize) -> Option<Vec
         at = blanks(at + 1);
         let Ok(value_end) = quoted_end(bytes, at, limit, true) else { return looked(at) };
         let (start, end) = (at + 1, value_end - 1);
-        let value = String::from_utf8_lossy(&bytes[start..end.min(start + BARE_VALUE_READ)]);
-        if start < end && !value.starts_with('<') && !is_mask_or_placeholder(&value) {
+        if is_real_value(&bytes[start..end]) {
             values.push(Finding { kind: c.kind, start, end, keep_prefix: 0 });
         }
         at = blanks(value_end);
