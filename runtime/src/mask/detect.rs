@@ -1735,7 +1735,13 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         // at its end tag, which is read below.)
         || (!quoted && !element && bytes.get(end).is_some_and(|b| matches!(b, b'{' | b'(' | b'<' | b'[')))
         // `password: required` in prose; a real password after `:` is quoted, or has a digit, capital or symbol.
-        || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()));
+        || (!quoted && separator == Some(b':') && value.bytes().all(|b| b.is_ascii_lowercase()))
+        || shorter_than_a_secret(value)
+        || names_a_secret(value, label)
+        // A file's name before a comma, a call's first argument: `readFile('/etc/passwd', 'utf8')` (but a parameter's
+        // path names its secret, its value member further on: `"Name": "/prod/db/password", "Value": "…"`).
+        || (!member && c.before(1) == Some(b'/') && is_pair_label(label))
+        || (!quoted && !element && is_code_operand(c, label, value, separator, end));
     if rejected {
         return Verdict::RejectThrough(label_end);
     }
@@ -1760,6 +1766,122 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
         return Verdict::RejectThrough(label_end);
     }
     c.found_span(start, end)
+}
+
+/// The fewest characters a labelled value has to be a secret: `token = v`, `ERRORTOKEN = 58`, `print("token=EOF")`,
+/// `secret = "5a".repeat(32)` hold none.
+const MIN_SECRET_VALUE_CHARS: usize = 4;
+
+/// Whether `value` is a name for a secret rather than one: a variable or an attribute of code (`password =
+/// user_password`, `token = current_token`, `self.passwd = passwd`, `SECRET_KEY = settings.SECRET_KEY`, `password:
+/// process.env.DB_PASSWORD`, `api_key = args.api_key`), the secret's name itself (`lasttoken = token`, `password
+/// = password + …`). Identifiers and dotted paths of them, without digits, whose last one names a secret as an
+/// object's key would ([`KeyHint::of_member`]) and reads as a name: a path, the word alone, `camelCase`, or
+/// `snake_case` assigned as code assigns ([`is_spaced_assignment`]; `PASSWORD=super_secret` in a `.env`
+/// file and `password: my_secret` in YAML are values, as are `password = supersecret` and `password = MyPassword`).
+///
+/// [`KeyHint::of_member`]: super::json::KeyHint::of_member
+fn names_a_secret(value: &str, label: &str) -> bool {
+    const READ: usize = 96;
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.len() > READ {
+        return false;
+    }
+    // One pass: identifiers' bytes and dots, no segment empty; where the last segment starts.
+    let (mut last, mut after_dot) = (0, true);
+    for (at, &byte) in bytes.iter().enumerate() {
+        if byte == b'.' {
+            if after_dot {
+                return false;
+            }
+            (last, after_dot) = (at + 1, true);
+        } else if byte.is_ascii_alphabetic() || byte == b'_' || byte == b'$' {
+            after_dot = false;
+        } else {
+            return false;
+        }
+    }
+    if after_dot {
+        return false;
+    }
+    let path = last > 0;
+    let last = &value[last..];
+    let word = || SECRET_WORDS.iter().any(|word| last.eq_ignore_ascii_case(word));
+    let snake = || !path && last.trim_matches('_').contains('_') && is_spaced_assignment(label);
+    let camel = || last.starts_with(|c: char| c.is_ascii_lowercase()) && last.bytes().any(|b| b.is_ascii_uppercase());
+    (path || word() || snake() || camel()) && super::json::KeyHint::of_member(last) == super::json::KeyHint::Secret
+}
+
+/// Whether `value` is shorter than [`MIN_SECRET_VALUE_CHARS`] characters (its bytes counted, then its characters
+/// only where that may differ).
+fn shorter_than_a_secret(value: &str) -> bool {
+    value.len() < MIN_SECRET_VALUE_CHARS
+        || (value.len() < 4 * MIN_SECRET_VALUE_CHARS && value.chars().count() < MIN_SECRET_VALUE_CHARS)
+}
+
+/// `label` without the blanks and line ends after its operator.
+fn label_operator(label: &str) -> &[u8] {
+    let bytes = label.as_bytes();
+    &bytes[..bytes.iter().rposition(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')).map_or(0, |at| at + 1)]
+}
+
+/// Whether `label` ends in a comma after its quoted name: `System.setProperty("API_TOKEN", `, a name/value pair.
+fn is_pair_label(label: &str) -> bool {
+    label_operator(label).ends_with(b",")
+}
+
+/// Whether `label` assigns as code does, a blank on each side of its `=` (`password = `).
+fn is_spaced_assignment(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    let blank = |at: usize| matches!(bytes.get(at), Some(b' ' | b'\t'));
+    let operator = label_operator(label).len();
+    operator >= 2 && bytes[operator - 1] == b'=' && blank(operator) && blank(operator - 2)
+}
+
+/// A secret's name written alone (`token`, `PASSWORD`): as a value, the variable that holds one ([`names_a_secret`]).
+const SECRET_WORDS: &[&str] = &["password", "passwd", "passphrase", "secret", "token", "credential", "credentials"];
+
+/// The types a secret's field is declared with after `:` (`password: String,`, `secret: SecretString`): no value.
+const TYPE_NAMES: &[&str] = &["String", "SecretString", "Secret", "Str", "Bytes", "Text", "Buffer", "Number", "Any"];
+
+/// Whether the bare labelled `value` (`text[..end]`) is an operand of code rather than a value written in a
+/// configuration or a log: an agent reads source files, and a secret written in code is quoted. So it is when the
+/// label is an attribute of the object a method runs on (`self.token = nextchar`, `this.password = pwd`), appends
+/// (`token += ch`), names a path (`use jsonwebtoken::Algorithm`), declares a type (`password: String`), or is a
+/// call's or a list's quoted name before a comma (`.env("API_KEY", key)`, `["hash-password", name]`: JSON quotes its
+/// strings); or when the value is followed on its line by `+` or by `=`, an expression (`Token = Ignore +
+/// PlainToken`) or a chained assignment (`userid = passwd = acct = ''`).
+fn is_code_operand(c: &Candidate<'_>, label: &str, value: &str, separator: Option<u8>, end: usize) -> bool {
+    let operator = label_operator(label);
+    if operator.ends_with(b"+=")
+        || (operator.ends_with(b"::") && !operator.ends_with(b":::"))
+        || (separator == Some(b':') && TYPE_NAMES.contains(&value))
+        || (operator.ends_with(b",") && value.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+    {
+        return true;
+    }
+    // The receiver: the dotted word the label's name ends, read back from the match to a byte no name holds (at
+    // most a few words' worth, so that labels in a long run of such bytes are not each read back to its start).
+    const RECEIVER_READ: usize = 64;
+    let is_name_byte = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'$');
+    let head = c.since_floor().as_bytes();
+    let word = match head.last() {
+        Some(&byte) if is_name_byte(byte) => {
+            let head = &head[head.len().saturating_sub(RECEIVER_READ)..];
+            &head[head.iter().rposition(|&b| !is_name_byte(b)).map_or(0, |at| at + 1)..]
+        }
+        _ => label.as_bytes(),
+    };
+    if [&b"self."[..], b"this.", b"cls."].iter().any(|receiver| word.starts_with(receiver)) {
+        return true;
+    }
+    let rest = &c.text.as_bytes()[end.min(c.limit)..c.limit];
+    let next = rest.iter().position(|&b| b != b' ' && b != b'\t').map(|at| &rest[at..]);
+    match next {
+        Some([b'+', b' ' | b'\t', ..]) => true,
+        Some([b'=', after, ..]) => !matches!(after, b'=' | b'>' | b'~'),
+        _ => false,
+    }
 }
 
 /// A flag's value (`--password hunter2`), the flag a word of its own (a blank or a quote before it, read through
@@ -3251,6 +3373,78 @@ mod tests {
                 "cli --next-token abcdef123",
                 "x--password hunter2x",
                 "the password is hunter2x",
+            ],
+        );
+    }
+
+    /// Source code names its secrets: a variable, an attribute, a type, an expression after a secret's name is no
+    /// secret (Python's standard library, this repository's Rust and JavaScript as an agent reads them had such
+    /// lines masked), while a value in a configuration, an environment file, a log or a command line still is, and
+    /// so is a literal in code.
+    #[test]
+    fn labelled_values_in_code_are_names_while_values_in_configuration_are_secrets() {
+        let scanner = Scanner::build(MaskSet::SECRETS).unwrap();
+        for (text, value) in [
+            ("password=hunter2", "hunter2"),
+            ("password = hunter2", "hunter2"),
+            ("password=abcd", "abcd"),
+            ("PASSWORD=super_secret", "super_secret"),
+            ("password: my_secret", "my_secret"),
+            ("password = supersecret", "supersecret"),
+            ("password = MyPassword", "MyPassword"),
+            ("password=correct.horse.battery", "correct.horse.battery"),
+            ("spring.datasource.password=Sup3rS3cret", "Sup3rS3cret"),
+            ("export TOKEN=abc123 && ./run", "abc123"),
+            ("connecting user=admin, password=hunter2, host=db", "hunter2"),
+            ("the password: hunter2 and the user: bob", "hunter2"),
+            ("System.setProperty(\"API_TOKEN\", \"s3cr3tv4lue\")", "s3cr3tv4lue"),
+            ("self.password = \"hunter2x\"", "hunter2x"),
+            ("this.token = 'abc123def';", "abc123def"),
+            ("os.environ[\"DB_PASSWORD\"] = \"hunter2x\"", "hunter2x"),
+            ("api_key: Zx81kq1234Ab", "Zx81kq1234Ab"),
+        ] {
+            assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
+        }
+        assert_none_in(
+            &scanner,
+            &[
+                // Shorter than a secret.
+                "ERRORTOKEN = 58",
+                "token = v",
+                "print(\"shlex: token=EOF\")",
+                "let secret = \"5a\".repeat(32);",
+                "- password:     The password for the authentication.",
+                // A name for a secret: a path, the word itself, camelCase, snake_case assigned as code assigns.
+                "password: process.env.DB_PASSWORD",
+                "  password: config.db.password,",
+                "const token = req.headers.authorization;",
+                "SECRET_KEY = settings.SECRET_KEY",
+                "api_key = args.api_key",
+                "node_token = token.ERRORTOKEN",
+                "lasttoken = token",
+                "password = user_password",
+                "cache_token = current_token",
+                "password = \"current_password\"",
+                "{ token: accessToken }",
+                // The receiver's attribute, an append, a path, a type.
+                "self.token = nextchar",
+                "        self._token = result",
+                "self.user, self.password = user, credentials",
+                "this.password = pwd;",
+                "self.token += nextchar",
+                "token += nextchar",
+                "use jsonwebtoken::Algorithm;",
+                "let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);",
+                "    password: String,",
+                "    secret: SecretString,",
+                // A call's arguments, an expression, a chained assignment.
+                ".env(\"AIRLOCK_APPROVAL_KEY\", SECRET)",
+                "command.env(\"AIRLOCK_GATEWAY_TOKEN\", token);",
+                "raise ParseError(\"bad token\", kind, value, context)",
+                "fs.readFile('/etc/passwd', 'utf8', callback);",
+                "Token = Ignore + PlainToken",
+                "password = password + padding",
+                "userid = passwd = account = ''",
             ],
         );
     }
