@@ -502,7 +502,8 @@ static PATTERNS: &[PatternSpec] = &[
     PatternSpec {
         // A command's password given by a one-letter flag, as `ps`, shell histories and CI logs show them: the MySQL
         // and MariaDB clients' `-pVALUE` (glued: `-p` alone asks for it), `sshpass -p`, `redis-cli -a`, the MongoDB
-        // tools' `-p`, the OpenLDAP tools' `-w`; the flag within twelve words of the command, on its line, before a
+        // tools' `-p`, the OpenLDAP tools' `-w`, a container registry's `login -p` (`docker`, `podman`, `helm registry`,
+        // …), OpenSSL's `-passin pass:VALUE`; the flag within twelve words of the command, on its line, before a
         // `|`, `;` or `&`. Held by `verify_command_value` (a variable, `-p $PW`, and placeholders left). Its words
         // hold no `[` or `]`, as a `.netrc` entry's (below).
         kind: MaskKind::SecretValue,
@@ -513,7 +514,10 @@ static PATTERNS: &[PatternSpec] = &[
             r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p[ \t]+",
             r"|(?i-u:\bredis-cli)(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-a[ \t]+",
             r"|(?i-u:\bldap(?:search|add|modify|delete|whoami|passwd|compare|modrdn))",
-            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-w[ \t]+)",
+            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-w[ \t]+",
+            r"|(?i-u:\b(?:docker|podman|nerdctl|buildah|skopeo|helm(?:[ \t]+registry)?)[ \t]+login)",
+            r"(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-p[ \t]+",
+            r"|(?i-u:\bopenssl)(?:[ \t]+[^ \t\r\n|;&\[\]]+){0,12}?[ \t]+-pass(?:in|out)?[ \t]+pass:)",
             r#"(?:"(?:[^"\\\r\n]|\\.)+"|'[^'\r\n]+'|[^ \t\r\n\x0B\x0C"',;&<>(){}\[\]])"#,
         ),
         value: ValueAt::Trailing,
@@ -3461,6 +3465,11 @@ mod tests {
             ("redis-cli -h cache -p 6379 -a S3cretPass9 ping", "S3cretPass9"),
             ("mongosh --host db -u admin -p \"S3cret\\\"Pass9\" admin", "S3cret\\\"Pass9"),
             ("ldapsearch -x -D cn=admin,dc=example,dc=org -w S3cretPass9 -b dc=example,dc=org", "S3cretPass9"),
+            ("docker login -u ci -p S3cretPass9 registry.example.com", "S3cretPass9"),
+            ("+ podman login --username ci -p 'S3cret pass' quay.io", "S3cret pass"),
+            ("helm registry login registry.example.com -u ci -p S3cretPass9", "S3cretPass9"),
+            ("openssl pkcs12 -export -in a.crt -inkey a.key -out a.p12 -passout pass:S3cretPass9", "S3cretPass9"),
+            ("openssl rsa -in key.pem -passin pass:S3cretPass9 -out plain.pem", "S3cretPass9"),
         ] {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
@@ -3482,6 +3491,13 @@ mod tests {
                 "a b c d e f g h i j k l m mysql",
                 "mysql -u root -p MYSQL_PWD",
                 "mysql -e [SECRET_VALUE] -pS3cretPass9",
+                "docker login -u ci --password-stdin ghcr.io",
+                "docker login -u ci -p $REGISTRY_PASSWORD ghcr.io",
+                "docker run -p 8080:80 nginx",
+                "docker login ghcr.io; docker run -p 8080:80 app",
+                "openssl rsa -in key.pem -passin env:KEY_PASS",
+                "openssl rsa -in key.pem -passin file:pass.txt",
+                "openssl enc -aes256 -pass pass:$PW -in a -out b",
             ],
         );
     }

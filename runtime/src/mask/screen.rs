@@ -21,9 +21,10 @@ pub(crate) fn holds_a_scheme_separator(text: &str) -> bool {
 /// with are `password`, `passwd`, `passphrase` (`pass`), `secret`, `token`, `api[_-]?key`, `access[_-]?key`,
 /// `private[_-]?key` (`key`), `credential(s)` and agent-airlock's own `airlock_…` names (`detect::PATTERNS`); a
 /// `Cookie` header's cookies follow `cookie`, a `.netrc` entry's password `password`, a command's one-letter password
-/// flag its name (`mysql`, `mariadb`, `sshpass`, `redis-cli`, `mongo…`, `ldap…`).
+/// flag its name (`mysql`, `mariadb`, `sshpass`, `redis-cli`, `mongo…`, `ldap…`, a registry client's `login`:
+/// `docker`, `podman`, `nerdctl`, `buildah`, `skopeo`, `helm`; OpenSSL's `pass:`).
 /// The provider rules' keyword pass looks for them too, so knowing costs no extra pass over the text.
-pub(crate) const SECRET_NAME_WORDS: [&[u8]; 12] = [
+pub(crate) const SECRET_NAME_WORDS: [&[u8]; 18] = [
     b"pass",
     b"secret",
     b"token",
@@ -36,6 +37,12 @@ pub(crate) const SECRET_NAME_WORDS: [&[u8]; 12] = [
     b"redis-cli",
     b"mongo",
     b"ldap",
+    b"docker",
+    b"podman",
+    b"nerdctl",
+    b"buildah",
+    b"skopeo",
+    b"helm",
 ];
 
 /// `only` without the labelled secrets when the text names none (it holds none of [`SECRET_NAME_WORDS`]). For

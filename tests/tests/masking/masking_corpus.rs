@@ -848,3 +848,29 @@ fn a_refused_netrc_entry_or_command_still_has_its_words_masked() {
         assert_eq!(masker.mask_text(&once, MaskSet::ALL), once, "{text:?}");
     }
 }
+
+/// A command's password flag is found by the masker in a text that names nothing else a secret's name holds: each
+/// command's name is one of the words whose absence lets a text skip the labelled values (`screen`), so leaving one
+/// out would pass its passwords unmasked. The value holds no such word either (`Pass`, `key`).
+#[test]
+fn each_commands_password_flag_is_masked_in_a_text_naming_no_secret_else() {
+    let masker = Masker::default();
+    for command in [
+        "mysql -u root -pZx81kq1234Ab shop",
+        "mariadb -u app -pZx81kq1234Ab",
+        "sshpass -p Zx81kq1234Ab ssh deploy@10.0.0.5",
+        "redis-cli -h cache -a Zx81kq1234Ab ping",
+        "mongodump -u admin -p Zx81kq1234Ab --out /tmp/d",
+        "ldapsearch -x -D cn=admin -w Zx81kq1234Ab -b dc=x",
+        "docker login -u ci -p Zx81kq1234Ab ghcr.io",
+        "podman login -u ci -p Zx81kq1234Ab quay.io",
+        "nerdctl login -u ci -p Zx81kq1234Ab ghcr.io",
+        "buildah login -u ci -p Zx81kq1234Ab quay.io",
+        "skopeo login -u ci -p Zx81kq1234Ab quay.io",
+        "helm registry login ghcr.io -u ci -p Zx81kq1234Ab",
+        "openssl rsa -in a.pem -passin pass:Zx81kq1234Ab -out b.pem",
+    ] {
+        let masked = masker.mask_text(command, MaskSet::SECRETS);
+        assert!(!masked.contains("Zx81kq1234Ab") && masked.contains("[SECRET_VALUE]"), "{command:?}: {masked}");
+    }
+}
