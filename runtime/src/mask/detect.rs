@@ -1813,7 +1813,9 @@ fn names_a_secret(value: &str, label: &str) -> bool {
     let word = || SECRET_WORDS.iter().any(|word| last.eq_ignore_ascii_case(word));
     let snake = || !path && last.trim_matches('_').contains('_') && is_spaced_assignment(label);
     let camel = || last.starts_with(|c: char| c.is_ascii_lowercase()) && last.bytes().any(|b| b.is_ascii_uppercase());
-    (path || word() || snake() || camel()) && super::json::KeyHint::of_member(last) == super::json::KeyHint::Secret
+    let names = |segment: &str| super::json::KeyHint::of_member(segment) == super::json::KeyHint::Secret;
+    // A path names one in any of its segments (`form.password.value`, `config.db.password`).
+    (path && value.split('.').any(names)) || ((word() || snake() || camel()) && names(last))
 }
 
 /// Whether `value` is shorter than [`MIN_SECRET_VALUE_CHARS`] characters (its bytes counted, then its characters
@@ -1845,6 +1847,14 @@ fn is_spaced_assignment(label: &str) -> bool {
 /// A secret's name written alone (`token`, `PASSWORD`): as a value, the variable that holds one ([`names_a_secret`]).
 const SECRET_WORDS: &[&str] = &["password", "passwd", "passphrase", "secret", "token", "credential", "credentials"];
 
+/// Keywords that start an expression rather than end a value: `token = await fetchToken()`, `secret = new Secret(…)`.
+const EXPRESSION_KEYWORDS: &[&str] = &["await", "new", "yield", "typeof", "lambda", "function", "async", "require"];
+
+/// Whether `c` can be in an identifier of code.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '$'
+}
+
 /// The types a secret's field is declared with after `:` (`password: String,`, `secret: SecretString`): no value.
 const TYPE_NAMES: &[&str] = &["String", "SecretString", "Secret", "Str", "Bytes", "Text", "Buffer", "Number", "Any"];
 
@@ -1857,6 +1867,12 @@ const TYPE_NAMES: &[&str] = &["String", "SecretString", "Secret", "Str", "Bytes"
 /// PlainToken`) or a chained assignment (`userid = passwd = acct = ''`).
 fn is_code_operand(c: &Candidate<'_>, label: &str, value: &str, separator: Option<u8>, end: usize) -> bool {
     let operator = label_operator(label);
+    // A keyword that starts an expression (`const token = await getToken();`), or the label's own name, a keyword
+    // argument passed on (`OpenAI(api_key=api_key)`).
+    let own_name = label.strip_prefix(value).is_some_and(|rest| rest.starts_with(|c: char| !is_name_char(c)));
+    if own_name || EXPRESSION_KEYWORDS.contains(&value) {
+        return true;
+    }
     if operator.ends_with(b"+=")
         || (operator.ends_with(b"::") && !operator.ends_with(b":::"))
         || (separator == Some(b':') && TYPE_NAMES.contains(&value))
@@ -3422,6 +3438,9 @@ mod tests {
                 "password: process.env.DB_PASSWORD",
                 "  password: config.db.password,",
                 "const token = req.headers.authorization;",
+                "let password = form.password.value;",
+                "const token = await getToken();",
+                "client = OpenAI(api_key=api_key)",
                 "SECRET_KEY = settings.SECRET_KEY",
                 "api_key = args.api_key",
                 "node_token = token.ERRORTOKEN",
