@@ -1705,11 +1705,7 @@ fn verify_secret_value(c: &Candidate<'_>) -> Verdict {
     let value = &c.text[start..end];
     let separator = label.bytes().rev().find(|b| matches!(b, b':' | b'='));
     let element = is_element_label(label);
-    // A keyed-hash tag this masker wrote: `[BEARER_TOKEN:518bfdf8]`.
-    let own_tag = c.before(1) == Some(b'[')
-        && bytes.get(end) == Some(&b']')
-        && label.bytes().all(|b| b.is_ascii_uppercase() || b == b'_' || b == b':')
-        && value.bytes().all(|b| b.is_ascii_hexdigit());
+    let own_tag = is_own_keyed_tag(c, start, end);
     // A bare value longer than it is judged by (`bare_value_end`).
     let cut = !quoted
         && end < c.limit
@@ -2593,8 +2589,22 @@ fn parens_balanced(bytes: &[u8]) -> bool {
     open == close && open <= 1
 }
 
+/// Whether the candidate is a keyed-hash tag this masker wrote, its kind read as a label and its hash as the value
+/// (`[BEARER_TOKEN:518bfdf8]`, `[PHONE:17748520]`: a hash is all decimal digits one time in forty, which a labelled
+/// phone number reads).
+fn is_own_keyed_tag(c: &Candidate<'_>, value_start: usize, value_end: usize) -> bool {
+    let bytes = c.text.as_bytes();
+    c.before(1) == Some(b'[')
+        && bytes.get(value_end) == Some(&b']')
+        && bytes[c.start..value_start].iter().all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b':')
+        && bytes[value_start..value_end].iter().all(u8::is_ascii_hexdigit)
+}
+
 fn verify_phone_labelled(c: &Candidate<'_>) -> Verdict {
     let Some((start, end)) = c.value else { return Verdict::Reject };
+    if is_own_keyed_tag(c, start, end) {
+        return Verdict::Reject;
+    }
     let text = c.text.as_bytes();
     let value = &text[start..end];
     let digits = value.iter().filter(|b| b.is_ascii_digit()).count();
