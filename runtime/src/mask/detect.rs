@@ -1775,8 +1775,9 @@ const MIN_SECRET_VALUE_CHARS: usize = 4;
 /// Whether `value` is a name for a secret rather than one: a variable or an attribute of code (`password =
 /// user_password`, `token = current_token`, `self.passwd = passwd`, `SECRET_KEY = settings.SECRET_KEY`, `password:
 /// process.env.DB_PASSWORD`, `api_key = args.api_key`), the secret's name itself (`lasttoken = token`, `password
-/// = password + …`). Identifiers and dotted paths of them, without digits, whose last one names a secret as an
-/// object's key would ([`KeyHint::of_member`]) and reads as a name: a path, the word alone, `camelCase`, or
+/// = password + …`). Identifiers and dotted paths of them, without digits, naming a secret as an object's key would
+/// ([`KeyHint::of_member`]) and reading as a name: a path in any of its segments (`form.password.value`), else the
+/// identifier alone, when it is the secret's word itself, `camelCase`, or
 /// `snake_case` assigned as code assigns ([`is_spaced_assignment`]; `PASSWORD=super_secret` in a `.env`
 /// file and `password: my_secret` in YAML are values, as are `password = supersecret` and `password = MyPassword`).
 ///
