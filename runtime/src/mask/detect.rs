@@ -1852,8 +1852,17 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '$'
 }
 
+/// Whether `value` is a path of names joined by `::` (`windows_sys::core::PWSTR`, `syn::token::Brace`): a type or an
+/// item in code.
+fn is_qualified_path(value: &str) -> bool {
+    value.contains("::")
+        && value.split("::").all(|name| name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+}
+
 /// The types a secret's field is declared with after `:` (`password: String,`, `secret: SecretString`): no value.
-const TYPE_NAMES: &[&str] = &["String", "SecretString", "Secret", "Str", "Bytes", "Text", "Buffer", "Number", "Any"];
+const TYPE_NAMES: &[&str] =
+    &["String", "SecretString", "Secret", "Str", "Bytes", "Text", "Buffer", "Number", "Any", "*mut", "*const"];
 
 /// Whether the bare labelled `value` (`text[..end]`) is an operand of code rather than a value written in a
 /// configuration or a log: an agent reads source files, and a secret written in code is quoted. So it is when the
@@ -1874,6 +1883,7 @@ fn is_code_operand(c: &Candidate<'_>, label: &str, value: &str, separator: Optio
         || (operator.ends_with(b"::") && !operator.ends_with(b":::"))
         || (separator == Some(b':') && TYPE_NAMES.contains(&value))
         || (operator.ends_with(b",") && value.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+        || is_qualified_path(value)
     {
         return true;
     }
@@ -3433,6 +3443,7 @@ mod tests {
             ("this.token = 'abc123def';", "abc123def"),
             ("os.environ[\"DB_PASSWORD\"] = \"hunter2x\"", "hunter2x"),
             ("api_key: Zx81kq1234Ab", "Zx81kq1234Ab"),
+            ("password=Zx81::kq12::", "Zx81::kq12::"),
         ] {
             assert_eq!(secrets_in(&scanner, text), [(MaskKind::SecretValue, value)], "{text:?}");
         }
@@ -3471,6 +3482,9 @@ mod tests {
                 "let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);",
                 "    password: String,",
                 "    secret: SecretString,",
+                "    pub pw_passwd: *mut c_char,",
+                "    pub pwszPassword: windows_sys::core::PWSTR,",
+                "    brace_token: syn::token::Brace,",
                 // A call's arguments, an expression, a chained assignment.
                 ".env(\"AIRLOCK_APPROVAL_KEY\", SECRET)",
                 "command.env(\"AIRLOCK_GATEWAY_TOKEN\", token);",
