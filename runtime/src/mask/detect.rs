@@ -559,13 +559,15 @@ static PATTERNS: &[PatternSpec] = &[
         // `port` beside it) between the machine and the password. The match ends at the password's first byte:
         // `verify_netrc` reads the rest to its blank. Its words hold no `[` or `]`: an e-mail found in the login
         // (`login [EMAIL] password …`) ends the match in the masked text, as the blanks a finding held (`login +1 415
-        // 555 2671`) ended it in the text (`mask::tag_may_let_a_match_through`).
+        // 555 2671`) ended it in the text (`mask::tag_may_let_a_match_through`). Nor a quote: a login that opens a
+        // quoted labelled value (`login token=' password +1 555-0100'`) would take a piece of that value as the
+        // password, and the value, found whole once that piece was masked, made masking no fixed point.
         kind: MaskKind::SecretValue,
         regex: concat!(
-            r"(?:(?i-u:\bmachine)[ \t]+[^ \t\r\n\[\]]+|(?i-u:\bdefault))",
-            r"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]]+)?",
-            r"[ \t\r\n]+(?i-u:login)[ \t]+[^ \t\r\n\[\]]+",
-            r"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]]+)?",
+            r#"(?:(?i-u:\bmachine)[ \t]+[^ \t\r\n\[\]"']+|(?i-u:\bdefault))"#,
+            r#"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]"']+)?"#,
+            r#"[ \t\r\n]+(?i-u:login)[ \t]+[^ \t\r\n\[\]"']+"#,
+            r#"(?:[ \t\r\n]+(?i-u:account|port)[ \t]+[^ \t\r\n\[\]"']+)?"#,
             r"[ \t\r\n]+(?i-u:password)[ \t]+[^ \t\r\n\[\]]",
         ),
         value: ValueAt::AfterLastBlank,
